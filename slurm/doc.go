@@ -1,0 +1,3 @@
+// Package slurm parses what SLURM tells a task about its job: hostlists, task counts and the
+// SLURM_* environment, without talking to SLURM and without importing the rest of gorun.
+package slurm
