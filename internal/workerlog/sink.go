@@ -1,0 +1,221 @@
+package workerlog
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// DefaultTailLines is how many lines of stderr a Worker keeps when Config.TailLines is 0.
+const DefaultTailLines = 20
+
+// Config configures the output of one attempt's workers.
+type Config struct {
+	// Host names this node in console prefixes, "[host:rank] ". Required.
+	Host string
+	// RunID and Attempt name the attempt's log directory, Dir/RunID/attempt_<Attempt>. RunID must
+	// be a single path element when Dir is set; Attempt must not be negative.
+	RunID   string
+	Attempt int
+	// Dir is the log directory (torchrun's --log-dir); empty means no files. With a Dir, both
+	// streams of every rank are always written, unprefixed, to
+	// Dir/RunID/attempt_<Attempt>/<rank>/stdout.log and stderr.log (rank is the global rank).
+	Dir string
+	// Redirects (torchrun's --redirects) are streams, per local rank, kept off the console: they
+	// only go to the files. Redirects need a Dir, or the output would be lost: when the user gives
+	// --redirects or --tee without --log-dir, the caller creates a temporary Dir, as torchrun does.
+	Redirects StdSpec
+	// Tee (torchrun's --tee) are streams, per local rank, shown on the console as well as written
+	// to the files. Since files always get everything, Tee only matters where it overrides
+	// Redirects: a stream in both is shown.
+	Tee StdSpec
+	// LocalRanksFilter (torchrun's --local-ranks-filter) lists the local ranks shown on the
+	// console; empty shows all. Files and tails are not affected.
+	LocalRanksFilter []int
+	// Stdout and Stderr are gorun's console, which get the workers' stdout and stderr lines; nil
+	// discards. Each console line is one Write call: to share a stream with other writers without
+	// lines interleaving, give a writer that serializes its Writes (like zerolog.SyncWriter).
+	Stdout, Stderr io.Writer
+	// TailLines is how many last lines of stderr each Worker keeps for Tail: 0 means
+	// DefaultTailLines, a negative value none.
+	TailLines int
+}
+
+// Validate reports the first problem with c, or nil.
+func (c Config) Validate() error {
+	if c.Host == "" {
+		return errors.New("workerlog: Config.Host is empty")
+	}
+	if c.Attempt < 0 {
+		return fmt.Errorf("workerlog: Config.Attempt is negative (%d)", c.Attempt)
+	}
+	if c.Dir != "" {
+		if c.RunID == "" || c.RunID == "." || c.RunID == ".." || strings.ContainsAny(c.RunID, "/\x00") {
+			return fmt.Errorf("workerlog: Config.RunID %q is not a single path element", c.RunID)
+		}
+	} else if !c.Redirects.IsZero() {
+		return fmt.Errorf("workerlog: Config.Redirects %q without a log Dir would lose that output; "+
+			"give a Dir (a temporary one when the user gave none)", c.Redirects)
+	}
+	for _, r := range c.LocalRanksFilter {
+		if r < 0 {
+			return fmt.Errorf("workerlog: Config.LocalRanksFilter has a negative local rank (%d)", r)
+		}
+	}
+	return nil
+}
+
+// Sink routes the output of one attempt's workers. It owns one lock per console stream, so lines of
+// different workers never interleave. It is safe for concurrent use.
+type Sink struct {
+	cfg        Config
+	attemptDir string       // "" without Dir
+	filter     map[int]bool // local ranks shown on the console; nil: all
+	stdout     *console     // gorun's stdout
+	stderr     *console     // gorun's stderr
+	tailLines  int          // 0: no tail
+	mu         sync.Mutex   // guards ranks
+	ranks      map[int]bool // global ranks that have a Worker
+}
+
+// New returns a Sink for cfg. It fails if cfg is invalid (see Config.Validate). It creates no
+// files: Worker does.
+func New(cfg Config) (*Sink, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Sink{
+		cfg:       cfg,
+		stdout:    &console{w: orDiscard(cfg.Stdout)},
+		stderr:    &console{w: orDiscard(cfg.Stderr)},
+		tailLines: cfg.TailLines,
+		ranks:     make(map[int]bool),
+	}
+	if cfg.Dir != "" {
+		s.attemptDir = filepath.Join(cfg.Dir, cfg.RunID, "attempt_"+strconv.Itoa(cfg.Attempt))
+	}
+	if len(cfg.LocalRanksFilter) > 0 {
+		s.filter = make(map[int]bool)
+		for _, r := range cfg.LocalRanksFilter {
+			s.filter[r] = true
+		}
+	}
+	switch {
+	case s.tailLines == 0:
+		s.tailLines = DefaultTailLines
+	case s.tailLines < 0:
+		s.tailLines = 0
+	}
+	return s, nil
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+// onConsole reports whether stream std of localRank is shown on the console.
+func (s *Sink) onConsole(localRank int, std Std) bool {
+	if s.filter != nil && !s.filter[localRank] {
+		return false
+	}
+	return !s.cfg.Redirects.For(localRank).Has(std) || s.cfg.Tee.For(localRank).Has(std)
+}
+
+// Worker returns the output of the worker with global rank rank and local rank localRank. With a
+// Dir it creates the rank's directory (0755) and opens stdout.log and stderr.log for appending, so
+// a rerun of the same attempt adds to them. It fails if a rank is negative, if rank already has a
+// Worker in this Sink, or if a directory or file cannot be created (the error names the path);
+// then nothing is left open.
+func (s *Sink) Worker(rank, localRank int) (*Worker, error) {
+	if rank < 0 || localRank < 0 {
+		return nil, fmt.Errorf("workerlog: negative rank %d or local rank %d", rank, localRank)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ranks[rank] {
+		return nil, fmt.Errorf("workerlog: rank %d already has a Worker", rank)
+	}
+	prefix := "[" + s.cfg.Host + ":" + strconv.Itoa(rank) + "] "
+	w := &Worker{
+		stdout: &stream{prefix: prefix},
+		stderr: &stream{prefix: prefix, tail: newRing(s.tailLines)},
+	}
+	if s.onConsole(localRank, Stdout) {
+		w.stdout.console = s.stdout
+	}
+	if s.onConsole(localRank, Stderr) {
+		w.stderr.console = s.stderr
+	}
+	if s.attemptDir != "" {
+		w.dir = filepath.Join(s.attemptDir, strconv.Itoa(rank))
+		if err := os.MkdirAll(w.dir, 0o755); err != nil {
+			return nil, fmt.Errorf("workerlog: create log directory: %w", err)
+		}
+		var err error
+		if w.stdout.file, err = openLog(filepath.Join(w.dir, "stdout.log")); err != nil {
+			return nil, err
+		}
+		if w.stderr.file, err = openLog(filepath.Join(w.dir, "stderr.log")); err != nil {
+			_ = w.stdout.file.Close()
+			return nil, err
+		}
+	}
+	s.ranks[rank] = true
+	return w, nil
+}
+
+// openLog opens a log file for appending, creating it 0644.
+func openLog(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("workerlog: open log file: %w", err)
+	}
+	return f, nil
+}
+
+// Worker is the output of one worker: writers for its stdout and stderr, and the tail of its
+// stderr. Its methods are safe for concurrent use.
+type Worker struct {
+	dir    string
+	stdout *stream
+	stderr *stream
+}
+
+// Stdout returns the writer for the worker's stdout; give it to proc.Spec.Stdout.
+//
+// Its Write never blocks on anything but the console and the file, and never fails because of
+// them: a failing console or file is dropped from that stream and its first error is returned by
+// Close, so that the worker's output is always drained. It fails only after Close (os.ErrClosed).
+func (w *Worker) Stdout() io.Writer {
+	return w.stdout
+}
+
+// Stderr returns the writer for the worker's stderr, which also feeds Tail; see Stdout.
+func (w *Worker) Stderr() io.Writer {
+	return w.stderr
+}
+
+// Dir returns the directory of the worker's log files, or "" without a log Dir.
+func (w *Worker) Dir() string {
+	return w.dir
+}
+
+// Tail returns the last lines of the worker's stderr, oldest first, without their newlines,
+// including a final line without newline. Lines longer than 64 KiB count as several.
+func (w *Worker) Tail() []string {
+	return w.stderr.tailLines()
+}
+
+// Close writes out both streams' final lines without newline, closes the log files, and returns
+// the first console or file error of each stream, joined. Later calls return nil.
+func (w *Worker) Close() error {
+	return errors.Join(w.stdout.close(), w.stderr.close())
+}
