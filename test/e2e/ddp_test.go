@@ -1,0 +1,152 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The unchanged PyTorch DDP example (examples/ddp/train.py) under gorun.
+
+const ddpSteps = 30
+
+func trainScript() string { return filepath.Join(moduleRoot, "examples", "ddp", "train.py") }
+
+// rankReport is examples/ddp/train.py's OUT/rank-<RANK>.json.
+type rankReport struct {
+	Rank      int               `json:"rank"`
+	WorldSize int               `json:"world_size"`
+	Env       map[string]string `json:"env"`
+	SHA256    string            `json:"sha256"`
+	Steps     int               `json:"steps"`
+}
+
+// checkReplicas checks that out holds the results of world ranks that all
+// finished with identical parameters, and returns the per-rank reports.
+func checkReplicas(t *testing.T, out string, world int) []rankReport {
+	t.Helper()
+	reports := make([]rankReport, world)
+	var digest0 string
+	for rank := 0; rank < world; rank++ {
+		base := filepath.Join(out, fmt.Sprintf("rank-%d", rank))
+		sum, err := os.ReadFile(base + ".sha256")
+		if err != nil {
+			t.Errorf("rank %d wrote no parameter digest: %v", rank, err)
+			continue
+		}
+		if _, err := os.Stat(base + ".pt"); err != nil {
+			t.Errorf("rank %d wrote no state_dict: %v", rank, err)
+		}
+		d := strings.TrimSpace(string(sum))
+		if len(d) != 64 {
+			t.Errorf("rank %d: malformed digest %q", rank, d)
+		}
+		if rank == 0 {
+			digest0 = d
+		} else if d != digest0 {
+			t.Errorf("rank %d final parameters differ from rank 0 (sha256 %s vs %s)", rank, d, digest0)
+		}
+		raw, err := os.ReadFile(base + ".json")
+		if err != nil {
+			t.Errorf("rank %d wrote no report: %v", rank, err)
+			continue
+		}
+		if err := json.Unmarshal(raw, &reports[rank]); err != nil {
+			t.Errorf("rank %d report: %v", rank, err)
+			continue
+		}
+		rep := reports[rank]
+		if rep.Rank != rank || rep.WorldSize != world || rep.Steps != ddpSteps {
+			t.Errorf("rank %d report says rank %d, world size %d, %d steps; want rank %d, world size %d, %d steps",
+				rank, rep.Rank, rep.WorldSize, rep.Steps, rank, world, ddpSteps)
+		}
+	}
+	// Nothing beyond the world either.
+	extra, _ := filepath.Glob(filepath.Join(out, fmt.Sprintf("rank-%d.*", world)))
+	if len(extra) > 0 {
+		t.Errorf("found output of a rank beyond world size %d: %v", world, extra)
+	}
+	return reports
+}
+
+// checkDDPLog checks rank 0's log lines on gorun's stdout report the world size.
+func checkDDPLog(t *testing.T, stdout string, world int) {
+	t.Helper()
+	var sawStep, sawDone bool
+	for _, l := range workerLines(stdout) {
+		if l.Rank != 0 {
+			continue
+		}
+		if strings.HasPrefix(l.Text, "step ") {
+			sawStep = true
+			if !strings.HasSuffix(l.Text, " world_size "+strconv.Itoa(world)) {
+				t.Errorf("rank 0 log %q, want world_size %d", l.Text, world)
+			}
+		}
+		if strings.HasPrefix(l.Text, "done: ") {
+			sawDone = true
+		}
+	}
+	if !sawStep || !sawDone {
+		t.Errorf("rank 0's training log (prefixed [host:0]) missing from gorun's stdout (step lines %v, done line %v)", sawStep, sawDone)
+	}
+}
+
+func TestDDPSingleNode(t *testing.T) {
+	pythonWithTorch(t)
+	for _, n := range []int{1, 2, 4} {
+		t.Run(fmt.Sprintf("nproc=%d", n), func(t *testing.T) {
+			out := t.TempDir()
+			r := runGorun(t, nil, "--standalone", fmt.Sprintf("--nproc-per-node=%d", n),
+				trainScript(), "--steps", strconv.Itoa(ddpSteps), "--out", out)
+			if r.ExitCode != 0 {
+				t.Fatalf("exit %d, want 0", r.ExitCode)
+			}
+			reps := checkReplicas(t, out, n)
+			for rank, rep := range reps {
+				if rep.Env == nil {
+					continue
+				}
+				if rep.Env["LOCAL_WORLD_SIZE"] != strconv.Itoa(n) || rep.Env["LOCAL_RANK"] != strconv.Itoa(rank) || rep.Env["GROUP_RANK"] != "0" {
+					t.Errorf("rank %d saw LOCAL_RANK=%s LOCAL_WORLD_SIZE=%s GROUP_RANK=%s, want %d, %d, 0",
+						rank, rep.Env["LOCAL_RANK"], rep.Env["LOCAL_WORLD_SIZE"], rep.Env["GROUP_RANK"], rank, n)
+				}
+			}
+			checkDDPLog(t, r.Stdout, n)
+		})
+	}
+}
+
+func TestDDPTwoNodes(t *testing.T) {
+	pythonWithTorch(t)
+	out := t.TempDir()
+	port := freePort(t)
+	results := runNodes(t, 2, func(node int) []string {
+		return []string{"--nnodes=2", fmt.Sprintf("--node-rank=%d", node), "--master-addr=127.0.0.1",
+			fmt.Sprintf("--master-port=%d", port), "--nproc-per-node=2",
+			trainScript(), "--steps", strconv.Itoa(ddpSteps), "--out", out}
+	})
+	for node, r := range results {
+		if r.ExitCode != 0 {
+			t.Errorf("node %d: exit %d, want 0", node, r.ExitCode)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	reps := checkReplicas(t, out, 4)
+	for rank, rep := range reps {
+		if rep.Env == nil {
+			continue
+		}
+		if rep.Env["GROUP_RANK"] != strconv.Itoa(rank/2) || rep.Env["LOCAL_RANK"] != strconv.Itoa(rank%2) || rep.Env["LOCAL_WORLD_SIZE"] != "2" {
+			t.Errorf("rank %d saw GROUP_RANK=%s LOCAL_RANK=%s LOCAL_WORLD_SIZE=%s, want %d, %d, 2",
+				rank, rep.Env["GROUP_RANK"], rep.Env["LOCAL_RANK"], rep.Env["LOCAL_WORLD_SIZE"], rank/2, rank%2)
+		}
+	}
+	checkDDPLog(t, results[0].Stdout, 4)
+}

@@ -1,0 +1,413 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const (
+	// runTimeout bounds every gorun invocation.
+	runTimeout = 120 * time.Second
+	// stopGrace is how long a cancelled gorun gets after SIGTERM before SIGKILL.
+	stopGrace = 10 * time.Second
+	// markerEnv is set to a unique value in each gorun's environment; workers
+	// inherit it, which is how leftovers are found and killed.
+	markerEnv = "GORUN_E2E_MARKER"
+)
+
+var (
+	// gorunBin is the binary under test, built by TestMain.
+	gorunBin string
+	// moduleRoot is the repository root (holds go.mod).
+	moduleRoot string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	wd, err := os.Getwd()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	moduleRoot = filepath.Clean(filepath.Join(wd, "..", ".."))
+	if _, err := os.Stat(filepath.Join(moduleRoot, "go.mod")); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: module root %s has no go.mod: %v\n", moduleRoot, err)
+		return 1
+	}
+	if bin := os.Getenv("GORUN_BIN"); bin != "" {
+		gorunBin, err = filepath.Abs(bin)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			return 1
+		}
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "gorun-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	gorunBin = filepath.Join(dir, "gorun")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	build := exec.CommandContext(ctx, "go", "build", "-o", gorunBin, "./cmd/gorun")
+	build.Dir = moduleRoot
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: building the gorun binary (go build ./cmd/gorun in %s) failed: %v\n%s",
+			moduleRoot, err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// pythonWithTorch returns the interpreter the DDP tests use, skipping the
+// test when it cannot import torch (failing instead when CI=true).
+func pythonWithTorch(t *testing.T) string {
+	t.Helper()
+	torchOnce.Do(func() {
+		torchPython = os.Getenv("E2E_PYTHON")
+		if torchPython == "" {
+			torchPython = "/usr/bin/python3"
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, torchPython, "-c", "import torch, torch.distributed as d; assert d.is_available()").CombinedOutput()
+		if err != nil {
+			torchErr = fmt.Errorf("%s cannot import torch.distributed: %v: %s", torchPython, err, bytes.TrimSpace(out))
+		}
+	})
+	if torchErr != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("PyTorch is required when CI=true: %v", torchErr)
+		}
+		t.Skipf("skipping: needs PyTorch (apt-get install python3-torch): %v", torchErr)
+	}
+	return torchPython
+}
+
+var (
+	torchOnce   sync.Once
+	torchPython string
+	torchErr    error
+)
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("finding a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// gorunProc is one running gorun.
+type gorunProc struct {
+	t      *testing.T
+	name   string
+	args   []string
+	cmd    *exec.Cmd
+	cancel context.CancelFunc
+	marker string
+	stdout *syncBuffer
+	stderr *syncBuffer
+	done   chan struct{}
+	res    result
+}
+
+// result is what a finished gorun left.
+type result struct {
+	Stdout, Stderr string
+	// ExitCode is the process exit status, or -1 when it died of a signal.
+	ExitCode int
+	// Err is the error from Wait (nil on exit 0), e.g. a timeout.
+	Err error
+	// TimedOut says the run hit runTimeout and was stopped.
+	TimedOut bool
+}
+
+// startGorun starts gorun with args in the test's environment plus
+// PYTHON=<torch interpreter> and extraEnv: KEY=VALUE sets, a bare KEY unsets. The process is bounded by runTimeout; t.Cleanup stops it and
+// kills everything it started.
+func startGorun(t *testing.T, name string, extraEnv []string, args ...string) *gorunProc {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	p := &gorunProc{
+		t: t, name: name, args: args, cancel: cancel, marker: newMarker(t),
+		stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{}),
+	}
+	cmd := exec.CommandContext(ctx, gorunBin, args...)
+	cmd.Dir = moduleRoot
+	cmd.Env = buildEnv(append([]string{"PYTHON=" + defaultPython(), markerEnv + "=" + p.marker}, extraEnv...))
+	cmd.Stdout = p.stdout
+	cmd.Stderr = p.stderr
+	// On timeout or cleanup: ask gorun to stop (it must forward to its
+	// workers), and give it stopGrace before Go sends SIGKILL.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = stopGrace
+	p.cmd = cmd
+	t.Logf("%s: gorun %s", name, shellQuote(args))
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatalf("%s: starting gorun: %v", name, err)
+	}
+	go func() {
+		defer close(p.done)
+		err := cmd.Wait()
+		p.res = result{
+			Stdout: p.stdout.String(), Stderr: p.stderr.String(),
+			ExitCode: cmd.ProcessState.ExitCode(), Err: err,
+			TimedOut: errors.Is(ctx.Err(), context.DeadlineExceeded),
+		}
+	}()
+	t.Cleanup(func() {
+		cancel() // SIGTERM if still running
+		select {
+		case <-p.done:
+		case <-time.After(stopGrace + 5*time.Second):
+			t.Errorf("%s: gorun did not exit after SIGTERM and SIGKILL", name)
+		}
+		if left := killMarked(p.marker); len(left) > 0 {
+			t.Errorf("%s: processes left behind after gorun exited (killed now): %s", name, strings.Join(left, "; "))
+		}
+	})
+	return p
+}
+
+// wait waits for gorun to exit and returns what it left; it also checks that
+// no process started by this run is still alive once gorun has exited.
+func (p *gorunProc) wait() result {
+	p.t.Helper()
+	<-p.done
+	p.cancel()
+	r := p.res
+	if r.TimedOut {
+		p.t.Errorf("%s: gorun did not finish within %v and was stopped", p.name, runTimeout)
+	}
+	logOutput(p.t, p.name, r)
+	// Workers are children of gorun: by the time it has exited they must be
+	// gone. Allow a short settling window for the kernel to reap them.
+	var left []string
+	for i := 0; i < 50; i++ {
+		if left = listMarked(p.marker); len(left) == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(left) > 0 {
+		p.t.Errorf("%s: processes still running after gorun exited: %s", p.name, strings.Join(left, "; "))
+		killMarked(p.marker)
+	}
+	return r
+}
+
+// waitOutput polls until cond holds on gorun's stdout, gorun exits, or d passes.
+func (p *gorunProc) waitOutput(d time.Duration, cond func(stdout string) bool) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if cond(p.stdout.String()) {
+			return true
+		}
+		select {
+		case <-p.done:
+			return cond(p.stdout.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return false
+}
+
+// runGorun runs gorun to completion.
+func runGorun(t *testing.T, extraEnv []string, args ...string) result {
+	t.Helper()
+	return startGorun(t, "gorun", extraEnv, args...).wait()
+}
+
+// buildEnv returns os.Environ() with edits applied in order: KEY=VALUE sets,
+// a bare KEY unsets.
+func buildEnv(edits []string) []string {
+	env := os.Environ()
+	for _, e := range edits {
+		key, _, set := strings.Cut(e, "=")
+		kept := env[:0:0]
+		for _, kv := range env {
+			if k, _, _ := strings.Cut(kv, "="); k != key {
+				kept = append(kept, kv)
+			}
+		}
+		env = kept
+		if set {
+			env = append(env, e)
+		}
+	}
+	return env
+}
+
+func defaultPython() string {
+	if p := os.Getenv("E2E_PYTHON"); p != "" {
+		return p
+	}
+	return "/usr/bin/python3"
+}
+
+func logOutput(t *testing.T, name string, r result) {
+	t.Helper()
+	t.Logf("%s: exit %d (err %v)\n--- stdout ---\n%s--- stderr ---\n%s", name, r.ExitCode, r.Err,
+		tail(r.Stdout, 60), tail(r.Stderr, 60))
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.SplitAfter(s, "\n")
+	if len(lines) > n {
+		lines = append([]string{fmt.Sprintf("... (%d lines omitted)\n", len(lines)-n)}, lines[len(lines)-n:]...)
+	}
+	return strings.Join(lines, "")
+}
+
+func newMarker(t *testing.T) string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// listMarked returns "pid cmdline" of every live process whose environment
+// carries markerEnv=marker (zombies excluded: they hold nothing).
+func listMarked(marker string) []string {
+	want := []byte(markerEnv + "=" + marker)
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	self := os.Getpid()
+	var out []string
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil || !containsEnv(env, want) {
+			continue
+		}
+		if stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil {
+			if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+				continue
+			}
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		out = append(out, fmt.Sprintf("%d %s", pid, strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func containsEnv(environ, kv []byte) bool {
+	for _, e := range bytes.Split(environ, []byte{0}) {
+		if bytes.Equal(e, kv) {
+			return true
+		}
+	}
+	return false
+}
+
+// killMarked SIGKILLs every process carrying the marker and returns what it found.
+func killMarked(marker string) []string {
+	left := listMarked(marker)
+	for _, l := range left {
+		pid, _ := strconv.Atoi(strings.Fields(l)[0])
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return left
+}
+
+// workerLine is one worker output line as gorun re-emits it.
+type workerLine struct {
+	Host string
+	Rank int
+	Text string
+}
+
+var prefixRE = regexp.MustCompile(`^\[([^\]:]+):(\d+)\] ?(.*)$`)
+
+// workerLines parses the "[host:rank] text" lines of s; other lines (gorun's
+// own log) are ignored.
+func workerLines(s string) []workerLine {
+	var out []workerLine
+	for _, l := range strings.Split(s, "\n") {
+		m := prefixRE.FindStringSubmatch(strings.TrimRight(l, "\r"))
+		if m == nil {
+			continue
+		}
+		r, _ := strconv.Atoi(m[2])
+		out = append(out, workerLine{Host: m[1], Rank: r, Text: m[3]})
+	}
+	return out
+}
+
+// nonEmptyLines returns the non-blank lines of s.
+func nonEmptyLines(s string) []string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.TrimSpace(l) != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func shellQuote(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		if a != "" && strings.IndexFunc(a, func(r rune) bool {
+			return !(r == '-' || r == '_' || r == '=' || r == '/' || r == '.' || r == ':' || r == ',' ||
+				(r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z'))
+		}) < 0 {
+			q[i] = a
+		} else {
+			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(q, " ")
+}
