@@ -65,6 +65,8 @@ func (e *HostlistError) Error() string {
 //     "n[1a-3]" and "n[3-]".
 //   - A host name outside brackets whose number does not fit 64 bits is kept verbatim;
 //     scontrol prints 18446744073709551615 instead.
+//   - In a word with three or more groups, an invalid group before the last two (n[5-3]
+//     in a[0-1]n[5-3]b[1]c[2]) is an error; scontrol silently drops the whole word.
 func ExpandHostlist(expr string) ([]string, error) {
 	fail := func(format string, args ...any) ([]string, error) {
 		return nil, &HostlistError{Expr: expr, Reason: fmt.Sprintf(format, args...)}
