@@ -33,7 +33,7 @@ type stream struct {
 	console *console // nil: not shown, or dropped after an error
 	file    *os.File // nil: no file, or dropped after an error
 	tail    *ring    // nil: no tail
-	partial []byte   // the line being collected, shorter than maxLine
+	partial []byte   // the line being collected, at most maxLine bytes
 	scratch []byte   // prefix + line + newline, for the console
 	err     error    // the first console or file error
 	closed  bool
@@ -61,10 +61,13 @@ func (s *stream) Write(p []byte) (int, error) {
 		i := bytes.IndexByte(p, '\n')
 		if i < 0 {
 			s.partial = append(s.partial, p...)
-			for len(s.partial) >= maxLine {
+			for len(s.partial) > maxLine {
 				cut := splitPoint(s.partial)
 				s.line(s.partial[:cut])
 				s.partial = append(s.partial[:0], s.partial[cut:]...)
+			}
+			if cap(s.partial) > 4*maxLine {
+				s.partial = bytes.Clone(s.partial) // do not keep the buffer of one huge write
 			}
 			break
 		}
@@ -113,9 +116,6 @@ func (s *stream) line(line []byte) {
 	if err := s.console.write(s.scratch); err != nil {
 		s.fail(fmt.Errorf("workerlog: write %sline to console: %w", s.prefix, err))
 		s.console = nil
-	}
-	if cap(s.scratch) > 2*maxLine {
-		s.scratch = nil // do not keep a huge buffer for one long line
 	}
 }
 
