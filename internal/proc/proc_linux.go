@@ -33,7 +33,9 @@ type Spec struct {
 	Dir string
 	// Stdout and Stderr receive the output; nil discards it (the process gets /dev/null). An
 	// *os.File is handed to the process directly; any other writer is fed from a pipe by a
-	// goroutine, and Done waits until that goroutine has drained the pipe.
+	// goroutine, and Done waits until that goroutine has drained the pipe, so such a writer must
+	// not block for long. Only a descendant that escaped the group (setsid) can keep the pipe open
+	// after the process ends; reaping then waits 2 s for it before closing the pipe.
 	Stdout io.Writer
 	Stderr io.Writer
 }
