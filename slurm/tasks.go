@@ -38,7 +38,10 @@ func parseCounts(s string) ([]int, string) {
 				return fail("item %q: want N or N(xM)", item)
 			}
 			n, err := strconv.Atoi(r)
-			if err != nil || n < 1 {
+			if err != nil {
+				return fail("item %q: repeat count too large", item)
+			}
+			if n < 1 {
 				return fail("item %q: repeat count must be at least 1", item)
 			}
 			reps = n
