@@ -75,7 +75,7 @@ func (w Worker) Vars(lookup func(string) (string, bool)) map[string]string {
 		v["CUDA_VISIBLE_DEVICES"] = strings.Join(w.VisibleGPUs, ",")
 	}
 	defaults := map[string]string{
-		"OMP_NUM_THREADS":                "1",
+		"OMP_NUM_THREADS":                 "1",
 		"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
 		// Workers' output is read line by line through pipes; an
 		// unbuffered Python shows each line when it is printed.

@@ -1,0 +1,264 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/gorun/gorun/launcher"
+	"github.com/gorun/gorun/slurm"
+)
+
+// exitUsage is the exit status for bad input, as in most Unix tools.
+const exitUsage = 2
+
+// Flag categories, in help order.
+const (
+	catWorkers = "Workers"
+	catNodes   = "Nodes and rendezvous"
+	catOutput  = "Output"
+)
+
+// flagSpec is one launch flag: its name, torchrun's underscore alias and
+// the environment variables it is read from.
+func envVars(name string) []string {
+	up := strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+	return []string{"GORUN_" + up, "PET_" + up}
+}
+
+func aliases(name string) []string {
+	if alt := strings.ReplaceAll(name, "-", "_"); alt != name {
+		return []string{alt}
+	}
+	return nil
+}
+
+func stringFlag(cat, name, value, usage string) *cli.StringFlag {
+	return &cli.StringFlag{Name: name, Aliases: aliases(name), EnvVars: envVars(name), Value: value, Usage: usage, Category: cat}
+}
+
+func intFlag(cat, name string, value int, usage string) *cli.IntFlag {
+	return &cli.IntFlag{Name: name, Aliases: aliases(name), EnvVars: envVars(name), Value: value, Usage: usage, Category: cat}
+}
+
+func boolFlag(cat, name, usage string) *cli.BoolFlag {
+	return &cli.BoolFlag{Name: name, Aliases: aliases(name), EnvVars: envVars(name), Usage: usage, Category: cat}
+}
+
+func durationFlag(cat, name string, value time.Duration, usage string) *cli.DurationFlag {
+	return &cli.DurationFlag{Name: name, Aliases: aliases(name), EnvVars: envVars(name), Value: value, Usage: usage, Category: cat}
+}
+
+// launchFlags are the flags of `gorun` and `gorun plan`.
+func launchFlags() []cli.Flag {
+	return []cli.Flag{
+		stringFlag(catWorkers, "nproc-per-node", "1", "workers on this node: N, or auto (GPUs, else CPUs), gpu, cpu"),
+		boolFlag(catWorkers, "no-python", "run ENTRYPOINT as a program, not as a Python script"),
+		stringFlag(catWorkers, "role", "default", "ROLE_NAME of the workers"),
+		intFlag(catWorkers, "max-restarts", 0, "restarts of all workers after a worker failure before the job fails"),
+		durationFlag(catWorkers, "monitor-interval", 100*time.Millisecond, "accepted for torchrun compatibility: gorun sees a worker exit at once, without polling"),
+		durationFlag(catWorkers, "term-timeout", 30*time.Second, "grace between the stop signal and SIGKILL"),
+
+		stringFlag(catNodes, "nnodes", "", "number of nodes N (default: SLURM's, or 1)"),
+		intFlag(catNodes, "node-rank", -1, "this node's rank (default: SLURM_NODEID, or 0)"),
+		stringFlag(catNodes, "master-addr", "", "host of worker rank 0 (default: first node of the SLURM step, or 127.0.0.1)"),
+		intFlag(catNodes, "master-port", 0, "port of worker rank 0's store (default: derived from the SLURM job id, or a free port)"),
+		boolFlag(catNodes, "standalone", "one node on its own: a free local port, nothing to rendezvous with"),
+		stringFlag(catNodes, "rdzv-backend", "static", "static, or c10d (taken as static over --rdzv-endpoint)"),
+		stringFlag(catNodes, "rdzv-endpoint", "", "HOST[:PORT] of the rendezvous (for static: the master)"),
+		stringFlag(catNodes, "rdzv-id", "", "run id (default: SLURM_JOB_ID)"),
+		stringFlag(catNodes, "rdzv-conf", "", "rendezvous settings k=v,..."),
+		stringFlag(catNodes, "node-name", "", "host name this node announces (default: SLURMD_NODENAME or the host name)"),
+
+		stringFlag(catOutput, "log-dir", "", "write each worker's output to DIR/RUN_ID/attempt_N/RANK/{stdout,stderr}.log"),
+		stringFlag(catOutput, "redirects", "", "streams sent only to the log files: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank 0:1,1:2"),
+		stringFlag(catOutput, "tee", "", "streams sent to the log files as well as the console (the default with --log-dir)"),
+		stringFlag(catOutput, "local-ranks-filter", "", "local ranks shown on the console, e.g. 0,2 (default: all)"),
+		stringFlag(catOutput, "log-format", "auto", "gorun's own log lines: auto (console on a terminal, else JSON), console, json"),
+		stringFlag(catOutput, "log-level", "info", "debug, info, warn, error"),
+	}
+}
+
+// NewApp builds the gorun command line. Run it with app.Run(args); it never
+// calls os.Exit: errors carry their exit status as a cli.ExitCoder.
+func NewApp() *cli.App {
+	app := &cli.App{
+		Name:      "gorun",
+		Usage:     "start, watch and restart distributed training workers (torchrun-compatible, SLURM-native)",
+		UsageText: "gorun [flags] script.py [args...]\ngorun [flags] --no-python program [args...]\ngorun [flags] -- program [args...]",
+		Flags:     launchFlags(),
+		Action:    runAction,
+		Commands: []*cli.Command{
+			{
+				Name:      "plan",
+				Usage:     "print, as JSON, what gorun would launch here, with every worker's environment",
+				UsageText: "gorun plan [flags] ENTRYPOINT [args...]",
+				Flags:     launchFlags(),
+				Action:    planAction,
+			},
+			{
+				Name:      "hostnames",
+				Usage:     "expand a SLURM hostlist, one host a line (as scontrol show hostnames)",
+				UsageText: "gorun hostnames 'node[01-04],gpu[1-2]'",
+				Action:    hostnamesAction,
+			},
+		},
+		HideHelpCommand: true,
+		ExitErrHandler:  func(*cli.Context, error) {}, // main maps errors to exit codes
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return cli.Exit(err.Error(), exitUsage)
+		},
+	}
+	return app
+}
+
+// options reads the launch flags of c.
+func options(c *cli.Context) launcher.Options {
+	args := c.Args().Slice()
+	opts := launcher.Options{
+		NProcPerNode: c.String("nproc-per-node"), NNodes: c.String("nnodes"),
+		NodeRank: c.Int("node-rank"), MasterAddr: c.String("master-addr"), MasterPort: c.Int("master-port"),
+		Standalone: c.Bool("standalone"), RdzvBackend: c.String("rdzv-backend"),
+		RdzvEndpoint: c.String("rdzv-endpoint"), RdzvID: c.String("rdzv-id"), RdzvConf: c.String("rdzv-conf"),
+		MaxRestarts: c.Int("max-restarts"), Role: c.String("role"), LogDir: c.String("log-dir"),
+		Tee: c.String("tee"), Redirects: c.String("redirects"), LocalRanksFilter: c.String("local-ranks-filter"),
+		NoPython: c.Bool("no-python"), TermTimeout: c.Duration("term-timeout"), NodeName: c.String("node-name"),
+	}
+	if len(args) > 0 {
+		opts.Entrypoint, opts.Args = args[0], args[1:]
+	}
+	return opts
+}
+
+// resolve turns c into a Launch; bad input becomes exit status 2.
+func resolve(c *cli.Context) (*launcher.Launch, error) {
+	l, err := launcher.Resolve(options(c), launcher.LocalHost())
+	var usage *launcher.UsageError
+	if errors.As(err, &usage) {
+		return nil, cli.Exit(usage.Msg, exitUsage)
+	}
+	return l, err
+}
+
+func runAction(c *cli.Context) error {
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	warnUnknownEnv(log, os.Environ(), c.App.Flags)
+	l, err := resolve(c)
+	if err != nil {
+		return err
+	}
+	signals := make(chan os.Signal, 4)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+	defer signal.Stop(signals)
+
+	log.Info().Str("host", l.Host).Int("node_rank", l.NodeRank).Int("nodes", l.MinNodes).
+		Int("nproc_per_node", l.NProcPerNode).Str("master", fmt.Sprintf("%s:%d", l.MasterAddr, l.MasterPort)).
+		Str("run_id", l.RunID).Msg("launching")
+	out, err := launcher.Run(c.Context, l, launcher.Runtime{
+		Stdout: c.App.Writer, Stderr: c.App.ErrWriter, Signals: signals, Log: log,
+	})
+	if err != nil {
+		return cli.Exit(err.Error(), max(out.ExitCode, 1))
+	}
+	if out.ExitCode != 0 {
+		return cli.Exit("", out.ExitCode)
+	}
+	return nil
+}
+
+func planAction(c *cli.Context) error {
+	l, err := resolve(c)
+	if err != nil {
+		return err
+	}
+	l.PlanEnv()
+	enc := json.NewEncoder(c.App.Writer)
+	enc.SetIndent("", "  ")
+	return enc.Encode(l)
+}
+
+func hostnamesAction(c *cli.Context) error {
+	if c.NArg() == 0 {
+		return cli.Exit("hostnames: give a hostlist, e.g. gorun hostnames 'node[1-4]'", exitUsage)
+	}
+	var hosts []string
+	for _, expr := range c.Args().Slice() {
+		h, err := slurm.ExpandHostlist(expr)
+		if err != nil {
+			return cli.Exit(err.Error(), exitUsage)
+		}
+		hosts = append(hosts, h...)
+	}
+	for _, h := range hosts {
+		fmt.Fprintln(c.App.Writer, h)
+	}
+	return nil
+}
+
+// newLogger builds gorun's own logger on stderr: console lines on a
+// terminal (or --log-format=console), JSON lines otherwise.
+func newLogger(c *cli.Context) (zerolog.Logger, error) {
+	level, err := zerolog.ParseLevel(c.String("log-level"))
+	if err != nil || c.String("log-level") == "" {
+		return zerolog.Nop(), cli.Exit(fmt.Sprintf("--log-level=%s: want debug, info, warn or error", c.String("log-level")), exitUsage)
+	}
+	var w io.Writer = c.App.ErrWriter
+	format := c.String("log-format")
+	if format == "auto" {
+		format = "json"
+		if f, ok := c.App.ErrWriter.(*os.File); ok && isTerminal(f) {
+			format = "console"
+		}
+	}
+	switch format {
+	case "console":
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
+	case "json":
+	default:
+		return zerolog.Nop(), cli.Exit(fmt.Sprintf("--log-format=%s: want auto, console or json", format), exitUsage)
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Str("component", "gorun").Logger(), nil
+}
+
+// warnUnknownEnv warns about GORUN_* variables that no flag reads: most
+// likely a typo that would otherwise be ignored in silence.
+func warnUnknownEnv(log zerolog.Logger, environ []string, flags []cli.Flag) {
+	known := map[string]bool{}
+	for _, f := range flags {
+		if ev, ok := f.(interface{ GetEnvVars() []string }); ok {
+			for _, name := range ev.GetEnvVars() {
+				known[name] = true
+			}
+		}
+	}
+	var unknown []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "GORUN_") && !known[name] {
+			unknown = append(unknown, name)
+		}
+	}
+	sort.Strings(unknown)
+	for _, name := range unknown {
+		log.Warn().Str("variable", name).Msg("unknown GORUN_ variable ignored (gorun --help lists the flags; GORUN_<FLAG> sets one)")
+	}
+}
+
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}

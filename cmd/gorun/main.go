@@ -1,0 +1,35 @@
+// Command gorun is a SLURM-native, torchrun-compatible launcher: one gorun
+// per node starts, watches and restarts the node's training workers.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+)
+
+func main() {
+	app := NewApp()
+	os.Exit(exitCode(app, app.RunContext(context.Background(), os.Args)))
+}
+
+// exitCode maps Run's error to gorun's exit status, printing the error on
+// one line: a *cli.ExitError carries its own code, anything else is 1.
+func exitCode(app *cli.App, err error) int {
+	if err == nil {
+		return 0
+	}
+	code := 1
+	var coder cli.ExitCoder
+	if errors.As(err, &coder) {
+		code = coder.ExitCode()
+	}
+	if msg := strings.TrimSpace(err.Error()); msg != "" {
+		fmt.Fprintf(app.ErrWriter, "gorun: %s\n", msg)
+	}
+	return code
+}

@@ -1,0 +1,305 @@
+package elastic
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/gorun/gorun/internal/workerlog"
+)
+
+// The test binary re-executes itself as a worker when this variable names a role.
+const roleVar = "ELASTIC_TEST_ROLE"
+
+func TestMain(m *testing.M) {
+	if role, ok := os.LookupEnv(roleVar); ok {
+		os.Exit(runRole(role))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// runRole is a worker's life. Roles:
+//
+//	ok                  exit 0
+//	fail:RANK:CODE      rank RANK prints to stderr and exits CODE; others wait for SIGTERM
+//	signal:RANK         rank RANK dies of SIGKILL; others wait for SIGTERM
+//	errorfile:RANK      rank RANK writes a torchrun error file and exits 1
+//	flaky:N             while TORCHELASTIC_RESTART_COUNT < N rank 0 exits 5, others wait for SIGTERM
+//	wait                wait for SIGTERM, exit 0 on it
+//	stubborn            ignore SIGTERM, sleep
+//	usr1                exit 0 on SIGUSR1
+func runRole(role string) int {
+	rank, _ := strconv.Atoi(os.Getenv("RANK"))
+	restart, _ := strconv.Atoi(os.Getenv("TORCHELASTIC_RESTART_COUNT"))
+	fmt.Printf("rank %d of %s started\n", rank, os.Getenv("WORLD_SIZE"))
+	waitFor := func(sig os.Signal) {
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, sig)
+		fmt.Println("ready")
+		select {
+		case <-ch:
+		case <-time.After(60 * time.Second):
+		}
+	}
+	kind, args, _ := strings.Cut(role, ":")
+	var arg1, arg2 int
+	fmt.Sscanf(args, "%d:%d", &arg1, &arg2)
+	switch kind {
+	case "ok":
+		return 0
+	case "fail", "signal", "errorfile":
+		if rank != arg1 {
+			waitFor(syscall.SIGTERM)
+			return 0
+		}
+		time.Sleep(50 * time.Millisecond) // let the others start
+		switch kind {
+		case "fail":
+			fmt.Fprintf(os.Stderr, "Traceback: something\nValueError: rank %d broke\n", rank)
+			return arg2
+		case "signal":
+			syscall.Kill(os.Getpid(), syscall.SIGKILL) // as the OOM killer does
+			time.Sleep(10 * time.Second)
+			return 0
+		default:
+			doc := `{"message": {"message": "RuntimeError: out of patience", "extraInfo": {"py_callstack": "File train.py, line 3", "timestamp": "0"}}}`
+			os.WriteFile(os.Getenv("TORCHELASTIC_ERROR_FILE"), []byte(doc), 0o644)
+			return 1
+		}
+	case "flaky":
+		if restart >= arg1 {
+			return 0
+		}
+		if rank != 0 {
+			waitFor(syscall.SIGTERM)
+			return 0
+		}
+		return 5
+	case "wait":
+		waitFor(syscall.SIGTERM)
+		return 0
+	case "stubborn":
+		signal.Ignore(syscall.SIGTERM)
+		fmt.Println("ready")
+		time.Sleep(60 * time.Second)
+		return 0
+	case "usr1":
+		waitFor(syscall.SIGUSR1)
+		return 0
+	}
+	return 99
+}
+
+// syncBuffer is a bytes.Buffer safe for the sink's writers and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type harness struct {
+	spec    Spec
+	signals chan os.Signal
+	stdout  *syncBuffer
+	report  *syncBuffer
+}
+
+func newHarness(t *testing.T, role string, workers int) *harness {
+	self, err := os.Executable()
+	require.NoError(t, err)
+	h := &harness{signals: make(chan os.Signal, 4), stdout: &syncBuffer{}, report: &syncBuffer{}}
+	h.spec = Spec{
+		RunID: "test", Host: "box", LocalWorkers: workers, Role: "default",
+		Command: []string{self}, Environ: append(os.Environ(), roleVar+"="+role, "GORACE=atexit_sleep_ms=0"),
+		TermTimeout: 5 * time.Second, ErrorDir: t.TempDir(), Report: h.report, Signals: h.signals,
+		Logs:       workerlog.Config{Stdout: h.stdout, Stderr: h.stdout, TailLines: 20},
+		NewBackOff: func() backoff.BackOff { return &backoff.ZeroBackOff{} },
+		Log:        zerolog.New(zerolog.NewTestWriter(t)),
+	}
+	return h
+}
+
+func (h *harness) run(t *testing.T) (Outcome, *Agent) {
+	t.Helper()
+	a, err := New(h.spec, Static{NodeRank: 0, NumNodes: 1, MasterAddr: "127.0.0.1", MasterPort: 1})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := a.Run(ctx)
+	require.NoError(t, err)
+	return out, a
+}
+
+// waitReady waits until n workers printed "ready".
+func (h *harness) waitReady(t *testing.T, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		return bytes.Count([]byte(h.stdout.String()), []byte("ready")) >= n
+	}, 20*time.Second, 10*time.Millisecond)
+}
+
+func TestAgentOutcomes(t *testing.T) {
+	tests := []struct {
+		name     string
+		role     string
+		restarts int
+		exit     int
+		rank     int // first failed rank, -1 for none
+		signal   string
+		errorHas string
+		used     int // restarts used
+	}{
+		{name: "all succeed", role: "ok", exit: 0, rank: -1},
+		{name: "one fails", role: "fail:2:3", exit: 3, rank: 2, errorHas: "ValueError: rank 2 broke"},
+		{name: "death by signal", role: "signal:1", exit: 128 + 9, rank: 1, signal: "SIGKILL"},
+		{name: "error file", role: "errorfile:0", exit: 1, rank: 0, errorHas: "RuntimeError: out of patience"},
+		{name: "restarts until it works", role: "flaky:2", restarts: 3, exit: 0, rank: -1, used: 2},
+		{name: "restart budget spent", role: "flaky:9", restarts: 2, exit: 5, rank: 0, used: 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, tc.role, 3)
+			h.spec.MaxRestarts = tc.restarts
+			out, a := h.run(t)
+			require.Equal(t, tc.exit, out.ExitCode, "report:\n%s", h.report)
+			require.Equal(t, tc.used, out.Restarts)
+			if tc.rank < 0 {
+				require.Equal(t, StateSucceeded, a.State())
+				require.Empty(t, out.Failures)
+				return
+			}
+			require.Equal(t, StateFailed, a.State())
+			require.NotEmpty(t, out.Failures)
+			f := out.Failures[0]
+			require.Equal(t, tc.rank, f.Rank)
+			require.Equal(t, "box", f.Host)
+			require.Equal(t, tc.signal, f.Signal)
+			require.Contains(t, f.Error, tc.errorHas)
+			require.Contains(t, h.report.String(), fmt.Sprintf("first failed rank %d on box", tc.rank))
+		})
+	}
+}
+
+func TestAgentOutputIsPrefixed(t *testing.T) {
+	h := newHarness(t, "ok", 2)
+	out, _ := h.run(t)
+	require.Equal(t, 0, out.ExitCode)
+	require.Contains(t, h.stdout.String(), "[box:0] rank 0 of 2 started\n")
+	require.Contains(t, h.stdout.String(), "[box:1] rank 1 of 2 started\n")
+}
+
+func TestAgentStopSignal(t *testing.T) {
+	h := newHarness(t, "wait", 2)
+	go func() {
+		h.waitReady(t, 2)
+		h.signals <- syscall.SIGTERM
+	}()
+	out, a := h.run(t)
+	require.Equal(t, 128+int(syscall.SIGTERM), out.ExitCode)
+	require.Equal(t, syscall.SIGTERM, out.Signal)
+	require.Equal(t, StateFailed, a.State())
+}
+
+func TestAgentKillsStubbornWorkersAfterGrace(t *testing.T) {
+	h := newHarness(t, "stubborn", 2)
+	h.spec.TermTimeout = 200 * time.Millisecond
+	go func() {
+		h.waitReady(t, 2)
+		h.signals <- syscall.SIGINT
+	}()
+	out, _ := h.run(t)
+	require.Equal(t, 128+int(syscall.SIGINT), out.ExitCode)
+}
+
+func TestAgentSecondSignalKillsAtOnce(t *testing.T) {
+	h := newHarness(t, "stubborn", 1)
+	h.spec.TermTimeout = time.Hour
+	go func() {
+		h.waitReady(t, 1)
+		h.signals <- syscall.SIGTERM
+		h.signals <- syscall.SIGTERM
+	}()
+	out, _ := h.run(t)
+	require.Equal(t, 128+int(syscall.SIGTERM), out.ExitCode)
+}
+
+func TestAgentPassesUSR1On(t *testing.T) {
+	h := newHarness(t, "usr1", 2)
+	go func() {
+		h.waitReady(t, 2)
+		h.signals <- syscall.SIGUSR1
+	}()
+	out, a := h.run(t)
+	require.Equal(t, 0, out.ExitCode, "workers exit 0 on SIGUSR1; the agent keeps running until they do")
+	require.Equal(t, StateSucceeded, a.State())
+}
+
+func TestAgentWritesLogFiles(t *testing.T) {
+	h := newHarness(t, "flaky:1", 2)
+	h.spec.MaxRestarts = 1
+	h.spec.Logs.Dir = t.TempDir()
+	out, _ := h.run(t)
+	require.Equal(t, 0, out.ExitCode)
+	require.DirExists(t, filepath.Join(h.spec.Logs.Dir, "test", "attempt_0", "1"))
+	for _, rank := range []int{0, 1} {
+		data, err := os.ReadFile(filepath.Join(h.spec.Logs.Dir, "test", "attempt_1", fmt.Sprint(rank), "stdout.log"))
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprintf("rank %d of 2 started\n", rank), string(data))
+	}
+}
+
+func TestContract(t *testing.T) {
+	s := Spec{RunID: "r", LocalWorkers: 4, Role: "trainer", MaxRestarts: 3, ErrorDir: "/e", VisibleGPUs: []string{"0", "1", "2", "3"}}
+	w := s.Contract(Round{NodeRank: 2, NumNodes: 3, MasterAddr: "m", MasterPort: 9}, 1, 2)
+	require.Equal(t, 9, w.Rank)
+	require.Equal(t, 12, w.WorldSize)
+	require.Equal(t, 4, w.LocalWorldSize)
+	require.Equal(t, 2, w.GroupRank)
+	require.Equal(t, 3, w.GroupWorldSize)
+	require.Equal(t, 2, w.RestartCount)
+	require.Equal(t, "/e/attempt_2/9/error.json", w.ErrorFile)
+	require.NoError(t, w.Validate())
+}
+
+func TestReadErrorFile(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct{ name, doc, want string }{
+		{"torchrun nested", `{"message": {"message": "ValueError: x", "extraInfo": {"py_callstack": "a\nb", "timestamp": "1"}}}`, "ValueError: x\na\nb"},
+		{"plain message", `{"message": "boom"}`, "boom"},
+		{"not json", "segfault in foo\n", "segfault in foo"},
+		{"empty", "", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(dir, tc.name)
+			require.NoError(t, os.WriteFile(p, []byte(tc.doc), 0o644))
+			require.Equal(t, tc.want, readErrorFile(p))
+		})
+	}
+	require.Equal(t, "", readErrorFile(filepath.Join(dir, "missing")))
+}

@@ -1,0 +1,105 @@
+package launcher
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Options is what the user asked for, as given on the command line or in
+// GORUN_* / PET_* variables, before anything is looked up.
+type Options struct {
+	NProcPerNode     string        // N, or auto | gpu | cpu
+	NNodes           string        // N or MIN:MAX; "" takes SLURM's or 1
+	NodeRank         int           // -1: from SLURM, or 0 on one node
+	MasterAddr       string        // "": first node of the step, or 127.0.0.1
+	MasterPort       int           // 0: derived from the SLURM job id, or a free port
+	Standalone       bool          // one node, nothing to rendezvous with
+	RdzvBackend      string        // static | c10d (static over the endpoint when ranks are known)
+	RdzvEndpoint     string        // HOST[:PORT]
+	RdzvID           string        // run id; "" takes SLURM_JOB_ID or "none"
+	RdzvConf         string        // k=v,...
+	MaxRestarts      int           // worker-failure restarts before the job fails
+	Role             string        // ROLE_NAME
+	LogDir           string        // per-rank output files under it
+	Tee              string        // torchrun --tee
+	Redirects        string        // torchrun --redirects
+	LocalRanksFilter string        // local ranks shown on the console
+	NoPython         bool          // the entrypoint is a program, not a Python script
+	TermTimeout      time.Duration // grace between the stop signal and SIGKILL
+	NodeName         string        // host name this node announces; "" is SLURMD_NODENAME or the host name
+	Entrypoint       string
+	Args             []string
+}
+
+// UsageError is an error in what the user asked for: the CLI prints it on
+// one line and exits with status 2.
+type UsageError struct{ Msg string }
+
+func (e *UsageError) Error() string { return e.Msg }
+
+func usagef(format string, args ...any) error {
+	return &UsageError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// ParseNNodes parses --nnodes: "N" or "MIN:MAX" with 1 <= MIN <= MAX.
+func ParseNNodes(s string) (min, max int, err error) {
+	lo, hi, isRange := strings.Cut(s, ":")
+	if !isRange {
+		hi = lo
+	}
+	min, err1 := strconv.Atoi(strings.TrimSpace(lo))
+	max, err2 := strconv.Atoi(strings.TrimSpace(hi))
+	switch {
+	case err1 != nil || err2 != nil:
+		return 0, 0, usagef("--nnodes=%s: want a number of nodes N or a range MIN:MAX", s)
+	case min < 1:
+		return 0, 0, usagef("--nnodes=%s: need at least 1 node", s)
+	case min > max:
+		return 0, 0, usagef("--nnodes=%s: MIN %d is larger than MAX %d", s, min, max)
+	}
+	return min, max, nil
+}
+
+// ParseRdzvConf parses --rdzv-conf "k=v,k2=v2" into a map. Keys must be
+// unique and non-empty.
+func ParseRdzvConf(s string) (map[string]string, error) {
+	conf := map[string]string{}
+	if strings.TrimSpace(s) == "" {
+		return conf, nil
+	}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		k = strings.TrimSpace(k)
+		if !ok || k == "" {
+			return nil, usagef("--rdzv-conf=%s: %q is not key=value", s, kv)
+		}
+		if _, dup := conf[k]; dup {
+			return nil, usagef("--rdzv-conf=%s: key %q given twice", s, k)
+		}
+		conf[k] = strings.TrimSpace(v)
+	}
+	return conf, nil
+}
+
+// splitHostPort splits HOST[:PORT]; port is 0 when absent.
+func splitHostPort(endpoint string) (string, int, error) {
+	host, portStr, hasPort := strings.Cut(endpoint, ":")
+	if strings.HasPrefix(endpoint, "[") { // [v6]:port
+		end := strings.Index(endpoint, "]")
+		if end < 0 {
+			return "", 0, fmt.Errorf("endpoint %q: missing ]", endpoint)
+		}
+		host = endpoint[1:end]
+		portStr, hasPort = strings.CutPrefix(endpoint[end+1:], ":")
+	}
+	if !hasPort {
+		return host, 0, nil
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 1 || port > 65535 {
+		return "", 0, fmt.Errorf("endpoint %q: port %q is not 1-65535", endpoint, portStr)
+	}
+	return host, port, nil
+}

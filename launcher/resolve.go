@@ -1,0 +1,395 @@
+package launcher
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorun/gorun/internal/distenv"
+	"github.com/gorun/gorun/internal/workerlog"
+	"github.com/gorun/gorun/slurm"
+)
+
+// Host is what Resolve may learn about the machine it runs on. Production
+// code uses LocalHost; tests fill it in.
+type Host struct {
+	Lookup   func(string) (string, bool)       // environment
+	Environ  []string                          // the environment workers inherit
+	Hostname string                            // os.Hostname
+	NumCPU   int                               // CPUs this process may run on
+	Glob     func(string) ([]string, error)    // /dev/nvidia* lookup
+	LookPath func(string) (string, error)      // program lookup on PATH
+	Stat     func(string) (os.FileInfo, error) // script lookup
+	FreePort func(host string) (int, error)    // a port free on host now
+	TempDir  func() (string, error)            // where error files go without --log-dir
+}
+
+// LocalHost is the Host of this process.
+func LocalHost() Host {
+	name, _ := os.Hostname()
+	return Host{
+		Lookup:   os.LookupEnv,
+		Environ:  os.Environ(),
+		Hostname: name,
+		NumCPU:   runtime.NumCPU(), // Go counts the CPUs of its affinity mask, which SLURM sets
+		Glob:     filepath.Glob,
+		LookPath: exec.LookPath,
+		Stat:     os.Stat,
+		FreePort: freePort,
+		TempDir:  func() (string, error) { return os.MkdirTemp("", "gorun-") },
+	}
+}
+
+// Launch is everything this node will do, resolved: `gorun plan` prints it
+// as JSON and the agent runs it.
+type Launch struct {
+	RunID        string            `json:"run_id"`
+	Host         string            `json:"host"`
+	NodeRank     int               `json:"node_rank"`
+	MinNodes     int               `json:"min_nodes"`
+	MaxNodes     int               `json:"max_nodes"`
+	NProcPerNode int               `json:"nproc_per_node"`
+	NProcSource  string            `json:"nproc_source"`
+	MasterAddr   string            `json:"master_addr"`
+	MasterPort   int               `json:"master_port"`
+	Rendezvous   Rendezvous        `json:"rendezvous"`
+	Role         string            `json:"role"`
+	MaxRestarts  int               `json:"max_restarts"`
+	TermTimeout  Duration          `json:"term_timeout"`
+	Command      []string          `json:"command"`
+	LogDir       string            `json:"log_dir,omitempty"`
+	Redirects    workerlog.StdSpec `json:"-"`
+	Tee          workerlog.StdSpec `json:"-"`
+	ShowRanks    []int             `json:"local_ranks_filter,omitempty"`
+	GPUs         []string          `json:"gpus,omitempty"`
+	GPUSource    string            `json:"gpu_source,omitempty"`
+	SLURM        *slurm.Job        `json:"slurm,omitempty"`
+	// Workers are this node's workers for the first attempt; later
+	// attempts differ only in restart count and error file.
+	Workers []distenv.Worker `json:"workers"`
+	// Environ is the environment every worker inherits before the
+	// contract's variables are set over it.
+	Environ []string `json:"-"`
+	// WorkerEnv is, per local worker, the full environment it gets; filled
+	// for `gorun plan` only.
+	WorkerEnv [][]string `json:"worker_env,omitempty"`
+}
+
+// Rendezvous says how this node finds the others.
+type Rendezvous struct {
+	Backend  string            `json:"backend"`
+	Endpoint string            `json:"endpoint,omitempty"`
+	ID       string            `json:"id"`
+	Conf     map[string]string `json:"conf,omitempty"`
+}
+
+// Duration prints as "30s" in JSON.
+type Duration time.Duration
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// WorldSize is the number of workers in the job.
+func (l *Launch) WorldSize() int { return l.MinNodes * l.NProcPerNode }
+
+// Resolve turns opts into a Launch on host. Every error in what the user
+// asked for is a *UsageError that says what to change.
+func Resolve(opts Options, host Host) (*Launch, error) {
+	job, underSLURM, err := slurm.FromEnv(host.Lookup)
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	l := &Launch{
+		Role:        orDefault(opts.Role, "default"),
+		MaxRestarts: opts.MaxRestarts,
+		TermTimeout: Duration(opts.TermTimeout),
+		LogDir:      opts.LogDir,
+		Environ:     host.Environ,
+	}
+	if opts.MaxRestarts < 0 {
+		return nil, usagef("--max-restarts=%d: want 0 or more", opts.MaxRestarts)
+	}
+	if opts.TermTimeout < 0 {
+		return nil, usagef("--term-timeout=%s: want a duration of 0 or more", opts.TermTimeout)
+	}
+	if underSLURM {
+		l.SLURM = &job
+		if err := checkSLURMStep(job); err != nil {
+			return nil, err
+		}
+	}
+	if err := l.resolveNodes(opts, job, underSLURM); err != nil {
+		return nil, err
+	}
+	if err := l.resolveMaster(opts, job, underSLURM, host); err != nil {
+		return nil, err
+	}
+	if err := l.resolveNProc(opts, host); err != nil {
+		return nil, err
+	}
+	if l.Command, err = command(opts, host); err != nil {
+		return nil, err
+	}
+	if err := l.resolveLogs(opts); err != nil {
+		return nil, err
+	}
+	l.Host = firstNonEmpty(opts.NodeName, job.Hostname, host.Hostname, "localhost")
+	errorDir := planErrorDir
+	if l.LogDir != "" {
+		errorDir = filepath.Join(l.LogDir, l.RunID)
+	}
+	spec := l.AgentSpec(Runtime{}, errorDir)
+	for i := 0; i < l.NProcPerNode; i++ {
+		w := spec.Contract(l.Round(), i, 0)
+		if err := w.Validate(); err != nil {
+			return nil, usagef("%v", err)
+		}
+		l.Workers = append(l.Workers, w)
+	}
+	return l, nil
+}
+
+// checkSLURMStep refuses SLURM set-ups where gorun would not be the one
+// agent of its node.
+func checkSLURMStep(job slurm.Job) error {
+	if n := job.TasksOnThisNode(); n > 1 {
+		return usagef("SLURM started %d gorun tasks on node %s: gorun starts the workers itself, so run one task per node: srun --ntasks-per-node=1 gorun ...", n, orDefault(job.Hostname, strconv.Itoa(job.NodeID)))
+	}
+	if job.StepID == "" && job.NumNodes > 1 {
+		return usagef("this is the batch script of a %d-node SLURM job: start gorun once per node with srun --ntasks-per-node=1 gorun ...", job.NumNodes)
+	}
+	return nil
+}
+
+func (l *Launch) resolveNodes(opts Options, job slurm.Job, underSLURM bool) error {
+	conf, err := ParseRdzvConf(opts.RdzvConf)
+	if err != nil {
+		return err
+	}
+	l.Rendezvous = Rendezvous{
+		Backend: orDefault(opts.RdzvBackend, "static"), Endpoint: opts.RdzvEndpoint,
+		ID: firstNonEmpty(opts.RdzvID, job.JobID, "none"), Conf: conf,
+	}
+	l.RunID = l.Rendezvous.ID
+	if strings.ContainsAny(l.RunID, "/\x00") || l.RunID == "." || l.RunID == ".." {
+		return usagef("--rdzv-id=%q: the run id names a directory; use letters, digits, '-', '_' or '.'", l.RunID)
+	}
+	switch l.Rendezvous.Backend {
+	case "static", "c10d":
+	case "etcd", "etcd-v2":
+		return usagef("--rdzv-backend=%s: the etcd rendezvous is not built yet; use --rdzv-backend=static (or c10d) with fixed --nnodes and node ranks", l.Rendezvous.Backend)
+	default:
+		return usagef("--rdzv-backend=%s: want static or c10d", l.Rendezvous.Backend)
+	}
+
+	l.MinNodes, l.MaxNodes, l.NodeRank = 1, 1, 0
+	if underSLURM {
+		l.MinNodes, l.MaxNodes, l.NodeRank = job.NumNodes, job.NumNodes, job.NodeID
+	}
+	if opts.NNodes != "" {
+		if l.MinNodes, l.MaxNodes, err = ParseNNodes(opts.NNodes); err != nil {
+			return err
+		}
+	}
+	if opts.Standalone {
+		if l.MaxNodes != 1 {
+			return usagef("--standalone runs one node, but --nnodes=%s", opts.NNodes)
+		}
+		l.Rendezvous.Backend = "static"
+		l.NodeRank = 0
+	}
+	if l.MinNodes != l.MaxNodes {
+		return usagef("--nnodes=%s: an elastic range needs the etcd rendezvous, which is not built yet; give a fixed --nnodes", opts.NNodes)
+	}
+	if opts.NodeRank >= 0 {
+		l.NodeRank = opts.NodeRank
+	} else if l.MinNodes > 1 && !underSLURM {
+		return usagef("--nnodes=%d without SLURM: give each node its --node-rank (0..%d)", l.MinNodes, l.MinNodes-1)
+	}
+	if l.NodeRank >= l.MinNodes {
+		return usagef("node rank %d is outside --nnodes=%d (ranks 0..%d)", l.NodeRank, l.MinNodes, l.MinNodes-1)
+	}
+	return nil
+}
+
+// resolveMaster picks MASTER_ADDR and MASTER_PORT: flags, then the
+// rendezvous endpoint, then SLURM's first node and a port derived from the
+// job id, then a free port on this machine.
+func (l *Launch) resolveMaster(opts Options, job slurm.Job, underSLURM bool, host Host) error {
+	addr, port := opts.MasterAddr, opts.MasterPort
+	if opts.RdzvEndpoint != "" && !opts.Standalone {
+		h, p, err := splitHostPort(opts.RdzvEndpoint)
+		if err != nil {
+			return usagef("--rdzv-endpoint: %v", err)
+		}
+		addr, port = firstNonEmpty(addr, h), firstNonZero(port, p)
+	}
+	if underSLURM && !opts.Standalone {
+		if len(job.Nodes) > 0 {
+			addr = firstNonEmpty(addr, job.Nodes[0])
+		}
+		port = firstNonZero(port, slurmMasterPort(job.JobID))
+	}
+	if addr == "" {
+		if l.MinNodes > 1 {
+			return usagef("--nnodes=%d: give --master-addr (the host of node rank 0) or --rdzv-endpoint", l.MinNodes)
+		}
+		addr = "127.0.0.1"
+	}
+	if port == 0 {
+		if l.MinNodes > 1 {
+			return usagef("--nnodes=%d: give --master-port (a port free on %s) or --rdzv-endpoint HOST:PORT", l.MinNodes, addr)
+		}
+		p, err := host.FreePort(addr)
+		if err != nil {
+			return fmt.Errorf("pick a free master port on %s: %w", addr, err)
+		}
+		port = p
+	}
+	if port < 1 || port > 65535 {
+		return usagef("--master-port=%d: want 1-65535", port)
+	}
+	l.MasterAddr, l.MasterPort = addr, port
+	return nil
+}
+
+// slurmMasterPort derives a port from the job id in 15000-29999, below
+// Linux's ephemeral range, so every node of a job computes the same one
+// and two jobs on one node rarely collide.
+func slurmMasterPort(jobID string) int {
+	if n, err := strconv.ParseUint(jobID, 10, 64); err == nil {
+		return 15000 + int(n%15000)
+	}
+	h := fnv.New32a()
+	h.Write([]byte(jobID))
+	return 15000 + int(h.Sum32()%15000)
+}
+
+func (l *Launch) resolveNProc(opts Options, host Host) error {
+	gpus := findGPUs(host.Lookup, host.Glob)
+	l.GPUs, l.GPUSource = gpus.IDs, gpus.Source
+	if gpus.Inherited {
+		l.GPUSource += " (CUDA_VISIBLE_DEVICES inherited)"
+	}
+	spec := strings.ToLower(orDefault(opts.NProcPerNode, "1"))
+	switch spec {
+	case "auto":
+		if len(gpus.IDs) > 0 {
+			l.NProcPerNode, l.NProcSource = len(gpus.IDs), "auto: GPUs from "+gpus.Source
+		} else {
+			l.NProcPerNode, l.NProcSource = host.NumCPU, "auto: no GPUs, one worker per CPU"
+		}
+	case "gpu":
+		if len(gpus.IDs) == 0 {
+			return usagef("--nproc-per-node=gpu: no GPUs found (SLURM_STEP_GPUS, SLURM_GPUS_ON_NODE, CUDA_VISIBLE_DEVICES, /dev/nvidia*); give a number")
+		}
+		l.NProcPerNode, l.NProcSource = len(gpus.IDs), "GPUs from "+gpus.Source
+	case "cpu":
+		l.NProcPerNode, l.NProcSource = host.NumCPU, "one worker per CPU"
+	default:
+		n, err := strconv.Atoi(spec)
+		if err != nil || n < 1 {
+			return usagef("--nproc-per-node=%s: want a number of workers >= 1, or auto, gpu or cpu", opts.NProcPerNode)
+		}
+		l.NProcPerNode, l.NProcSource = n, "flag"
+	}
+	if l.NProcPerNode < 1 {
+		l.NProcPerNode = 1
+	}
+	return nil
+}
+
+func (l *Launch) gpusInherited() bool { return strings.HasSuffix(l.GPUSource, "inherited)") }
+
+// command builds the worker argv: a .py entrypoint runs with $PYTHON (or
+// python3) -u, anything else, or anything under --no-python, runs as a
+// program.
+func command(opts Options, host Host) ([]string, error) {
+	if opts.Entrypoint == "" {
+		return nil, usagef("no entrypoint: gorun [flags] script.py [args], or gorun [flags] -- program [args]")
+	}
+	if !opts.NoPython && strings.HasSuffix(opts.Entrypoint, ".py") {
+		if _, err := host.Stat(opts.Entrypoint); err != nil {
+			return nil, usagef("script %s: %v", opts.Entrypoint, unwrapPathError(err))
+		}
+		pyName, _ := host.Lookup("PYTHON")
+		pyName = orDefault(pyName, "python3")
+		python, err := host.LookPath(pyName)
+		if err != nil {
+			return nil, usagef("python interpreter %q not found (set PYTHON to the interpreter that has torch): %v", pyName, errors.Unwrap(err))
+		}
+		return append([]string{python, "-u", opts.Entrypoint}, opts.Args...), nil
+	}
+	prog, err := host.LookPath(opts.Entrypoint)
+	if err != nil {
+		return nil, usagef("program %s: not found or not executable", opts.Entrypoint)
+	}
+	return append([]string{prog}, opts.Args...), nil
+}
+
+func (l *Launch) resolveLogs(opts Options) error {
+	var err error
+	if l.Redirects, err = workerlog.ParseStd(orDefault(opts.Redirects, "0")); err != nil {
+		return usagef("--redirects: %v", err)
+	}
+	if l.Tee, err = workerlog.ParseStd(orDefault(opts.Tee, "0")); err != nil {
+		return usagef("--tee: %v", err)
+	}
+	if l.ShowRanks, err = workerlog.ParseLocalRanks(opts.LocalRanksFilter); err != nil {
+		return usagef("--local-ranks-filter: %v", err)
+	}
+	return nil
+}
+
+func unwrapPathError(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+func freePort(host string) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func firstNonEmpty(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+func firstNonZero(ns ...int) int {
+	for _, n := range ns {
+		if n != 0 {
+			return n
+		}
+	}
+	return 0
+}
+
+// Std is d as a time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }

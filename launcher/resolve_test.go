@@ -1,0 +1,227 @@
+package launcher
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// fakeHost is a machine with the given environment, 8 CPUs, the given
+// /dev/nvidia devices, train.py present and python3 on PATH.
+func fakeHost(env map[string]string, devices ...string) Host {
+	var environ []string
+	for k, v := range env {
+		environ = append(environ, k+"="+v)
+	}
+	return Host{
+		Lookup:   func(k string) (string, bool) { v, ok := env[k]; return v, ok },
+		Environ:  environ,
+		Hostname: "box",
+		NumCPU:   8,
+		Glob:     func(string) ([]string, error) { return devices, nil },
+		LookPath: func(p string) (string, error) {
+			switch p {
+			case "python3", "/usr/bin/python3", "true":
+				if !strings.HasPrefix(p, "/") {
+					p = "/usr/bin/" + p
+				}
+				return p, nil
+			}
+			return "", &fs.PathError{Op: "lookpath", Path: p, Err: fs.ErrNotExist}
+		},
+		Stat: func(p string) (os.FileInfo, error) {
+			if p == "train.py" {
+				return nil, nil
+			}
+			return nil, &fs.PathError{Op: "stat", Path: p, Err: fs.ErrNotExist}
+		},
+		FreePort: func(string) (int, error) { return 40000, nil },
+	}
+}
+
+func opts(mod func(*Options)) Options {
+	o := Options{NProcPerNode: "2", NodeRank: -1, Entrypoint: "train.py", TermTimeout: time.Second}
+	if mod != nil {
+		mod(&o)
+	}
+	return o
+}
+
+// slurmStep is node 1 of a 3-node step of job 4242 inside a 4-node job.
+func slurmStep() map[string]string {
+	return map[string]string{
+		"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_JOB_NODELIST": "node[1-4]",
+		"SLURM_NODELIST": "node[1-4]", "SLURM_STEP_NODELIST": "node[2-4]", "SLURM_JOB_NUM_NODES": "4",
+		"SLURM_NNODES": "3", "SLURM_STEP_NUM_NODES": "3", "SLURM_NODEID": "1", "SLURM_PROCID": "1",
+		"SLURM_LOCALID": "0", "SLURM_STEP_NUM_TASKS": "3", "SLURM_STEP_TASKS_PER_NODE": "1(x3)",
+		"SLURM_TASKS_PER_NODE": "1(x4)", "SLURMD_NODENAME": "node3",
+	}
+}
+
+func TestResolve(t *testing.T) {
+	tests := []struct {
+		name  string
+		opts  Options
+		env   map[string]string
+		devs  []string
+		check func(t *testing.T, l *Launch)
+	}{
+		{"one node by default", opts(nil), nil, nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, 1, l.MinNodes)
+			require.Equal(t, 0, l.NodeRank)
+			require.Equal(t, "127.0.0.1", l.MasterAddr)
+			require.Equal(t, 40000, l.MasterPort)
+			require.Equal(t, []string{"/usr/bin/python3", "-u", "train.py"}, l.Command)
+			require.Len(t, l.Workers, 2)
+			require.Equal(t, 1, l.Workers[1].Rank)
+			require.Equal(t, 2, l.Workers[1].WorldSize)
+			require.Equal(t, "none", l.RunID)
+		}},
+		{"static two nodes", opts(func(o *Options) {
+			o.NNodes, o.NodeRank, o.MasterAddr, o.MasterPort = "2", 1, "10.0.0.1", 29500
+			o.Args = []string{"--lr", "0.1"}
+		}), nil, nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, 2, l.Workers[0].Rank)
+			require.Equal(t, 3, l.Workers[1].Rank)
+			require.Equal(t, 4, l.Workers[1].WorldSize)
+			require.Equal(t, "10.0.0.1", l.Workers[0].MasterAddr)
+			require.Equal(t, 29500, l.Workers[0].MasterPort)
+			require.Equal(t, []string{"/usr/bin/python3", "-u", "train.py", "--lr", "0.1"}, l.Command)
+		}},
+		{"c10d endpoint is the master", opts(func(o *Options) {
+			o.NNodes, o.NodeRank, o.RdzvBackend, o.RdzvEndpoint = "2", 0, "c10d", "head:29400"
+		}), nil, nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, "head", l.MasterAddr)
+			require.Equal(t, 29400, l.MasterPort)
+		}},
+		{"slurm step", opts(nil), slurmStep(), nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, 3, l.MinNodes)
+			require.Equal(t, 1, l.NodeRank)
+			require.Equal(t, "node2", l.MasterAddr, "master is the step's first node, not the job's")
+			require.Equal(t, 15000+4242, l.MasterPort)
+			require.Equal(t, "4242", l.RunID)
+			require.Equal(t, "node3", l.Host)
+			require.Equal(t, 2, l.Workers[0].Rank)
+			require.Equal(t, 6, l.Workers[0].WorldSize)
+		}},
+		{"slurm with flags over it", opts(func(o *Options) { o.MasterPort, o.NodeName = 1234, "n3-ib" }), slurmStep(), nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, 1234, l.MasterPort)
+			require.Equal(t, "n3-ib", l.Host)
+		}},
+		{"auto takes GPUs from SLURM", opts(func(o *Options) { o.NProcPerNode = "auto" }),
+			map[string]string{"SLURM_STEP_GPUS": "2,3", "SLURM_JOB_ID": "1", "SLURM_STEP_ID": "0", "SLURM_NODELIST": "a", "SLURM_NNODES": "1", "SLURM_NODEID": "0"},
+			nil, func(t *testing.T, l *Launch) {
+				require.Equal(t, 2, l.NProcPerNode)
+				require.Equal(t, []string{"2", "3"}, l.Workers[1].VisibleGPUs, "every worker sees the node's GPUs, so cuda:LOCAL_RANK is its own")
+			}},
+		{"auto keeps an inherited CUDA_VISIBLE_DEVICES", opts(func(o *Options) { o.NProcPerNode = "auto" }),
+			map[string]string{"CUDA_VISIBLE_DEVICES": "0,1,2"}, nil, func(t *testing.T, l *Launch) {
+				require.Equal(t, 3, l.NProcPerNode)
+				require.Nil(t, l.Workers[0].VisibleGPUs)
+			}},
+		{"auto from device files", opts(func(o *Options) { o.NProcPerNode = "gpu" }), nil,
+			[]string{"/dev/nvidia1", "/dev/nvidia0", "/dev/nvidiactl"}, func(t *testing.T, l *Launch) {
+				require.Equal(t, 2, l.NProcPerNode)
+				require.Equal(t, []string{"0", "1"}, l.GPUs)
+			}},
+		{"auto without GPUs is CPUs", opts(func(o *Options) { o.NProcPerNode = "auto" }), nil, nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, 8, l.NProcPerNode)
+		}},
+		{"program", opts(func(o *Options) { o.Entrypoint, o.Args = "true", []string{"x"} }), nil, nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, []string{"/usr/bin/true", "x"}, l.Command)
+		}},
+		{"PYTHON picks the interpreter", opts(nil), map[string]string{"PYTHON": "/usr/bin/python3"}, nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, "/usr/bin/python3", l.Command[0])
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := Resolve(tc.opts, fakeHost(tc.env, tc.devs...))
+			require.NoError(t, err)
+			tc.check(t, l)
+		})
+	}
+}
+
+func TestResolveErrors(t *testing.T) {
+	withEnv := func(mod func(map[string]string)) map[string]string {
+		env := slurmStep()
+		mod(env)
+		return env
+	}
+	tests := []struct {
+		name string
+		opts Options
+		env  map[string]string
+		want string
+	}{
+		{"nnodes range backwards", opts(func(o *Options) { o.NNodes = "3:2" }), nil, "MIN 3 is larger than MAX 2"},
+		{"nnodes not a number", opts(func(o *Options) { o.NNodes = "x" }), nil, "--nnodes=x"},
+		{"elastic range", opts(func(o *Options) { o.NNodes = "1:4" }), nil, "etcd rendezvous"},
+		{"missing script", opts(func(o *Options) { o.Entrypoint = "nope.py" }), nil, "script nope.py: file does not exist"},
+		{"missing program", opts(func(o *Options) { o.Entrypoint = "nope" }), nil, "program nope: not found"},
+		{"missing python", opts(nil), map[string]string{"PYTHON": "python9"}, `python interpreter "python9" not found`},
+		{"no entrypoint", opts(func(o *Options) { o.Entrypoint = "" }), nil, "no entrypoint"},
+		{"bad nproc", opts(func(o *Options) { o.NProcPerNode = "0" }), nil, "--nproc-per-node=0"},
+		{"gpu without GPUs", opts(func(o *Options) { o.NProcPerNode = "gpu" }), nil, "no GPUs found"},
+		{"multi node needs rank", opts(func(o *Options) { o.NNodes, o.MasterAddr, o.MasterPort = "2", "h", 1 }), nil, "--node-rank"},
+		{"multi node needs master", opts(func(o *Options) { o.NNodes, o.NodeRank = "2", 1 }), nil, "--master-addr"},
+		{"rank outside nodes", opts(func(o *Options) { o.NNodes, o.NodeRank, o.MasterAddr, o.MasterPort = "2", 2, "h", 1 }), nil, "node rank 2 is outside --nnodes=2"},
+		{"standalone with nodes", opts(func(o *Options) { o.NNodes, o.Standalone = "2", true }), nil, "--standalone"},
+		{"unknown backend", opts(func(o *Options) { o.RdzvBackend = "zk" }), nil, "--rdzv-backend=zk"},
+		{"bad rdzv conf", opts(func(o *Options) { o.RdzvConf = "a=1,b" }), nil, `"b" is not key=value`},
+		{"bad redirects", opts(func(o *Options) { o.Redirects = "7" }), nil, "--redirects"},
+		{"bad ranks filter", opts(func(o *Options) { o.LocalRanksFilter = "0,x" }), nil, "--local-ranks-filter"},
+		{"negative restarts", opts(func(o *Options) { o.MaxRestarts = -1 }), nil, "--max-restarts=-1"},
+		{"node id outside nodes", opts(nil), withEnv(func(e map[string]string) { e["SLURM_NODEID"] = "3" }), "SLURM_NODEID"},
+		{"malformed nodelist", opts(nil), withEnv(func(e map[string]string) { e["SLURM_STEP_NODELIST"] = "node[3-" }), "SLURM_STEP_NODELIST"},
+		{"two tasks per node", opts(nil), withEnv(func(e map[string]string) { e["SLURM_STEP_TASKS_PER_NODE"] = "2(x3)" }), "--ntasks-per-node=1"},
+		{"batch script of a multi-node job", opts(nil), withEnv(func(e map[string]string) {
+			for k := range e {
+				if strings.HasPrefix(k, "SLURM_STEP_") {
+					delete(e, k)
+				}
+			}
+			e["SLURM_NNODES"], e["SLURM_NODEID"], e["SLURM_TASKS_PER_NODE"] = "4", "0", "1(x4)"
+		}), "batch script"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Resolve(tc.opts, fakeHost(tc.env))
+			require.Error(t, err)
+			var usage *UsageError
+			require.True(t, errors.As(err, &usage), "%T is a usage error", err)
+			require.Contains(t, err.Error(), tc.want)
+			require.NotContains(t, err.Error(), "\n", "usage errors are one line")
+		})
+	}
+}
+
+func TestParseNNodes(t *testing.T) {
+	for _, tc := range []struct {
+		in       string
+		min, max int
+		ok       bool
+	}{{"1", 1, 1, true}, {"2:4", 2, 4, true}, {" 3 ", 3, 3, true}, {"0", 0, 0, false}, {"4:2", 0, 0, false}, {"a:b", 0, 0, false}, {"", 0, 0, false}} {
+		min, max, err := ParseNNodes(tc.in)
+		if !tc.ok {
+			require.Error(t, err, tc.in)
+			continue
+		}
+		require.NoError(t, err, tc.in)
+		require.Equal(t, [2]int{tc.min, tc.max}, [2]int{min, max}, tc.in)
+	}
+}
+
+func TestSLURMMasterPort(t *testing.T) {
+	require.Equal(t, 15000+7, slurmMasterPort("7"))
+	require.Equal(t, 15000+(123456%15000), slurmMasterPort("123456"))
+	p := slurmMasterPort("not-a-number")
+	require.GreaterOrEqual(t, p, 15000)
+	require.Less(t, p, 30000)
+}

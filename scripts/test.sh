@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# scripts/test.sh — install what the tests need (when missing) and run them all.
+# This is the README's test command; .ci/run calls exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/go/bin:$PATH
+
+# Debian packages the tests use: real PyTorch (CPU) for the DDP tests and the
+# launch benchmark, slurm-client's scontrol for the hostlist comparison.
+need=()
+/usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || need+=(python3-torch)
+command -v scontrol >/dev/null 2>&1 || need+=(slurm-client)
+if ((${#need[@]})); then
+  echo "== apt-get install ${need[*]}"
+  if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+  $SUDO apt-get update -qq
+  # policy-rc.d keeps apt from starting services (munge, slurm) on install.
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+  $SUDO chmod +x /usr/sbin/policy-rc.d
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  $SUDO rm -f /usr/sbin/policy-rc.d
+fi
+
+echo "== gofmt, go vet"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted"; exit 1; fi
+go vet ./...
+
+echo "== go test -race (concurrency-heavy packages)"
+go test -race -count=1 -timeout 10m ./internal/... ./elastic/...
+
+echo "== go test (all)"
+go test -count=1 -timeout 15m ./...
