@@ -108,115 +108,114 @@ func (get env) hosts(dst *[]string, names ...string) (name, value string, err er
 // what was read before it and ok is true.
 func FromEnv(lookup func(string) (string, bool)) (job Job, ok bool, err error) {
 	get := env(lookup)
-	var j Job
 	idName, id, ok := get.first("SLURM_JOB_ID", "SLURM_JOBID")
 	if !ok {
 		return Job{}, false, nil
 	}
 	if !allDigits(id) {
-		return j, true, &EnvError{Var: idName, Value: id, Err: errors.New("not a job number")}
+		return job, true, &EnvError{Var: idName, Value: id, Err: errors.New("not a job number")}
 	}
-	j.JobID = id
+	job.JobID = id
 	if name, step, ok := get.first("SLURM_STEP_ID", "SLURM_STEPID"); ok {
 		if !allDigits(step) {
-			return j, true, &EnvError{Var: name, Value: step, Err: errors.New("not a step number")}
+			return job, true, &EnvError{Var: name, Value: step, Err: errors.New("not a step number")}
 		}
-		j.StepID = step
+		job.StepID = step
 	}
 
-	nodesVar, nodesVal, err := get.hosts(&j.Nodes, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
+	nodesVar, nodesVal, err := get.hosts(&job.Nodes, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
 	if err != nil {
-		return j, true, err
+		return job, true, err
 	}
-	if _, _, err := get.hosts(&j.JobNodes, "SLURM_JOB_NODELIST", "SLURM_NODELIST"); err != nil {
-		return j, true, err
+	if _, _, err := get.hosts(&job.JobNodes, "SLURM_JOB_NODELIST", "SLURM_NODELIST"); err != nil {
+		return job, true, err
 	}
 	// SLURM_NNODES before SLURM_JOB_NUM_NODES: inside a step it counts the step's nodes.
-	numNodesVar, err := get.count(&j.NumNodes, "SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
+	numNodesVar, err := get.count(&job.NumNodes, "SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
 	if err != nil {
-		return j, true, err
+		return job, true, err
 	}
-	if j.Nodes != nil {
+	if job.Nodes != nil {
 		if numNodesVar == "" {
-			j.NumNodes = len(j.Nodes)
-		} else if j.NumNodes != len(j.Nodes) {
-			return j, true, &EnvError{Var: numNodesVar, Value: strconv.Itoa(j.NumNodes),
-				Err: fmt.Errorf("%s=%q has %d nodes", nodesVar, nodesVal, len(j.Nodes))}
+			job.NumNodes = len(job.Nodes)
+		} else if job.NumNodes != len(job.Nodes) {
+			return job, true, &EnvError{Var: numNodesVar, Value: strconv.Itoa(job.NumNodes),
+				Err: fmt.Errorf("%s=%q has %d nodes", nodesVar, nodesVal, len(job.Nodes))}
 		}
 	}
-	nodeIDVar, err := get.count(&j.NodeID, "SLURM_NODEID")
+	nodeIDVar, err := get.count(&job.NodeID, "SLURM_NODEID")
 	if err != nil {
-		return j, true, err
+		return job, true, err
 	}
-	if nodeIDVar != "" && j.NumNodes > 0 && j.NodeID >= j.NumNodes {
-		what := fmt.Sprintf("%s=%d", numNodesVar, j.NumNodes)
-		if j.Nodes != nil {
-			what = fmt.Sprintf("%s=%q has %d nodes", nodesVar, nodesVal, len(j.Nodes))
+	if nodeIDVar != "" && job.NumNodes > 0 && job.NodeID >= job.NumNodes {
+		what := fmt.Sprintf("%s=%d", numNodesVar, job.NumNodes)
+		if job.Nodes != nil {
+			what = fmt.Sprintf("%s=%q has %d nodes", nodesVar, nodesVal, len(job.Nodes))
 		}
-		return j, true, &EnvError{Var: nodeIDVar, Value: strconv.Itoa(j.NodeID),
+		return job, true, &EnvError{Var: nodeIDVar, Value: strconv.Itoa(job.NodeID),
 			Err: fmt.Errorf("node index out of range: %s", what)}
 	}
 
-	numTasksVar, err := get.count(&j.NumTasks, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS")
+	numTasksVar, err := get.count(&job.NumTasks, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS")
 	if err != nil {
-		return j, true, err
+		return job, true, err
 	}
-	procIDVar, err := get.count(&j.ProcID, "SLURM_PROCID")
+	procIDVar, err := get.count(&job.ProcID, "SLURM_PROCID")
 	if err != nil {
-		return j, true, err
+		return job, true, err
 	}
-	if procIDVar != "" && numTasksVar != "" && j.ProcID >= j.NumTasks {
-		return j, true, &EnvError{Var: procIDVar, Value: strconv.Itoa(j.ProcID),
-			Err: fmt.Errorf("task rank out of range: %s=%d", numTasksVar, j.NumTasks)}
+	if procIDVar != "" && numTasksVar != "" && job.ProcID >= job.NumTasks {
+		return job, true, &EnvError{Var: procIDVar, Value: strconv.Itoa(job.ProcID),
+			Err: fmt.Errorf("task rank out of range: %s=%d", numTasksVar, job.NumTasks)}
 	}
-	if _, err := get.count(&j.LocalID, "SLURM_LOCALID"); err != nil {
-		return j, true, err
+	if _, err := get.count(&job.LocalID, "SLURM_LOCALID"); err != nil {
+		return job, true, err
 	}
 	if name, v, ok := get.first("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"); ok {
 		tpn, reason := parseCounts(v)
 		if reason != "" {
-			return j, true, &EnvError{Var: name, Value: v, Err: errors.New(reason)}
+			return job, true, &EnvError{Var: name, Value: v, Err: errors.New(reason)}
 		}
-		if j.NumNodes > 0 && len(tpn) != j.NumNodes {
-			return j, true, &EnvError{Var: name, Value: v,
-				Err: fmt.Errorf("%d entries for %d nodes (%s)", len(tpn), j.NumNodes, numNodesVarOr(numNodesVar, nodesVar))}
+		if job.NumNodes > 0 && len(tpn) != job.NumNodes {
+			return job, true, &EnvError{Var: name, Value: v,
+				Err: fmt.Errorf("%d entries for %d nodes (%s)", len(tpn), job.NumNodes, numNodesVarOr(numNodesVar, nodesVar))}
 		}
-		j.TasksPerNode = tpn
+		job.TasksPerNode = tpn
 	}
 
 	if _, host, ok := get.first("SLURMD_NODENAME"); ok {
-		j.Hostname = host
+		job.Hostname = host
 	}
 	if name, v, ok := get.first("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"); ok {
 		gpus := strings.Split(v, ",")
 		for _, g := range gpus {
 			if !allDigits(g) {
-				return j, true, &EnvError{Var: name, Value: v, Err: fmt.Errorf("GPU index %q is not a number", g)}
+				return job, true, &EnvError{Var: name, Value: v, Err: fmt.Errorf("GPU index %q is not a number", g)}
 			}
 		}
-		j.GPUs = gpus
+		job.GPUs = gpus
 	}
 	for _, c := range []struct {
 		dst  *int
 		name string
 	}{
-		{&j.GPUsOnNode, "SLURM_GPUS_ON_NODE"},
-		{&j.CPUsPerTask, "SLURM_CPUS_PER_TASK"},
-		{&j.CPUsOnNode, "SLURM_CPUS_ON_NODE"},
-		{&j.RestartCount, "SLURM_RESTART_COUNT"},
+		{&job.GPUsOnNode, "SLURM_GPUS_ON_NODE"},
+		{&job.CPUsPerTask, "SLURM_CPUS_PER_TASK"},
+		{&job.CPUsOnNode, "SLURM_CPUS_ON_NODE"},
+		{&job.RestartCount, "SLURM_RESTART_COUNT"},
 	} {
 		if _, err := get.count(c.dst, c.name); err != nil {
-			return j, true, err
+			return job, true, err
 		}
 	}
 	if v, ok := get("SLURM_JOB_END_TIME"); ok && v != "" {
 		secs, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || secs < 0 {
-			return j, true, &EnvError{Var: "SLURM_JOB_END_TIME", Value: v, Err: errors.New("not unix seconds")}
+			return job, true, &EnvError{Var: "SLURM_JOB_END_TIME", Value: v, Err: errors.New("not unix seconds")}
 		}
-		j.EndTime = time.Unix(secs, 0)
+		job.EndTime = time.Unix(secs, 0)
 	}
-	return j, true, nil
+	return job, true, nil
 }
 
 // numNodesVarOr names where a node count came from: the count variable, else the nodelist.

@@ -12,6 +12,11 @@ import (
 // this one keeps a typo like "a[1-65536]b[1-65536]" from allocating gigabytes.
 const MaxHosts = 1 << 20
 
+// maxHostBytes limits the total length of the host names ExpandHostlist returns, since
+// padding widths are unlimited: n[0000...0001-65536] with a long run of zeros is short to
+// write and huge to expand.
+const maxHostBytes = 64 << 20
+
 const (
 	// maxRangeHosts is SLURM 22.05's MAX_RANGE: the most hosts in one "lo-hi" range.
 	maxRangeHosts = 64 * 1024
@@ -50,7 +55,7 @@ func (e *HostlistError) Error() string {
 //     a[0-1]b[0-1]c[0-1] is a0b0c0 a0b0c1 a1b0c0 a1b0c1 a0b1c0 ...
 //   - Limits as in SLURM 22.05: at most 65536 hosts in one range, and at most 65536 hosts
 //     in a group that is not the last of its word. On top of that, at most MaxHosts hosts
-//     in all.
+//     and 64 MiB of host names in all.
 //
 // Where it knowingly differs from scontrol 22.05:
 //
@@ -76,13 +81,16 @@ func ExpandHostlist(expr string) ([]string, error) {
 		return fail("%s", reason)
 	}
 	parsed := make([]word, 0, len(words))
-	total := 0
+	total, bytes := 0, 0
 	for _, w := range words {
 		pw, reason := parseWord(w, MaxHosts-total)
 		if reason != "" {
 			return fail("%s", reason)
 		}
 		total += pw.count
+		if bytes += pw.bytes; bytes > maxHostBytes {
+			return fail("expands to more than %d MiB of host names, the limit of this package", maxHostBytes>>20)
+		}
 		parsed = append(parsed, pw)
 	}
 	hosts := make([]string, 0, total)
@@ -153,6 +161,7 @@ type word struct {
 	lits   []string
 	groups [][]numRange
 	count  int // hosts it expands to
+	bytes  int // at most this many bytes of host names
 }
 
 // parseWord parses a word whose brackets splitWords has checked; budget is how many hosts
@@ -194,6 +203,19 @@ func parseWord(w string, budget int) (word, string) {
 		return word{}, fmt.Sprintf("expands to more than %d hosts, the limit of this package", MaxHosts)
 	}
 	pw.count = int(count)
+	// Every name has the literals and, from each group, at most its longest number.
+	nameLen := 0
+	for _, l := range pw.lits {
+		nameLen += len(l)
+	}
+	for _, ranges := range pw.groups {
+		longest := 0
+		for _, r := range ranges {
+			longest = max(longest, r.width, len(strconv.FormatUint(r.hi, 10)))
+		}
+		nameLen += longest
+	}
+	pw.bytes = pw.count * nameLen // < 2^20 * (len(w) + 20 * groups)
 	return pw, ""
 }
 

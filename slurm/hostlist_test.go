@@ -22,7 +22,7 @@ func TestExpandHostlist(t *testing.T) {
 		{"n[3-3]", []string{"n3"}},
 		{"n[1-3,7,10-11]", []string{"n1", "n2", "n3", "n7", "n10", "n11"}},
 		{"n[08-11]", []string{"n08", "n09", "n10", "n11"}},
-		{"n[8-011]", []string{"n8", "n9", "n10", "n11"}},                                // width from the low number
+		{"n[8-011]", []string{"n8", "n9", "n10", "n11"}},                                    // width from the low number
 		{"n[1-010]", []string{"n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9", "n10"}}, // likewise
 		{"n[01-3]", []string{"n01", "n02", "n03"}},
 		{"n[00-2]", []string{"n00", "n01", "n02"}},
@@ -97,6 +97,7 @@ func TestExpandHostlistErrors(t *testing.T) {
 		{"a[1-65536,1]b[1]", "65537 hosts in bracket group 1"},
 		{"a[1-65536]b[1-17]", "expands to more than 1048576 hosts, the limit of this package"},
 		{"n[1-65536],m[1-65536],a[1-65536]b[1-15]", "expands to more than 1048576 hosts"},
+		{"n[" + strings.Repeat("0", 1100) + "1-65536]", "expands to more than 64 MiB of host names"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.expr, func(t *testing.T) {

@@ -162,13 +162,10 @@ func genHostlists(n int) []string {
 	return exprs
 }
 
-// strictBrackets matches the inside of the brackets of an expression ExpandHostlist must
-// accept whenever scontrol does.
-var strictBrackets = regexp.MustCompile(`^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$`)
-
 // strictlyValid reports whether expr uses only the grammar ExpandHostlist promises to
 // share with scontrol: balanced brackets, not nested, holding only N and N-M items.
 func strictlyValid(expr string) bool {
+	strictBrackets := regexp.MustCompile(`^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$`)
 	open := -1
 	for i := 0; i < len(expr); i++ {
 		switch expr[i] {
