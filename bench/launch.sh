@@ -98,7 +98,7 @@ torchrun_cmd() {
 
 # --- run ----------------------------------------------------------------------
 echo "launch overhead: $NPROC workers, $RUNS runs each, interleaved ($(nproc) CPUs, $(uname -r))"
-echo "gorun:    $(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo '?') $gorun"
+echo "gorun:    $(cd "$root" && git describe --always --dirty 2>/dev/null || echo '?') $gorun"
 if (( have_torch )); then
   echo "torchrun: torch $("$TORCH_PYTHON" -c 'import torch; print(torch.__version__)'), $("$TORCH_PYTHON" --version 2>&1)"
 fi

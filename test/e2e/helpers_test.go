@@ -26,9 +26,10 @@ const (
 	runTimeout = 120 * time.Second
 	// stopGrace is how long a cancelled gorun gets after SIGTERM before SIGKILL.
 	stopGrace = 10 * time.Second
-	// markerEnv is set to a unique value in each gorun's environment; workers
+	// markerEnv is set to a unique value in each gorun's environment (not
+	// GORUN_*: gorun reads that prefix as its own settings); workers
 	// inherit it, which is how leftovers are found and killed.
-	markerEnv = "GORUN_E2E_MARKER"
+	markerEnv = "E2E_GORUN_MARKER"
 )
 
 var (
