@@ -165,7 +165,7 @@ func runAction(c *cli.Context) error {
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(signals)
 
-	log.Info().Str("host", l.Host).Int("node_rank", l.NodeRank).Int("nodes", l.MinNodes).
+	log.Info().Str("component", "launcher").Str("host", l.Host).Int("node_rank", l.NodeRank).Int("nodes", l.MinNodes).
 		Int("nproc_per_node", l.NProcPerNode).Str("master", fmt.Sprintf("%s:%d", l.MasterAddr, l.MasterPort)).
 		Str("run_id", l.RunID).Msg("launching")
 	out, err := launcher.Run(c.Context, l, launcher.Runtime{
@@ -217,21 +217,23 @@ func newLogger(c *cli.Context) (zerolog.Logger, error) {
 		return zerolog.Nop(), cli.Exit(fmt.Sprintf("--log-level=%s: want debug, info, warn or error", c.String("log-level")), exitUsage)
 	}
 	var w io.Writer = c.App.ErrWriter
+	f, isFile := c.App.ErrWriter.(*os.File)
+	terminal := isFile && isTerminal(f)
 	format := c.String("log-format")
 	if format == "auto" {
 		format = "json"
-		if f, ok := c.App.ErrWriter.(*os.File); ok && isTerminal(f) {
+		if terminal {
 			format = "console"
 		}
 	}
 	switch format {
 	case "console":
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: !terminal}
 	case "json":
 	default:
 		return zerolog.Nop(), cli.Exit(fmt.Sprintf("--log-format=%s: want auto, console or json", format), exitUsage)
 	}
-	return zerolog.New(w).Level(level).With().Timestamp().Str("component", "gorun").Logger(), nil
+	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
 }
 
 // warnUnknownEnv warns about GORUN_* variables that no flag reads: most
