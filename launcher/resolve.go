@@ -160,7 +160,9 @@ func Resolve(opts Options, host Host) (*Launch, error) {
 // checkSLURMStep refuses SLURM set-ups where gorun would not be the one
 // agent of its node.
 func checkSLURMStep(job slurm.Job) error {
-	if n := job.TasksOnThisNode(); n > 1 {
+	// Only a step (srun) starts tasks; the batch script runs once, whatever
+	// --ntasks the job asked for.
+	if n := job.TasksOnThisNode(); job.StepID != "" && n > 1 {
 		return usagef("SLURM started %d gorun tasks on node %s: gorun starts the workers itself, so run one task per node: srun --ntasks-per-node=1 gorun ...", n, orDefault(job.Hostname, strconv.Itoa(job.NodeID)))
 	}
 	if job.StepID == "" && job.NumNodes > 1 {

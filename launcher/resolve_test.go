@@ -135,6 +135,12 @@ func TestResolve(t *testing.T) {
 		{"program", opts(func(o *Options) { o.Entrypoint, o.Args = "true", []string{"x"} }), nil, nil, func(t *testing.T, l *Launch) {
 			require.Equal(t, []string{"/usr/bin/true", "x"}, l.Command)
 		}},
+		{"batch script of a one-node job with several tasks", opts(nil),
+			map[string]string{"SLURM_JOB_ID": "7", "SLURM_NODEID": "0", "SLURM_NNODES": "1", "SLURM_JOB_NODELIST": "n1", "SLURM_TASKS_PER_NODE": "4", "SLURM_NTASKS": "4"},
+			nil, func(t *testing.T, l *Launch) {
+				require.Equal(t, 1, l.MinNodes)
+				require.Equal(t, "n1", l.MasterAddr)
+			}},
 		{"PYTHON picks the interpreter", opts(nil), map[string]string{"PYTHON": "/usr/bin/python3"}, nil, func(t *testing.T, l *Launch) {
 			require.Equal(t, "/usr/bin/python3", l.Command[0])
 		}},
