@@ -39,6 +39,9 @@ type Spec struct {
 	// <ErrorDir>/attempt_<n>/<rank>/error.json. With a log dir, make it
 	// <log dir>/<run id>, so they sit beside the rank's log files.
 	ErrorDir string
+	// Guard, when not nil, kills the workers' process groups if gorun
+	// itself dies without stopping them.
+	Guard *proc.Guard
 	// Report receives the failure table (gorun's stderr).
 	Report io.Writer
 	// Signals delivers the signals gorun caught. SIGTERM, SIGINT, SIGHUP
@@ -291,7 +294,7 @@ func (a *Agent) startWorkers(sink *workerlog.Sink, round Round, restart int) ([]
 		_ = os.Remove(c.ErrorFile) // a stale file would name an old error
 		p, err := proc.Start(proc.Spec{
 			Path: a.spec.Command[0], Args: a.spec.Command[1:], Env: c.Environ(a.spec.Environ),
-			Stdout: logs.Stdout(), Stderr: logs.Stderr(),
+			Stdout: logs.Stdout(), Stderr: logs.Stderr(), Guard: a.spec.Guard,
 		})
 		if err != nil {
 			logs.Close()

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gorun/gorun/elastic"
+	"github.com/gorun/gorun/internal/proc"
 	"github.com/gorun/gorun/internal/workerlog"
 )
 
@@ -21,7 +22,10 @@ const planErrorDir = "$TMPDIR/gorun-XXXX"
 type Runtime struct {
 	Stdout, Stderr io.Writer        // gorun's console
 	Signals        <-chan os.Signal // signals gorun caught
-	Log            zerolog.Logger
+	// GuardCommand starts the guard process that kills the workers if
+	// gorun dies without stopping them (proc.RunGuard); nil: no guard.
+	GuardCommand []string
+	Log          zerolog.Logger
 }
 
 // Round is the one round of a static launch.
@@ -69,7 +73,20 @@ func Run(ctx context.Context, l *Launch, rt Runtime) (elastic.Outcome, error) {
 		defer os.RemoveAll(tmp)
 		errorDir = tmp
 	}
-	agent, err := elastic.New(l.AgentSpec(rt, errorDir), elastic.Static(l.Round()))
+	spec := l.AgentSpec(rt, errorDir)
+	if rt.GuardCommand != nil {
+		guard, err := proc.StartGuard(rt.GuardCommand)
+		if err != nil {
+			return elastic.Outcome{ExitCode: 1}, err
+		}
+		defer func() {
+			if err := guard.Close(); err != nil {
+				rt.Log.Warn().Err(err).Msg("guard process")
+			}
+		}()
+		spec.Guard = guard
+	}
+	agent, err := elastic.New(spec, elastic.Static(l.Round()))
 	if err != nil {
 		return elastic.Outcome{ExitCode: 1}, err
 	}

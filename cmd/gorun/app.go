@@ -16,12 +16,17 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/gorun/gorun/internal/proc"
 	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/slurm"
 )
 
 // exitUsage is the exit status for bad input, as in most Unix tools.
 const exitUsage = 2
+
+// guardCommand is the hidden command gorun re-executes itself with to
+// start its guard process (proc.StartGuard).
+const guardCommand = "guard"
 
 // Flag categories, in help order.
 const (
@@ -108,6 +113,12 @@ func NewApp() *cli.App {
 				Action:    planAction,
 			},
 			{
+				Name:   guardCommand,
+				Usage:  "internal: kill the workers' process groups named on stdin once stdin closes (gorun died)",
+				Hidden: true,
+				Action: func(*cli.Context) error { return proc.RunGuard(os.Stdin) },
+			},
+			{
 				Name:      "hostnames",
 				Usage:     "expand a SLURM hostlist, one host a line (as scontrol show hostnames)",
 				UsageText: "gorun hostnames 'node[01-04],gpu[1-2]'",
@@ -168,9 +179,13 @@ func runAction(c *cli.Context) error {
 	log.Info().Str("component", "launcher").Str("host", l.Host).Int("node_rank", l.NodeRank).Int("nodes", l.MinNodes).
 		Int("nproc_per_node", l.NProcPerNode).Str("master", fmt.Sprintf("%s:%d", l.MasterAddr, l.MasterPort)).
 		Str("run_id", l.RunID).Msg("launching")
-	out, err := launcher.Run(c.Context, l, launcher.Runtime{
-		Stdout: c.App.Writer, Stderr: c.App.ErrWriter, Signals: signals, Log: log,
-	})
+	rt := launcher.Runtime{Stdout: c.App.Writer, Stderr: c.App.ErrWriter, Signals: signals, Log: log}
+	if self, err := os.Executable(); err == nil {
+		rt.GuardCommand = []string{self, guardCommand}
+	} else {
+		log.Warn().Err(err).Msg("no guard process: if gorun is killed with SIGKILL, workers' own children may survive")
+	}
+	out, err := launcher.Run(c.Context, l, rt)
 	if err != nil {
 		return cli.Exit(err.Error(), max(out.ExitCode, 1))
 	}

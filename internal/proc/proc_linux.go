@@ -38,6 +38,10 @@ type Spec struct {
 	// after the process ends; reaping then waits 2 s for it before closing the pipe.
 	Stdout io.Writer
 	Stderr io.Writer
+	// Guard, when not nil, watches the process group from its start until
+	// the leader has ended and the group was killed, so that the group
+	// dies even if gorun is killed with SIGKILL.
+	Guard *Guard
 }
 
 // Process is a started process, the leader of its own process group. Its methods are safe for
@@ -85,7 +89,7 @@ func Start(spec Spec) (*Process, error) {
 
 	p := &Process{done: make(chan struct{})}
 	started := make(chan error, 1)
-	go p.run(cmd, started)
+	go p.run(cmd, spec.Guard, started)
 	if err := <-started; err != nil {
 		return nil, fmt.Errorf("proc: start %s: %w", spec.Path, err)
 	}
@@ -94,7 +98,7 @@ func Start(spec Spec) (*Process, error) {
 
 // run starts cmd, reports the start on started, then waits for the process, kills what is left of
 // its group and reaps it, all on one locked OS thread.
-func (p *Process) run(cmd *exec.Cmd, started chan<- error) {
+func (p *Process) run(cmd *exec.Cmd, guard *Guard, started chan<- error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 
@@ -104,6 +108,7 @@ func (p *Process) run(cmd *exec.Cmd, started chan<- error) {
 	}
 	p.pid = cmd.Process.Pid
 	p.started = time.Now()
+	guard.Watch(p.pid)
 	started <- nil
 
 	// Wait for the leader to end without reaping it: while it is a zombie its PID, which is also
@@ -117,6 +122,7 @@ func (p *Process) run(cmd *exec.Cmd, started chan<- error) {
 		_ = unix.Kill(-p.pid, unix.SIGKILL)
 	}
 	p.mu.Unlock()
+	guard.Forget(p.pid)
 
 	err := cmd.Wait()
 	r := Result{PID: p.pid, Started: p.started, Ended: ended, ExitCode: -1}

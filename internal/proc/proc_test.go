@@ -325,6 +325,40 @@ func TestParentDeathSignal(t *testing.T) {
 	requireGone(t, child)
 }
 
+// When the process that called Start is killed, its guard kills the whole
+// group of each worker, grandchildren included.
+func TestGuardKillsGroupWhenParentIsKilled(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "grandchild.pid")
+	parent := start(t, worker("guarded-parent", "", pidFile))
+	grandchild := readPID(t, pidFile)
+	require.True(t, alive(grandchild))
+
+	require.NoError(t, syscall.Kill(parent.PID(), syscall.SIGKILL))
+	assert.Equal(t, syscall.SIGKILL, wait(t, parent).Signal)
+	requireGone(t, grandchild)
+}
+
+func TestRunGuard(t *testing.T) {
+	tests := []struct {
+		name, input, err string
+	}{
+		{"empty", "", ""},
+		{"watch and forget", "+999999999\n-999999999\n", ""},
+		{"bad line", "+x\n", `bad line "+x"`},
+		{"bad op", "*12\n", `bad line "*12"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := proc.RunGuard(strings.NewReader(tc.input))
+			if tc.err == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.err)
+		})
+	}
+}
+
 func TestOutput(t *testing.T) {
 	stdout := newRecorder()
 	stderr, err := os.Create(filepath.Join(t.TempDir(), "stderr"))

@@ -80,6 +80,27 @@ func runRole(role string) int {
 		}
 		p.Wait()
 		return 0
+	case "guard":
+		if err := proc.RunGuard(os.Stdin); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return 0
+	case "guarded-parent":
+		// The guard is this test binary again, in role "guard".
+		os.Setenv(roleEnv, "guard")
+		g, err := proc.StartGuard([]string{self()})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 98
+		}
+		p, err := proc.Start(proc.Spec{Path: self(), Env: roleEnviron("fork", "hang", os.Getenv(fileEnv)), Guard: g})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 98
+		}
+		p.Wait()
+		return 0
 	}
 	fmt.Fprintf(os.Stderr, "unknown role %q\n", role)
 	return 96
