@@ -142,7 +142,7 @@ func TestEnvContract(t *testing.T) {
 // TestEnvTwoNodes: two static gorun agents on this machine form one world of 4.
 func TestEnvTwoNodes(t *testing.T) {
 	port := freePort(t)
-	results := runNodes(t, 2, func(node int) []string {
+	results := runNodes(t, 2, nil, func(node int) []string {
 		return []string{"--nnodes=2", fmt.Sprintf("--node-rank=%d", node), "--master-addr=127.0.0.1",
 			fmt.Sprintf("--master-port=%d", port), "--nproc-per-node=2", "--", "/bin/sh", "-c", envScript()}
 	})
@@ -180,13 +180,14 @@ func TestEnvTwoNodes(t *testing.T) {
 	}
 }
 
-// runNodes runs n gorun agents concurrently (args from argsFor(node)) and
+// runNodes runs n gorun agents concurrently (args from argsFor(node), env
+// edits extraEnv) and
 // waits for all of them.
-func runNodes(t *testing.T, n int, argsFor func(node int) []string) []result {
+func runNodes(t *testing.T, n int, extraEnv []string, argsFor func(node int) []string) []result {
 	t.Helper()
 	procs := make([]*gorunProc, n)
 	for node := range procs {
-		procs[node] = startGorun(t, fmt.Sprintf("node%d", node), nil, argsFor(node)...)
+		procs[node] = startGorun(t, fmt.Sprintf("node%d", node), extraEnv, argsFor(node)...)
 	}
 	results := make([]result, n)
 	for node, p := range procs {

@@ -94,7 +94,12 @@ func pythonWithTorch(t *testing.T) string {
 		defer cancel()
 		out, err := exec.CommandContext(ctx, torchPython, "-c", "import torch, torch.distributed as d; assert d.is_available()").CombinedOutput()
 		if err != nil {
-			torchErr = fmt.Errorf("%s cannot import torch.distributed: %v: %s", torchPython, err, bytes.TrimSpace(out))
+			lines := nonEmptyLines(string(out))
+			last := ""
+			if len(lines) > 0 {
+				last = strings.TrimSpace(lines[len(lines)-1])
+			}
+			torchErr = fmt.Errorf("%s cannot import torch.distributed: %v: %s", torchPython, err, last)
 		}
 	})
 	if torchErr != nil {
@@ -171,12 +176,18 @@ type result struct {
 // kills everything it started.
 func startGorun(t *testing.T, name string, extraEnv []string, args ...string) *gorunProc {
 	t.Helper()
+	return startProc(t, name, gorunBin, extraEnv, args...)
+}
+
+// startProc is startGorun for any launcher binary (e.g. torchrun for a comparison).
+func startProc(t *testing.T, name, bin string, extraEnv []string, args ...string) *gorunProc {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	p := &gorunProc{
 		t: t, name: name, args: args, cancel: cancel, marker: newMarker(t),
 		stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{}),
 	}
-	cmd := exec.CommandContext(ctx, gorunBin, args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = moduleRoot
 	cmd.Env = buildEnv(append([]string{"PYTHON=" + defaultPython(), markerEnv + "=" + p.marker}, extraEnv...))
 	cmd.Stdout = p.stdout
@@ -186,7 +197,7 @@ func startGorun(t *testing.T, name string, extraEnv []string, args ...string) *g
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = stopGrace
 	p.cmd = cmd
-	t.Logf("%s: gorun %s", name, shellQuote(args))
+	t.Logf("%s: %s %s", name, filepath.Base(bin), shellQuote(args))
 	if err := cmd.Start(); err != nil {
 		cancel()
 		t.Fatalf("%s: starting gorun: %v", name, err)
