@@ -15,23 +15,23 @@ import (
 // variables win wherever both exist. The batch script is not a step and has no
 // SLURM_STEP_* variables; there the job's variables describe it.
 type Job struct {
-	JobID        string    // SLURM_JOB_ID (or SLURM_JOBID)
-	StepID       string    // SLURM_STEP_ID (or SLURM_STEPID); "" outside a step (the batch script)
-	Nodes        []string  // the step's nodes: SLURM_STEP_NODELIST, else SLURM_JOB_NODELIST/SLURM_NODELIST, expanded
-	JobNodes     []string  // the whole job's nodes: SLURM_JOB_NODELIST, else SLURM_NODELIST, expanded
-	NodeID       int       // SLURM_NODEID (index into Nodes); 0 when unset
-	NumNodes     int       // SLURM_STEP_NUM_NODES, else SLURM_NNODES/SLURM_JOB_NUM_NODES, else len(Nodes)
-	ProcID       int       // SLURM_PROCID; 0 when unset
-	LocalID      int       // SLURM_LOCALID; 0 when unset
-	NumTasks     int       // SLURM_STEP_NUM_TASKS, else SLURM_NTASKS/SLURM_NPROCS; 0 when unknown
-	TasksPerNode []int     // SLURM_STEP_TASKS_PER_NODE, else SLURM_TASKS_PER_NODE, one entry per node; nil when unknown
-	Hostname     string    // SLURMD_NODENAME
-	GPUs         []string  // SLURM_STEP_GPUS, else SLURM_JOB_GPUS: GPU indices on this node ("0,1,2"); nil when unset
-	GPUsOnNode   int       // SLURM_GPUS_ON_NODE; 0 when unset
-	CPUsPerTask  int       // SLURM_CPUS_PER_TASK; 0 when unset (SLURM's default is 1)
-	CPUsOnNode   int       // SLURM_CPUS_ON_NODE; 0 when unset
-	RestartCount int       // SLURM_RESTART_COUNT (requeues); 0 when unset
-	EndTime      time.Time // SLURM_JOB_END_TIME (unix seconds); zero when unset
+	JobID        string    `json:"job_id"`                  // SLURM_JOB_ID (or SLURM_JOBID)
+	StepID       string    `json:"step_id,omitempty"`       // SLURM_STEP_ID (or SLURM_STEPID); "" outside a step (the batch script)
+	Nodes        []string  `json:"nodes"`                   // the step's nodes: SLURM_STEP_NODELIST, else SLURM_JOB_NODELIST/SLURM_NODELIST, expanded
+	JobNodes     []string  `json:"job_nodes"`               // the whole job's nodes: SLURM_JOB_NODELIST, else SLURM_NODELIST, expanded
+	NodeID       int       `json:"node_id"`                 // SLURM_NODEID (index into Nodes); 0 when unset
+	NumNodes     int       `json:"num_nodes"`               // SLURM_STEP_NUM_NODES, else SLURM_NNODES/SLURM_JOB_NUM_NODES, else len(Nodes)
+	ProcID       int       `json:"proc_id"`                 // SLURM_PROCID; 0 when unset
+	LocalID      int       `json:"local_id"`                // SLURM_LOCALID; 0 when unset
+	NumTasks     int       `json:"num_tasks"`               // SLURM_STEP_NUM_TASKS, else SLURM_NTASKS/SLURM_NPROCS; 0 when unknown
+	TasksPerNode []int     `json:"tasks_per_node"`          // SLURM_STEP_TASKS_PER_NODE, else SLURM_TASKS_PER_NODE, one entry per node; nil when unknown
+	Hostname     string    `json:"hostname"`                // SLURMD_NODENAME
+	GPUs         []string  `json:"gpus,omitempty"`          // SLURM_STEP_GPUS, else SLURM_JOB_GPUS: GPU indices on this node ("0,1,2"); nil when unset
+	GPUsOnNode   int       `json:"gpus_on_node,omitempty"`  // SLURM_GPUS_ON_NODE; 0 when unset
+	CPUsPerTask  int       `json:"cpus_per_task,omitempty"` // SLURM_CPUS_PER_TASK; 0 when unset (SLURM's default is 1)
+	CPUsOnNode   int       `json:"cpus_on_node,omitempty"`  // SLURM_CPUS_ON_NODE; 0 when unset
+	RestartCount int       `json:"restart_count"`           // SLURM_RESTART_COUNT (requeues); 0 when unset
+	EndTime      time.Time `json:"end_time,omitzero"`       // SLURM_JOB_END_TIME (unix seconds); zero when unset
 }
 
 // EnvError is the error FromEnv returns for a malformed or inconsistent variable.
