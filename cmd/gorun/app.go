@@ -128,7 +128,11 @@ func NewApp() *cli.App {
 		HideHelpCommand: true,
 		ExitErrHandler:  func(*cli.Context, error) {}, // main maps errors to exit codes
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return cli.Exit(err.Error(), exitUsage)
+			msg := err.Error()
+			if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+				msg = "unknown flag --" + strings.TrimPrefix(name, "-") + " (gorun --help lists the flags)"
+			}
+			return cli.Exit(msg, exitUsage)
 		},
 	}
 	return app

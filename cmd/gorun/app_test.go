@@ -54,7 +54,7 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"unknown flag", nil, []string{"--bogus", "x"}, "flag provided but not defined: -bogus"},
+		{"unknown flag", nil, []string{"--bogus", "x"}, "unknown flag --bogus (gorun --help lists the flags)"},
 		{"nnodes backwards", nil, []string{"--nnodes=3:2", "--", "true"}, "MIN 3 is larger than MAX 2"},
 		{"missing script", nil, []string{"nope.py"}, "script nope.py: no such file or directory"},
 		{"no entrypoint", nil, nil, "no entrypoint"},
