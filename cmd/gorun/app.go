@@ -112,6 +112,7 @@ func NewApp() *cli.App {
 				Flags:     launchFlags(),
 				Action:    planAction,
 			},
+			benchCommand(),
 			{
 				Name:   guardCommand,
 				Usage:  "internal: kill the workers' process groups named on stdin once stdin closes (gorun died)",
