@@ -1,0 +1,186 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Vocab is the number of tokens the model knows: it reads bytes.
+const Vocab = 256
+
+// Config is one train.toml, decoded, overridden by --set, validated, with
+// its relative paths made absolute (see Load). The zero value is not
+// valid; start from Default.
+type Config struct {
+	Model      Model      `toml:"model"`
+	Data       Data       `toml:"data"`
+	Train      Train      `toml:"train"`
+	Optim      Optim      `toml:"optim"`
+	Parallel   Parallel   `toml:"parallel"`
+	Checkpoint Checkpoint `toml:"checkpoint"`
+
+	// rawFiles are data.files as written, before $VARS and the toml's
+	// directory: the config hash uses them, so a run directory that moves
+	// keeps its hash.
+	rawFiles []string
+}
+
+// Model is [model]: the shape of the decoder-only transformer over bytes.
+type Model struct {
+	Layers  int `toml:"layers"`  // transformer blocks
+	DModel  int `toml:"d_model"` // width of the residual stream
+	Heads   int `toml:"heads"`   // attention heads; must divide DModel
+	Context int `toml:"context"` // tokens (bytes) per sequence
+}
+
+// Data is [data]: the text the model reads.
+type Data struct {
+	// Files are glob patterns (with ** and {a,b}); after Load they are
+	// absolute with $VARS expanded.
+	Files []string `toml:"files"`
+}
+
+// Train is [train]: the length of the run, its batch and its logging.
+type Train struct {
+	Steps       int    `toml:"steps"`        // optimizer steps for the whole run
+	GlobalBatch int    `toml:"global_batch"` // sequences per optimizer step, whole job
+	MicroBatch  int    `toml:"micro_batch"`  // sequences per forward/backward on one rank
+	Seed        uint64 `toml:"seed"`
+	LogEvery    int    `toml:"log_every"` // steps between log lines
+	// Metrics is the JSON-lines file rank 0 writes ("" for none; a
+	// "{rank}" in it gives every rank its own file). Absolute after Load.
+	Metrics string `toml:"metrics"`
+}
+
+// Optim is [optim]: AdamW with linear warmup, then cosine decay to MinLR.
+type Optim struct {
+	LR          float64 `toml:"lr"`
+	MinLR       float64 `toml:"min_lr"`
+	Warmup      int     `toml:"warmup"` // steps of linear warmup
+	Beta1       float64 `toml:"beta1"`
+	Beta2       float64 `toml:"beta2"`
+	Eps         float64 `toml:"eps"`
+	WeightDecay float64 `toml:"weight_decay"`
+	GradClip    float64 `toml:"grad_clip"` // global gradient norm cap; 0 turns clipping off
+}
+
+// Parallel is [parallel]: how the world is split into replicas x shards.
+type Parallel struct {
+	Mode      string `toml:"mode"`       // hsdp | fsdp | ddp
+	ShardSize int    `toml:"shard_size"` // 0: the number of workers per node
+}
+
+// Checkpoint is [checkpoint]: where and how often to save.
+type Checkpoint struct {
+	Dir   string `toml:"dir"`   // absolute after Load
+	Every int    `toml:"every"` // steps between saves; 0 saves only at the end
+	Keep  int    `toml:"keep"`  // newest checkpoints kept
+	Async bool   `toml:"async"` // write in the background
+}
+
+// Parallel modes.
+const (
+	ModeHSDP = "hsdp"
+	ModeFSDP = "fsdp"
+	ModeDDP  = "ddp"
+)
+
+// Default returns the defaults of DESIGN.md's train.toml, which every key
+// a file leaves out keeps. Its paths are still relative.
+func Default() Config {
+	c := Config{
+		Model: Model{Layers: 2, DModel: 64, Heads: 4, Context: 64},
+		Data:  Data{Files: []string{"$GOROOT/src/**/*.go"}},
+		Train: Train{Steps: 200, GlobalBatch: 32, MicroBatch: 8, Seed: 1, LogEvery: 10, Metrics: "metrics.jsonl"},
+		Optim: Optim{LR: 3e-3, MinLR: 3e-4, Warmup: 20, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8,
+			WeightDecay: 0.1, GradClip: 1.0},
+		Parallel:   Parallel{Mode: ModeHSDP},
+		Checkpoint: Checkpoint{Dir: "ckpt", Every: 50, Keep: 3},
+	}
+	c.rawFiles = c.Data.Files
+	return c
+}
+
+// Params is the exact number of parameters of the model: token embedding
+// (Vocab x d, tied with the output projection, so no separate output
+// matrix), learned positions (context x d), per block a pre-attention
+// LayerNorm (2d), fused QKV with biases (3d^2 + 3d), attention output with
+// bias (d^2 + d), a pre-MLP LayerNorm (2d), the MLP d -> 4d -> d with
+// biases (8d^2 + 5d), and a final LayerNorm (2d):
+// (Vocab + context + 2)·d + layers·(12d^2 + 13d).
+func (m Model) Params() int64 {
+	d, l := int64(m.DModel), int64(m.Layers)
+	return (Vocab+int64(m.Context)+2)*d + l*(12*d*d+13*d)
+}
+
+// Accumulation is the number of micro steps each rank runs per optimizer
+// step: global_batch / (micro_batch x worldSize). A world size that does
+// not divide is an error that lists the sizes that work.
+func (c Config) Accumulation(worldSize int) (microSteps int, err error) {
+	g, m := c.Train.GlobalBatch, c.Train.MicroBatch
+	if g < 1 || m < 1 || g%m != 0 {
+		return 0, fmt.Errorf("config: accumulation: train.global_batch = %d is not a multiple of train.micro_batch = %d", g, m)
+	}
+	if worldSize < 1 {
+		return 0, fmt.Errorf("config: accumulation: world size %d: must be at least 1", worldSize)
+	}
+	per := g / m // micro batches per optimizer step, whole job
+	if per%worldSize != 0 {
+		return 0, fmt.Errorf("config: accumulation: train.global_batch = %d is not a multiple of train.micro_batch x world size = %d x %d; world sizes that work: %s (or change the batch sizes)",
+			g, m, worldSize, joinInts(divisors(per)))
+	}
+	return per / worldSize, nil
+}
+
+// Layout splits worldSize workers, perNode of them on each node, into
+// replicas x shards as parallel.mode says: ddp shards nothing, fsdp shards
+// over the whole world, hsdp shards over shard_size workers (0: perNode)
+// and replicates across them. The shard size must divide the world.
+func (p Parallel) Layout(worldSize, perNode int) (replicas, shards int, err error) {
+	if worldSize < 1 || perNode < 1 {
+		return 0, 0, fmt.Errorf("config: layout: world size %d with %d per node: both must be at least 1", worldSize, perNode)
+	}
+	switch p.Mode {
+	case ModeDDP:
+		shards = 1
+	case ModeFSDP:
+		shards = worldSize
+	case ModeHSDP:
+		shards = p.ShardSize
+		if shards == 0 {
+			shards = min(perNode, worldSize)
+		}
+	default:
+		return 0, 0, fmt.Errorf("config: layout: parallel.mode = %q: want hsdp, fsdp or ddp", p.Mode)
+	}
+	if shards < 1 || worldSize%shards != 0 {
+		return 0, 0, fmt.Errorf("config: layout: shard size %d does not divide world size %d; shard sizes that work: %s",
+			shards, worldSize, joinInts(divisors(worldSize)))
+	}
+	return worldSize / shards, shards, nil
+}
+
+// divisors lists the divisors of n >= 1 in increasing order.
+func divisors(n int) []int {
+	var low, high []int
+	for d := 1; d*d <= n; d++ {
+		if n%d == 0 {
+			low = append(low, d)
+			if d*d != n {
+				high = append(high, n/d)
+			}
+		}
+	}
+	for i := len(high) - 1; i >= 0; i-- {
+		low = append(low, high[i])
+	}
+	return low
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, ", ")
+}
