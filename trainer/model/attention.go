@@ -1,0 +1,143 @@
+package model
+
+import (
+	"math"
+	"sync"
+
+	"github.com/gorun/gorun/trainer/kernels"
+)
+
+// Causal multi-head self-attention. The c_attn projection (d -> 3d) and c_proj (d -> d) are
+// linear layers; this file holds the part between them. Per (sequence, head) pair, with
+// q, k, v the [T, hd] slices of that head and s = 1/sqrt(hd):
+//
+//	S = s · q·kᵀ           [T, T]
+//	P = softmax over j <= i of S[i, j], and P[i, j] = 0 for j > i (the causal mask)
+//	y = P·v                [T, hd]
+//
+// Every pair is independent, so pairs are spread over goroutines; each pair's result is
+// computed by one goroutine in a fixed order, so the bits do not depend on scheduling.
+
+// dims are the sizes of one micro-batch.
+type dims struct {
+	b, t, d, h, hd, v int
+	n                 int // b*t rows
+}
+
+// toHeads copies the d-wide block starting at column off of src ([n, stride]) into dst laid
+// out [b, h, t, hd], one contiguous [t, hd] matrix per (sequence, head).
+func toHeads(dst, src []float32, stride, off int, dm dims) {
+	for bi := 0; bi < dm.b; bi++ {
+		for ti := 0; ti < dm.t; ti++ {
+			row := src[(bi*dm.t+ti)*stride+off:]
+			for hi := 0; hi < dm.h; hi++ {
+				o := ((bi*dm.h+hi)*dm.t + ti) * dm.hd
+				copy(dst[o:o+dm.hd], row[hi*dm.hd:(hi+1)*dm.hd])
+			}
+		}
+	}
+}
+
+// fromHeads is the inverse of toHeads: it copies src laid out [b, h, t, hd] into the d-wide
+// block starting at column off of dst ([n, stride]).
+func fromHeads(dst, src []float32, stride, off int, dm dims) {
+	for bi := 0; bi < dm.b; bi++ {
+		for ti := 0; ti < dm.t; ti++ {
+			row := dst[(bi*dm.t+ti)*stride+off:]
+			for hi := 0; hi < dm.h; hi++ {
+				o := ((bi*dm.h+hi)*dm.t + ti) * dm.hd
+				copy(row[hi*dm.hd:(hi+1)*dm.hd], src[o:o+dm.hd])
+			}
+		}
+	}
+}
+
+// pool runs independent work items on up to threads goroutines, item i always on goroutine
+// i mod threads, and returns when all are done. eng is single-threaded, for products inside
+// an item, so the goroutines do not multiply.
+type pool struct {
+	threads int
+	eng     *kernels.Engine
+}
+
+func (p pool) forEach(n int, fn func(i int)) {
+	w := min(p.threads, n)
+	if w <= 1 {
+		for i := 0; i < n; i++ {
+			fn(i)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < w; g++ {
+		wg.Go(func() {
+			for i := g; i < n; i += w {
+				fn(i)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// attentionForward computes y (laid out [b, h, t, hd]) from q, k, v (same layout) and keeps
+// the probabilities P in att ([b, h, t, t]) for the backward pass.
+func attentionForward(p pool, y, att, q, k, v []float32, dm dims) {
+	t, hd := dm.t, dm.hd
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	p.forEach(dm.b*dm.h, func(i int) {
+		qi, ki, vi := q[i*t*hd:(i+1)*t*hd], k[i*t*hd:(i+1)*t*hd], v[i*t*hd:(i+1)*t*hd]
+		pi := att[i*t*t : (i+1)*t*t]
+		p.eng.MatMul(pi, qi, ki, t, t, hd, false, true, false) // q·kᵀ
+		for r := 0; r < t; r++ {
+			row := pi[r*t : (r+1)*t]
+			mx := row[0] * scale
+			for _, s := range row[1 : r+1] {
+				mx = max(mx, s*scale)
+			}
+			var sum float64
+			for j := 0; j <= r; j++ {
+				e := math.Exp(float64(row[j]*scale - mx))
+				row[j] = float32(e)
+				sum += e
+			}
+			inv := float32(1 / sum)
+			for j := 0; j <= r; j++ {
+				row[j] *= inv
+			}
+			clear(row[r+1:])
+		}
+		p.eng.MatMul(y[i*t*hd:(i+1)*t*hd], pi, vi, t, hd, t, false, false, false) // P·v
+	})
+}
+
+// attentionBackward takes dy = dL/dy ([b, h, t, hd]) and writes dq, dk, dv. dp ([b, h, t, t])
+// is scratch. Per pair:
+//
+//	dP = dy·vᵀ,  dv = Pᵀ·dy
+//	dS[i, j] = s · P[i, j] (dP[i, j] - sum_k P[i, k] dP[i, k])   (softmax backward; 0 where masked)
+//	dq = dS·k,   dk = dSᵀ·q
+func attentionBackward(p pool, dq, dk, dv, dp, dy, att, q, k, v []float32, dm dims) {
+	t, hd := dm.t, dm.hd
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	p.forEach(dm.b*dm.h, func(i int) {
+		m := i * t * hd
+		qi, ki, vi, dyi := q[m:m+t*hd], k[m:m+t*hd], v[m:m+t*hd], dy[m:m+t*hd]
+		pi, dpi := att[i*t*t:(i+1)*t*t], dp[i*t*t:(i+1)*t*t]
+		p.eng.MatMul(dpi, dyi, vi, t, t, hd, false, true, false)          // dP = dy·vᵀ
+		p.eng.MatMul(dv[m:m+t*hd], pi, dyi, t, hd, t, true, false, false) // dv = Pᵀ·dy
+		for r := 0; r < t; r++ {
+			pr, dr := pi[r*t:(r+1)*t], dpi[r*t:(r+1)*t]
+			var s float64
+			for j := 0; j <= r; j++ {
+				s += float64(pr[j] * dr[j])
+			}
+			sf := float32(s)
+			for j := 0; j <= r; j++ {
+				dr[j] = scale * pr[j] * (dr[j] - sf)
+			}
+			clear(dr[r+1:])
+		}
+		p.eng.MatMul(dq[m:m+t*hd], dpi, ki, t, hd, t, false, false, false) // dq = dS·k
+		p.eng.MatMul(dk[m:m+t*hd], dpi, qi, t, hd, t, true, false, false)  // dk = dSᵀ·q
+	})
+}

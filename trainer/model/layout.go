@@ -1,0 +1,109 @@
+package model
+
+import "fmt"
+
+// TensorInfo names one tensor of the flat parameter buffer: its global shape (row-major) and
+// the offset of its first element.
+type TensorInfo struct {
+	Name   string
+	Shape  []int
+	Offset int
+}
+
+// Len is the number of elements of the tensor.
+func (t TensorInfo) Len() int {
+	n := 1
+	for _, d := range t.Shape {
+		n *= d
+	}
+	return n
+}
+
+// Layout places every parameter tensor in one flat buffer, back to back with no gaps, in the
+// order of Tensors. Grads, and the AdamW moments, use the same layout. Size is the number of
+// elements the model reads; a sharded buffer may be longer (padding), and the model never reads
+// or writes past Size.
+type Layout struct {
+	Tensors []TensorInfo
+	Size    int
+}
+
+// Tensor names follow nanoGPT's state dict without its "transformer." prefix, and matrices are
+// stored [out, in] like torch.nn.Linear, so a checkpoint maps onto a PyTorch GPT by name.
+const (
+	nameWTE = "wte.weight" // [vocab, d]: token embedding, tied with the output projection
+	nameWPE = "wpe.weight" // [context, d]: learned position embedding
+	nameLNF = "ln_f"       // final layer norm
+)
+
+// NewLayout lays out the parameters of cfg: wte, wpe, then per block ln_1, attn.c_attn,
+// attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj (each .weight then .bias), then ln_f. cfg must have
+// passed Validate.
+func NewLayout(cfg Config) Layout {
+	var l Layout
+	add := func(name string, shape ...int) {
+		t := TensorInfo{Name: name, Shape: shape, Offset: l.Size}
+		l.Tensors = append(l.Tensors, t)
+		l.Size += t.Len()
+	}
+	d := cfg.DModel
+	add(nameWTE, cfg.Vocab, d)
+	add(nameWPE, cfg.Context, d)
+	for i := 0; i < cfg.Layers; i++ {
+		p := fmt.Sprintf("h.%d.", i)
+		add(p+"ln_1.weight", d)
+		add(p+"ln_1.bias", d)
+		add(p+"attn.c_attn.weight", 3*d, d)
+		add(p+"attn.c_attn.bias", 3*d)
+		add(p+"attn.c_proj.weight", d, d)
+		add(p+"attn.c_proj.bias", d)
+		add(p+"ln_2.weight", d)
+		add(p+"ln_2.bias", d)
+		add(p+"mlp.c_fc.weight", 4*d, d)
+		add(p+"mlp.c_fc.bias", 4*d)
+		add(p+"mlp.c_proj.weight", d, 4*d)
+		add(p+"mlp.c_proj.bias", d)
+	}
+	add(nameLNF+".weight", d)
+	add(nameLNF+".bias", d)
+	return l
+}
+
+// Find returns the tensor called name, and false when there is none.
+func (l Layout) Find(name string) (TensorInfo, bool) {
+	for _, t := range l.Tensors {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return TensorInfo{}, false
+}
+
+// PaddedSize is Size rounded up to a multiple of shards (at least 1), the length of a flat
+// buffer that splits evenly into shards equal slices.
+func (l Layout) PaddedSize(shards int) int {
+	s := max(shards, 1)
+	return (l.Size + s - 1) / s * s
+}
+
+// Decayed reports whether AdamW applies weight decay to t: every tensor with two or more
+// dimensions (the linear weights and the embeddings), as in nanoGPT; biases and layer-norm
+// parameters are not decayed.
+func (t TensorInfo) Decayed() bool { return len(t.Shape) >= 2 }
+
+// DecayMask returns n flags, one per element of a flat buffer of length n (n >= Size for a
+// padded buffer), true where weight decay applies. Padding past Size is false. A rank that owns
+// the slice [lo, hi) of the buffer passes mask[lo:hi] to the optimizer.
+func (l Layout) DecayMask(n int) []bool {
+	mask := make([]bool, max(n, 0))
+	for _, t := range l.Tensors {
+		if !t.Decayed() {
+			continue
+		}
+		end := min(t.Offset+t.Len(), n)
+		for i := t.Offset; i < end; i++ {
+			mask[i] = true
+		}
+	}
+	return mask
+}

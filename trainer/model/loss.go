@@ -1,0 +1,46 @@
+package model
+
+import "math"
+
+// crossEntropyForward turns the n rows of logits (width v) into probabilities in place (a
+// softmax with the row maximum subtracted) and returns the mean over rows of -log p[target],
+// summed in float64 in row order.
+func crossEntropyForward(logits []float32, targets []byte, n, v int) float32 {
+	var total float64
+	for i := 0; i < n; i++ {
+		row := logits[i*v : (i+1)*v]
+		mx := row[0]
+		for _, z := range row[1:] {
+			mx = max(mx, z)
+		}
+		tgt := int(targets[i])
+		zt := float64(row[tgt] - mx)
+		var s float64
+		for j, z := range row {
+			e := math.Exp(float64(z - mx))
+			row[j] = float32(e)
+			s += e
+		}
+		inv := 1 / s
+		// log p[target] = (z_t - max) - log(sum): no log of an underflowed probability.
+		total -= zt - math.Log(s)
+		for j := range row {
+			row[j] = float32(float64(row[j]) * inv)
+		}
+	}
+	return float32(total / float64(n))
+}
+
+// crossEntropyBackward writes into dlogits the gradient of scale * mean loss with respect to
+// the logits: (p - onehot(target)) * scale / n, where probs holds p from the forward pass.
+func crossEntropyBackward(dlogits, probs []float32, targets []byte, n, v int, scale float32) {
+	k := scale / float32(n)
+	for i := 0; i < n; i++ {
+		p := probs[i*v : (i+1)*v]
+		d := dlogits[i*v : (i+1)*v]
+		for j, pj := range p {
+			d[j] = pj * k
+		}
+		d[targets[i]] -= k
+	}
+}

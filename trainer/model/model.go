@@ -1,0 +1,266 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gorun/gorun/trainer/kernels"
+)
+
+// Model runs the forward and backward passes of one micro-batch. It owns the activation and
+// scratch buffers for microBatch sequences, not the parameters: Forward and Backward take the
+// flat parameter and gradient buffers laid out by NewLayout. A Model is not safe for
+// concurrent use; use one per goroutine.
+//
+// Architecture (GPT-2, pre-LN): x = wte[token] + wpe[position]; per block
+// x += attn(ln_1(x)); x += mlp(ln_2(x)); then logits = ln_f(x)·wteᵀ (the output projection is
+// tied to the token embedding) and the loss is the mean softmax cross-entropy of each next
+// byte.
+type Model struct {
+	cfg    Config
+	layout Layout
+	dm     dims
+	eng    *kernels.Engine
+	heads  pool
+
+	inputs, targets []byte
+	xs              [][]float32 // residual stream: xs[0] embeddings, xs[l+1] output of block l
+	blocks          []blockActs
+	lnf             normActs
+	probs           []float32 // [n, v] softmax of the logits
+	forwarded       bool
+
+	// Scratch.
+	qkv     []float32 // [n, 3d]: c_attn output in forward, its gradient in backward
+	yh      []float32 // [b, h, t, hd]: attention output, then its gradient, per head
+	dq, dk  []float32 // [b, h, t, hd]
+	dv      []float32 // [b, h, t, hd]
+	dp      []float32 // [b, h, t, t]
+	dx      []float32 // [n, d]: dL/d(residual stream)
+	dtmp    []float32 // [n, d]
+	d4      []float32 // [n, 4d]
+	dlogits []float32 // [n, v]
+}
+
+// normActs is what a layer norm keeps for its backward pass besides its input.
+type normActs struct {
+	out, mean, rstd []float32
+}
+
+// blockActs are the activations of one transformer block kept for the backward pass.
+type blockActs struct {
+	ln1     normActs
+	q, k, v []float32 // [b, h, t, hd]
+	att     []float32 // [b, h, t, t] attention probabilities
+	y       []float32 // [n, d] heads merged: input of attn.c_proj
+	x2      []float32 // [n, d] residual stream after attention: input of ln_2
+	ln2     normActs
+	fc      []float32 // [n, 4d] mlp.c_fc output, before GELU
+	gelu    []float32 // [n, 4d]
+}
+
+// New returns a Model for cfg that runs microBatch sequences of cfg.Context+1 bytes per pass,
+// with its matrix products on eng; attention heads are spread over eng.Threads() goroutines.
+// It returns an error when cfg is invalid, microBatch < 1 or eng is nil.
+func New(cfg Config, microBatch int, eng *kernels.Engine) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("model: new: %w", err)
+	}
+	if microBatch < 1 {
+		return nil, fmt.Errorf("model: new: micro batch = %d, want >= 1", microBatch)
+	}
+	if eng == nil {
+		return nil, errors.New("model: new: nil kernels engine")
+	}
+	d, t := cfg.DModel, cfg.Context
+	dm := dims{b: microBatch, t: t, d: d, h: cfg.Heads, hd: d / cfg.Heads, v: cfg.Vocab, n: microBatch * t}
+	n, bht := dm.n, microBatch*cfg.Heads*t
+	f := func(size int) []float32 { return make([]float32, size) }
+	norm := func() normActs { return normActs{out: f(n * d), mean: f(n), rstd: f(n)} }
+	m := &Model{
+		cfg:     cfg,
+		layout:  NewLayout(cfg),
+		dm:      dm,
+		eng:     eng,
+		heads:   pool{threads: eng.Threads(), eng: kernels.New(1)},
+		inputs:  make([]byte, n),
+		targets: make([]byte, n),
+		lnf:     norm(),
+		probs:   f(n * cfg.Vocab),
+		qkv:     f(n * 3 * d),
+		yh:      f(n * d),
+		dq:      f(n * d),
+		dk:      f(n * d),
+		dv:      f(n * d),
+		dp:      f(bht * t),
+		dx:      f(n * d),
+		dtmp:    f(n * d),
+		d4:      f(n * 4 * d),
+		dlogits: f(n * cfg.Vocab),
+	}
+	for i := 0; i <= cfg.Layers; i++ {
+		m.xs = append(m.xs, f(n*d))
+	}
+	for i := 0; i < cfg.Layers; i++ {
+		m.blocks = append(m.blocks, blockActs{
+			ln1: norm(), q: f(n * d), k: f(n * d), v: f(n * d), att: f(bht * t),
+			y: f(n * d), x2: f(n * d), ln2: norm(), fc: f(n * 4 * d), gelu: f(n * 4 * d),
+		})
+	}
+	return m, nil
+}
+
+// Layout is the parameter layout the model reads.
+func (m *Model) Layout() Layout { return m.layout }
+
+// TokensLen is the number of bytes Forward takes: microBatch sequences of Context+1 bytes.
+func (m *Model) TokensLen() int { return m.dm.b * (m.dm.t + 1) }
+
+// Forward computes the mean cross-entropy of next-byte prediction over the micro-batch and
+// keeps the activations for Backward. tokens holds microBatch sequences of Context+1 bytes
+// back to back; each sequence's inputs are its first Context bytes and its targets the last
+// Context. Forward reads only params[:Layout().Size]. It panics when params or tokens is
+// shorter or longer than that, or when a token is >= Vocab: those are bugs in the caller.
+func (m *Model) Forward(params []float32, tokens []byte) float32 {
+	if len(params) < m.layout.Size {
+		panic(fmt.Sprintf("model: Forward with %d params, layout needs %d", len(params), m.layout.Size))
+	}
+	if len(tokens) != m.TokensLen() {
+		panic(fmt.Sprintf("model: Forward with %d tokens, want %d (%d sequences of %d)",
+			len(tokens), m.TokensLen(), m.dm.b, m.dm.t+1))
+	}
+	dm := m.dm
+	for b := 0; b < dm.b; b++ {
+		seq := tokens[b*(dm.t+1) : (b+1)*(dm.t+1)]
+		for _, c := range seq {
+			if int(c) >= dm.v {
+				panic(fmt.Sprintf("model: token %d >= vocab %d", c, dm.v))
+			}
+		}
+		copy(m.inputs[b*dm.t:], seq[:dm.t])
+		copy(m.targets[b*dm.t:], seq[1:])
+	}
+	w := views(m.layout, params)
+	n, d := dm.n, dm.d
+
+	embedForward(m.xs[0], w.wte, w.wpe, m.inputs, dm.t, d)
+	for l := range m.blocks {
+		a, bw, in, out := &m.blocks[l], &w.blocks[l], m.xs[l], m.xs[l+1]
+		// Attention: x2 = in + c_proj(attn(c_attn(ln_1(in)))).
+		layerNormForward(a.ln1.out, a.ln1.mean, a.ln1.rstd, in, bw.ln1w, bw.ln1b, n, d)
+		linearForward(m.eng, m.qkv, a.ln1.out, bw.attnw, bw.attnb, n, d, 3*d)
+		toHeads(a.q, m.qkv, 3*d, 0, dm)
+		toHeads(a.k, m.qkv, 3*d, d, dm)
+		toHeads(a.v, m.qkv, 3*d, 2*d, dm)
+		attentionForward(m.heads, m.yh, a.att, a.q, a.k, a.v, dm)
+		fromHeads(a.y, m.yh, d, 0, dm)
+		linearForward(m.eng, a.x2, a.y, bw.projw, bw.projb, n, d, d)
+		addTo(a.x2, in)
+		// MLP: out = x2 + c_proj(gelu(c_fc(ln_2(x2)))).
+		layerNormForward(a.ln2.out, a.ln2.mean, a.ln2.rstd, a.x2, bw.ln2w, bw.ln2b, n, d)
+		linearForward(m.eng, a.fc, a.ln2.out, bw.fcw, bw.fcb, n, d, 4*d)
+		geluForward(a.gelu, a.fc)
+		linearForward(m.eng, out, a.gelu, bw.mlpw, bw.mlpb, n, 4*d, d)
+		addTo(out, a.x2)
+	}
+	last := m.xs[len(m.xs)-1]
+	layerNormForward(m.lnf.out, m.lnf.mean, m.lnf.rstd, last, w.lnfw, w.lnfb, n, d)
+	m.eng.MatMul(m.probs, m.lnf.out, w.wte, n, dm.v, d, false, true, false) // logits = ln_f(x)·wteᵀ
+	m.forwarded = true
+	return crossEntropyForward(m.probs, m.targets, n, dm.v)
+}
+
+// Backward adds to grads[:Layout().Size] scale times the gradient of the loss of the last
+// Forward with respect to params; params must be the buffer that Forward read. Adding lets a
+// caller accumulate micro-batches into one buffer, and scale folds in 1/(micro-batches) and
+// the 1/(R*S) of data parallelism. It panics when called before Forward or with a buffer
+// shorter than the layout: those are bugs in the caller.
+func (m *Model) Backward(params, grads []float32, scale float32) {
+	if !m.forwarded {
+		panic("model: Backward before Forward")
+	}
+	if len(params) < m.layout.Size || len(grads) < m.layout.Size {
+		panic(fmt.Sprintf("model: Backward with %d params and %d grads, layout needs %d",
+			len(params), len(grads), m.layout.Size))
+	}
+	dm := m.dm
+	n, d, v := dm.n, dm.d, dm.v
+	w, g := views(m.layout, params), views(m.layout, grads)
+
+	// Logits and the tied output projection: logits = xf·wteᵀ, so
+	// dxf = dlogits·wte and dwte += dlogitsᵀ·xf.
+	crossEntropyBackward(m.dlogits, m.probs, m.targets, n, v, scale)
+	m.eng.MatMul(m.dtmp, m.dlogits, w.wte, n, d, v, false, false, false)
+	m.eng.MatMul(g.wte, m.dlogits, m.lnf.out, v, d, n, true, false, true)
+	clear(m.dx)
+	last := m.xs[len(m.xs)-1]
+	layerNormBackward(m.dx, g.lnfw, g.lnfb, m.dtmp, last, m.lnf.mean, m.lnf.rstd, w.lnfw, n, d)
+
+	// Blocks, last first. On entry to each, dx = dL/d(block output). A residual connection
+	// passes dx through unchanged, and each branch adds its own gradient to it.
+	for l := len(m.blocks) - 1; l >= 0; l-- {
+		a, bw, bg, in := &m.blocks[l], &w.blocks[l], &g.blocks[l], m.xs[l]
+		// MLP branch: dx += d(ln_2 ∘ c_fc ∘ gelu ∘ c_proj)ᵀ dx; afterwards dx = dL/dx2.
+		linearBackward(m.eng, m.d4, bg.mlpw, bg.mlpb, m.dx, a.gelu, bw.mlpw, n, 4*d, d)
+		geluBackward(m.d4, a.fc)
+		linearBackward(m.eng, m.dtmp, bg.fcw, bg.fcb, m.d4, a.ln2.out, bw.fcw, n, d, 4*d)
+		layerNormBackward(m.dx, bg.ln2w, bg.ln2b, m.dtmp, a.x2, a.ln2.mean, a.ln2.rstd, bw.ln2w, n, d)
+		// Attention branch; afterwards dx = dL/d(block input).
+		linearBackward(m.eng, m.dtmp, bg.projw, bg.projb, m.dx, a.y, bw.projw, n, d, d)
+		toHeads(m.yh, m.dtmp, d, 0, dm)
+		attentionBackward(m.heads, m.dq, m.dk, m.dv, m.dp, m.yh, a.att, a.q, a.k, a.v, dm)
+		fromHeads(m.qkv, m.dq, 3*d, 0, dm)
+		fromHeads(m.qkv, m.dk, 3*d, d, dm)
+		fromHeads(m.qkv, m.dv, 3*d, 2*d, dm)
+		linearBackward(m.eng, m.dtmp, bg.attnw, bg.attnb, m.qkv, a.ln1.out, bw.attnw, n, d, 3*d)
+		layerNormBackward(m.dx, bg.ln1w, bg.ln1b, m.dtmp, in, a.ln1.mean, a.ln1.rstd, bw.ln1w, n, d)
+	}
+	embedBackward(g.wte, g.wpe, m.dx, m.inputs, dm.t, d)
+}
+
+// addTo adds src to dst elementwise.
+func addTo(dst, src []float32) {
+	for i, v := range src {
+		dst[i] += v
+	}
+}
+
+// weights are the tensors of one flat buffer (parameters or gradients) as slices.
+type weights struct {
+	wte, wpe   []float32
+	blocks     []blockWeights
+	lnfw, lnfb []float32
+}
+
+type blockWeights struct {
+	ln1w, ln1b   []float32
+	attnw, attnb []float32 // attn.c_attn
+	projw, projb []float32 // attn.c_proj
+	ln2w, ln2b   []float32
+	fcw, fcb     []float32 // mlp.c_fc
+	mlpw, mlpb   []float32 // mlp.c_proj
+}
+
+// views slices buf into the tensors of l, in the order NewLayout adds them.
+func views(l Layout, buf []float32) weights {
+	i := 0
+	next := func() []float32 {
+		t := l.Tensors[i]
+		i++
+		return buf[t.Offset : t.Offset+t.Len() : t.Offset+t.Len()]
+	}
+	var w weights
+	w.wte, w.wpe = next(), next()
+	for len(w.blocks) < (len(l.Tensors)-4)/12 {
+		var b blockWeights
+		for _, p := range []*[]float32{
+			&b.ln1w, &b.ln1b, &b.attnw, &b.attnb, &b.projw, &b.projb,
+			&b.ln2w, &b.ln2b, &b.fcw, &b.fcb, &b.mlpw, &b.mlpb,
+		} {
+			*p = next()
+		}
+		w.blocks = append(w.blocks, b)
+	}
+	w.lnfw, w.lnfb = next(), next()
+	return w
+}

@@ -1,0 +1,333 @@
+package model
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/gorun/gorun/trainer/kernels"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// defaultConfig is [model] of the shipped train.toml.
+var defaultConfig = Config{Layers: 2, DModel: 64, Heads: 4, Context: 64, Vocab: 256}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		errs []string
+	}{
+		{"default", defaultConfig, nil},
+		{"tiny", Config{Layers: 1, DModel: 2, Heads: 1, Context: 1, Vocab: 1}, nil},
+		{"zero", Config{}, []string{"layers = 0", "d_model = 0", "heads = 0", "context = 0", "vocab = 0"}},
+		{"heads do not divide", Config{Layers: 1, DModel: 10, Heads: 4, Context: 8, Vocab: 256},
+			[]string{"d_model = 10 is not a multiple of heads = 4"}},
+		{"vocab over a byte", Config{Layers: 1, DModel: 8, Heads: 2, Context: 8, Vocab: 257},
+			[]string{"vocab = 257, want <= 256"}},
+		{"huge", Config{Layers: 1, DModel: 1 << 20, Heads: 1, Context: 8, Vocab: 256},
+			[]string{"d_model = 1048576, want <= 65536"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if tc.errs == nil {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			for _, e := range tc.errs {
+				require.Contains(t, err.Error(), e)
+			}
+		})
+	}
+}
+
+func TestNewRejectsBadInput(t *testing.T) {
+	eng := kernels.New(1)
+	_, err := New(Config{Layers: 1, DModel: 6, Heads: 4, Context: 4, Vocab: 256}, 1, eng)
+	require.ErrorContains(t, err, "not a multiple of heads")
+	_, err = New(defaultConfig, 0, eng)
+	require.ErrorContains(t, err, "micro batch = 0")
+	_, err = New(defaultConfig, 1, nil)
+	require.ErrorContains(t, err, "nil kernels engine")
+}
+
+func TestLayout(t *testing.T) {
+	l := NewLayout(defaultConfig)
+	d := 64
+	perBlock := 4*d + (3*d*d + 3*d) + (d*d + d) + (4*d*d + 4*d) + (4*d*d + d)
+	require.Equal(t, 256*d+64*d+2*perBlock+2*d, l.Size)
+	require.Len(t, l.Tensors, 2+2*12+2)
+	seen := map[string]bool{}
+	off := 0
+	for _, ti := range l.Tensors {
+		require.False(t, seen[ti.Name], ti.Name)
+		seen[ti.Name] = true
+		require.Equal(t, off, ti.Offset, ti.Name)
+		off += ti.Len()
+	}
+	require.Equal(t, l.Size, off)
+
+	qkv, ok := l.Find("h.1.attn.c_attn.weight")
+	require.True(t, ok)
+	require.Equal(t, []int{3 * d, d}, qkv.Shape)
+	_, ok = l.Find("lm_head.weight")
+	require.False(t, ok, "the output projection is tied to wte")
+
+	for _, s := range []int{1, 2, 3, 7, 64} {
+		p := l.PaddedSize(s)
+		require.Zero(t, p%s)
+		require.GreaterOrEqual(t, p, l.Size)
+		require.Less(t, p-l.Size, s)
+	}
+
+	mask := l.DecayMask(l.PaddedSize(7))
+	for _, ti := range l.Tensors {
+		want := len(ti.Shape) == 2
+		require.Equal(t, want, mask[ti.Offset], ti.Name)
+		require.Equal(t, want, mask[ti.Offset+ti.Len()-1], ti.Name)
+	}
+	for _, m := range mask[l.Size:] {
+		require.False(t, m, "padding is not decayed")
+	}
+}
+
+func TestInit(t *testing.T) {
+	cfg := defaultConfig
+	l := NewLayout(cfg)
+	a := make([]float32, l.Size+5)
+	for i := range a[l.Size:] {
+		a[l.Size+i] = 42
+	}
+	b := make([]float32, l.Size)
+	Init(cfg, a, 7)
+	Init(cfg, b, 7)
+	require.Equal(t, b, a[:l.Size], "same seed, same bits")
+	require.Equal(t, []float32{42, 42, 42, 42, 42}, a[l.Size:], "padding untouched")
+	Init(cfg, b, 8)
+	require.NotEqual(t, b, a[:l.Size])
+
+	std := func(p []float32) float64 {
+		var s, ss float64
+		for _, v := range p {
+			s += float64(v)
+			ss += float64(v) * float64(v)
+		}
+		mu := s / float64(len(p))
+		return math.Sqrt(ss/float64(len(p)) - mu*mu)
+	}
+	for _, ti := range l.Tensors {
+		p := a[ti.Offset : ti.Offset+ti.Len()]
+		switch ti.Name {
+		case "wte.weight", "h.0.attn.c_attn.weight", "h.1.mlp.c_fc.weight":
+			require.InDelta(t, 0.02, std(p), 0.001, ti.Name)
+		case "h.0.attn.c_proj.weight", "h.1.mlp.c_proj.weight":
+			require.InDelta(t, 0.02/math.Sqrt(4), std(p), 0.001, ti.Name)
+		case "h.0.ln_1.weight", "ln_f.weight":
+			for _, v := range p {
+				require.Equal(t, float32(1), v, ti.Name)
+			}
+		case "h.0.ln_1.bias", "h.0.attn.c_attn.bias", "h.1.mlp.c_proj.bias", "ln_f.bias":
+			for _, v := range p {
+				require.Zero(t, v, ti.Name)
+			}
+		}
+	}
+}
+
+// randomTokens returns n random bytes below vocab.
+func randomTokens(n, vocab int, seed uint64) []byte {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.IntN(vocab))
+	}
+	return b
+}
+
+// noisyParams is an initialized buffer with noise added to every parameter (gains and biases
+// too), so that a gradient check exercises attention, layer norm and GELU away from the
+// near-linear regime of a fresh init.
+func noisyParams(cfg Config, seed uint64, noise float64) []float32 {
+	p := make([]float32, NewLayout(cfg).Size)
+	Init(cfg, p, seed)
+	rng := rand.New(rand.NewPCG(seed, 2))
+	for i := range p {
+		p[i] += float32(rng.NormFloat64() * noise)
+	}
+	return p
+}
+
+func TestInitialLossIsLogVocab(t *testing.T) {
+	cfg := defaultConfig
+	m, err := New(cfg, 4, kernels.New(2))
+	require.NoError(t, err)
+	p := make([]float32, m.Layout().Size)
+	Init(cfg, p, 1)
+	loss := m.Forward(p, randomTokens(m.TokensLen(), 256, 3))
+	require.InDelta(t, math.Log(256), float64(loss), 0.05)
+}
+
+func TestForwardMatchesReference(t *testing.T) {
+	for _, cfg := range []Config{
+		{Layers: 1, DModel: 8, Heads: 2, Context: 4, Vocab: 256},
+		{Layers: 2, DModel: 12, Heads: 3, Context: 7, Vocab: 40},
+	} {
+		m, err := New(cfg, 2, kernels.New(1))
+		require.NoError(t, err)
+		p := noisyParams(cfg, 5, 0.3)
+		tok := randomTokens(m.TokensLen(), cfg.Vocab, 6)
+		got := m.Forward(p, tok)
+		want := refLoss(cfg, to64(p), tok, 2)
+		require.InEpsilon(t, want, float64(got), 1e-5)
+	}
+}
+
+func to64(p []float32) []float64 {
+	out := make([]float64, len(p))
+	for i, v := range p {
+		out[i] = float64(v)
+	}
+	return out
+}
+
+// TestGradientCheck compares Backward with central differences of the float64 reference,
+// tensor by tensor: every element of small tensors, a random sample of large ones.
+func TestGradientCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cfg   Config
+		batch int
+	}{
+		{"1 layer d8", Config{Layers: 1, DModel: 8, Heads: 2, Context: 4, Vocab: 256}, 2},
+		{"2 layers d16", Config{Layers: 2, DModel: 16, Heads: 2, Context: 8, Vocab: 256}, 2},
+		{"2 layers d12 3 heads small vocab", Config{Layers: 2, DModel: 12, Heads: 3, Context: 5, Vocab: 20}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg
+			m, err := New(cfg, tc.batch, kernels.New(2))
+			require.NoError(t, err)
+			l := m.Layout()
+			p := noisyParams(cfg, 11, 0.3)
+			tok := randomTokens(m.TokensLen(), cfg.Vocab, 12)
+			const scale = 0.75
+			grads := make([]float32, l.Size)
+			m.Forward(p, tok)
+			m.Backward(p, grads, scale)
+
+			p64 := to64(p)
+			rng := rand.New(rand.NewPCG(13, 0))
+			const h = 1e-6
+			for _, ti := range l.Tensors {
+				idx := make([]int, ti.Len())
+				for i := range idx {
+					idx[i] = ti.Offset + i
+				}
+				if len(idx) > 120 {
+					rng.Shuffle(len(idx), func(i, j int) { idx[i], idx[j] = idx[j], idx[i] })
+					idx = idx[:120]
+				}
+				var diff2, num2, worst float64
+				for _, i := range idx {
+					orig := p64[i]
+					p64[i] = orig + h
+					up := refLoss(cfg, p64, tok, tc.batch)
+					p64[i] = orig - h
+					down := refLoss(cfg, p64, tok, tc.batch)
+					p64[i] = orig
+					num := scale * (up - down) / (2 * h)
+					d := float64(grads[i]) - num
+					diff2 += d * d
+					num2 += num * num
+					worst = max(worst, math.Abs(d))
+				}
+				rel := math.Sqrt(diff2 / max(num2, 1e-30))
+				t.Logf("%-24s |g|=%.3e rel=%.2e worst=%.2e", ti.Name, math.Sqrt(num2), rel, worst)
+				require.Less(t, rel, 1e-4, ti.Name)
+			}
+		})
+	}
+}
+
+// TestBackwardAccumulates checks that Backward adds scale times the gradient.
+func TestBackwardAccumulates(t *testing.T) {
+	cfg := Config{Layers: 2, DModel: 16, Heads: 4, Context: 8, Vocab: 256}
+	m, err := New(cfg, 3, kernels.New(1))
+	require.NoError(t, err)
+	p := noisyParams(cfg, 1, 0.1)
+	m.Forward(p, randomTokens(m.TokensLen(), 256, 2))
+	one := make([]float32, m.Layout().Size+3)
+	m.Backward(p, one, 1)
+	twice := make([]float32, len(one))
+	m.Backward(p, twice, 0.5)
+	m.Backward(p, twice, 1.5)
+	for i := range one {
+		require.InDelta(t, 2*one[i], twice[i], 1e-6+1e-5*math.Abs(float64(one[i])), i)
+	}
+	require.Equal(t, []float32{0, 0, 0}, one[m.Layout().Size:], "padding untouched")
+}
+
+// TestDeterministic runs the same micro-batch on two models with the same thread count and
+// requires bit-identical losses and gradients; a different thread count must agree closely.
+func TestDeterministic(t *testing.T) {
+	cfg := Config{Layers: 2, DModel: 32, Heads: 4, Context: 16, Vocab: 256}
+	p := noisyParams(cfg, 3, 0.05)
+	tok := randomTokens(4*(cfg.Context+1), 256, 4)
+	run := func(threads int) (float32, []float32) {
+		m, err := New(cfg, 4, kernels.New(threads))
+		require.NoError(t, err)
+		g := make([]float32, m.Layout().Size)
+		loss := m.Forward(p, tok)
+		m.Backward(p, g, 1)
+		return loss, g
+	}
+	l1, g1 := run(3)
+	l2, g2 := run(3)
+	require.Equal(t, math.Float32bits(l1), math.Float32bits(l2))
+	require.Equal(t, g1, g2)
+	l3, g3 := run(1)
+	require.InEpsilon(t, l1, l3, 1e-6)
+	for i := range g1 {
+		require.InDelta(t, g1[i], g3[i], 1e-6+1e-4*math.Abs(float64(g1[i])))
+	}
+}
+
+func TestForwardPanicsOnCallerBugs(t *testing.T) {
+	cfg := Config{Layers: 1, DModel: 8, Heads: 2, Context: 4, Vocab: 16}
+	m, err := New(cfg, 2, kernels.New(1))
+	require.NoError(t, err)
+	p := make([]float32, m.Layout().Size)
+	Init(cfg, p, 1)
+	require.PanicsWithValue(t, "model: Backward before Forward", func() { m.Backward(p, p, 1) })
+	require.Panics(t, func() { m.Forward(p[:10], make([]byte, m.TokensLen())) })
+	require.Panics(t, func() { m.Forward(p, make([]byte, m.TokensLen()-1)) })
+	bad := make([]byte, m.TokensLen())
+	bad[3] = 16
+	require.PanicsWithValue(t, "model: token 16 >= vocab 16", func() { m.Forward(p, bad) })
+}
+
+// BenchmarkForwardBackward times one forward and backward pass of the default config with a
+// micro-batch of 8 on all cores, and reports tokens per second.
+func BenchmarkForwardBackward(b *testing.B) {
+	for _, threads := range []int{1, 2} {
+		b.Run("threads="+string(rune('0'+threads)), func(b *testing.B) {
+			cfg := defaultConfig
+			m, err := New(cfg, 8, kernels.New(threads))
+			require.NoError(b, err)
+			p := make([]float32, m.Layout().Size)
+			g := make([]float32, len(p))
+			Init(cfg, p, 1)
+			tok := randomTokens(m.TokensLen(), 256, 1)
+			b.ResetTimer()
+			for b.Loop() {
+				m.Forward(p, tok)
+				m.Backward(p, g, 1)
+			}
+			b.ReportMetric(float64(b.N*8*cfg.Context)/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
+}
