@@ -1,33 +1,290 @@
 package kernels
 
-import "fmt"
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+// parallelWork is the m*n*k below which a product runs on one goroutine:
+// starting goroutines and sharing caches would cost more than they give.
+const parallelWork = 64 * 64 * 64
 
 // Engine runs matrix products on up to Threads goroutines. It is safe for
-// concurrent use; it holds no buffers between calls.
+// concurrent use. Between calls it keeps only packing buffers, in
+// sync.Pools the garbage collector may empty.
 type Engine struct {
 	threads int
+	kern    *microKernel
+	// minParallel is the m*n*k from which a product uses several
+	// goroutines; the tests lower it to split small products too.
+	minParallel int
+	// packB holds buffers for packed blocks of op(B), packA per-goroutine
+	// buffers for packed blocks of op(A) and an edge tile.
+	packB, packA sync.Pool
 }
 
 // New returns an Engine that splits work over threads goroutines
-// (at least 1).
+// (at least 1) and uses the fastest micro-kernel the CPU runs.
 func New(threads int) *Engine {
-	return &Engine{threads: max(threads, 1)}
+	return newEngine(threads, bestKernel())
+}
+
+// newEngine returns an Engine with the micro-kernel kern.
+func newEngine(threads int, kern *microKernel) *Engine {
+	return &Engine{threads: max(threads, 1), kern: kern, minParallel: parallelWork}
 }
 
 // Threads is the number of goroutines a product may use.
 func (e *Engine) Threads() int { return e.threads }
 
+// Kernel names the micro-kernel the Engine runs, such as "avx2-fma-6x16"
+// or the portable "go-6x16".
+func (e *Engine) Kernel() string { return e.kern.name }
+
 // MatMul computes C = op(A)·op(B), or C += op(A)·op(B) when acc, for
 // row-major fp32 matrices. op(A) is m×k: A is stored m×k, or k×m when
 // transA. op(B) is k×n: B is stored k×n, or n×k when transB. C is m×n.
-// It panics when a slice is shorter than its shape says: that is a bug in
-// the caller, not bad input.
+// It panics when a dimension is negative or a slice is shorter than its
+// shape says: that is a bug in the caller, not bad input.
 func (e *Engine) MatMul(c, a, b []float32, m, n, k int, transA, transB, acc bool) {
-	if len(a) < m*k || len(b) < k*n || len(c) < m*n {
+	if m < 0 || n < 0 || k < 0 || len(a) < m*k || len(b) < k*n || len(c) < m*n {
 		panic(fmt.Sprintf("kernels: MatMul %dx%dx%d with len(a)=%d len(b)=%d len(c)=%d", m, n, k, len(a), len(b), len(c)))
 	}
-	naiveMatMul(c, a, b, m, n, k, transA, transB, acc)
+	switch {
+	case m == 0 || n == 0:
+	case k == 0:
+		if !acc {
+			clear(c[:m*n])
+		}
+	default:
+		e.gemm(c, a, b, m, n, k, transA, transB, acc)
+	}
 }
+
+// gemm is the packed product behind MatMul for m, n, k > 0. For each
+// kc×nc block of op(B) (packed once, by all goroutines) the goroutines
+// take disjoint parts of C: rows when there are enough, else columns,
+// and each packs the mc×kc blocks of op(A) its rows need.
+func (e *Engine) gemm(c, a, b []float32, m, n, k int, transA, transB, acc bool) {
+	kern := e.kern
+	mr, nr := kern.mr, kern.nr
+	threads := e.threads
+	if m*n*k < e.minParallel {
+		threads = 1
+	}
+	kcMax := min(k, kern.kc)
+	mPanels := ceilDiv(m, mr)
+	nPanelsMax := ceilDiv(min(n, kern.nc), nr)
+	tm, tn := split(threads, mPanels, nPanelsMax)
+	threads = tm * tn
+	mcMax := min(kern.mc, ceilDiv(mPanels, tm)*mr)
+
+	bBuf := getBuf(&e.packB, nPanelsMax*nr*kcMax)
+	defer e.packB.Put(bBuf)
+	aBufs := make([]*[]float32, threads)
+	for t := range aBufs {
+		aBufs[t] = getBuf(&e.packA, mcMax*kcMax+mr*nr)
+		defer e.packA.Put(aBufs[t])
+	}
+
+	for jc := 0; jc < n; jc += kern.nc {
+		ncb := min(kern.nc, n-jc)
+		nPanels := ceilDiv(ncb, nr)
+		for pc := 0; pc < k; pc += kern.kc {
+			kcb := min(kern.kc, k-pc)
+			accum := acc || pc > 0
+			bp := aligned(*bBuf, nPanels*nr*kcb)
+			parallel(threads, func(t int) {
+				q0, q1 := part(nPanels, threads, t)
+				for q := q0; q < q1; q++ {
+					j := jc + q*nr
+					packB(bp[q*nr*kcb:(q+1)*nr*kcb], b, n, k, pc, kcb, j, min(nr, jc+ncb-j), nr, transB)
+				}
+			})
+			parallel(threads, func(t int) {
+				r0, r1 := part(mPanels, tm, t/tn)
+				q0, q1 := part(nPanels, tn, t%tn)
+				buf := aligned(*aBufs[t], mcMax*kcb+mr*nr)
+				ap, tile := buf[:mcMax*kcb], buf[mcMax*kcb:]
+				rowEnd := min(r1*mr, m)
+				for ic := r0 * mr; ic < rowEnd; ic += kern.mc {
+					mcb := min(kern.mc, rowEnd-ic)
+					packA(ap, a, m, k, ic, mcb, pc, kcb, mr, transA)
+					for q := q0; q < q1; q++ {
+						j := jc + q*nr
+						nrb := min(nr, jc+ncb-j)
+						bq := bp[q*nr*kcb : (q+1)*nr*kcb]
+						for ir := 0; ir < mcb; ir += mr {
+							i, mrb := ic+ir, min(mr, mcb-ir)
+							ar := ap[ir*kcb : (ir+mr)*kcb]
+							if mrb == mr && nrb == nr {
+								kern.tile(kcb, ar, bq, c[i*n+j:], n, accum)
+								continue
+							}
+							kern.tile(kcb, ar, bq, tile, nr, false)
+							for r := range mrb {
+								dst, src := c[(i+r)*n+j:][:nrb], tile[r*nr:][:nrb]
+								if !accum {
+									copy(dst, src)
+									continue
+								}
+								for x := range dst {
+									dst[x] += src[x]
+								}
+							}
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// packA packs rows ic..ic+mcb and columns pc..pc+kcb of op(A) into dst
+// as panels of mr rows, each kcb columns of mr floats; rows past mcb in
+// the last panel are zero.
+func packA(dst, a []float32, m, k, ic, mcb, pc, kcb, mr int, transA bool) {
+	for ir := 0; ir < mcb; ir += mr {
+		rows := min(mr, mcb-ir)
+		d := dst[ir*kcb : (ir+mr)*kcb]
+		i := ic + ir
+		if transA {
+			// op(A)[i, p] = a[p*m+i]: each column of the panel is contiguous.
+			for p := range kcb {
+				src := a[(pc+p)*m+i:][:rows]
+				col := d[p*mr : (p+1)*mr]
+				copy(col, src)
+				clear(col[rows:])
+			}
+			continue
+		}
+		if rows == 6 && mr == 6 {
+			packRows6(d, a[i*k+pc:], k, kcb)
+			continue
+		}
+		for r := range mr {
+			if r >= rows {
+				for p := range kcb {
+					d[p*mr+r] = 0
+				}
+				continue
+			}
+			src := a[(i+r)*k+pc:][:kcb]
+			for p, v := range src {
+				d[p*mr+r] = v
+			}
+		}
+	}
+}
+
+// packRows6 interleaves the first kcb floats of six rows of a (stride
+// lda) into dst, six floats per column.
+func packRows6(dst, a []float32, lda, kcb int) {
+	r0 := a[:kcb]
+	r1 := a[lda:][:kcb]
+	r2 := a[2*lda:][:kcb]
+	r3 := a[3*lda:][:kcb]
+	r4 := a[4*lda:][:kcb]
+	r5 := a[5*lda:][:kcb]
+	dst = dst[:6*kcb]
+	for p := range kcb {
+		d := dst[6*p : 6*p+6 : 6*p+6]
+		d[0], d[1], d[2], d[3], d[4], d[5] = r0[p], r1[p], r2[p], r3[p], r4[p], r5[p]
+	}
+}
+
+// packB packs rows pc..pc+kcb and columns j..j+cols of op(B) into dst
+// as kcb rows of nr floats; columns past cols are zero.
+func packB(dst, b []float32, n, k, pc, kcb, j, cols, nr int, transB bool) {
+	if !transB {
+		for p := range kcb {
+			row := dst[p*nr : (p+1)*nr]
+			copy(row, b[(pc+p)*n+j:][:cols])
+			clear(row[cols:])
+		}
+		return
+	}
+	// op(B)[p, j] = b[j*k+p]: each packed column is a contiguous run of b.
+	jj := 0
+	for ; jj+4 <= cols; jj += 4 {
+		s0 := b[(j+jj)*k+pc:][:kcb]
+		s1 := b[(j+jj+1)*k+pc:][:kcb]
+		s2 := b[(j+jj+2)*k+pc:][:kcb]
+		s3 := b[(j+jj+3)*k+pc:][:kcb]
+		for p := range kcb {
+			d := dst[p*nr+jj : p*nr+jj+4 : p*nr+jj+4]
+			d[0], d[1], d[2], d[3] = s0[p], s1[p], s2[p], s3[p]
+		}
+	}
+	for ; jj < cols; jj++ {
+		src := b[(j+jj)*k+pc:][:kcb]
+		for p, v := range src {
+			dst[p*nr+jj] = v
+		}
+	}
+	if cols < nr {
+		for p := range kcb {
+			clear(dst[p*nr+cols : (p+1)*nr])
+		}
+	}
+}
+
+// split chooses tm×tn ≤ threads goroutines over mPanels row panels and
+// nPanels column panels so the most panels one goroutine gets is least,
+// preferring row splits, which share the packed op(B).
+func split(threads, mPanels, nPanels int) (tm, tn int) {
+	best := -1
+	for m := threads; m >= 1; m-- {
+		n := threads / m
+		if w := ceilDiv(mPanels, m) * ceilDiv(nPanels, n); best < 0 || w < best {
+			best, tm, tn = w, min(m, mPanels), min(n, nPanels)
+		}
+	}
+	return tm, tn
+}
+
+// part is the range of the t-th of parts near-equal parts of 0..total.
+func part(total, parts, t int) (lo, hi int) {
+	return t * total / parts, (t + 1) * total / parts
+}
+
+// parallel runs f(0..threads-1) on threads goroutines, f(0) on the
+// caller's, and returns when all have returned.
+func parallel(threads int, f func(t int)) {
+	if threads == 1 {
+		f(0)
+		return
+	}
+	var wg sync.WaitGroup
+	for t := 1; t < threads; t++ {
+		wg.Go(func() { f(t) })
+	}
+	f(0)
+	wg.Wait()
+}
+
+// getBuf returns a buffer from pool with room for n floats aligned to a
+// cache line, allocating one when the pool has none that big.
+func getBuf(pool *sync.Pool, n int) *[]float32 {
+	if p, ok := pool.Get().(*[]float32); ok && len(*p) >= n+16 {
+		return p
+	}
+	s := make([]float32, n+16)
+	return &s
+}
+
+// aligned returns n floats of buf starting at a 64-byte boundary; buf
+// has 16 floats of slack for that.
+func aligned(buf []float32, n int) []float32 {
+	off := int(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))&63) / 4
+	if off != 0 {
+		off = 16 - off
+	}
+	return buf[off : off+n]
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
 // naiveMatMul is the reference every faster path is tested against.
 func naiveMatMul(c, a, b []float32, m, n, k int, transA, transB, acc bool) {

@@ -1,0 +1,112 @@
+package kernels
+
+// microKernel is one register-tile GEMM kernel with the cache blocking
+// the packed driver uses around it.
+type microKernel struct {
+	name string
+	// mr×nr is the tile of C one call computes.
+	mr, nr int
+	// mc×kc is the block of op(A) packed for the L2 cache, kc×nc the
+	// block of op(B) packed for L3; mc is a multiple of mr, nc of nr.
+	mc, kc, nc int
+	// tile computes the mr×nr tile of C at c (row stride ldc) from a, kc
+	// packed columns of mr floats, and b, kc packed rows of nr floats; it
+	// adds to the tile when accum and overwrites it otherwise.
+	tile func(kc int, a, b, c []float32, ldc int, accum bool)
+	// peak runs rounds of a register-only multiply-add loop with the
+	// kernel's instructions and returns the flops it did.
+	peak func(rounds int) int
+}
+
+// goKernel is the portable micro-kernel: a 6×16 tile computed as 3×4
+// sub-tiles whose 12 accumulators stay in registers.
+func goKernel() *microKernel {
+	return &microKernel{
+		name: "go-6x16",
+		mr:   6, nr: 16,
+		mc: 96, kc: 256, nc: 3072,
+		tile: goTile,
+		peak: goPeak,
+	}
+}
+
+// goTile is the tile function of goKernel.
+func goTile(kc int, a, b, c []float32, ldc int, accum bool) {
+	a = a[:kc*6]
+	b = b[:kc*16]
+	_ = c[5*ldc+15]
+	for i0 := 0; i0 < 6; i0 += 3 {
+		for j0 := 0; j0 < 16; j0 += 4 {
+			var c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23 float32
+			ai, bi := i0, j0
+			for p := 0; p < kc; p++ {
+				ap := a[ai : ai+3 : ai+3]
+				bp := b[bi : bi+4 : bi+4]
+				a0, a1, a2 := ap[0], ap[1], ap[2]
+				b0, b1, b2, b3 := bp[0], bp[1], bp[2], bp[3]
+				c00 += a0 * b0
+				c01 += a0 * b1
+				c02 += a0 * b2
+				c03 += a0 * b3
+				c10 += a1 * b0
+				c11 += a1 * b1
+				c12 += a1 * b2
+				c13 += a1 * b3
+				c20 += a2 * b0
+				c21 += a2 * b1
+				c22 += a2 * b2
+				c23 += a2 * b3
+				ai += 6
+				bi += 16
+			}
+			r0 := c[i0*ldc+j0 : i0*ldc+j0+4 : i0*ldc+j0+4]
+			r1 := c[(i0+1)*ldc+j0 : (i0+1)*ldc+j0+4 : (i0+1)*ldc+j0+4]
+			r2 := c[(i0+2)*ldc+j0 : (i0+2)*ldc+j0+4 : (i0+2)*ldc+j0+4]
+			if accum {
+				c00 += r0[0]
+				c01 += r0[1]
+				c02 += r0[2]
+				c03 += r0[3]
+				c10 += r1[0]
+				c11 += r1[1]
+				c12 += r1[2]
+				c13 += r1[3]
+				c20 += r2[0]
+				c21 += r2[1]
+				c22 += r2[2]
+				c23 += r2[3]
+			}
+			r0[0], r0[1], r0[2], r0[3] = c00, c01, c02, c03
+			r1[0], r1[1], r1[2], r1[3] = c10, c11, c12, c13
+			r2[0], r2[1], r2[2], r2[3] = c20, c21, c22, c23
+		}
+	}
+}
+
+// goPeak is the peak loop of goKernel: 12 independent multiply-add
+// chains, 24 flops a round.
+func goPeak(rounds int) int {
+	x := [12]float32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+	x0, x1, x2, x3, x4, x5 := x[0], x[1], x[2], x[3], x[4], x[5]
+	x6, x7, x8, x9, x10, x11 := x[6], x[7], x[8], x[9], x[10], x[11]
+	const m, s = 0.999, 1e-3
+	for range rounds {
+		x0 = x0*m + s
+		x1 = x1*m + s
+		x2 = x2*m + s
+		x3 = x3*m + s
+		x4 = x4*m + s
+		x5 = x5*m + s
+		x6 = x6*m + s
+		x7 = x7*m + s
+		x8 = x8*m + s
+		x9 = x9*m + s
+		x10 = x10*m + s
+		x11 = x11*m + s
+	}
+	// The sum keeps the loop live; it is never NaN for these inputs.
+	if sum := x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7 + x8 + x9 + x10 + x11; sum != sum {
+		return 0
+	}
+	return rounds * 24
+}

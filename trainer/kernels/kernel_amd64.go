@@ -1,0 +1,55 @@
+//go:build amd64 && !purego
+
+package kernels
+
+//go:generate go run ./internal/gen -out sgemm_amd64.s -stubs sgemm_amd64_stub.go -pkg kernels
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
+
+// avx2Kernel is the 6×16 AVX2/FMA assembly micro-kernel.
+func avx2Kernel() *microKernel {
+	return &microKernel{
+		name: "avx2-fma-6x16",
+		mr:   6, nr: 16,
+		mc: 144, kc: 256, nc: 3072,
+		tile: func(kc int, a, b, c []float32, ldc int, accum bool) {
+			// The packed panels hold kc*6 and kc*16 floats and c holds a
+			// whole 6×16 tile at stride ldc: the assembly reads no further.
+			_ = a[kc*6-1]
+			_ = b[kc*16-1]
+			_ = c[5*ldc+15]
+			kernelAVX2(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc, boolInt(accum))
+		},
+		peak: func(rounds int) int {
+			fmaLoopAVX2(rounds)
+			return rounds * 192
+		},
+	}
+}
+
+// bestKernel is the fastest micro-kernel the CPU runs.
+func bestKernel() *microKernel {
+	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+		return avx2Kernel()
+	}
+	return goKernel()
+}
+
+// kernels lists every micro-kernel this CPU runs, for the tests.
+func kernelsForCPU() []*microKernel {
+	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+		return []*microKernel{avx2Kernel(), goKernel()}
+	}
+	return []*microKernel{goKernel()}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,174 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// shape is one product m×n×k.
+type shape struct{ m, n, k int }
+
+// testShapes cover single elements, primes, partial tiles in both
+// directions, exact tiles, tall and skinny products, and k past one kc
+// block and n past one nc block.
+var testShapes = []shape{
+	{1, 1, 1}, {2, 3, 5}, {7, 13, 5}, {5, 7, 13}, {6, 16, 1}, {6, 16, 8}, {12, 32, 7},
+	{64, 64, 64}, {100, 257, 33}, {33, 100, 257}, {1, 300, 17}, {300, 1, 17},
+	{513, 3, 9}, {3, 513, 9}, {4, 4, 600}, {150, 50, 300}, {37, 3100, 3},
+}
+
+func randSlice(r *rand.Rand, n int) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = r.Float32()*2 - 1
+	}
+	return s
+}
+
+// requireClose checks got against want with a relative tolerance of
+// 1e-5 scaled by k: both sum k products, in different orders.
+func requireClose(t *testing.T, want, got []float32, k int) {
+	t.Helper()
+	tol := 1e-5 * float64(max(k, 1))
+	for i := range want {
+		w, g := float64(want[i]), float64(got[i])
+		if math.Abs(w-g) > tol*math.Max(1, math.Abs(w)) {
+			require.Failf(t, "mismatch", "element %d: want %v, got %v (tol %g)", i, w, g, tol)
+		}
+	}
+}
+
+func TestMatMulMatchesNaive(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, kern := range kernelsForCPU() {
+		for _, threads := range []int{1, 2, 3, 4} {
+			for _, s := range testShapes {
+				for _, op := range []struct{ transA, transB, acc bool }{
+					{false, false, false}, {true, false, false}, {false, true, false}, {true, true, false},
+					{false, false, true}, {true, false, true}, {false, true, true}, {true, true, true},
+				} {
+					name := fmt.Sprintf("%s/t%d/%dx%dx%d/ta=%v,tb=%v,acc=%v", kern.name, threads, s.m, s.n, s.k, op.transA, op.transB, op.acc)
+					t.Run(name, func(t *testing.T) {
+						e := newEngine(threads, kern)
+						e.minParallel = 0
+						a, b := randSlice(r, s.m*s.k), randSlice(r, s.k*s.n)
+						c0 := randSlice(r, s.m*s.n)
+						want, got := append([]float32(nil), c0...), append([]float32(nil), c0...)
+						naiveMatMul(want, a, b, s.m, s.n, s.k, op.transA, op.transB, op.acc)
+						e.MatMul(got, a, b, s.m, s.n, s.k, op.transA, op.transB, op.acc)
+						requireClose(t, want, got, s.k)
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestMatMulBlocks runs products larger than one block of each kind
+// (kc, mc, nc) with small blocks, so every loop runs more than once.
+func TestMatMulBlocks(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, kern := range kernelsForCPU() {
+		small := *kern
+		small.mc, small.kc, small.nc = 2*small.mr, 5, 3*small.nr
+		for _, threads := range []int{1, 2, 3} {
+			for _, s := range []shape{{50, 70, 23}, {13, 200, 11}, {200, 13, 11}} {
+				for _, trans := range []bool{false, true} {
+					t.Run(fmt.Sprintf("%s/t%d/%dx%dx%d/trans=%v", kern.name, threads, s.m, s.n, s.k, trans), func(t *testing.T) {
+						e := newEngine(threads, &small)
+						e.minParallel = 0
+						a, b := randSlice(r, s.m*s.k), randSlice(r, s.k*s.n)
+						want, got := randSlice(r, s.m*s.n), make([]float32, s.m*s.n)
+						copy(got, want)
+						naiveMatMul(want, a, b, s.m, s.n, s.k, trans, !trans, true)
+						e.MatMul(got, a, b, s.m, s.n, s.k, trans, !trans, true)
+						requireClose(t, want, got, s.k)
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestMatMulEmpty checks the products with a zero dimension: no work, or
+// C cleared when k is zero and not accumulating.
+func TestMatMulEmpty(t *testing.T) {
+	e := New(2)
+	c := []float32{1, 2, 3, 4}
+	e.MatMul(c, nil, nil, 2, 2, 0, false, false, true)
+	require.Equal(t, []float32{1, 2, 3, 4}, c)
+	e.MatMul(c, nil, nil, 2, 2, 0, false, false, false)
+	require.Equal(t, []float32{0, 0, 0, 0}, c)
+	e.MatMul(nil, nil, []float32{1}, 0, 1, 1, false, false, false)
+	e.MatMul(nil, []float32{1}, nil, 1, 0, 1, true, true, false)
+}
+
+// TestMatMulShortSlice checks the documented panic on a caller's bug.
+func TestMatMulShortSlice(t *testing.T) {
+	e := New(1)
+	require.PanicsWithValue(t, "kernels: MatMul 2x2x2 with len(a)=3 len(b)=4 len(c)=4", func() {
+		e.MatMul(make([]float32, 4), make([]float32, 3), make([]float32, 4), 2, 2, 2, false, false, false)
+	})
+	require.Panics(t, func() { e.MatMul(nil, nil, nil, -1, 1, 1, false, false, false) })
+}
+
+// TestMatMulConcurrent runs products on one Engine from several
+// goroutines at once: the pools must hand each its own buffers.
+func TestMatMulConcurrent(t *testing.T) {
+	e := New(2)
+	e.minParallel = 0
+	r := rand.New(rand.NewPCG(5, 6))
+	const m, n, k = 40, 50, 60
+	a, b := randSlice(r, m*k), randSlice(r, k*n)
+	want := make([]float32, m*n)
+	naiveMatMul(want, a, b, m, n, k, false, true, false)
+	done := make(chan []float32)
+	for range 4 {
+		go func() {
+			c := make([]float32, m*n)
+			for range 20 {
+				e.MatMul(c, a, b, m, n, k, false, true, false)
+			}
+			done <- c
+		}()
+	}
+	for range 4 {
+		requireClose(t, want, <-done, k)
+	}
+}
+
+func TestKernelNames(t *testing.T) {
+	require.NotEmpty(t, New(1).Kernel())
+	require.Equal(t, "go-6x16", newEngine(1, goKernel()).Kernel())
+	require.Equal(t, 3, New(3).Threads())
+	require.Equal(t, 1, New(0).Threads())
+}
+
+func TestPeakGFLOPS(t *testing.T) {
+	for _, kern := range kernelsForCPU() {
+		require.Positive(t, newEngine(2, kern).PeakGFLOPS(20*time.Millisecond), kern.name)
+	}
+	require.Zero(t, New(1).PeakGFLOPS(0))
+}
+
+func TestSplit(t *testing.T) {
+	for _, tc := range []struct{ threads, mp, np, tm, tn int }{
+		{1, 10, 10, 1, 1},
+		{2, 86, 16, 2, 1},
+		{2, 1, 16, 1, 2},
+		{4, 2, 40, 2, 2},
+		{4, 1, 1, 1, 1},
+		{3, 100, 100, 3, 1},
+	} {
+		tm, tn := split(tc.threads, tc.mp, tc.np)
+		require.Equal(t, [2]int{tc.tm, tc.tn}, [2]int{tm, tn}, "%+v", tc)
+	}
+}
