@@ -1,0 +1,126 @@
+package metrics
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// RankPlaceholder in a metrics path is replaced by the rank, which gives
+// every rank its own file; without it only rank 0 writes.
+const RankPlaceholder = "{rank}"
+
+// Record is the figures of one step: one JSON line such as
+// {"step":12,"loss":3.41,"lr":0.0006,"tokens_per_s":5123.4,"world_size":4,"rank":0,"elapsed_s":31.5}.
+// A NaN or infinite figure is written as null.
+type Record struct {
+	Step       int     // optimizer steps done, 1-based
+	Loss       float64 // mean training loss of the step
+	LR         float64
+	TokensPerS float64 // whole job, since the previous record
+	WorldSize  int
+	Rank       int
+	ElapsedS   float64 // seconds since this process started training
+	// GradNorm is the global gradient norm before clipping; 0 leaves it
+	// out of the line.
+	GradNorm float64
+	// ValLoss is the loss on the held-out bytes; 0 or NaN leaves it out
+	// of the line.
+	ValLoss float64
+}
+
+// appendJSON appends r as one JSON object and a newline.
+func (r Record) appendJSON(b []byte) []byte {
+	num := func(b []byte, name string, v float64) []byte {
+		b = append(b, `,"`+name+`":`...)
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return append(b, "null"...)
+		}
+		return strconv.AppendFloat(b, v, 'g', -1, 64)
+	}
+	b = append(b, `{"step":`...)
+	b = strconv.AppendInt(b, int64(r.Step), 10)
+	b = num(b, "loss", r.Loss)
+	b = num(b, "lr", r.LR)
+	b = num(b, "tokens_per_s", r.TokensPerS)
+	b = append(b, `,"world_size":`...)
+	b = strconv.AppendInt(b, int64(r.WorldSize), 10)
+	b = append(b, `,"rank":`...)
+	b = strconv.AppendInt(b, int64(r.Rank), 10)
+	b = num(b, "elapsed_s", r.ElapsedS)
+	if r.GradNorm != 0 {
+		b = num(b, "grad_norm", r.GradNorm)
+	}
+	if !math.IsNaN(r.ValLoss) && r.ValLoss != 0 {
+		b = num(b, "val_loss", r.ValLoss)
+	}
+	return append(b, "}\n"...)
+}
+
+// Writer appends Records to a JSON-lines file, one whole line per write
+// (nothing is buffered, so a killed worker leaves whole lines behind).
+// A resumed run appends to the same file. It is safe for concurrent use.
+type Writer struct {
+	mu   sync.Mutex
+	f    *os.File
+	path string
+	buf  []byte
+}
+
+// Open returns the Writer of rank for the metrics path pattern: the file
+// pattern names with "{rank}" replaced by the rank, created with its
+// directory if needed and opened for appending. When pattern is "", or
+// has no "{rank}" and rank is not 0, the Writer discards every record.
+func Open(pattern string, rank int) (*Writer, error) {
+	if pattern == "" || (!strings.Contains(pattern, RankPlaceholder) && rank != 0) {
+		return &Writer{}, nil
+	}
+	path := strings.ReplaceAll(pattern, RankPlaceholder, strconv.Itoa(rank))
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("metrics: open: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: open: %w", err)
+	}
+	return &Writer{f: f, path: path}, nil
+}
+
+// Path is the file the Writer appends to, or "" when it discards.
+func (w *Writer) Path() string { return w.path }
+
+// Write appends r as one line. Writing after Close is an error.
+func (w *Writer) Write(r Record) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.path == "" {
+		return nil
+	}
+	if w.f == nil {
+		return fmt.Errorf("metrics: write %s: closed", w.path)
+	}
+	w.buf = r.appendJSON(w.buf[:0])
+	if _, err := w.f.Write(w.buf); err != nil {
+		return fmt.Errorf("metrics: write: %w", err)
+	}
+	return nil
+}
+
+// Close closes the file; a second Close does nothing.
+func (w *Writer) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.f == nil {
+		return nil
+	}
+	err := w.f.Close()
+	w.f = nil
+	if err != nil {
+		return fmt.Errorf("metrics: close: %w", err)
+	}
+	return nil
+}
