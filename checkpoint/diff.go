@@ -13,8 +13,10 @@ const diffWindow = 1 << 20
 // TensorDiff compares one tensor of two checkpoints.
 type TensorDiff struct {
 	Name   string
-	ShapeA []int64 // nil if the tensor is only in B
-	ShapeB []int64 // nil if the tensor is only in A
+	InA    bool
+	InB    bool
+	ShapeA []int64
+	ShapeB []int64
 	// MaxAbs is the largest |a-b| and MaxRel the largest |a-b| / max(|a|, |b|) over the
 	// elements (0 where both are 0; +Inf where exactly one is NaN or the values are of
 	// different infinities).
@@ -24,7 +26,7 @@ type TensorDiff struct {
 
 // Comparable reports whether the tensor is in both checkpoints with the same shape.
 func (d TensorDiff) Comparable() bool {
-	return d.ShapeA != nil && d.ShapeB != nil && slices.Equal(d.ShapeA, d.ShapeB)
+	return d.InA && d.InB && slices.Equal(d.ShapeA, d.ShapeB)
 }
 
 // Within reports whether the tensor is in both with the same shape and every element's
@@ -37,9 +39,9 @@ func (d TensorDiff) Within(rtol float64) bool { return d.Comparable() && d.MaxRe
 func Diff(ctx context.Context, a, b *Checkpoint) ([]TensorDiff, error) {
 	var out []TensorDiff
 	for _, ta := range a.m.Tensors {
-		d := TensorDiff{Name: ta.Name, ShapeA: ta.Shape}
+		d := TensorDiff{Name: ta.Name, InA: true, ShapeA: ta.Shape}
 		if tb, ok := b.tensors[ta.Name]; ok {
-			d.ShapeB = tb.Shape
+			d.InB, d.ShapeB = true, tb.Shape
 		}
 		if d.Comparable() {
 			if err := diffTensor(ctx, a, b, &d, ta.Elements()); err != nil {
@@ -50,7 +52,7 @@ func Diff(ctx context.Context, a, b *Checkpoint) ([]TensorDiff, error) {
 	}
 	for _, tb := range b.m.Tensors {
 		if _, ok := a.tensors[tb.Name]; !ok {
-			out = append(out, TensorDiff{Name: tb.Name, ShapeB: tb.Shape})
+			out = append(out, TensorDiff{Name: tb.Name, InB: true, ShapeB: tb.Shape})
 		}
 	}
 	return out, nil

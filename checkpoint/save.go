@@ -82,9 +82,10 @@ func (c *Config) Validate() error {
 // Save (or SaveAsync) for the same steps in the same order. Its methods are meant to be called
 // from one goroutine, the training loop.
 type Saver struct {
-	cfg   Config
-	coord Coordinator
-	table *crc32.Table
+	cfg        Config
+	coord      Coordinator
+	table      *crc32.Table
+	writeBytes int64 // bytes per pwrite; tests make it small
 
 	mu       sync.Mutex
 	inflight chan struct{} // closed when the background save ends; nil if none
@@ -104,7 +105,7 @@ func NewSaver(cfg Config) (*Saver, error) {
 	if coord == nil {
 		coord = Solo()
 	}
-	return &Saver{cfg: cfg, coord: coord, table: crc32.MakeTable(crc32.Castagnoli)}, nil
+	return &Saver{cfg: cfg, coord: coord, table: crc32.MakeTable(crc32.Castagnoli), writeBytes: writeBytes}, nil
 }
 
 // Save writes the checkpoint of meta.Step and returns once it is committed on every rank. It
@@ -336,7 +337,7 @@ func (s *Saver) writeShard(ctx context.Context, tmp string, tensors []Tensor) ra
 	var total int64
 	for i := range tensors {
 		t := &tensors[i]
-		rep.Tensors[i] = TensorMeta{Name: t.Name, DType: DTypeFloat32, Shape: t.Shape, Chunks: []Chunk{}}
+		rep.Tensors[i] = TensorMeta{Name: t.Name, DType: DTypeFloat32, Shape: append([]int64{}, t.Shape...), Chunks: []Chunk{}}
 		lo, hi := ShardRange(int64(len(t.Data)), replica, s.cfg.World.Replicas)
 		if hi > lo {
 			pieces = append(pieces, piece{t: t, lo: lo, hi: hi})
@@ -377,7 +378,7 @@ func (s *Saver) writeFile(ctx context.Context, path string, pieces []piece, tota
 		return nil, fmt.Errorf("reserve %d bytes for %s: %w", total, path, err)
 	}
 	bb := s.cfg.BlockBytes
-	per := max(writeBytes/bb, 1) * bb
+	per := max(s.writeBytes/bb, 1) * bb
 	chunks := make([]Chunk, len(pieces))
 	var off int64
 	for i, p := range pieces {
@@ -418,14 +419,14 @@ func (s *Saver) commit(tmp string, meta Meta, reports [][]byte) error {
 		ConfigHash: meta.ConfigHash, World: s.cfg.World, Created: time.Now().UTC(), BlockBytes: s.cfg.BlockBytes,
 		Files: []FileMeta{}, Tensors: []TensorMeta{}}
 	index := map[string]int{}
-	var failed []error
+	var failed []string
 	for r, b := range reports {
 		var rep rankReport
 		if err := json.Unmarshal(b, &rep); err != nil {
 			return fmt.Errorf("bad report from rank %d: %w", r, err)
 		}
 		if rep.Err != "" {
-			failed = append(failed, errors.New(rep.Err))
+			failed = append(failed, rep.Err)
 			continue
 		}
 		if rep.File != "" {
@@ -445,7 +446,7 @@ func (s *Saver) commit(tmp string, meta Meta, reports [][]byte) error {
 		}
 	}
 	if len(failed) > 0 {
-		return errors.Join(failed...)
+		return errors.New(strings.Join(failed, "; "))
 	}
 	if err := m.validate(); err != nil {
 		return fmt.Errorf("the ranks' tensors do not form a checkpoint (do all replicas of a shard pass the same tensors?): %w", err)
