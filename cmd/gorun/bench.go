@@ -6,8 +6,10 @@ import "github.com/urfave/cli/v2"
 // (gloo, the machine's FMA peak, ...) measured beside ours in one run.
 func benchCommand() *cli.Command {
 	return &cli.Command{
-		Name:        "bench",
-		Usage:       "measure gorun's parts beside their anchors, in one run",
-		Subcommands: []*cli.Command{},
+		Name:  "bench",
+		Usage: "measure gorun's parts beside their anchors, in one run",
+		Subcommands: []*cli.Command{
+			benchGemmCommand(),
+		},
 	}
 }
