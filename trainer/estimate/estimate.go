@@ -1,0 +1,191 @@
+package estimate
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/gorun/gorun/trainer/config"
+)
+
+// Precision is what one parameter costs, in bytes, and how wide the
+// activations are.
+type Precision struct {
+	Weights   float64 // bytes per parameter of the working weights
+	Grads     float64 // bytes per parameter of the gradients
+	Optimizer float64 // bytes per parameter of the optimizer state (K in the ZeRO paper)
+	// ActivationScale multiplies the activation formula, which counts
+	// 2-byte activations (1-byte dropout masks): 1 for mixed precision, 2
+	// for fp32.
+	ActivationScale float64
+}
+
+// MixedPrecision is the ZeRO paper's accounting for mixed-precision AdamW:
+// fp16 weights and gradients (2 + 2 bytes) and K = 12 bytes of optimizer
+// state (an fp32 master copy of the weights and two fp32 moments).
+func MixedPrecision() Precision {
+	return Precision{Weights: 2, Grads: 2, Optimizer: 12, ActivationScale: 1}
+}
+
+// FP32 is the embedded trainer's accounting: fp32 weights and gradients
+// (4 + 4 bytes) and AdamW's two fp32 moments (8 bytes, no master copy:
+// the weights are fp32 already); activations are fp32, twice the formula.
+func FP32() Precision {
+	return Precision{Weights: 4, Grads: 4, Optimizer: 8, ActivationScale: 2}
+}
+
+// Model is the shape that sets the memory of one training step.
+type Model struct {
+	Params float64 // parameter count
+	Layers int     // transformer blocks, L
+	Hidden int     // hidden size, h
+	Heads  int     // attention heads, a
+	Seq    int     // sequence length, s
+	Batch  int     // micro batch per GPU, b
+	// Vocab, when above 0, adds the fp32 logits of the loss, 4·s·b·Vocab
+	// bytes, to the activations (the formula leaves the output layer out).
+	Vocab int
+}
+
+// Layout is the world the model trains on.
+type Layout struct {
+	Nodes       int // nodes
+	ProcPerNode int // GPUs (processes) per node
+	TP          int // tensor-parallel degree, 1 without; divides ProcPerNode
+	// HSDPShard is the HSDP shard group size; 0 shards within a node
+	// (ProcPerNode/TP) and replicates across nodes.
+	HSDPShard int
+}
+
+// Strategy names, in the order Compute returns them.
+const (
+	DDP   = "ddp"
+	ZeRO1 = "zero1"
+	ZeRO2 = "zero2"
+	ZeRO3 = "zero3/fsdp"
+	HSDP  = "hsdp"
+)
+
+// Estimate is the predicted memory of one GPU under one strategy, in bytes.
+type Estimate struct {
+	Strategy    string `json:"strategy"`
+	Shards      int    `json:"shards"`   // ways the sharded states are split
+	Replicas    int    `json:"replicas"` // data-parallel copies of each shard
+	Params      int64  `json:"params_bytes"`
+	Grads       int64  `json:"grads_bytes"`
+	Optimizer   int64  `json:"optimizer_bytes"`
+	Activations int64  `json:"activations_bytes"`
+	Total       int64  `json:"total_bytes"`
+}
+
+// Validate checks that every size is positive and that the layout splits.
+func (m Model) Validate() error {
+	var errs []error
+	if !(m.Params > 0) || math.IsInf(m.Params, 0) {
+		errs = append(errs, fmt.Errorf("params %g: must be above 0", m.Params))
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"layers", m.Layers}, {"hidden", m.Hidden}, {"heads", m.Heads}, {"seq", m.Seq}, {"batch", m.Batch}} {
+		if f.v < 1 {
+			errs = append(errs, fmt.Errorf("%s %d: must be at least 1", f.name, f.v))
+		}
+	}
+	if m.Vocab < 0 {
+		errs = append(errs, fmt.Errorf("vocab %d: must be at least 0", m.Vocab))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks that the layout splits: TP divides the processes of a
+// node and the HSDP shard group divides the data-parallel world.
+func (l Layout) Validate() error {
+	if l.Nodes < 1 || l.ProcPerNode < 1 || l.TP < 1 {
+		return fmt.Errorf("nodes %d, processes per node %d, tensor parallel %d: all must be at least 1", l.Nodes, l.ProcPerNode, l.TP)
+	}
+	if l.ProcPerNode%l.TP != 0 {
+		return fmt.Errorf("tensor parallel %d does not divide the %d processes of a node", l.TP, l.ProcPerNode)
+	}
+	if s := l.hsdpShard(); s < 1 || l.dataParallel()%s != 0 {
+		return fmt.Errorf("HSDP shard size %d does not divide the data-parallel world of %d", s, l.dataParallel())
+	}
+	return nil
+}
+
+func (l Layout) dataParallel() int { return l.Nodes * l.ProcPerNode / l.TP }
+
+func (l Layout) hsdpShard() int {
+	if l.HSDPShard > 0 {
+		return l.HSDPShard
+	}
+	return l.ProcPerNode / l.TP
+}
+
+// Activations is the activation memory of one GPU in bytes: Korthikanti et
+// al.'s s·b·h·L·(34 + 5·a·s/h) for 2-byte activations with dropout and no
+// recomputation, divided by the tensor-parallel degree tp, times scale;
+// plus the fp32 logits 4·s·b·Vocab/tp when Vocab is set.
+func Activations(m Model, tp int, scale float64) float64 {
+	s, b, h, l, a := float64(m.Seq), float64(m.Batch), float64(m.Hidden), float64(m.Layers), float64(m.Heads)
+	act := s * b * h * l * (34 + 5*a*s/h) * scale
+	act += 4 * s * b * float64(m.Vocab)
+	return act / float64(max(tp, 1))
+}
+
+// Compute returns the per-GPU memory of m on l with precision p under each
+// strategy, in the order DDP, ZeRO-1, ZeRO-2, ZeRO-3/FSDP, HSDP. With N
+// data-parallel GPUs (Nodes·ProcPerNode/TP) and Ψ = Params/TP parameters
+// per tensor-parallel rank: DDP keeps everything, ZeRO-1 shards the
+// optimizer state over N, ZeRO-2 also the gradients, ZeRO-3/FSDP also the
+// weights, HSDP shards all three over the shard group and replicates
+// across groups. A sharded state is rounded up to whole parameters per
+// rank, as flat buffers padded to a multiple of the shard count are. The
+// figures are before framework overhead, communication buffers, the
+// transiently gathered weights of ZeRO-3/FSDP and fragmentation.
+func Compute(m Model, l Layout, p Precision) ([]Estimate, error) {
+	if err := errors.Join(m.Validate(), l.Validate()); err != nil {
+		return nil, fmt.Errorf("estimate: %w", err)
+	}
+	psi := m.Params / float64(l.TP)
+	n, s := l.dataParallel(), l.hsdpShard()
+	act := int64(math.Round(Activations(m, l.TP, p.ActivationScale)))
+	bytes := func(perParam float64, shards int) int64 {
+		return int64(math.Round(math.Ceil(psi/float64(shards)) * perParam))
+	}
+	row := func(name string, shards, wShards, gShards, oShards int) Estimate {
+		e := Estimate{Strategy: name, Shards: shards, Replicas: n / shards,
+			Params: bytes(p.Weights, wShards), Grads: bytes(p.Grads, gShards),
+			Optimizer: bytes(p.Optimizer, oShards), Activations: act}
+		e.Total = e.Params + e.Grads + e.Optimizer + e.Activations
+		return e
+	}
+	return []Estimate{
+		row(DDP, 1, 1, 1, 1),
+		row(ZeRO1, n, 1, 1, n),
+		row(ZeRO2, n, 1, n, n),
+		row(ZeRO3, n, n, n, n),
+		row(HSDP, s, s, s, s),
+	}, nil
+}
+
+// FromConfig describes the embedded trainer of a train.toml: the exact
+// parameter count of its model, a micro batch of train.micro_batch
+// sequences of model.context bytes, logits over the 256 byte values, and
+// the HSDP shard group of parallel.shard_size (0: a node). It also returns
+// the strategy the config runs: ddp, zero3/fsdp or hsdp.
+func FromConfig(c config.Config, nodes, procPerNode int) (Model, Layout, string) {
+	m := Model{
+		Params: float64(c.Model.Params()), Layers: c.Model.Layers, Hidden: c.Model.DModel,
+		Heads: c.Model.Heads, Seq: c.Model.Context, Batch: c.Train.MicroBatch, Vocab: config.Vocab,
+	}
+	l := Layout{Nodes: nodes, ProcPerNode: procPerNode, TP: 1, HSDPShard: c.Parallel.ShardSize}
+	strategy := HSDP
+	switch c.Parallel.Mode {
+	case config.ModeDDP:
+		strategy = DDP
+	case config.ModeFSDP:
+		strategy = ZeRO3
+	}
+	return m, l, strategy
+}

@@ -1,0 +1,154 @@
+package estimate
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gorun/gorun/trainer/config"
+)
+
+// TestGPT1WorkedExample checks the worked GPT-1 example: 12 layers,
+// hidden 768, 12 heads, sequence 512, ~147M parameters, micro batch 64,
+// 16 optimizer bytes per parameter, one GPU. It decomposes as
+//
+//	weights      2 B x 147M                       =  0.294 GB
+//	gradients    2 B x 147M                       =  0.294 GB
+//	optimizer   16 B x 147M                       =  2.352 GB
+//	activations 512·64·768·12·(34 + 5·12·512/768)
+//	            = 301,989,888 x (34 + 40)         = 22.347 GB
+//	total                                         = 25.287 GB ≈ 25.3 GB
+//
+// before framework overhead.
+func TestGPT1WorkedExample(t *testing.T) {
+	m := Model{Params: 147e6, Layers: 12, Hidden: 768, Heads: 12, Seq: 512, Batch: 64}
+	p := MixedPrecision()
+	p.Optimizer = 16
+	es, err := Compute(m, Layout{Nodes: 1, ProcPerNode: 1, TP: 1}, p)
+	require.NoError(t, err)
+	for _, e := range es {
+		require.Equal(t, int64(294e6), e.Params, e.Strategy)
+		require.Equal(t, int64(294e6), e.Grads, e.Strategy)
+		require.Equal(t, int64(2352e6), e.Optimizer, e.Strategy)
+		require.Equal(t, int64(301_989_888*74), e.Activations, e.Strategy)
+		require.InDelta(t, 25.3e9, float64(e.Total), 0.05e9, e.Strategy)
+	}
+}
+
+// TestZeROPaperFigure1 checks the model states of the ZeRO paper's
+// Figure 1: Ψ = 7.5B parameters, N = 64 GPUs, K = 12.
+func TestZeROPaperFigure1(t *testing.T) {
+	m := Model{Params: 7.5e9, Layers: 1, Hidden: 1, Heads: 1, Seq: 1, Batch: 1}
+	es, err := Compute(m, Layout{Nodes: 8, ProcPerNode: 8, TP: 1}, MixedPrecision())
+	require.NoError(t, err)
+	want := map[string]float64{DDP: 120e9, ZeRO1: 31.4e9, ZeRO2: 16.6e9, ZeRO3: 1.9e9, HSDP: 15e9}
+	for _, e := range es {
+		states := float64(e.Params + e.Grads + e.Optimizer)
+		require.InDelta(t, want[e.Strategy], states, 0.05e9, e.Strategy)
+	}
+	require.Equal(t, []int{1, 64, 64, 64, 8}, []int{es[0].Shards, es[1].Shards, es[2].Shards, es[3].Shards, es[4].Shards})
+	require.Equal(t, []int{64, 1, 1, 1, 8}, []int{es[0].Replicas, es[1].Replicas, es[2].Replicas, es[3].Replicas, es[4].Replicas})
+}
+
+func TestTensorParallelAndHSDPShard(t *testing.T) {
+	m := Model{Params: 8e9, Layers: 32, Hidden: 4096, Heads: 32, Seq: 2048, Batch: 1}
+	base, err := Compute(m, Layout{Nodes: 2, ProcPerNode: 8, TP: 1}, MixedPrecision())
+	require.NoError(t, err)
+	tp, err := Compute(m, Layout{Nodes: 2, ProcPerNode: 8, TP: 4}, MixedPrecision())
+	require.NoError(t, err)
+	require.Equal(t, base[0].Params/4, tp[0].Params, "DDP weights split over TP")
+	require.Equal(t, base[0].Activations/4, tp[0].Activations)
+	// ZeRO-3 over N = 16/4 = 4 data-parallel ranks of 2e9 parameters each.
+	require.Equal(t, int64(2*2e9/4), tp[3].Params)
+	require.Equal(t, 2, tp[4].Shards, "HSDP shards within a node: 8 processes / TP 4")
+
+	custom, err := Compute(m, Layout{Nodes: 2, ProcPerNode: 8, TP: 1, HSDPShard: 4}, MixedPrecision())
+	require.NoError(t, err)
+	require.Equal(t, 4, custom[4].Shards)
+	require.Equal(t, 4, custom[4].Replicas)
+}
+
+func TestComputeRejectsBadInput(t *testing.T) {
+	good := Model{Params: 1e6, Layers: 1, Hidden: 8, Heads: 1, Seq: 8, Batch: 1}
+	cases := []struct {
+		name string
+		m    Model
+		l    Layout
+		want string
+	}{
+		{"no params", Model{Layers: 1, Hidden: 1, Heads: 1, Seq: 1, Batch: 1}, Layout{1, 1, 1, 0}, "params 0: must be above 0"},
+		{"zero layers", Model{Params: 1, Hidden: 1, Heads: 1, Seq: 1, Batch: 1}, Layout{1, 1, 1, 0}, "layers 0: must be at least 1"},
+		{"zero nodes", good, Layout{0, 1, 1, 0}, "all must be at least 1"},
+		{"tp does not divide", good, Layout{1, 8, 3, 0}, "tensor parallel 3 does not divide the 8 processes of a node"},
+		{"shard does not divide", good, Layout{2, 4, 1, 3}, "HSDP shard size 3 does not divide the data-parallel world of 8"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Compute(tc.m, tc.l, MixedPrecision())
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestFromConfig(t *testing.T) {
+	c := config.Default()
+	m, l, strategy := FromConfig(c, 1, 4)
+	require.Equal(t, HSDP, strategy)
+	require.InDelta(t, 120_576, m.Params, 0)
+	es, err := Compute(m, l, FP32())
+	require.NoError(t, err)
+	ddp := es[0]
+	require.Equal(t, int64(4*120_576), ddp.Params)
+	require.Equal(t, int64(8*120_576), ddp.Optimizer)
+	// s·b·h·L = 64·8·64·2 = 65,536 times (34 + 5·4·64/64) = 54, in fp32
+	// (x2), plus fp32 logits 4·64·8·256.
+	require.Equal(t, int64(65_536*54*2+4*64*8*256), ddp.Activations)
+	hsdp := es[4]
+	require.Equal(t, 4, hsdp.Shards)
+	require.Equal(t, int64(4*30_144), hsdp.Params, "120,576 / 4 = 30,144 parameters per rank")
+
+	c.Parallel.Mode = config.ModeFSDP
+	_, _, strategy = FromConfig(c, 2, 2)
+	require.Equal(t, ZeRO3, strategy)
+	c.Parallel.Mode = config.ModeDDP
+	_, _, strategy = FromConfig(c, 2, 2)
+	require.Equal(t, DDP, strategy)
+}
+
+func TestFormatBytes(t *testing.T) {
+	cases := map[int64]string{0: "0 B", 999: "999 B", 1000: "1.00 kB", 482_304: "482.3 kB", 22_347_251_712: "22.3 GB", 2_352_000_000: "2.35 GB", 25_287_251_712: "25.3 GB", 120e9: "120.0 GB"}
+	for n, want := range cases {
+		require.Equal(t, want, FormatBytes(n), n)
+	}
+}
+
+func TestWriteTableAndJSON(t *testing.T) {
+	es, err := Compute(Model{Params: 147e6, Layers: 12, Hidden: 768, Heads: 12, Seq: 512, Batch: 64}, Layout{1, 8, 1, 0}, MixedPrecision())
+	require.NoError(t, err)
+	var b strings.Builder
+	require.NoError(t, WriteTable(&b, es, HSDP))
+	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+	require.Len(t, lines, 6)
+	require.Contains(t, lines[0], "strategy")
+	require.Contains(t, lines[5], "hsdp *")
+	require.Regexp(t, `^\s*ddp\s+1\s+8\s+294.0 MB\s+294.0 MB\s+1.76 GB\s+22.3 GB\s+24.7 GB\s*$`, lines[1])
+
+	b.Reset()
+	require.NoError(t, WriteJSON(&b, es, ZeRO3))
+	var got []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(b.String()), "\n") {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &m))
+		got = append(got, m)
+	}
+	require.Len(t, got, 5)
+	require.Equal(t, "zero3/fsdp", got[3]["strategy"])
+	require.Equal(t, true, got[3]["selected"])
+	require.NotContains(t, got[0], "selected")
+	for _, k := range []string{"params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "total_bytes", "shards", "replicas"} {
+		require.Contains(t, got[0], k)
+	}
+	require.InDelta(t, float64(es[0].Total), got[0]["total_bytes"], 0)
+}
