@@ -1,0 +1,427 @@
+package rendezvous
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// ErrSessionLost means this agent's lease expired: the others count it as
+// gone, so it must stop its workers.
+var ErrSessionLost = errors.New("rendezvous: lost the etcd lease (etcd unreachable for longer than the lease TTL)")
+
+// ClosedError says the job is over: it was closed by some node.
+type ClosedError struct {
+	Result string // ResultSucceeded or ResultFailed
+	Reason string
+}
+
+func (e *ClosedError) Error() string {
+	return fmt.Sprintf("rendezvous: the job is closed (%s): %s", e.Result, e.Reason)
+}
+
+// End is how a running round ended for this node.
+type End struct {
+	Closed bool   // the job is over (Result says how); else a new round is open
+	Result string // when Closed
+	Reason string // why the round ended
+	Err    error  // the session was lost, or the store failed
+}
+
+// Config is one agent's part in an elastic job.
+type Config struct {
+	Self        Member // ID, Host, Addr, Preferred, NProc; Order is set on joining
+	Limits      Limits
+	LastCall    time.Duration // after MinNodes joined, how long to wait for more
+	JoinTimeout time.Duration // how long a round may take to form before Next gives up
+	// FreePort picks the MASTER_PORT on this node's address when it is
+	// node rank 0 of a round.
+	FreePort func(addr string) (int, error)
+	Log      zerolog.Logger
+}
+
+// Validate reports what makes cfg unusable.
+func (c Config) Validate() error {
+	switch {
+	case c.Self.ID == "" || strings.ContainsAny(c.Self.ID, "/ "):
+		return fmt.Errorf("rendezvous: node id %q must be non-empty without '/' or spaces", c.Self.ID)
+	case c.Self.Addr == "":
+		return errors.New("rendezvous: node address is empty")
+	case c.Self.NProc < 1:
+		return fmt.Errorf("rendezvous: %d workers on this node", c.Self.NProc)
+	case c.Limits.MinNodes < 1 || c.Limits.MinNodes > c.Limits.MaxNodes:
+		return fmt.Errorf("rendezvous: nodes %d:%d: want 1 <= MIN <= MAX", c.Limits.MinNodes, c.Limits.MaxNodes)
+	case c.Limits.MaxFailures < 0 || c.Limits.MaxChanges < 0:
+		return errors.New("rendezvous: negative restart budget")
+	case c.LastCall < 0 || c.JoinTimeout <= 0:
+		return fmt.Errorf("rendezvous: last call %s, join timeout %s", c.LastCall, c.JoinTimeout)
+	case c.FreePort == nil:
+		return errors.New("rendezvous: no FreePort")
+	}
+	return nil
+}
+
+// Elastic is one agent's handle on an elastic job over a Store. Its methods
+// are called from the agent's one goroutine, except Watch's channel.
+type Elastic struct {
+	cfg    Config
+	store  Store
+	view   *view
+	log    zerolog.Logger
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	last   int // the last round Next returned; -1 before the first
+}
+
+// Join registers this node with the job (a leased key: its liveness) and
+// starts following the job's keys. The returned Elastic owns store and
+// closes it in Close.
+func Join(ctx context.Context, store Store, cfg Config) (*Elastic, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	self, _ := json.Marshal(cfg.Self)
+	if err := store.Put(ctx, prefixNodes+cfg.Self.ID, self, true); err != nil {
+		return nil, err
+	}
+	vctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	e := &Elastic{cfg: cfg, store: store, view: newView(), cancel: cancel, last: -1,
+		log: cfg.Log.With().Str("component", "rendezvous").Logger()}
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		e.view.run(vctx, store)
+	}()
+	return e, nil
+}
+
+// Close stops following the job and releases the lease, which deletes
+// this node's keys at once.
+func (e *Elastic) Close() error {
+	e.cancel()
+	e.wg.Wait()
+	return e.store.Close()
+}
+
+func (e *Elastic) put(ctx context.Context, key string, v any, leased bool) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return e.store.Put(ctx, key, data, leased)
+}
+
+// cas replaces the state at rev with next; losing the race is no error.
+func (e *Elastic) cas(ctx context.Context, rev int64, from, next State) error {
+	data, err := json.Marshal(next)
+	if err != nil {
+		return err
+	}
+	won, err := e.store.CompareAndSwap(ctx, keyState, rev, data)
+	if won {
+		e.log.Info().Int("round", next.Round).Str("from", string(from.Phase)).Str("to", string(next.Phase)).Str("reason", next.Reason).Msg("round state")
+	}
+	return err
+}
+
+// Next joins the job's next round (one after any round it returned
+// before) and blocks until it runs, then returns this node's place in it. It fails when the job is closed (*ClosedError),
+// when the round does not form within JoinTimeout, when the session is
+// lost, or when ctx ends.
+func (e *Elastic) Next(ctx context.Context) (Round, error) {
+	timeout := time.NewTimer(e.cfg.JoinTimeout)
+	defer timeout.Stop()
+	joinedRound, waiting := -1, false
+	var lastCall time.Time // when the current round's last call ends; zero: MinNodes not reached
+	var lastCallTimer <-chan time.Time
+	for {
+		snap, changed := e.view.read()
+		st := snap.state
+		switch {
+		case snap.stateRev == 0:
+			if err := e.cas(ctx, 0, State{}, Initial(time.Now())); err != nil {
+				return Round{}, err
+			}
+		case st.Phase == PhaseClosed:
+			return Round{}, &ClosedError{Result: st.Result, Reason: st.Reason}
+		case st.Round <= e.last:
+			// This node's view has not yet caught up with the round that
+			// replaced the one it ran: wait for it.
+		case st.Phase == PhaseJoinable:
+			if joinedRound != st.Round {
+				if err := e.put(ctx, joinKey(st.Round, e.cfg.Self.ID), e.cfg.Self, true); err != nil {
+					return Round{}, err
+				}
+				if waiting {
+					_ = e.store.Delete(ctx, prefixWait+e.cfg.Self.ID)
+					waiting = false
+				}
+				joinedRound, lastCall, lastCallTimer = st.Round, time.Time{}, nil
+				e.log.Debug().Int("round", st.Round).Msg("joined round")
+			}
+			if len(snap.joined) >= e.cfg.Limits.MinNodes && lastCall.IsZero() {
+				lastCall = time.Now().Add(e.cfg.LastCall)
+				lastCallTimer = time.After(e.cfg.LastCall)
+			}
+			passed := !lastCall.IsZero() && !time.Now().Before(lastCall)
+			if ShouldFreeze(st, len(snap.joined), len(snap.alive), e.cfg.Limits, passed) {
+				joined := slices.Clone(snap.joined)
+				sort.Slice(joined, func(i, j int) bool { return joined[i].Order < joined[j].Order })
+				joined = joined[:min(len(joined), e.cfg.Limits.MaxNodes)]
+				next, err := st.Freeze(joined, e.cfg.Limits, time.Now())
+				if err == nil {
+					err = e.cas(ctx, snap.stateRev, st, next)
+				}
+				if err != nil {
+					return Round{}, err
+				}
+			}
+		case st.Phase == PhaseFrozen || st.Phase == PhaseRunning:
+			if gone, err := e.reopenIfMembersLeft(ctx, snap); gone || err != nil {
+				if err != nil {
+					return Round{}, err
+				}
+				break
+			}
+			_, rank, member := st.Member(e.cfg.Self.ID)
+			switch {
+			case member && st.Phase == PhaseRunning:
+				r, _ := st.RoundFor(e.cfg.Self.ID)
+				e.last = r.Number
+				return r, nil
+			case member && rank == 0:
+				port, err := e.cfg.FreePort(e.cfg.Self.Addr)
+				if err != nil {
+					return Round{}, fmt.Errorf("rendezvous: pick MASTER_PORT on %s: %w", e.cfg.Self.Addr, err)
+				}
+				next, err := st.Run(e.cfg.Self.Addr, port, time.Now())
+				if err == nil {
+					err = e.cas(ctx, snap.stateRev, st, next)
+				}
+				if err != nil {
+					return Round{}, err
+				}
+			case !member && !waiting:
+				if err := e.put(ctx, prefixWait+e.cfg.Self.ID, e.cfg.Self, true); err != nil {
+					return Round{}, err
+				}
+				waiting = true
+				e.log.Info().Int("round", st.Round).Int("members", len(st.Members)).Msg("round already formed: waiting for the next one")
+			}
+		}
+		select {
+		case <-changed:
+		case <-lastCallTimer:
+		case <-timeout.C:
+			return Round{}, e.formError(st, snap)
+		case <-e.store.Done():
+			return Round{}, ErrSessionLost
+		case <-ctx.Done():
+			return Round{}, context.Cause(ctx)
+		}
+	}
+}
+
+func (e *Elastic) formError(st State, snap snapshot) error {
+	var hosts []string
+	for _, m := range snap.joined {
+		hosts = append(hosts, m.Host)
+	}
+	sort.Strings(hosts)
+	lim := e.cfg.Limits
+	if st.Phase == PhaseJoinable && len(snap.joined) < lim.MinNodes {
+		return fmt.Errorf("rendezvous: round %d did not form within join_timeout=%s: %d of at least %d nodes joined (%s)",
+			st.Round, e.cfg.JoinTimeout, len(snap.joined), lim.MinNodes, strings.Join(hosts, ", "))
+	}
+	return fmt.Errorf("rendezvous: no round took this node within join_timeout=%s (round %d is %s with %d of at most %d nodes)",
+		e.cfg.JoinTimeout, st.Round, st.Phase, len(st.Members), lim.MaxNodes)
+}
+
+// reopenIfMembersLeft opens the next round when a member of the frozen or
+// running round has no live session. It reports whether it found one.
+func (e *Elastic) reopenIfMembersLeft(ctx context.Context, snap snapshot) (bool, error) {
+	st := snap.state
+	var gone []string
+	for i, m := range st.Members {
+		if !snap.alive[m.ID] {
+			gone = append(gone, fmt.Sprintf("%s (node %d)", m.Host, i))
+		}
+	}
+	if len(gone) == 0 {
+		return false, nil
+	}
+	reason := fmt.Sprintf("node %s left (its lease expired)", strings.Join(gone, ", "))
+	return true, e.cas(ctx, snap.stateRev, st, st.Next(CauseMembership, reason, e.cfg.Limits, time.Now()))
+}
+
+// reopenIfWaiting opens the next round when nodes wait to join and the
+// running round has room for them.
+func (e *Elastic) reopenIfWaiting(ctx context.Context, snap snapshot) error {
+	st := snap.state
+	var hosts []string
+	for _, m := range snap.waiting {
+		if _, _, member := st.Member(m.ID); !member && snap.alive[m.ID] {
+			hosts = append(hosts, m.Host)
+		}
+	}
+	if len(hosts) == 0 || len(st.Members) >= e.cfg.Limits.MaxNodes || st.Phase != PhaseRunning {
+		return nil
+	}
+	sort.Strings(hosts)
+	reason := fmt.Sprintf("node %s waiting to join", strings.Join(hosts, ", "))
+	return e.cas(ctx, snap.stateRev, st, st.Next(CauseMembership, reason, e.cfg.Limits, time.Now()))
+}
+
+// Watch follows running round r and sends one End when it is over for a
+// reason that is not this node's own: another node failed, left or is
+// waiting to join (a new round opened), the job closed, or this node's
+// session was lost. It also takes its turn at opening the next round when
+// a member's lease expires or a node waits. The channel closes after the
+// End, or when ctx ends.
+func (e *Elastic) Watch(ctx context.Context, r Round) <-chan End {
+	out := make(chan End, 1)
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer close(out)
+		for {
+			snap, changed := e.view.read()
+			st := snap.state
+			if end, over := roundOver(st, r); over {
+				out <- end
+				return
+			}
+			var err error
+			if gone, gerr := e.reopenIfMembersLeft(ctx, snap); gerr != nil {
+				err = gerr
+			} else if !gone {
+				err = e.reopenIfWaiting(ctx, snap)
+			}
+			if err != nil && ctx.Err() == nil {
+				e.log.Warn().Err(err).Msg("watching the round")
+			}
+			select {
+			case <-changed:
+			case <-e.store.Done():
+				out <- End{Err: ErrSessionLost}
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// roundOver reports whether the job moved past round r.
+func roundOver(st State, r Round) (End, bool) {
+	switch {
+	case st.Phase == PhaseClosed:
+		return End{Closed: true, Result: st.Result, Reason: st.Reason}, true
+	case st.Round != r.Number:
+		return End{Reason: st.Reason}, true
+	}
+	return End{}, false
+}
+
+// Failed reports this node's worker failures in round r (kept in etcd for
+// every node's final report) and opens the next round, charged to the
+// worker-failure budget, or closes the job as failed when the budget is
+// spent. It returns how round r ended; when another node already moved
+// the job on, that is what it returns.
+func (e *Elastic) Failed(ctx context.Context, r Round, failures []Failure) (End, error) {
+	for _, f := range failures {
+		key := fmt.Sprintf("%s%08d/%08d", prefixFail, r.Number, f.Rank)
+		if err := e.put(ctx, key, f, false); err != nil {
+			return End{}, err
+		}
+	}
+	reason := "worker failure"
+	if len(failures) > 0 {
+		reason = "worker failure: " + failures[0].String()
+	}
+	for {
+		snap, changed := e.view.read()
+		st := snap.state
+		if end, over := roundOver(st, r); over {
+			return end, nil
+		}
+		if err := e.cas(ctx, snap.stateRev, st, st.Next(CauseFailure, reason, e.cfg.Limits, time.Now())); err != nil {
+			return End{}, err
+		}
+		select {
+		case <-changed:
+		case <-e.store.Done():
+			return End{}, ErrSessionLost
+		case <-ctx.Done():
+			return End{}, context.Cause(ctx)
+		}
+	}
+}
+
+// Succeeded reports that every worker of this node exited 0 in round r and
+// waits for the others: the last node to succeed closes the job as
+// succeeded. If instead a node fails or leaves, the round ends another
+// way and this node must join the next one. It returns how round r ended.
+func (e *Elastic) Succeeded(ctx context.Context, r Round) (End, error) {
+	if err := e.put(ctx, doneKey(r.Number, e.cfg.Self.ID), e.cfg.Self.Host, true); err != nil {
+		return End{}, err
+	}
+	for {
+		snap, changed := e.view.read()
+		st := snap.state
+		if end, over := roundOver(st, r); over {
+			return end, nil
+		}
+		all := true
+		for _, m := range st.Members {
+			all = all && snap.done[m.ID]
+		}
+		var err error
+		if all {
+			err = e.cas(ctx, snap.stateRev, st, st.Close(ResultSucceeded, fmt.Sprintf("the workers of all %d nodes succeeded", len(st.Members)), time.Now()))
+		} else if _, err = e.reopenIfMembersLeft(ctx, snap); err == nil {
+			err = e.reopenIfWaiting(ctx, snap)
+		}
+		if err != nil {
+			return End{}, err
+		}
+		select {
+		case <-changed:
+		case <-e.store.Done():
+			return End{}, ErrSessionLost
+		case <-ctx.Done():
+			return End{}, context.Cause(ctx)
+		}
+	}
+}
+
+// Failures returns every worker failure any node reported, first first.
+func (e *Elastic) Failures(ctx context.Context) ([]Failure, error) {
+	return ListFailures(ctx, e.store)
+}
+
+// ListFailures returns the failures reported in a job, first first.
+func ListFailures(ctx context.Context, store Store) ([]Failure, error) {
+	kvs, _, err := store.List(ctx, prefixFail)
+	if err != nil {
+		return nil, err
+	}
+	var out []Failure
+	for _, kv := range kvs {
+		var f Failure
+		if json.Unmarshal(kv.Value, &f) == nil {
+			out = append(out, f)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.Before(out[j].Time) })
+	return out, nil
+}

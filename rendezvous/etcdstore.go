@@ -1,0 +1,116 @@
+package rendezvous
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.etcd.io/etcd/client/v3/namespace"
+)
+
+// etcdStore is Store over etcd v3: keys under /gorun/<run-id>/, a session
+// lease with keep-alive for leased keys.
+type etcdStore struct {
+	kv      clientv3.KV
+	watcher clientv3.Watcher
+	session *concurrency.Session
+}
+
+// JobPrefix is the etcd prefix of a job's keys.
+func JobPrefix(runID string) string { return "/gorun/" + runID + "/" }
+
+// NewEtcdStore returns the Store of one agent of job runID over client,
+// with a session whose lease lives ttl after the agent's last keep-alive.
+// It does not close client.
+func NewEtcdStore(ctx context.Context, client *clientv3.Client, runID string, ttl time.Duration) (Store, error) {
+	secs := int(ttl.Round(time.Second) / time.Second)
+	if secs < 1 {
+		return nil, fmt.Errorf("rendezvous: lease ttl %s is under one second", ttl)
+	}
+	session, err := concurrency.NewSession(client, concurrency.WithTTL(secs), concurrency.WithContext(context.WithoutCancel(ctx)))
+	if err != nil {
+		return nil, fmt.Errorf("rendezvous: etcd session: %w", err)
+	}
+	prefix := JobPrefix(runID)
+	return &etcdStore{
+		kv:      namespace.NewKV(client.KV, prefix),
+		watcher: namespace.NewWatcher(client.Watcher, prefix),
+		session: session,
+	}, nil
+}
+
+func (s *etcdStore) List(ctx context.Context, prefix string) ([]KV, int64, error) {
+	resp, err := s.kv.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, 0, fmt.Errorf("rendezvous: list %q: %w", prefix, err)
+	}
+	kvs := make([]KV, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		kvs = append(kvs, KV{Key: string(kv.Key), Value: kv.Value, Rev: kv.ModRevision, Create: kv.CreateRevision})
+	}
+	return kvs, resp.Header.Revision, nil
+}
+
+func (s *etcdStore) CompareAndSwap(ctx context.Context, key string, rev int64, value []byte) (bool, error) {
+	resp, err := s.kv.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+		Then(clientv3.OpPut(key, string(value))).
+		Commit()
+	if err != nil {
+		return false, fmt.Errorf("rendezvous: compare-and-swap %q: %w", key, err)
+	}
+	return resp.Succeeded, nil
+}
+
+func (s *etcdStore) Put(ctx context.Context, key string, value []byte, leased bool) error {
+	var opts []clientv3.OpOption
+	if leased {
+		opts = append(opts, clientv3.WithLease(s.session.Lease()))
+	}
+	if _, err := s.kv.Put(ctx, key, string(value), opts...); err != nil {
+		return fmt.Errorf("rendezvous: put %q: %w", key, err)
+	}
+	return nil
+}
+
+func (s *etcdStore) Delete(ctx context.Context, key string) error {
+	if _, err := s.kv.Delete(ctx, key); err != nil {
+		return fmt.Errorf("rendezvous: delete %q: %w", key, err)
+	}
+	return nil
+}
+
+func (s *etcdStore) Watch(ctx context.Context, prefix string, rev int64) <-chan Event {
+	out := make(chan Event, 64)
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	wch := s.watcher.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	go func() {
+		defer close(out)
+		defer cancel()
+		for resp := range wch {
+			if resp.Err() != nil || resp.Canceled {
+				return
+			}
+			for _, ev := range resp.Events {
+				e := Event{KV: KV{Key: string(ev.Kv.Key), Value: ev.Kv.Value, Rev: ev.Kv.ModRevision, Create: ev.Kv.CreateRevision}, Deleted: ev.Type == clientv3.EventTypeDelete}
+				select {
+				case out <- e:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out
+}
+
+func (s *etcdStore) Done() <-chan struct{} { return s.session.Done() }
+
+func (s *etcdStore) Close() error {
+	if err := s.session.Close(); err != nil {
+		return fmt.Errorf("rendezvous: release lease: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,180 @@
+package rendezvous
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Phase is where a round is in its life: joinable -> frozen -> running,
+// and a job ends closed.
+type Phase string
+
+// The phases of a round.
+const (
+	PhaseJoinable Phase = "joinable" // nodes join by writing their join key
+	PhaseFrozen   Phase = "frozen"   // members and node ranks fixed; node 0 picks the master port
+	PhaseRunning  Phase = "running"  // the master is published; workers run
+	PhaseClosed   Phase = "closed"   // the job is over: Result says how
+)
+
+// Member is one node as it takes part in a round.
+type Member struct {
+	ID        string `json:"id"`             // unique per agent process
+	Host      string `json:"host"`           // name shown to people
+	Addr      string `json:"addr"`           // address workers reach this node at
+	Preferred int    `json:"preferred_rank"` // SLURM_NODEID or --node-rank; -1: join order
+	NProc     int    `json:"nproc"`          // workers on this node
+	Order     int64  `json:"order"`          // join order: the etcd revision of its join key
+}
+
+// Limits are the job's bounds, the same on every node.
+type Limits struct {
+	MinNodes, MaxNodes int
+	MaxFailures        int // restarts after worker failures (--max-restarts)
+	MaxChanges         int // restarts after membership changes (rdzv-conf max_membership_changes)
+}
+
+// Results of a closed job.
+const (
+	ResultSucceeded = "succeeded"
+	ResultFailed    = "failed"
+)
+
+// State is the one state key of a job. It changes only by compare-and-swap
+// on its revision, so every transition is taken by exactly one node.
+type State struct {
+	Round      int       `json:"round"`
+	Phase      Phase     `json:"phase"`
+	Members    []Member  `json:"members,omitempty"` // frozen and running: in node-rank order
+	MasterAddr string    `json:"master_addr,omitempty"`
+	MasterPort int       `json:"master_port,omitempty"`
+	Reason     string    `json:"reason,omitempty"` // why this round opened, or why the job closed
+	Failures   int       `json:"failures"`         // restarts used after worker failures
+	Changes    int       `json:"changes"`          // restarts used after membership changes
+	Result     string    `json:"result,omitempty"` // closed: succeeded or failed
+	Since      time.Time `json:"since"`            // when the phase began
+}
+
+// Cause is why a new round opens.
+type Cause int
+
+// The causes of a new round; each has its own budget.
+const (
+	CauseFailure    Cause = iota // a worker failed
+	CauseMembership              // a node left or a node is waiting to join
+)
+
+// Initial is a job's first state: round 0, joinable.
+func Initial(now time.Time) State {
+	return State{Phase: PhaseJoinable, Since: now}
+}
+
+// rankOrder orders members for node ranks: preferred ranks first, in that
+// order, then the others in join order.
+func rankOrder(a, b Member) int {
+	ap, bp := a.Preferred < 0, b.Preferred < 0
+	if ap != bp {
+		if ap {
+			return 1
+		}
+		return -1
+	}
+	return cmp.Or(cmp.Compare(a.Preferred, b.Preferred), cmp.Compare(a.Order, b.Order), cmp.Compare(a.ID, b.ID))
+}
+
+// Freeze fixes the round's members: ranks 0..n-1 follow preferred ranks,
+// then join order, so a node keeps its place across rounds. It fails
+// unless s is joinable and joined holds between MinNodes and MaxNodes.
+func (s State) Freeze(joined []Member, lim Limits, now time.Time) (State, error) {
+	if s.Phase != PhaseJoinable {
+		return s, fmt.Errorf("rendezvous: freeze round %d in phase %s", s.Round, s.Phase)
+	}
+	if len(joined) < lim.MinNodes || len(joined) > lim.MaxNodes {
+		return s, fmt.Errorf("rendezvous: freeze round %d with %d nodes, outside %d..%d", s.Round, len(joined), lim.MinNodes, lim.MaxNodes)
+	}
+	members := slices.Clone(joined)
+	slices.SortFunc(members, rankOrder)
+	s.Members, s.Phase, s.Since = members, PhaseFrozen, now
+	return s, nil
+}
+
+// Run publishes the master and starts the round.
+func (s State) Run(addr string, port int, now time.Time) (State, error) {
+	if s.Phase != PhaseFrozen {
+		return s, fmt.Errorf("rendezvous: run round %d in phase %s", s.Round, s.Phase)
+	}
+	s.MasterAddr, s.MasterPort, s.Phase, s.Since = addr, port, PhaseRunning, now
+	return s, nil
+}
+
+// Next opens the next round for cause, or closes the job as failed when
+// that cause's budget is spent. A closed job stays closed.
+func (s State) Next(cause Cause, reason string, lim Limits, now time.Time) State {
+	if s.Phase == PhaseClosed {
+		return s
+	}
+	switch cause {
+	case CauseFailure:
+		if s.Failures >= lim.MaxFailures {
+			return s.Close(ResultFailed, fmt.Sprintf("%s; restart budget spent (%d of --max-restarts=%d used)", reason, s.Failures, lim.MaxFailures), now)
+		}
+		s.Failures++
+	case CauseMembership:
+		if s.Changes >= lim.MaxChanges {
+			return s.Close(ResultFailed, fmt.Sprintf("%s; membership-change budget spent (%d of max_membership_changes=%d used)", reason, s.Changes, lim.MaxChanges), now)
+		}
+		s.Changes++
+	}
+	return State{
+		Round: s.Round + 1, Phase: PhaseJoinable, Reason: reason,
+		Failures: s.Failures, Changes: s.Changes, Since: now,
+	}
+}
+
+// Close ends the job with result.
+func (s State) Close(result, reason string, now time.Time) State {
+	s.Phase, s.Result, s.Reason, s.Since = PhaseClosed, result, reason, now
+	return s
+}
+
+// Member returns the member with id and its node rank.
+func (s State) Member(id string) (Member, int, bool) {
+	for i, m := range s.Members {
+		if m.ID == id {
+			return m, i, true
+		}
+	}
+	return Member{}, -1, false
+}
+
+// RoundFor is the round as member id sees it; ok is false when id is not
+// a member or the round is not running.
+func (s State) RoundFor(id string) (Round, bool) {
+	if s.Phase != PhaseRunning {
+		return Round{}, false
+	}
+	r := Round{Number: s.Round, NumNodes: len(s.Members), MasterAddr: s.MasterAddr, MasterPort: s.MasterPort, NodeRank: -1}
+	for i, m := range s.Members {
+		if m.ID == id {
+			r.NodeRank, r.FirstRank = i, r.WorldSize
+		}
+		r.WorldSize += m.NProc
+	}
+	return r, r.NodeRank >= 0
+}
+
+// ShouldFreeze says whether a joinable round with these joined nodes
+// freezes now: at MaxNodes; or, with at least MinNodes, once the last
+// call passed, or — after the first round, when the job's nodes are known
+// — once every live node has joined.
+func ShouldFreeze(s State, joined, alive int, lim Limits, lastCallPassed bool) bool {
+	switch {
+	case s.Phase != PhaseJoinable || joined < lim.MinNodes:
+		return false
+	case joined >= lim.MaxNodes || lastCallPassed:
+		return true
+	}
+	return s.Round > 0 && joined >= alive
+}
