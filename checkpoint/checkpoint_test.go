@@ -265,7 +265,10 @@ func TestBadManifests(t *testing.T) {
 		{"path in file name", func(m *Manifest) { m.Files[0].Name = "../x" }, `bad data file name "../x"`},
 		{"dtype", func(m *Manifest) { m.Tensors[0].DType = "bfloat16" }, `tensor w: dtype "bfloat16"`},
 		{"gap", func(m *Manifest) { m.Tensors[0].Chunks[1].Offset = 5; m.Tensors[0].Chunks[1].Length = 5 }, "elements [4, 5) are in no chunk"},
-		{"overlap", func(m *Manifest) { m.Tensors[0].Chunks[0].Length = 5; m.Tensors[0].Chunks[0].CRC32C = []uint32{1, 2, 3} }, "elements [4, 5) are in more than one chunk"},
+		{"overlap", func(m *Manifest) {
+			m.Tensors[0].Chunks[0].Length = 5
+			m.Tensors[0].Chunks[0].CRC32C = []uint32{1, 2, 3}
+		}, "elements [4, 5) are in more than one chunk"},
 		{"short", func(m *Manifest) { m.Tensors[0].Shape = []int64{11} }, "elements [10, 11) are in no chunk"},
 		{"past the tensor", func(m *Manifest) { m.Tensors[0].Shape = []int64{9} }, "chunk [4, 10) outside the tensor's 9 elements"},
 		{"past the file", func(m *Manifest) { m.Files[0].Bytes = 39 }, "outside the file's 39 bytes"},

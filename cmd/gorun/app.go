@@ -113,6 +113,7 @@ func NewApp() *cli.App {
 				Action:    planAction,
 			},
 			benchCommand(),
+			ckptCommand(),
 			{
 				Name:   guardCommand,
 				Usage:  "internal: kill the workers' process groups named on stdin once stdin closes (gorun died)",

@@ -1,0 +1,422 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/gorun/gorun/checkpoint"
+)
+
+// ckptCommand is `gorun ckpt`: list, verify, inspect and compare distributed checkpoints.
+func ckptCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "ckpt",
+		Usage: "list, verify, inspect and compare distributed sharded checkpoints",
+		Subcommands: []*cli.Command{
+			{
+				Name:      "list",
+				Usage:     "list the checkpoints of a directory, and leftovers of saves that did not commit",
+				UsageText: "gorun ckpt list DIR",
+				Action:    ckptList,
+			},
+			{
+				Name:      "verify",
+				Usage:     "check every checksum, and that every element of every tensor is stored exactly once; exit 1 if not",
+				UsageText: "gorun ckpt verify DIR          # every checkpoint in DIR\ngorun ckpt verify DIR/step-N   # one",
+				Action:    ckptVerify,
+			},
+			{
+				Name:      "inspect",
+				Usage:     "print a checkpoint's tensors, shapes, layout and sizes",
+				UsageText: "gorun ckpt inspect DIR/step-N   (or DIR: the newest)",
+				Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the manifest as it is stored"}},
+				Action:    ckptInspect,
+			},
+			{
+				Name:      "diff",
+				Usage:     "per-tensor max absolute and relative difference of two checkpoints; exit 0 only if equal within --rtol",
+				UsageText: "gorun ckpt diff [--rtol=X] A B   (each DIR/step-N, or DIR: its newest)",
+				Flags:     []cli.Flag{&cli.Float64Flag{Name: "rtol", Usage: "largest relative difference |a-b|/max(|a|,|b|) taken as equal"}},
+				Action:    ckptDiff,
+			},
+			{
+				Name:   "bench",
+				Usage:  "internal (bench/checkpoint.sh): time one save, one load and one async save of a synthetic state",
+				Hidden: true,
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "dir", Required: true, Usage: "checkpoint directory (emptied first)"},
+					&cli.Int64Flag{Name: "bytes", Value: 64 << 20, Usage: "state size"},
+					&cli.IntFlag{Name: "ranks", Value: 1, Usage: "ranks (goroutines), each owning 1/ranks of every tensor"},
+				},
+				Action: ckptBench,
+			},
+		},
+	}
+}
+
+func oneArg(c *cli.Context, what string) (string, error) {
+	if c.NArg() != 1 {
+		return "", cli.Exit(fmt.Sprintf("ckpt %s: give one %s (gorun ckpt %s --help)", c.Command.Name, what, c.Command.Name), exitUsage)
+	}
+	return c.Args().First(), nil
+}
+
+func ckptList(c *cli.Context) error {
+	dir, err := oneArg(c, "checkpoint directory")
+	if err != nil {
+		return err
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return cli.Exit(fmt.Sprintf("ckpt list: %s is not a directory", dir), exitUsage)
+	}
+	entries, err := checkpoint.List(dir)
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "NAME\tSTEP\tSTATE\tSIZE\tTENSORS\tLAYOUT\tSAVED")
+	for _, e := range entries {
+		size := dirSize(e.Path)
+		switch {
+		case e.Temp:
+			fmt.Fprintf(w, "%s\t%d\tincomplete (a save that did not commit)\t%s\t\t\t\n", e.Name, e.Step, human(size))
+		case !e.Complete:
+			fmt.Fprintf(w, "%s\t%d\tincomplete (no manifest)\t%s\t\t\t\n", e.Name, e.Step, human(size))
+		default:
+			m, err := checkpoint.ReadManifest(e.Path)
+			if err != nil {
+				fmt.Fprintf(w, "%s\t%d\tcorrupt: %v\t%s\t\t\t\n", e.Name, e.Step, err, human(size))
+				continue
+			}
+			fmt.Fprintf(w, "%s\t%d\tcomplete\t%s\t%d\t%s\t%s\n", e.Name, e.Step, human(size), len(m.Tensors), m.World,
+				m.Created.Local().Format(time.DateTime))
+		}
+	}
+	return w.Flush()
+}
+
+func ckptVerify(c *cli.Context) error {
+	path, err := oneArg(c, "checkpoint directory or step directory")
+	if err != nil {
+		return err
+	}
+	var dirs []string
+	if _, err := os.Stat(filepath.Join(path, checkpoint.ManifestName)); err == nil {
+		dirs = []string{path}
+	} else {
+		entries, err := checkpoint.List(path)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if e.Complete {
+				dirs = append(dirs, e.Path)
+			}
+		}
+		if len(dirs) == 0 {
+			return cli.Exit(fmt.Sprintf("ckpt verify: no complete checkpoint in %s", path), 1)
+		}
+	}
+	bad := 0
+	for _, dir := range dirs {
+		if err := verifyOne(c.Context, c.App.Writer, dir); err != nil {
+			bad++
+		}
+	}
+	if bad > 0 {
+		return cli.Exit(fmt.Sprintf("ckpt verify: %d of %d checkpoints corrupt", bad, len(dirs)), 1)
+	}
+	return nil
+}
+
+// verifyOne prints "NAME: ok ..." or "NAME: CORRUPT" and one line per problem.
+func verifyOne(ctx context.Context, out io.Writer, dir string) error {
+	name := filepath.Base(dir)
+	ck, err := checkpoint.Open(dir)
+	if err == nil {
+		err = ck.Verify(ctx)
+	}
+	if err != nil {
+		fmt.Fprintf(out, "%s: CORRUPT\n", name)
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintf(out, "  %s\n", line)
+		}
+		if ck != nil {
+			ck.Close()
+		}
+		return err
+	}
+	defer ck.Close()
+	m := ck.Manifest()
+	var elems, bytes int64
+	for _, t := range m.Tensors {
+		elems += t.Elements()
+	}
+	for _, f := range m.Files {
+		bytes += f.Bytes
+	}
+	fmt.Fprintf(out, "%s: ok: %d tensors, %d elements each stored once, %d files, %s, checksums match\n",
+		name, len(m.Tensors), elems, len(m.Files), human(bytes))
+	return nil
+}
+
+func ckptInspect(c *cli.Context) error {
+	path, err := oneArg(c, "step directory")
+	if err != nil {
+		return err
+	}
+	dir, err := checkpoint.Resolve(path)
+	if err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
+	if c.Bool("json") {
+		b, err := os.ReadFile(filepath.Join(dir, checkpoint.ManifestName))
+		if err != nil {
+			return err
+		}
+		_, err = c.App.Writer.Write(b)
+		return err
+	}
+	m, err := checkpoint.ReadManifest(dir)
+	if err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
+	out := c.App.Writer
+	var total int64
+	for _, f := range m.Files {
+		total += f.Bytes
+	}
+	fmt.Fprintf(out, "checkpoint    %s\n", dir)
+	fmt.Fprintf(out, "step          %d\n", m.Step)
+	fmt.Fprintf(out, "sample index  %d\n", m.SampleIndex)
+	fmt.Fprintf(out, "layout        %s (%d ranks)\n", m.World, m.World.Size())
+	fmt.Fprintf(out, "config hash   %s\n", m.ConfigHash)
+	fmt.Fprintf(out, "rng state     %d bytes\n", len(m.RNG))
+	fmt.Fprintf(out, "saved         %s\n", m.Created.Local().Format(time.RFC3339))
+	fmt.Fprintf(out, "format        %d, crc32c per %s block\n", m.Version, human(m.BlockBytes))
+	fmt.Fprintf(out, "size          %s in %d files\n\n", human(total), len(m.Files))
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "TENSOR\tDTYPE\tSHAPE\tELEMENTS\tSIZE\tCHUNKS")
+	for _, t := range m.Tensors {
+		fmt.Fprintf(w, "%s\t%s\t%v\t%d\t%s\t%d\n", t.Name, t.DType, t.Shape, t.Elements(), human(t.Elements()*4), len(t.Chunks))
+	}
+	fmt.Fprintln(w, "\t\t\t\t\t")
+	fmt.Fprintln(w, "FILE\tRANK\tSIZE\t\t\t")
+	for _, f := range m.Files {
+		fmt.Fprintf(w, "%s\t%d\t%s\t\t\t\n", f.Name, f.Rank, human(f.Bytes))
+	}
+	return w.Flush()
+}
+
+func ckptDiff(c *cli.Context) error {
+	if c.NArg() != 2 {
+		return cli.Exit("ckpt diff: give two checkpoints, A and B (gorun ckpt diff --help)", exitUsage)
+	}
+	rtol := c.Float64("rtol")
+	if rtol < 0 || math.IsNaN(rtol) {
+		return cli.Exit(fmt.Sprintf("ckpt diff: --rtol=%v must be 0 or more", rtol), exitUsage)
+	}
+	var cks [2]*checkpoint.Checkpoint
+	for i, p := range c.Args().Slice() {
+		dir, err := checkpoint.Resolve(p)
+		if err != nil {
+			return cli.Exit(err.Error(), 1)
+		}
+		ck, err := checkpoint.Open(dir)
+		if err != nil {
+			return cli.Exit(fmt.Sprintf("ckpt diff: %s: %v", dir, err), 1)
+		}
+		defer ck.Close()
+		cks[i] = ck
+	}
+	diffs, err := checkpoint.Diff(c.Context, cks[0], cks[1])
+	if err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
+	w := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "TENSOR\tSHAPE\tMAX_ABS\tMAX_REL\t")
+	differ := 0
+	for _, d := range diffs {
+		verdict := ""
+		if !d.Within(rtol) {
+			differ++
+			verdict = "DIFFERS"
+		}
+		switch {
+		case !d.InB:
+			fmt.Fprintf(w, "%s\t%v\t\t\tonly in A\n", d.Name, d.ShapeA)
+		case !d.InA:
+			fmt.Fprintf(w, "%s\t%v\t\t\tonly in B\n", d.Name, d.ShapeB)
+		case !d.Comparable():
+			fmt.Fprintf(w, "%s\t%v vs %v\t\t\tshapes differ\n", d.Name, d.ShapeA, d.ShapeB)
+		default:
+			fmt.Fprintf(w, "%s\t%v\t%.6g\t%.6g\t%s\n", d.Name, d.ShapeA, d.MaxAbs, d.MaxRel, verdict)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	ma, mb := cks[0].Manifest(), cks[1].Manifest()
+	if ma.Step != mb.Step || ma.SampleIndex != mb.SampleIndex || string(ma.RNG) != string(mb.RNG) || ma.ConfigHash != mb.ConfigHash {
+		fmt.Fprintf(c.App.Writer, "note: the training state differs: step %d vs %d, sample index %d vs %d, config hash %q vs %q, rng equal %v\n",
+			ma.Step, mb.Step, ma.SampleIndex, mb.SampleIndex, ma.ConfigHash, mb.ConfigHash, string(ma.RNG) == string(mb.RNG))
+	}
+	if differ > 0 {
+		return cli.Exit(fmt.Sprintf("ckpt diff: %d of %d tensors differ (rtol %g)", differ, len(diffs), rtol), 1)
+	}
+	fmt.Fprintf(c.App.Writer, "equal: %d tensors within rtol %g\n", len(diffs), rtol)
+	return nil
+}
+
+// dirSize is the total size of the regular files directly in dir.
+func dirSize(dir string) int64 {
+	des, _ := os.ReadDir(dir)
+	var n int64
+	for _, de := range des {
+		if info, err := de.Info(); err == nil && info.Mode().IsRegular() {
+			n += info.Size()
+		}
+	}
+	return n
+}
+
+func human(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// benchResult is one line of `gorun ckpt bench`, read by bench/checkpoint.sh.
+type benchResult struct {
+	Ranks       int     `json:"ranks"`
+	Bytes       int64   `json:"bytes"`
+	SaveSeconds float64 `json:"save_s"`
+	// LoadSeconds is a load at the same layout after the files were dropped from the page cache.
+	LoadSeconds float64 `json:"load_s"`
+	// AsyncStallSeconds is how long SaveAsync blocked the caller (the copy), AsyncSeconds until
+	// the background save committed.
+	AsyncStallSeconds float64 `json:"async_stall_s"`
+	AsyncSeconds      float64 `json:"async_s"`
+}
+
+// ckptBench times a save, a cold load and an async save of a synthetic state of --bytes split
+// into 8 tensors, by --ranks goroutines (layout 1 x ranks: each rank owns 1/ranks of every
+// tensor), and prints one JSON line.
+func ckptBench(c *cli.Context) error {
+	dir, total, ranks := c.String("dir"), c.Int64("bytes"), c.Int("ranks")
+	if ranks < 1 || total < 4*8 {
+		return cli.Exit("ckpt bench: --ranks must be >= 1 and --bytes >= 32", exitUsage)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	world := checkpoint.World{Replicas: 1, Shards: ranks, Mode: "fsdp"}
+	const ntensors = 8
+	n := total / 4 / ntensors
+	type rankState struct {
+		saver   *checkpoint.Saver
+		tensors []checkpoint.Tensor
+		reqs    []checkpoint.Request
+	}
+	states := make([]rankState, ranks)
+	group := checkpoint.NewLocalGroup(ranks)
+	for r := range states {
+		s, err := checkpoint.NewSaver(checkpoint.Config{Dir: dir, World: world, Coord: group[r]})
+		if err != nil {
+			return err
+		}
+		states[r].saver = s
+		for i := range ntensors {
+			lo, hi := checkpoint.ShardRange(n, r, ranks)
+			data := make([]float32, hi-lo)
+			for j := range data {
+				data[j] = float32(j%1000) * 0.001
+			}
+			name := fmt.Sprintf("t%d", i)
+			states[r].tensors = append(states[r].tensors, checkpoint.Tensor{Name: name, Shape: []int64{n}, Offset: lo, Data: data})
+			dst := make([]float32, hi-lo)
+			for j := range dst { // touch the pages now, not while timing
+				dst[j] = 1
+			}
+			states[r].reqs = append(states[r].reqs, checkpoint.Request{Name: name, Offset: lo, Dst: dst})
+		}
+	}
+	ctx := c.Context
+	all := func(f func(r int) error) (float64, error) {
+		start := time.Now()
+		errs := make([]error, ranks)
+		var wg sync.WaitGroup
+		for r := range ranks {
+			wg.Go(func() { errs[r] = f(r) })
+		}
+		wg.Wait()
+		return time.Since(start).Seconds(), errors.Join(errs...)
+	}
+	res := benchResult{Ranks: ranks, Bytes: n * ntensors * 4}
+	var err error
+	if res.SaveSeconds, err = all(func(r int) error {
+		return states[r].saver.Save(ctx, checkpoint.Meta{Step: 1}, states[r].tensors)
+	}); err != nil {
+		return err
+	}
+	dropCache(filepath.Join(dir, checkpoint.StepName(1)))
+	if res.LoadSeconds, err = all(func(r int) error {
+		_, err := checkpoint.Load(ctx, group[r], dir, states[r].reqs)
+		return err
+	}); err != nil {
+		return err
+	}
+	// Warm the async buffers with one save, then time the second.
+	for step := int64(2); step <= 3; step++ {
+		stall := make([]float64, ranks)
+		res.AsyncSeconds, err = all(func(r int) error {
+			t0 := time.Now()
+			if err := states[r].saver.SaveAsync(ctx, checkpoint.Meta{Step: step}, states[r].tensors); err != nil {
+				return err
+			}
+			stall[r] = time.Since(t0).Seconds()
+			return states[r].saver.Wait()
+		})
+		if err != nil {
+			return err
+		}
+		res.AsyncStallSeconds = 0
+		for _, s := range stall {
+			res.AsyncStallSeconds = max(res.AsyncStallSeconds, s)
+		}
+	}
+	return json.NewEncoder(c.App.Writer).Encode(res)
+}
+
+// dropCache asks the kernel to drop the page cache of the files in dir (posix_fadvise
+// DONTNEED), so a load reads from the disk; only these files are affected.
+func dropCache(dir string) {
+	des, _ := os.ReadDir(dir)
+	for _, de := range des {
+		f, err := os.Open(filepath.Join(dir, de.Name()))
+		if err != nil {
+			continue
+		}
+		_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+		f.Close()
+	}
+}
