@@ -45,6 +45,10 @@ type Model struct {
 	// Vocab, when above 0, adds the fp32 logits of the loss, 4·s·b·Vocab
 	// bytes, to the activations (the formula leaves the output layer out).
 	Vocab int
+	// ActivationBytes, when above 0, is the activation memory per GPU
+	// itself, in place of the formula (FromConfig counts the embedded
+	// trainer's buffers exactly).
+	ActivationBytes float64
 }
 
 // Layout is the world the model trains on.
@@ -92,8 +96,8 @@ func (m Model) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %d: must be at least 1", f.name, f.v))
 		}
 	}
-	if m.Vocab < 0 {
-		errs = append(errs, fmt.Errorf("vocab %d: must be at least 0", m.Vocab))
+	if m.Vocab < 0 || m.ActivationBytes < 0 || math.IsInf(m.ActivationBytes, 0) {
+		errs = append(errs, fmt.Errorf("vocab %d, activation bytes %g: must be at least 0", m.Vocab, m.ActivationBytes))
 	}
 	return errors.Join(errs...)
 }
@@ -150,6 +154,9 @@ func Compute(m Model, l Layout, p Precision) ([]Estimate, error) {
 	psi := m.Params / float64(l.TP)
 	n, s := l.dataParallel(), l.hsdpShard()
 	act := int64(math.Round(Activations(m, l.TP, p.ActivationScale)))
+	if m.ActivationBytes > 0 {
+		act = int64(math.Round(m.ActivationBytes))
+	}
 	bytes := func(perParam float64, shards int) int64 {
 		return int64(math.Round(math.Ceil(psi/float64(shards)) * perParam))
 	}
@@ -171,13 +178,15 @@ func Compute(m Model, l Layout, p Precision) ([]Estimate, error) {
 
 // FromConfig describes the embedded trainer of a train.toml: the exact
 // parameter count of its model, a micro batch of train.micro_batch
-// sequences of model.context bytes, logits over the 256 byte values, and
+// sequences of model.context bytes, logits over the 256 byte values, the
+// trainer's activation memory counted exactly (TrainerActivations), and
 // the HSDP shard group of parallel.shard_size (0: a node). It also returns
 // the strategy the config runs: ddp, zero3/fsdp or hsdp.
 func FromConfig(c config.Config, nodes, procPerNode int) (Model, Layout, string) {
 	m := Model{
 		Params: float64(c.Model.Params()), Layers: c.Model.Layers, Hidden: c.Model.DModel,
 		Heads: c.Model.Heads, Seq: c.Model.Context, Batch: c.Train.MicroBatch, Vocab: config.Vocab,
+		ActivationBytes: TrainerActivations(c.Model, c.Train.MicroBatch),
 	}
 	l := Layout{Nodes: nodes, ProcPerNode: procPerNode, TP: 1, HSDPShard: c.Parallel.ShardSize}
 	strategy := HSDP
@@ -188,4 +197,22 @@ func FromConfig(c config.Config, nodes, procPerNode int) (Model, Layout, string)
 		strategy = ZeRO3
 	}
 	return m, l, strategy
+}
+
+// TrainerActivations is the memory the embedded trainer (trainer/model)
+// holds for one micro batch of b sequences, in bytes: with n = b·context
+// tokens, d = d_model, a = heads, t = context, V = 256 and L layers, per
+// layer the two LayerNorm outputs with their statistics, q, k, v, the
+// attention probabilities, the attention output, the residual and the MLP
+// input and GELU output (16nd + 4n + a·n·t fp32 values, with the layer's
+// residual input); and once the final LayerNorm, the fused QKV and the
+// backward work buffers, the probabilities and logit gradients
+// (15nd + 2n + 2nV + a·n·t fp32 values); plus 2n bytes of input and target
+// tokens. Unlike the mixed-precision formula it has no dropout masks and
+// keeps one t x t attention matrix per head.
+func TrainerActivations(m config.Model, b int) float64 {
+	n, d, a, t, l := float64(b*m.Context), float64(m.DModel), float64(m.Heads), float64(m.Context), float64(m.Layers)
+	perLayer := 16*n*d + 4*n + a*n*t
+	once := 15*n*d + 2*n + 2*n*config.Vocab + a*n*t
+	return 4*(l*perLayer+once) + 2*n
 }
