@@ -113,6 +113,7 @@ func NewApp() *cli.App {
 				Action:    planAction,
 			},
 			benchCommand(),
+			estimateCommand(),
 			ckptCommand(),
 			{
 				Name:   guardCommand,

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gorun/gorun/trainer/config"
+	"github.com/gorun/gorun/trainer/estimate"
+)
+
+// estimateCommand is `gorun estimate`: per-GPU memory of a train.toml, or
+// of a model given by its sizes, under DDP, ZeRO-1/2/3 and HSDP.
+func estimateCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "estimate",
+		Usage: "predict per-GPU memory for DDP, ZeRO-1, ZeRO-2, ZeRO-3/FSDP and HSDP",
+		UsageText: "gorun estimate train.toml [--nodes N --nproc-per-node P] [--set section.key=value ...]\n" +
+			"gorun estimate --params 7e9 --layers L --hidden H --heads A --seq S --batch B [--tp T] [--optimizer-bytes K] [--nodes N --nproc-per-node P]",
+		Description: "Splits each GPU's memory into parameters, gradients, optimizer state and activations, with the\n" +
+			"ZeRO paper's mixed-precision accounting (2 bytes/param weights, 2 gradients, K = 12 optimizer\n" +
+			"bytes for AdamW's fp32 master copy and two moments) and activations s*b*h*L*(34 + 5*a*s/h)\n" +
+			"bytes (Korthikanti et al.), divided by the tensor-parallel degree. For a train.toml: the\n" +
+			"embedded fp32 trainer (4 + 4 + 8 bytes/param) with its parameters and activation buffers\n" +
+			"counted exactly. Decimal units; before framework overhead, communication buffers and\n" +
+			"fragmentation.",
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "nodes", Value: 1, Usage: "nodes N"},
+			&cli.IntFlag{Name: "nproc-per-node", Aliases: []string{"nproc_per_node"}, Usage: "GPUs (processes) per node P", DefaultText: "1 for a train.toml, else 8"},
+			&cli.StringSliceFlag{Name: "set", Usage: "override a train.toml value: section.key=value (repeatable)"},
+			&cli.Float64Flag{Name: "params", Usage: "parameter count, e.g. 7e9"},
+			&cli.IntFlag{Name: "layers", Usage: "transformer layers L"},
+			&cli.IntFlag{Name: "hidden", Usage: "hidden size h"},
+			&cli.IntFlag{Name: "heads", Usage: "attention heads a"},
+			&cli.IntFlag{Name: "seq", Usage: "sequence length s"},
+			&cli.IntFlag{Name: "batch", Usage: "micro batch per GPU b"},
+			&cli.IntFlag{Name: "tp", Value: 1, Usage: "tensor-parallel degree T"},
+			&cli.Float64Flag{Name: "optimizer-bytes", Aliases: []string{"optimizer_bytes"}, Usage: "optimizer bytes per parameter K", DefaultText: "12, or 8 for a train.toml"},
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per strategy, one a line"},
+		},
+		Action: estimateAction,
+	}
+}
+
+func estimateAction(c *cli.Context) error {
+	args, err := parseTrailingFlags(c)
+	if err != nil {
+		return cli.Exit("estimate: "+err.Error(), exitUsage)
+	}
+	var (
+		m        estimate.Model
+		l        estimate.Layout
+		p        estimate.Precision
+		selected string
+		header   []string
+	)
+	sizeFlags := []string{"params", "layers", "hidden", "heads", "seq", "batch", "tp"}
+	switch len(args) {
+	case 1:
+		for _, name := range sizeFlags {
+			if c.IsSet(name) {
+				return cli.Exit(fmt.Sprintf("estimate: --%s: give a train.toml or the model's sizes, not both", name), exitUsage)
+			}
+		}
+		path := args[0]
+		cfg, err := config.Load(path, c.StringSlice("set"))
+		if err != nil {
+			return cli.Exit(err.Error(), exitUsage)
+		}
+		nproc := c.Int("nproc-per-node")
+		if !c.IsSet("nproc-per-node") {
+			nproc = 1
+		}
+		m, l, selected = estimate.FromConfig(cfg, c.Int("nodes"), nproc)
+		p = estimate.FP32()
+		mo := cfg.Model
+		header = append(header,
+			fmt.Sprintf("%s: %d parameters (%d layers, d_model %d, %d heads), micro batch %d x %d bytes, parallel.mode = %s",
+				path, mo.Params(), mo.Layers, mo.DModel, mo.Heads, cfg.Train.MicroBatch, mo.Context, cfg.Parallel.Mode),
+			"embedded fp32 trainer: 4 B weights + 4 B gradients + 8 B AdamW moments per parameter; its activation buffers counted exactly")
+		if _, err := cfg.Accumulation(l.Nodes * l.ProcPerNode); err != nil {
+			header = append(header, "note: "+strings.TrimPrefix(err.Error(), "config: accumulation: "))
+		}
+	case 0:
+		var missing []string
+		for _, name := range sizeFlags[:6] {
+			if !c.IsSet(name) {
+				missing = append(missing, "--"+name)
+			}
+		}
+		if len(missing) > 0 {
+			return cli.Exit(fmt.Sprintf("estimate: missing %s (give a train.toml, or --params --layers --hidden --heads --seq --batch)", strings.Join(missing, ", ")), exitUsage)
+		}
+		if len(c.StringSlice("set")) > 0 {
+			return cli.Exit("estimate: --set needs a train.toml", exitUsage)
+		}
+		m = estimate.Model{Params: c.Float64("params"), Layers: c.Int("layers"), Hidden: c.Int("hidden"),
+			Heads: c.Int("heads"), Seq: c.Int("seq"), Batch: c.Int("batch")}
+		nproc := c.Int("nproc-per-node")
+		if !c.IsSet("nproc-per-node") {
+			nproc = 8
+		}
+		l = estimate.Layout{Nodes: c.Int("nodes"), ProcPerNode: nproc, TP: c.Int("tp")}
+		p = estimate.MixedPrecision()
+		header = append(header,
+			fmt.Sprintf("model: %s parameters, %d layers, hidden %d, %d heads, sequence %d, micro batch %d",
+				estimate.FormatCount(m.Params), m.Layers, m.Hidden, m.Heads, m.Seq, m.Batch))
+	default:
+		return cli.Exit(fmt.Sprintf("estimate: one train.toml at most, got %s", strings.Join(args, " ")), exitUsage)
+	}
+	if c.IsSet("optimizer-bytes") {
+		p.Optimizer = c.Float64("optimizer-bytes")
+		if !(p.Optimizer >= 0) {
+			return cli.Exit(fmt.Sprintf("estimate: --optimizer-bytes=%g: must be at least 0", p.Optimizer), exitUsage)
+		}
+	}
+	es, err := estimate.Compute(m, l, p)
+	if err != nil {
+		return cli.Exit(err.Error(), exitUsage)
+	}
+	if c.Bool("json") {
+		return estimate.WriteJSON(c.App.Writer, es, selected)
+	}
+	return writeEstimate(c.App.Writer, header, m, l, p, es, selected)
+}
+
+func writeEstimate(w io.Writer, header []string, m estimate.Model, l estimate.Layout, p estimate.Precision,
+	es []estimate.Estimate, selected string) error {
+	plural := func(n int, one, many string) string {
+		if n == 1 {
+			return fmt.Sprintf("%d %s", n, one)
+		}
+		return fmt.Sprintf("%d %s", n, many)
+	}
+	world := fmt.Sprintf("world: %s x %s = %s", plural(l.Nodes, "node", "nodes"),
+		plural(l.ProcPerNode, "process", "processes"), plural(l.Nodes*l.ProcPerNode, "GPU", "GPUs"))
+	if l.TP > 1 {
+		world += fmt.Sprintf(", tensor parallel %d, data parallel %d", l.TP, l.Nodes*l.ProcPerNode/l.TP)
+	}
+	lines := append(header, world)
+	if selected == "" {
+		lines = append(lines, fmt.Sprintf("bytes per parameter: %g weights, %g gradients, %g optimizer state; activations s*b*h*L*(34 + 5*a*s/h)",
+			p.Weights, p.Grads, p.Optimizer))
+	}
+	for _, line := range lines {
+		if _, err := fmt.Fprintln(w, line); err != nil {
+			return err
+		}
+	}
+	if _, err := fmt.Fprintln(w); err != nil {
+		return err
+	}
+	if err := estimate.WriteTable(w, es, selected); err != nil {
+		return err
+	}
+	foot := "\nsizes per GPU in decimal units (1 GB = 1e9 bytes), before framework overhead, communication buffers and fragmentation"
+	if selected != "" {
+		foot += "\n* the strategy the train.toml runs"
+	}
+	_, err := fmt.Fprintln(w, foot)
+	return err
+}
+
+// parseTrailingFlags applies flags written after the positional train.toml
+// (`gorun estimate train.toml --nodes 2`): the flag package stops at the
+// first argument that is not a flag, so they arrive as arguments. It
+// returns the positional arguments.
+func parseTrailingFlags(c *cli.Context) ([]string, error) {
+	args := c.Args().Slice()
+	if len(args) <= 1 {
+		return args, nil
+	}
+	isBool := map[string]bool{}
+	known := map[string]bool{}
+	for _, f := range c.Command.Flags {
+		_, b := f.(*cli.BoolFlag)
+		for _, name := range f.Names() {
+			known[name] = true
+			isBool[name] = b
+		}
+	}
+	var positional []string
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		if arg == "--" {
+			positional = append(positional, args[i+1:]...)
+			break
+		}
+		if !strings.HasPrefix(arg, "-") || arg == "-" {
+			positional = append(positional, arg)
+			continue
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+		if !known[name] {
+			return nil, fmt.Errorf("unknown flag --%s (gorun estimate --help lists the flags)", name)
+		}
+		switch {
+		case hasValue:
+		case isBool[name]:
+			value = "true"
+		case i+1 < len(args):
+			i++
+			value = args[i]
+		default:
+			return nil, fmt.Errorf("flag --%s needs a value", name)
+		}
+		if err := c.Set(name, value); err != nil {
+			return nil, fmt.Errorf("--%s=%s: %w", name, value, err)
+		}
+	}
+	return positional, nil
+}
