@@ -1,0 +1,433 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(runChild())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func testConfig(port, rank, size int) Config {
+	return Config{Rank: rank, WorldSize: size, MasterAddr: "127.0.0.1", MasterPort: port, Token: "test/0", Timeout: 10 * time.Second}
+}
+
+// startWorld connects size ranks, each in its own goroutine with its own
+// World over real loopback sockets.
+func startWorld(t testing.TB, size int, edit func(*Config)) []*World {
+	t.Helper()
+	port := freePort(t)
+	worlds := make([]*World, size)
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for r := range size {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cfg := testConfig(port, r, size)
+			if edit != nil {
+				edit(&cfg)
+			}
+			worlds[r], errs[r] = Connect(context.Background(), cfg)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+	t.Cleanup(func() {
+		for _, w := range worlds {
+			require.NoError(t, w.Close())
+		}
+	})
+	return worlds
+}
+
+// each runs f on every rank at once and returns the errors by rank.
+func each(n int, f func(r int) error) []error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = f(r)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+func requireNoErrors(t *testing.T, errs []error) {
+	t.Helper()
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+}
+
+// inputs returns rank r's random data, and the plain sums over ranks in
+// float64.
+func inputs(size, n int, seed uint64) ([][]float32, []float64) {
+	data := make([][]float32, size)
+	sum := make([]float64, n)
+	for r := range size {
+		rng := rand.New(rand.NewPCG(seed, uint64(r)))
+		data[r] = make([]float32, n)
+		for i := range data[r] {
+			data[r][i] = float32(rng.NormFloat64())
+			sum[i] += float64(data[r][i])
+		}
+	}
+	return data, sum
+}
+
+func requireClose(t *testing.T, want []float64, got []float32, msg string) {
+	t.Helper()
+	require.Len(t, got, len(want), msg)
+	for i := range want {
+		if d := want[i] - float64(got[i]); abs(d) > 1e-4*(1+abs(want[i])) {
+			require.FailNow(t, "sum differs", "%s: element %d is %g, want %g", msg, i, got[i], want[i])
+		}
+	}
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// lengths cover empty, shorter than the group, not divisible by it, and
+// several pipelined chunks.
+var lengths = []int{0, 1, 3, 7, 1001, 70_001, 300_001}
+
+func TestCollectives(t *testing.T) {
+	for size := 1; size <= 4; size++ {
+		t.Run(fmt.Sprintf("ranks=%d", size), func(t *testing.T) {
+			worlds := startWorld(t, size, nil)
+			for _, n := range lengths {
+				testGroupCollectives(t, worlds, nil, n)
+			}
+		})
+	}
+}
+
+func TestCollectivesTCPOnly(t *testing.T) {
+	worlds := startWorld(t, 3, func(c *Config) { c.TCPOnly = true })
+	testGroupCollectives(t, worlds, nil, 70_001)
+}
+
+// testGroupCollectives checks every collective on the group of members
+// (all ranks when nil), given each rank's *Group.
+func testGroupCollectives(t *testing.T, worlds []*World, groups []*Group, n int) {
+	t.Helper()
+	if groups == nil {
+		for _, w := range worlds {
+			groups = append(groups, w.All())
+		}
+	}
+	size := len(groups)
+	data, sum := inputs(size, n, uint64(n))
+
+	t.Run(fmt.Sprintf("allreduce/n=%d", n), func(t *testing.T) {
+		bufs := make([][]float32, size)
+		requireNoErrors(t, each(size, func(r int) error {
+			bufs[r] = append([]float32(nil), data[r]...)
+			return groups[r].AllReduce(bufs[r])
+		}))
+		for r := range size {
+			requireClose(t, sum, bufs[r], fmt.Sprintf("member %d", r))
+			require.Equal(t, bufs[0], bufs[r], "member %d is not bit-identical to member 0", r)
+		}
+	})
+
+	t.Run(fmt.Sprintf("reducescatter/n=%d", n*size), func(t *testing.T) {
+		in, full := inputs(size, n*size, uint64(n)+1)
+		outs := make([][]float32, size)
+		requireNoErrors(t, each(size, func(r int) error {
+			outs[r] = make([]float32, n)
+			keep := append([]float32(nil), in[r]...)
+			err := groups[r].ReduceScatter(in[r], outs[r])
+			if err == nil && !equalBits(keep, in[r]) {
+				err = fmt.Errorf("reducescatter changed its input")
+			}
+			return err
+		}))
+		for r := range size {
+			requireClose(t, full[r*n:(r+1)*n], outs[r], fmt.Sprintf("member %d", r))
+		}
+	})
+
+	t.Run(fmt.Sprintf("allgather/n=%d", n), func(t *testing.T) {
+		outs := make([][]float32, size)
+		requireNoErrors(t, each(size, func(r int) error {
+			outs[r] = make([]float32, n*size)
+			return groups[r].AllGather(data[r], outs[r])
+		}))
+		var want []float32
+		for r := range size {
+			want = append(want, data[r]...)
+		}
+		for r := range size {
+			require.True(t, equalBits(want, outs[r]), "member %d", r)
+		}
+	})
+
+	t.Run(fmt.Sprintf("broadcast/n=%d", n), func(t *testing.T) {
+		for root := range size {
+			bufs := make([][]float32, size)
+			requireNoErrors(t, each(size, func(r int) error {
+				bufs[r] = append([]float32(nil), data[r]...)
+				return groups[r].Broadcast(bufs[r], root)
+			}))
+			for r := range size {
+				require.True(t, equalBits(data[root], bufs[r]), "root %d, member %d", root, r)
+			}
+		}
+	})
+
+	t.Run("barrier", func(t *testing.T) {
+		requireNoErrors(t, each(size, func(r int) error { return groups[r].Barrier() }))
+	})
+}
+
+func equalBits(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] && !(a[i] != a[i] && b[i] != b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestSubGroups(t *testing.T) {
+	worlds := startWorld(t, 4, nil)
+	// HSDP on 2 nodes x 2: shard groups {0,1} {2,3}, replica groups {0,2} {1,3};
+	// and a group in an order of its own.
+	shard := [][]int{{0, 1}, {0, 1}, {2, 3}, {2, 3}}
+	replica := [][]int{{0, 2}, {1, 3}, {0, 2}, {1, 3}}
+	odd := []int{3, 0, 2}
+	type gs struct{ shard, replica, odd *Group }
+	groups := make([]gs, 4)
+	requireNoErrors(t, each(4, func(r int) error {
+		var err error
+		if groups[r].shard, err = worlds[r].Group(shard[r]); err != nil {
+			return err
+		}
+		if groups[r].replica, err = worlds[r].Group(replica[r]); err != nil {
+			return err
+		}
+		if r != 1 {
+			groups[r].odd, err = worlds[r].Group(odd)
+		}
+		return err
+	}))
+	pick := func(members []int, f func(gs) *Group) ([]*World, []*Group) {
+		var ws []*World
+		var out []*Group
+		for _, r := range members {
+			ws, out = append(ws, worlds[r]), append(out, f(groups[r]))
+		}
+		return ws, out
+	}
+	for _, members := range [][]int{{0, 1}, {2, 3}} {
+		ws, g := pick(members, func(x gs) *Group { return x.shard })
+		testGroupCollectives(t, ws, g, 1001)
+	}
+	for _, members := range [][]int{{0, 2}, {1, 3}} {
+		ws, g := pick(members, func(x gs) *Group { return x.replica })
+		testGroupCollectives(t, ws, g, 70_001)
+	}
+	ws, g := pick(odd, func(x gs) *Group { return x.odd })
+	require.Equal(t, 2, g[2].Rank(), "rank 2 is the third of [3 0 2]")
+	testGroupCollectives(t, ws, g, 7)
+
+	// Both kinds of group at once, as HSDP's backward does on different
+	// buffers: the groups' connections are their own.
+	requireNoErrors(t, each(4, func(r int) error {
+		a, b := make([]float32, 100_000), make([]float32, 100_000)
+		errs := each(2, func(k int) error {
+			if k == 0 {
+				return groups[r].shard.AllReduce(a)
+			}
+			return groups[r].replica.AllReduce(b)
+		})
+		return errorsJoin(errs)
+	}))
+}
+
+func errorsJoin(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func TestGroupBadInput(t *testing.T) {
+	worlds := startWorld(t, 2, nil)
+	w := worlds[0]
+	for _, ranks := range [][]int{{0, 2}, {0, 0}, {1}, {-1, 0}} {
+		_, err := w.Group(ranks)
+		require.Error(t, err, "%v", ranks)
+	}
+	g := w.All()
+	require.ErrorContains(t, g.ReduceScatter(make([]float32, 5), make([]float32, 2)), "len(in) = 5")
+	require.ErrorContains(t, g.AllGather(make([]float32, 2), make([]float32, 5)), "len(out) = 5")
+	require.ErrorContains(t, g.Broadcast(nil, 2), "root 2")
+	// Nothing was sent: the world still works.
+	requireNoErrors(t, each(2, func(r int) error { return worlds[r].All().Barrier() }))
+}
+
+func TestBytes(t *testing.T) {
+	worlds := startWorld(t, 3, nil)
+	payload := func(r int) []byte { return []byte(fmt.Sprintf("rank %d %s", r, string(make([]byte, r*100_000)))) }
+	got := make([][][]byte, 3)
+	requireNoErrors(t, each(3, func(r int) error {
+		var err error
+		got[r], err = worlds[r].All().AllGatherBytes(payload(r))
+		return err
+	}))
+	for r := range 3 {
+		for k := range 3 {
+			require.Equal(t, payload(k), got[r][k])
+		}
+	}
+	bc := make([][]byte, 3)
+	requireNoErrors(t, each(3, func(r int) error {
+		var in []byte
+		if r == 2 {
+			in = payload(2)
+		}
+		var err error
+		bc[r], err = worlds[r].All().BroadcastBytes(in, 2)
+		return err
+	}))
+	for r := range 3 {
+		require.Equal(t, payload(2), bc[r])
+	}
+}
+
+func TestMismatchNamesPeer(t *testing.T) {
+	worlds := startWorld(t, 3, func(c *Config) { c.Timeout = 5 * time.Second })
+	errs := each(3, func(r int) error {
+		n := 100
+		if r == 1 {
+			n = 200
+		}
+		return worlds[r].All().AllReduce(make([]float32, n))
+	})
+	for r, err := range errs {
+		var pe *PeerError
+		require.ErrorAs(t, err, &pe, "rank %d", r)
+		require.NotEqual(t, r, pe.Rank, "rank %d blames itself: %v", r, err)
+		require.ErrorContains(t, err, "allreduce of 200 elements", "rank %d", r)
+	}
+	// The world is unusable afterwards, and says why.
+	require.ErrorContains(t, worlds[2].All().Barrier(), "allreduce of 200 elements")
+}
+
+func TestStaleTokenRefused(t *testing.T) {
+	port := freePort(t)
+	stale := make(chan error, 1)
+	var worlds [2]*World
+	errs := each(2, func(r int) error {
+		if r == 1 {
+			// A worker of the previous round comes first, as rank 1.
+			cfg := testConfig(port, 1, 2)
+			cfg.Token = "test/-1"
+			_, err := Connect(context.Background(), cfg)
+			stale <- err
+		}
+		var err error
+		worlds[r], err = Connect(context.Background(), testConfig(port, r, 2))
+		return err
+	})
+	requireNoErrors(t, errs)
+	defer worlds[0].Close()
+	defer worlds[1].Close()
+	err := <-stale
+	require.ErrorContains(t, err, `token "test/-1" does not match this round's "test/0"`)
+
+	// A stale worker that dials a rank directly is refused too.
+	w := worlds[0]
+	cfg := worlds[1].cfg
+	cfg.Token = "test/-1"
+	intruder := &World{cfg: cfg, timeout: cfg.Timeout, peers: w.peers, self: worlds[1].self}
+	_, err = intruder.dial(context.Background(), 0, kindData, "0,1#0")
+	require.ErrorContains(t, err, "refused: token")
+	// ...and the round goes on.
+	requireNoErrors(t, each(2, func(r int) error { return worlds[r].All().AllReduce(make([]float32, 10)) }))
+}
+
+func TestConnectTimeout(t *testing.T) {
+	t.Run("no master", func(t *testing.T) {
+		cfg := testConfig(freePort(t), 1, 2)
+		cfg.Timeout = 300 * time.Millisecond
+		_, err := Connect(context.Background(), cfg)
+		require.ErrorContains(t, err, "bootstrap store of rank 0")
+		require.ErrorContains(t, err, "no answer before the timeout")
+	})
+	t.Run("missing rank", func(t *testing.T) {
+		cfg := testConfig(freePort(t), 0, 3)
+		cfg.Timeout = 300 * time.Millisecond
+		_, err := Connect(context.Background(), cfg)
+		require.ErrorContains(t, err, "ranks [1 2] did not register")
+	})
+	t.Run("context", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, err := Connect(ctx, testConfig(freePort(t), 1, 2))
+		require.Error(t, err)
+	})
+	t.Run("bad config", func(t *testing.T) {
+		for _, cfg := range []Config{
+			{WorldSize: 0}, {Rank: 2, WorldSize: 2},
+			{WorldSize: 1, MasterAddr: "x"}, {WorldSize: 1, MasterAddr: "x", MasterPort: 1},
+			{WorldSize: 1, MasterAddr: "x", MasterPort: 1, Token: "t", BindAddr: "0.0.0.0"},
+		} {
+			_, err := Connect(context.Background(), cfg)
+			require.Error(t, err, "%+v", cfg)
+		}
+	})
+}
+
+func TestCloseIsNoFailure(t *testing.T) {
+	worlds := startWorld(t, 3, nil)
+	requireNoErrors(t, each(3, func(r int) error { return worlds[r].All().AllReduce(make([]float32, 1000)) }))
+	require.NoError(t, worlds[0].Close())
+	time.Sleep(50 * time.Millisecond) // let the goodbye arrive; a death would show now
+	require.NoError(t, worlds[1].broken("check"))
+	require.NoError(t, worlds[2].broken("check"))
+	err := worlds[1].All().Barrier()
+	require.ErrorContains(t, err, "peer rank 0")
+	require.ErrorContains(t, err, "closed its World")
+	require.ErrorIs(t, worlds[0].All().Barrier(), ErrClosed)
+}

@@ -1,0 +1,23 @@
+package comm
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrClosed is returned by collectives on a World that was closed.
+var ErrClosed = errors.New("comm: world closed")
+
+// PeerError says which peer rank made an operation fail: it died, stalled
+// past the timeout, closed its World, or disagreed about the collective.
+type PeerError struct {
+	Rank int    // the peer's global rank
+	Op   string // what this rank was doing: connect, allreduce, ...
+	Err  error  // what happened
+}
+
+func (e *PeerError) Error() string {
+	return fmt.Sprintf("comm: %s: peer rank %d: %v", e.Op, e.Rank, e.Err)
+}
+
+func (e *PeerError) Unwrap() error { return e.Err }

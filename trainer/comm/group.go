@@ -1,0 +1,335 @@
+package comm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+)
+
+// Group is an ordered set of ranks that run collectives together over a
+// ring: each member sends to the next member and receives from the
+// previous one, on connections of their own. Collectives on one Group run
+// one at a time (a second call waits); every member must call the same
+// collectives in the same order with the same lengths. Results are
+// deterministic: every member ends with bit-identical data. After any
+// error the World is unusable (close it; the launcher restarts the round).
+type Group struct {
+	w                  *World
+	ranks              []int
+	me                 int // index of this rank in ranks
+	next, prev         net.Conn
+	nextRank, prevRank int
+
+	mu      sync.Mutex
+	seq     uint32
+	tmp     []float32    // one received chunk, before it is added
+	scratch [2][]float32 // reduce-scatter partial sums
+}
+
+// Size is the number of members.
+func (g *Group) Size() int { return len(g.ranks) }
+
+// Rank is this rank's index in the group (not its global rank).
+func (g *Group) Rank() int { return g.me }
+
+// Ranks returns the members' global ranks, in ring order.
+func (g *Group) Ranks() []int { return append([]int(nil), g.ranks...) }
+
+// Collective operations, as named in errors and headers.
+const (
+	opAllReduce uint32 = iota + 1
+	opReduceScatter
+	opAllGather
+	opBroadcast
+	opBarrier
+)
+
+var opNames = map[uint32]string{
+	opAllReduce: "allreduce", opReduceScatter: "reducescatter", opAllGather: "allgather",
+	opBroadcast: "broadcast", opBarrier: "barrier",
+}
+
+func opName(op uint32) string {
+	if s, ok := opNames[op]; ok {
+		return s
+	}
+	return fmt.Sprintf("op%d", op)
+}
+
+// header opens every collective on every link, so members that disagree
+// about the call get a clear error instead of garbage.
+type header struct {
+	op, seq uint32
+	n       uint64 // elements (bytes for byte collectives)
+	root    uint64
+}
+
+const headerLen = 24
+
+func (h header) put(b []byte) {
+	binary.LittleEndian.PutUint32(b[0:], h.op)
+	binary.LittleEndian.PutUint32(b[4:], h.seq)
+	binary.LittleEndian.PutUint64(b[8:], h.n)
+	binary.LittleEndian.PutUint64(b[16:], h.root)
+}
+
+func getHeader(b []byte) header {
+	return header{
+		op: binary.LittleEndian.Uint32(b[0:]), seq: binary.LittleEndian.Uint32(b[4:]),
+		n: binary.LittleEndian.Uint64(b[8:]), root: binary.LittleEndian.Uint64(b[16:]),
+	}
+}
+
+func (h header) String() string {
+	s := fmt.Sprintf("%s of %d elements", opName(h.op), h.n)
+	if h.op == opBroadcast {
+		s += fmt.Sprintf(" from group rank %d", h.root)
+	}
+	return fmt.Sprintf("%s as collective #%d", s, h.seq)
+}
+
+// begin takes the group for one collective and checks the world is whole.
+func (g *Group) begin(op string) error {
+	g.mu.Lock()
+	if err := g.w.broken(op); err != nil {
+		g.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+func (g *Group) end() { g.mu.Unlock() }
+
+// block returns the [lo, hi) element bounds of block k of n elements split
+// into size blocks: the first n%size blocks have one element more.
+func block(n, size, k int) (lo, hi int) {
+	base, rem := n/size, n%size
+	lo = k*base + min(k, rem)
+	hi = lo + base
+	if k < rem {
+		hi++
+	}
+	return lo, hi
+}
+
+func mod(a, n int) int { return ((a % n) + n) % n }
+
+// AllReduce sums buf element-wise over the members, in place. The order
+// of additions is fixed by the ring, so every member gets bit-identical
+// sums. buf must have the same length on every member.
+func (g *Group) AllReduce(buf []float32) error {
+	const op = "allreduce"
+	if err := g.begin(op); err != nil {
+		return err
+	}
+	defer g.end()
+	n, i := g.Size(), g.me
+	if n == 1 {
+		return nil
+	}
+	steps := make([]step, 0, 2*n-2)
+	for s := 0; s < 2*n-2; s++ {
+		slo, shi := block(len(buf), n, mod(i-s, n))
+		rlo, rhi := block(len(buf), n, mod(i-s-1, n))
+		st := step{send: bytesOf(buf[slo:shi]), sendAfter: s - 1, recvAfter: -1}
+		if s < n-1 {
+			st.sumDst, st.sumSrc = buf[rlo:rhi], buf[rlo:rhi]
+		} else {
+			st.recvInto = bytesOf(buf[rlo:rhi])
+			if s+1-n >= 0 {
+				st.recvAfter = s + 1 - n
+			}
+		}
+		steps = append(steps, st)
+	}
+	return g.ring(op, header{op: opAllReduce, n: uint64(len(buf))}, steps)
+}
+
+// ReduceScatter sums in element-wise over the members and leaves in out
+// the Rank()-th of Size() equal blocks of the sum. len(in) must be
+// Size()*len(out) on every member; in is not changed; in and out must not
+// overlap.
+func (g *Group) ReduceScatter(in, out []float32) error {
+	const op = "reducescatter"
+	if len(in) != g.Size()*len(out) {
+		return fmt.Errorf("comm: %s: len(in) = %d, want group size %d x len(out) %d", op, len(in), g.Size(), len(out))
+	}
+	if err := g.begin(op); err != nil {
+		return err
+	}
+	defer g.end()
+	n, i, m := g.Size(), g.me, len(out)
+	if n == 1 {
+		copy(out, in)
+		return nil
+	}
+	blk := func(k int) []float32 { return in[k*m : (k+1)*m] }
+	for k := range g.scratch {
+		if cap(g.scratch[k]) < m {
+			g.scratch[k] = make([]float32, m)
+		}
+		g.scratch[k] = g.scratch[k][:m]
+	}
+	steps := make([]step, 0, n-1)
+	for s := 0; s < n-1; s++ {
+		st := step{sendAfter: s - 1, recvAfter: -1, sumSrc: blk(mod(i-s-2, n))}
+		if s == 0 {
+			st.send = bytesOf(blk(mod(i-1, n)))
+		} else {
+			st.send = bytesOf(g.scratch[(s-1)%2])
+		}
+		if s == n-2 {
+			st.sumDst = out
+		} else {
+			st.sumDst = g.scratch[s%2]
+			if s >= 2 {
+				st.recvAfter = s - 1
+			}
+		}
+		steps = append(steps, st)
+	}
+	return g.ring(op, header{op: opReduceScatter, n: uint64(len(in))}, steps)
+}
+
+// AllGather concatenates every member's in, in group order, into out.
+// len(out) must be Size()*len(in) on every member.
+func (g *Group) AllGather(in, out []float32) error {
+	const op = "allgather"
+	if len(out) != g.Size()*len(in) {
+		return fmt.Errorf("comm: %s: len(out) = %d, want group size %d x len(in) %d", op, len(out), g.Size(), len(in))
+	}
+	if err := g.begin(op); err != nil {
+		return err
+	}
+	defer g.end()
+	return g.allGather(op, opAllGather, bytesOf(in), bytesOf(out))
+}
+
+func (g *Group) allGather(op string, code uint32, in, out []byte) error {
+	n, i, m := g.Size(), g.me, len(in)
+	copy(out[i*m:(i+1)*m], in)
+	if n == 1 {
+		return nil
+	}
+	steps := make([]step, 0, n-1)
+	for s := 0; s < n-1; s++ {
+		sb, rb := mod(i-s, n), mod(i-s-1, n)
+		st := step{send: out[sb*m : (sb+1)*m], sendAfter: s - 1, recvAfter: -1, recvInto: out[rb*m : (rb+1)*m]}
+		if s == 0 {
+			st.send = in
+		}
+		steps = append(steps, st)
+	}
+	return g.ring(op, header{op: code, n: uint64(len(out))}, steps)
+}
+
+// Broadcast copies root's buf (root is a group rank) into every member's
+// buf. buf must have the same length on every member.
+func (g *Group) Broadcast(buf []float32, root int) error {
+	if err := g.begin("broadcast"); err != nil {
+		return err
+	}
+	defer g.end()
+	return g.broadcast("broadcast", bytesOf(buf), root)
+}
+
+func (g *Group) broadcast(op string, buf []byte, root int) error {
+	n := g.Size()
+	if root < 0 || root >= n {
+		return fmt.Errorf("comm: %s: root %d outside group size %d", op, root, n)
+	}
+	if n == 1 {
+		return nil
+	}
+	p := mod(g.me-root, n) // position on the chain that starts at root
+	st := step{sendAfter: -1, recvAfter: -1}
+	if p < n-1 {
+		st.send = buf
+	}
+	if p > 0 {
+		st.recvInto = buf
+		if p < n-1 {
+			st.sendAfter = 0 // forward each chunk once it arrived
+		}
+	}
+	return g.ring(op, header{op: opBroadcast, n: uint64(len(buf)), root: uint64(root)}, []step{st})
+}
+
+// Barrier returns once every member has called it.
+func (g *Group) Barrier() error {
+	const op = "barrier"
+	if err := g.begin(op); err != nil {
+		return err
+	}
+	defer g.end()
+	in := []byte{1}
+	return g.allGather(op, opBarrier, in, make([]byte, g.Size()))
+}
+
+// BroadcastBytes returns root's data on every member (root is a group
+// rank; other members' data is ignored and may be nil).
+func (g *Group) BroadcastBytes(data []byte, root int) ([]byte, error) {
+	const op = "broadcastbytes"
+	if err := g.begin(op); err != nil {
+		return nil, err
+	}
+	defer g.end()
+	var size [8]byte
+	if g.me == root {
+		binary.LittleEndian.PutUint64(size[:], uint64(len(data)))
+	}
+	if err := g.broadcast(op, size[:], root); err != nil {
+		return nil, err
+	}
+	n := binary.LittleEndian.Uint64(size[:])
+	if g.me == root {
+		return data, g.broadcast(op, data, root)
+	}
+	if n > maxBytesMsg {
+		return nil, fmt.Errorf("comm: %s: root sends %d bytes, more than %d", op, n, maxBytesMsg)
+	}
+	out := make([]byte, n)
+	return out, g.broadcast(op, out, root)
+}
+
+// maxBytesMsg bounds one byte collective (checkpoint metadata, not tensors).
+const maxBytesMsg = 1 << 30
+
+// AllGatherBytes returns every member's data, indexed by group rank.
+func (g *Group) AllGatherBytes(data []byte) ([][]byte, error) {
+	const op = "allgatherbytes"
+	if err := g.begin(op); err != nil {
+		return nil, err
+	}
+	defer g.end()
+	n := g.Size()
+	var mine [8]byte
+	binary.LittleEndian.PutUint64(mine[:], uint64(len(data)))
+	sizes := make([]byte, 8*n)
+	if err := g.allGather(op, opAllGather, mine[:], sizes); err != nil {
+		return nil, err
+	}
+	longest := uint64(0)
+	for k := range n {
+		longest = max(longest, binary.LittleEndian.Uint64(sizes[8*k:]))
+	}
+	if longest > maxBytesMsg/uint64(n) {
+		return nil, fmt.Errorf("comm: %s: a member sends %d bytes, more than %d", op, longest, maxBytesMsg/n)
+	}
+	in := make([]byte, longest)
+	copy(in, data)
+	all := make([]byte, int(longest)*n)
+	if err := g.allGather(op, opAllGather, in, all); err != nil {
+		return nil, err
+	}
+	out := make([][]byte, n)
+	for k := range n {
+		l := binary.LittleEndian.Uint64(sizes[8*k:])
+		out[k] = all[k*int(longest) : k*int(longest)+int(l) : k*int(longest)+int(l)]
+	}
+	return out, nil
+}
+
+var errStopped = errors.New("stopped")

@@ -1,0 +1,131 @@
+package comm
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// childEnv marks the test binary re-executed as one rank.
+const childEnv = "COMM_TEST_CHILD"
+
+// runChild is one rank: all-reduce in a loop, print "ready" after the
+// first, and "error: ..." (exit 3) when a collective fails. It gives up
+// by itself after a minute, so no process outlives a broken test.
+func runChild() int {
+	atoi := func(k string) int { v, _ := strconv.Atoi(os.Getenv(k)); return v }
+	timeout, _ := time.ParseDuration(os.Getenv("COMM_TEST_TIMEOUT"))
+	cfg := Config{
+		Rank: atoi("RANK"), WorldSize: atoi("WORLD_SIZE"), MasterAddr: "127.0.0.1",
+		MasterPort: atoi("MASTER_PORT"), Token: "proc/0", Timeout: timeout,
+	}
+	w, err := Connect(context.Background(), cfg)
+	if err != nil {
+		fmt.Printf("error: %v\n", err)
+		return 3
+	}
+	defer w.Close()
+	buf := make([]float32, 1<<20)
+	start := time.Now()
+	for k := 0; time.Since(start) < time.Minute; k++ {
+		if err := w.All().AllReduce(buf); err != nil {
+			fmt.Printf("error: %v\n", err)
+			return 3
+		}
+		if k == 0 {
+			fmt.Println("ready")
+		}
+	}
+	return 0
+}
+
+type child struct {
+	cmd   *exec.Cmd
+	lines chan string
+}
+
+func startChildren(t *testing.T, size int, timeout time.Duration) []*child {
+	t.Helper()
+	self, err := os.Executable()
+	require.NoError(t, err)
+	port := freePort(t)
+	kids := make([]*child, size)
+	for r := range size {
+		cmd := exec.Command(self, "-test.run=^$")
+		cmd.Env = append(os.Environ(), childEnv+"=1", "RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(size),
+			"MASTER_PORT="+strconv.Itoa(port), "COMM_TEST_TIMEOUT="+timeout.String())
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		k := &child{cmd: cmd, lines: make(chan string, 16)}
+		go func() {
+			defer close(k.lines)
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				k.lines <- sc.Text()
+			}
+		}()
+		kids[r] = k
+	}
+	t.Cleanup(func() {
+		for _, k := range kids {
+			_ = k.cmd.Process.Kill()
+			_ = k.cmd.Wait()
+		}
+	})
+	return kids
+}
+
+// line returns the child's next output line, or fails the test after wait.
+func (k *child) line(t *testing.T, wait time.Duration) string {
+	t.Helper()
+	select {
+	case l, ok := <-k.lines:
+		require.True(t, ok, "rank exited without a line")
+		return l
+	case <-time.After(wait):
+		require.FailNow(t, "no line from the rank in time")
+		return ""
+	}
+}
+
+func TestDeadPeer(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		signal syscall.Signal
+		want   string
+	}{
+		{"killed", syscall.SIGKILL, "process died?"},
+		{"stopped", syscall.SIGSTOP, "stalled?"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const size, victim = 4, 1
+			timeout := 3 * time.Second
+			kids := startChildren(t, size, timeout)
+			for r, k := range kids {
+				require.Equal(t, "ready", k.line(t, 30*time.Second), "rank %d", r)
+			}
+			require.NoError(t, kids[victim].cmd.Process.Signal(tc.signal))
+			for r, k := range kids {
+				if r == victim {
+					continue
+				}
+				// Bounded: the timeout, plus slack for a loaded machine.
+				l := k.line(t, 2*timeout+10*time.Second)
+				require.True(t, strings.HasPrefix(l, "error: "), "rank %d: %s", r, l)
+				require.Contains(t, l, fmt.Sprintf("peer rank %d", victim), "rank %d", r)
+				require.Contains(t, l, tc.want, "rank %d", r)
+			}
+		})
+	}
+}

@@ -1,0 +1,313 @@
+package comm
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// chunkBytes is the pipelining unit: a step's data moves in chunks of
+// this size, and a chunk is forwarded as soon as it arrived.
+const chunkBytes = 512 << 10
+
+// seqLimit is the largest step that runs send-then-receive on one
+// goroutine: below the smallest socket buffer, so no cycle of sends can
+// block (on average a ring link holds at most one step in flight).
+const seqLimit = 64 << 10
+
+// step is one round of a ring collective: send a region to the next
+// member, receive a region from the previous one.
+type step struct {
+	send      []byte // sent to next; empty: nothing
+	sendAfter int    // chunk j is sent after chunk j of this step's receive finished; -1: at once
+	// Received bytes either land in recvInto, or are added: sumDst = sumSrc + received.
+	recvInto       []byte
+	sumDst, sumSrc []float32
+	recvAfter      int // chunk j is received after chunk j of this step's send left; -1: at once
+}
+
+func (s *step) recvLen() int {
+	if s.sumDst != nil {
+		return 4 * len(s.sumDst)
+	}
+	return len(s.recvInto)
+}
+
+func chunks(n int) int { return (n + chunkBytes - 1) / chunkBytes }
+
+func chunk(b []byte, j int) []byte { return b[j*chunkBytes : min(len(b), (j+1)*chunkBytes)] }
+
+// bytesOf views f as its bytes, in the machine's order (all ranks share it).
+func bytesOf(f []float32) []byte {
+	if len(f) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(f))), 4*len(f))
+}
+
+// linkError is a failure on the link to one neighbor.
+type linkError struct {
+	rank int
+	err  error
+}
+
+// ring runs steps: a header, then each step's chunks, sending on one
+// goroutine while receiving on this one, with the dependencies the steps
+// name. Any error stops both sides and is reported naming a peer.
+func (g *Group) ring(op string, h header, steps []step) error {
+	h.seq = g.seq
+	g.seq++
+	var stopped atomic.Bool
+	largest := 0
+	for k := range steps {
+		largest = max(largest, len(steps[k].send), steps[k].recvLen())
+	}
+	var err *linkError
+	if largest <= seqLimit {
+		err = g.ringSeq(h, steps, &stopped)
+	} else {
+		err = g.ringPipelined(h, steps, &stopped)
+	}
+	if err == nil {
+		return nil
+	}
+	return g.blame(op, err)
+}
+
+// blame turns a link error into the PeerError that names the rank at
+// fault: a failure the world already knows of (a death seen on the
+// control connections) wins over what this link saw.
+func (g *Group) blame(op string, le *linkError) error {
+	w := g.w
+	select {
+	case <-w.closing:
+		return fmt.Errorf("comm: %s: %w", op, ErrClosed)
+	default:
+	}
+	if le.err == errStopped || !w.failedFlag.Load() {
+		// Give the control connections a moment to report a death that
+		// caused this link's error (a neighbor that died of it, say).
+		t := time.NewTimer(min(w.timeout/4, 250*time.Millisecond))
+		select {
+		case <-w.failed:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	if err := w.broken(op); err != nil && w.failedFlag.Load() {
+		return err
+	}
+	reason := le.err
+	var ne net.Error
+	switch {
+	case w.ctrl[le.rank] != nil && w.ctrl[le.rank].departed.Load():
+		reason = fmt.Errorf("it closed its World: %w", le.err)
+	case errors.As(le.err, &ne) && ne.Timeout():
+		reason = fmt.Errorf("nothing moved for %s (stalled?): %w", w.timeout, le.err)
+	case errors.Is(le.err, io.EOF) || errors.Is(le.err, io.ErrUnexpectedEOF) || errors.Is(le.err, net.ErrClosed):
+		reason = fmt.Errorf("connection lost (process died?): %w", le.err)
+	}
+	pe := &PeerError{Rank: le.rank, Op: op, Err: reason}
+	w.fail(pe, true)
+	return pe
+}
+
+// io moves one buffer on c within the timeout, unless the collective or
+// the world stopped (checked after the deadline is set, so a concurrent
+// stop that sets a past deadline is never overwritten unseen).
+func (g *Group) io(c net.Conn, write bool, b []byte, stopped *atomic.Bool) error {
+	dl := time.Now().Add(g.w.timeout)
+	var err error
+	if write {
+		err = c.SetWriteDeadline(dl)
+	} else {
+		err = c.SetReadDeadline(dl)
+	}
+	if err != nil {
+		return err
+	}
+	if stopped.Load() || g.w.failedFlag.Load() {
+		return errStopped
+	}
+	if write {
+		_, err = c.Write(b)
+	} else {
+		_, err = io.ReadFull(c, b)
+	}
+	return err
+}
+
+func (g *Group) sendHeader(h header, stopped *atomic.Bool) *linkError {
+	var b [headerLen]byte
+	h.put(b[:])
+	if err := g.io(g.next, true, b[:], stopped); err != nil {
+		return &linkError{g.nextRank, err}
+	}
+	return nil
+}
+
+func (g *Group) recvHeader(h header, stopped *atomic.Bool) *linkError {
+	var b [headerLen]byte
+	if err := g.io(g.prev, false, b[:], stopped); err != nil {
+		return &linkError{g.prevRank, err}
+	}
+	if got := getHeader(b[:]); got != h {
+		return &linkError{g.prevRank, fmt.Errorf("it called %s, this rank %s", got, h)}
+	}
+	return nil
+}
+
+// recvChunk receives chunk j of st and stores or adds it.
+func (g *Group) recvChunk(st *step, j int, stopped *atomic.Bool) *linkError {
+	var err error
+	if st.sumDst == nil {
+		err = g.io(g.prev, false, chunk(st.recvInto, j), stopped)
+	} else {
+		lo := j * chunkBytes / 4
+		hi := min(len(st.sumDst), lo+chunkBytes/4)
+		if cap(g.tmp) < hi-lo {
+			g.tmp = make([]float32, chunkBytes/4)
+		}
+		tmp := g.tmp[:hi-lo]
+		if err = g.io(g.prev, false, bytesOf(tmp), stopped); err == nil {
+			add(st.sumDst[lo:hi], st.sumSrc[lo:hi], tmp)
+		}
+	}
+	if err != nil {
+		return &linkError{g.prevRank, err}
+	}
+	return nil
+}
+
+// ringSeq runs small steps on this goroutine: each step sends, then
+// receives (receives first where a step forwards what it receives).
+func (g *Group) ringSeq(h header, steps []step, stopped *atomic.Bool) *linkError {
+	if err := g.sendHeader(h, stopped); err != nil {
+		return err
+	}
+	if err := g.recvHeader(h, stopped); err != nil {
+		return err
+	}
+	for s := range steps {
+		st := &steps[s]
+		send := func() *linkError {
+			for j := range chunks(len(st.send)) {
+				if err := g.io(g.next, true, chunk(st.send, j), stopped); err != nil {
+					return &linkError{g.nextRank, err}
+				}
+			}
+			return nil
+		}
+		if st.sendAfter != s {
+			if err := send(); err != nil {
+				return err
+			}
+		}
+		for j := range chunks(st.recvLen()) {
+			if err := g.recvChunk(st, j, stopped); err != nil {
+				return err
+			}
+		}
+		if st.sendAfter == s {
+			if err := send(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ringPipelined sends on a second goroutine: chunk j of a step goes out
+// as soon as the receive it depends on is done, while later chunks are
+// still arriving.
+func (g *Group) ringPipelined(h header, steps []step, stopped *atomic.Bool) *linkError {
+	sendBase := make([]int, len(steps)+1) // ordinal of a step's first chunk
+	recvBase := make([]int, len(steps)+1)
+	for s := range steps {
+		sendBase[s+1] = sendBase[s] + chunks(len(steps[s].send))
+		recvBase[s+1] = recvBase[s] + chunks(steps[s].recvLen())
+	}
+	sent := make(chan struct{}, sendBase[len(steps)])
+	recvd := make(chan struct{}, recvBase[len(steps)])
+	stop := make(chan struct{})
+	var once sync.Once
+	var first *linkError
+	abort := func(le *linkError) {
+		once.Do(func() {
+			first = le
+			stopped.Store(true)
+			close(stop)
+			_ = g.next.SetWriteDeadline(time.Now())
+			_ = g.prev.SetReadDeadline(time.Now())
+		})
+	}
+	// wait consumes progress signals until more than ord have arrived.
+	wait := func(ch chan struct{}, have *int, ord int) bool {
+		for *have <= ord {
+			select {
+			case <-ch:
+				*have++
+			case <-stop:
+				return false
+			case <-g.w.failed:
+				abort(&linkError{-1, errStopped})
+				return false
+			}
+		}
+		return true
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := g.sendHeader(h, stopped); err != nil {
+			abort(err)
+			return
+		}
+		have := 0
+		for s := range steps {
+			st := &steps[s]
+			for j := range chunks(len(st.send)) {
+				if st.sendAfter >= 0 && !wait(recvd, &have, recvBase[st.sendAfter]+j) {
+					return
+				}
+				if err := g.io(g.next, true, chunk(st.send, j), stopped); err != nil {
+					abort(&linkError{g.nextRank, err})
+					return
+				}
+				sent <- struct{}{}
+			}
+		}
+	}()
+	func() {
+		if err := g.recvHeader(h, stopped); err != nil {
+			abort(err)
+			return
+		}
+		have := 0
+		for s := range steps {
+			st := &steps[s]
+			for j := range chunks(st.recvLen()) {
+				if a := st.recvAfter; a >= 0 {
+					if n := chunks(len(steps[a].send)); n > 0 && !wait(sent, &have, sendBase[a]+min(j, n-1)) {
+						return
+					}
+				}
+				if err := g.recvChunk(st, j, stopped); err != nil {
+					abort(err)
+					return
+				}
+				recvd <- struct{}{}
+			}
+		}
+	}()
+	<-done
+	if first != nil && first.rank < 0 {
+		first = &linkError{g.prevRank, errStopped}
+	}
+	return first
+}

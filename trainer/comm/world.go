@@ -1,0 +1,610 @@
+package comm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// sockBuf is the socket buffer size asked for on Unix data connections
+// (the kernel caps it at net.core.wmem_max/rmem_max). TCP connections keep
+// the kernel's autotuning, which grows further.
+const sockBuf = 4 << 20
+
+// World is this rank's membership in one round: connections to every
+// other rank and the collectives over them. Its methods are safe for
+// concurrent use; collectives on one Group run one at a time.
+type World struct {
+	cfg     Config
+	timeout time.Duration
+	peers   []peer
+	self    peer
+
+	listeners []net.Listener
+	wg        sync.WaitGroup
+	closing   chan struct{}
+	closeOnce sync.Once
+
+	mu       sync.Mutex
+	waiting  map[connKey]chan net.Conn
+	arrived  map[connKey]net.Conn
+	data     []net.Conn
+	groupSeq map[string]int
+
+	ctrl []*ctrlConn // by rank; nil for this rank
+
+	failed     chan struct{} // closed on the first failure
+	failedFlag atomic.Bool
+	failure    *PeerError
+
+	all *Group
+}
+
+type connKey struct {
+	kind, group string
+	from        int
+}
+
+type ctrlConn struct {
+	rank     int
+	c        net.Conn
+	wmu      sync.Mutex
+	departed atomic.Bool // the peer said goodbye: its silence is no failure
+}
+
+func (cc *ctrlConn) send(m control, timeout time.Duration) error {
+	cc.wmu.Lock()
+	defer cc.wmu.Unlock()
+	return writeMsg(cc.c, m, timeout)
+}
+
+// Connect joins the round described by cfg: rank 0 starts the bootstrap
+// store, every rank registers there, learns its peers and connects to
+// them. It returns once this rank is connected to all of them, or fails
+// within cfg.Timeout (a master that never answers, a rank that never
+// registers, a store that refuses cfg.Token) or when ctx ends.
+func Connect(ctx context.Context, cfg Config) (*World, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	w := &World{
+		cfg: cfg, timeout: cfg.timeout(), closing: make(chan struct{}),
+		waiting: map[connKey]chan net.Conn{}, arrived: map[connKey]net.Conn{},
+		groupSeq: map[string]int{}, failed: make(chan struct{}),
+	}
+	deadline := time.Now().Add(w.timeout)
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	if err := w.connect(ctx); err != nil {
+		w.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w *World) connect(ctx context.Context) error {
+	var st *store
+	if w.cfg.Rank == 0 {
+		dl, _ := ctx.Deadline()
+		var err error
+		if st, err = startStore(ctx, w.cfg, dl); err != nil {
+			return err
+		}
+	}
+	err := w.bootstrap(ctx)
+	if st != nil {
+		if serr := <-st.done; serr != nil && err == nil {
+			err = serr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	w.ctrl = make([]*ctrlConn, w.cfg.WorldSize)
+	for r := w.cfg.Rank + 1; r < w.cfg.WorldSize; r++ {
+		c, err := w.dial(ctx, r, kindControl, "")
+		if err != nil {
+			return err
+		}
+		w.ctrl[r] = &ctrlConn{rank: r, c: c}
+	}
+	for r := 0; r < w.cfg.Rank; r++ {
+		c, err := w.await(ctx, connKey{kind: kindControl, from: r}, "connect")
+		if err != nil {
+			return err
+		}
+		w.ctrl[r] = &ctrlConn{rank: r, c: c}
+	}
+	ranks := make([]int, w.cfg.WorldSize)
+	for r := range ranks {
+		ranks[r] = r
+	}
+	g, err := w.newGroup(ctx, ranks)
+	if err != nil {
+		return err
+	}
+	w.all = g
+	for _, cc := range w.ctrl {
+		if cc != nil {
+			w.wg.Add(1)
+			go w.watch(cc)
+		}
+	}
+	if w.cfg.WorldSize > 1 {
+		w.wg.Add(1)
+		go w.heartbeat()
+	}
+	return nil
+}
+
+// bootstrap registers with the store and reads the peer table.
+func (w *World) bootstrap(ctx context.Context) error {
+	addr := net.JoinHostPort(w.cfg.MasterAddr, strconv.Itoa(w.cfg.MasterPort))
+	c, err := dialRetry(ctx, addr)
+	if err != nil {
+		return fmt.Errorf("comm: connect: bootstrap store of rank 0 at %s: %w", addr, err)
+	}
+	defer c.Close()
+	bind := w.cfg.BindAddr
+	if bind == "" {
+		bind = c.LocalAddr().(*net.TCPAddr).IP.String()
+	}
+	if err := w.listen(bind); err != nil {
+		return err
+	}
+	h := hello{Token: w.cfg.Token, Rank: w.cfg.Rank, WorldSize: w.cfg.WorldSize, Peer: w.self}
+	if err := writeMsg(c, h, w.timeout); err != nil {
+		return fmt.Errorf("comm: connect: register with %s: %w", addr, err)
+	}
+	var t table
+	if err := readMsg(c, &t, time.Until(deadlineOf(ctx, w.timeout))+w.timeout/4); err != nil {
+		return fmt.Errorf("comm: connect: wait for the peer table from %s: %w", addr, err)
+	}
+	if t.Error != "" {
+		return fmt.Errorf("comm: connect: rank %d refused by the bootstrap store at %s: %s", w.cfg.Rank, addr, t.Error)
+	}
+	if len(t.Peers) != w.cfg.WorldSize {
+		return fmt.Errorf("comm: connect: the store at %s sent %d peers for world size %d", addr, len(t.Peers), w.cfg.WorldSize)
+	}
+	w.peers = t.Peers
+	return nil
+}
+
+func deadlineOf(ctx context.Context, d time.Duration) time.Time {
+	if dl, ok := ctx.Deadline(); ok {
+		return dl
+	}
+	return time.Now().Add(d)
+}
+
+// dialRetry dials addr until it answers or ctx ends: the master may come
+// up after this rank.
+func dialRetry(ctx context.Context, addr string) (net.Conn, error) {
+	var d net.Dialer
+	wait := 20 * time.Millisecond
+	for {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			return c, nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("no answer before the timeout: %w", err)
+		case <-t.C:
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+	}
+}
+
+// listen opens this rank's TCP listener on bind and, on Linux, an
+// abstract Unix socket for peers of the same node.
+func (w *World) listen(bind string) error {
+	ln, err := net.Listen("tcp", net.JoinHostPort(bind, "0"))
+	if err != nil {
+		return fmt.Errorf("comm: connect: listen on %s: %w", bind, err)
+	}
+	w.listeners = append(w.listeners, ln)
+	w.self.Addr = ln.Addr().String()
+	if node := nodeKey(); node != "" && !w.cfg.TCPOnly {
+		var nonce [8]byte
+		_, _ = rand.Read(nonce[:])
+		name := fmt.Sprintf("gorun-comm-%d-%s", os.Getpid(), hex.EncodeToString(nonce[:]))
+		if uln, err := net.Listen("unix", "@"+name); err == nil {
+			w.listeners = append(w.listeners, uln)
+			w.self.Unix, w.self.Node = name, node
+		}
+	}
+	for _, l := range w.listeners {
+		w.wg.Add(1)
+		go w.acceptLoop(l)
+	}
+	return nil
+}
+
+// nodeKey names this kernel and network namespace: ranks with the same
+// key reach each other's abstract Unix sockets.
+func nodeKey() string {
+	if runtime.GOOS != "linux" {
+		return ""
+	}
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	ns, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(boot)) + "/" + ns
+}
+
+func (w *World) acceptLoop(l net.Listener) {
+	defer w.wg.Done()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			w.admit(c)
+		}()
+	}
+}
+
+// admit checks a new connection's handshake and hands it to whoever
+// awaits it; a wrong token or a bad handshake is answered and closed.
+func (w *World) admit(c net.Conn) {
+	var h handshake
+	if err := readMsg(c, &h, w.timeout); err != nil {
+		c.Close()
+		return
+	}
+	refuse := ""
+	switch {
+	case h.Token != w.cfg.Token:
+		refuse = fmt.Sprintf("token %q does not match this round's %q (a worker of another round?)", h.Token, w.cfg.Token)
+	case h.From < 0 || h.From >= w.cfg.WorldSize || h.From == w.cfg.Rank:
+		refuse = fmt.Sprintf("rank %d is not a peer of rank %d in world size %d", h.From, w.cfg.Rank, w.cfg.WorldSize)
+	case h.Kind != kindControl && h.Kind != kindData:
+		refuse = fmt.Sprintf("unknown connection kind %q", h.Kind)
+	}
+	if refuse != "" {
+		_ = writeMsg(c, ack{Error: refuse}, w.timeout)
+		c.Close()
+		return
+	}
+	if err := writeMsg(c, ack{}, w.timeout); err != nil {
+		c.Close()
+		return
+	}
+	key := connKey{kind: h.Kind, group: h.Group, from: h.From}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	select {
+	case <-w.closing:
+		c.Close()
+		return
+	default:
+	}
+	if ch, ok := w.waiting[key]; ok {
+		delete(w.waiting, key)
+		ch <- c
+		return
+	}
+	if _, dup := w.arrived[key]; dup {
+		c.Close()
+		return
+	}
+	w.arrived[key] = c
+}
+
+// await returns the connection that peer key.from opens to this rank,
+// waiting at most the timeout.
+func (w *World) await(ctx context.Context, key connKey, op string) (net.Conn, error) {
+	w.mu.Lock()
+	if c, ok := w.arrived[key]; ok {
+		delete(w.arrived, key)
+		w.mu.Unlock()
+		return c, nil
+	}
+	ch := make(chan net.Conn, 1)
+	w.waiting[key] = ch
+	w.mu.Unlock()
+	t := time.NewTimer(w.timeout)
+	defer t.Stop()
+	var err error
+	select {
+	case c := <-ch:
+		return c, nil
+	case <-t.C:
+		err = fmt.Errorf("did not connect within %s", w.timeout)
+	case <-ctx.Done():
+		err = fmt.Errorf("did not connect: %w", ctx.Err())
+	case <-w.closing:
+		err = ErrClosed
+	}
+	w.mu.Lock()
+	delete(w.waiting, key)
+	w.mu.Unlock()
+	select { // delivered just before we gave up
+	case c := <-ch:
+		c.Close()
+	default:
+	}
+	return nil, &PeerError{Rank: key.from, Op: op, Err: err}
+}
+
+// dial opens a connection of kind to rank, over a Unix socket when the
+// peer is on this node, and passes the handshake.
+func (w *World) dial(ctx context.Context, rank int, kind, group string) (net.Conn, error) {
+	p := w.peers[rank]
+	network, addr := "tcp", p.Addr
+	if p.Unix != "" && p.Node == w.self.Node && w.self.Node != "" && !w.cfg.TCPOnly {
+		network, addr = "unix", "@"+p.Unix
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, &PeerError{Rank: rank, Op: "connect", Err: err}
+	}
+	if uc, ok := c.(*net.UnixConn); ok && kind == kindData {
+		_ = uc.SetWriteBuffer(sockBuf)
+		_ = uc.SetReadBuffer(sockBuf)
+	}
+	fail := func(err error) (net.Conn, error) {
+		c.Close()
+		return nil, &PeerError{Rank: rank, Op: "connect", Err: err}
+	}
+	if err := writeMsg(c, handshake{Token: w.cfg.Token, From: w.cfg.Rank, Kind: kind, Group: group}, w.timeout); err != nil {
+		return fail(err)
+	}
+	var a ack
+	if err := readMsg(c, &a, w.timeout); err != nil {
+		return fail(err)
+	}
+	if a.Error != "" {
+		return fail(errors.New("refused: " + a.Error))
+	}
+	_ = c.SetDeadline(time.Time{})
+	return c, nil
+}
+
+// Rank is this rank's global rank.
+func (w *World) Rank() int { return w.cfg.Rank }
+
+// Size is the number of ranks in the world.
+func (w *World) Size() int { return w.cfg.WorldSize }
+
+// All is the group of every rank, in rank order.
+func (w *World) All() *Group { return w.all }
+
+// Group returns the sub-group of ranks, in that order (the ring follows
+// it). Every member must call Group with the same ranks, and members must
+// create their groups in the same order; ranks outside the group do not
+// call it. It connects to the group's ring neighbors and fails within the
+// timeout if they do not come.
+func (w *World) Group(ranks []int) (*Group, error) {
+	if err := w.broken("group"); err != nil {
+		return nil, err
+	}
+	seen := map[int]bool{}
+	member := false
+	for _, r := range ranks {
+		switch {
+		case r < 0 || r >= w.cfg.WorldSize:
+			return nil, fmt.Errorf("comm: group %v: rank %d outside world size %d", ranks, r, w.cfg.WorldSize)
+		case seen[r]:
+			return nil, fmt.Errorf("comm: group %v: rank %d twice", ranks, r)
+		}
+		seen[r] = true
+		member = member || r == w.cfg.Rank
+	}
+	if !member {
+		return nil, fmt.Errorf("comm: group %v: rank %d is not a member", ranks, w.cfg.Rank)
+	}
+	return w.newGroup(context.Background(), append([]int(nil), ranks...))
+}
+
+// newGroup connects this rank to the ring neighbors of ranks.
+func (w *World) newGroup(ctx context.Context, ranks []int) (*Group, error) {
+	parts := make([]string, len(ranks))
+	for i, r := range ranks {
+		parts[i] = strconv.Itoa(r)
+	}
+	base := strings.Join(parts, ",")
+	w.mu.Lock()
+	key := fmt.Sprintf("%s#%d", base, w.groupSeq[base])
+	w.groupSeq[base]++
+	w.mu.Unlock()
+
+	g := &Group{w: w, ranks: ranks}
+	for i, r := range ranks {
+		if r == w.cfg.Rank {
+			g.me = i
+		}
+	}
+	n := len(ranks)
+	if n == 1 {
+		return g, nil
+	}
+	next, prev := ranks[(g.me+1)%n], ranks[(g.me+n-1)%n]
+	type dialed struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan dialed, 1)
+	go func() {
+		c, err := w.dial(ctx, next, kindData, key)
+		ch <- dialed{c, err}
+	}()
+	pc, perr := w.await(ctx, connKey{kind: kindData, group: key, from: prev}, "connect")
+	d := <-ch
+	if err := errors.Join(d.err, perr); err != nil {
+		for _, c := range []net.Conn{d.c, pc} {
+			if c != nil {
+				c.Close()
+			}
+		}
+		return nil, err
+	}
+	g.next, g.prev, g.nextRank, g.prevRank = d.c, pc, next, prev
+	w.mu.Lock()
+	w.data = append(w.data, d.c, pc)
+	w.mu.Unlock()
+	if w.failedFlag.Load() { // a failure raced with the new connections
+		_ = d.c.SetDeadline(time.Now())
+		_ = pc.SetDeadline(time.Now())
+	}
+	return g, nil
+}
+
+// watch reads one peer's control connection: heartbeats, goodbye and
+// aborts. Silence past the timeout or a lost connection without goodbye
+// fails the world, naming that peer.
+func (w *World) watch(cc *ctrlConn) {
+	defer w.wg.Done()
+	for {
+		var m control
+		err := readMsg(cc.c, &m, w.timeout)
+		if err != nil {
+			select {
+			case <-w.closing:
+				return
+			default:
+			}
+			if cc.departed.Load() {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				w.fail(&PeerError{Rank: cc.rank, Op: "watch", Err: fmt.Errorf("no heartbeat for %s (stalled?)", w.timeout)}, false)
+			} else {
+				w.fail(&PeerError{Rank: cc.rank, Op: "watch", Err: fmt.Errorf("connection lost without goodbye (process died?): %w", err)}, false)
+			}
+			return
+		}
+		switch m.Type {
+		case "bye":
+			cc.departed.Store(true)
+		case "abort":
+			if m.Blame == w.cfg.Rank { // this rank is the one blamed: name the accuser
+				w.fail(&PeerError{Rank: cc.rank, Op: "watch", Err: fmt.Errorf("it failed because of this rank: %s", m.Reason)}, false)
+			} else {
+				w.fail(&PeerError{Rank: m.Blame, Op: "watch", Err: fmt.Errorf("reported by rank %d: %s", cc.rank, m.Reason)}, false)
+			}
+		}
+	}
+}
+
+// heartbeat tells every peer this rank is alive, four times per timeout.
+func (w *World) heartbeat() {
+	defer w.wg.Done()
+	t := time.NewTicker(w.timeout / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.closing:
+			return
+		case <-t.C:
+		}
+		for _, cc := range w.ctrl {
+			if cc != nil && !cc.departed.Load() {
+				_ = cc.send(control{Type: "hb"}, w.timeout)
+			}
+		}
+	}
+}
+
+// fail records the world's first failure, unblocks every collective in
+// flight and, when broadcast is set (the failure was seen on a data
+// link, which other ranks cannot see), tells every peer whom to blame.
+func (w *World) fail(pe *PeerError, broadcast bool) {
+	w.mu.Lock()
+	if w.failure != nil {
+		w.mu.Unlock()
+		return
+	}
+	w.failure = pe
+	w.failedFlag.Store(true)
+	close(w.failed)
+	conns := append([]net.Conn(nil), w.data...)
+	w.mu.Unlock()
+	for _, c := range conns {
+		_ = c.SetDeadline(time.Now())
+	}
+	if !broadcast {
+		return
+	}
+	for _, cc := range w.ctrl {
+		if cc != nil && !cc.departed.Load() {
+			_ = cc.send(control{Type: "abort", Blame: pe.Rank, Reason: pe.Err.Error()}, min(w.timeout, time.Second))
+		}
+	}
+}
+
+// broken returns the world's failure as seen by op, ErrClosed after
+// Close, or nil.
+func (w *World) broken(op string) error {
+	select {
+	case <-w.closing:
+		return fmt.Errorf("comm: %s: %w", op, ErrClosed)
+	default:
+	}
+	if !w.failedFlag.Load() {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return &PeerError{Rank: w.failure.Rank, Op: op, Err: w.failure.Err}
+}
+
+// Close says goodbye to every peer (so they do not take this rank's exit
+// for a death), closes every connection and listener and waits for this
+// World's goroutines. Collectives in flight fail with ErrClosed.
+// Closing twice is harmless.
+func (w *World) Close() error {
+	w.closeOnce.Do(func() {
+		for _, cc := range w.ctrl {
+			if cc != nil {
+				_ = cc.send(control{Type: "bye"}, min(w.timeout, time.Second))
+			}
+		}
+		w.mu.Lock()
+		close(w.closing)
+		conns := append([]net.Conn(nil), w.data...)
+		for k, c := range w.arrived {
+			conns = append(conns, c)
+			delete(w.arrived, k)
+		}
+		w.mu.Unlock()
+		for _, cc := range w.ctrl {
+			if cc != nil {
+				conns = append(conns, cc.c)
+			}
+		}
+		for _, l := range w.listeners {
+			l.Close()
+		}
+		for _, c := range conns {
+			c.Close()
+		}
+		w.wg.Wait()
+	})
+	return nil
+}
