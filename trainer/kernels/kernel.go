@@ -13,20 +13,29 @@ type microKernel struct {
 	// packed columns of mr floats, and b, kc packed rows of nr floats; it
 	// adds to the tile when accum and overwrites it otherwise.
 	tile func(kc int, a, b, c []float32, ldc int, accum bool)
+	// packTranspose packs kc columns of w rows at src (row stride ld)
+	// as one panel: dst[w*p+r] = src[r*ld+p]. w is mr or nr.
+	packTranspose func(dst, src []float32, w, ld, kc int)
+	// packCopy packs panels×w floats from each of kc rows at src (row
+	// stride ld) as panels stride floats apart, reading each row in
+	// order: dst[q*stride+w*p+r] = src[p*ld+q*w+r]. w is mr or nr.
+	packCopy func(dst, src []float32, w, ld, kc, panels, stride int)
 	// peak runs rounds of a register-only multiply-add loop with the
 	// kernel's instructions and returns the flops it did.
 	peak func(rounds int) int
 }
 
-// goKernel is the portable micro-kernel: a 6×16 tile computed as 3×4
-// sub-tiles whose 12 accumulators stay in registers.
+// goKernel is the portable micro-kernel: a 6×16 tile computed as 2×4
+// sub-tiles whose 8 accumulators stay in registers.
 func goKernel() *microKernel {
 	return &microKernel{
 		name: "go-6x16",
 		mr:   6, nr: 16,
 		mc: 96, kc: 256, nc: 3072,
-		tile: goTile,
-		peak: goPeak,
+		tile:          goTile,
+		packTranspose: goTranspose,
+		packCopy:      goCopy,
+		peak:          goPeak,
 	}
 }
 
@@ -35,14 +44,14 @@ func goTile(kc int, a, b, c []float32, ldc int, accum bool) {
 	a = a[:kc*6]
 	b = b[:kc*16]
 	_ = c[5*ldc+15]
-	for i0 := 0; i0 < 6; i0 += 3 {
+	for i0 := 0; i0 < 6; i0 += 2 {
 		for j0 := 0; j0 < 16; j0 += 4 {
-			var c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23 float32
-			ai, bi := i0, j0
+			var c00, c01, c02, c03, c10, c11, c12, c13 float32
+			as, bs := a[i0:], b[j0:]
 			for p := 0; p < kc; p++ {
-				ap := a[ai : ai+3 : ai+3]
-				bp := b[bi : bi+4 : bi+4]
-				a0, a1, a2 := ap[0], ap[1], ap[2]
+				ap := as[6*p : 6*p+2 : 6*p+2]
+				bp := bs[16*p : 16*p+4 : 16*p+4]
+				a0, a1 := ap[0], ap[1]
 				b0, b1, b2, b3 := bp[0], bp[1], bp[2], bp[3]
 				c00 += a0 * b0
 				c01 += a0 * b1
@@ -52,16 +61,9 @@ func goTile(kc int, a, b, c []float32, ldc int, accum bool) {
 				c11 += a1 * b1
 				c12 += a1 * b2
 				c13 += a1 * b3
-				c20 += a2 * b0
-				c21 += a2 * b1
-				c22 += a2 * b2
-				c23 += a2 * b3
-				ai += 6
-				bi += 16
 			}
 			r0 := c[i0*ldc+j0 : i0*ldc+j0+4 : i0*ldc+j0+4]
 			r1 := c[(i0+1)*ldc+j0 : (i0+1)*ldc+j0+4 : (i0+1)*ldc+j0+4]
-			r2 := c[(i0+2)*ldc+j0 : (i0+2)*ldc+j0+4 : (i0+2)*ldc+j0+4]
 			if accum {
 				c00 += r0[0]
 				c01 += r0[1]
@@ -71,14 +73,29 @@ func goTile(kc int, a, b, c []float32, ldc int, accum bool) {
 				c11 += r1[1]
 				c12 += r1[2]
 				c13 += r1[3]
-				c20 += r2[0]
-				c21 += r2[1]
-				c22 += r2[2]
-				c23 += r2[3]
 			}
 			r0[0], r0[1], r0[2], r0[3] = c00, c01, c02, c03
 			r1[0], r1[1], r1[2], r1[3] = c10, c11, c12, c13
-			r2[0], r2[1], r2[2], r2[3] = c20, c21, c22, c23
+		}
+	}
+}
+
+// goTranspose is the packTranspose of goKernel.
+func goTranspose(dst, src []float32, w, ld, kc int) {
+	dst = dst[:w*kc]
+	for r := range w {
+		for p, v := range src[r*ld:][:kc] {
+			dst[p*w+r] = v
+		}
+	}
+}
+
+// goCopy is the packCopy of goKernel.
+func goCopy(dst, src []float32, w, ld, kc, panels, stride int) {
+	for p := range kc {
+		row := src[p*ld:][:w*panels]
+		for q := range panels {
+			copy(dst[q*stride+p*w:][:w], row[q*w:])
 		}
 	}
 }

@@ -24,6 +24,8 @@ func avx2Kernel() *microKernel {
 			_ = c[5*ldc+15]
 			kernelAVX2(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc, boolInt(accum))
 		},
+		packTranspose: avxTranspose,
+		packCopy:      avxCopy,
 		peak: func(rounds int) int {
 			fmaLoopAVX2(rounds)
 			return rounds * 192
@@ -45,6 +47,44 @@ func kernelsForCPU() []*microKernel {
 		return []*microKernel{avx2Kernel(), goKernel()}
 	}
 	return []*microKernel{goKernel()}
+}
+
+// avxTranspose is goTranspose with whole blocks of columns of 6 and 16
+// rows done in assembly.
+func avxTranspose(dst, src []float32, w, ld, kc int) {
+	done := 0
+	switch {
+	case w == 6 && kc >= 4:
+		blocks := kc / 4
+		done = 4 * blocks
+		_ = dst[6*done-1]
+		_ = src[5*ld+done-1]
+		transpose6AVX(unsafe.SliceData(dst), unsafe.SliceData(src), ld, blocks)
+	case w == 16 && kc >= 8:
+		blocks := kc / 8
+		done = 8 * blocks
+		_ = dst[16*done-1]
+		_ = src[15*ld+done-1]
+		transpose16AVX(unsafe.SliceData(dst), unsafe.SliceData(src), ld, blocks)
+	}
+	if done < kc {
+		goTranspose(dst[w*done:], src[done:], w, ld, kc-done)
+	}
+}
+
+// avxCopy is goCopy with panels 6 and 16 floats wide copied in assembly.
+func avxCopy(dst, src []float32, w, ld, kc, panels, stride int) {
+	if (w != 6 && w != 16) || kc == 0 || panels == 0 || stride < w*kc {
+		goCopy(dst, src, w, ld, kc, panels, stride)
+		return
+	}
+	_ = dst[(panels-1)*stride+w*kc-1]
+	_ = src[(kc-1)*ld+w*panels-1]
+	if w == 6 {
+		copy6AVX(unsafe.SliceData(dst), unsafe.SliceData(src), ld, kc, panels, stride)
+	} else {
+		copy16AVX(unsafe.SliceData(dst), unsafe.SliceData(src), ld, kc, panels, stride)
+	}
 }
 
 func boolInt(b bool) int {

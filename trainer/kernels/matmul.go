@@ -80,11 +80,12 @@ func (e *Engine) gemm(c, a, b []float32, m, n, k int, transA, transB, acc bool) 
 	threads = tm * tn
 	mcMax := min(kern.mc, ceilDiv(mPanels, tm)*mr)
 
-	bBuf := getBuf(&e.packB, nPanelsMax*nr*kcMax)
+	bBuf := getBuf(&e.packB, nPanelsMax*panelStride(nr, kcMax))
 	defer e.packB.Put(bBuf)
+	aSize := mcMax / mr * panelStride(mr, kcMax)
 	aBufs := make([]*[]float32, threads)
 	for t := range aBufs {
-		aBufs[t] = getBuf(&e.packA, mcMax*kcMax+mr*nr)
+		aBufs[t] = getBuf(&e.packA, aSize+mr*nr)
 		defer e.packA.Put(aBufs[t])
 	}
 
@@ -94,30 +95,31 @@ func (e *Engine) gemm(c, a, b []float32, m, n, k int, transA, transB, acc bool) 
 		for pc := 0; pc < k; pc += kern.kc {
 			kcb := min(kern.kc, k-pc)
 			accum := acc || pc > 0
-			bp := aligned(*bBuf, nPanels*nr*kcb)
+			sa, sb := panelStride(mr, kcb), panelStride(nr, kcb)
+			bp := aligned(*bBuf, nPanels*sb)
 			parallel(threads, func(t int) {
 				q0, q1 := part(nPanels, threads, t)
-				for q := q0; q < q1; q++ {
-					j := jc + q*nr
-					packB(bp[q*nr*kcb:(q+1)*nr*kcb], b, n, k, pc, kcb, j, min(nr, jc+ncb-j), nr, transB)
+				if q0 < q1 {
+					j := jc + q0*nr
+					kern.packB(bp[q0*sb:q1*sb], b, n, k, pc, kcb, j, min(q1*nr, ncb)-q0*nr, sb, transB)
 				}
 			})
 			parallel(threads, func(t int) {
 				r0, r1 := part(mPanels, tm, t/tn)
 				q0, q1 := part(nPanels, tn, t%tn)
-				buf := aligned(*aBufs[t], mcMax*kcb+mr*nr)
-				ap, tile := buf[:mcMax*kcb], buf[mcMax*kcb:]
+				buf := aligned(*aBufs[t], aSize+mr*nr)
+				ap, tile := buf[:aSize], buf[aSize:]
 				rowEnd := min(r1*mr, m)
 				for ic := r0 * mr; ic < rowEnd; ic += kern.mc {
 					mcb := min(kern.mc, rowEnd-ic)
-					packA(ap, a, m, k, ic, mcb, pc, kcb, mr, transA)
+					kern.packA(ap, a, m, k, ic, mcb, pc, kcb, sa, transA)
 					for q := q0; q < q1; q++ {
 						j := jc + q*nr
 						nrb := min(nr, jc+ncb-j)
-						bq := bp[q*nr*kcb : (q+1)*nr*kcb]
+						bq := bp[q*sb:][:nr*kcb]
 						for ir := 0; ir < mcb; ir += mr {
 							i, mrb := ic+ir, min(mr, mcb-ir)
-							ar := ap[ir*kcb : (ir+mr)*kcb]
+							ar := ap[ir/mr*sa:][:mr*kcb]
 							if mrb == mr && nrb == nr {
 								kern.tile(kcb, ar, bq, c[i*n+j:], n, accum)
 								continue
@@ -141,91 +143,72 @@ func (e *Engine) gemm(c, a, b []float32, m, n, k int, transA, transB, acc bool) 
 	}
 }
 
-// packA packs rows ic..ic+mcb and columns pc..pc+kcb of op(A) into dst
-// as panels of mr rows, each kcb columns of mr floats; rows past mcb in
-// the last panel are zero.
-func packA(dst, a []float32, m, k, ic, mcb, pc, kcb, mr int, transA bool) {
-	for ir := 0; ir < mcb; ir += mr {
-		rows := min(mr, mcb-ir)
-		d := dst[ir*kcb : (ir+mr)*kcb]
-		i := ic + ir
-		if transA {
-			// op(A)[i, p] = a[p*m+i]: each column of the panel is contiguous.
-			for p := range kcb {
-				src := a[(pc+p)*m+i:][:rows]
-				col := d[p*mr : (p+1)*mr]
-				copy(col, src)
-				clear(col[rows:])
-			}
-			continue
-		}
-		if rows == 6 && mr == 6 {
-			packRows6(d, a[i*k+pc:], k, kcb)
-			continue
-		}
-		for r := range mr {
-			if r >= rows {
-				for p := range kcb {
-					d[p*mr+r] = 0
-				}
-				continue
-			}
-			src := a[(i+r)*k+pc:][:kcb]
-			for p, v := range src {
-				d[p*mr+r] = v
-			}
-		}
-	}
+// panelStride is how many floats apart packed panels of w×kc floats lie:
+// whole cache lines, an odd number of them, so the panels a packing
+// routine writes side by side do not all fall into the same cache sets.
+func panelStride(w, kc int) int {
+	return (ceilDiv(w*kc, 16) | 1) * 16
 }
 
-// packRows6 interleaves the first kcb floats of six rows of a (stride
-// lda) into dst, six floats per column.
-func packRows6(dst, a []float32, lda, kcb int) {
-	r0 := a[:kcb]
-	r1 := a[lda:][:kcb]
-	r2 := a[2*lda:][:kcb]
-	r3 := a[3*lda:][:kcb]
-	r4 := a[4*lda:][:kcb]
-	r5 := a[5*lda:][:kcb]
-	dst = dst[:6*kcb]
-	for p := range kcb {
-		d := dst[6*p : 6*p+6 : 6*p+6]
-		d[0], d[1], d[2], d[3], d[4], d[5] = r0[p], r1[p], r2[p], r3[p], r4[p], r5[p]
+// packA packs rows ic..ic+mcb and columns pc..pc+kcb of op(A) into dst
+// as panels of mr rows, stride floats apart, each kcb columns of mr
+// floats; rows past mcb in the last panel are zero.
+func (kern *microKernel) packA(dst, a []float32, m, k, ic, mcb, pc, kcb, stride int, transA bool) {
+	mr := kern.mr
+	full := mcb / mr
+	if transA {
+		// op(A)[i, p] = a[p*m+i]: a row of a holds a column of every panel.
+		kern.packCopy(dst, a[pc*m+ic:], mr, m, kcb, full, stride)
+	} else {
+		for q := range full {
+			i := ic + q*mr
+			kern.packTranspose(dst[q*stride:], a[i*k+pc:], mr, k, kcb)
+		}
+	}
+	rows := mcb - full*mr
+	if rows == 0 {
+		return
+	}
+	d, i := dst[full*stride:][:mr*kcb], ic+full*mr
+	clear(d)
+	for r := range rows {
+		for p := range kcb {
+			if transA {
+				d[p*mr+r] = a[(pc+p)*m+i+r]
+			} else {
+				d[p*mr+r] = a[(i+r)*k+pc+p]
+			}
+		}
 	}
 }
 
 // packB packs rows pc..pc+kcb and columns j..j+cols of op(B) into dst
-// as kcb rows of nr floats; columns past cols are zero.
-func packB(dst, b []float32, n, k, pc, kcb, j, cols, nr int, transB bool) {
-	if !transB {
-		for p := range kcb {
-			row := dst[p*nr : (p+1)*nr]
-			copy(row, b[(pc+p)*n+j:][:cols])
-			clear(row[cols:])
+// as panels of nr columns, stride floats apart, each kcb rows of nr
+// floats; columns past cols in the last panel are zero.
+func (kern *microKernel) packB(dst, b []float32, n, k, pc, kcb, j, cols, stride int, transB bool) {
+	nr := kern.nr
+	full := cols / nr
+	if transB {
+		// op(B)[p, j] = b[j*k+p]: each packed column is a contiguous run of b.
+		for q := range full {
+			kern.packTranspose(dst[q*stride:], b[(j+q*nr)*k+pc:], nr, k, kcb)
 		}
+	} else {
+		kern.packCopy(dst, b[pc*n+j:], nr, n, kcb, full, stride)
+	}
+	last := cols - full*nr
+	if last == 0 {
 		return
 	}
-	// op(B)[p, j] = b[j*k+p]: each packed column is a contiguous run of b.
-	jj := 0
-	for ; jj+4 <= cols; jj += 4 {
-		s0 := b[(j+jj)*k+pc:][:kcb]
-		s1 := b[(j+jj+1)*k+pc:][:kcb]
-		s2 := b[(j+jj+2)*k+pc:][:kcb]
-		s3 := b[(j+jj+3)*k+pc:][:kcb]
+	d, jl := dst[full*stride:][:nr*kcb], j+full*nr
+	clear(d)
+	for c := range last {
 		for p := range kcb {
-			d := dst[p*nr+jj : p*nr+jj+4 : p*nr+jj+4]
-			d[0], d[1], d[2], d[3] = s0[p], s1[p], s2[p], s3[p]
-		}
-	}
-	for ; jj < cols; jj++ {
-		src := b[(j+jj)*k+pc:][:kcb]
-		for p, v := range src {
-			dst[p*nr+jj] = v
-		}
-	}
-	if cols < nr {
-		for p := range kcb {
-			clear(dst[p*nr+cols : (p+1)*nr])
+			if transB {
+				d[p*nr+c] = b[(jl+c)*k+pc+p]
+			} else {
+				d[p*nr+c] = b[(pc+p)*n+jl+c]
+			}
 		}
 	}
 }

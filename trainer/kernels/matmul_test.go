@@ -172,3 +172,31 @@ func TestSplit(t *testing.T) {
 		require.Equal(t, [2]int{tc.tm, tc.tn}, [2]int{tm, tn}, "%+v", tc)
 	}
 }
+
+// TestPack checks each kernel's packing routines against the portable
+// ones for both panel widths, many lengths and strides.
+func TestPack(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, kern := range kernelsForCPU() {
+		for _, w := range []int{kern.mr, kern.nr} {
+			for _, kc := range []int{0, 1, 3, 4, 5, 7, 8, 9, 16, 17, 31, 64, 257} {
+				for _, extra := range []int{0, 1, 13} {
+					ld := max(w, kc) + extra
+					src := randSlice(r, (max(w, kc)-1)*ld+max(w, kc))
+					want, got := make([]float32, w*kc), make([]float32, w*kc)
+					goTranspose(want, src, w, ld, kc)
+					kern.packTranspose(got, src, w, ld, kc)
+					require.Equal(t, want, got, "%s transpose w=%d kc=%d ld=%d", kern.name, w, kc, ld)
+					for _, panels := range []int{0, 1, 3} {
+						ld, stride := max(ld, w*panels), panelStride(w, kc)
+						src := randSlice(r, max(kc-1, 0)*ld+w*panels)
+						want, got := make([]float32, stride*panels), make([]float32, stride*panels)
+						goCopy(want, src, w, ld, kc, panels, stride)
+						kern.packCopy(got, src, w, ld, kc, panels, stride)
+						require.Equal(t, want, got, "%s copy w=%d kc=%d ld=%d panels=%d", kern.name, w, kc, ld, panels)
+					}
+				}
+			}
+		}
+	}
+}

@@ -244,3 +244,238 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// func transpose6AVX(dst *float32, src *float32, ld int, blocks int)
+// Requires: AVX
+TEXT ·transpose6AVX(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), AX
+	MOVQ src+8(FP), CX
+	MOVQ ld+16(FP), DX
+	MOVQ blocks+24(FP), BX
+	SHLQ $0x02, DX
+	LEAQ (DX)(DX*2), SI
+	LEAQ (CX)(SI*1), SI
+
+loop:
+	TESTQ     BX, BX
+	JE        done
+	VMOVUPS   (CX), X0
+	VMOVUPS   (CX)(DX*1), X1
+	VMOVUPS   (CX)(DX*2), X2
+	VMOVUPS   (SI), X3
+	VMOVUPS   (SI)(DX*1), X4
+	VMOVUPS   (SI)(DX*2), X5
+	VUNPCKLPS X1, X0, X6
+	VUNPCKHPS X1, X0, X0
+	VUNPCKLPS X3, X2, X1
+	VUNPCKHPS X3, X2, X2
+	VUNPCKLPS X5, X4, X3
+	VUNPCKHPS X5, X4, X4
+	VUNPCKLPD X1, X6, X5
+	VUNPCKHPD X1, X6, X1
+	VUNPCKLPD X2, X0, X6
+	VUNPCKHPD X2, X0, X0
+	VMOVUPS   X5, (AX)
+	VMOVLPS   X3, 16(AX)
+	VMOVUPS   X1, 24(AX)
+	VMOVHPS   X3, 40(AX)
+	VMOVUPS   X6, 48(AX)
+	VMOVLPS   X4, 64(AX)
+	VMOVUPS   X0, 72(AX)
+	VMOVHPS   X4, 88(AX)
+	ADDQ      $0x10, CX
+	ADDQ      $0x10, SI
+	ADDQ      $0x60, AX
+	DECQ      BX
+	JMP       loop
+
+done:
+	RET
+
+// func transpose16AVX(dst *float32, src *float32, ld int, blocks int)
+// Requires: AVX
+TEXT ·transpose16AVX(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), AX
+	MOVQ src+8(FP), CX
+	MOVQ ld+16(FP), DX
+	MOVQ blocks+24(FP), BX
+	SHLQ $0x02, DX
+	LEAQ (DX)(DX*2), SI
+	LEAQ (CX)(DX*4), DI
+	LEAQ (DI)(DX*4), R8
+	LEAQ (R8)(DX*4), R9
+
+loop:
+	TESTQ      BX, BX
+	JE         done
+	VMOVUPS    (CX), Y0
+	VMOVUPS    (CX)(DX*1), Y1
+	VMOVUPS    (CX)(DX*2), Y2
+	VMOVUPS    (CX)(SI*1), Y3
+	VMOVUPS    (DI), Y4
+	VMOVUPS    (DI)(DX*1), Y5
+	VMOVUPS    (DI)(DX*2), Y6
+	VMOVUPS    (DI)(SI*1), Y7
+	VUNPCKLPS  Y1, Y0, Y8
+	VUNPCKHPS  Y1, Y0, Y0
+	VUNPCKLPS  Y3, Y2, Y1
+	VUNPCKHPS  Y3, Y2, Y2
+	VUNPCKLPS  Y5, Y4, Y3
+	VUNPCKHPS  Y5, Y4, Y4
+	VUNPCKLPS  Y7, Y6, Y5
+	VUNPCKHPS  Y7, Y6, Y6
+	VSHUFPS    $0x44, Y1, Y8, Y7
+	VSHUFPS    $0xee, Y1, Y8, Y1
+	VSHUFPS    $0x44, Y2, Y0, Y8
+	VSHUFPS    $0xee, Y2, Y0, Y0
+	VSHUFPS    $0x44, Y5, Y3, Y2
+	VSHUFPS    $0xee, Y5, Y3, Y3
+	VSHUFPS    $0x44, Y6, Y4, Y5
+	VSHUFPS    $0xee, Y6, Y4, Y4
+	VPERM2F128 $0x20, Y2, Y7, Y6
+	VPERM2F128 $0x31, Y2, Y7, Y2
+	VMOVUPS    Y6, (AX)
+	VMOVUPS    Y2, 256(AX)
+	VPERM2F128 $0x20, Y3, Y1, Y2
+	VPERM2F128 $0x31, Y3, Y1, Y1
+	VMOVUPS    Y2, 64(AX)
+	VMOVUPS    Y1, 320(AX)
+	VPERM2F128 $0x20, Y5, Y8, Y1
+	VPERM2F128 $0x31, Y5, Y8, Y2
+	VMOVUPS    Y1, 128(AX)
+	VMOVUPS    Y2, 384(AX)
+	VPERM2F128 $0x20, Y4, Y0, Y1
+	VPERM2F128 $0x31, Y4, Y0, Y0
+	VMOVUPS    Y1, 192(AX)
+	VMOVUPS    Y0, 448(AX)
+	VMOVUPS    (R8), Y0
+	VMOVUPS    (R8)(DX*1), Y1
+	VMOVUPS    (R8)(DX*2), Y2
+	VMOVUPS    (R8)(SI*1), Y3
+	VMOVUPS    (R9), Y4
+	VMOVUPS    (R9)(DX*1), Y5
+	VMOVUPS    (R9)(DX*2), Y6
+	VMOVUPS    (R9)(SI*1), Y7
+	VUNPCKLPS  Y1, Y0, Y8
+	VUNPCKHPS  Y1, Y0, Y0
+	VUNPCKLPS  Y3, Y2, Y1
+	VUNPCKHPS  Y3, Y2, Y2
+	VUNPCKLPS  Y5, Y4, Y3
+	VUNPCKHPS  Y5, Y4, Y4
+	VUNPCKLPS  Y7, Y6, Y5
+	VUNPCKHPS  Y7, Y6, Y6
+	VSHUFPS    $0x44, Y1, Y8, Y7
+	VSHUFPS    $0xee, Y1, Y8, Y1
+	VSHUFPS    $0x44, Y2, Y0, Y8
+	VSHUFPS    $0xee, Y2, Y0, Y0
+	VSHUFPS    $0x44, Y5, Y3, Y2
+	VSHUFPS    $0xee, Y5, Y3, Y3
+	VSHUFPS    $0x44, Y6, Y4, Y5
+	VSHUFPS    $0xee, Y6, Y4, Y4
+	VPERM2F128 $0x20, Y2, Y7, Y6
+	VPERM2F128 $0x31, Y2, Y7, Y2
+	VMOVUPS    Y6, 32(AX)
+	VMOVUPS    Y2, 288(AX)
+	VPERM2F128 $0x20, Y3, Y1, Y2
+	VPERM2F128 $0x31, Y3, Y1, Y1
+	VMOVUPS    Y2, 96(AX)
+	VMOVUPS    Y1, 352(AX)
+	VPERM2F128 $0x20, Y5, Y8, Y1
+	VPERM2F128 $0x31, Y5, Y8, Y2
+	VMOVUPS    Y1, 160(AX)
+	VMOVUPS    Y2, 416(AX)
+	VPERM2F128 $0x20, Y4, Y0, Y1
+	VPERM2F128 $0x31, Y4, Y0, Y0
+	VMOVUPS    Y1, 224(AX)
+	VMOVUPS    Y0, 480(AX)
+	ADDQ       $0x20, CX
+	ADDQ       $0x20, DI
+	ADDQ       $0x20, R8
+	ADDQ       $0x20, R9
+	ADDQ       $0x00000200, AX
+	DECQ       BX
+	JMP        loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func copy6AVX(dst *float32, src *float32, ld int, kc int, panels int, stride int)
+// Requires: AVX
+TEXT ·copy6AVX(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), AX
+	MOVQ src+8(FP), CX
+	MOVQ ld+16(FP), DX
+	MOVQ kc+24(FP), BX
+	SHLQ $0x02, DX
+	MOVQ stride+40(FP), SI
+	SHLQ $0x02, SI
+
+rows:
+	TESTQ BX, BX
+	JE    done
+	MOVQ  CX, DI
+	MOVQ  AX, R8
+	MOVQ  panels+32(FP), R9
+
+panels:
+	TESTQ   R9, R9
+	JE      next
+	VMOVUPS (DI), X0
+	VMOVSD  16(DI), X1
+	VMOVUPS X0, (R8)
+	VMOVSD  X1, 16(R8)
+	ADDQ    $0x18, DI
+	ADDQ    SI, R8
+	DECQ    R9
+	JMP     panels
+
+next:
+	ADDQ DX, CX
+	ADDQ $0x18, AX
+	DECQ BX
+	JMP  rows
+
+done:
+	VZEROUPPER
+	RET
+
+// func copy16AVX(dst *float32, src *float32, ld int, kc int, panels int, stride int)
+// Requires: AVX
+TEXT ·copy16AVX(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), AX
+	MOVQ src+8(FP), CX
+	MOVQ ld+16(FP), DX
+	MOVQ kc+24(FP), BX
+	SHLQ $0x02, DX
+	MOVQ stride+40(FP), SI
+	SHLQ $0x02, SI
+
+rows:
+	TESTQ BX, BX
+	JE    done
+	MOVQ  CX, DI
+	MOVQ  AX, R8
+	MOVQ  panels+32(FP), R9
+
+panels:
+	TESTQ   R9, R9
+	JE      next
+	VMOVUPS (DI), Y0
+	VMOVUPS 32(DI), Y1
+	VMOVUPS Y0, (R8)
+	VMOVUPS Y1, 32(R8)
+	ADDQ    $0x40, DI
+	ADDQ    SI, R8
+	DECQ    R9
+	JMP     panels
+
+next:
+	ADDQ DX, CX
+	ADDQ $0x40, AX
+	DECQ BX
+	JMP  rows
+
+done:
+	VZEROUPPER
+	RET

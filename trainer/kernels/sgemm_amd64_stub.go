@@ -12,3 +12,21 @@ func kernelAVX2(kc int, a *float32, b *float32, c *float32, ldc int, accum int)
 // fmaLoopAVX2 runs n rounds of 12 independent 8-wide fused multiply-adds
 // (192 flops a round) on registers only.
 func fmaLoopAVX2(n int)
+
+// transpose6AVX packs blocks×4 columns of the six rows at src (row stride
+// ld floats) into dst, six floats per column: dst[6p+r] = src[r*ld+p].
+func transpose6AVX(dst *float32, src *float32, ld int, blocks int)
+
+// transpose16AVX packs blocks×8 columns of the 16 rows at src (row stride
+// ld floats) into dst, 16 floats per column: dst[16p+r] = src[r*ld+p].
+func transpose16AVX(dst *float32, src *float32, ld int, blocks int)
+
+// copy6AVX packs panels×6 floats from each of kc rows at src (row stride
+// ld floats) into panels of kc×6 floats at dst, stride floats apart:
+// dst[q*stride + 6*p + r] = src[p*ld + q*6 + r].
+func copy6AVX(dst *float32, src *float32, ld int, kc int, panels int, stride int)
+
+// copy16AVX packs panels×16 floats from each of kc rows at src (row stride
+// ld floats) into panels of kc×16 floats at dst, stride floats apart:
+// dst[q*stride + 16*p + r] = src[p*ld + q*16 + r].
+func copy16AVX(dst *float32, src *float32, ld int, kc int, panels int, stride int)

@@ -1,10 +1,13 @@
 // Command gen writes the amd64 assembly of package kernels and its Go
-// declarations with avo: the 6×16 AVX2/FMA GEMM micro-kernel and the FMA
-// loop that measures the machine's peak. Run it with go generate in
+// declarations with avo: the 6×16 AVX2/FMA GEMM micro-kernel, the
+// routines that pack panels for it, and the FMA loop that measures the
+// machine's peak. Run it with go generate in
 // trainer/kernels; its output is committed as source.
 package main
 
 import (
+	"fmt"
+
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	. "github.com/mmcloughlin/avo/reg"
@@ -21,6 +24,10 @@ func main() {
 	ConstraintExpr("amd64,!purego")
 	kernel6x16()
 	fmaLoop()
+	transpose6()
+	transpose16()
+	copyPanels(6)
+	copyPanels(16)
 	Generate()
 }
 
@@ -140,6 +147,193 @@ func fmaLoop() {
 	}
 	DECQ(n)
 	JMP(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// transpose6 emits transpose6AVX: it packs a 6-row panel of a row-major
+// matrix, blocks×4 columns, as 6 floats per column: dst[6p+r] = src[r*ld+p].
+// Each block is a 4×4 transpose of rows 0..3 plus rows 4 and 5 paired.
+func transpose6() {
+	TEXT("transpose6AVX", NOSPLIT, "func(dst, src *float32, ld int, blocks int)")
+	Doc(
+		"transpose6AVX packs blocks×4 columns of the six rows at src (row stride",
+		"ld floats) into dst, six floats per column: dst[6p+r] = src[r*ld+p].",
+	)
+	dst := Load(Param("dst"), GP64())
+	r0 := Load(Param("src"), GP64())
+	ld := Load(Param("ld"), GP64())
+	n := Load(Param("blocks"), GP64())
+	SHLQ(U8(2), ld)
+	ld3 := GP64()
+	LEAQ(Mem{Base: ld, Index: ld, Scale: 2}, ld3)
+	r3 := GP64()
+	LEAQ(Mem{Base: r0, Index: ld3, Scale: 1}, r3)
+
+	Label("loop")
+	TESTQ(n, n)
+	JE(LabelRef("done"))
+	rows := []Mem{
+		{Base: r0}, {Base: r0, Index: ld, Scale: 1}, {Base: r0, Index: ld, Scale: 2},
+		{Base: r3}, {Base: r3, Index: ld, Scale: 1}, {Base: r3, Index: ld, Scale: 2},
+	}
+	x := make([]VecVirtual, 6)
+	for i := range x {
+		x[i] = XMM()
+		VMOVUPS(rows[i], x[i])
+	}
+	u0, u1, u2, u3 := XMM(), XMM(), XMM(), XMM()
+	VUNPCKLPS(x[1], x[0], u0) // r0_0 r1_0 r0_1 r1_1
+	VUNPCKHPS(x[1], x[0], u1) // r0_2 r1_2 r0_3 r1_3
+	VUNPCKLPS(x[3], x[2], u2)
+	VUNPCKHPS(x[3], x[2], u3)
+	v0, v1 := XMM(), XMM()
+	VUNPCKLPS(x[5], x[4], v0) // r4_0 r5_0 r4_1 r5_1
+	VUNPCKHPS(x[5], x[4], v1) // r4_2 r5_2 r4_3 r5_3
+	t := []VecVirtual{XMM(), XMM(), XMM(), XMM()}
+	VUNPCKLPD(u2, u0, t[0]) // r0_0 r1_0 r2_0 r3_0
+	VUNPCKHPD(u2, u0, t[1])
+	VUNPCKLPD(u3, u1, t[2])
+	VUNPCKHPD(u3, u1, t[3])
+	for p := 0; p < 4; p++ {
+		VMOVUPS(t[p], Mem{Base: dst, Disp: 24 * p})
+		pair := []VecVirtual{v0, v1}[p/2]
+		if p%2 == 0 {
+			VMOVLPS(pair, Mem{Base: dst, Disp: 24*p + 16})
+		} else {
+			VMOVHPS(pair, Mem{Base: dst, Disp: 24*p + 16})
+		}
+	}
+	ADDQ(U8(16), r0)
+	ADDQ(U8(16), r3)
+	ADDQ(U8(96), dst)
+	DECQ(n)
+	JMP(LabelRef("loop"))
+	Label("done")
+	RET()
+}
+
+// transpose16 emits transpose16AVX: it packs a 16-row panel, blocks×8
+// columns, as 16 floats per column: dst[16p+r] = src[r*ld+p], with two
+// 8×8 transposes per block.
+func transpose16() {
+	TEXT("transpose16AVX", NOSPLIT, "func(dst, src *float32, ld int, blocks int)")
+	Doc(
+		"transpose16AVX packs blocks×8 columns of the 16 rows at src (row stride",
+		"ld floats) into dst, 16 floats per column: dst[16p+r] = src[r*ld+p].",
+	)
+	dst := Load(Param("dst"), GP64())
+	base := GP64()
+	Load(Param("src"), base)
+	ld := Load(Param("ld"), GP64())
+	n := Load(Param("blocks"), GP64())
+	SHLQ(U8(2), ld)
+	ld3 := GP64()
+	LEAQ(Mem{Base: ld, Index: ld, Scale: 2}, ld3)
+	// Rows 0, 4, 8 and 12 of the panel; the others are 1, 2 or 3 ld further.
+	quad := []GPVirtual{base, GP64(), GP64(), GP64()}
+	for q := 1; q < 4; q++ {
+		LEAQ(Mem{Base: quad[q-1], Index: ld, Scale: 4}, quad[q])
+	}
+
+	Label("loop")
+	TESTQ(n, n)
+	JE(LabelRef("done"))
+	for half := 0; half < 2; half++ {
+		var rows []Mem
+		for _, q := range quad[2*half : 2*half+2] {
+			rows = append(rows, Mem{Base: q}, Mem{Base: q, Index: ld, Scale: 1}, Mem{Base: q, Index: ld, Scale: 2}, Mem{Base: q, Index: ld3, Scale: 1})
+		}
+		r := make([]VecVirtual, 8)
+		for i := range r {
+			r[i] = YMM()
+			VMOVUPS(rows[i], r[i])
+		}
+		t := make([]VecVirtual, 8)
+		for i := 0; i < 8; i += 2 {
+			t[i], t[i+1] = YMM(), YMM()
+			VUNPCKLPS(r[i+1], r[i], t[i])   // ri_0 ri+1_0 ri_1 ri+1_1 | _4 _5
+			VUNPCKHPS(r[i+1], r[i], t[i+1]) // ri_2 ri+1_2 ri_3 ri+1_3 | _6 _7
+		}
+		s := make([]VecVirtual, 8)
+		for i, src := range [][2]int{{0, 2}, {0, 2}, {1, 3}, {1, 3}, {4, 6}, {4, 6}, {5, 7}, {5, 7}} {
+			s[i] = YMM()
+			VSHUFPS(U8([]int{0x44, 0xEE}[i%2]), t[src[1]], t[src[0]], s[i])
+		}
+		// s[c] holds rows 0..3 of columns c and c+4 (c < 4), s[4+c] rows 4..7.
+		for c := 0; c < 4; c++ {
+			lo, hi := YMM(), YMM()
+			VPERM2F128(U8(0x20), s[4+c], s[c], lo)
+			VPERM2F128(U8(0x31), s[4+c], s[c], hi)
+			VMOVUPS(lo, Mem{Base: dst, Disp: 64*c + 32*half})
+			VMOVUPS(hi, Mem{Base: dst, Disp: 64*(c+4) + 32*half})
+		}
+	}
+	for _, q := range quad {
+		ADDQ(U8(32), q)
+	}
+	ADDQ(U32(512), dst)
+	DECQ(n)
+	JMP(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// copyPanels emits copy<w>AVX: it packs a block of panels of w columns
+// each, row by row: dst[q*stride + w*p + r] = src[p*ld + q*w + r] for
+// r < w, p < kc, q < panels, reading each row of src in order.
+func copyPanels(w int) {
+	name := fmt.Sprintf("copy%dAVX", w)
+	TEXT(name, NOSPLIT, "func(dst, src *float32, ld, kc, panels, stride int)")
+	Doc(
+		fmt.Sprintf("%s packs panels×%d floats from each of kc rows at src (row stride", name, w),
+		fmt.Sprintf("ld floats) into panels of kc×%d floats at dst, stride floats apart:", w),
+		fmt.Sprintf("dst[q*stride + %d*p + r] = src[p*ld + q*%d + r].", w, w),
+	)
+	dst := Load(Param("dst"), GP64())
+	src := Load(Param("src"), GP64())
+	ld := Load(Param("ld"), GP64())
+	kc := Load(Param("kc"), GP64())
+	SHLQ(U8(2), ld)
+	pstride := Load(Param("stride"), GP64())
+	SHLQ(U8(2), pstride)
+	s, d, q := GP64(), GP64(), GP64()
+	Label("rows")
+	TESTQ(kc, kc)
+	JE(LabelRef("done"))
+	MOVQ(src, s)
+	MOVQ(dst, d)
+	Load(Param("panels"), q)
+	Label("panels")
+	TESTQ(q, q)
+	JE(LabelRef("next"))
+	switch w {
+	case 6:
+		lo, hi := XMM(), XMM()
+		VMOVUPS(Mem{Base: s}, lo)
+		VMOVSD(Mem{Base: s, Disp: 16}, hi)
+		VMOVUPS(lo, Mem{Base: d})
+		VMOVSD(hi, Mem{Base: d, Disp: 16})
+	case 16:
+		lo, hi := YMM(), YMM()
+		VMOVUPS(Mem{Base: s}, lo)
+		VMOVUPS(Mem{Base: s, Disp: 32}, hi)
+		VMOVUPS(lo, Mem{Base: d})
+		VMOVUPS(hi, Mem{Base: d, Disp: 32})
+	default:
+		panic("copyPanels: width must be 6 or 16")
+	}
+	ADDQ(U8(4*w), s)
+	ADDQ(pstride, d)
+	DECQ(q)
+	JMP(LabelRef("panels"))
+	Label("next")
+	ADDQ(ld, src)
+	ADDQ(U8(4*w), dst)
+	DECQ(kc)
+	JMP(LabelRef("rows"))
 	Label("done")
 	VZEROUPPER()
 	RET()
