@@ -5,9 +5,9 @@ import "fmt"
 // TensorInfo names one tensor of the flat parameter buffer: its global shape (row-major) and
 // the offset of its first element.
 type TensorInfo struct {
-	Name   string
-	Shape  []int
-	Offset int
+	Name   string `json:"name"`
+	Shape  []int  `json:"shape"`
+	Offset int    `json:"offset"`
 }
 
 // Len is the number of elements of the tensor.

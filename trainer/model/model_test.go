@@ -1,6 +1,7 @@
 package model
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -196,18 +197,23 @@ func to64(p []float32) []float64 {
 }
 
 // TestGradientCheck compares Backward with central differences of the float64 reference,
-// tensor by tensor: every element of small tensors, a random sample of large ones.
+// tensor by tensor: every element of small tensors, a random sample of large ones (a smaller
+// one with -short, as under -race, where this serial float64 code only costs time).
 func TestGradientCheck(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		cfg   Config
 		batch int
+		long  bool
 	}{
-		{"1 layer d8", Config{Layers: 1, DModel: 8, Heads: 2, Context: 4, Vocab: 256}, 2},
-		{"2 layers d16", Config{Layers: 2, DModel: 16, Heads: 2, Context: 8, Vocab: 256}, 2},
-		{"2 layers d12 3 heads small vocab", Config{Layers: 2, DModel: 12, Heads: 3, Context: 5, Vocab: 20}, 2},
+		{"1 layer d8", Config{Layers: 1, DModel: 8, Heads: 2, Context: 4, Vocab: 256}, 2, false},
+		{"2 layers d16", Config{Layers: 2, DModel: 16, Heads: 2, Context: 8, Vocab: 256}, 2, true},
+		{"2 layers d12 3 heads small vocab", Config{Layers: 2, DModel: 12, Heads: 3, Context: 5, Vocab: 20}, 2, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.long && testing.Short() {
+				t.Skip("slow float64 reference; run without -short")
+			}
 			cfg := tc.cfg
 			m, err := New(cfg, tc.batch, kernels.New(2))
 			require.NoError(t, err)
@@ -222,14 +228,18 @@ func TestGradientCheck(t *testing.T) {
 			p64 := to64(p)
 			rng := rand.New(rand.NewPCG(13, 0))
 			const h = 1e-6
+			sample := 120
+			if testing.Short() {
+				sample = 16
+			}
 			for _, ti := range l.Tensors {
 				idx := make([]int, ti.Len())
 				for i := range idx {
 					idx[i] = ti.Offset + i
 				}
-				if len(idx) > 120 {
+				if len(idx) > sample {
 					rng.Shuffle(len(idx), func(i, j int) { idx[i], idx[j] = idx[j], idx[i] })
-					idx = idx[:120]
+					idx = idx[:sample]
 				}
 				var diff2, num2, worst float64
 				for _, i := range idx {
@@ -311,23 +321,34 @@ func TestForwardPanicsOnCallerBugs(t *testing.T) {
 }
 
 // BenchmarkForwardBackward times one forward and backward pass of the default config with a
-// micro-batch of 8 on all cores, and reports tokens per second.
+// micro-batch of 8, on 1 and 2 threads, and reports tokens per second and the rate of the
+// matrix products (which are nearly all of the time).
 func BenchmarkForwardBackward(b *testing.B) {
 	for _, threads := range []int{1, 2} {
-		b.Run("threads="+string(rune('0'+threads)), func(b *testing.B) {
-			cfg := defaultConfig
-			m, err := New(cfg, 8, kernels.New(threads))
+		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) {
+			cfg, batch := defaultConfig, 8
+			m, err := New(cfg, batch, kernels.New(threads))
 			require.NoError(b, err)
 			p := make([]float32, m.Layout().Size)
 			g := make([]float32, len(p))
 			Init(cfg, p, 1)
 			tok := randomTokens(m.TokensLen(), 256, 1)
-			b.ResetTimer()
 			for b.Loop() {
 				m.Forward(p, tok)
 				m.Backward(p, g, 1)
 			}
-			b.ReportMetric(float64(b.N*8*cfg.Context)/b.Elapsed().Seconds(), "tokens/s")
+			sec := b.Elapsed().Seconds()
+			b.ReportMetric(float64(b.N*batch*cfg.Context)/sec, "tokens/s")
+			b.ReportMetric(float64(b.N)*matmulFlops(cfg, batch)/sec/1e9, "GFLOP/s")
 		})
 	}
+}
+
+// matmulFlops counts the multiply-adds (times 2) of the matrix products of one forward and
+// backward pass: the backward does two products for each one of the forward.
+func matmulFlops(cfg Config, batch int) float64 {
+	n, d, t := float64(batch*cfg.Context), float64(cfg.DModel), float64(cfg.Context)
+	perLayer := 2*n*12*d*d + 2*2*float64(batch)*t*t*d // c_attn, c_proj, c_fc, c_proj; q·kᵀ, P·v
+	forward := float64(cfg.Layers)*perLayer + 2*n*float64(cfg.Vocab)*d
+	return 3 * forward
 }
