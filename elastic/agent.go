@@ -14,12 +14,32 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/internal/distenv"
 	"github.com/gorun/gorun/internal/proc"
 	"github.com/gorun/gorun/internal/workerlog"
+	"github.com/gorun/gorun/rendezvous"
 )
+
+// Rendezvous forms the rounds of a job and decides, across nodes, how each
+// ends. rendezvous.Static and *rendezvous.Elastic implement it.
+type Rendezvous interface {
+	// Next blocks until this node's next round runs.
+	Next(ctx context.Context) (rendezvous.Round, error)
+	// Watch sends one End when round r is over for a reason that is not
+	// this node's own (another node failed or left, the job closed).
+	Watch(ctx context.Context, r rendezvous.Round) <-chan rendezvous.End
+	// Failed reports this node's worker failures in r and says how r ends:
+	// a restart, or the job closed as failed.
+	Failed(ctx context.Context, r rendezvous.Round, failures []rendezvous.Failure) (rendezvous.End, error)
+	// Succeeded reports that this node's workers succeeded in r and waits
+	// until the job closed or a new round opened.
+	Succeeded(ctx context.Context, r rendezvous.Round) (rendezvous.End, error)
+	// Failures returns every failure reported in the job, first first.
+	Failures(ctx context.Context) ([]rendezvous.Failure, error)
+}
 
 // Spec is what the agent runs on its node.
 type Spec struct {
@@ -30,7 +50,7 @@ type Spec struct {
 	Command      []string // argv of every worker
 	Environ      []string // environment the workers inherit under the contract's variables
 	VisibleGPUs  []string // CUDA_VISIBLE_DEVICES for the workers; nil leaves it as inherited
-	MaxRestarts  int      // restarts after worker failures before the job fails
+	MaxRestarts  int      // TORCHELASTIC_MAX_RESTARTS (the budget itself is the rendezvous's)
 	TermTimeout  time.Duration
 	// Logs says where worker output goes; the agent fills in Host, RunID
 	// and Attempt.
@@ -42,15 +62,15 @@ type Spec struct {
 	// Guard, when not nil, kills the workers' process groups if gorun
 	// itself dies without stopping them.
 	Guard *proc.Guard
-	// Report receives the failure table (gorun's stderr).
+	// Report receives the failure tables (gorun's stderr).
 	Report io.Writer
 	// Signals delivers the signals gorun caught. SIGTERM, SIGINT, SIGHUP
 	// and SIGQUIT stop the workers (the same signal, then SIGKILL after
 	// TermTimeout; a second one kills at once); SIGUSR1 and SIGUSR2 are
 	// passed on to the workers, which keep running.
 	Signals <-chan os.Signal
-	// NewBackOff gives the delay between restarts; nil is an exponential
-	// back-off from 100 ms to 5 s.
+	// NewBackOff gives the delay before rejoining after a worker failure;
+	// nil is an exponential back-off from 100 ms to 5 s.
 	NewBackOff func() backoff.BackOff
 	Log        zerolog.Logger
 }
@@ -70,42 +90,41 @@ func (s *Spec) Validate() error {
 	return nil
 }
 
-// Contract is the environment contract of local worker localRank in round
-// r at the given restart count.
-func (s *Spec) Contract(r Round, localRank, restart int) distenv.Worker {
-	rank := r.NodeRank*s.LocalWorkers + localRank
+// Contract is the environment contract of local worker localRank in round r.
+func (s *Spec) Contract(r rendezvous.Round, localRank int) distenv.Worker {
+	rank := r.FirstRank + localRank
 	return distenv.Worker{
 		Rank: rank, LocalRank: localRank,
-		WorldSize: r.NumNodes * s.LocalWorkers, LocalWorldSize: s.LocalWorkers,
+		WorldSize: r.WorldSize, LocalWorldSize: s.LocalWorkers,
 		GroupRank: r.NodeRank, GroupWorldSize: r.NumNodes, RoleName: s.Role,
 		MasterAddr: r.MasterAddr, MasterPort: r.MasterPort,
-		RestartCount: restart, MaxRestarts: s.MaxRestarts, RunID: s.RunID,
-		ErrorFile:   s.errorFile(restart, rank),
+		RestartCount: r.Number, MaxRestarts: s.MaxRestarts, RunID: s.RunID,
+		ErrorFile:   filepath.Join(s.ErrorDir, fmt.Sprintf("attempt_%d", r.Number), fmt.Sprint(rank), "error.json"),
 		VisibleGPUs: s.VisibleGPUs,
 	}
 }
 
-func (s *Spec) errorFile(attempt, rank int) string {
-	return filepath.Join(s.ErrorDir, fmt.Sprintf("attempt_%d", attempt), fmt.Sprint(rank), "error.json")
-}
-
 // Outcome is how the job ended on this node.
 type Outcome struct {
-	// ExitCode is 0 when every worker succeeded, else the first failure's
-	// exit code, or 128+N when signal N stopped the job.
+	// ExitCode is 0 when the job succeeded, else the first failure's exit
+	// code across all nodes, or 128+N when signal N stopped this node.
 	ExitCode int
-	// Failures are the last attempt's failures, first first.
-	Failures []WorkerFailure
-	Restarts int       // restarts made
-	Signal   os.Signal // the signal that stopped the job, if any
+	// Failures are the job's failures, first first.
+	Failures []rendezvous.Failure
+	Restarts int       // the last round's number
+	Signal   os.Signal // the signal that stopped this node, if any
+	Reason   string    // why the job ended, as the rendezvous says
 }
 
-// Agent runs one node's workers through rounds of a job.
+// Agent runs one node's workers through the rounds of a job.
 type Agent struct {
 	spec  Spec
 	rdzv  Rendezvous
 	state State
 	log   zerolog.Logger
+
+	kill   chan struct{} // closed at a second stop signal
+	passOn chan syscall.Signal
 }
 
 // New returns an agent for spec that forms rounds with rdzv.
@@ -123,7 +142,10 @@ func New(spec Spec, rdzv Rendezvous) (*Agent, error) {
 	if spec.Report == nil {
 		spec.Report = io.Discard
 	}
-	return &Agent{spec: spec, rdzv: rdzv, log: spec.Log.With().Str("component", "agent").Logger()}, nil
+	return &Agent{
+		spec: spec, rdzv: rdzv, log: spec.Log.With().Str("component", "agent").Logger(),
+		kill: make(chan struct{}), passOn: make(chan syscall.Signal, 4),
+	}, nil
 }
 
 // State is the agent's current state; only meaningful from Run's goroutine.
@@ -138,89 +160,197 @@ func (a *Agent) transition(to State, fields ...any) {
 	a.state = to
 }
 
-// Run runs the job until every worker succeeded, the restart budget is
-// spent, a stop signal arrived or ctx ended (treated as SIGTERM). It
+// stopSignal is the cause of Run's context when a stop signal arrived.
+type stopSignal struct{ sig syscall.Signal }
+
+func (s stopSignal) Error() string { return "stopped by " + unix.SignalName(s.sig) }
+
+// Run runs the job until it closes (every node's workers succeeded, or
+// a budget is spent), a stop signal arrives, or ctx ends (as SIGTERM). It
 // returns an error only when the agent itself could not go on (a worker
-// could not be started, a log file not created); no worker is left running
+// could not be started, the rendezvous failed); no worker is left running
 // when it returns, whatever the outcome.
+//
+// Run is two actors under one errgroup: the signal handler, which turns
+// the first stop signal into the cancellation of the job's context, and
+// the round loop, whose end stops the signal handler.
 func (a *Agent) Run(ctx context.Context) (Outcome, error) {
-	bo := a.spec.NewBackOff()
-	for restart := 0; ; restart++ {
-		a.transition(StateRendezvous, "restart", restart)
-		round, err := a.rdzv.Next(ctx, restart)
-		if err != nil {
-			a.transition(StateFailed)
-			return Outcome{ExitCode: 1, Restarts: restart}, fmt.Errorf("rendezvous: %w", err)
-		}
-		a.transition(StateRunning, "node_rank", round.NodeRank, "nodes", round.NumNodes,
-			"world_size", round.NumNodes*a.spec.LocalWorkers, "master", fmt.Sprintf("%s:%d", round.MasterAddr, round.MasterPort))
-		res, err := a.runAttempt(ctx, round, restart)
-		out := Outcome{ExitCode: res.exitCode(), Failures: res.failures, Restarts: restart, Signal: res.signal}
-		switch {
-		case err != nil:
-			a.transition(StateFailed)
-			out.ExitCode = 1
-			return out, err
-		case res.signal != nil:
-			a.transition(StateFailed, "signal", res.signal.String())
-			return out, nil
-		case len(res.failures) == 0:
-			a.transition(StateSucceeded)
-			return out, nil
-		case restart >= a.spec.MaxRestarts:
-			a.transition(StateFailed, "restarts", restart, "max_restarts", a.spec.MaxRestarts)
-			return out, nil
-		}
-		delay := bo.NextBackOff()
-		a.log.Warn().Int("restart", restart+1).Int("max_restarts", a.spec.MaxRestarts).Dur("delay", delay).Msg("restarting workers")
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	// The signal handler outlives the job's context: a second stop signal
+	// must still reach it while the workers are being stopped.
+	sigCtx, stopSignals := context.WithCancel(context.Background())
+	var g errgroup.Group
+	var out Outcome
+	g.Go(func() error {
+		a.handleSignals(sigCtx, cancel)
+		return nil
+	})
+	g.Go(func() error {
+		defer stopSignals()
+		var err error
+		out, err = a.rounds(ctx)
+		return err
+	})
+	err := g.Wait()
+	return out, err
+}
+
+// handleSignals turns the first stop signal into cancel, a second into
+// kill, and passes SIGUSR1/SIGUSR2 on, until ctx ends.
+func (a *Agent) handleSignals(ctx context.Context, cancel context.CancelCauseFunc) {
+	stopped := false
+	for {
 		select {
-		case <-time.After(delay):
 		case <-ctx.Done():
-			a.transition(StateFailed)
-			return Outcome{ExitCode: 128 + int(syscall.SIGTERM), Restarts: restart, Signal: syscall.SIGTERM, Failures: res.failures}, nil
+			return
 		case sig := <-a.spec.Signals:
-			if s, ok := sig.(syscall.Signal); ok && isStopSignal(s) {
-				a.transition(StateFailed, "signal", sig.String())
-				return Outcome{ExitCode: 128 + int(s), Restarts: restart, Signal: sig, Failures: res.failures}, nil
+			s, ok := sig.(syscall.Signal)
+			switch {
+			case !ok:
+			case !isStopSignal(s):
+				select {
+				case a.passOn <- s:
+				default:
+				}
+			case !stopped:
+				stopped = true
+				cancel(stopSignal{s})
+			default:
+				a.log.Warn().Str("signal", unix.SignalName(s)).Msg("second stop signal: SIGKILL")
+				close(a.kill)
+				return
 			}
 		}
 	}
 }
 
-// attempt is what one attempt came to.
-type attempt struct {
-	failures []WorkerFailure
-	signal   os.Signal
+// stoppedBy is the signal that stopped ctx: the stop signal, or SIGTERM
+// when ctx ended otherwise.
+func stoppedBy(ctx context.Context) syscall.Signal {
+	var s stopSignal
+	if errors.As(context.Cause(ctx), &s) {
+		return s.sig
+	}
+	return syscall.SIGTERM
 }
 
-func (r attempt) exitCode() int {
-	if s, ok := r.signal.(syscall.Signal); ok {
-		return 128 + int(s)
+// rounds is the agent's state machine: rendezvous, run, and the ends of a
+// round.
+func (a *Agent) rounds(ctx context.Context) (Outcome, error) {
+	bo := a.spec.NewBackOff()
+	var last rendezvous.Round
+	for {
+		a.transition(StateRendezvous)
+		round, err := a.rdzv.Next(ctx)
+		var closed *rendezvous.ClosedError
+		switch {
+		case ctx.Err() != nil:
+			return a.stopped(ctx, last), nil
+		case errors.As(err, &closed):
+			return a.closed(rendezvous.End{Closed: true, Result: closed.Result, Reason: closed.Reason}, last), nil
+		case err != nil:
+			a.transition(StateFailed)
+			return Outcome{ExitCode: 1, Restarts: last.Number}, fmt.Errorf("rendezvous: %w", err)
+		}
+		last = round
+		a.transition(StateRunning, "round", round.Number, "node_rank", round.NodeRank, "nodes", round.NumNodes,
+			"world_size", round.WorldSize, "master", fmt.Sprintf("%s:%d", round.MasterAddr, round.MasterPort))
+		res, err := a.runRound(ctx, round)
+		if err != nil {
+			a.transition(StateFailed)
+			return Outcome{ExitCode: 1, Restarts: round.Number}, err
+		}
+		var end rendezvous.End
+		switch {
+		case ctx.Err() != nil:
+			return a.stopped(ctx, round), nil
+		case res.ended != nil:
+			end = *res.ended
+		case len(res.failures) > 0:
+			end, err = a.rdzv.Failed(ctx, round, res.failures)
+		default:
+			end, err = a.rdzv.Succeeded(ctx, round)
+		}
+		switch {
+		case ctx.Err() != nil:
+			return a.stopped(ctx, round), nil
+		case err != nil:
+			a.transition(StateFailed)
+			return Outcome{ExitCode: 1, Restarts: round.Number}, fmt.Errorf("rendezvous: %w", err)
+		case end.Err != nil:
+			a.transition(StateFailed)
+			return Outcome{ExitCode: 1, Restarts: round.Number}, end.Err
+		case end.Closed:
+			return a.closed(end, round), nil
+		}
+		a.log.Warn().Int("round", round.Number).Str("reason", end.Reason).Msg("round ended: rejoining")
+		if len(res.failures) > 0 {
+			select {
+			case <-time.After(bo.NextBackOff()):
+			case <-ctx.Done():
+				return a.stopped(ctx, round), nil
+			}
+		}
 	}
-	if len(r.failures) > 0 {
-		return r.failures[0].ExitCode
-	}
-	return 0
 }
 
-// worker is one running worker of an attempt.
+// stopped is the outcome of a stop signal (or ctx ending).
+func (a *Agent) stopped(ctx context.Context, r rendezvous.Round) Outcome {
+	sig := stoppedBy(ctx)
+	a.transition(StateFailed, "signal", unix.SignalName(sig))
+	return Outcome{ExitCode: 128 + int(sig), Signal: sig, Restarts: r.Number, Reason: context.Cause(ctx).Error()}
+}
+
+// closed is the outcome of a job that closed; a failed job's exit code and
+// report are its first failure's, whichever node it was on.
+func (a *Agent) closed(end rendezvous.End, r rendezvous.Round) Outcome {
+	out := Outcome{Restarts: r.Number, Reason: end.Reason}
+	if end.Result == rendezvous.ResultSucceeded {
+		a.transition(StateSucceeded, "reason", end.Reason)
+		return out
+	}
+	a.transition(StateFailed, "reason", end.Reason)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	failures, err := a.rdzv.Failures(ctx)
+	if err != nil {
+		a.log.Warn().Err(err).Msg("could not read the job's failures")
+	}
+	out.Failures, out.ExitCode = failures, 1
+	if len(failures) > 0 {
+		out.ExitCode = failures[0].ExitCode
+		fmt.Fprintf(a.spec.Report, "gorun: job failed: %s\ngorun: first failure: %s\n", end.Reason, failures[0])
+	} else {
+		fmt.Fprintf(a.spec.Report, "gorun: job failed: %s\n", end.Reason)
+	}
+	return out
+}
+
+// roundResult is how this node's part of a round came out.
+type roundResult struct {
+	failures []rendezvous.Failure // this node's workers that failed
+	ended    *rendezvous.End      // the round ended elsewhere first
+}
+
+// worker is one running worker of a round.
 type worker struct {
 	contract distenv.Worker
 	process  *proc.Process
 	logs     *workerlog.Worker
 }
 
-// runAttempt starts this node's workers for one round and waits until they
-// all succeeded, one failed (then the others are stopped), or a stop
-// signal arrived (then all are stopped).
-func (a *Agent) runAttempt(ctx context.Context, round Round, restart int) (attempt, error) {
+// runRound starts this node's workers for round r and waits until they all
+// succeeded, one failed (then the others are stopped), the round ended
+// elsewhere, or ctx ended (a stop signal: then all are stopped with it).
+func (a *Agent) runRound(ctx context.Context, r rendezvous.Round) (roundResult, error) {
 	cfg := a.spec.Logs
-	cfg.Host, cfg.RunID, cfg.Attempt = a.spec.Host, a.spec.RunID, restart
+	cfg.Host, cfg.RunID, cfg.Attempt = a.spec.Host, a.spec.RunID, r.Number
 	sink, err := workerlog.New(cfg)
 	if err != nil {
-		return attempt{}, err
+		return roundResult{}, err
 	}
-	workers, err := a.startWorkers(sink, round, restart)
+	workers, err := a.startWorkers(sink, r)
 	defer func() {
 		for _, w := range workers {
 			w.logs.Close()
@@ -228,8 +358,11 @@ func (a *Agent) runAttempt(ctx context.Context, round Round, restart int) (attem
 	}()
 	if err != nil {
 		a.stopAll(workers, syscall.SIGTERM)
-		return attempt{}, err
+		return roundResult{}, err
 	}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	roundEnd := a.rdzv.Watch(watchCtx, r)
 
 	exited := make(chan int, len(workers))
 	for i, w := range workers {
@@ -238,8 +371,7 @@ func (a *Agent) runAttempt(ctx context.Context, round Round, restart int) (attem
 			exited <- i
 		}()
 	}
-	running := len(workers)
-	for running > 0 {
+	for running := len(workers); running > 0; {
 		select {
 		case i := <-exited:
 			running--
@@ -252,37 +384,36 @@ func (a *Agent) runAttempt(ctx context.Context, round Round, restart int) (attem
 			stopAt := time.Now()
 			a.transition(StateStopping, "reason", "worker failed", "rank", w.contract.Rank, "result", res.String())
 			a.stopAll(workers, syscall.SIGTERM)
-			failures := a.failures(workers, restart, stopAt)
+			failures := a.failures(workers, r, stopAt)
 			writeFailureTable(a.spec.Report, failures, len(workers)-len(failures))
-			return attempt{failures: failures}, nil
-		case sig := <-a.spec.Signals:
-			s, ok := sig.(syscall.Signal)
+			return roundResult{failures: failures}, nil
+		case end, ok := <-roundEnd:
 			if !ok {
+				roundEnd = nil // ctx ended; handled below
 				continue
 			}
-			if !isStopSignal(s) {
-				a.log.Info().Str("signal", unix.SignalName(s)).Msg("passing signal on to workers")
-				for _, w := range workers {
-					_ = w.process.Signal(s)
-				}
-				continue
-			}
-			a.transition(StateStopping, "reason", "signal", "signal", unix.SignalName(s))
-			a.stopAll(workers, s)
-			return attempt{signal: sig}, nil
-		case <-ctx.Done():
-			a.transition(StateStopping, "reason", context.Cause(ctx).Error())
+			a.transition(StateStopping, "reason", end.Reason)
 			a.stopAll(workers, syscall.SIGTERM)
-			return attempt{signal: syscall.SIGTERM}, nil
+			return roundResult{ended: &end}, nil
+		case s := <-a.passOn:
+			a.log.Info().Str("signal", unix.SignalName(s)).Msg("passing signal on to workers")
+			for _, w := range workers {
+				_ = w.process.Signal(s)
+			}
+		case <-ctx.Done():
+			sig := stoppedBy(ctx)
+			a.transition(StateStopping, "reason", context.Cause(ctx).Error())
+			a.stopAll(workers, sig)
+			return roundResult{}, nil
 		}
 	}
-	return attempt{}, nil
+	return roundResult{}, nil
 }
 
-func (a *Agent) startWorkers(sink *workerlog.Sink, round Round, restart int) ([]*worker, error) {
+func (a *Agent) startWorkers(sink *workerlog.Sink, r rendezvous.Round) ([]*worker, error) {
 	var workers []*worker
 	for local := 0; local < a.spec.LocalWorkers; local++ {
-		c := a.spec.Contract(round, local, restart)
+		c := a.spec.Contract(r, local)
 		logs, err := sink.Worker(c.Rank, c.LocalRank)
 		if err != nil {
 			return workers, err
@@ -307,9 +438,8 @@ func (a *Agent) startWorkers(sink *workerlog.Sink, round Round, restart int) ([]
 }
 
 // stopAll sends sig to every worker's process group, waits TermTimeout for
-// them to end, then kills what is left. A stop signal arriving meanwhile
-// kills at once; other signals are ignored while stopping. It returns when
-// every worker is reaped.
+// them to end, then kills what is left; a second stop signal kills at
+// once. It returns when every worker is reaped.
 func (a *Agent) stopAll(workers []*worker, sig syscall.Signal) {
 	for _, w := range workers {
 		_ = w.process.Signal(sig)
@@ -323,39 +453,32 @@ func (a *Agent) stopAll(workers []*worker, sig syscall.Signal) {
 	}()
 	grace := time.NewTimer(a.spec.TermTimeout)
 	defer grace.Stop()
-	for {
-		select {
-		case <-allDone:
-			return
-		case <-grace.C:
-			a.log.Warn().Dur("grace", a.spec.TermTimeout).Msg("workers still running after the grace period: SIGKILL")
-		case s := <-a.spec.Signals:
-			if ss, ok := s.(syscall.Signal); !ok || !isStopSignal(ss) {
-				continue
-			}
-			a.log.Warn().Str("signal", s.String()).Msg("second stop signal: SIGKILL")
-		}
-		for _, w := range workers {
-			_ = w.process.Signal(syscall.SIGKILL)
-		}
-		<-allDone
+	select {
+	case <-allDone:
 		return
+	case <-grace.C:
+		a.log.Warn().Dur("grace", a.spec.TermTimeout).Msg("workers still running after the grace period: SIGKILL")
+	case <-a.kill:
 	}
+	for _, w := range workers {
+		_ = w.process.Signal(syscall.SIGKILL)
+	}
+	<-allDone
 }
 
-// failures lists the workers that failed on their own: before stopAt, or
-// after it with a status other than the stop's. First failure first.
-func (a *Agent) failures(workers []*worker, restart int, stopAt time.Time) []WorkerFailure {
-	var out []WorkerFailure
+// failures lists the workers that failed on their own: those that ended
+// before stopAt. First failure first.
+func (a *Agent) failures(workers []*worker, r rendezvous.Round, stopAt time.Time) []rendezvous.Failure {
+	var out []rendezvous.Failure
 	for _, w := range workers {
 		res := w.process.Result()
 		if res.Success() || res.Ended.After(stopAt) {
 			continue
 		}
-		f := WorkerFailure{
+		f := rendezvous.Failure{
 			Host: a.spec.Host, NodeRank: w.contract.GroupRank, Rank: w.contract.Rank,
 			LocalRank: w.contract.LocalRank, PID: res.PID, ExitCode: res.ExitCode,
-			Time: res.Ended, Attempt: restart,
+			Time: res.Ended, Attempt: r.Number,
 		}
 		if res.Signal != 0 {
 			f.Signal = unix.SignalName(res.Signal)
@@ -380,3 +503,4 @@ func isStopSignal(s syscall.Signal) bool {
 	}
 	return false
 }
+

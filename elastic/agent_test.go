@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gorun/gorun/internal/workerlog"
+	"github.com/gorun/gorun/rendezvous"
 )
 
 // The test binary re-executes itself as a worker when this variable names a role.
@@ -146,7 +147,11 @@ func newHarness(t *testing.T, role string, workers int) *harness {
 
 func (h *harness) run(t *testing.T) (Outcome, *Agent) {
 	t.Helper()
-	a, err := New(h.spec, Static{NodeRank: 0, NumNodes: 1, MasterAddr: "127.0.0.1", MasterPort: 1})
+	rdzv := &rendezvous.Static{
+		Round:       rendezvous.Round{NumNodes: 1, WorldSize: h.spec.LocalWorkers, MasterAddr: "127.0.0.1", MasterPort: 1},
+		MaxFailures: h.spec.MaxRestarts,
+	}
+	a, err := New(h.spec, rdzv)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -275,7 +280,7 @@ func TestAgentWritesLogFiles(t *testing.T) {
 
 func TestContract(t *testing.T) {
 	s := Spec{RunID: "r", LocalWorkers: 4, Role: "trainer", MaxRestarts: 3, ErrorDir: "/e", VisibleGPUs: []string{"0", "1", "2", "3"}}
-	w := s.Contract(Round{NodeRank: 2, NumNodes: 3, MasterAddr: "m", MasterPort: 9}, 1, 2)
+	w := s.Contract(rendezvous.Round{Number: 2, NodeRank: 2, NumNodes: 3, FirstRank: 8, WorldSize: 12, MasterAddr: "m", MasterPort: 9}, 1)
 	require.Equal(t, 9, w.Rank)
 	require.Equal(t, 12, w.WorldSize)
 	require.Equal(t, 4, w.LocalWorldSize)

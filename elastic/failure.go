@@ -5,46 +5,15 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
+
+	"github.com/gorun/gorun/rendezvous"
 )
-
-// WorkerFailure is one worker that ended badly on its own (not stopped by
-// the agent): where it ran, how it ended and what it said.
-type WorkerFailure struct {
-	Host      string    `json:"host"`
-	NodeRank  int       `json:"node_rank"`
-	Rank      int       `json:"rank"`
-	LocalRank int       `json:"local_rank"`
-	PID       int       `json:"pid"`
-	ExitCode  int       `json:"exit_code"`
-	Signal    string    `json:"signal,omitempty"` // "SIGSEGV" when killed by a signal
-	Time      time.Time `json:"time"`
-	Attempt   int       `json:"attempt"`
-	// Error is the worker's own error: the message of its
-	// TORCHELASTIC_ERROR_FILE if it wrote one, else its last stderr lines.
-	Error string `json:"error"`
-}
-
-// How prints the end of the worker: "exit 3" or "SIGSEGV (exit 139)".
-func (f WorkerFailure) How() string {
-	if f.Signal != "" {
-		return fmt.Sprintf("%s (exit %d)", f.Signal, f.ExitCode)
-	}
-	return "exit " + strconv.Itoa(f.ExitCode)
-}
-
-// String is one line: "rank 3 on node2 (node 1): exit 1 at 12:00:01.123: ValueError: bad".
-func (f WorkerFailure) String() string {
-	first, _, _ := strings.Cut(f.Error, "\n")
-	return fmt.Sprintf("rank %d on %s (node %d): %s at %s: %s", f.Rank, f.Host, f.NodeRank, f.How(), f.Time.Format("15:04:05.000"), first)
-}
 
 // writeFailureTable prints failures, first first, as one table; stopped
 // counts the workers the agent stopped because of them.
-func writeFailureTable(w io.Writer, failures []WorkerFailure, stopped int) {
+func writeFailureTable(w io.Writer, failures []rendezvous.Failure, stopped int) {
 	if len(failures) == 0 {
 		return
 	}

@@ -29,6 +29,7 @@ type Options struct {
 	NoPython         bool          // the entrypoint is a program, not a Python script
 	TermTimeout      time.Duration // grace between the stop signal and SIGKILL
 	NodeName         string        // host name this node announces; "" is SLURMD_NODENAME or the host name
+	LocalAddr        string        // address other nodes reach this node at; "" is the node name
 	Entrypoint       string
 	Args             []string
 }

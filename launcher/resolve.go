@@ -53,7 +53,8 @@ func LocalHost() Host {
 type Launch struct {
 	RunID        string            `json:"run_id"`
 	Host         string            `json:"host"`
-	NodeRank     int               `json:"node_rank"`
+	Addr         string            `json:"addr"`      // where other nodes and workers reach this node (--local-addr)
+	NodeRank     int               `json:"node_rank"` // static: this node's rank; etcd: the preferred rank, -1 for join order
 	MinNodes     int               `json:"min_nodes"`
 	MaxNodes     int               `json:"max_nodes"`
 	NProcPerNode int               `json:"nproc_per_node"`
@@ -81,14 +82,6 @@ type Launch struct {
 	// WorkerEnv is, per local worker, the full environment it gets; filled
 	// for `gorun plan` only.
 	WorkerEnv [][]string `json:"worker_env,omitempty"`
-}
-
-// Rendezvous says how this node finds the others.
-type Rendezvous struct {
-	Backend  string            `json:"backend"`
-	Endpoint string            `json:"endpoint,omitempty"`
-	ID       string            `json:"id"`
-	Conf     map[string]string `json:"conf,omitempty"`
 }
 
 // Duration prints as "30s" in JSON.
@@ -126,10 +119,16 @@ func Resolve(opts Options, host Host) (*Launch, error) {
 			return nil, err
 		}
 	}
+	l.Host = firstNonEmpty(opts.NodeName, job.Hostname, host.Hostname, "localhost")
+	l.Addr = firstNonEmpty(opts.LocalAddr, l.Host)
 	if err := l.resolveNodes(opts, job, underSLURM); err != nil {
 		return nil, err
 	}
-	if err := l.resolveMaster(opts, job, underSLURM, host); err != nil {
+	if l.Rendezvous.Backend == BackendStatic {
+		if err := l.resolveMaster(opts, job, underSLURM, host); err != nil {
+			return nil, err
+		}
+	} else if err := l.resolveEtcd(opts, job, underSLURM); err != nil {
 		return nil, err
 	}
 	if err := l.resolveNProc(opts, host); err != nil {
@@ -141,16 +140,18 @@ func Resolve(opts Options, host Host) (*Launch, error) {
 	if err := l.resolveLogs(opts); err != nil {
 		return nil, err
 	}
-	l.Host = firstNonEmpty(opts.NodeName, job.Hostname, host.Hostname, "localhost")
 	errorDir := planErrorDir
 	if l.LogDir != "" {
 		errorDir = filepath.Join(l.LogDir, l.RunID)
 	}
 	spec := l.AgentSpec(Runtime{}, errorDir)
+	round := l.staticRound()
 	for i := 0; i < l.NProcPerNode; i++ {
-		w := spec.Contract(l.Round(), i, 0)
-		if err := w.Validate(); err != nil {
-			return nil, usagef("%v", err)
+		w := spec.Contract(round, i)
+		if l.Rendezvous.Backend == BackendStatic {
+			if err := w.Validate(); err != nil {
+				return nil, usagef("%v", err)
+			}
 		}
 		l.Workers = append(l.Workers, w)
 	}
@@ -177,21 +178,12 @@ func (l *Launch) resolveNodes(opts Options, job slurm.Job, underSLURM bool) erro
 		return err
 	}
 	l.Rendezvous = Rendezvous{
-		Backend: orDefault(opts.RdzvBackend, "static"), Endpoint: opts.RdzvEndpoint,
-		ID: firstNonEmpty(opts.RdzvID, job.JobID, "none"), Conf: conf,
+		Endpoint: opts.RdzvEndpoint, ID: firstNonEmpty(opts.RdzvID, job.JobID, "none"), Conf: conf,
 	}
 	l.RunID = l.Rendezvous.ID
 	if strings.ContainsAny(l.RunID, "/\x00") || l.RunID == "." || l.RunID == ".." {
 		return usagef("--rdzv-id=%q: the run id names a directory; use letters, digits, '-', '_' or '.'", l.RunID)
 	}
-	switch l.Rendezvous.Backend {
-	case "static", "c10d":
-	case "etcd", "etcd-v2":
-		return usagef("--rdzv-backend=%s: the etcd rendezvous is not built yet; use --rdzv-backend=static (or c10d) with fixed --nnodes and node ranks", l.Rendezvous.Backend)
-	default:
-		return usagef("--rdzv-backend=%s: want static or c10d", l.Rendezvous.Backend)
-	}
-
 	l.MinNodes, l.MaxNodes, l.NodeRank = 1, 1, 0
 	if underSLURM {
 		l.MinNodes, l.MaxNodes, l.NodeRank = job.NumNodes, job.NumNodes, job.NodeID
@@ -205,19 +197,21 @@ func (l *Launch) resolveNodes(opts Options, job slurm.Job, underSLURM bool) erro
 		if l.MaxNodes != 1 {
 			return usagef("--standalone runs one node, but --nnodes=%s", opts.NNodes)
 		}
-		l.Rendezvous.Backend = "static"
 		l.NodeRank = 0
 	}
-	if l.MinNodes != l.MaxNodes {
-		return usagef("--nnodes=%s: an elastic range needs the etcd rendezvous, which is not built yet; give a fixed --nnodes", opts.NNodes)
-	}
+	rankKnown := underSLURM || opts.NodeRank >= 0
 	if opts.NodeRank >= 0 {
 		l.NodeRank = opts.NodeRank
-	} else if l.MinNodes > 1 && !underSLURM {
-		return usagef("--nnodes=%d without SLURM: give each node its --node-rank (0..%d)", l.MinNodes, l.MinNodes-1)
 	}
-	if l.NodeRank >= l.MinNodes {
-		return usagef("node rank %d is outside --nnodes=%d (ranks 0..%d)", l.NodeRank, l.MinNodes, l.MinNodes-1)
+	if l.NodeRank >= l.MaxNodes {
+		return usagef("node rank %d is outside --nnodes=%s (ranks 0..%d)", l.NodeRank, orDefault(opts.NNodes, strconv.Itoa(l.MaxNodes)), l.MaxNodes-1)
+	}
+	l.Rendezvous.Backend, err = l.chooseBackend(opts, underSLURM, rankKnown)
+	if err != nil {
+		return err
+	}
+	if l.Rendezvous.Backend == BackendEtcd && !rankKnown {
+		l.NodeRank = -1 // ranked in join order
 	}
 	return nil
 }

@@ -99,19 +99,45 @@ func TestResolve(t *testing.T) {
 			require.Equal(t, "head", l.MasterAddr)
 			require.Equal(t, 29400, l.MasterPort)
 		}},
-		{"slurm step", opts(nil), slurmStep(), nil, func(t *testing.T, l *Launch) {
+		{"slurm step is elastic over an embedded etcd", opts(nil), slurmStep(), nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, BackendEtcd, l.Rendezvous.Backend)
 			require.Equal(t, 3, l.MinNodes)
-			require.Equal(t, 1, l.NodeRank)
-			require.Equal(t, "node2", l.MasterAddr, "master is the step's first node, not the job's")
-			require.Equal(t, 15000+4242, l.MasterPort)
+			require.Equal(t, 1, l.NodeRank, "SLURM_NODEID is the preferred rank")
 			require.Equal(t, "4242", l.RunID)
 			require.Equal(t, "node3", l.Host)
+			require.NotNil(t, l.Rendezvous.Embedded)
+			require.Len(t, l.Rendezvous.Embedded.Members, 3, "three members on the step's first three nodes")
+			require.Equal(t, "node2", l.Rendezvous.Embedded.Members[0].Host, "the step's nodes, not the job's")
+			require.Equal(t, l.Rendezvous.Embedded.Endpoints, l.Rendezvous.Endpoints)
+			require.Equal(t, Duration(defaultLeaseTTL), l.Rendezvous.Timing.LeaseTTL)
+			require.Equal(t, 2, l.Workers[0].Rank)
+		}},
+		{"slurm step, static", opts(func(o *Options) { o.RdzvBackend = "static" }), slurmStep(), nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, BackendStatic, l.Rendezvous.Backend)
+			require.Equal(t, "node2", l.MasterAddr, "master is the step's first node, not the job's")
+			require.Equal(t, 15000+4242, l.MasterPort)
 			require.Equal(t, 2, l.Workers[0].Rank)
 			require.Equal(t, 6, l.Workers[0].WorldSize)
 		}},
-		{"slurm with flags over it", opts(func(o *Options) { o.MasterPort, o.NodeName = 1234, "n3-ib" }), slurmStep(), nil, func(t *testing.T, l *Launch) {
+		{"slurm static with flags over it", opts(func(o *Options) { o.RdzvBackend, o.MasterPort, o.NodeName = "static", 1234, "n3-ib" }), slurmStep(), nil, func(t *testing.T, l *Launch) {
 			require.Equal(t, 1234, l.MasterPort)
 			require.Equal(t, "n3-ib", l.Host)
+		}},
+		{"etcd endpoint with an elastic range", opts(func(o *Options) {
+			o.NNodes, o.RdzvEndpoint, o.LocalAddr = "2:3", "127.0.0.1:2379", "127.0.0.1"
+			o.RdzvConf = "lease_ttl=7,last_call_timeout=2s,join_timeout=1m,max_membership_changes=4"
+		}), nil, nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, BackendEtcd, l.Rendezvous.Backend)
+			require.Equal(t, []string{"127.0.0.1:2379"}, l.Rendezvous.Endpoints)
+			require.Nil(t, l.Rendezvous.Embedded)
+			require.Equal(t, -1, l.NodeRank, "ranked in join order")
+			require.Equal(t, "127.0.0.1", l.Addr)
+			require.Equal(t, Duration(7*time.Second), l.Rendezvous.Timing.LeaseTTL)
+			require.Equal(t, Duration(2*time.Second), l.Rendezvous.Timing.LastCall)
+			require.Equal(t, Duration(time.Minute), l.Rendezvous.Timing.JoinTimeout)
+			require.Equal(t, 4, l.Rendezvous.Limits.MaxChanges)
+			require.Equal(t, 2, l.Rendezvous.Limits.MinNodes)
+			require.Equal(t, 3, l.Rendezvous.Limits.MaxNodes)
 		}},
 		{"auto takes GPUs from SLURM", opts(func(o *Options) { o.NProcPerNode = "auto" }),
 			map[string]string{"SLURM_STEP_GPUS": "2,3", "SLURM_JOB_ID": "1", "SLURM_STEP_ID": "0", "SLURM_NODELIST": "a", "SLURM_NNODES": "1", "SLURM_NODEID": "0"},
@@ -168,7 +194,11 @@ func TestResolveErrors(t *testing.T) {
 	}{
 		{"nnodes range backwards", opts(func(o *Options) { o.NNodes = "3:2" }), nil, "MIN 3 is larger than MAX 2"},
 		{"nnodes not a number", opts(func(o *Options) { o.NNodes = "x" }), nil, "--nnodes=x"},
-		{"elastic range", opts(func(o *Options) { o.NNodes = "1:4" }), nil, "etcd rendezvous"},
+		{"elastic range without etcd", opts(func(o *Options) { o.NNodes = "1:4" }), nil, "an elastic range needs an etcd"},
+		{"elastic range with static", opts(func(o *Options) { o.NNodes, o.RdzvBackend = "1:4", "c10d" }), nil, "needs --rdzv-backend=etcd"},
+		{"etcd without endpoint", opts(func(o *Options) { o.NNodes, o.RdzvBackend = "2", "etcd" }), nil, "give --rdzv-endpoint"},
+		{"unknown rdzv conf key", opts(func(o *Options) { o.NNodes, o.RdzvEndpoint, o.RdzvConf = "2", "h:1", "lease=3" }), nil, `unknown key "lease"`},
+		{"bad lease ttl", opts(func(o *Options) { o.NNodes, o.RdzvEndpoint, o.RdzvConf = "2", "h:1", "lease_ttl=0.1" }), nil, "lease_ttl=0.1"},
 		{"missing script", opts(func(o *Options) { o.Entrypoint = "nope.py" }), nil, "script nope.py: file does not exist"},
 		{"missing program", opts(func(o *Options) { o.Entrypoint = "nope" }), nil, "program nope: not found"},
 		{"missing python", opts(nil), map[string]string{"PYTHON": "python9"}, `python interpreter "python9" not found`},
@@ -176,10 +206,11 @@ func TestResolveErrors(t *testing.T) {
 		{"bad nproc", opts(func(o *Options) { o.NProcPerNode = "0" }), nil, "--nproc-per-node=0"},
 		{"gpu without GPUs", opts(func(o *Options) { o.NProcPerNode = "gpu" }), nil, "no GPUs found"},
 		{"multi node needs rank", opts(func(o *Options) { o.NNodes, o.MasterAddr, o.MasterPort = "2", "h", 1 }), nil, "--node-rank"},
+		{"static multi node needs rank", opts(func(o *Options) { o.NNodes, o.RdzvBackend = "2", "static" }), nil, "--node-rank"},
 		{"multi node needs master", opts(func(o *Options) { o.NNodes, o.NodeRank = "2", 1 }), nil, "--master-addr"},
 		{"rank outside nodes", opts(func(o *Options) { o.NNodes, o.NodeRank, o.MasterAddr, o.MasterPort = "2", 2, "h", 1 }), nil, "node rank 2 is outside --nnodes=2"},
 		{"standalone with nodes", opts(func(o *Options) { o.NNodes, o.Standalone = "2", true }), nil, "--standalone"},
-		{"unknown backend", opts(func(o *Options) { o.RdzvBackend = "zk" }), nil, "--rdzv-backend=zk"},
+		{"unknown backend", opts(func(o *Options) { o.RdzvBackend = "zk" }), nil, "--rdzv-backend=zk: want etcd, static or c10d"},
 		{"bad rdzv conf", opts(func(o *Options) { o.RdzvConf = "a=1,b" }), nil, `"b" is not key=value`},
 		{"bad redirects", opts(func(o *Options) { o.Redirects = "7" }), nil, "--redirects"},
 		{"bad ranks filter", opts(func(o *Options) { o.LocalRanksFilter = "0,x" }), nil, "--local-ranks-filter"},

@@ -2,21 +2,29 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/gorun/gorun/elastic"
 	"github.com/gorun/gorun/internal/proc"
 	"github.com/gorun/gorun/internal/workerlog"
+	"github.com/gorun/gorun/rendezvous"
 )
 
 // planErrorDir stands for the temporary directory of the error files in
 // `gorun plan`, which creates nothing.
 const planErrorDir = "$TMPDIR/gorun-XXXX"
+
+// lingerForOthers bounds how long a node hosting an embedded etcd member
+// keeps it up after its own work is done, so that the other nodes can
+// read the outcome and leave.
+const lingerForOthers = 30 * time.Second
 
 // Runtime is what running a Launch needs from the process around it.
 type Runtime struct {
@@ -28,9 +36,14 @@ type Runtime struct {
 	Log          zerolog.Logger
 }
 
-// Round is the one round of a static launch.
-func (l *Launch) Round() elastic.Round {
-	return elastic.Round{NodeRank: l.NodeRank, NumNodes: l.MinNodes, MasterAddr: l.MasterAddr, MasterPort: l.MasterPort}
+// staticRound is the round of a static launch, and what `gorun plan`
+// shows for an etcd one (whose master is only known once a round forms).
+func (l *Launch) staticRound() rendezvous.Round {
+	rank := max(l.NodeRank, 0)
+	return rendezvous.Round{
+		NodeRank: rank, NumNodes: l.MinNodes, FirstRank: rank * l.NProcPerNode,
+		WorldSize: l.MinNodes * l.NProcPerNode, MasterAddr: l.MasterAddr, MasterPort: l.MasterPort,
+	}
 }
 
 // AgentSpec is the agent's view of l; errorDir holds the workers' error
@@ -86,7 +99,63 @@ func Run(ctx context.Context, l *Launch, rt Runtime) (elastic.Outcome, error) {
 		}()
 		spec.Guard = guard
 	}
-	agent, err := elastic.New(spec, elastic.Static(l.Round()))
+	if l.Rendezvous.Backend == BackendEtcd {
+		return runElastic(ctx, l, rt, spec)
+	}
+	agent, err := elastic.New(spec, &rendezvous.Static{Round: l.staticRound(), MaxFailures: l.MaxRestarts})
+	if err != nil {
+		return elastic.Outcome{ExitCode: 1}, err
+	}
+	return agent.Run(ctx)
+}
+
+// runElastic runs the agent over the etcd rendezvous. With an embedded
+// plan, this node may host an etcd member first; it keeps it up until the
+// other nodes have left (or lingerForOthers).
+func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (out elastic.Outcome, err error) {
+	r := l.Rendezvous
+	log := rt.Log.With().Str("component", "rendezvous").Logger()
+	if r.Embedded != nil && l.SLURM != nil && l.SLURM.NodeID < len(l.SLURM.Nodes) {
+		if m, ok := r.Embedded.MemberFor(l.SLURM.Nodes[l.SLURM.NodeID]); ok {
+			server, err := rendezvous.StartServer(ctx, r.Embedded.ServerConfig(m, l.RunID, rendezvous.ScratchDir(os.Getenv), log))
+			if err != nil {
+				return elastic.Outcome{ExitCode: 1}, fmt.Errorf("embedded etcd on %s: %w", m.Host, err)
+			}
+			log.Info().Strs("endpoints", server.Endpoints()).Msg("hosting an embedded etcd member")
+			defer func() { err = errors.Join(err, server.Close()) }()
+		}
+	}
+	client, err := rendezvous.Dial(ctx, r.Client)
+	if err != nil {
+		return elastic.Outcome{ExitCode: 1}, err
+	}
+	defer client.Close()
+	if r.Embedded != nil {
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), lingerForOthers)
+			defer cancel()
+			if err := rendezvous.AwaitDeparture(ctx, client, l.RunID); err != nil {
+				log.Warn().Err(err).Msg("other nodes still registered when this node's etcd member stopped")
+			}
+		}()
+	}
+	store, err := rendezvous.NewEtcdStore(ctx, client, l.RunID, r.Timing.LeaseTTL.Std())
+	if err != nil {
+		return elastic.Outcome{ExitCode: 1}, err
+	}
+	rdzv, err := rendezvous.Join(ctx, store, rendezvous.Config{
+		Self: rendezvous.Member{
+			ID: r.NodeID, Host: l.Host, Addr: l.Addr, Preferred: l.NodeRank, NProc: l.NProcPerNode,
+		},
+		Limits: r.Limits, LastCall: r.Timing.LastCall.Std(), JoinTimeout: r.Timing.JoinTimeout.Std(),
+		FreePort: freePort, Log: rt.Log,
+	})
+	if err != nil {
+		_ = store.Close()
+		return elastic.Outcome{ExitCode: 1}, err
+	}
+	defer func() { err = errors.Join(err, rdzv.Close()) }()
+	agent, err := elastic.New(spec, rdzv)
 	if err != nil {
 		return elastic.Outcome{ExitCode: 1}, err
 	}

@@ -114,3 +114,29 @@ func (s *etcdStore) Close() error {
 	}
 	return nil
 }
+
+// AwaitDeparture blocks until no agent of job runID is registered (every
+// node released its lease, or its lease expired), or ctx ends.
+func AwaitDeparture(ctx context.Context, client *clientv3.Client, runID string) error {
+	kv := namespace.NewKV(client.KV, JobPrefix(runID))
+	w := namespace.NewWatcher(client.Watcher, JobPrefix(runID))
+	for {
+		resp, err := kv.Get(ctx, prefixNodes, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return fmt.Errorf("rendezvous: wait for nodes to leave: %w", err)
+		}
+		if resp.Count == 0 {
+			return nil
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		ch := w.Watch(wctx, prefixNodes, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterPut())
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return fmt.Errorf("rendezvous: %d node(s) still registered: %w", resp.Count, ctx.Err())
+		}
+	}
+}

@@ -80,11 +80,12 @@ func launchFlags() []cli.Flag {
 		stringFlag(catNodes, "master-addr", "", "host of worker rank 0 (default: first node of the SLURM step, or 127.0.0.1)"),
 		intFlag(catNodes, "master-port", 0, "port of worker rank 0's store (default: derived from the SLURM job id, or a free port)"),
 		boolFlag(catNodes, "standalone", "one node on its own: a free local port, nothing to rendezvous with"),
-		stringFlag(catNodes, "rdzv-backend", "static", "static, or c10d (taken as static over --rdzv-endpoint)"),
-		stringFlag(catNodes, "rdzv-endpoint", "", "HOST[:PORT] of the rendezvous (for static: the master)"),
+		stringFlag(catNodes, "rdzv-backend", "", "etcd (elastic rounds; the default under SLURM with several nodes, over an embedded etcd), static, or c10d (static over --rdzv-endpoint)"),
+		stringFlag(catNodes, "rdzv-endpoint", "", "etcd HOST:PORT[,HOST:PORT...]; for static and c10d: the master"),
 		stringFlag(catNodes, "rdzv-id", "", "run id (default: SLURM_JOB_ID)"),
-		stringFlag(catNodes, "rdzv-conf", "", "rendezvous settings k=v,..."),
+		stringFlag(catNodes, "rdzv-conf", "", "rendezvous settings k=v,...: lease_ttl, last_call_timeout, join_timeout, max_membership_changes, cacert, cert, key, user, password, dial_timeout, connect_timeout"),
 		stringFlag(catNodes, "node-name", "", "host name this node announces (default: SLURMD_NODENAME or the host name)"),
+		stringFlag(catNodes, "local-addr", "", "address other nodes and workers reach this node at (default: the node name)"),
 
 		stringFlag(catOutput, "log-dir", "", "write each worker's output to DIR/RUN_ID/attempt_N/RANK/{stdout,stderr}.log"),
 		stringFlag(catOutput, "redirects", "", "streams sent only to the log files: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank 0:1,1:2"),
@@ -152,6 +153,7 @@ func options(c *cli.Context) launcher.Options {
 		MaxRestarts: c.Int("max-restarts"), Role: c.String("role"), LogDir: c.String("log-dir"),
 		Tee: c.String("tee"), Redirects: c.String("redirects"), LocalRanksFilter: c.String("local-ranks-filter"),
 		NoPython: c.Bool("no-python"), TermTimeout: c.Duration("term-timeout"), NodeName: c.String("node-name"),
+		LocalAddr: c.String("local-addr"),
 	}
 	if len(args) > 0 {
 		opts.Entrypoint, opts.Args = args[0], args[1:]

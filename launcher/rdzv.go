@@ -1,0 +1,174 @@
+package launcher
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorun/gorun/rendezvous"
+	"github.com/gorun/gorun/slurm"
+)
+
+// Rendezvous backends after resolution.
+const (
+	BackendStatic = "static" // every node knows the job up front; nothing shared
+	BackendEtcd   = "etcd"   // elastic rounds over etcd v3
+)
+
+// Rendezvous says how this node finds the others.
+type Rendezvous struct {
+	Backend   string                   `json:"backend"`
+	Endpoint  string                   `json:"endpoint,omitempty"` // as given
+	Endpoints []string                 `json:"endpoints,omitempty"`
+	Embedded  *rendezvous.EmbeddedPlan `json:"embedded,omitempty"` // SLURM without an endpoint: etcd on the job's first nodes
+	ID        string                   `json:"id"`
+	NodeID    string                   `json:"node_id,omitempty"` // unique per agent process
+	Conf      map[string]string        `json:"conf,omitempty"`
+	Client    rendezvous.ClientConfig  `json:"-"`
+	Timing    RendezvousTiming         `json:"timing"`
+	Limits    rendezvous.Limits        `json:"limits"`
+}
+
+// RendezvousTiming are the etcd rendezvous's clocks (--rdzv-conf).
+type RendezvousTiming struct {
+	LeaseTTL    Duration `json:"lease_ttl"`         // a dead node is noticed this long after its last keep-alive
+	LastCall    Duration `json:"last_call_timeout"` // after MIN nodes joined, wait this long for more
+	JoinTimeout Duration `json:"join_timeout"`      // a round that has not formed by then fails the job
+}
+
+// --rdzv-conf keys of the protocol; rendezvous.Conf* are the client's.
+const (
+	confLeaseTTL    = "lease_ttl"
+	confLastCall    = "last_call_timeout"
+	confJoinTimeout = "join_timeout"
+	confTimeout     = "timeout" // torchrun's name for join_timeout
+	confMaxChanges  = "max_membership_changes"
+)
+
+// Defaults: etcd leases are coarse, so a TTL under 5 s buys little; the
+// last call and join timeout are torchrun's.
+const (
+	defaultLeaseTTL    = 5 * time.Second
+	defaultLastCall    = 30 * time.Second
+	defaultJoinTimeout = 600 * time.Second
+	defaultMaxChanges  = 10
+)
+
+var knownConf = []string{
+	confLeaseTTL, confLastCall, confJoinTimeout, confTimeout, confMaxChanges,
+	rendezvous.ConfCACert, rendezvous.ConfCert, rendezvous.ConfKey, rendezvous.ConfUser,
+	rendezvous.ConfPassword, rendezvous.ConfDialTimeout, rendezvous.ConfConnectTimeout,
+}
+
+// chooseBackend picks static or etcd from what the user asked for:
+// --standalone and one-node jobs are static; a SLURM job of several nodes
+// is elastic over an embedded etcd unless an endpoint is given; elsewhere
+// an endpoint, an explicit etcd backend or a MIN:MAX range mean etcd.
+func (l *Launch) chooseBackend(opts Options, underSLURM, rankKnown bool) (string, error) {
+	asked := strings.ToLower(opts.RdzvBackend)
+	elastic := l.MinNodes != l.MaxNodes
+	switch asked {
+	case "etcd", "etcd-v2", "etcd-v3":
+		if opts.Standalone {
+			return "", usagef("--standalone needs no rendezvous: drop --rdzv-backend=%s", opts.RdzvBackend)
+		}
+		if opts.RdzvEndpoint == "" && !underSLURM {
+			return "", usagef("--rdzv-backend=%s: give --rdzv-endpoint HOST:PORT of an etcd (start one with gorun rendezvous serve)", opts.RdzvBackend)
+		}
+		return BackendEtcd, nil
+	case "static", "c10d":
+		if elastic {
+			return "", usagef("--nnodes=%s: an elastic range needs --rdzv-backend=etcd (static and c10d rendezvous need a fixed number of nodes)", opts.NNodes)
+		}
+		if l.MaxNodes > 1 && !rankKnown {
+			return "", usagef("--rdzv-backend=%s with --nnodes=%d: give each node its --node-rank, or use --rdzv-backend=etcd to rank nodes as they join", opts.RdzvBackend, l.MinNodes)
+		}
+		return BackendStatic, nil
+	case "":
+	default:
+		return "", usagef("--rdzv-backend=%s: want etcd, static or c10d", opts.RdzvBackend)
+	}
+	switch {
+	case opts.Standalone || l.MaxNodes == 1:
+		return BackendStatic, nil
+	case underSLURM || opts.RdzvEndpoint != "":
+		return BackendEtcd, nil
+	case elastic:
+		return "", usagef("--nnodes=%s: an elastic range needs an etcd: give --rdzv-endpoint HOST:PORT (start one with gorun rendezvous serve)", opts.NNodes)
+	case !rankKnown:
+		return "", usagef("--nnodes=%d without SLURM: give each node its --node-rank (0..%d) and --master-addr, or --rdzv-endpoint of an etcd", l.MinNodes, l.MinNodes-1)
+	}
+	return BackendStatic, nil
+}
+
+// resolveEtcd fills the etcd rendezvous: endpoints (given, or the job's
+// embedded members under SLURM), timing and budgets from --rdzv-conf.
+func (l *Launch) resolveEtcd(opts Options, job slurm.Job, underSLURM bool) error {
+	r := &l.Rendezvous
+	conf := r.Conf
+	for k := range conf {
+		if !slices.Contains(knownConf, k) {
+			known := slices.Sorted(slices.Values(knownConf))
+			return usagef("--rdzv-conf: unknown key %q (known: %s)", k, strings.Join(known, ", "))
+		}
+	}
+	if opts.RdzvEndpoint != "" {
+		for _, ep := range strings.Split(opts.RdzvEndpoint, ",") {
+			if ep = strings.TrimSpace(ep); ep != "" {
+				r.Endpoints = append(r.Endpoints, ep)
+			}
+		}
+	} else if underSLURM {
+		plan := rendezvous.PlanEmbedded(job.JobID, job.Nodes)
+		r.Embedded, r.Endpoints = &plan, plan.Endpoints
+	}
+	var err error
+	if r.Client, err = rendezvous.ClientConfigFromConf(r.Endpoints, conf); err != nil {
+		return usagef("%v", err)
+	}
+	r.Timing = RendezvousTiming{LeaseTTL: Duration(defaultLeaseTTL), LastCall: Duration(defaultLastCall), JoinTimeout: Duration(defaultJoinTimeout)}
+	durations := []struct {
+		keys []string
+		dst  *Duration
+		min  time.Duration
+	}{
+		{[]string{confLeaseTTL}, &r.Timing.LeaseTTL, time.Second},
+		{[]string{confLastCall}, &r.Timing.LastCall, 0},
+		{[]string{confJoinTimeout, confTimeout}, &r.Timing.JoinTimeout, time.Millisecond},
+	}
+	for _, d := range durations {
+		for _, key := range d.keys {
+			v, ok := conf[key]
+			if !ok {
+				continue
+			}
+			dur, err := parseConfDuration(v)
+			if err != nil || dur < d.min {
+				return usagef("--rdzv-conf %s=%s: want a duration of at least %s, like 30s (or seconds: 30)", key, v, d.min)
+			}
+			*d.dst = Duration(dur)
+		}
+	}
+	r.Limits = rendezvous.Limits{MinNodes: l.MinNodes, MaxNodes: l.MaxNodes, MaxFailures: l.MaxRestarts, MaxChanges: defaultMaxChanges}
+	if v, ok := conf[confMaxChanges]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return usagef("--rdzv-conf %s=%s: want a number of restarts, 0 or more", confMaxChanges, v)
+		}
+		r.Limits.MaxChanges = n
+	}
+	r.NodeID = fmt.Sprintf("%s.%d", l.Host, os.Getpid())
+	return nil
+}
+
+// parseConfDuration reads "30s", "1m" or "30" (seconds).
+func parseConfDuration(v string) (time.Duration, error) {
+	if d, err := time.ParseDuration(v); err == nil {
+		return d, nil
+	}
+	secs, err := strconv.ParseFloat(v, 64)
+	return time.Duration(secs * float64(time.Second)), err
+}
