@@ -79,6 +79,14 @@ func (p pool) forEach(n int, fn func(i int)) {
 	wg.Wait()
 }
 
+// forRows splits rows 0..n-1 into up to threads contiguous ranges and runs fn on each, one
+// goroutine per range. Callers only use it for row-independent work, so the result does not
+// depend on the split.
+func (p pool) forRows(n int, fn func(lo, hi int)) {
+	w := max(min(p.threads, n/16), 1) // at least 16 rows a goroutine
+	p.forEach(w, func(i int) { fn(i*n/w, (i+1)*n/w) })
+}
+
 // attentionForward computes y (laid out [b, h, t, hd]) from q, k, v (same layout) and keeps
 // the probabilities P in att ([b, h, t, t]) for the backward pass.
 func attentionForward(p pool, y, att, q, k, v []float32, dm dims) {
@@ -96,9 +104,9 @@ func attentionForward(p pool, y, att, q, k, v []float32, dm dims) {
 			}
 			var sum float64
 			for j := 0; j <= r; j++ {
-				e := math.Exp(float64(row[j]*scale - mx))
-				row[j] = float32(e)
-				sum += e
+				e := expf(row[j]*scale - mx)
+				row[j] = e
+				sum += float64(e)
 			}
 			inv := float32(1 / sum)
 			for j := 0; j <= r; j++ {

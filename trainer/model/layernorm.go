@@ -7,9 +7,14 @@ const lnEps = 1e-5
 
 // layerNormForward normalizes each of the n rows of x (width d) and applies the gain w and bias
 // b: out = (x - mean) * rstd * w + b, with rstd = 1/sqrt(var + eps) (biased variance). It keeps
-// mean and rstd per row for the backward pass. Statistics are summed in float64.
-func layerNormForward(out, mean, rstd, x, w, b []float32, n, d int) {
-	for i := 0; i < n; i++ {
+// mean and rstd per row for the backward pass. Statistics are summed in float64. Rows run in
+// parallel on p.
+func layerNormForward(p pool, out, mean, rstd, x, w, b []float32, n, d int) {
+	p.forRows(n, func(lo, hi int) { layerNormRows(out, mean, rstd, x, w, b, lo, hi, d) })
+}
+
+func layerNormRows(out, mean, rstd, x, w, b []float32, lo, hi, d int) {
+	for i := lo; i < hi; i++ {
 		row := x[i*d : (i+1)*d]
 		var s float64
 		for _, v := range row {

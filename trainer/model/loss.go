@@ -3,11 +3,20 @@ package model
 import "math"
 
 // crossEntropyForward turns the n rows of logits (width v) into probabilities in place (a
-// softmax with the row maximum subtracted) and returns the mean over rows of -log p[target],
-// summed in float64 in row order.
-func crossEntropyForward(logits []float32, targets []byte, n, v int) float32 {
+// softmax with the row maximum subtracted, exponentials by expf) and returns the mean over rows of -log p[target].
+// Rows run in parallel on p; each row's loss goes to rowLoss, summed in float64 in row order
+// afterwards, so the result does not depend on the thread count.
+func crossEntropyForward(p pool, logits []float32, rowLoss []float64, targets []byte, n, v int) float32 {
+	p.forRows(n, func(lo, hi int) { crossEntropyRows(logits, rowLoss, targets, lo, hi, v) })
 	var total float64
-	for i := 0; i < n; i++ {
+	for _, l := range rowLoss[:n] {
+		total += l
+	}
+	return float32(total / float64(n))
+}
+
+func crossEntropyRows(logits []float32, rowLoss []float64, targets []byte, lo, hi, v int) {
+	for i := lo; i < hi; i++ {
 		row := logits[i*v : (i+1)*v]
 		mx := row[0]
 		for _, z := range row[1:] {
@@ -17,18 +26,17 @@ func crossEntropyForward(logits []float32, targets []byte, n, v int) float32 {
 		zt := float64(row[tgt] - mx)
 		var s float64
 		for j, z := range row {
-			e := math.Exp(float64(z - mx))
-			row[j] = float32(e)
-			s += e
+			e := expf(z - mx)
+			row[j] = e
+			s += float64(e)
 		}
 		inv := 1 / s
 		// log p[target] = (z_t - max) - log(sum): no log of an underflowed probability.
-		total -= zt - math.Log(s)
+		rowLoss[i] = math.Log(s) - zt
 		for j := range row {
 			row[j] = float32(float64(row[j]) * inv)
 		}
 	}
-	return float32(total / float64(n))
 }
 
 // crossEntropyBackward writes into dlogits the gradient of scale * mean loss with respect to

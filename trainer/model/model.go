@@ -21,13 +21,14 @@ type Model struct {
 	layout Layout
 	dm     dims
 	eng    *kernels.Engine
-	heads  pool
+	par    pool // row- and head-parallel work outside the matrix products
 
 	inputs, targets []byte
 	xs              [][]float32 // residual stream: xs[0] embeddings, xs[l+1] output of block l
 	blocks          []blockActs
 	lnf             normActs
 	probs           []float32 // [n, v] softmax of the logits
+	rowLoss         []float64 // [n] loss of each position
 	forwarded       bool
 
 	// Scratch.
@@ -57,10 +58,13 @@ type blockActs struct {
 	ln2     normActs
 	fc      []float32 // [n, 4d] mlp.c_fc output, before GELU
 	gelu    []float32 // [n, 4d]
+	tanh    []float32 // [n, 4d] the tanh inside GELU, for its derivative
 }
 
 // New returns a Model for cfg that runs microBatch sequences of cfg.Context+1 bytes per pass,
-// with its matrix products on eng; attention heads are spread over eng.Threads() goroutines.
+// with its matrix products on eng; attention heads and row-wise work (layer norm, GELU,
+// softmax) are spread over eng.Threads() goroutines, each row on one goroutine in a fixed
+// order, so results do not depend on scheduling.
 // It returns an error when cfg is invalid, microBatch < 1 or eng is nil.
 func New(cfg Config, microBatch int, eng *kernels.Engine) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
@@ -82,11 +86,12 @@ func New(cfg Config, microBatch int, eng *kernels.Engine) (*Model, error) {
 		layout:  NewLayout(cfg),
 		dm:      dm,
 		eng:     eng,
-		heads:   pool{threads: eng.Threads(), eng: kernels.New(1)},
+		par:     pool{threads: eng.Threads(), eng: kernels.New(1)},
 		inputs:  make([]byte, n),
 		targets: make([]byte, n),
 		lnf:     norm(),
 		probs:   f(n * cfg.Vocab),
+		rowLoss: make([]float64, n),
 		qkv:     f(n * 3 * d),
 		yh:      f(n * d),
 		dq:      f(n * d),
@@ -104,7 +109,7 @@ func New(cfg Config, microBatch int, eng *kernels.Engine) (*Model, error) {
 	for i := 0; i < cfg.Layers; i++ {
 		m.blocks = append(m.blocks, blockActs{
 			ln1: norm(), q: f(n * d), k: f(n * d), v: f(n * d), att: f(bht * t),
-			y: f(n * d), x2: f(n * d), ln2: norm(), fc: f(n * 4 * d), gelu: f(n * 4 * d),
+			y: f(n * d), x2: f(n * d), ln2: norm(), fc: f(n * 4 * d), gelu: f(n * 4 * d), tanh: f(n * 4 * d),
 		})
 	}
 	return m, nil
@@ -147,27 +152,27 @@ func (m *Model) Forward(params []float32, tokens []byte) float32 {
 	for l := range m.blocks {
 		a, bw, in, out := &m.blocks[l], &w.blocks[l], m.xs[l], m.xs[l+1]
 		// Attention: x2 = in + c_proj(attn(c_attn(ln_1(in)))).
-		layerNormForward(a.ln1.out, a.ln1.mean, a.ln1.rstd, in, bw.ln1w, bw.ln1b, n, d)
+		layerNormForward(m.par, a.ln1.out, a.ln1.mean, a.ln1.rstd, in, bw.ln1w, bw.ln1b, n, d)
 		linearForward(m.eng, m.qkv, a.ln1.out, bw.attnw, bw.attnb, n, d, 3*d)
 		toHeads(a.q, m.qkv, 3*d, 0, dm)
 		toHeads(a.k, m.qkv, 3*d, d, dm)
 		toHeads(a.v, m.qkv, 3*d, 2*d, dm)
-		attentionForward(m.heads, m.yh, a.att, a.q, a.k, a.v, dm)
+		attentionForward(m.par, m.yh, a.att, a.q, a.k, a.v, dm)
 		fromHeads(a.y, m.yh, d, 0, dm)
 		linearForward(m.eng, a.x2, a.y, bw.projw, bw.projb, n, d, d)
 		addTo(a.x2, in)
 		// MLP: out = x2 + c_proj(gelu(c_fc(ln_2(x2)))).
-		layerNormForward(a.ln2.out, a.ln2.mean, a.ln2.rstd, a.x2, bw.ln2w, bw.ln2b, n, d)
+		layerNormForward(m.par, a.ln2.out, a.ln2.mean, a.ln2.rstd, a.x2, bw.ln2w, bw.ln2b, n, d)
 		linearForward(m.eng, a.fc, a.ln2.out, bw.fcw, bw.fcb, n, d, 4*d)
-		geluForward(a.gelu, a.fc)
+		geluForward(m.par, a.gelu, a.tanh, a.fc)
 		linearForward(m.eng, out, a.gelu, bw.mlpw, bw.mlpb, n, 4*d, d)
 		addTo(out, a.x2)
 	}
 	last := m.xs[len(m.xs)-1]
-	layerNormForward(m.lnf.out, m.lnf.mean, m.lnf.rstd, last, w.lnfw, w.lnfb, n, d)
+	layerNormForward(m.par, m.lnf.out, m.lnf.mean, m.lnf.rstd, last, w.lnfw, w.lnfb, n, d)
 	m.eng.MatMul(m.probs, m.lnf.out, w.wte, n, dm.v, d, false, true, false) // logits = ln_f(x)·wteᵀ
 	m.forwarded = true
-	return crossEntropyForward(m.probs, m.targets, n, dm.v)
+	return crossEntropyForward(m.par, m.probs, m.rowLoss, m.targets, n, dm.v)
 }
 
 // Backward adds to grads[:Layout().Size] scale times the gradient of the loss of the last
@@ -202,13 +207,13 @@ func (m *Model) Backward(params, grads []float32, scale float32) {
 		a, bw, bg, in := &m.blocks[l], &w.blocks[l], &g.blocks[l], m.xs[l]
 		// MLP branch: dx += d(ln_2 ∘ c_fc ∘ gelu ∘ c_proj)ᵀ dx; afterwards dx = dL/dx2.
 		linearBackward(m.eng, m.d4, bg.mlpw, bg.mlpb, m.dx, a.gelu, bw.mlpw, n, 4*d, d)
-		geluBackward(m.d4, a.fc)
+		geluBackward(m.par, m.d4, a.tanh, a.fc)
 		linearBackward(m.eng, m.dtmp, bg.fcw, bg.fcb, m.d4, a.ln2.out, bw.fcw, n, d, 4*d)
 		layerNormBackward(m.dx, bg.ln2w, bg.ln2b, m.dtmp, a.x2, a.ln2.mean, a.ln2.rstd, bw.ln2w, n, d)
 		// Attention branch; afterwards dx = dL/d(block input).
 		linearBackward(m.eng, m.dtmp, bg.projw, bg.projb, m.dx, a.y, bw.projw, n, d, d)
 		toHeads(m.yh, m.dtmp, d, 0, dm)
-		attentionBackward(m.heads, m.dq, m.dk, m.dv, m.dp, m.yh, a.att, a.q, a.k, a.v, dm)
+		attentionBackward(m.par, m.dq, m.dk, m.dv, m.dp, m.yh, a.att, a.q, a.k, a.v, dm)
 		fromHeads(m.qkv, m.dq, 3*d, 0, dm)
 		fromHeads(m.qkv, m.dk, 3*d, d, dm)
 		fromHeads(m.qkv, m.dv, 3*d, 2*d, dm)
