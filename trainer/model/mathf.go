@@ -19,7 +19,10 @@ func expf(x float32) float32 {
 	if x > 88 {
 		return float32(math.Inf(1))
 	}
-	k := float32(math.Floor(float64(x*log2e) + 0.5))
+	// Adding and subtracting 1.5·2^23 rounds to the nearest integer in float32 (Go does not
+	// reassociate floating-point sums), without a call to math.Floor.
+	const round = 12582912
+	k := (x*log2e + round) - round
 	r := x - k*ln2hi - k*ln2lo
 	p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720+r*(1.0/5040)))))))
 	return p * math.Float32frombits(uint32(int32(k)+127)<<23)

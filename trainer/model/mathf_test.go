@@ -30,3 +30,28 @@ func TestTanhf(t *testing.T) {
 	require.Less(t, worst, 1e-6)
 	require.Equal(t, float32(0), tanhf(0))
 }
+
+// BenchmarkExp compares expf with math.Exp on the same softmax-like inputs in one run; the
+// ratio of their ns/op is what matters on a shared machine.
+func BenchmarkExp(b *testing.B) {
+	xs := make([]float32, 4096)
+	for i := range xs {
+		xs[i] = -float32(i) / 256
+	}
+	var sink float32
+	b.Run("expf", func(b *testing.B) {
+		for b.Loop() {
+			for _, x := range xs {
+				sink += expf(x)
+			}
+		}
+	})
+	b.Run("math.Exp", func(b *testing.B) {
+		for b.Loop() {
+			for _, x := range xs {
+				sink += float32(math.Exp(float64(x)))
+			}
+		}
+	})
+	_ = sink
+}
