@@ -21,6 +21,7 @@ type Group struct {
 	me                 int // index of this rank in ranks
 	next, prev         net.Conn
 	nextRank, prevRank int
+	tx, rx             *shmRing // shared memory of a same-node link, or nil
 
 	mu      sync.Mutex
 	seq     uint32
@@ -46,14 +47,18 @@ const (
 	opBarrier
 )
 
-var opNames = map[uint32]string{
-	opAllReduce: "allreduce", opReduceScatter: "reducescatter", opAllGather: "allgather",
-	opBroadcast: "broadcast", opBarrier: "barrier",
-}
-
 func opName(op uint32) string {
-	if s, ok := opNames[op]; ok {
-		return s
+	switch op {
+	case opAllReduce:
+		return "allreduce"
+	case opReduceScatter:
+		return "reducescatter"
+	case opAllGather:
+		return "allgather"
+	case opBroadcast:
+		return "broadcast"
+	case opBarrier:
+		return "barrier"
 	}
 	return fmt.Sprintf("op%d", op)
 }

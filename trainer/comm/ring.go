@@ -117,6 +117,17 @@ func (g *Group) blame(op string, le *linkError) error {
 	return pe
 }
 
+// ioSome reads what c has, at least one byte, within the timeout.
+func (g *Group) ioSome(c net.Conn, b []byte, stopped *atomic.Bool) (int, error) {
+	if err := c.SetReadDeadline(time.Now().Add(g.w.timeout)); err != nil {
+		return 0, err
+	}
+	if stopped.Load() || g.w.failedFlag.Load() {
+		return 0, errStopped
+	}
+	return c.Read(b)
+}
+
 // io moves one buffer on c within the timeout, unless the collective or
 // the world stopped (checked after the deadline is set, so a concurrent
 // stop that sets a past deadline is never overwritten unseen).
@@ -162,8 +173,76 @@ func (g *Group) recvHeader(h header, stopped *atomic.Bool) *linkError {
 	return nil
 }
 
+// shmMin is the smallest chunk sent through shared memory: below it, one
+// write on the socket costs less than the slot handshake.
+const shmMin = 32 << 10
+
+// sendChunk sends b to next: through a shared slot, or on the socket.
+func (g *Group) sendChunk(b []byte, stopped *atomic.Bool) *linkError {
+	if g.tx == nil || len(b) < shmMin {
+		if err := g.io(g.next, true, b, stopped); err != nil {
+			return &linkError{g.nextRank, err}
+		}
+		return nil
+	}
+	tx := g.tx
+	if tx.free == 0 { // wait for next to free a slot
+		var credits [shmSlots]byte
+		n, err := g.ioSome(g.next, credits[:], stopped)
+		if err != nil {
+			return &linkError{g.nextRank, err}
+		}
+		tx.free += n
+	}
+	copy(tx.slot(tx.seq), b)
+	note := [1]byte{byte(tx.seq)}
+	tx.seq++
+	tx.free--
+	if err := g.io(g.next, true, note[:], stopped); err != nil {
+		return &linkError{g.nextRank, err}
+	}
+	return nil
+}
+
+// recvShm takes the next shared slot from prev, stores or adds its n
+// bytes, and gives the slot back.
+func (g *Group) recvShm(st *step, j, n int, stopped *atomic.Bool) *linkError {
+	rx := g.rx
+	var note [1]byte
+	if err := g.io(g.prev, false, note[:], stopped); err != nil {
+		return &linkError{g.prevRank, err}
+	}
+	if note[0] != byte(rx.seq) {
+		return &linkError{g.prevRank, fmt.Errorf("shared memory slot %d announced, %d expected", note[0], byte(rx.seq))}
+	}
+	slot := rx.slot(rx.seq)[:n]
+	rx.seq++
+	if st.sumDst == nil {
+		copy(chunk(st.recvInto, j), slot)
+	} else {
+		lo := j * chunkBytes / 4
+		hi := lo + n/4
+		add(st.sumDst[lo:hi], st.sumSrc[lo:hi], floatsOf(slot))
+	}
+	if err := g.io(g.prev, true, []byte{1}, stopped); err != nil {
+		return &linkError{g.prevRank, err}
+	}
+	return nil
+}
+
+// floatsOf views b (4-byte aligned, a multiple of 4 long) as float32s.
+func floatsOf(b []byte) []float32 {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/4)
+}
+
 // recvChunk receives chunk j of st and stores or adds it.
 func (g *Group) recvChunk(st *step, j int, stopped *atomic.Bool) *linkError {
+	if n := min(st.recvLen()-j*chunkBytes, chunkBytes); g.rx != nil && n >= shmMin {
+		return g.recvShm(st, j, n, stopped)
+	}
 	var err error
 	if st.sumDst == nil {
 		err = g.io(g.prev, false, chunk(st.recvInto, j), stopped)
@@ -197,8 +276,8 @@ func (g *Group) ringSeq(h header, steps []step, stopped *atomic.Bool) *linkError
 		st := &steps[s]
 		send := func() *linkError {
 			for j := range chunks(len(st.send)) {
-				if err := g.io(g.next, true, chunk(st.send, j), stopped); err != nil {
-					return &linkError{g.nextRank, err}
+				if err := g.sendChunk(chunk(st.send, j), stopped); err != nil {
+					return err
 				}
 			}
 			return nil
@@ -242,8 +321,8 @@ func (g *Group) ringPipelined(h header, steps []step, stopped *atomic.Bool) *lin
 			first = le
 			stopped.Store(true)
 			close(stop)
-			_ = g.next.SetWriteDeadline(time.Now())
-			_ = g.prev.SetReadDeadline(time.Now())
+			_ = g.next.SetDeadline(time.Now())
+			_ = g.prev.SetDeadline(time.Now())
 		})
 	}
 	// wait consumes progress signals until more than ord have arrived.
@@ -275,8 +354,8 @@ func (g *Group) ringPipelined(h header, steps []step, stopped *atomic.Bool) *lin
 				if st.sendAfter >= 0 && !wait(recvd, &have, recvBase[st.sendAfter]+j) {
 					return
 				}
-				if err := g.io(g.next, true, chunk(st.send, j), stopped); err != nil {
-					abort(&linkError{g.nextRank, err})
+				if err := g.sendChunk(chunk(st.send, j), stopped); err != nil {
+					abort(err)
 					return
 				}
 				sent <- struct{}{}

@@ -40,6 +40,7 @@ type World struct {
 	arrived  map[connKey]net.Conn
 	data     []net.Conn
 	groupSeq map[string]int
+	groups   []*Group // with connections, to unmap their memory on Close
 
 	ctrl []*ctrlConn // by rank; nil for this rank
 
@@ -466,7 +467,21 @@ func (w *World) newGroup(ctx context.Context, ranks []int) (*Group, error) {
 	g.next, g.prev, g.nextRank, g.prevRank = d.c, pc, next, prev
 	w.mu.Lock()
 	w.data = append(w.data, d.c, pc)
+	w.groups = append(w.groups, g)
 	w.mu.Unlock()
+	// Same-node links move their data through shared memory: offer ours
+	// to next, then take prev's (offers never block, so no ring waits).
+	var err error
+	if uc, ok := d.c.(*net.UnixConn); ok {
+		if g.tx, err = newShmSender(uc, w.timeout); err != nil {
+			return nil, &PeerError{Rank: next, Op: "connect", Err: err}
+		}
+	}
+	if uc, ok := pc.(*net.UnixConn); ok {
+		if g.rx, err = newShmReceiver(uc, w.timeout); err != nil {
+			return nil, &PeerError{Rank: prev, Op: "connect", Err: err}
+		}
+	}
 	if w.failedFlag.Load() { // a failure raced with the new connections
 		_ = d.c.SetDeadline(time.Now())
 		_ = pc.SetDeadline(time.Now())
@@ -605,6 +620,15 @@ func (w *World) Close() error {
 			c.Close()
 		}
 		w.wg.Wait()
+		w.mu.Lock()
+		groups := w.groups
+		w.mu.Unlock()
+		for _, g := range groups { // after any collective in flight
+			g.mu.Lock()
+			_ = g.tx.close()
+			_ = g.rx.close()
+			g.mu.Unlock()
+		}
 	})
 	return nil
 }
