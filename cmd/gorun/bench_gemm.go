@@ -5,33 +5,41 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/trainer/kernels"
 )
 
 // gemmShape is one product of `gorun bench gemm`: op(A) m×k times op(B) k×n.
 type gemmShape struct {
-	M      int  `json:"m"`
-	N      int  `json:"n"`
-	K      int  `json:"k"`
-	TransA bool `json:"trans_a"`
-	TransB bool `json:"trans_b"`
+	M      int  `json:"m,omitempty"`
+	N      int  `json:"n,omitempty"`
+	K      int  `json:"k,omitempty"`
+	TransA bool `json:"trans_a,omitempty"`
+	TransB bool `json:"trans_b,omitempty"`
 }
 
 // gemmRow is one measurement, a JSON line with --json.
 type gemmRow struct {
 	Peak bool `json:"peak,omitempty"`
 	gemmShape
-	Threads int     `json:"threads"`
+	Threads int `json:"threads"`
+	// GFLOPS is by the wall clock; PctPeak is it over the FMA loop's
+	// GFLOPS on as many threads.
 	GFLOPS  float64 `json:"gflops"`
-	// PctPeak is GFLOPS over the FMA loop's GFLOP/s on as many threads.
 	PctPeak float64 `json:"pct_peak"`
-	Kernel  string  `json:"kernel"`
+	// CPUGFLOPS is by the process's CPU time times the threads (at most
+	// GOMAXPROCS): what the threads reach while they run, which other
+	// load on a shared machine changes less. CPUPctPeak is it over the FMA loop's CPUGFLOPS.
+	CPUGFLOPS  float64 `json:"cpu_gflops"`
+	CPUPctPeak float64 `json:"cpu_pct_peak"`
+	Kernel     string  `json:"kernel"`
 }
 
 // benchGemmCommand is `gorun bench gemm`: the trainer's fp32 matrix
@@ -42,14 +50,16 @@ func benchGemmCommand() *cli.Command {
 		Usage: "GFLOP/s of the trainer's fp32 matrix products beside the FMA peak",
 		Description: "Times kernels.MatMul on square products (--sizes) and the transformer's shapes\n" +
 			"(--shapes, MxNxK with an optional :nn/:tn/:nt/:tt for transA/transB) on each thread\n" +
-			"count, taking the best of --runs calls, and an FMA loop on registers for the peak.",
+			"count, and an FMA loop on registers for the peak, each the best of --runs timings.\n" +
+			"GFLOP/s is by the wall clock; the cpu columns divide by the process's CPU time\n" +
+			"(times the threads), which load from other processes changes less.",
 		Flags: []cli.Flag{
 			&cli.IntSliceFlag{Name: "threads", Value: cli.NewIntSlice(1, 2), Usage: "thread counts to measure"},
 			&cli.IntSliceFlag{Name: "sizes", Value: cli.NewIntSlice(256, 1024, 2048), Usage: "square products N³ to measure"},
 			&cli.StringSliceFlag{Name: "shapes", Value: cli.NewStringSlice(
 				"512x256x64", "512x64x256", "512x256x64:nt", "512x64x256:nt", "256x64x512:tn", "64x256x512:tn",
 			), Usage: "other products, MxNxK[:ops] with ops nn, tn, nt or tt"},
-			&cli.IntFlag{Name: "runs", Value: 5, Usage: "calls per product (and peak loops); the best counts"},
+			&cli.IntFlag{Name: "runs", Value: 10, Usage: "timings of each product and of the peak loop; the best counts"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per measurement instead of a table"},
 		},
 		Action: benchGemmAction,
@@ -84,27 +94,38 @@ func benchGemmAction(c *cli.Context) error {
 
 	out := c.App.Writer
 	var rows []gemmRow
+	emit := func(row gemmRow) error {
+		rows = append(rows, row)
+		if !c.Bool("json") {
+			return nil
+		}
+		if err := json.NewEncoder(out).Encode(row); err != nil {
+			return fmt.Errorf("bench gemm: write: %w", err)
+		}
+		return nil
+	}
 	for _, t := range threads {
 		e := kernels.New(t)
-		peak := 0.0
+		var peak, cpuPeak float64
 		for range runs {
-			peak = max(peak, e.PeakGFLOPS(100*time.Millisecond))
+			// PeakGFLOPS times itself; the flops it did are its rate times
+			// the time measure takes around it, to within a goroutine start.
+			var g float64
+			start := time.Now()
+			_, cpu := measure(t, func() float64 {
+				g = e.PeakGFLOPS(20 * time.Millisecond)
+				return g * 1e9 * time.Since(start).Seconds()
+			})
+			peak, cpuPeak = max(peak, g), max(cpuPeak, cpu)
 		}
-		row := gemmRow{Peak: true, Threads: t, GFLOPS: peak, PctPeak: 100, Kernel: e.Kernel()}
-		rows = append(rows, row)
-		if c.Bool("json") {
-			if err := json.NewEncoder(out).Encode(row); err != nil {
-				return fmt.Errorf("bench gemm: write: %w", err)
-			}
+		if err := emit(gemmRow{Peak: true, Threads: t, GFLOPS: peak, PctPeak: 100, CPUGFLOPS: cpuPeak, CPUPctPeak: 100, Kernel: e.Kernel()}); err != nil {
+			return err
 		}
 		for _, sh := range shapes {
-			g := timeGemm(e, sh, runs)
-			row := gemmRow{gemmShape: sh, Threads: t, GFLOPS: g, PctPeak: 100 * g / peak, Kernel: e.Kernel()}
-			rows = append(rows, row)
-			if c.Bool("json") {
-				if err := json.NewEncoder(out).Encode(row); err != nil {
-					return fmt.Errorf("bench gemm: write: %w", err)
-				}
+			wall, cpu := timeGemm(e, sh, runs)
+			row := gemmRow{gemmShape: sh, Threads: t, GFLOPS: wall, PctPeak: 100 * wall / peak, CPUGFLOPS: cpu, CPUPctPeak: 100 * cpu / cpuPeak, Kernel: e.Kernel()}
+			if err := emit(row); err != nil {
+				return err
 			}
 		}
 	}
@@ -139,9 +160,10 @@ func parseGemmShape(s string) (gemmShape, error) {
 	return sh, nil
 }
 
-// timeGemm returns the GFLOP/s of the fastest of runs calls of the
-// product sh on e, after one call to warm the caches and pools.
-func timeGemm(e *kernels.Engine, sh gemmShape, runs int) float64 {
+// timeGemm returns the best GFLOP/s of runs timings of the product sh
+// on e, by the wall clock and by CPU time, after one call to warm the
+// caches and pools. A timing covers enough calls to take about 5 ms.
+func timeGemm(e *kernels.Engine, sh gemmShape, runs int) (wall, cpu float64) {
 	r := rand.New(rand.NewPCG(1, 2))
 	fill := func(n int) []float32 {
 		s := make([]float32, n)
@@ -151,32 +173,58 @@ func timeGemm(e *kernels.Engine, sh gemmShape, runs int) float64 {
 		return s
 	}
 	a, b, c := fill(sh.M*sh.K), fill(sh.K*sh.N), make([]float32, sh.M*sh.N)
+	flops := 2 * float64(sh.M) * float64(sh.N) * float64(sh.K)
+	start := time.Now()
 	e.MatMul(c, a, b, sh.M, sh.N, sh.K, sh.TransA, sh.TransB, false)
-	best := time.Duration(1<<63 - 1)
+	calls := max(1, int(5*time.Millisecond/max(time.Since(start), time.Microsecond)))
 	for range runs {
-		// Time enough calls together that the clock's resolution and a
-		// goroutine start do not dominate small products.
-		calls := max(1, int(2e6/float64(sh.M*sh.N*sh.K)*100))
-		start := time.Now()
-		for range calls {
-			e.MatMul(c, a, b, sh.M, sh.N, sh.K, sh.TransA, sh.TransB, false)
-		}
-		best = min(best, time.Since(start)/time.Duration(calls))
+		w, u := measure(e.Threads(), func() float64 {
+			for range calls {
+				e.MatMul(c, a, b, sh.M, sh.N, sh.K, sh.TransA, sh.TransB, false)
+			}
+			return flops * float64(calls)
+		})
+		wall, cpu = max(wall, w), max(cpu, u)
 	}
-	return 2 * float64(sh.M) * float64(sh.N) * float64(sh.K) / best.Seconds() / 1e9
+	return wall, cpu
+}
+
+// measure runs f, which returns the flops it did, and returns its
+// GFLOP/s by the wall clock and by the process's CPU time times threads
+// (at most GOMAXPROCS, the threads that can run at once).
+func measure(threads int, f func() float64) (wall, cpu float64) {
+	threads = min(threads, runtime.GOMAXPROCS(0))
+	cpu0 := processCPU()
+	start := time.Now()
+	flops := f()
+	elapsed, used := time.Since(start), processCPU()-cpu0
+	wall = flops / elapsed.Seconds() / 1e9
+	if used > 0 {
+		cpu = flops / used.Seconds() * float64(threads) / 1e9
+	}
+	return wall, cpu
+}
+
+// processCPU is the CPU time the process has used, or 0 if unknown.
+func processCPU() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_PROCESS_CPUTIME_ID, &ts); err != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
 }
 
 func printGemmTable(w io.Writer, rows []gemmRow, runs int) {
 	if len(rows) > 0 {
-		fmt.Fprintf(w, "kernel %s, best of %d runs (numbers vary with other load on the machine)\n", rows[0].Kernel, runs)
+		fmt.Fprintf(w, "kernel %s, best of %d timings; cpu columns by process CPU time × threads\n", rows[0].Kernel, runs)
 	}
-	fmt.Fprintf(w, "%-22s %7s %9s %7s\n", "product (m×n×k op)", "threads", "GFLOP/s", "% peak")
+	fmt.Fprintf(w, "%-22s %7s %9s %7s %9s %7s\n", "product (m×n×k op)", "threads", "GFLOP/s", "% peak", "cpu", "% peak")
 	for _, r := range rows {
 		name := "FMA peak"
 		if !r.Peak {
 			ops := map[bool]string{false: "n", true: "t"}
 			name = fmt.Sprintf("%d×%d×%d %s%s", r.M, r.N, r.K, ops[r.TransA], ops[r.TransB])
 		}
-		fmt.Fprintf(w, "%-22s %7d %9.1f %6.0f%%\n", name, r.Threads, r.GFLOPS, r.PctPeak)
+		fmt.Fprintf(w, "%-22s %7d %9.1f %6.0f%% %9.1f %6.0f%%\n", name, r.Threads, r.GFLOPS, r.PctPeak, r.CPUGFLOPS, r.CPUPctPeak)
 	}
 }

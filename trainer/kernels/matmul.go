@@ -10,6 +10,10 @@ import (
 // starting goroutines and sharing caches would cost more than they give.
 const parallelWork = 64 * 64 * 64
 
+// packedWork is the m*n*k below which a product runs as plain loops:
+// packing would cost more than it gives.
+const packedWork = 512
+
 // Engine runs matrix products on up to Threads goroutines. It is safe for
 // concurrent use. Between calls it keeps only packing buffers, in
 // sync.Pools the garbage collector may empty.
@@ -17,8 +21,9 @@ type Engine struct {
 	threads int
 	kern    *microKernel
 	// minParallel is the m*n*k from which a product uses several
-	// goroutines; the tests lower it to split small products too.
-	minParallel int
+	// goroutines, minPacked the m*n*k from which it packs panels for the
+	// micro-kernel; the tests lower them to run small products so too.
+	minParallel, minPacked int
 	// packB holds buffers for packed blocks of op(B), packA per-goroutine
 	// buffers for packed blocks of op(A) and an edge tile.
 	packB, packA sync.Pool
@@ -32,7 +37,7 @@ func New(threads int) *Engine {
 
 // newEngine returns an Engine with the micro-kernel kern.
 func newEngine(threads int, kern *microKernel) *Engine {
-	return &Engine{threads: max(threads, 1), kern: kern, minParallel: parallelWork}
+	return &Engine{threads: max(threads, 1), kern: kern, minParallel: parallelWork, minPacked: packedWork}
 }
 
 // Threads is the number of goroutines a product may use.
@@ -57,8 +62,36 @@ func (e *Engine) MatMul(c, a, b []float32, m, n, k int, transA, transB, acc bool
 		if !acc {
 			clear(c[:m*n])
 		}
+	case m*n*k < e.minPacked:
+		smallMatMul(c, a, b, m, n, k, transA, transB, acc)
 	default:
 		e.gemm(c, a, b, m, n, k, transA, transB, acc)
+	}
+}
+
+// smallMatMul is MatMul as plain loops, for products too small to pack:
+// each row of C accumulates the rows of op(B) scaled by a row of op(A).
+func smallMatMul(c, a, b []float32, m, n, k int, transA, transB, acc bool) {
+	if !acc {
+		clear(c[:m*n])
+	}
+	for i := range m {
+		ci := c[i*n:][:n]
+		for p := range k {
+			av := a[i*k+p]
+			if transA {
+				av = a[p*m+i]
+			}
+			if transB {
+				for j := range ci {
+					ci[j] += av * b[j*k+p]
+				}
+				continue
+			}
+			for j, bv := range b[p*n:][:n] {
+				ci[j] += av * bv
+			}
+		}
 	}
 }
 

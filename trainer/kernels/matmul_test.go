@@ -48,26 +48,50 @@ func requireClose(t *testing.T, want, got []float32, k int) {
 
 func TestMatMulMatchesNaive(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	for _, kern := range kernelsForCPU() {
-		for _, threads := range []int{1, 2, 3, 4} {
-			for _, s := range testShapes {
-				for _, op := range []struct{ transA, transB, acc bool }{
-					{false, false, false}, {true, false, false}, {false, true, false}, {true, true, false},
-					{false, false, true}, {true, false, true}, {false, true, true}, {true, true, true},
-				} {
-					name := fmt.Sprintf("%s/t%d/%dx%dx%d/ta=%v,tb=%v,acc=%v", kern.name, threads, s.m, s.n, s.k, op.transA, op.transB, op.acc)
+	// Enough to split rows, columns and both over 3 and 4 goroutines.
+	splitShapes := map[shape]bool{{7, 13, 5}: true, {100, 257, 33}: true, {513, 3, 9}: true, {3, 513, 9}: true, {37, 3100, 3}: true}
+	for _, s := range testShapes {
+		a, b := randSlice(r, s.m*s.k), randSlice(r, s.k*s.n)
+		c0 := randSlice(r, s.m*s.n)
+		for _, op := range []struct{ transA, transB, acc bool }{
+			{false, false, false}, {true, false, false}, {false, true, false}, {true, true, false},
+			{false, false, true}, {true, false, true}, {false, true, true}, {true, true, true},
+		} {
+			want := append([]float32(nil), c0...)
+			naiveMatMul(want, a, b, s.m, s.n, s.k, op.transA, op.transB, op.acc)
+			for _, kern := range kernelsForCPU() {
+				for _, threads := range []int{1, 2, 3, 4} {
+					if threads > 2 && !splitShapes[s] {
+						continue
+					}
+					name := fmt.Sprintf("%dx%dx%d/ta=%v,tb=%v,acc=%v/%s/t%d", s.m, s.n, s.k, op.transA, op.transB, op.acc, kern.name, threads)
 					t.Run(name, func(t *testing.T) {
 						e := newEngine(threads, kern)
-						e.minParallel = 0
-						a, b := randSlice(r, s.m*s.k), randSlice(r, s.k*s.n)
-						c0 := randSlice(r, s.m*s.n)
-						want, got := append([]float32(nil), c0...), append([]float32(nil), c0...)
-						naiveMatMul(want, a, b, s.m, s.n, s.k, op.transA, op.transB, op.acc)
+						e.minParallel, e.minPacked = 0, 0
+						got := append([]float32(nil), c0...)
 						e.MatMul(got, a, b, s.m, s.n, s.k, op.transA, op.transB, op.acc)
 						requireClose(t, want, got, s.k)
 					})
 				}
 			}
+		}
+	}
+}
+
+// TestMatMulSmall checks the plain loops small products run as, and
+// that New's Engine gives the same as the reference on them.
+func TestMatMulSmall(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, s := range testShapes[:6] {
+		for _, op := range [][3]bool{{false, false, false}, {true, false, true}, {false, true, false}, {true, true, true}} {
+			a, b := randSlice(r, s.m*s.k), randSlice(r, s.k*s.n)
+			want := randSlice(r, s.m*s.n)
+			got, viaNew := append([]float32(nil), want...), append([]float32(nil), want...)
+			naiveMatMul(want, a, b, s.m, s.n, s.k, op[0], op[1], op[2])
+			smallMatMul(got, a, b, s.m, s.n, s.k, op[0], op[1], op[2])
+			requireClose(t, want, got, s.k)
+			New(2).MatMul(viaNew, a, b, s.m, s.n, s.k, op[0], op[1], op[2])
+			requireClose(t, want, viaNew, s.k)
 		}
 	}
 }
@@ -84,7 +108,7 @@ func TestMatMulBlocks(t *testing.T) {
 				for _, trans := range []bool{false, true} {
 					t.Run(fmt.Sprintf("%s/t%d/%dx%dx%d/trans=%v", kern.name, threads, s.m, s.n, s.k, trans), func(t *testing.T) {
 						e := newEngine(threads, &small)
-						e.minParallel = 0
+						e.minParallel, e.minPacked = 0, 0
 						a, b := randSlice(r, s.m*s.k), randSlice(r, s.k*s.n)
 						want, got := randSlice(r, s.m*s.n), make([]float32, s.m*s.n)
 						copy(got, want)
@@ -124,7 +148,7 @@ func TestMatMulShortSlice(t *testing.T) {
 // goroutines at once: the pools must hand each its own buffers.
 func TestMatMulConcurrent(t *testing.T) {
 	e := New(2)
-	e.minParallel = 0
+	e.minParallel, e.minPacked = 0, 0
 	r := rand.New(rand.NewPCG(5, 6))
 	const m, n, k = 40, 50, 60
 	a, b := randSlice(r, m*k), randSlice(r, k*n)
