@@ -128,6 +128,7 @@ func TestMalformed(t *testing.T) {
 		{"lr nan", "[optim]\nlr = nan\n", "train.toml:2: optim.lr = NaN: must be a finite number above 0"},
 		{"min_lr above lr", "[optim]\nlr = 1e-3\nmin_lr = 2e-3\n", "train.toml:3: optim.min_lr = 0.002: must be at most optim.lr = 0.001"},
 		{"lr below default min_lr", "[optim]\nlr = 1e-4\n", "train.toml:2: optim.lr = 0.0001: must be at least optim.min_lr = 0.0003"},
+		{"warmup above steps", "[train]\nsteps = 10\n", "train.toml:2: train.steps = 10: must be at least optim.warmup = 20"},
 		{"beta1 one", "[optim]\nbeta1 = 1.0\n", "train.toml:2: optim.beta1 = 1: must be between 0 and 1, both excluded"},
 		{"beta2 zero", "[optim]\nbeta2 = 0\n", "train.toml:2: optim.beta2 = 0: must be between 0 and 1, both excluded"},
 		{"eps zero", "[optim]\neps = 0\n", "train.toml:2: optim.eps = 0: must be a finite number above 0"},
@@ -198,6 +199,7 @@ func TestSetErrors(t *testing.T) {
 		{"relation blames the set", []string{"model.d_model=66"}, "--set model.d_model=66: must be a multiple of model.heads = 4"},
 		{"later set is blamed", []string{"model.heads=5", "model.d_model=66"}, "--set model.d_model=66: must be a multiple of model.heads = 5"},
 		{"bad array", []string{"data.files=[1]"}, "--set data.files=[1]: data.files: want an array of strings, got a TOML integer"},
+		{"steps below warmup", []string{"train.steps=5"}, "--set train.steps=5: must be at least optim.warmup = 20"},
 		{"files empty", []string{"data.files=[]"}, "--set data.files=[]: must name at least one file or glob"},
 	}
 	for _, tc := range cases {
@@ -310,4 +312,19 @@ func TestErrorsAreOneLine(t *testing.T) {
 		require.True(t, strings.HasPrefix(err.Error(), "f.toml:"), err.Error())
 		require.NotContains(t, err.Error(), "\n")
 	}
+}
+
+func TestExampleTrainToml(t *testing.T) {
+	path := filepath.Join("..", "..", "examples", "train.toml")
+	c, err := Load(path, nil)
+	require.NoError(t, err)
+	abs, err := filepath.Abs(filepath.Join("..", "..", "examples", "ckpt"))
+	require.NoError(t, err)
+	require.Equal(t, abs, c.Checkpoint.Dir)
+	for _, world := range []int{1, 2, 4} {
+		_, err := c.Accumulation(world)
+		require.NoError(t, err, "world %d", world)
+	}
+	_, err = Load(path, []string{"train.steps=20", "parallel.mode=fsdp"})
+	require.NoError(t, err, "DESIGN.md's command line")
 }

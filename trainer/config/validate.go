@@ -105,6 +105,15 @@ func (c Config) problem() []blame {
 			return nil
 		},
 		func() []blame { return atLeast("optim.warmup", o.Warmup, 0) },
+		func() []blame {
+			if o.Warmup > t.Steps {
+				return []blame{
+					{"optim.warmup", fmt.Sprintf("must be at most train.steps = %d", t.Steps)},
+					{"train.steps", fmt.Sprintf("must be at least optim.warmup = %d", o.Warmup)},
+				}
+			}
+			return nil
+		},
 		func() []blame { return openUnit("optim.beta1", o.Beta1) },
 		func() []blame { return openUnit("optim.beta2", o.Beta2) },
 		func() []blame {
