@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,6 +61,7 @@ func ckptCommand() *cli.Command {
 					&cli.StringFlag{Name: "dir", Required: true, Usage: "checkpoint directory (emptied first)"},
 					&cli.Int64Flag{Name: "bytes", Value: 64 << 20, Usage: "state size"},
 					&cli.IntFlag{Name: "ranks", Value: 1, Usage: "ranks (goroutines), each owning 1/ranks of every tensor"},
+					&cli.StringFlag{Name: "fill", Value: "zero", Usage: "tensor values: zero (the bytes dd if=/dev/zero writes) or random"},
 				},
 				Action: ckptBench,
 			},
@@ -213,10 +215,14 @@ func ckptInspect(c *cli.Context) error {
 	for _, t := range m.Tensors {
 		fmt.Fprintf(w, "%s\t%s\t%v\t%d\t%s\t%d\n", t.Name, t.DType, t.Shape, t.Elements(), human(t.Elements()*4), len(t.Chunks))
 	}
-	fmt.Fprintln(w, "\t\t\t\t\t")
-	fmt.Fprintln(w, "FILE\tRANK\tSIZE\t\t\t")
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(out)
+	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "FILE\tRANK\tSIZE")
 	for _, f := range m.Files {
-		fmt.Fprintf(w, "%s\t%d\t%s\t\t\t\n", f.Name, f.Rank, human(f.Bytes))
+		fmt.Fprintf(w, "%s\t%d\t%s\n", f.Name, f.Rank, human(f.Bytes))
 	}
 	return w.Flush()
 }
@@ -326,6 +332,10 @@ func ckptBench(c *cli.Context) error {
 	if ranks < 1 || total < 4*8 {
 		return cli.Exit("ckpt bench: --ranks must be >= 1 and --bytes >= 32", exitUsage)
 	}
+	fill := c.String("fill")
+	if fill != "zero" && fill != "random" {
+		return cli.Exit("ckpt bench: --fill must be zero or random", exitUsage)
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
@@ -348,8 +358,13 @@ func ckptBench(c *cli.Context) error {
 		for i := range ntensors {
 			lo, hi := checkpoint.ShardRange(n, r, ranks)
 			data := make([]float32, hi-lo)
+			rng := rand.New(rand.NewPCG(uint64(r), uint64(i)))
 			for j := range data {
-				data[j] = float32(j%1000) * 0.001
+				if fill == "random" {
+					data[j] = float32(rng.NormFloat64())
+				} else {
+					data[j] = 0
+				}
 			}
 			name := fmt.Sprintf("t%d", i)
 			states[r].tensors = append(states[r].tensors, checkpoint.Tensor{Name: name, Shape: []int64{n}, Offset: lo, Data: data})
