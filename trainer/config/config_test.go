@@ -199,6 +199,7 @@ func TestSetErrors(t *testing.T) {
 		{"relation blames the set", []string{"model.d_model=66"}, "--set model.d_model=66: must be a multiple of model.heads = 4"},
 		{"later set is blamed", []string{"model.heads=5", "model.d_model=66"}, "--set model.d_model=66: must be a multiple of model.heads = 5"},
 		{"bad array", []string{"data.files=[1]"}, "--set data.files=[1]: data.files: want an array of strings, got a TOML integer"},
+		{"newline", []string{"train.steps=5\n[model]\nlayers = 0"}, `--set "train.steps=5\n[model]\nlayers = 0": the value must fit on one line`},
 		{"steps below warmup", []string{"train.steps=5"}, "--set train.steps=5: must be at least optim.warmup = 20"},
 		{"files empty", []string{"data.files=[]"}, "--set data.files=[]: must name at least one file or glob"},
 	}
@@ -207,6 +208,7 @@ func TestSetErrors(t *testing.T) {
 			_, err := Parse("train.toml", []byte(design), tc.sets)
 			require.Error(t, err)
 			require.Equal(t, tc.want, err.Error())
+			require.NotContains(t, err.Error(), "\n")
 		})
 	}
 }

@@ -168,7 +168,11 @@ func fileError(name string, err error) error {
 
 // applySet decodes one "section.key=value" onto c and returns the key.
 func applySet(c *Config, set string) (string, error) {
-	fail := func(msg string) error { return &Error{Where: "--set " + set, Msg: msg} }
+	shown := set
+	if strings.ContainsAny(set, "\r\n") {
+		shown = strconv.Quote(set) // keep the error on one line
+	}
+	fail := func(msg string) error { return &Error{Where: "--set " + shown, Msg: msg} }
 	key, value, ok := strings.Cut(set, "=")
 	key = strings.TrimSpace(key)
 	section, name, dotted := strings.Cut(key, ".")
@@ -178,6 +182,9 @@ func applySet(c *Config, set string) (string, error) {
 	f, known := lookup(key)
 	if !known {
 		return "", fail(unknownKey(key))
+	}
+	if strings.ContainsAny(value, "\r\n") {
+		return "", fail("the value must fit on one line")
 	}
 	doc := func(v string) []byte { return []byte("[" + section + "]\n" + name + " = " + v + "\n") }
 	// Decode into a copy so a failed --set leaves c as it was.
