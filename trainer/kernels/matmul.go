@@ -95,10 +95,11 @@ func smallMatMul(c, a, b []float32, m, n, k int, transA, transB, acc bool) {
 	}
 }
 
-// gemm is the packed product behind MatMul for m, n, k > 0. For each
-// kc×nc block of op(B) (packed once, by all goroutines) the goroutines
-// take disjoint parts of C: rows when there are enough, else columns,
-// and each packs the mc×kc blocks of op(A) its rows need.
+// gemm is the packed product behind MatMul for m, n, k > 0. The
+// goroutines take disjoint blocks of C, rows when there are enough, else
+// columns, and each computes its block on its own (gemmBlock): no
+// goroutine waits for another's packing, at the cost of packing the
+// shared op(B) (or op(A)) once per goroutine.
 func (e *Engine) gemm(c, a, b []float32, m, n, k int, transA, transB, acc bool) {
 	kern := e.kern
 	mr, nr := kern.mr, kern.nr
@@ -106,72 +107,70 @@ func (e *Engine) gemm(c, a, b []float32, m, n, k int, transA, transB, acc bool) 
 	if m*n*k < e.minParallel {
 		threads = 1
 	}
+	mPanels, nPanels := ceilDiv(m, mr), ceilDiv(n, nr)
+	tm, tn := split(threads, mPanels, nPanels)
+	parallel(tm*tn, func(t int) {
+		r0, r1 := part(mPanels, tm, t/tn)
+		q0, q1 := part(nPanels, tn, t%tn)
+		e.gemmBlock(c, a, b, m, n, k, r0*mr, min(r1*mr, m), q0*nr, min(q1*nr, n), transA, transB, acc)
+	})
+}
+
+// gemmBlock computes rows i0..i1 and columns j0..j1 of C as MatMul does,
+// on the calling goroutine: for each kc×nc block of op(B), packed, and
+// each mc×kc block of op(A), packed, the micro-kernel runs over the
+// tiles; edge tiles go through a scratch tile.
+func (e *Engine) gemmBlock(c, a, b []float32, m, n, k, i0, i1, j0, j1 int, transA, transB, acc bool) {
+	kern := e.kern
+	mr, nr := kern.mr, kern.nr
 	kcMax := min(k, kern.kc)
-	mPanels := ceilDiv(m, mr)
-	nPanelsMax := ceilDiv(min(n, kern.nc), nr)
-	tm, tn := split(threads, mPanels, nPanelsMax)
-	threads = tm * tn
-	mcMax := min(kern.mc, ceilDiv(mPanels, tm)*mr)
-
-	bBuf := getBuf(&e.packB, nPanelsMax*panelStride(nr, kcMax))
-	defer e.packB.Put(bBuf)
+	mcMax := min(kern.mc, ceilDiv(i1-i0, mr)*mr)
+	ncMax := min(kern.nc, ceilDiv(j1-j0, nr)*nr)
+	bSize := ncMax / nr * panelStride(nr, kcMax)
 	aSize := mcMax / mr * panelStride(mr, kcMax)
-	aBufs := make([]*[]float32, threads)
-	for t := range aBufs {
-		aBufs[t] = getBuf(&e.packA, aSize+mr*nr)
-		defer e.packA.Put(aBufs[t])
-	}
+	bBuf, aBuf := getBuf(&e.packB, bSize), getBuf(&e.packA, aSize+mr*nr)
+	defer e.packB.Put(bBuf)
+	defer e.packA.Put(aBuf)
+	buf := aligned(*aBuf, aSize+mr*nr)
+	ap, tile := buf[:aSize], buf[aSize:]
 
-	for jc := 0; jc < n; jc += kern.nc {
-		ncb := min(kern.nc, n-jc)
+	for jc := j0; jc < j1; jc += kern.nc {
+		ncb := min(kern.nc, j1-jc)
 		nPanels := ceilDiv(ncb, nr)
 		for pc := 0; pc < k; pc += kern.kc {
 			kcb := min(kern.kc, k-pc)
 			accum := acc || pc > 0
 			sa, sb := panelStride(mr, kcb), panelStride(nr, kcb)
 			bp := aligned(*bBuf, nPanels*sb)
-			parallel(threads, func(t int) {
-				q0, q1 := part(nPanels, threads, t)
-				if q0 < q1 {
-					j := jc + q0*nr
-					kern.packB(bp[q0*sb:q1*sb], b, n, k, pc, kcb, j, min(q1*nr, ncb)-q0*nr, sb, transB)
-				}
-			})
-			parallel(threads, func(t int) {
-				r0, r1 := part(mPanels, tm, t/tn)
-				q0, q1 := part(nPanels, tn, t%tn)
-				buf := aligned(*aBufs[t], aSize+mr*nr)
-				ap, tile := buf[:aSize], buf[aSize:]
-				rowEnd := min(r1*mr, m)
-				for ic := r0 * mr; ic < rowEnd; ic += kern.mc {
-					mcb := min(kern.mc, rowEnd-ic)
-					kern.packA(ap, a, m, k, ic, mcb, pc, kcb, sa, transA)
-					for q := q0; q < q1; q++ {
-						j := jc + q*nr
-						nrb := min(nr, jc+ncb-j)
-						bq := bp[q*sb:][:nr*kcb]
-						for ir := 0; ir < mcb; ir += mr {
-							i, mrb := ic+ir, min(mr, mcb-ir)
-							ar := ap[ir/mr*sa:][:mr*kcb]
-							if mrb == mr && nrb == nr {
-								kern.tile(kcb, ar, bq, c[i*n+j:], n, accum)
+			kern.packB(bp, b, n, k, pc, kcb, jc, ncb, sb, transB)
+			for ic := i0; ic < i1; ic += kern.mc {
+				mcb := min(kern.mc, i1-ic)
+				kern.packA(ap, a, m, k, ic, mcb, pc, kcb, sa, transA)
+				for q := range nPanels {
+					j := jc + q*nr
+					nrb := min(nr, jc+ncb-j)
+					bq := bp[q*sb:][:nr*kcb]
+					for ir := 0; ir < mcb; ir += mr {
+						i, mrb := ic+ir, min(mr, mcb-ir)
+						ar := ap[ir/mr*sa:][:mr*kcb]
+						if mrb == mr && nrb == nr {
+							kern.tile(kcb, ar, bq, c[i*n+j:], n, accum)
+							continue
+						}
+						kern.tile(kcb, ar, bq, tile, nr, false)
+						for r := range mrb {
+							dst, src := c[(i+r)*n+j:][:nrb], tile[r*nr:][:nrb]
+							if !accum {
+								copy(dst, src)
 								continue
 							}
-							kern.tile(kcb, ar, bq, tile, nr, false)
-							for r := range mrb {
-								dst, src := c[(i+r)*n+j:][:nrb], tile[r*nr:][:nrb]
-								if !accum {
-									copy(dst, src)
-									continue
-								}
-								for x := range dst {
-									dst[x] += src[x]
-								}
+							for x := range dst {
+								dst[x] += src[x]
 							}
 						}
 					}
 				}
-			})
+			}
 		}
 	}
 }
@@ -247,8 +246,8 @@ func (kern *microKernel) packB(dst, b []float32, n, k, pc, kcb, j, cols, stride 
 }
 
 // split chooses tm×tn ≤ threads goroutines over mPanels row panels and
-// nPanels column panels so the most panels one goroutine gets is least,
-// preferring row splits, which share the packed op(B).
+// nPanels column panels so the most tiles one goroutine gets is least,
+// preferring row splits, which keep the micro-kernel's rows of C apart.
 func split(threads, mPanels, nPanels int) (tm, tn int) {
 	best := -1
 	for m := threads; m >= 1; m-- {
