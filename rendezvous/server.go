@@ -1,0 +1,517 @@
+package rendezvous
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// Defaults of ServerConfig, tuned for a rendezvous on a LAN: a few small
+// keys, a handful of members, little history worth keeping.
+const (
+	DefaultHeartbeat       = 100 * time.Millisecond
+	DefaultElectionTimeout = time.Second
+	DefaultStartTimeout    = 60 * time.Second
+)
+
+const (
+	serverSnapshotCount = 10000         // raft entries between snapshots (etcd: 100000)
+	serverQuotaBytes    = 256 << 20     // backend size before a NOSPACE alarm (etcd: 2 GiB)
+	serverKeepRevisions = "10000"       // revision-mode auto-compaction keeps this many
+	serverTokenPrefix   = "gorun-rdzv-" // initial cluster token prefix
+	serverScheme        = "http"        // members and clients speak plain HTTP/2 on the LAN
+)
+
+// ServerConfig describes one embedded etcd member.
+type ServerConfig struct {
+	// Name is the member name, e.g. the host. Required.
+	Name string
+	// DataDir holds the member's WAL and database. Required.
+	DataDir string
+	// RemoveDataDir removes DataDir on Close: for a job's embedded member,
+	// whose data is worthless once the job ends. A daemon keeps its dir.
+	RemoveDataDir bool
+	// ClientAddr is the host:port to listen on for clients. The host is
+	// resolved to its first IPv4 address (never 0.0.0.0 unless given).
+	ClientAddr string
+	// PeerAddr is the host:port to listen on for the other members.
+	PeerAddr string
+	// InitialCluster maps every member name to its peer host:port. Empty
+	// means a single member: {Name: PeerAddr}.
+	InitialCluster map[string]string
+	// ClusterToken tells clusters apart; members of one cluster agree on
+	// it. Empty: derived from InitialCluster.
+	ClusterToken string
+	// Heartbeat and ElectionTimeout are raft's timings (0: 100 ms and 1 s,
+	// suitable for a LAN). ElectionTimeout must be at least 5 heartbeats.
+	Heartbeat, ElectionTimeout time.Duration
+	// StartTimeout bounds StartServer's wait for the member to be ready,
+	// which needs a quorum of InitialCluster up (0: 60 s).
+	StartTimeout time.Duration
+	// UnsafeNoFsync skips fsync: for tests only, a crash loses data.
+	UnsafeNoFsync bool
+	// Log receives etcd's own warnings and errors (component=etcd); its
+	// info and debug logs are dropped. The zero Logger drops everything.
+	Log zerolog.Logger
+}
+
+// Validate reports the first problem of c, naming the field.
+func (c ServerConfig) Validate() error {
+	if c.Name == "" {
+		return errors.New("rendezvous: server: empty member name")
+	}
+	if strings.ContainsAny(c.Name, "=,") {
+		return fmt.Errorf("rendezvous: server: member name %q has '=' or ','", c.Name)
+	}
+	if c.DataDir == "" {
+		return errors.New("rendezvous: server: empty data dir")
+	}
+	if err := checkAddr("client address", c.ClientAddr); err != nil {
+		return err
+	}
+	if err := checkAddr("peer address", c.PeerAddr); err != nil {
+		return err
+	}
+	if c.ClientAddr == c.PeerAddr {
+		return fmt.Errorf("rendezvous: server: client and peer address are both %s", c.ClientAddr)
+	}
+	if len(c.InitialCluster) > 0 {
+		peer, ok := c.InitialCluster[c.Name]
+		if !ok {
+			return fmt.Errorf("rendezvous: server: initial cluster has no member %q", c.Name)
+		}
+		if peer != c.PeerAddr {
+			return fmt.Errorf("rendezvous: server: initial cluster says member %q is at %s, its peer address is %s", c.Name, peer, c.PeerAddr)
+		}
+		for name, addr := range c.InitialCluster {
+			if name == "" || strings.ContainsAny(name, "=,") {
+				return fmt.Errorf("rendezvous: server: initial cluster member name %q is empty or has '=' or ','", name)
+			}
+			if err := checkAddr("initial cluster address of "+name, addr); err != nil {
+				return err
+			}
+		}
+	}
+	if c.Heartbeat < 0 || c.ElectionTimeout < 0 || c.StartTimeout < 0 {
+		return errors.New("rendezvous: server: negative heartbeat, election or start timeout")
+	}
+	hb, el := cmp0(c.Heartbeat, DefaultHeartbeat), cmp0(c.ElectionTimeout, DefaultElectionTimeout)
+	if hb < time.Millisecond || el < 5*hb {
+		return fmt.Errorf("rendezvous: server: election timeout %s must be at least 5 heartbeats of %s (>= 1ms)", el, hb)
+	}
+	return nil
+}
+
+func checkAddr(what, addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("rendezvous: server: %s %q: want host:port", what, addr)
+	}
+	if host == "" {
+		return fmt.Errorf("rendezvous: server: %s %q: empty host (give the node's own address)", what, addr)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("rendezvous: server: %s %q: port must be 1-65535", what, addr)
+	}
+	return nil
+}
+
+func cmp0(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// Server is one running embedded etcd member.
+type Server struct {
+	etcd      *embed.Etcd
+	endpoints []string
+	dataDir   string
+	removeDir bool
+
+	closing atomic.Bool // set by Close: etcd's shutdown noise goes to debug
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// StartServer starts the member described by cfg and returns once it is
+// ready to serve clients, which needs a quorum of cfg.InitialCluster up.
+// Host names in the addresses are resolved to their first IPv4 address.
+// It gives up, stops the member and returns an error when ctx ends, when
+// cfg.StartTimeout passes, or when etcd fails to start (a port in use, a
+// data dir of another cluster). It does not retry.
+func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{dataDir: cfg.DataDir, removeDir: cfg.RemoveDataDir}
+	ecfg, err := embedConfig(ctx, cfg, &s.closing)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("rendezvous: server data dir: %w", err)
+	}
+	for _, u := range ecfg.AdvertiseClientUrls {
+		s.endpoints = append(s.endpoints, u.String())
+	}
+	e, err := embed.StartEtcd(ecfg)
+	if err != nil {
+		s.removeData()
+		return nil, fmt.Errorf("rendezvous: start etcd member %s at %s: %w", cfg.Name, cfg.ClientAddr, err)
+	}
+	s.etcd = e
+	timeout := cmp0(cfg.StartTimeout, DefaultStartTimeout)
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var fail error
+	select {
+	case <-e.Server.ReadyNotify():
+		return s, nil
+	case err := <-e.Err():
+		fail = fmt.Errorf("rendezvous: etcd member %s failed while starting: %w", cfg.Name, err)
+	case <-e.Server.StopNotify():
+		fail = fmt.Errorf("rendezvous: etcd member %s stopped while starting", cfg.Name)
+	case <-timer.C:
+		fail = fmt.Errorf("rendezvous: etcd member %s not ready within %s (a majority of the %d members must be up: %s)",
+			cfg.Name, timeout, strings.Count(ecfg.InitialCluster, ",")+1, ecfg.InitialCluster)
+	case <-ctx.Done():
+		fail = fmt.Errorf("rendezvous: etcd member %s: start: %w", cfg.Name, ctx.Err())
+	}
+	return nil, errors.Join(fail, s.Close())
+}
+
+// embedConfig translates cfg into etcd's configuration, resolving host
+// names to addresses.
+func embedConfig(ctx context.Context, cfg ServerConfig, closing *atomic.Bool) (*embed.Config, error) {
+	clientURL, err := resolveURL(ctx, cfg.ClientAddr)
+	if err != nil {
+		return nil, err
+	}
+	peerURL, err := resolveURL(ctx, cfg.PeerAddr)
+	if err != nil {
+		return nil, err
+	}
+	cluster := cfg.InitialCluster
+	if len(cluster) == 0 {
+		cluster = map[string]string{cfg.Name: cfg.PeerAddr}
+	}
+	names := make([]string, 0, len(cluster))
+	for name := range cluster {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	parts := make([]string, 0, len(names))
+	for _, name := range names {
+		u := peerURL
+		if name != cfg.Name {
+			if u, err = resolveURL(ctx, cluster[name]); err != nil {
+				return nil, err
+			}
+		}
+		parts = append(parts, name+"="+u.String())
+	}
+	token := cfg.ClusterToken
+	if token == "" {
+		h := fnv.New64a()
+		h.Write([]byte(strings.Join(parts, ",")))
+		token = serverTokenPrefix + strconv.FormatUint(h.Sum64(), 36)
+	}
+
+	e := embed.NewConfig()
+	e.Name = cfg.Name
+	e.Dir = cfg.DataDir
+	e.ListenClientUrls = []url.URL{clientURL}
+	e.AdvertiseClientUrls = []url.URL{clientURL}
+	e.ListenPeerUrls = []url.URL{peerURL}
+	e.AdvertisePeerUrls = []url.URL{peerURL}
+	e.InitialCluster = strings.Join(parts, ",")
+	e.InitialClusterToken = token
+	e.ClusterState = embed.ClusterStateFlagNew
+	e.TickMs = uint(cmp0(cfg.Heartbeat, DefaultHeartbeat) / time.Millisecond)
+	e.ElectionMs = uint(cmp0(cfg.ElectionTimeout, DefaultElectionTimeout) / time.Millisecond)
+	e.SnapshotCount = serverSnapshotCount
+	e.AutoCompactionMode = embed.CompactorModeRevision
+	e.AutoCompactionRetention = serverKeepRevisions
+	e.QuotaBackendBytes = serverQuotaBytes
+	e.UnsafeNoFsync = cfg.UnsafeNoFsync
+	e.EnableGRPCGateway = false
+	e.Logger = "zap"
+	e.LogLevel = "warn"
+	e.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(zerologCore{
+		log:     cfg.Log.With().Str("component", "etcd").Str("member", cfg.Name).Logger(),
+		closing: closing,
+	}))
+	return e, nil
+}
+
+// resolveURL turns host:port into http://IP:port, the host resolved to
+// its first IPv4 address (an IP literal is kept as it is).
+func resolveURL(ctx context.Context, addr string) (url.URL, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return url.URL{}, fmt.Errorf("rendezvous: address %q: %w", addr, err)
+	}
+	ip, err := ResolveIPv4(ctx, host)
+	if err != nil {
+		return url.URL{}, err
+	}
+	return url.URL{Scheme: serverScheme, Host: net.JoinHostPort(ip, port)}, nil
+}
+
+// ResolveIPv4 returns host's first IPv4 address as text; an IP literal is
+// returned as it is. The lookup uses the system resolver (/etc/hosts,
+// then DNS) and gives up when ctx ends.
+func ResolveIPv4(ctx context.Context, host string) (string, error) {
+	if ip := net.ParseIP(host); ip != nil {
+		return host, nil
+	}
+	addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+	if err != nil {
+		return "", fmt.Errorf("rendezvous: resolve %s: %w", host, err)
+	}
+	for _, a := range addrs {
+		if v4 := a.IP.To4(); v4 != nil {
+			return v4.String(), nil
+		}
+	}
+	return "", fmt.Errorf("rendezvous: resolve %s: no IPv4 address (got %v)", host, addrs)
+}
+
+// Endpoints returns the member's client URLs, e.g. http://10.0.0.1:30000.
+func (s *Server) Endpoints() []string { return slices.Clone(s.endpoints) }
+
+// Err receives a fatal serving error of the member (e.g. a listener
+// failing); the member should then be closed. Close closes the channel.
+func (s *Server) Err() <-chan error { return s.etcd.Err() }
+
+// Close stops the member and is safe to call more than once; later calls
+// return the first call's result. The order is etcd's own (embed.Close):
+// stop accepting client requests, give in-flight ones up to the request
+// timeout (5 s + 2 election timeouts) to finish, close the client
+// listeners, stop raft (transferring leadership if this member leads
+// others), close the peer connections. A member that never became ready
+// (no quorum yet) has its raft server stopped first. Then Close removes the data dir if
+// cfg.RemoveDataDir said so.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.closing.Store(true)
+		if s.etcd != nil {
+			stopUnready(s.etcd)
+			s.etcd.Close()
+		}
+		s.closeErr = s.removeData()
+	})
+	return s.closeErr
+}
+
+// stopUnready stops the raft server of a member that never became ready:
+// embed.Close waits for the client servers, which wait for the member to
+// be ready or stopping, and would wait forever.
+func stopUnready(e *embed.Etcd) {
+	select {
+	case <-e.Server.ReadyNotify():
+	default:
+		e.Server.HardStop()
+	}
+}
+
+func (s *Server) removeData() error {
+	if !s.removeDir {
+		return nil
+	}
+	if err := os.RemoveAll(s.dataDir); err != nil {
+		return fmt.Errorf("rendezvous: remove etcd data dir: %w", err)
+	}
+	return nil
+}
+
+// zerologCore is a zap core that passes etcd's warnings and errors to a
+// zerolog logger and drops the rest. Warnings that every start or stop
+// of a healthy member gives, and everything logged once closing is set,
+// go out at debug level: a clean shutdown is not an error.
+type zerologCore struct {
+	log     zerolog.Logger
+	fields  []zapcore.Field
+	closing *atomic.Bool // nil: never closing
+}
+
+// routineWarning says whether etcd logs msg at warn or error level on
+// every start of an embedded member, through no fault of anyone's.
+func routineWarning(msg string) bool {
+	switch msg {
+	case "Running http and grpc server on single port. This is not recommended for production.",
+		"simple token is not cryptographically signed",
+		"Failed to detect schema version",
+		"failed to update storage version":
+		return true
+	}
+	return false
+}
+
+func (c zerologCore) Enabled(l zapcore.Level) bool { return l >= zapcore.WarnLevel }
+
+func (c zerologCore) With(fields []zapcore.Field) zapcore.Core {
+	return zerologCore{log: c.log, fields: append(slices.Clip(c.fields), fields...), closing: c.closing}
+}
+
+func (c zerologCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.Enabled(e.Level) {
+		return ce.AddCore(e, c)
+	}
+	return ce
+}
+
+func (c zerologCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	level := zerolog.ErrorLevel
+	switch {
+	case routineWarning(e.Message) || (c.closing != nil && c.closing.Load()):
+		level = zerolog.DebugLevel
+	case e.Level == zapcore.WarnLevel:
+		level = zerolog.WarnLevel
+	}
+	ev := c.log.WithLevel(level)
+	if ev == nil {
+		return nil
+	}
+	enc := zapcore.NewMapObjectEncoder()
+	for _, f := range c.fields {
+		f.AddTo(enc)
+	}
+	for _, f := range fields {
+		f.AddTo(enc)
+	}
+	ev.Fields(enc.Fields).Msg(e.Message)
+	return nil
+}
+
+func (c zerologCore) Sync() error { return nil }
+
+// EmbeddedMember is one node of a job that hosts an etcd member.
+type EmbeddedMember struct {
+	Name       string // member name: the node name
+	Host       string // the node name, as in the nodelist
+	ClientPort int
+	PeerPort   int
+}
+
+// EmbeddedPlan says which nodes of a job host etcd members and where
+// clients find them.
+type EmbeddedPlan struct {
+	Members   []EmbeddedMember
+	Endpoints []string // client host:port of every member, in Members order
+}
+
+// Embedded etcd ports: 30000-32767, above the MASTER_PORT range
+// 15000-29999 the launcher derives and below Linux's default ephemeral
+// range (32768-60999), so neither a worker's store nor an outgoing
+// connection takes them. A job gets a pair (client, client+1).
+const (
+	embeddedPortBase  = 30000
+	embeddedPortPairs = (32768 - embeddedPortBase) / 2
+	embeddedQuorum    = 3
+)
+
+// PlanEmbedded places a job's embedded etcd: one member on the first node
+// for one or two nodes, a three-member cluster on the first three nodes
+// otherwise (it survives the loss of any one of them). Ports are a pure
+// function of jobID (a numeric SLURM job id maps consecutive jobs to
+// different ports), in 30000-32767; every member uses the same pair, which
+// is safe because each binds its own node's address. No nodes: an empty
+// plan.
+func PlanEmbedded(jobID string, nodes []string) EmbeddedPlan {
+	var slot uint64
+	if n, err := strconv.ParseUint(jobID, 10, 64); err == nil {
+		slot = n % embeddedPortPairs
+	} else {
+		h := fnv.New64a()
+		h.Write([]byte(jobID))
+		slot = h.Sum64() % embeddedPortPairs
+	}
+	client := embeddedPortBase + 2*int(slot)
+	count := 1
+	if len(nodes) >= embeddedQuorum {
+		count = embeddedQuorum
+	}
+	count = min(count, len(nodes))
+	var p EmbeddedPlan
+	for _, node := range nodes[:count] {
+		p.Members = append(p.Members, EmbeddedMember{Name: node, Host: node, ClientPort: client, PeerPort: client + 1})
+		p.Endpoints = append(p.Endpoints, net.JoinHostPort(node, strconv.Itoa(client)))
+	}
+	return p
+}
+
+// MemberFor returns the member that host runs, if any.
+func (p EmbeddedPlan) MemberFor(host string) (EmbeddedMember, bool) {
+	for _, m := range p.Members {
+		if m.Host == host {
+			return m, true
+		}
+	}
+	return EmbeddedMember{}, false
+}
+
+// ServerConfig returns the configuration member m of the plan starts with:
+// listening on its host's address, the plan's members as the initial
+// cluster, a cluster token from jobID, and a data dir
+// tmpDir/gorun-etcd-<jobID>-<member> removed on Close. tmpDir is the
+// node's scratch space ($SLURM_TMPDIR, else $TMPDIR, else /tmp).
+func (p EmbeddedPlan) ServerConfig(m EmbeddedMember, jobID, tmpDir string, log zerolog.Logger) ServerConfig {
+	cluster := make(map[string]string, len(p.Members))
+	for _, o := range p.Members {
+		cluster[o.Name] = net.JoinHostPort(o.Host, strconv.Itoa(o.PeerPort))
+	}
+	return ServerConfig{
+		Name:           m.Name,
+		DataDir:        filepath.Join(tmpDir, "gorun-etcd-"+safeName(jobID)+"-"+safeName(m.Name)),
+		RemoveDataDir:  true,
+		ClientAddr:     net.JoinHostPort(m.Host, strconv.Itoa(m.ClientPort)),
+		PeerAddr:       cluster[m.Name],
+		InitialCluster: cluster,
+		ClusterToken:   serverTokenPrefix + jobID,
+		Log:            log,
+	}
+}
+
+// ScratchDir is the node's scratch directory for embedded etcd data:
+// $SLURM_TMPDIR, else $TMPDIR, else /tmp. getenv is os.Getenv in
+// production.
+func ScratchDir(getenv func(string) string) string {
+	for _, name := range []string{"SLURM_TMPDIR", "TMPDIR"} {
+		if dir := getenv(name); dir != "" {
+			return dir
+		}
+	}
+	return "/tmp"
+}
+
+// safeName keeps a path element to letters, digits, '.', '-' and '_'.
+func safeName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, s)
+}

@@ -1,0 +1,398 @@
+package rendezvous
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/gorun/gorun/internal/etcdtest"
+)
+
+// fastServer is a single-member ServerConfig on free loopback ports with
+// test timings.
+func fastServer(t *testing.T) ServerConfig {
+	ports, err := etcdtest.FreePorts(2)
+	require.NoError(t, err)
+	return ServerConfig{
+		Name:            "m0",
+		DataDir:         filepath.Join(t.TempDir(), "etcd"),
+		ClientAddr:      "127.0.0.1:" + strconv.Itoa(ports[0]),
+		PeerAddr:        "127.0.0.1:" + strconv.Itoa(ports[1]),
+		Heartbeat:       10 * time.Millisecond,
+		ElectionTimeout: 100 * time.Millisecond,
+		StartTimeout:    20 * time.Second,
+		UnsafeNoFsync:   true,
+	}
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestServerStartClose(t *testing.T) {
+	cfg := fastServer(t)
+	cfg.RemoveDataDir = true
+	s, err := StartServer(testCtx(t), cfg)
+	require.NoError(t, err)
+	require.Equal(t, []string{"http://" + cfg.ClientAddr}, s.Endpoints())
+
+	cli := etcdtest.NewClient(t, s.Endpoints()...)
+	_, err = cli.Put(testCtx(t), "k", "v")
+	require.NoError(t, err)
+	resp, err := cli.Get(testCtx(t), "k")
+	require.NoError(t, err)
+	require.Equal(t, "v", string(resp.Kvs[0].Value))
+	require.DirExists(t, cfg.DataDir)
+
+	require.NoError(t, s.Close())
+	require.NoError(t, s.Close(), "a second Close is safe")
+	require.NoDirExists(t, cfg.DataDir, "RemoveDataDir")
+	_, err = net.DialTimeout("tcp", cfg.ClientAddr, time.Second)
+	require.Error(t, err, "the client port is closed")
+}
+
+func TestServerKeepsDataDirAndRestarts(t *testing.T) {
+	cfg := fastServer(t)
+	s, err := StartServer(testCtx(t), cfg)
+	require.NoError(t, err)
+	cli := etcdtest.NewClient(t, s.Endpoints()...)
+	_, err = cli.Put(testCtx(t), "k", "kept")
+	require.NoError(t, err)
+	require.NoError(t, cli.Close())
+	require.NoError(t, s.Close())
+	require.DirExists(t, cfg.DataDir)
+
+	s, err = StartServer(testCtx(t), cfg)
+	require.NoError(t, err)
+	defer s.Close()
+	resp, err := etcdtest.NewClient(t, s.Endpoints()...).Get(testCtx(t), "k")
+	require.NoError(t, err)
+	require.Equal(t, "kept", string(resp.Kvs[0].Value))
+}
+
+func TestServerPortInUse(t *testing.T) {
+	cfg := fastServer(t)
+	l, err := net.Listen("tcp", cfg.ClientAddr)
+	require.NoError(t, err)
+	defer l.Close()
+	_, err = StartServer(testCtx(t), cfg)
+	require.ErrorContains(t, err, "rendezvous: start etcd member m0 at "+cfg.ClientAddr)
+	require.ErrorContains(t, err, "address already in use")
+}
+
+func TestServerStartTimesOutWithoutQuorum(t *testing.T) {
+	cfg := fastServer(t)
+	ports, err := etcdtest.FreePorts(2)
+	require.NoError(t, err)
+	cfg.InitialCluster = map[string]string{
+		"m0": cfg.PeerAddr,
+		"m1": "127.0.0.1:" + strconv.Itoa(ports[0]),
+		"m2": "127.0.0.1:" + strconv.Itoa(ports[1]),
+	}
+	cfg.StartTimeout = 300 * time.Millisecond
+	cfg.RemoveDataDir = true
+	_, err = StartServer(testCtx(t), cfg)
+	require.ErrorContains(t, err, "rendezvous: etcd member m0 not ready within 300ms (a majority of the 3 members must be up")
+	require.NoDirExists(t, cfg.DataDir)
+}
+
+func TestServerConfigValidate(t *testing.T) {
+	good := ServerConfig{Name: "a", DataDir: "/d", ClientAddr: "h:1", PeerAddr: "h:2"}
+	for _, tc := range []struct {
+		name string
+		edit func(*ServerConfig)
+		want string
+	}{
+		{"good", func(*ServerConfig) {}, ""},
+		{"no name", func(c *ServerConfig) { c.Name = "" }, "empty member name"},
+		{"name with =", func(c *ServerConfig) { c.Name = "a=b" }, "has '=' or ','"},
+		{"no dir", func(c *ServerConfig) { c.DataDir = "" }, "empty data dir"},
+		{"no port", func(c *ServerConfig) { c.ClientAddr = "h" }, `client address "h": want host:port`},
+		{"port 0", func(c *ServerConfig) { c.PeerAddr = "h:0" }, `peer address "h:0": port must be 1-65535`},
+		{"no host", func(c *ServerConfig) { c.ClientAddr = ":1" }, "empty host"},
+		{"same addr", func(c *ServerConfig) { c.PeerAddr = "h:1" }, "client and peer address are both h:1"},
+		{"not in cluster", func(c *ServerConfig) { c.InitialCluster = map[string]string{"b": "h:2"} }, `initial cluster has no member "a"`},
+		{"cluster disagrees", func(c *ServerConfig) { c.InitialCluster = map[string]string{"a": "h:3"} }, `says member "a" is at h:3, its peer address is h:2`},
+		{"bad member addr", func(c *ServerConfig) { c.InitialCluster = map[string]string{"a": "h:2", "b": "x"} }, "initial cluster address of b"},
+		{"short election", func(c *ServerConfig) { c.ElectionTimeout = 200 * time.Millisecond }, "at least 5 heartbeats"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := good
+			tc.edit(&c)
+			err := c.Validate()
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestServerLogsWarningsToZerolog(t *testing.T) {
+	var buf bytes.Buffer
+	lg := zap.New(zerologCore{log: zerolog.New(&buf).With().Str("component", "etcd").Logger()}).With(zap.String("member", "m0"))
+	lg.Info("dropped")
+	lg.Warn("slow fsync", zap.Duration("took", time.Second), zap.Int("n", 3))
+	lg.Error("lost leader")
+	lg.Warn("simple token is not cryptographically signed") // routine: debug
+	var closing atomic.Bool
+	closing.Store(true)
+	zap.New(zerologCore{log: zerolog.New(&buf), closing: &closing}).Error("http: Server closed") // closing: debug
+	var lines []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &m))
+		lines = append(lines, m)
+	}
+	require.Len(t, lines, 4, "info is dropped")
+	require.Equal(t, map[string]any{"level": "warn", "component": "etcd", "member": "m0", "took": float64(1000), "n": float64(3), "message": "slow fsync"}, lines[0])
+	for i, want := range [][2]string{1: {"error", "lost leader"}, 2: {"debug", "simple token is not cryptographically signed"}, 3: {"debug", "http: Server closed"}} {
+		if i > 0 {
+			require.Equal(t, want[0], lines[i]["level"], want[1])
+			require.Equal(t, want[1], lines[i]["message"])
+		}
+	}
+}
+
+func TestPlanEmbedded(t *testing.T) {
+	for _, tc := range []struct {
+		nodes   []string
+		members []string
+	}{
+		{nil, nil},
+		{[]string{"node1"}, []string{"node1"}},
+		{[]string{"node1", "node2"}, []string{"node1"}},
+		{[]string{"node1", "node2", "node3"}, []string{"node1", "node2", "node3"}},
+		{[]string{"a1", "a2", "a3", "a4", "a5"}, []string{"a1", "a2", "a3"}},
+	} {
+		t.Run(strconv.Itoa(len(tc.nodes)), func(t *testing.T) {
+			for _, job := range []string{"1", "4242", "32767", "job-α", ""} {
+				p := PlanEmbedded(job, tc.nodes)
+				require.Equal(t, p, PlanEmbedded(job, tc.nodes), "deterministic")
+				require.Len(t, p.Members, len(tc.members))
+				require.Len(t, p.Endpoints, len(tc.members))
+				for i, m := range p.Members {
+					require.Equal(t, tc.members[i], m.Name)
+					require.Equal(t, tc.members[i], m.Host)
+					require.GreaterOrEqual(t, m.ClientPort, 30000)
+					require.LessOrEqual(t, m.PeerPort, 32767)
+					require.Equal(t, m.ClientPort+1, m.PeerPort)
+					require.Equal(t, m.Host+":"+strconv.Itoa(m.ClientPort), p.Endpoints[i])
+					got, ok := p.MemberFor(m.Host)
+					require.True(t, ok)
+					require.Equal(t, m, got)
+				}
+				_, ok := p.MemberFor("elsewhere")
+				require.False(t, ok)
+			}
+		})
+	}
+	// Consecutive SLURM job ids get different ports; so do other ids.
+	seen := map[int]string{}
+	for _, job := range []string{"100", "101", "102", "103", "abc", "abd"} {
+		port := PlanEmbedded(job, []string{"n"}).Members[0].ClientPort
+		require.NotContains(t, seen, port, "job %s has the port of job %s", job, seen[port])
+		seen[port] = job
+	}
+	// The range sits below the kernel's ephemeral ports here.
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		low, err := strconv.Atoi(strings.Fields(string(b))[0])
+		require.NoError(t, err)
+		require.Greater(t, low, 32767, "ephemeral ports start at %d, inside the embedded etcd range", low)
+	}
+}
+
+func TestPlanServerConfig(t *testing.T) {
+	p := PlanEmbedded("77", []string{"node1", "node2", "node3", "node4"})
+	m, ok := p.MemberFor("node2")
+	require.True(t, ok)
+	cfg := p.ServerConfig(m, "77", "/scratch", zerolog.Nop())
+	require.NoError(t, cfg.Validate())
+	require.Equal(t, "node2", cfg.Name)
+	require.Equal(t, "/scratch/gorun-etcd-77-node2", cfg.DataDir)
+	require.True(t, cfg.RemoveDataDir)
+	require.Equal(t, "node2:30154", cfg.ClientAddr)
+	require.Equal(t, "node2:30155", cfg.PeerAddr)
+	require.Equal(t, map[string]string{"node1": "node1:30155", "node2": "node2:30155", "node3": "node3:30155"}, cfg.InitialCluster)
+	require.Equal(t, "gorun-rdzv-77", cfg.ClusterToken)
+
+	require.Equal(t, "/s1", ScratchDir(func(k string) string { return map[string]string{"SLURM_TMPDIR": "/s1", "TMPDIR": "/t"}[k] }))
+	require.Equal(t, "/t", ScratchDir(func(k string) string { return map[string]string{"TMPDIR": "/t"}[k] }))
+	require.Equal(t, "/tmp", ScratchDir(func(string) string { return "" }))
+}
+
+func TestResolveIPv4(t *testing.T) {
+	ctx := testCtx(t)
+	ip, err := ResolveIPv4(ctx, "localhost")
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1", ip)
+	ip, err = ResolveIPv4(ctx, "127.0.100.3")
+	require.NoError(t, err)
+	require.Equal(t, "127.0.100.3", ip)
+}
+
+// memberEnv carries a ServerConfig to TestServerMemberProcess.
+const memberEnv = "GORUN_TEST_ETCD_MEMBER"
+
+// TestServerMemberProcess is not a test: it is the body of the child
+// processes TestServerClusterSurvivesMemberLoss starts, one etcd member
+// each, serving until its stdin closes.
+func TestServerMemberProcess(t *testing.T) {
+	spec := os.Getenv(memberEnv)
+	if spec == "" {
+		t.Skip("runs only as a child of TestServerClusterSurvivesMemberLoss")
+	}
+	var cfg ServerConfig
+	if err := json.Unmarshal([]byte(spec), &cfg); err != nil {
+		fmt.Println("bad spec:", err)
+		os.Exit(3)
+	}
+	s, err := StartServer(context.Background(), cfg)
+	if err != nil {
+		fmt.Println("start:", err)
+		os.Exit(1)
+	}
+	fmt.Println("ready", s.Endpoints()[0])
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n') // EOF when the parent closes stdin
+	err = s.Close()
+	if err != nil {
+		fmt.Println("close:", err)
+		os.Exit(1)
+	}
+	os.Exit(0) // not through TestMain: etcd's peer connections linger in-process
+}
+
+// freeEmbeddedJob returns a job id whose embedded etcd ports are free on
+// all of hosts.
+func freeEmbeddedJob(t *testing.T, hosts []string) string {
+	for i := 0; i < 50; i++ {
+		job := strconv.Itoa(os.Getpid()*31 + i*7 + int(time.Now().UnixNano()%1000))
+		m := PlanEmbedded(job, hosts).Members[0]
+		free := true
+		for _, h := range hosts {
+			for _, port := range []int{m.ClientPort, m.PeerPort} {
+				l, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(port)))
+				if err != nil {
+					free = false
+					continue
+				}
+				_ = l.Close()
+			}
+		}
+		if free {
+			return job
+		}
+	}
+	t.Fatal("no job id with free embedded etcd ports")
+	return ""
+}
+
+// A three-member embedded cluster placed by PlanEmbedded on three
+// loopback "nodes", each member its own process: SIGKILL one (a node
+// crash) and the other two still serve Put and Get.
+func TestServerClusterSurvivesMemberLoss(t *testing.T) {
+	hosts := []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"}
+	job := freeEmbeddedJob(t, hosts)
+	plan := PlanEmbedded(job, hosts)
+	require.Len(t, plan.Members, 3)
+
+	type child struct {
+		cmd   *exec.Cmd
+		stdin interface{ Close() error }
+		out   *bufio.Reader
+		done  chan struct{}
+	}
+	children := make([]*child, len(plan.Members))
+	scratch := t.TempDir()
+	for i, m := range plan.Members {
+		cfg := plan.ServerConfig(m, job, scratch, zerolog.Nop())
+		cfg.Heartbeat, cfg.ElectionTimeout, cfg.UnsafeNoFsync = 50*time.Millisecond, 500*time.Millisecond, true
+		cfg.StartTimeout = 20 * time.Second
+		spec, err := json.Marshal(cfg)
+		require.NoError(t, err)
+		cmd := exec.Command(os.Args[0], "-test.run=^TestServerMemberProcess$", "-test.count=1")
+		cmd.Env = append(os.Environ(), memberEnv+"="+string(spec))
+		cmd.Stderr = os.Stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		stdin, err := cmd.StdinPipe()
+		require.NoError(t, err)
+		stdout, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		c := &child{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout), done: make(chan struct{})}
+		children[i] = c
+		t.Cleanup(func() {
+			_ = c.stdin.Close()
+			select {
+			case <-c.done:
+			case <-time.After(15 * time.Second):
+				_ = c.cmd.Process.Kill()
+				<-c.done
+			}
+		})
+	}
+	for i, c := range children {
+		line, err := c.out.ReadString('\n')
+		require.NoError(t, err, "member %d said %q", i, line)
+		require.True(t, strings.HasPrefix(line, "ready http://"+hosts[i]+":"), "member %d said %q", i, line)
+		go func() {
+			_, _ = c.out.WriteTo(os.Stdout)
+			_ = c.cmd.Wait()
+			close(c.done)
+		}()
+	}
+
+	cli, err := Dial(testCtx(t), ClientConfig{Endpoints: plan.Endpoints, Patience: 10 * time.Second})
+	require.NoError(t, err)
+	defer cli.Close()
+	ctx := testCtx(t)
+	_, err = cli.Put(ctx, "before", "1")
+	require.NoError(t, err)
+
+	require.NoError(t, children[0].cmd.Process.Signal(syscall.SIGKILL))
+	<-children[0].done
+
+	// A request that reached the dead leader is lost: etcd answers it
+	// "request timed out" after its request timeout, so retry, as the
+	// rendezvous does.
+	require.Eventually(t, func() bool {
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := cli.Put(actx, "after", "2")
+		return err == nil
+	}, 20*time.Second, 10*time.Millisecond)
+	resp, err := cli.Get(ctx, "", clientv3.WithPrefix())
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 2)
+
+	// A member that is only killed keeps its data dir; closed ones remove theirs.
+	for i := 1; i < 3; i++ {
+		require.NoError(t, children[i].stdin.Close())
+		<-children[i].done
+		require.Equal(t, 0, children[i].cmd.ProcessState.ExitCode())
+	}
+	entries, err := os.ReadDir(scratch)
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	require.Equal(t, "gorun-etcd-"+job+"-127.0.0.1", entries[0].Name())
+}
