@@ -283,14 +283,9 @@ func (s *Saver) save(ctx context.Context, meta Meta, tensors []Tensor) error {
 	if cerr == nil {
 		cerr = s.commit(tmp, meta, all)
 	}
-	var prune error
-	if cerr != nil {
-		os.RemoveAll(tmp)
-	} else {
-		prune = s.prune()
-	}
 	var end verdict
 	if cerr != nil {
+		os.RemoveAll(tmp)
 		end.Err = cerr.Error()
 	}
 	_, berr := s.coord.BroadcastBytes(ctx, mustJSON(end))
@@ -299,8 +294,10 @@ func (s *Saver) save(ctx context.Context, meta Meta, tensors []Tensor) error {
 		return fail(cerr)
 	case berr != nil:
 		return fail(fmt.Errorf("committed, but telling the other ranks failed: %w", berr))
-	case prune != nil:
-		return fmt.Errorf("checkpoint: saved %s, but removing old checkpoints failed: %w", step, prune)
+	}
+	// The others are released; removing old checkpoints is rank 0's alone.
+	if err := s.prune(); err != nil {
+		return fmt.Errorf("checkpoint: saved %s, but removing old checkpoints failed: %w", step, err)
 	}
 	return nil
 }
@@ -333,6 +330,10 @@ func (s *Saver) writeShard(ctx context.Context, tmp string, tensors []Tensor) ra
 	rank := s.coord.Rank()
 	replica, _ := s.cfg.World.Coords(rank)
 	rep := rankReport{Rank: rank, Tensors: make([]TensorMeta, len(tensors))}
+	if err := checkTensors(tensors); err != nil {
+		rep.Err = fmt.Sprintf("rank %d: %v", rank, err)
+		return rep
+	}
 	var pieces []piece
 	var total int64
 	for i := range tensors {
