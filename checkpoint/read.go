@@ -85,6 +85,7 @@ type RequestError struct {
 	Detail string
 }
 
+// Error names the tensor and what was wrong with the request.
 func (e *RequestError) Error() string { return "checkpoint: tensor " + e.Tensor + ": " + e.Detail }
 
 // Read fills dst with the elements [offset, offset+len(dst)) of the named tensor. It reads only
