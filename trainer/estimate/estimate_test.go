@@ -156,3 +156,10 @@ func TestWriteTableAndJSON(t *testing.T) {
 	}
 	require.InDelta(t, float64(es[0].Total), got[0]["total_bytes"], 0)
 }
+
+func TestFormatCount(t *testing.T) {
+	cases := map[float64]string{120_576: "120576", 147e6: "147M", 7e9: "7B", 6.7384e9: "6.738B", 1.5e12: "1.5T"}
+	for n, want := range cases {
+		require.Equal(t, want, FormatCount(n))
+	}
+}

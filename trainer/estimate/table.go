@@ -4,24 +4,42 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"text/tabwriter"
+	"strings"
 )
 
 // WriteTable writes es as an aligned table, one strategy a line, sizes in
 // decimal units; the row of strategy selected (if any) is marked with *.
 // It returns the first write error.
 func WriteTable(w io.Writer, es []Estimate, selected string) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\tshards\treplicas\tparams\tgrads\toptimizer\tactivations\ttotal\t")
+	rows := [][]string{{"strategy", "shards", "replicas", "params", "grads", "optimizer", "activations", "total"}}
 	for _, e := range es {
 		name := e.Strategy
 		if name == selected {
 			name += " *"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t\n", name, e.Shards, e.Replicas,
-			FormatBytes(e.Params), FormatBytes(e.Grads), FormatBytes(e.Optimizer), FormatBytes(e.Activations), FormatBytes(e.Total))
+		rows = append(rows, []string{name, fmt.Sprint(e.Shards), fmt.Sprint(e.Replicas),
+			FormatBytes(e.Params), FormatBytes(e.Grads), FormatBytes(e.Optimizer), FormatBytes(e.Activations), FormatBytes(e.Total)})
 	}
-	return tw.Flush()
+	width := make([]int, len(rows[0]))
+	for _, r := range rows {
+		for i, cell := range r {
+			width[i] = max(width[i], len(cell))
+		}
+	}
+	for _, r := range rows {
+		var b strings.Builder
+		for i, cell := range r {
+			if i == 0 {
+				fmt.Fprintf(&b, "%-*s", width[i], cell)
+				continue
+			}
+			fmt.Fprintf(&b, "  %*s", width[i], cell)
+		}
+		if _, err := fmt.Fprintln(w, b.String()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // WriteJSON writes es as JSON lines, one object per strategy with its
@@ -58,4 +76,17 @@ func FormatBytes(n int64) string {
 	default:
 		return fmt.Sprintf("%.1f %s", v, units[i])
 	}
+}
+
+// FormatCount writes a parameter count briefly: 120576, 147M, 6.738B.
+func FormatCount(n float64) string {
+	for _, u := range []struct {
+		v    float64
+		name string
+	}{{1e12, "T"}, {1e9, "B"}, {1e6, "M"}} {
+		if n >= u.v {
+			return fmt.Sprintf("%.4g%s", n/u.v, u.name)
+		}
+	}
+	return fmt.Sprintf("%.0f", n)
 }

@@ -22,6 +22,9 @@ func heapAlloc() uint64 {
 // itself: its exact parameter count, and the heap its activations and
 // backward buffers take, measured.
 func TestAgainstTheTrainer(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's allocations blur the heap measurement")
+	}
 	cases := []struct {
 		layers, d, heads, context, micro int
 	}{
