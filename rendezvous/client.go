@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -158,12 +159,15 @@ func (c ClientConfig) tlsConfig() (*tls.Config, error) {
 		cfg.RootCAs = pool
 	}
 	if c.Cert != "" {
-		for key, path := range map[string]string{ConfCert: c.Cert, ConfKey: c.Key} {
-			if _, err := os.Stat(path); err != nil {
-				return nil, fmt.Errorf("rendezvous: TLS %s: %w", key, err)
-			}
+		certPEM, err := os.ReadFile(c.Cert)
+		if err != nil {
+			return nil, fmt.Errorf("rendezvous: TLS %s: %w", ConfCert, err)
 		}
-		pair, err := tls.LoadX509KeyPair(c.Cert, c.Key)
+		keyPEM, err := os.ReadFile(c.Key)
+		if err != nil {
+			return nil, fmt.Errorf("rendezvous: TLS %s: %w", ConfKey, err)
+		}
+		pair, err := tls.X509KeyPair(certPEM, keyPEM)
 		if err != nil {
 			return nil, fmt.Errorf("rendezvous: TLS %s=%s %s=%s: %w", ConfCert, c.Cert, ConfKey, c.Key, err)
 		}
@@ -263,26 +267,44 @@ func Dial(ctx context.Context, cfg ClientConfig) (*clientv3.Client, error) {
 func firstReachable(ctx context.Context, endpoints []string, tlsCfg *tls.Config) (string, error) {
 	var last error
 	for _, ep := range endpoints {
-		hostport, _ := endpointHostPort(ep)
-		var d interface {
-			DialContext(ctx context.Context, network, addr string) (net.Conn, error)
-		} = &net.Dialer{}
-		if strings.HasPrefix(ep, "https://") || (tlsCfg != nil && !strings.HasPrefix(ep, "http://")) {
-			cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-			if tlsCfg != nil {
-				cfg = tlsCfg.Clone()
-			}
-			d = &tls.Dialer{Config: cfg}
-		}
-		conn, err := d.DialContext(ctx, "tcp", hostport)
-		if err == nil {
-			_ = conn.Close()
+		if last = probe(ctx, ep, tlsCfg); last == nil {
 			return ep, nil
 		}
-		last = classify(err)
 	}
 	return "", last
 }
+
+// probe connects to ep and, when it uses TLS, completes a handshake.
+func probe(ctx context.Context, ep string, tlsCfg *tls.Config) error {
+	hostport, _ := endpointHostPort(ep)
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", hostport)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if !strings.HasPrefix(ep, "https://") && (tlsCfg == nil || strings.HasPrefix(ep, "http://")) {
+		return nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if tlsCfg != nil {
+		cfg = tlsCfg.Clone()
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName, _, _ = net.SplitHostPort(hostport)
+	}
+	if err := tls.Client(conn, cfg).HandshakeContext(ctx); err != nil {
+		if ctx.Err() != nil || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+			return errNoHandshake
+		}
+		return classify(err)
+	}
+	return nil
+}
+
+// errNoHandshake is a TLS handshake that got no answer in time or a
+// hang-up: what a plain-HTTP etcd does with a TLS client.
+var errNoHandshake = errors.New("no TLS handshake (for an etcd without TLS, use http:// endpoints)")
 
 // classify marks errors that retrying cannot cure as permanent.
 func classify(err error) error {
@@ -306,6 +328,9 @@ func classify(err error) error {
 func describe(err error) string {
 	if err == nil {
 		return "none"
+	}
+	if errors.Is(err, errNoHandshake) {
+		return err.Error()
 	}
 	var errno syscall.Errno
 	if errors.As(err, &errno) {

@@ -1,0 +1,248 @@
+package rendezvous_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/gorun/gorun/internal/etcdtest"
+	"github.com/gorun/gorun/rendezvous"
+)
+
+func dialCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestClientConfigFromConf(t *testing.T) {
+	eps := []string{"10.0.0.1:2379"}
+	for _, tc := range []struct {
+		name string
+		conf map[string]string
+		want rendezvous.ClientConfig
+		err  string
+	}{
+		{"empty", nil, rendezvous.ClientConfig{Endpoints: eps}, ""},
+		{"all", map[string]string{
+			"cacert": "/ca.pem", "cert": "/c.pem", "key": "/k.pem", "user": "u", "password": "p",
+			"dial_timeout": "2s", "connect_timeout": "90", "join_timeout": "600", "last_call_timeout": "x",
+		}, rendezvous.ClientConfig{
+			Endpoints: eps, CACert: "/ca.pem", Cert: "/c.pem", Key: "/k.pem", User: "u", Password: "p",
+			DialTimeout: 2 * time.Second, Patience: 90 * time.Second,
+		}, ""},
+		{"fractional seconds", map[string]string{"dial_timeout": "0.5"}, rendezvous.ClientConfig{Endpoints: eps, DialTimeout: 500 * time.Millisecond}, ""},
+		{"bad duration", map[string]string{"connect_timeout": "soon"}, rendezvous.ClientConfig{}, "--rdzv-conf connect_timeout=soon: want a duration like 30s or a number of seconds"},
+		{"zero duration", map[string]string{"dial_timeout": "0s"}, rendezvous.ClientConfig{}, "--rdzv-conf dial_timeout=0s: want a positive duration"},
+		{"cert without key", map[string]string{"cert": "/c.pem"}, rendezvous.ClientConfig{}, "cert= and key= go together"},
+		{"user without password", map[string]string{"user": "u"}, rendezvous.ClientConfig{}, "user= and password= go together"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := rendezvous.ClientConfigFromConf(eps, tc.conf)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+	_, err := rendezvous.ClientConfigFromConf([]string{"ftp://x:1"}, nil)
+	require.ErrorContains(t, err, `etcd endpoint "ftp://x:1": want host:port, http://host:port or https://host:port`)
+	_, err = rendezvous.ClientConfigFromConf(nil, nil)
+	require.ErrorContains(t, err, "no etcd endpoint")
+}
+
+func TestDialDeadEndpointGivesUpWithTheCause(t *testing.T) {
+	ports, err := etcdtest.FreePorts(1)
+	require.NoError(t, err)
+	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
+	_, err = rendezvous.Dial(dialCtx(t), rendezvous.ClientConfig{Endpoints: []string{addr}, Patience: 300 * time.Millisecond})
+	require.EqualError(t, err, "rendezvous: no etcd answered at "+addr+" within 300ms (last error: connection refused)")
+}
+
+func TestDialStopsWithItsContext(t *testing.T) {
+	ports, err := etcdtest.FreePorts(1)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err = rendezvous.Dial(ctx, rendezvous.ClientConfig{Endpoints: []string{"127.0.0.1:" + strconv.Itoa(ports[0])}})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, "rendezvous: dial etcd at 127.0.0.1:")
+}
+
+func TestDialWaitsForALateServer(t *testing.T) {
+	ports, err := etcdtest.FreePorts(2)
+	require.NoError(t, err)
+	cfg := rendezvous.ServerConfig{
+		Name: "late", DataDir: t.TempDir(), UnsafeNoFsync: true,
+		ClientAddr: "127.0.0.1:" + strconv.Itoa(ports[0]), PeerAddr: "127.0.0.1:" + strconv.Itoa(ports[1]),
+		Heartbeat: 10 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond,
+	}
+	started := make(chan *rendezvous.Server, 1)
+	startErr := make(chan error, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		s, err := rendezvous.StartServer(context.Background(), cfg)
+		startErr <- err
+		started <- s
+	}()
+	cli, err := rendezvous.Dial(dialCtx(t), rendezvous.ClientConfig{Endpoints: []string{cfg.ClientAddr}, Patience: 20 * time.Second})
+	require.NoError(t, <-startErr)
+	s := <-started
+	defer s.Close()
+	require.NoError(t, err)
+	defer cli.Close()
+	_, err = cli.Put(dialCtx(t), "k", "v")
+	require.NoError(t, err)
+}
+
+func TestDialEmbeddedPutGet(t *testing.T) {
+	s := etcdtest.Start(t)
+	cli, err := rendezvous.Dial(dialCtx(t), rendezvous.ClientConfig{Endpoints: s.Endpoints()})
+	require.NoError(t, err)
+	defer cli.Close()
+	_, err = cli.Put(dialCtx(t), "k", "v")
+	require.NoError(t, err)
+	resp, err := cli.Get(dialCtx(t), "k")
+	require.NoError(t, err)
+	require.Equal(t, "v", string(resp.Kvs[0].Value))
+}
+
+func TestDialTLSFilesMissing(t *testing.T) {
+	dir := t.TempDir()
+	ca := writeCA(t, dir)
+	for _, tc := range []struct {
+		name string
+		cfg  rendezvous.ClientConfig
+		want string
+	}{
+		{"cacert", rendezvous.ClientConfig{CACert: filepath.Join(dir, "nope.pem")}, "rendezvous: TLS cacert: open " + filepath.Join(dir, "nope.pem") + ": no such file or directory"},
+		{"cacert not PEM", rendezvous.ClientConfig{CACert: writeFile(t, dir, "junk.pem", "junk")}, "rendezvous: TLS cacert " + filepath.Join(dir, "junk.pem") + ": no PEM certificate in it"},
+		{"cert", rendezvous.ClientConfig{CACert: ca, Cert: filepath.Join(dir, "c.pem"), Key: ca}, "rendezvous: TLS cert: open " + filepath.Join(dir, "c.pem") + ": no such file or directory"},
+		{"key", rendezvous.ClientConfig{Cert: ca, Key: filepath.Join(dir, "k.pem")}, "rendezvous: TLS key: open " + filepath.Join(dir, "k.pem") + ": no such file or directory"},
+		{"key not a key", rendezvous.ClientConfig{Cert: ca, Key: ca}, "rendezvous: TLS cert=" + ca + " key=" + ca + ": tls:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Endpoints = []string{"127.0.0.1:1"}
+			_, err := rendezvous.Dial(dialCtx(t), tc.cfg)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+// TLS against a plain server: the handshake gets no answer or a hang-up,
+// and the error says so.
+func TestDialTLSAgainstPlainServer(t *testing.T) {
+	s := etcdtest.Start(t)
+	ca := writeCA(t, t.TempDir())
+	hostport := s.Endpoints()[0][len("http://"):]
+	_, err := rendezvous.Dial(dialCtx(t), rendezvous.ClientConfig{Endpoints: []string{hostport}, CACert: ca, Patience: 500 * time.Millisecond})
+	require.EqualError(t, err, "rendezvous: no etcd answered at "+hostport+" within 500ms (last error: no TLS handshake (for an etcd without TLS, use http:// endpoints))")
+}
+
+func TestDialAuth(t *testing.T) {
+	s := etcdtest.Start(t)
+	admin := s.Client(t)
+	ctx := dialCtx(t)
+	_, err := admin.UserAdd(ctx, "root", "secret")
+	require.NoError(t, err)
+	_, err = admin.UserGrantRole(ctx, "root", "root")
+	require.NoError(t, err)
+	_, err = admin.AuthEnable(ctx)
+	require.NoError(t, err)
+
+	_, err = rendezvous.Dial(ctx, rendezvous.ClientConfig{Endpoints: s.Endpoints(), User: "root", Password: "wrong", Patience: time.Hour})
+	require.ErrorContains(t, err, "authentication failed")
+
+	cli, err := rendezvous.Dial(ctx, rendezvous.ClientConfig{Endpoints: s.Endpoints(), User: "root", Password: "secret"})
+	require.NoError(t, err)
+	defer cli.Close()
+	_, err = cli.Put(ctx, "k", "v")
+	require.NoError(t, err)
+}
+
+// Debian's etcd 3.4 answers our 3.7 client: everything the rendezvous
+// uses (Put, Get, Txn, Watch, Lease) works across the versions.
+func TestDebianEtcdServesOurClient(t *testing.T) {
+	s := etcdtest.StartDebian(t)
+	ctx := dialCtx(t)
+	cli, err := rendezvous.Dial(ctx, rendezvous.ClientConfig{Endpoints: s.Endpoints()})
+	require.NoError(t, err)
+	defer cli.Close()
+
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	watch := cli.Watch(wctx, "/gorun/", clientv3.WithPrefix())
+
+	put, err := cli.Put(ctx, "/gorun/state", "joinable")
+	require.NoError(t, err)
+	rev := put.Header.Revision
+	txn, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision("/gorun/state"), "=", rev)).
+		Then(clientv3.OpPut("/gorun/state", "frozen")).Else(clientv3.OpGet("/gorun/state")).Commit()
+	require.NoError(t, err)
+	require.True(t, txn.Succeeded)
+	stale, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision("/gorun/state"), "=", rev)).
+		Then(clientv3.OpPut("/gorun/state", "lost")).Commit()
+	require.NoError(t, err)
+	require.False(t, stale.Succeeded, "compare-and-swap on a stale revision")
+	get, err := cli.Get(ctx, "/gorun/state")
+	require.NoError(t, err)
+	require.Equal(t, "frozen", string(get.Kvs[0].Value))
+
+	lease, err := cli.Grant(ctx, 5)
+	require.NoError(t, err)
+	_, err = cli.Put(ctx, "/gorun/member/a", "x", clientv3.WithLease(lease.ID))
+	require.NoError(t, err)
+	_, err = cli.KeepAliveOnce(ctx, lease.ID)
+	require.NoError(t, err)
+	_, err = cli.Revoke(ctx, lease.ID)
+	require.NoError(t, err)
+
+	var seen []string
+	for len(seen) < 4 {
+		select {
+		case resp := <-watch:
+			require.NoError(t, resp.Err())
+			for _, ev := range resp.Events {
+				seen = append(seen, ev.Type.String()+" "+string(ev.Kv.Key)+" "+string(ev.Kv.Value))
+			}
+		case <-ctx.Done():
+			t.Fatalf("watch saw only %q", seen)
+		}
+	}
+	require.Equal(t, []string{"PUT /gorun/state joinable", "PUT /gorun/state frozen", "PUT /gorun/member/a x", "DELETE /gorun/member/a "}, seen)
+}
+
+// writeCA writes a self-signed CA certificate as PEM and returns its path.
+func writeCA(t *testing.T, dir string) string {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "gorun test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	return writeFile(t, dir, "ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
+}
+
+func writeFile(t *testing.T, dir, name, text string) string {
+	path := filepath.Join(dir, name)
+	require.NoError(t, os.WriteFile(path, []byte(text), 0o600))
+	return path
+}
