@@ -6,15 +6,17 @@ cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
 
 # Debian packages the tests use: real PyTorch (CPU) for the DDP tests and the
-# launch benchmark, slurm-client's scontrol for the hostlist comparison.
+# launch benchmark, slurm-client's scontrol for the hostlist comparison,
+# etcd-server's etcd 3.4 (/usr/bin/etcd) for the cross-version etcd tests.
 need=()
 /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || need+=(python3-torch)
 command -v scontrol >/dev/null 2>&1 || need+=(slurm-client)
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 if ((${#need[@]})); then
   echo "== apt-get install ${need[*]}"
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
   $SUDO apt-get update -qq
-  # policy-rc.d keeps apt from starting services (munge, slurm) on install.
+  # policy-rc.d keeps apt from starting services (munge, slurm, etcd) on install.
   printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
   $SUDO chmod +x /usr/sbin/policy-rc.d
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
