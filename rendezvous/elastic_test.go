@@ -13,11 +13,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/gorun/gorun/internal/etcdtest"
 	"github.com/gorun/gorun/rendezvous"
 	"github.com/gorun/gorun/rendezvous/rdzvtest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// etcd's own servers leave a few goroutines winding down; etcdtest knows which.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, etcdtest.GoleakOptions()...) }
 
 // testLimits: 2..3 nodes, 2 failure restarts, 3 membership changes.
 var testLimits = rendezvous.Limits{MinNodes: 2, MaxNodes: 3, MaxFailures: 2, MaxChanges: 3}
