@@ -10,6 +10,7 @@ func benchCommand() *cli.Command {
 		Usage: "measure gorun's parts beside their anchors, in one run",
 		Subcommands: []*cli.Command{
 			benchGemmCommand(),
+			benchCommCommand(),
 		},
 	}
 }
