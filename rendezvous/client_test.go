@@ -9,6 +9,8 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"math/big"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,7 +18,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 
 	"github.com/gorun/gorun/internal/etcdtest"
 	"github.com/gorun/gorun/rendezvous"
@@ -229,6 +234,18 @@ func TestDebianEtcdServesOurClient(t *testing.T) {
 
 // writeCA writes a self-signed CA certificate as PEM and returns its path.
 func writeCA(t *testing.T, dir string) string {
+	ca := newCA(t)
+	return writeFile(t, dir, "ca.pem", ca.certPEM)
+}
+
+// testCA is a CA that signs test certificates.
+type testCA struct {
+	cert    *x509.Certificate
+	key     *ecdsa.PrivateKey
+	certPEM string
+}
+
+func newCA(t *testing.T) testCA {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
 	tmpl := &x509.Certificate{
@@ -238,7 +255,77 @@ func writeCA(t *testing.T, dir string) string {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	require.NoError(t, err)
-	return writeFile(t, dir, "ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	return testCA{cert: cert, key: key, certPEM: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))}
+}
+
+// issue writes a certificate for 127.0.0.1 signed by ca and its key as
+// dir/name.pem and dir/name-key.pem.
+func (ca testCA) issue(t *testing.T, dir, name string, serial int64) (certPath, keyPath string) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	require.NoError(t, err)
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	certPath = writeFile(t, dir, name+".pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
+	keyPath = writeFile(t, dir, name+"-key.pem", string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})))
+	return certPath, keyPath
+}
+
+// An etcd that wants TLS with client certificates: Dial with the right
+// files works with a bare host:port endpoint; a CA that did not sign the
+// server's certificate fails at once with the reason.
+func TestDialTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := newCA(t)
+	caPath := writeFile(t, dir, "ca.pem", ca.certPEM)
+	serverCert, serverKey := ca.issue(t, dir, "server", 2)
+	clientCert, clientKey := ca.issue(t, dir, "client", 3)
+
+	ports, err := etcdtest.FreePorts(2)
+	require.NoError(t, err)
+	hostport := "127.0.0.1:" + strconv.Itoa(ports[0])
+	cfg := embed.NewConfig()
+	cfg.Name, cfg.Dir, cfg.UnsafeNoFsync = "tls", t.TempDir(), true
+	cfg.TickMs, cfg.ElectionMs = 10, 100
+	client := url.URL{Scheme: "https", Host: hostport}
+	peer := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(ports[1])}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+	cfg.InitialCluster = "tls=" + peer.String()
+	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: serverCert, KeyFile: serverKey, TrustedCAFile: caPath, ClientCertAuth: true}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	e, err := embed.StartEtcd(cfg)
+	require.NoError(t, err)
+	defer e.Close()
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(20 * time.Second):
+		t.Fatal("TLS etcd not ready")
+	}
+
+	cli, err := rendezvous.Dial(dialCtx(t), rendezvous.ClientConfig{
+		Endpoints: []string{hostport}, CACert: caPath, Cert: clientCert, Key: clientKey,
+	})
+	require.NoError(t, err)
+	defer cli.Close()
+	_, err = cli.Put(dialCtx(t), "k", "v")
+	require.NoError(t, err)
+
+	otherCA := writeCA(t, t.TempDir())
+	_, err = rendezvous.Dial(dialCtx(t), rendezvous.ClientConfig{
+		Endpoints: []string{hostport}, CACert: otherCA, Cert: clientCert, Key: clientKey, Patience: time.Hour,
+	})
+	require.ErrorContains(t, err, "rendezvous: etcd at "+hostport+": tls: failed to verify certificate: x509: certificate signed by unknown authority")
 }
 
 func writeFile(t *testing.T, dir, name, text string) string {
