@@ -88,6 +88,9 @@ func Join(ctx context.Context, store Store, cfg Config) (*Elastic, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Self.Since.IsZero() {
+		cfg.Self.Since = time.Now()
+	}
 	self, _ := json.Marshal(cfg.Self)
 	if err := store.Put(ctx, prefixNodes+cfg.Self.ID, self, true); err != nil {
 		return nil, err
@@ -147,7 +150,7 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 		st := snap.state
 		switch {
 		case snap.stateRev == 0:
-			if err := e.cas(ctx, 0, State{}, Initial(time.Now())); err != nil {
+			if err := e.cas(ctx, 0, State{}, Initial(e.cfg.Limits, time.Now())); err != nil {
 				return Round{}, err
 			}
 		case st.Phase == PhaseClosed:

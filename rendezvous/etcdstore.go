@@ -2,7 +2,10 @@ package rendezvous
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -139,4 +142,49 @@ func AwaitDeparture(ctx context.Context, client *clientv3.Client, runID string) 
 			return fmt.Errorf("rendezvous: %d node(s) still registered: %w", resp.Count, ctx.Err())
 		}
 	}
+}
+
+// Status is a job's rendezvous as `gorun status` shows it.
+type Status struct {
+	RunID    string    `json:"run_id"`
+	Exists   bool      `json:"exists"` // false: no agent of this run id has started on this etcd
+	State    State     `json:"state"`
+	Nodes    []Member  `json:"nodes"`   // agents with a live lease
+	Waiting  []Member  `json:"waiting"` // agents waiting for the next round
+	Failures []Failure `json:"failures"`
+}
+
+// ReadStatus reads job runID's rendezvous without taking part in it (no
+// lease, no writes).
+func ReadStatus(ctx context.Context, client *clientv3.Client, runID string) (Status, error) {
+	resp, err := namespace.NewKV(client.KV, JobPrefix(runID)).Get(ctx, "", clientv3.WithPrefix())
+	if err != nil {
+		return Status{}, fmt.Errorf("rendezvous: read run %s: %w", runID, err)
+	}
+	st := Status{RunID: runID}
+	for _, kv := range resp.Kvs {
+		key := string(kv.Key)
+		switch {
+		case key == keyState:
+			st.Exists = json.Unmarshal(kv.Value, &st.State) == nil
+		case strings.HasPrefix(key, prefixNodes):
+			var m Member
+			if json.Unmarshal(kv.Value, &m) == nil {
+				st.Nodes = append(st.Nodes, m)
+			}
+		case strings.HasPrefix(key, prefixWait):
+			var m Member
+			if json.Unmarshal(kv.Value, &m) == nil {
+				st.Waiting = append(st.Waiting, m)
+			}
+		case strings.HasPrefix(key, prefixFail):
+			var f Failure
+			if json.Unmarshal(kv.Value, &f) == nil {
+				st.Failures = append(st.Failures, f)
+			}
+		}
+	}
+	sort.Slice(st.Nodes, func(i, j int) bool { return st.Nodes[i].Host < st.Nodes[j].Host })
+	sort.SliceStable(st.Failures, func(i, j int) bool { return st.Failures[i].Time.Before(st.Failures[j].Time) })
+	return st, nil
 }

@@ -21,12 +21,13 @@ const (
 
 // Member is one node as it takes part in a round.
 type Member struct {
-	ID        string `json:"id"`             // unique per agent process
-	Host      string `json:"host"`           // name shown to people
-	Addr      string `json:"addr"`           // address workers reach this node at
-	Preferred int    `json:"preferred_rank"` // SLURM_NODEID or --node-rank; -1: join order
-	NProc     int    `json:"nproc"`          // workers on this node
-	Order     int64  `json:"order"`          // join order: the etcd revision of its join key
+	ID        string    `json:"id"`             // unique per agent process
+	Host      string    `json:"host"`           // name shown to people
+	Addr      string    `json:"addr"`           // address workers reach this node at
+	Preferred int       `json:"preferred_rank"` // SLURM_NODEID or --node-rank; -1: join order
+	NProc     int       `json:"nproc"`          // workers on this node
+	Order     int64     `json:"order"`          // join order: the etcd revision of its join key
+	Since     time.Time `json:"since"`          // when its agent joined the job
 }
 
 // Limits are the job's bounds, the same on every node.
@@ -55,6 +56,7 @@ type State struct {
 	Changes    int       `json:"changes"`          // restarts used after membership changes
 	Result     string    `json:"result,omitempty"` // closed: succeeded or failed
 	Since      time.Time `json:"since"`            // when the phase began
+	Limits     Limits    `json:"limits"`           // the job's bounds, as the node that opened it saw them
 }
 
 // Cause is why a new round opens.
@@ -67,8 +69,8 @@ const (
 )
 
 // Initial is a job's first state: round 0, joinable.
-func Initial(now time.Time) State {
-	return State{Phase: PhaseJoinable, Since: now}
+func Initial(lim Limits, now time.Time) State {
+	return State{Phase: PhaseJoinable, Since: now, Limits: lim}
 }
 
 // rankOrder orders members for node ranks: preferred ranks first, in that
@@ -129,7 +131,7 @@ func (s State) Next(cause Cause, reason string, lim Limits, now time.Time) State
 	}
 	return State{
 		Round: s.Round + 1, Phase: PhaseJoinable, Reason: reason,
-		Failures: s.Failures, Changes: s.Changes, Since: now,
+		Failures: s.Failures, Changes: s.Changes, Since: now, Limits: s.Limits,
 	}
 }
 

@@ -114,6 +114,7 @@ func NewApp() *cli.App {
 				Action:    planAction,
 			},
 			benchCommand(),
+			statusCommand(),
 			estimateCommand(),
 			ckptCommand(),
 			{

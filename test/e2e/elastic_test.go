@@ -1,0 +1,171 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/internal/etcdtest"
+)
+
+// roundWorker records what a worker was told, one file per (round, rank),
+// then sleeps until it is stopped.
+const roundWorker = `echo "$RANK $WORLD_SIZE $TORCHELASTIC_RESTART_COUNT $MASTER_ADDR:$MASTER_PORT $GROUP_RANK" > "$OUT/round$TORCHELASTIC_RESTART_COUNT-rank$RANK"; exec sleep 300`
+
+// elasticAgent starts one agent of job runID as node name.
+func elasticAgent(t *testing.T, endpoint, runID, name, out string, extra ...string) *gorunProc {
+	t.Helper()
+	args := append([]string{
+		"--nnodes=2:3", "--nproc-per-node=2", "--rdzv-backend=etcd", "--rdzv-endpoint=" + endpoint,
+		"--rdzv-id=" + runID, "--node-name=" + name, "--local-addr=127.0.0.1", "--term-timeout=5s",
+		"--rdzv-conf=lease_ttl=2,last_call_timeout=1,join_timeout=60",
+	}, extra...)
+	args = append(args, "--", "/bin/sh", "-c", roundWorker)
+	return startGorun(t, name, []string{"OUT=" + out}, args...)
+}
+
+// waitRound waits until every worker of round n wrote its file and checks
+// the round: world size, ranks 0..world-1 once each, one master.
+func waitRound(t *testing.T, dir string, n, world int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var files []string
+	for {
+		files, _ = filepath.Glob(filepath.Join(dir, fmt.Sprintf("round%d-rank*", n)))
+		if len(files) >= world || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(files) != world {
+		t.Fatalf("round %d: %d workers started, want %d", n, len(files), world)
+	}
+	masters, ranks := map[string]bool{}, map[string]bool{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rank, size, restart, group int
+		var master string
+		if _, err := fmt.Sscanf(strings.TrimSpace(string(data)), "%d %d %d %s %d", &rank, &size, &restart, &master, &group); err != nil {
+			t.Fatalf("%s: %q: %v", f, data, err)
+		}
+		if size != world || restart != n {
+			t.Errorf("%s: WORLD_SIZE=%d TORCHELASTIC_RESTART_COUNT=%d, want %d and %d", f, size, restart, world, n)
+		}
+		masters[master], ranks[fmt.Sprint(rank)] = true, true
+	}
+	if len(masters) != 1 || len(ranks) != world {
+		t.Errorf("round %d: masters %v, ranks %v", n, keysOf(masters), keysOf(ranks))
+	}
+}
+
+func keysOf(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Three agents form one round of 6 workers; kill -9 of one agent (and so
+// its workers) makes the other two restart with 4 within the lease TTL and
+// a bit; a new agent scales the job back to 6.
+func TestElasticNodeLossAndScaleUp(t *testing.T) {
+	endpoint := etcdtest.Start(t).Endpoints()[0]
+	out := t.TempDir()
+	agents := []*gorunProc{
+		elasticAgent(t, endpoint, "elastic", "node-a", out),
+		elasticAgent(t, endpoint, "elastic", "node-b", out),
+		elasticAgent(t, endpoint, "elastic", "node-c", out),
+	}
+	waitRound(t, out, 0, 6, 60*time.Second)
+
+	killed := time.Now()
+	if err := agents[2].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitRound(t, out, 1, 4, 30*time.Second)
+	t.Logf("kill -9 of an agent to all 4 workers of the next round started: %s (lease TTL 2s)", time.Since(killed).Round(time.Millisecond))
+	if r := agents[2].wait(); r.ExitCode != -1 {
+		t.Errorf("killed agent: exit %d", r.ExitCode)
+	}
+
+	agents = append(agents, elasticAgent(t, endpoint, "elastic", "node-d", out))
+	waitRound(t, out, 2, 6, 30*time.Second)
+
+	for _, a := range []*gorunProc{agents[0], agents[1], agents[3]} {
+		a.cancel() // SIGTERM
+	}
+	for _, a := range []*gorunProc{agents[0], agents[1], agents[3]} {
+		if r := a.wait(); r.ExitCode != 143 {
+			t.Errorf("%s: exit %d after SIGTERM, want 143", a.name, r.ExitCode)
+		}
+	}
+}
+
+// A worker failure on one node stops every node's workers and, with the
+// budget spent, every agent exits with the first failure's code and names it.
+func TestElasticFailureReachesEveryNode(t *testing.T) {
+	endpoint := etcdtest.Start(t).Endpoints()[0]
+	worker := `if [ "$RANK" = 3 ]; then sleep 0.5; echo "ValueError: rank 3 gave up" >&2; exit 7; fi; exec sleep 300`
+	var agents []*gorunProc
+	for _, name := range []string{"node-a", "node-b"} {
+		agents = append(agents, startGorun(t, name, nil,
+			"--nnodes=2", "--nproc-per-node=2", "--rdzv-endpoint="+endpoint, "--rdzv-id=fail",
+			"--node-name="+name, "--local-addr=127.0.0.1", "--rdzv-conf=lease_ttl=2", "--",
+			"/bin/sh", "-c", worker))
+	}
+	for _, a := range agents {
+		r := a.wait()
+		if r.ExitCode != 7 {
+			t.Errorf("%s: exit %d, want the first failure's 7", a.name, r.ExitCode)
+		}
+		if !strings.Contains(r.Stderr, "first failure: rank 3 on node-") || !strings.Contains(r.Stderr, "ValueError: rank 3 gave up") {
+			t.Errorf("%s: stderr does not name the first failure:\n%s", a.name, r.Stderr)
+		}
+	}
+}
+
+// Restarts after a worker failure: the budget is the job's, and the
+// restarted round has TORCHELASTIC_RESTART_COUNT 1.
+func TestElasticRestartAfterFailure(t *testing.T) {
+	endpoint := etcdtest.Start(t).Endpoints()[0]
+	worker := `if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 0 ]; then exit 3; fi; [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && exec sleep 300; echo "done $RANK of $WORLD_SIZE"`
+	var agents []*gorunProc
+	for _, name := range []string{"node-a", "node-b"} {
+		agents = append(agents, startGorun(t, name, nil,
+			"--nnodes=2", "--nproc-per-node=2", "--max-restarts=1", "--rdzv-endpoint="+endpoint, "--rdzv-id=restart",
+			"--node-name="+name, "--local-addr=127.0.0.1", "--rdzv-conf=lease_ttl=2", "--",
+			"/bin/sh", "-c", worker))
+	}
+	for _, a := range agents {
+		if r := a.wait(); r.ExitCode != 0 {
+			t.Errorf("%s: exit %d, want 0 after one restart", a.name, r.ExitCode)
+		}
+	}
+}
+
+func TestElasticBelowMinNodes(t *testing.T) {
+	endpoint := etcdtest.Start(t).Endpoints()[0]
+	r := runGorun(t, nil, "--nnodes=2:3", "--nproc-per-node=1", "--rdzv-endpoint="+endpoint, "--rdzv-id=alone",
+		"--node-name=lonely", "--local-addr=127.0.0.1", "--rdzv-conf=join_timeout=2,lease_ttl=2", "--", "true")
+	if r.ExitCode == 0 || !strings.Contains(r.Stderr, "did not form within join_timeout=2s: 1 of at least 2 nodes joined (lonely)") {
+		t.Errorf("exit %d, stderr:\n%s", r.ExitCode, r.Stderr)
+	}
+}
+
+func TestElasticEtcdUnreachable(t *testing.T) {
+	port := freePort(t)
+	r := runGorun(t, nil, "--nnodes=2", "--nproc-per-node=1", fmt.Sprintf("--rdzv-endpoint=127.0.0.1:%d", port),
+		"--rdzv-id=nobody", "--rdzv-conf=connect_timeout=2", "--", "true")
+	if r.ExitCode == 0 || !strings.Contains(r.Stderr, "no etcd answered") {
+		t.Errorf("exit %d, stderr:\n%s", r.ExitCode, r.Stderr)
+	}
+}
