@@ -36,15 +36,16 @@ type Host struct {
 func LocalHost() Host {
 	name, _ := os.Hostname()
 	return Host{
-		Lookup:   os.LookupEnv,
-		Environ:  os.Environ(),
-		Hostname: name,
-		NumCPU:   runtime.NumCPU(), // Go counts the CPUs of its affinity mask, which SLURM sets
-		Glob:     filepath.Glob,
-		LookPath: exec.LookPath,
-		Stat:     os.Stat,
-		FreePort: freePort,
-		TempDir:  func() (string, error) { return os.MkdirTemp("", "gorun-") },
+		Lookup:     os.LookupEnv,
+		Environ:    os.Environ(),
+		Hostname:   name,
+		NumCPU:     runtime.NumCPU(), // Go counts the CPUs of its affinity mask, which SLURM sets
+		Glob:       filepath.Glob,
+		LookPath:   exec.LookPath,
+		Stat:       os.Stat,
+		FreePort:   freePort,
+		TempDir:    func() (string, error) { return os.MkdirTemp("", "gorun-") },
+		Executable: os.Executable,
 	}
 }
 
@@ -305,12 +306,23 @@ func (l *Launch) resolveNProc(opts Options, host Host) error {
 
 func (l *Launch) gpusInherited() bool { return strings.HasSuffix(l.GPUSource, "inherited)") }
 
-// command builds the worker argv: a .py entrypoint runs with $PYTHON (or
-// python3) -u, anything else, or anything under --no-python, runs as a
-// program.
+// command builds the worker argv: a .toml entrypoint is the embedded
+// trainer (this binary's `worker` command), a .py entrypoint runs with
+// $PYTHON (or python3) -u, anything else, or anything under --no-python,
+// runs as a program.
 func command(opts Options, host Host) ([]string, error) {
 	if opts.Entrypoint == "" {
-		return nil, usagef("no entrypoint: gorun [flags] script.py [args], or gorun [flags] -- program [args]")
+		return nil, usagef("no entrypoint: gorun [flags] train.toml|script.py [args], or gorun [flags] -- program [args]")
+	}
+	if !opts.NoPython && strings.HasSuffix(opts.Entrypoint, ".toml") {
+		if _, err := host.Stat(opts.Entrypoint); err != nil {
+			return nil, usagef("config %s: %v", opts.Entrypoint, unwrapPathError(err))
+		}
+		self, err := host.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find the gorun binary to run train.toml workers: %w", err)
+		}
+		return append([]string{self, "worker", opts.Entrypoint}, opts.Args...), nil
 	}
 	if !opts.NoPython && strings.HasSuffix(opts.Entrypoint, ".py") {
 		if _, err := host.Stat(opts.Entrypoint); err != nil {

@@ -35,12 +35,13 @@ func fakeHost(env map[string]string, devices ...string) Host {
 			return "", &fs.PathError{Op: "lookpath", Path: p, Err: fs.ErrNotExist}
 		},
 		Stat: func(p string) (os.FileInfo, error) {
-			if p == "train.py" {
+			if p == "train.py" || p == "train.toml" {
 				return nil, nil
 			}
 			return nil, &fs.PathError{Op: "stat", Path: p, Err: fs.ErrNotExist}
 		},
-		FreePort: func(string) (int, error) { return 40000, nil },
+		FreePort:   func(string) (int, error) { return 40000, nil },
+		Executable: func() (string, error) { return "/opt/gorun", nil },
 	}
 }
 
@@ -167,6 +168,9 @@ func TestResolve(t *testing.T) {
 				require.Equal(t, 1, l.MinNodes)
 				require.Equal(t, "n1", l.MasterAddr)
 			}},
+		{"train.toml runs the embedded trainer", opts(func(o *Options) { o.Entrypoint, o.Args = "train.toml", []string{"--set", "train.steps=5"} }), nil, nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, []string{"/opt/gorun", "worker", "train.toml", "--set", "train.steps=5"}, l.Command)
+		}},
 		{"PYTHON picks the interpreter", opts(nil), map[string]string{"PYTHON": "/usr/bin/python3"}, nil, func(t *testing.T, l *Launch) {
 			require.Equal(t, "/usr/bin/python3", l.Command[0])
 		}},
@@ -200,6 +204,7 @@ func TestResolveErrors(t *testing.T) {
 		{"unknown rdzv conf key", opts(func(o *Options) { o.NNodes, o.RdzvEndpoint, o.RdzvConf = "2", "h:1", "lease=3" }), nil, `unknown key "lease"`},
 		{"bad lease ttl", opts(func(o *Options) { o.NNodes, o.RdzvEndpoint, o.RdzvConf = "2", "h:1", "lease_ttl=0.1" }), nil, "lease_ttl=0.1"},
 		{"missing script", opts(func(o *Options) { o.Entrypoint = "nope.py" }), nil, "script nope.py: file does not exist"},
+		{"missing config", opts(func(o *Options) { o.Entrypoint = "nope.toml" }), nil, "config nope.toml: file does not exist"},
 		{"missing program", opts(func(o *Options) { o.Entrypoint = "nope" }), nil, "program nope: not found"},
 		{"missing python", opts(nil), map[string]string{"PYTHON": "python9"}, `python interpreter "python9" not found`},
 		{"no entrypoint", opts(func(o *Options) { o.Entrypoint = "" }), nil, "no entrypoint"},
