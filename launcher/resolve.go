@@ -30,6 +30,8 @@ type Host struct {
 	Stat     func(string) (os.FileInfo, error) // script lookup
 	FreePort func(host string) (int, error)    // a port free on host now
 	TempDir  func() (string, error)            // where error files go without --log-dir
+	// Executable is this gorun binary, which runs train.toml workers.
+	Executable func() (string, error)
 }
 
 // LocalHost is the Host of this process.

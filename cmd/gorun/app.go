@@ -115,6 +115,7 @@ func NewApp() *cli.App {
 			},
 			benchCommand(),
 			statusCommand(),
+			rendezvousCommand(),
 			estimateCommand(),
 			ckptCommand(),
 			{
