@@ -16,11 +16,16 @@ if ((${#need[@]})); then
   echo "== apt-get install ${need[*]}"
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
   $SUDO apt-get update -qq
-  # policy-rc.d keeps apt from starting services (munge, slurm, etcd) on install.
-  printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
-  $SUDO chmod +x /usr/sbin/policy-rc.d
+  # policy-rc.d keeps apt from starting services (etcd, munge, slurm) on
+  # install; one already there (Docker images have one) is left as it is.
+  made_policy=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+    $SUDO chmod +x /usr/sbin/policy-rc.d
+    made_policy=1
+  fi
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  $SUDO rm -f /usr/sbin/policy-rc.d
+  if [ -n "$made_policy" ]; then $SUDO rm -f /usr/sbin/policy-rc.d; fi
 fi
 
 echo "== gofmt, go vet"
@@ -29,7 +34,7 @@ if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted"; exit 1; 
 go vet ./...
 
 echo "== go test -race (concurrency-heavy packages)"
-go test -race -count=1 -timeout 10m ./internal/... ./elastic/...
+go test -race -count=1 -timeout 10m ./internal/... ./elastic/... ./rendezvous/... ./trainer/comm/...
 
 echo "== go test (all)"
 go test -count=1 -timeout 15m ./...
