@@ -118,6 +118,7 @@ func NewApp() *cli.App {
 			rendezvousCommand(),
 			estimateCommand(),
 			ckptCommand(),
+			workerCommand(),
 			{
 				Name:   guardCommand,
 				Usage:  "internal: kill the workers' process groups named on stdin once stdin closes (gorun died)",

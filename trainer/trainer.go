@@ -1,0 +1,306 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"time"
+
+	"github.com/gorun/gorun/internal/distenv"
+	"github.com/gorun/gorun/trainer/comm"
+	"github.com/gorun/gorun/trainer/config"
+	"github.com/gorun/gorun/trainer/data"
+	"github.com/gorun/gorun/trainer/hsdp"
+	"github.com/gorun/gorun/trainer/kernels"
+	"github.com/gorun/gorun/trainer/metrics"
+	"github.com/gorun/gorun/trainer/model"
+	"github.com/gorun/gorun/trainer/optim"
+)
+
+// Config is what one rank needs to train.
+type Config struct {
+	// Train is the loaded, validated train.toml (see config.Load).
+	Train config.Config
+	// Worker is this rank's place in the job (see distenv.FromEnv). A
+	// world of one rank needs no MASTER_ADDR: it opens no sockets.
+	Worker distenv.Worker
+	// Threads is the number of goroutines the matrix products and the
+	// model's row-wise work use; 0 means DefaultThreads(Worker.LocalWorldSize).
+	Threads int
+	// Metrics is the JSON-lines path (with an optional "{rank}"); ""
+	// keeps Train.Train.Metrics.
+	Metrics string
+	// Log receives rank 0's start line and progress lines; nil discards them.
+	Log io.Writer
+	// Dataset is the text to train on; nil loads Train.Data.Files.
+	Dataset *data.Dataset
+	// CommTimeout bounds every wait for a peer; 0 is comm.DefaultTimeout.
+	CommTimeout time.Duration
+}
+
+// Trainer is one rank of a training run: the model, this rank's slice of
+// the parameters and of the AdamW state, and its place in the world.
+// Its methods must be called from one goroutine.
+type Trainer struct {
+	cfg     Config
+	plan    hsdp.Plan
+	groups  *hsdp.Groups
+	world   *comm.World // nil for a world of one rank
+	batch   data.Batch
+	dataset *data.Dataset
+	model   *model.Model
+	eng     *kernels.Engine
+	optim   optim.Config
+	state   optim.State
+	metrics *metrics.Writer
+
+	params []float32 // the full padded flat buffer, gathered before every step
+	grads  []float32 // the full gradient buffer this rank accumulates
+	owned  []float32 // this rank's slice of the reduced gradients
+	decay  []bool    // weight-decay mask of the owned slice
+	tokens []byte    // one micro batch
+	lo, hi int       // the owned slice of params
+}
+
+// Result sums up a finished Run.
+type Result struct {
+	Steps      int     // optimizer steps this Run took
+	Loss       float64 // mean loss of the last step over the world
+	TokensPerS float64 // whole-job tokens per second over this Run
+}
+
+// New prepares rank cfg.Worker.Rank: it loads the data, builds the model
+// and initializes the parameters from train.seed (the same bits on every
+// rank), and for a world of several ranks connects to the others and
+// joins the shard and replica groups; that waits for every rank, up to the
+// comm timeout, or until ctx ends. It fails on a layout or batch that
+// does not fit the world, on data that cannot be read, and on peers that
+// do not come; the error names the peer. Close the Trainer when done.
+func New(ctx context.Context, cfg Config) (*Trainer, error) {
+	w := cfg.Worker
+	if w.WorldSize < 1 || w.Rank < 0 || w.Rank >= w.WorldSize {
+		return nil, fmt.Errorf("trainer: rank %d outside world size %d", w.Rank, w.WorldSize)
+	}
+	tc := cfg.Train
+	replicas, shards, err := tc.Parallel.Layout(w.WorldSize, max(1, w.LocalWorldSize))
+	if err != nil {
+		return nil, fmt.Errorf("trainer: %w", err)
+	}
+	plan, err := hsdp.NewPlan(w.Rank, w.WorldSize, shards)
+	if err != nil {
+		return nil, fmt.Errorf("trainer: %w", err)
+	}
+	if plan.Replicas != replicas {
+		return nil, fmt.Errorf("trainer: layout %d x %d does not make world size %d", replicas, shards, w.WorldSize)
+	}
+	if _, err := tc.Accumulation(w.WorldSize); err != nil {
+		return nil, fmt.Errorf("trainer: %w", err)
+	}
+	batch, err := data.NewBatch(tc.Train.GlobalBatch, tc.Train.MicroBatch, w.WorldSize)
+	if err != nil {
+		return nil, fmt.Errorf("trainer: %w", err)
+	}
+	oc := optim.Config{LR: tc.Optim.LR, MinLR: tc.Optim.MinLR, Warmup: tc.Optim.Warmup, Steps: tc.Train.Steps,
+		Beta1: tc.Optim.Beta1, Beta2: tc.Optim.Beta2, Eps: tc.Optim.Eps,
+		WeightDecay: tc.Optim.WeightDecay, GradClip: tc.Optim.GradClip}
+	if err := oc.Validate(); err != nil {
+		return nil, fmt.Errorf("trainer: %w", err)
+	}
+	ds := cfg.Dataset
+	if ds == nil {
+		if ds, err = data.Load(tc.Data.Files); err != nil {
+			return nil, fmt.Errorf("trainer: %w", err)
+		}
+	}
+	threads := cfg.Threads
+	if threads <= 0 {
+		threads = DefaultThreads(w.LocalWorldSize)
+	}
+	eng := kernels.New(threads)
+	mc := model.Config{Layers: tc.Model.Layers, DModel: tc.Model.DModel, Heads: tc.Model.Heads,
+		Context: tc.Model.Context, Vocab: config.Vocab}
+	m, err := model.New(mc, tc.Train.MicroBatch, eng)
+	if err != nil {
+		return nil, fmt.Errorf("trainer: %w", err)
+	}
+	layout := m.Layout()
+	n := layout.PaddedSize(plan.Shards)
+	t := &Trainer{
+		cfg: cfg, plan: plan, batch: batch, dataset: ds, model: m, eng: eng, optim: oc,
+		params: make([]float32, n), grads: make([]float32, n), tokens: make([]byte, m.TokensLen()),
+	}
+	model.Init(mc, t.params, tc.Train.Seed)
+	t.lo, t.hi = plan.Owned(n)
+	t.decay = layout.DecayMask(n)[t.lo:t.hi]
+	t.state = optim.NewState(t.hi - t.lo)
+	if plan.Shards == 1 {
+		t.owned = t.grads
+	} else {
+		t.owned = make([]float32, t.hi-t.lo)
+	}
+
+	if w.WorldSize > 1 {
+		cc := comm.ConfigFrom(w)
+		cc.Timeout = cfg.CommTimeout
+		if t.world, err = comm.Connect(ctx, cc); err != nil {
+			return nil, fmt.Errorf("trainer: connect rank %d of %d: %w", w.Rank, w.WorldSize, err)
+		}
+	}
+	if t.groups, err = hsdp.Join(t.world, plan); err != nil {
+		t.closeWorld()
+		return nil, fmt.Errorf("trainer: %w", err)
+	}
+	path := cfg.Metrics
+	if path == "" {
+		path = tc.Train.Metrics
+	}
+	if t.metrics, err = metrics.Open(path, w.Rank); err != nil {
+		t.closeWorld()
+		return nil, fmt.Errorf("trainer: %w", err)
+	}
+	return t, nil
+}
+
+// Plan is this rank's place in the replicas x shards world.
+func (t *Trainer) Plan() hsdp.Plan { return t.plan }
+
+// Layout names the tensors of the flat parameter buffer.
+func (t *Trainer) Layout() model.Layout { return t.model.Layout() }
+
+// Step is the number of optimizer steps done.
+func (t *Trainer) Step() int { return t.state.Step }
+
+// Threads is the number of goroutines the kernels use.
+func (t *Trainer) Threads() int { return t.eng.Threads() }
+
+// Describe is the one-line summary rank 0 logs at the start: model size,
+// world layout, batch split, threads and data.
+func (t *Trainer) Describe() string {
+	tc := t.cfg.Train
+	mode := tc.Parallel.Mode
+	return fmt.Sprintf("trainer: %d parameters (%d layers, d_model %d, %d heads, context %d); world %d = %d replicas x %d shards (%s); "+
+		"global batch %d = %d ranks x %d micro steps x %d; %d threads (%s); data %d bytes in %d files; metrics %s",
+		tc.Model.Params(), tc.Model.Layers, tc.Model.DModel, tc.Model.Heads, tc.Model.Context,
+		t.plan.WorldSize(), t.plan.Replicas, t.plan.Shards, mode,
+		tc.Train.GlobalBatch, t.plan.WorldSize(), t.batch.Accumulation(), tc.Train.MicroBatch,
+		t.eng.Threads(), t.eng.Kernel(), t.dataset.Len(), len(t.dataset.Files()), orNone(t.metrics.Path()))
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// Run trains from the current step (0, or the one Restore set) to
+// train.steps. Every rank must call it. Rank 0 writes a progress line to
+// cfg.Log every log_every steps; the metrics file gets a record every step.
+// When ctx ends Run closes the world, so that no rank waits on a peer,
+// and returns ctx's error; a peer that dies or stalls makes it return an
+// error naming that peer's rank. After an error the Trainer is unusable.
+func (t *Trainer) Run(ctx context.Context) (Result, error) {
+	if t.world != nil {
+		stop := context.AfterFunc(ctx, func() { _ = t.world.Close() })
+		defer stop()
+	}
+	tc := t.cfg.Train.Train
+	rank := t.cfg.Worker.Rank
+	logTo := t.cfg.Log
+	if logTo == nil || rank != 0 {
+		logTo = io.Discard
+	}
+	if err := t.groups.GatherParams(t.params); err != nil {
+		return Result{}, t.runErr(ctx, err)
+	}
+	accum := t.batch.Accumulation()
+	scale := float32(float64(tc.MicroBatch) / float64(tc.GlobalBatch))
+	window := t.cfg.Train.Model.Context + 1
+	tokensPerStep := float64(tc.GlobalBatch * t.cfg.Train.Model.Context)
+
+	var res Result
+	start := time.Now()
+	lastRecord, lastLog, stepsAtLog := start, start, 0
+	for t.state.Step < tc.Steps {
+		if err := ctx.Err(); err != nil {
+			return res, t.runErr(ctx, err)
+		}
+		step := t.state.Step
+		clear(t.grads)
+		var lossSum float64
+		for micro := range accum {
+			first := t.batch.MicroFirst(int64(step), rank, micro)
+			t.dataset.Samples(tc.Seed, first, window, t.tokens)
+			lossSum += float64(t.model.Forward(t.params, t.tokens))
+			t.model.Backward(t.params, t.grads, scale)
+		}
+		if err := t.groups.ReduceGrads(t.grads, t.owned); err != nil {
+			return res, t.runErr(ctx, err)
+		}
+		loss, sumSquares, err := t.groups.Stats(lossSum/float64(accum), optim.SumSquares(t.owned))
+		if err != nil {
+			return res, t.runErr(ctx, err)
+		}
+		clip := optim.ClipFactor(sumSquares, t.optim.GradClip)
+		lr, err := optim.Update(t.optim, &t.state, t.params[t.lo:t.hi], t.owned, t.decay, clip)
+		if err != nil {
+			return res, fmt.Errorf("trainer: step %d: %w", step+1, err)
+		}
+		if err := t.groups.GatherParams(t.params); err != nil {
+			return res, t.runErr(ctx, err)
+		}
+
+		now := time.Now()
+		res.Steps++
+		res.Loss = loss
+		rec := metrics.Record{Step: step + 1, Loss: loss, LR: lr,
+			TokensPerS: tokensPerStep / now.Sub(lastRecord).Seconds(), WorldSize: t.plan.WorldSize(),
+			Rank: rank, ElapsedS: now.Sub(start).Seconds(), GradNorm: math.Sqrt(sumSquares)}
+		lastRecord = now
+		if err := t.metrics.Write(rec); err != nil {
+			return res, fmt.Errorf("trainer: step %d: %w", step+1, err)
+		}
+		if metrics.ShouldLog(step+1, tc.LogEvery, tc.Steps) {
+			p := metrics.Progress{Step: step + 1, Steps: tc.Steps, Loss: loss, LR: lr,
+				TokensPerS: tokensPerStep * float64(res.Steps-stepsAtLog) / now.Sub(lastLog).Seconds(),
+				ETA:        metrics.ETA(now.Sub(start), res.Steps, tc.Steps-step-1)}
+			fmt.Fprintln(logTo, p.String())
+			lastLog, stepsAtLog = now, res.Steps
+		}
+	}
+	if d := time.Since(start).Seconds(); res.Steps > 0 && d > 0 {
+		res.TokensPerS = tokensPerStep * float64(res.Steps) / d
+	}
+	// Every rank leaves together, so none takes another's goodbye for a
+	// death while the last all-gather drains.
+	if t.world != nil {
+		if err := t.world.All().Barrier(); err != nil {
+			return res, t.runErr(ctx, fmt.Errorf("trainer: final barrier: %w", err))
+		}
+	}
+	return res, nil
+}
+
+// runErr prefers ctx's error: a collective that failed because Run closed
+// the world on cancellation reports the cancellation, not a closed world.
+func (t *Trainer) runErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("trainer: stopped at step %d: %w", t.state.Step, context.Cause(ctx))
+	}
+	return fmt.Errorf("trainer: step %d: %w", t.state.Step+1, err)
+}
+
+// Close closes the metrics file and leaves the world (peers see a
+// goodbye, not a death). It returns the first error of either.
+func (t *Trainer) Close() error {
+	return errors.Join(t.metrics.Close(), t.closeWorld())
+}
+
+func (t *Trainer) closeWorld() error {
+	if t.world == nil {
+		return nil
+	}
+	return t.world.Close()
+}
