@@ -38,6 +38,12 @@ type Config struct {
 	Dataset *data.Dataset
 	// CommTimeout bounds every wait for a peer; 0 is comm.DefaultTimeout.
 	CommTimeout time.Duration
+	// AfterStep, when set, is called on every rank after each optimizer
+	// step, once the parameters are gathered again, with the Trainer and
+	// the step's figures; the Trainer's State is then the state after
+	// that step (the hook for saving checkpoints). An error stops Run with
+	// that error.
+	AfterStep func(*Trainer, metrics.Record) error
 }
 
 // Trainer is one rank of a training run: the model, this rank's slice of
@@ -269,6 +275,11 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 			fmt.Fprintln(logTo, p.String())
 			lastLog, stepsAtLog = now, res.Steps
 		}
+		if t.cfg.AfterStep != nil {
+			if err := t.cfg.AfterStep(t, rec); err != nil {
+				return res, fmt.Errorf("trainer: after step %d: %w", step+1, err)
+			}
+		}
 	}
 	if d := time.Since(start).Seconds(); res.Steps > 0 && d > 0 {
 		res.TokensPerS = tokensPerStep * float64(res.Steps) / d
@@ -277,7 +288,10 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	// death while the last all-gather drains.
 	if t.world != nil {
 		if err := t.world.All().Barrier(); err != nil {
-			return res, t.runErr(ctx, fmt.Errorf("trainer: final barrier: %w", err))
+			if ctx.Err() != nil {
+				return res, t.runErr(ctx, err)
+			}
+			return res, fmt.Errorf("trainer: final barrier: %w", err)
 		}
 	}
 	return res, nil

@@ -83,7 +83,7 @@ func (g *Groups) ReduceGrads(full, owned []float32) error {
 		if err := g.shard.ReduceScatter(full, owned); err != nil {
 			return fmt.Errorf("hsdp: reduce gradients in shard group: %w", err)
 		}
-	} else if &owned[0] != &full[0] {
+	} else if len(owned) > 0 && &owned[0] != &full[0] {
 		copy(owned, full)
 	}
 	if g.replica != nil {

@@ -1,0 +1,258 @@
+package trainer
+
+import (
+	"context"
+	"math"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/gorun/gorun/internal/distenv"
+	"github.com/gorun/gorun/trainer/comm"
+	"github.com/gorun/gorun/trainer/config"
+	"github.com/gorun/gorun/trainer/data"
+	"github.com/gorun/gorun/trainer/metrics"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// tiny is a model that trains in milliseconds a step.
+var tiny = []string{"model.layers=1", "model.d_model=16", "model.heads=2", "model.context=16",
+	"train.global_batch=8", "train.micro_batch=2", "train.steps=8", "train.metrics=''",
+	"optim.warmup=4", "optim.lr=1e-2"}
+
+func tinyConfig(t *testing.T, sets ...string) config.Config {
+	t.Helper()
+	cfg, err := config.Parse("/nowhere/train.toml", []byte(`[data]
+files = ["unused.txt"]
+`), append(append([]string(nil), tiny...), sets...))
+	require.NoError(t, err)
+	return cfg
+}
+
+func text() *data.Dataset {
+	return data.New([]byte(strings.Repeat("the quick brown fox jumps over the lazy dog; ", 40) +
+		strings.Repeat("func main() { fmt.Println(\"hello, world\") }\n", 40)))
+}
+
+// rankRun is what one rank of an in-process run left behind.
+type rankRun struct {
+	losses   []float64 // mean loss of each step Run took
+	snapshot State     // the State after step runOpts.snapshotAt
+	state    State     // the State at the end
+	err      error     // from New or Run
+}
+
+// runOpts varies an in-process run.
+type runOpts struct {
+	restore    []State // per rank: restored before Run
+	snapshotAt int     // step after which rankRun.snapshot is taken
+	stopRank   int     // rank whose context is cancelled after step stopAt
+	stopAt     int     // 0: no rank is stopped
+}
+
+// runWorld trains cfg on size ranks (perNode to a node), each in its own
+// goroutine with its own Trainer and comm.World over loopback sockets.
+func runWorld(t *testing.T, cfg config.Config, size, perNode int, o runOpts) []rankRun {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	ds := text()
+	out := make([]rankRun, size)
+	var wg sync.WaitGroup
+	for r := range size {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := &out[r]
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			w := distenv.Worker{Rank: r, WorldSize: size, LocalRank: r % perNode, LocalWorldSize: perNode,
+				GroupRank: r / perNode, GroupWorldSize: size / perNode, MasterAddr: "127.0.0.1", MasterPort: port,
+				RunID: "trainer-test"}
+			c := Config{Train: cfg, Worker: w, Threads: 1, Dataset: ds, CommTimeout: 10 * time.Second,
+				AfterStep: func(tr *Trainer, rec metrics.Record) error {
+					res.losses = append(res.losses, rec.Loss)
+					if rec.Step == o.snapshotAt {
+						res.snapshot = copyState(tr.State())
+					}
+					if rec.Step == o.stopAt && r == o.stopRank {
+						cancel()
+					}
+					return nil
+				}}
+			tr, err := New(ctx, c)
+			if err != nil {
+				res.err = err
+				return
+			}
+			defer tr.Close()
+			if o.restore != nil {
+				if res.err = tr.Restore(o.restore[r]); res.err != nil {
+					return
+				}
+			}
+			_, res.err = tr.Run(ctx)
+			res.state = copyState(tr.State())
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func copyState(s State) State {
+	s.Params, s.M, s.V = clone(s.Params), clone(s.M), clone(s.V)
+	return s
+}
+
+func clone(s []float32) []float32 { return append([]float32(nil), s...) }
+
+func maxRelDiff(a, b []float64) float64 {
+	var d float64
+	for i := range a {
+		d = max(d, math.Abs(a[i]-b[i])/math.Abs(b[i]))
+	}
+	return d
+}
+
+// TestLayoutsMatchOneProcess is DESIGN.md's invariant: any replicas x
+// shards layout follows one process on the same global batch to 1e-5
+// relative at every step, and replicas of a slice stay bit-identical.
+func TestLayoutsMatchOneProcess(t *testing.T) {
+	one := runWorld(t, tinyConfig(t), 1, 1, runOpts{})[0]
+	require.NoError(t, one.err)
+	require.Len(t, one.losses, 8)
+	require.Less(t, one.losses[7], one.losses[0], "it learns")
+
+	tests := []struct {
+		name                  string
+		mode                  string
+		size, perNode, shards int
+	}{
+		{"ddp 2x1", config.ModeDDP, 2, 2, 1},
+		{"fsdp 1x2", config.ModeFSDP, 2, 2, 2},
+		{"hsdp 2x2", config.ModeHSDP, 4, 2, 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			runs := runWorld(t, tinyConfig(t, "parallel.mode="+tc.mode), tc.size, tc.perNode, runOpts{})
+			for r, run := range runs {
+				require.NoError(t, run.err, "rank %d", r)
+				require.Less(t, maxRelDiff(run.losses, one.losses), 1e-5, "rank %d", r)
+				require.Equal(t, runs[0].losses, run.losses, "every rank has the same mean loss")
+				replica := runs[r%tc.shards]
+				require.Equal(t, replica.state.Params, run.state.Params, "ranks %d and %d own the same slice", r, r%tc.shards)
+				require.Equal(t, replica.state.M, run.state.M)
+				require.Equal(t, replica.state.V, run.state.V)
+				for i, p := range run.state.Params {
+					require.InDelta(t, one.state.Params[run.state.Lo+i], p, 1e-4, "rank %d element %d", r, run.state.Lo+i)
+				}
+			}
+		})
+	}
+}
+
+// TestAccumulationMatchesOneBigBatch: four micro steps of 2 sequences are
+// one step of 8.
+func TestAccumulationMatchesOneBigBatch(t *testing.T) {
+	acc := runWorld(t, tinyConfig(t), 1, 1, runOpts{})[0]
+	big := runWorld(t, tinyConfig(t, "train.micro_batch=8"), 1, 1, runOpts{})[0]
+	require.NoError(t, acc.err)
+	require.NoError(t, big.err)
+	require.Less(t, maxRelDiff(acc.losses, big.losses), 1e-5)
+}
+
+// TestRestoreResumes: ranks restored from the State they had after step 3
+// take steps 4..8 bit for bit as the run that never stopped.
+func TestRestoreResumes(t *testing.T) {
+	cfg := tinyConfig(t, "parallel.mode=fsdp")
+	full := runWorld(t, cfg, 2, 2, runOpts{snapshotAt: 3})
+	saved := make([]State, len(full))
+	for r, run := range full {
+		require.NoError(t, run.err)
+		require.Equal(t, int64(3), run.snapshot.Step)
+		require.Equal(t, int64(3*8), run.snapshot.Sample, "the first sample of step 4")
+		saved[r] = run.snapshot
+	}
+	resumed := runWorld(t, cfg, 2, 2, runOpts{restore: saved})
+	for r, run := range resumed {
+		require.NoError(t, run.err)
+		require.Equal(t, full[r].losses[3:], run.losses)
+		require.Equal(t, full[r].state, run.state)
+	}
+}
+
+func TestRestoreRejectsAnotherState(t *testing.T) {
+	tr, err := New(context.Background(), Config{Train: tinyConfig(t, "parallel.mode=fsdp"),
+		Worker: distenv.Worker{WorldSize: 1, LocalWorldSize: 1}, Threads: 1, Dataset: text()})
+	require.NoError(t, err)
+	defer tr.Close()
+	good := copyState(tr.State())
+	tests := []struct {
+		name string
+		edit func(*State)
+		want string
+	}{
+		{"another slice", func(s *State) { s.Lo++ }, "this rank owns"},
+		{"short moments", func(s *State) { s.M = s.M[1:] }, "want"},
+		{"step past the run", func(s *State) { s.Step, s.Sample = 9, 72 }, "step 9 outside 0 .. 8"},
+		{"sample of another batch", func(s *State) { s.Step, s.Sample = 2, 32 }, "does not start step 2"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := copyState(good)
+			tc.edit(&s)
+			require.ErrorContains(t, tr.Restore(s), tc.want)
+			require.Equal(t, good, copyState(tr.State()), "unchanged")
+		})
+	}
+}
+
+// TestPeerStopNamesIt: when one rank stops, the others fail at once with
+// an error naming it, and the stopped rank reports its cancellation.
+func TestPeerStopNamesIt(t *testing.T) {
+	runs := runWorld(t, tinyConfig(t, "parallel.mode=hsdp", "train.steps=1000"), 4, 2,
+		runOpts{stopRank: 3, stopAt: 2})
+	require.ErrorIs(t, runs[3].err, context.Canceled)
+	for r := range 3 {
+		var pe *comm.PeerError
+		require.ErrorAs(t, runs[r].err, &pe, "rank %d", r)
+		require.Contains(t, runs[r].err.Error(), "trainer: step 3")
+		require.Less(t, len(runs[r].losses), 4, "rank %d went on", r)
+	}
+	var pe *comm.PeerError
+	require.ErrorAs(t, runs[1].err, &pe)
+	require.Equal(t, 3, pe.Rank, "rank 1 shares its replica group with rank 3")
+}
+
+func TestNewErrors(t *testing.T) {
+	tests := []struct {
+		name          string
+		sets          []string
+		size, perNode int
+		want          string
+	}{
+		{"batch does not split", nil, 3, 3, "accumulation"},
+		{"shard size does not divide", []string{"parallel.shard_size=3", "train.global_batch=16"}, 4, 4, "shard"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := distenv.Worker{Rank: 0, WorldSize: tc.size, LocalWorldSize: tc.perNode, MasterAddr: "127.0.0.1", MasterPort: 1}
+			_, err := New(context.Background(), Config{Train: tinyConfig(t, tc.sets...), Worker: w, Dataset: text()})
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestDefaultThreads(t *testing.T) {
+	require.GreaterOrEqual(t, DefaultThreads(1000), 1)
+	require.GreaterOrEqual(t, DefaultThreads(1), DefaultThreads(2))
+	require.Equal(t, DefaultThreads(0), DefaultThreads(1))
+}
