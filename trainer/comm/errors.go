@@ -16,8 +16,10 @@ type PeerError struct {
 	Err  error  // what happened
 }
 
+// Error says what this rank was doing and which peer made it fail.
 func (e *PeerError) Error() string {
 	return fmt.Sprintf("comm: %s: peer rank %d: %v", e.Op, e.Rank, e.Err)
 }
 
+// Unwrap returns what happened, for errors.Is and errors.As.
 func (e *PeerError) Unwrap() error { return e.Err }

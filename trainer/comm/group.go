@@ -288,12 +288,13 @@ func (g *Group) BroadcastBytes(data []byte, root int) ([]byte, error) {
 	if err := g.broadcast(op, size[:], root); err != nil {
 		return nil, err
 	}
+	// Every member, root included, refuses an oversized message alike.
 	n := binary.LittleEndian.Uint64(size[:])
-	if g.me == root {
-		return data, g.broadcast(op, data, root)
-	}
 	if n > maxBytesMsg {
 		return nil, fmt.Errorf("comm: %s: root sends %d bytes, more than %d", op, n, maxBytesMsg)
+	}
+	if g.me == root {
+		return data, g.broadcast(op, data, root)
 	}
 	out := make([]byte, n)
 	return out, g.broadcast(op, out, root)
