@@ -33,7 +33,7 @@ type node struct {
 func config(host string, preferred int, lim rendezvous.Limits) rendezvous.Config {
 	return rendezvous.Config{
 		Self:   rendezvous.Member{ID: host + "-id", Host: host, Addr: "127.0.0.1", Preferred: preferred, NProc: 2},
-		Limits: lim, LastCall: 50 * time.Millisecond, JoinTimeout: 5 * time.Second,
+		Limits: lim, LastCall: 300 * time.Millisecond, JoinTimeout: 10 * time.Second,
 		FreePort: func(string) (int, error) { return 29500, nil },
 		Log:      zerolog.Nop(),
 	}

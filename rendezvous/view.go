@@ -107,7 +107,12 @@ func (v *view) read() (snapshot, <-chan struct{}) {
 		case strings.HasPrefix(k, join):
 			var m Member
 			if json.Unmarshal(kv.Value, &m) == nil {
+				// Join order is the order agents joined the job, not this
+				// round, so node ranks stay put across rounds.
 				m.Order = kv.Create
+				if node, ok := v.kvs[prefixNodes+m.ID]; ok {
+					m.Order = node.Create
+				}
 				s.joined = append(s.joined, m)
 			}
 		case strings.HasPrefix(k, done):

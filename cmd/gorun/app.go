@@ -188,9 +188,14 @@ func runAction(c *cli.Context) error {
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(signals)
 
-	log.Info().Str("component", "launcher").Str("host", l.Host).Int("node_rank", l.NodeRank).Int("nodes", l.MinNodes).
-		Int("nproc_per_node", l.NProcPerNode).Str("master", fmt.Sprintf("%s:%d", l.MasterAddr, l.MasterPort)).
-		Str("run_id", l.RunID).Msg("launching")
+	ev := log.Info().Str("component", "launcher").Str("host", l.Host).Int("nproc_per_node", l.NProcPerNode).
+		Str("run_id", l.RunID).Str("rendezvous", l.Rendezvous.Backend)
+	if l.Rendezvous.Backend == launcher.BackendEtcd {
+		ev = ev.Strs("endpoints", l.Rendezvous.Endpoints).Str("nodes", fmt.Sprintf("%d:%d", l.MinNodes, l.MaxNodes))
+	} else {
+		ev = ev.Int("node_rank", l.NodeRank).Int("nodes", l.MinNodes).Str("master", fmt.Sprintf("%s:%d", l.MasterAddr, l.MasterPort))
+	}
+	ev.Msg("launching")
 	rt := launcher.Runtime{Stdout: c.App.Writer, Stderr: c.App.ErrWriter, Signals: signals, Log: log}
 	if self, err := os.Executable(); err == nil {
 		rt.GuardCommand = []string{self, guardCommand}

@@ -15,6 +15,7 @@ test can check that all replicas ended bit-identical and that the world size
 was right.
 """
 import argparse
+import time
 import hashlib
 import json
 import os
@@ -81,6 +82,8 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--out", default="", help="directory for rank-<RANK>.{pt,sha256,json}")
+    p.add_argument("--step-sleep", type=float, default=0.0,
+                   help="seconds to sleep after each step (fault-injection tests need a longer run)")
     args = p.parse_args()
 
     env = check_env()
@@ -117,6 +120,8 @@ def main():
         loss = loss_fn(ddp(xb), yb)
         loss.backward()
         opt.step()
+        if args.step_sleep:
+            time.sleep(args.step_sleep)
         if step % args.log_every == 0 or step == args.steps - 1:
             # Mean loss over the job, for the log line.
             l = loss.detach().clone()

@@ -35,6 +35,12 @@ type rankReport struct {
 // finished with identical parameters, and returns the per-rank reports.
 func checkReplicas(t *testing.T, out string, world int) []rankReport {
 	t.Helper()
+	return checkReplicasSteps(t, out, world, ddpSteps)
+}
+
+// checkReplicasSteps is checkReplicas for a run of steps steps.
+func checkReplicasSteps(t *testing.T, out string, world, steps int) []rankReport {
+	t.Helper()
 	reports := make([]rankReport, world)
 	var digest0 string
 	for rank := 0; rank < world; rank++ {
@@ -66,9 +72,9 @@ func checkReplicas(t *testing.T, out string, world int) []rankReport {
 			continue
 		}
 		rep := reports[rank]
-		if rep.Rank != rank || rep.WorldSize != world || rep.Steps != ddpSteps {
+		if rep.Rank != rank || rep.WorldSize != world || rep.Steps != steps {
 			t.Errorf("rank %d report says rank %d, world size %d, %d steps; want rank %d, world size %d, %d steps",
-				rank, rep.Rank, rep.WorldSize, rep.Steps, rank, world, ddpSteps)
+				rank, rep.Rank, rep.WorldSize, rep.Steps, rank, world, steps)
 		}
 	}
 	// Nothing beyond the world either.
