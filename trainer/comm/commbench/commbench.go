@@ -245,6 +245,14 @@ type Options struct {
 // this machine, one after the other, Rounds times. It returns each
 // measurement's best round, in order.
 func Run(ctx context.Context, o Options) ([]Result, error) {
+	if o.Stderr == nil {
+		o.Stderr = io.Discard
+	}
+	// Ranks copy their stderr from goroutines of their own when it is not
+	// a file: serialize them.
+	if _, isFile := o.Stderr.(*os.File); !isFile {
+		o.Stderr = &syncWriter{w: o.Stderr}
+	}
 	var results []Result
 	index := map[[4]string]int{} // impl, op, ranks, bytes -> results
 	keep := func(r Result) {
@@ -380,4 +388,16 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// syncWriter serializes writes to w.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

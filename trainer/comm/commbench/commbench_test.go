@@ -58,7 +58,7 @@ func TestRun(t *testing.T) {
 	require.NoError(t, err)
 	var log bytes.Buffer
 	results, err := Run(context.Background(), Options{
-		Ranks: []int{2, 3}, Sizes: []int64{4 << 10, 1 << 20}, Ops: DefaultOps(),
+		Ranks: []int{2, 3}, Sizes: []int64{4 << 10, 256 << 10}, Ops: DefaultOps(),
 		Self: []string{self}, Rounds: 2, Stderr: &log,
 	})
 	require.NoError(t, err, log.String())
