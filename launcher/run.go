@@ -26,6 +26,10 @@ const planErrorDir = "$TMPDIR/gorun-XXXX"
 // read the outcome and leave.
 const lingerForOthers = 30 * time.Second
 
+// lingerWhenStopped is that bound when a signal stopped this node: the
+// stop must stay prompt, and the other nodes are most likely stopping too.
+const lingerWhenStopped = 3 * time.Second
+
 // Runtime is what running a Launch needs from the process around it.
 type Runtime struct {
 	Stdout, Stderr io.Writer        // gorun's console
@@ -132,7 +136,11 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 	defer client.Close()
 	if r.Embedded != nil {
 		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), lingerForOthers)
+			linger := lingerForOthers
+			if out.Signal != nil {
+				linger = lingerWhenStopped // the others are being stopped too
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), linger)
 			defer cancel()
 			if err := rendezvous.AwaitDeparture(ctx, client, l.RunID); err != nil {
 				log.Warn().Err(err).Msg("other nodes still registered when this node's etcd member stopped")

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.etcd.io/etcd/client/v3/namespace"
@@ -44,8 +45,35 @@ func NewEtcdStore(ctx context.Context, client *clientv3.Client, runID string, tt
 	}, nil
 }
 
+// Calls to etcd are retried: a request in flight to a member that just
+// died is lost, and etcd answers it only after its request timeout.
+const (
+	callTimeout  = 3 * time.Second  // one attempt
+	callPatience = 20 * time.Second // all attempts
+)
+
+// retry runs call until it succeeds, ctx ends or callPatience passes, each
+// attempt bounded by callTimeout, with a back-off between attempts.
+func retry(ctx context.Context, call func(ctx context.Context) error) error {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 50*time.Millisecond, time.Second, callPatience
+	return backoff.Retry(func() error {
+		actx, cancel := context.WithTimeout(ctx, callTimeout)
+		defer cancel()
+		err := call(actx)
+		if err != nil && ctx.Err() != nil {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, backoff.WithContext(bo, ctx))
+}
+
 func (s *etcdStore) List(ctx context.Context, prefix string) ([]KV, int64, error) {
-	resp, err := s.kv.Get(ctx, prefix, clientv3.WithPrefix())
+	var resp *clientv3.GetResponse
+	err := retry(ctx, func(ctx context.Context) (err error) {
+		resp, err = s.kv.Get(ctx, prefix, clientv3.WithPrefix())
+		return err
+	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("rendezvous: list %q: %w", prefix, err)
 	}
@@ -57,10 +85,17 @@ func (s *etcdStore) List(ctx context.Context, prefix string) ([]KV, int64, error
 }
 
 func (s *etcdStore) CompareAndSwap(ctx context.Context, key string, rev int64, value []byte) (bool, error) {
-	resp, err := s.kv.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-		Then(clientv3.OpPut(key, string(value))).
-		Commit()
+	// A retried transaction that did commit before its answer was lost
+	// reports a failed comparison the second time: the caller re-reads
+	// the state and sees its own change, so that is safe.
+	var resp *clientv3.TxnResponse
+	err := retry(ctx, func(ctx context.Context) (err error) {
+		resp, err = s.kv.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+			Then(clientv3.OpPut(key, string(value))).
+			Commit()
+		return err
+	})
 	if err != nil {
 		return false, fmt.Errorf("rendezvous: compare-and-swap %q: %w", key, err)
 	}
@@ -72,14 +107,20 @@ func (s *etcdStore) Put(ctx context.Context, key string, value []byte, leased bo
 	if leased {
 		opts = append(opts, clientv3.WithLease(s.session.Lease()))
 	}
-	if _, err := s.kv.Put(ctx, key, string(value), opts...); err != nil {
+	if err := retry(ctx, func(ctx context.Context) error {
+		_, err := s.kv.Put(ctx, key, string(value), opts...)
+		return err
+	}); err != nil {
 		return fmt.Errorf("rendezvous: put %q: %w", key, err)
 	}
 	return nil
 }
 
 func (s *etcdStore) Delete(ctx context.Context, key string) error {
-	if _, err := s.kv.Delete(ctx, key); err != nil {
+	if err := retry(ctx, func(ctx context.Context) error {
+		_, err := s.kv.Delete(ctx, key)
+		return err
+	}); err != nil {
 		return fmt.Errorf("rendezvous: delete %q: %w", key, err)
 	}
 	return nil

@@ -12,9 +12,9 @@ import (
 	"github.com/gorun/gorun/internal/etcdtest"
 )
 
-// roundWorker records what a worker was told, one file per (round, rank),
-// then sleeps until it is stopped.
-const roundWorker = `echo "$RANK $WORLD_SIZE $TORCHELASTIC_RESTART_COUNT $MASTER_ADDR:$MASTER_PORT $GROUP_RANK" > "$OUT/round$TORCHELASTIC_RESTART_COUNT-rank$RANK"; exec sleep 300`
+// roundWorker records what a worker was told, one file per (round, rank)
+// written whole (rename), then sleeps until it is stopped.
+const roundWorker = `f="$OUT/round$TORCHELASTIC_RESTART_COUNT-rank$RANK"; echo "$RANK $WORLD_SIZE $TORCHELASTIC_RESTART_COUNT $MASTER_ADDR:$MASTER_PORT $GROUP_RANK" > "$f.tmp" && mv "$f.tmp" "$f"; exec sleep 300`
 
 // elasticAgent starts one agent of job runID as node name.
 func elasticAgent(t *testing.T, endpoint, runID, name, out string, extra ...string) *gorunProc {
@@ -35,7 +35,7 @@ func waitRound(t *testing.T, dir string, n, world int, within time.Duration) {
 	deadline := time.Now().Add(within)
 	var files []string
 	for {
-		files, _ = filepath.Glob(filepath.Join(dir, fmt.Sprintf("round%d-rank*", n)))
+		files, _ = filepath.Glob(filepath.Join(dir, fmt.Sprintf("round%d-rank[0-9]", n)))
 		if len(files) >= world || time.Now().After(deadline) {
 			break
 		}
@@ -208,5 +208,48 @@ func TestDDPElasticRestartAfterNodeLoss(t *testing.T) {
 	checkReplicasSteps(t, out, 2, 60)
 	if !strings.Contains(agents[0].stdout.String()+agents[1].stdout.String(), "done: 60 steps, world_size 2") {
 		t.Error("no rank reported finishing at world size 2")
+	}
+}
+
+// slurmStepEnv is what srun gives node id of a 3-node step whose nodes are
+// the loopback addresses 127.0.0.1-3 (names that resolve to distinct
+// addresses on any machine, as the nodes of a real cluster do).
+func slurmStepEnv(jobID string, id int) []string {
+	return []string{
+		"SLURM_JOB_ID=" + jobID, "SLURM_STEP_ID=0", "SLURM_JOB_NODELIST=127.0.0.[1-3]",
+		"SLURM_STEP_NODELIST=127.0.0.[1-3]", "SLURM_STEP_NUM_NODES=3", "SLURM_NNODES=3",
+		fmt.Sprintf("SLURM_NODEID=%d", id), fmt.Sprintf("SLURM_PROCID=%d", id), "SLURM_LOCALID=0",
+		"SLURM_STEP_TASKS_PER_NODE=1(x3)", "SLURM_STEP_NUM_TASKS=3",
+		fmt.Sprintf("SLURMD_NODENAME=127.0.0.%d", id+1),
+	}
+}
+
+// Under SLURM with no --rdzv-endpoint the step's first three nodes run a
+// three-member embedded etcd; killing the node that hosts the first member
+// (and is node rank 0, the master) leaves the job running on the other two.
+func TestEmbeddedEtcdSurvivesHostLoss(t *testing.T) {
+	jobID := fmt.Sprint(900000 + time.Now().UnixNano()%99991)
+	out := t.TempDir()
+	var agents []*gorunProc
+	for id := range 3 {
+		env := append(slurmStepEnv(jobID, id), "OUT="+out)
+		agents = append(agents, startGorun(t, fmt.Sprintf("node%d", id+1), env,
+			"--nnodes=2:3", "--nproc-per-node=2", "--term-timeout=5s",
+			// A lease must outlive an etcd leader election (the killed
+			// node may host the leader): the production TTL, 5 s.
+			"--rdzv-conf=lease_ttl=5,last_call_timeout=10,join_timeout=60",
+			"--", "/bin/sh", "-c", roundWorker))
+	}
+	waitRound(t, out, 0, 6, 90*time.Second)
+	if err := agents[0].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	agents[0].wait()
+	waitRound(t, out, 1, 4, 60*time.Second)
+	for _, a := range agents[1:] {
+		a.cancel()
+		if r := a.wait(); r.ExitCode != 143 {
+			t.Errorf("%s: exit %d after SIGTERM, want 143", a.name, r.ExitCode)
+		}
 	}
 }
