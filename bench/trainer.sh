@@ -82,7 +82,7 @@ ours() {
 # torch N: tokens/s of bench/torch_gpt.py on N threads.
 torch() {
   local out
-  out=$(LD_LIBRARY_PATH=${TORCH_LD_LIBRARY_PATH:-${LD_LIBRARY_PATH:-}} OMP_NUM_THREADS=$1 "$PYTHON" "$here/torch_gpt.py" \
+  out=$(LD_LIBRARY_PATH=${TORCH_LD_LIBRARY_PATH:-${LD_LIBRARY_PATH:-}} OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$1 "$PYTHON" "$here/torch_gpt.py" \
     --corpus "$tmp/corpus.txt" --layers $LAYERS --d-model $DMODEL --heads $HEADS --context $CONTEXT \
     --global-batch $GLOBAL --micro-batch $MICRO --steps "$STEPS" --skip "$SKIP" --threads "$1") || die "torch_gpt.py failed"
   sed -n 's/.*"tokens_per_s": \([0-9.e+-]*\).*/\1/p' <<<"$out"

@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"context"
+	"errors"
 	"math"
 	"net"
 	"strings"
@@ -256,3 +257,26 @@ func TestDefaultThreads(t *testing.T) {
 	require.GreaterOrEqual(t, DefaultThreads(1), DefaultThreads(2))
 	require.Equal(t, DefaultThreads(0), DefaultThreads(1))
 }
+
+// BenchmarkStep is one optimizer step of examples/train.toml's model in
+// one process on two threads; it reports whole-job tokens per second.
+func BenchmarkStep(b *testing.B) {
+	cfg, err := config.Parse("/nowhere/train.toml", []byte("[data]\nfiles = [\"unused.txt\"]\n"),
+		[]string{"train.metrics=''", "optim.warmup=1", "train.steps=1000000"})
+	require.NoError(b, err)
+	tr, err := New(context.Background(), Config{Train: cfg, Worker: distenv.Worker{WorldSize: 1, LocalWorldSize: 1},
+		Threads: 2, Dataset: text(), AfterStep: func(tr *Trainer, rec metrics.Record) error {
+			if rec.Step >= b.N {
+				return errStop
+			}
+			return nil
+		}})
+	require.NoError(b, err)
+	defer tr.Close()
+	b.ResetTimer()
+	_, err = tr.Run(context.Background())
+	require.ErrorIs(b, err, errStop)
+	b.ReportMetric(float64(b.N*cfg.Train.GlobalBatch*cfg.Model.Context)/b.Elapsed().Seconds(), "tokens/s")
+}
+
+var errStop = errors.New("enough steps")
