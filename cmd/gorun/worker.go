@@ -45,7 +45,9 @@ func workerCommand() *cli.Command {
 func workerAction(c *cli.Context) error {
 	args, err := parseTrailingFlags(c)
 	if err != nil {
-		return cli.Exit("worker: "+err.Error(), exitUsage)
+		// parseTrailingFlags was written for estimate and says so.
+		msg := strings.ReplaceAll(err.Error(), "gorun estimate --help", "gorun worker --help")
+		return cli.Exit("worker: "+msg, exitUsage)
 	}
 	if len(args) != 1 {
 		return cli.Exit("worker: give one train.toml: gorun worker train.toml [--set section.key=value ...]", exitUsage)
