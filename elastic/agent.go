@@ -503,4 +503,3 @@ func isStopSignal(s syscall.Signal) bool {
 	}
 	return false
 }
-
