@@ -102,6 +102,16 @@ func TestElasticNodeLossAndScaleUp(t *testing.T) {
 	agents = append(agents, elasticAgent(t, endpoint, "elastic", "node-d", out))
 	waitRound(t, out, 2, 6, 30*time.Second)
 
+	status := runGorun(t, nil, "status", "--rdzv-endpoint="+endpoint, "--rdzv-id=elastic")
+	for _, want := range []string{"run elastic: round 2 running", "2 of 10 after membership changes", "node-a", "node-b", "node-d", "reason: node node-d waiting to join"} {
+		if !strings.Contains(status.Stdout, want) {
+			t.Errorf("gorun status lacks %q:\n%s", want, status.Stdout)
+		}
+	}
+	if strings.Contains(status.Stdout, "node-c") {
+		t.Errorf("gorun status still shows the dead node-c:\n%s", status.Stdout)
+	}
+
 	for _, a := range []*gorunProc{agents[0], agents[1], agents[3]} {
 		a.cancel() // SIGTERM
 	}
