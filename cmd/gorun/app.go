@@ -118,6 +118,7 @@ func NewApp() *cli.App {
 			rendezvousCommand(),
 			estimateCommand(),
 			ckptCommand(),
+			sbatchCommand(),
 			workerCommand(),
 			{
 				Name:   guardCommand,
