@@ -18,6 +18,10 @@ import (
 // sbatchCommand is `gorun sbatch`: print a SLURM batch script that runs
 // one gorun per node under srun.
 func sbatchCommand() *cli.Command {
+	// The flags write into spec: aliases then share one value, also when
+	// parseTrailingFlags sets a flag given after the entrypoint.
+	spec := &launcher.Sbatch{}
+	env := &envList{}
 	return &cli.Command{
 		Name:  "sbatch",
 		Usage: "print a SLURM batch script that runs ENTRYPOINT with one gorun per node",
@@ -32,19 +36,19 @@ func sbatchCommand() *cli.Command {
 			"--min-nodes M makes the job elastic: gorun --nnodes=M:N --max-restarts=N-M goes on with the\n" +
 			"nodes left.",
 		Flags: []cli.Flag{
-			&cli.IntFlag{Name: "nodes", Aliases: []string{"N"}, Usage: "nodes N"},
-			&cli.IntFlag{Name: "min-nodes", Aliases: []string{"min_nodes"}, Usage: "go on down to M nodes when nodes are lost (gorun --nnodes=M:N)"},
-			&cli.IntFlag{Name: "gpus-per-node", Aliases: []string{"gpus_per_node"}, Usage: "GPUs per node G, one worker each"},
-			&cli.StringFlag{Name: "nproc-per-node", Aliases: []string{"nproc_per_node"}, Usage: "workers per node P (N, auto or cpu) when there are no GPUs"},
-			&cli.StringFlag{Name: "time", Aliases: []string{"t"}, Usage: "time limit T: minutes, M:S, H:M:S, D-H, D-H:M or D-H:M:S"},
-			&cli.StringFlag{Name: "partition", Aliases: []string{"p"}, Usage: "partition (default: the cluster's)"},
-			&cli.StringFlag{Name: "job-name", Aliases: []string{"job_name", "J"}, Usage: "job name (default: the entrypoint's name)"},
-			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "directory of the job's output file %x-%j.out (default: where sbatch runs)"},
-			&cli.IntFlag{Name: "max-restarts", Aliases: []string{"max_restarts"}, Value: -1, Usage: "gorun --max-restarts", DefaultText: "with --min-nodes M, N-M: a dying node's peers often fail before it is noticed as gone"},
-			&cli.StringFlag{Name: "gorun", Usage: "gorun binary on the nodes (default: this binary's absolute path)"},
-			&cli.GenericFlag{Name: "env", Value: &envList{}, Usage: "export K=V in the script before srun (repeatable)"},
+			&cli.IntFlag{Name: "nodes", Destination: &spec.Nodes, Aliases: []string{"N"}, Usage: "nodes N"},
+			&cli.IntFlag{Name: "min-nodes", Destination: &spec.MinNodes, Aliases: []string{"min_nodes"}, Usage: "go on down to M nodes when nodes are lost (gorun --nnodes=M:N)"},
+			&cli.IntFlag{Name: "gpus-per-node", Destination: &spec.GPUsPerNode, Aliases: []string{"gpus_per_node"}, Usage: "GPUs per node G, one worker each"},
+			&cli.StringFlag{Name: "nproc-per-node", Destination: &spec.NProcPerNode, Aliases: []string{"nproc_per_node"}, Usage: "workers per node P (N, auto or cpu) when there are no GPUs"},
+			&cli.StringFlag{Name: "time", Destination: &spec.Time, Aliases: []string{"t"}, Usage: "time limit T: minutes, M:S, H:M:S, D-H, D-H:M or D-H:M:S"},
+			&cli.StringFlag{Name: "partition", Destination: &spec.Partition, Aliases: []string{"p"}, Usage: "partition (default: the cluster's)"},
+			&cli.StringFlag{Name: "job-name", Destination: &spec.JobName, Aliases: []string{"job_name", "J"}, Usage: "job name (default: the entrypoint's name)"},
+			&cli.StringFlag{Name: "output", Destination: &spec.OutputDir, Aliases: []string{"o"}, Usage: "directory of the job's output file %x-%j.out (default: where sbatch runs)"},
+			&cli.IntFlag{Name: "max-restarts", Destination: &spec.MaxRestarts, Aliases: []string{"max_restarts"}, Value: -1, Usage: "gorun --max-restarts", DefaultText: "with --min-nodes M, N-M: a dying node's peers often fail before it is noticed as gone"},
+			&cli.StringFlag{Name: "gorun", Destination: &spec.Gorun, Usage: "gorun binary on the nodes (default: this binary's absolute path)"},
+			&cli.GenericFlag{Name: "env", Value: env, Usage: "export K=V in the script before srun (repeatable)"},
 		},
-		Action: sbatchAction,
+		Action: func(c *cli.Context) error { return sbatchAction(c, spec, env) },
 	}
 }
 
@@ -55,7 +59,7 @@ type envList []string
 func (e *envList) Set(v string) error { *e = append(*e, v); return nil }
 func (e *envList) String() string     { return strings.Join(*e, " ") }
 
-func sbatchAction(c *cli.Context) error {
+func sbatchAction(c *cli.Context, spec *launcher.Sbatch, env *envList) error {
 	raw := c.Args().Slice()
 	var extra []string
 	if i := slices.Index(raw, "--"); i >= 0 {
@@ -72,14 +76,8 @@ func sbatchAction(c *cli.Context) error {
 	case len(positional) > 1:
 		return cli.Exit(fmt.Sprintf("sbatch: one entrypoint, got %q; put more gorun flags after --, and the entrypoint's arguments after sbatch job.sbatch", positional), exitUsage)
 	}
-	spec := launcher.Sbatch{
-		Entrypoint: positional[0], Nodes: c.Int("nodes"), MinNodes: c.Int("min-nodes"),
-		GPUsPerNode: c.Int("gpus-per-node"), NProcPerNode: c.String("nproc-per-node"),
-		Time: c.String("time"), Partition: c.String("partition"), JobName: c.String("job-name"),
-		OutputDir: c.String("output"), Gorun: c.String("gorun"), GorunFlags: extra,
-		Env: *c.Generic("env").(*envList), MaxRestarts: c.Int("max-restarts"),
-	}
-	spec.RenderedBy = renderedBy(spec)
+	spec.Entrypoint, spec.GorunFlags, spec.Env = positional[0], extra, *env
+	spec.RenderedBy = renderedBy(*spec)
 	if c.IsSet("gpus-per-node") && spec.GPUsPerNode < 1 {
 		return cli.Exit(fmt.Sprintf("sbatch: --gpus-per-node=%d: want 1 or more", spec.GPUsPerNode), exitUsage)
 	}
