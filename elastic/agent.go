@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/internal/distenv"
+	"github.com/gorun/gorun/internal/heartbeat"
 	"github.com/gorun/gorun/internal/proc"
 	"github.com/gorun/gorun/internal/workerlog"
 	"github.com/gorun/gorun/rendezvous"
@@ -69,6 +71,12 @@ type Spec struct {
 	// TermTimeout; a second one kills at once); SIGUSR1 and SIGUSR2 are
 	// passed on to the workers, which keep running.
 	Signals <-chan os.Signal
+	// HeartbeatTimeout, when positive, judges a worker hung when it sent
+	// a heartbeat (GORUN_HEARTBEAT_FD; the embedded trainer does, each
+	// step) and then none for this long: the agent asks it for a stack
+	// dump (SIGQUIT), kills it after StackDumpGrace, and handles it as a
+	// failed worker. Workers that never send one are never judged.
+	HeartbeatTimeout time.Duration
 	// NewBackOff gives the delay before rejoining after a worker failure;
 	// nil is an exponential back-off from 100 ms to 5 s.
 	NewBackOff func() backoff.BackOff
@@ -333,11 +341,17 @@ type roundResult struct {
 	ended    *rendezvous.End      // the round ended elsewhere first
 }
 
+// StackDumpGrace is how long a hung worker gets to print its stacks after
+// SIGQUIT before it is killed.
+const StackDumpGrace = 3 * time.Second
+
 // worker is one running worker of a round.
 type worker struct {
-	contract distenv.Worker
-	process  *proc.Process
-	logs     *workerlog.Worker
+	contract  distenv.Worker
+	process   *proc.Process
+	logs      *workerlog.Worker
+	heartbeat *heartbeat.Pipe // nil without a heartbeat timeout
+	hung      atomic.Pointer[heartbeat.Stall]
 }
 
 // runRound starts this node's workers for round r and waits until they all
@@ -365,11 +379,20 @@ func (a *Agent) runRound(ctx context.Context, r rendezvous.Round) (roundResult, 
 	roundEnd := a.rdzv.Watch(watchCtx, r)
 
 	exited := make(chan int, len(workers))
+	stalled := make(chan int, len(workers))
 	for i, w := range workers {
 		go func() {
 			<-w.process.Done()
 			exited <- i
 		}()
+		if w.heartbeat != nil {
+			go func() {
+				if stall, ok := <-w.heartbeat.Watch(watchCtx, a.spec.HeartbeatTimeout); ok {
+					w.hung.Store(&stall)
+					stalled <- i
+				}
+			}()
+		}
 	}
 	for running := len(workers); running > 0; {
 		select {
@@ -395,6 +418,17 @@ func (a *Agent) runRound(ctx context.Context, r rendezvous.Round) (roundResult, 
 			a.transition(StateStopping, "reason", end.Reason)
 			a.stopAll(workers, syscall.SIGTERM)
 			return roundResult{ended: &end}, nil
+		case i := <-stalled:
+			w := workers[i]
+			a.log.Warn().Int("rank", w.contract.Rank).Stringer("stall", w.hung.Load()).Msg("worker hung: SIGQUIT for a stack dump, then SIGKILL")
+			_ = w.process.Signal(syscall.SIGQUIT)
+			go func() {
+				select {
+				case <-w.process.Done():
+				case <-time.After(StackDumpGrace):
+					_ = w.process.Signal(syscall.SIGKILL)
+				}
+			}()
 		case s := <-a.passOn:
 			a.log.Info().Str("signal", unix.SignalName(s)).Msg("passing signal on to workers")
 			for _, w := range workers {
@@ -423,16 +457,29 @@ func (a *Agent) startWorkers(sink *workerlog.Sink, r rendezvous.Round) ([]*worke
 			return workers, fmt.Errorf("error file of rank %d: %w", c.Rank, err)
 		}
 		_ = os.Remove(c.ErrorFile) // a stale file would name an old error
-		p, err := proc.Start(proc.Spec{
+		spec := proc.Spec{
 			Path: a.spec.Command[0], Args: a.spec.Command[1:], Env: c.Environ(a.spec.Environ),
 			Stdout: logs.Stdout(), Stderr: logs.Stderr(), Guard: a.spec.Guard,
-		})
+		}
+		var beat *heartbeat.Pipe
+		if a.spec.HeartbeatTimeout > 0 {
+			if beat, err = heartbeat.NewPipe(); err != nil {
+				logs.Close()
+				return workers, err
+			}
+			spec.ExtraFiles = []*os.File{beat.WorkerEnd()}
+			spec.Env = append(spec.Env, fmt.Sprintf("%s=%d", heartbeat.EnvVar, heartbeat.WorkerFD))
+		}
+		p, err := proc.Start(spec)
+		if beat != nil {
+			_ = beat.CloseWorkerEnd()
+		}
 		if err != nil {
 			logs.Close()
 			return workers, fmt.Errorf("start rank %d: %w", c.Rank, err)
 		}
 		a.log.Debug().Int("rank", c.Rank).Int("local_rank", local).Int("pid", p.PID()).Msg("worker started")
-		workers = append(workers, &worker{contract: c, process: p, logs: logs})
+		workers = append(workers, &worker{contract: c, process: p, logs: logs, heartbeat: beat})
 	}
 	return workers, nil
 }
@@ -486,6 +533,9 @@ func (a *Agent) failures(workers []*worker, r rendezvous.Round, stopAt time.Time
 		f.Error = readErrorFile(w.contract.ErrorFile)
 		if f.Error == "" {
 			f.Error = lastLines(strings.Join(w.logs.Tail(), "\n"), 5)
+		}
+		if stall := w.hung.Load(); stall != nil {
+			f.Error = strings.TrimSpace(stall.String() + "; stack dump requested (SIGQUIT)\n" + f.Error)
 		}
 		if f.Error == "" {
 			f.Error = "(no error file, no stderr output)"

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/gorun/gorun/internal/heartbeat"
 	"github.com/gorun/gorun/internal/workerlog"
 	"github.com/gorun/gorun/rendezvous"
 )
@@ -100,6 +101,19 @@ func runRole(role string) int {
 		return 0
 	case "usr1":
 		waitFor(syscall.SIGUSR1)
+		return 0
+	case "beat-then-hang": // rank 1 reports two steps, then hangs
+		b := heartbeat.FromEnv(os.LookupEnv)
+		if rank != 1 {
+			waitFor(syscall.SIGTERM)
+			return 0
+		}
+		b.Beat(0)
+		b.Beat(1)
+		time.Sleep(60 * time.Second)
+		return 0
+	case "slow-no-beats": // never reports: never judged hung
+		time.Sleep(500 * time.Millisecond)
 		return 0
 	}
 	return 99
@@ -307,4 +321,30 @@ func TestReadErrorFile(t *testing.T) {
 		})
 	}
 	require.Equal(t, "", readErrorFile(filepath.Join(dir, "missing")))
+}
+
+func TestAgentHeartbeatTimeout(t *testing.T) {
+	tests := []struct {
+		role     string
+		exit     int
+		errorHas string
+	}{
+		// A Go worker dumps its goroutines on SIGQUIT and exits 2.
+		{"beat-then-hang", 2, "no progress for"},
+		{"slow-no-beats", 0, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.role, func(t *testing.T) {
+			h := newHarness(t, tc.role, 2)
+			h.spec.HeartbeatTimeout = 200 * time.Millisecond
+			out, _ := h.run(t)
+			require.Equal(t, tc.exit, out.ExitCode, "report:\n%s", h.report)
+			if tc.errorHas == "" {
+				return
+			}
+			require.Equal(t, 1, out.Failures[0].Rank)
+			require.Contains(t, out.Failures[0].Error, tc.errorHas)
+			require.Contains(t, out.Failures[0].Error, "after step 1")
+		})
+	}
 }

@@ -28,6 +28,7 @@ type Options struct {
 	LocalRanksFilter string        // local ranks shown on the console
 	NoPython         bool          // the entrypoint is a program, not a Python script
 	TermTimeout      time.Duration // grace between the stop signal and SIGKILL
+	HeartbeatTimeout time.Duration // a worker silent this long after a heartbeat is hung; 0: off
 	NodeName         string        // host name this node announces; "" is SLURMD_NODENAME or the host name
 	LocalAddr        string        // address other nodes reach this node at; "" is the node name
 	Entrypoint       string

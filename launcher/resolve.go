@@ -68,6 +68,7 @@ type Launch struct {
 	Role         string            `json:"role"`
 	MaxRestarts  int               `json:"max_restarts"`
 	TermTimeout  Duration          `json:"term_timeout"`
+	Heartbeat    Duration          `json:"heartbeat_timeout,omitempty"`
 	Command      []string          `json:"command"`
 	LogDir       string            `json:"log_dir,omitempty"`
 	Redirects    workerlog.StdSpec `json:"-"`
@@ -107,11 +108,15 @@ func Resolve(opts Options, host Host) (*Launch, error) {
 		Role:        orDefault(opts.Role, "default"),
 		MaxRestarts: opts.MaxRestarts,
 		TermTimeout: Duration(opts.TermTimeout),
+		Heartbeat:   Duration(opts.HeartbeatTimeout),
 		LogDir:      opts.LogDir,
 		Environ:     host.Environ,
 	}
 	if opts.MaxRestarts < 0 {
 		return nil, usagef("--max-restarts=%d: want 0 or more", opts.MaxRestarts)
+	}
+	if opts.HeartbeatTimeout < 0 {
+		return nil, usagef("--heartbeat-timeout=%s: want a duration of 0 (off) or more", opts.HeartbeatTimeout)
 	}
 	if opts.TermTimeout < 0 {
 		return nil, usagef("--term-timeout=%s: want a duration of 0 or more", opts.TermTimeout)

@@ -56,7 +56,7 @@ func (l *Launch) AgentSpec(rt Runtime, errorDir string) elastic.Spec {
 	spec := elastic.Spec{
 		RunID: l.RunID, Host: l.Host, LocalWorkers: l.NProcPerNode, Role: l.Role,
 		Command: l.Command, Environ: l.Environ, MaxRestarts: l.MaxRestarts,
-		TermTimeout: l.TermTimeout.Std(), ErrorDir: errorDir, Report: rt.Stderr,
+		TermTimeout: l.TermTimeout.Std(), HeartbeatTimeout: l.Heartbeat.Std(), ErrorDir: errorDir, Report: rt.Stderr,
 		Signals: rt.Signals, Log: rt.Log,
 		Logs: workerlog.Config{
 			Dir: l.LogDir, Redirects: l.Redirects, Tee: l.Tee, LocalRanksFilter: l.ShowRanks,

@@ -74,6 +74,7 @@ func launchFlags() []cli.Flag {
 		intFlag(catWorkers, "max-restarts", 0, "restarts of all workers after a worker failure before the job fails"),
 		durationFlag(catWorkers, "monitor-interval", 100*time.Millisecond, "accepted for torchrun compatibility: gorun sees a worker exit at once, without polling"),
 		durationFlag(catWorkers, "term-timeout", 30*time.Second, "grace between the stop signal and SIGKILL"),
+		durationFlag(catWorkers, "heartbeat-timeout", 0, "a worker that reported progress (the embedded trainer does, each step) and then none for this long is hung: stack dump (SIGQUIT), kill, restart; 0: off"),
 
 		stringFlag(catNodes, "nnodes", "", "number of nodes N (default: SLURM's, or 1)"),
 		intFlag(catNodes, "node-rank", -1, "this node's rank (default: SLURM_NODEID, or 0)"),
@@ -157,7 +158,7 @@ func options(c *cli.Context) launcher.Options {
 		MaxRestarts: c.Int("max-restarts"), Role: c.String("role"), LogDir: c.String("log-dir"),
 		Tee: c.String("tee"), Redirects: c.String("redirects"), LocalRanksFilter: c.String("local-ranks-filter"),
 		NoPython: c.Bool("no-python"), TermTimeout: c.Duration("term-timeout"), NodeName: c.String("node-name"),
-		LocalAddr: c.String("local-addr"),
+		LocalAddr: c.String("local-addr"), HeartbeatTimeout: c.Duration("heartbeat-timeout"),
 	}
 	if len(args) > 0 {
 		opts.Entrypoint, opts.Args = args[0], args[1:]

@@ -38,6 +38,9 @@ type Spec struct {
 	// after the process ends; reaping then waits 2 s for it before closing the pipe.
 	Stdout io.Writer
 	Stderr io.Writer
+	// ExtraFiles are open files the process inherits as descriptors 3, 4,
+	// ... (exec.Cmd.ExtraFiles).
+	ExtraFiles []*os.File
 	// Guard, when not nil, watches the process group from its start until
 	// the leader has ended and the group was killed, so that the group
 	// dies even if gorun is killed with SIGKILL.
@@ -77,6 +80,7 @@ func Start(spec Spec) (*Process, error) {
 	cmd := exec.Command(spec.Path, spec.Args...)
 	cmd.Env = spec.Env
 	cmd.Dir = spec.Dir
+	cmd.ExtraFiles = spec.ExtraFiles
 	// Assign only non-nil writers: a nil *os.File in an io.Writer would not count as nil.
 	if spec.Stdout != nil {
 		cmd.Stdout = spec.Stdout
