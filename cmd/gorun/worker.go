@@ -16,8 +16,10 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gorun/gorun/internal/distenv"
+	"github.com/gorun/gorun/internal/heartbeat"
 	"github.com/gorun/gorun/trainer"
 	"github.com/gorun/gorun/trainer/config"
+	"github.com/gorun/gorun/trainer/metrics"
 )
 
 // workerCommand is `gorun worker train.toml`: one rank of the embedded
@@ -79,8 +81,13 @@ func workerAction(c *cli.Context) error {
 }
 
 func runWorker(ctx context.Context, c *cli.Context, cfg config.Config, w distenv.Worker) (err error) {
+	beat := heartbeat.FromEnv(os.LookupEnv) // nil (no-op) unless the agent watches for hangs
 	t, err := trainer.New(ctx, trainer.Config{Train: cfg, Worker: w, Threads: c.Int("threads"),
-		Metrics: c.String("metrics"), Log: c.App.Writer})
+		Metrics: c.String("metrics"), Log: c.App.Writer,
+		AfterStep: func(_ *trainer.Trainer, rec metrics.Record) error {
+			beat.Beat(rec.Step)
+			return nil
+		}})
 	if err != nil {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
@@ -91,8 +98,9 @@ func runWorker(ctx context.Context, c *cli.Context, cfg config.Config, w distenv
 	if w.Rank == 0 {
 		fmt.Fprintln(c.App.Writer, t.Describe())
 	}
-	// Checkpoints will hook in here: restore t.Restore(...) before Run,
-	// save t.State() every checkpoint.every steps and on SIGUSR1/SIGUSR2.
+	// Checkpoints will hook in here: t.Restore(...) before Run, and
+	// t.State() saved from AfterStep every checkpoint.every steps and on
+	// SIGUSR1/SIGUSR2.
 	res, err := t.Run(ctx)
 	if err != nil {
 		return err
