@@ -360,12 +360,8 @@ func (e *Elastic) Failed(ctx context.Context, r Round, failures []Failure) (End,
 		if err := e.cas(ctx, snap.stateRev, st, st.Next(CauseFailure, reason, e.cfg.Limits, time.Now())); err != nil {
 			return End{}, err
 		}
-		select {
-		case <-changed:
-		case <-e.store.Done():
-			return End{}, ErrSessionLost
-		case <-ctx.Done():
-			return End{}, context.Cause(ctx)
+		if err := e.await(ctx, changed); err != nil {
+			return End{}, err
 		}
 	}
 }
@@ -397,13 +393,21 @@ func (e *Elastic) Succeeded(ctx context.Context, r Round) (End, error) {
 		if err != nil {
 			return End{}, err
 		}
-		select {
-		case <-changed:
-		case <-e.store.Done():
-			return End{}, ErrSessionLost
-		case <-ctx.Done():
-			return End{}, context.Cause(ctx)
+		if err := e.await(ctx, changed); err != nil {
+			return End{}, err
 		}
+	}
+}
+
+// await blocks until the view changes, the session is lost or ctx ends.
+func (e *Elastic) await(ctx context.Context, changed <-chan struct{}) error {
+	select {
+	case <-changed:
+		return nil
+	case <-e.store.Done():
+		return ErrSessionLost
+	case <-ctx.Done():
+		return context.Cause(ctx)
 	}
 }
 
