@@ -1,0 +1,145 @@
+package slurmtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var (
+	// moduleRoot is the repository root (holds go.mod).
+	moduleRoot string
+	// binDir holds the gorun binary built for this run.
+	binDir string
+
+	buildOnce sync.Once
+	gorunBin  string
+	buildErr  error
+
+	torchOnce sync.Once
+	torchErr  error
+)
+
+// python is the interpreter with PyTorch the DDP example runs with.
+const python = "/usr/bin/python3"
+
+func TestMain(m *testing.M) {
+	wd, err := os.Getwd()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "slurmtest:", err)
+		os.Exit(1)
+	}
+	moduleRoot = filepath.Clean(filepath.Join(wd, "..", ".."))
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// gorun returns the binary under test: $GORUN_BIN, else gorun built once
+// from this tree (only when a test needs it).
+func gorun(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		if bin := os.Getenv("GORUN_BIN"); bin != "" {
+			gorunBin, buildErr = filepath.Abs(bin)
+			return
+		}
+		binDir, buildErr = os.MkdirTemp("", "gorun-slurmtest-bin-")
+		if buildErr != nil {
+			return
+		}
+		gorunBin = filepath.Join(binDir, "gorun")
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		build := exec.CommandContext(ctx, "go", "build", "-o", gorunBin, "./cmd/gorun")
+		build.Dir = moduleRoot
+		if out, err := build.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/gorun in %s: %v\n%s", moduleRoot, err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return gorunBin
+}
+
+// needTorch skips t when /usr/bin/python3 cannot import torch.distributed
+// (fails it when CI=true).
+func needTorch(t *testing.T) {
+	t.Helper()
+	torchOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, python, "-c", "import torch.distributed as d; assert d.is_available()").CombinedOutput()
+		if err != nil {
+			torchErr = fmt.Errorf("%s cannot import torch.distributed: %v: %s", python, err, tail(string(out), 1))
+		}
+	})
+	if torchErr != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("PyTorch is required when CI=true: %v", torchErr)
+		}
+		t.Skipf("skipping: needs PyTorch (apt-get install python3-torch): %v", torchErr)
+	}
+}
+
+// render runs gorun sbatch args and returns the script, failing t unless
+// it exits 0.
+func render(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, gorun(t), append([]string{"sbatch"}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("gorun sbatch %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return string(out)
+}
+
+// writeFile writes data to dir/name with mode and returns its path.
+func writeFile(t *testing.T, dir, name, data string, mode os.FileMode) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(data), mode); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// waitFiles waits up to within for n files matching pattern.
+func waitFiles(t *testing.T, pattern string, n int, within time.Duration) []string {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		files, _ := filepath.Glob(pattern)
+		if len(files) >= n {
+			return files
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d files %s after %s, want %d", len(files), pattern, within, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// tempDir is a world-readable temporary directory: job output is written
+// from the nodes' namespaces.
+func tempDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
