@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// jobRow is one way to run the 2 nodes x 2 workers job.
+type jobRow struct {
+	Workload string // ddp or noop
+	Launcher string // bare, gorun etcd, gorun static, torchrun c10d
+}
+
+// jobEnv is what the job needs: the interpreter with torch, gloo on
+// loopback, one thread per worker (both launchers default to it).
+type jobEnv struct {
+	endpoint, gorun, python, train, dir string
+	steps                               int
+}
+
+const (
+	launchBare     = "no launcher"
+	launchEtcd     = "gorun etcd"
+	launchStatic   = "gorun static"
+	launchTorchrun = "torchrun c10d"
+)
+
+func jobCmd(ctx context.Context, args []string) error {
+	fs := newFlags("job")
+	var env jobEnv
+	fs.StringVar(&env.endpoint, "endpoint", "", "etcd client endpoint (gorun etcd rows)")
+	fs.StringVar(&env.gorun, "gorun", "", "the gorun binary")
+	fs.StringVar(&env.python, "python", "/usr/bin/python3", "the python with torch (torchrun and the DDP workers)")
+	fs.StringVar(&env.train, "train", "", "examples/ddp/train.py")
+	fs.StringVar(&env.dir, "dir", "", "scratch dir")
+	fs.IntVar(&env.steps, "steps", 5, "train.py --steps")
+	runs := fs.Int("runs", 5, "timed runs of each row (after one warm-up)")
+	goal := fs.Float64("goal", 0.1, "goal: gorun <= goal x torchrun")
+	workloads := fs.String("workloads", "noop,ddp", "rows to run: noop, ddp")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if env.endpoint == "" || env.gorun == "" || env.train == "" || env.dir == "" || *runs < 1 {
+		return errors.New("-endpoint, -gorun, -train and -dir are required; -runs at least 1")
+	}
+	var rows []jobRow
+	for _, w := range strings.Split(*workloads, ",") {
+		switch w = strings.TrimSpace(w); w {
+		case "ddp":
+			rows = append(rows, jobRow{w, launchBare})
+			fallthrough
+		case "noop":
+			rows = append(rows, jobRow{w, launchEtcd}, jobRow{w, launchStatic}, jobRow{w, launchTorchrun})
+		default:
+			return fmt.Errorf("-workloads: unknown %q (want noop, ddp)", w)
+		}
+	}
+	fmt.Printf("== part 3: a 2 nodes x 2 workers job, two launcher processes on this machine started together, until both exit\n")
+	fmt.Printf("   noop: --no-python /bin/true workers; ddp: %s --steps %d (%s, GLOO_SOCKET_IFNAME=lo)\n", env.train, env.steps, env.python)
+	fmt.Printf("   %s: 4 workers started directly with the torchrun environment, the floor for any launcher\n", launchBare)
+	fmt.Printf("   one warm-up, then %d runs of each row, interleaved (order rotates every run)\n\n", *runs)
+
+	samples := map[jobRow][]time.Duration{}
+	for i := -1; i < *runs; i++ {
+		for k := range rows {
+			row := rows[(k+max(i, 0))%len(rows)]
+			d, err := runJob(ctx, env, row, i)
+			if err != nil {
+				return fmt.Errorf("%s %s, run %d: %w", row.Workload, row.Launcher, i, err)
+			}
+			if i >= 0 {
+				samples[row] = append(samples[row], d)
+			}
+		}
+	}
+
+	fmt.Printf("   %-8s %-14s %10s %10s %10s %12s %16s\n", "workload", "launcher", "median ms", "min ms", "max ms", "/torchrun", "overhead ms")
+	var verdicts []string
+	for _, row := range rows {
+		s := summarize(samples[row])
+		tr := summarize(samples[jobRow{row.Workload, launchTorchrun}])
+		ratio := float64(s.Median) / float64(tr.Median)
+		over := "-"
+		if bare, ok := samples[jobRow{row.Workload, launchBare}]; ok && row.Launcher != launchBare {
+			over = ms(s.Median - summarize(bare).Median)
+		} else if row.Workload == "noop" {
+			over = ms(s.Median) // the workers take no time
+		}
+		fmt.Printf("   %-8s %-14s %10s %10s %10s %11.3fx %16s\n", row.Workload, row.Launcher, ms(s.Median), ms(s.Min), ms(s.Max), ratio, over)
+		if strings.HasPrefix(row.Launcher, "gorun") {
+			verdicts = append(verdicts, fmt.Sprintf("%s %s %.3fx: %s", row.Workload, row.Launcher, ratio, verdict(ratio <= *goal)))
+		}
+	}
+	fmt.Printf("\n   overhead = median - the %s median of the same workload (noop: the whole time)\n", launchBare)
+	if _, ok := samples[jobRow{"ddp", launchBare}]; ok {
+		bare := summarize(samples[jobRow{"ddp", launchBare}]).Median
+		tr := summarize(samples[jobRow{"ddp", launchTorchrun}]).Median - bare
+		for _, l := range []string{launchEtcd, launchStatic} {
+			g := summarize(samples[jobRow{"ddp", l}]).Median - bare
+			fmt.Printf("   ddp launcher overhead %s / torchrun c10d: %.3fx\n", l, float64(g)/float64(tr))
+		}
+	}
+	fmt.Printf("\ngoal: gorun <= %gx torchrun (median wall time):\n", *goal)
+	for _, v := range verdicts {
+		fmt.Printf("   %s\n", v)
+	}
+	fmt.Println()
+	return nil
+}
+
+// runJob runs row once and returns the time from starting the first
+// process to the last one's exit; every process must exit 0.
+func runJob(ctx context.Context, env jobEnv, row jobRow, rep int) (time.Duration, error) {
+	tag := strings.ReplaceAll(fmt.Sprintf("%s-%s-%d-%d", row.Workload, row.Launcher, rep+1, time.Now().UnixNano()), " ", "-")
+	dir := filepath.Join(env.dir, tag)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, err
+	}
+	defer sweep(partEnv, tag)
+	common := []string{partEnv + "=" + tag, "PYTHON=" + env.python, "GLOO_SOCKET_IFNAME=lo", "OMP_NUM_THREADS=1"}
+	port, err := freePort("127.0.0.1")
+	if err != nil {
+		return 0, err
+	}
+	var entry []string // the launchers' entrypoint and args
+	gorunEntry := []string{"--no-python", "/bin/true"}
+	torchEntry := []string{"--no_python", "/bin/true"}
+	if row.Workload == "ddp" {
+		entry = []string{env.train, "--steps", strconv.Itoa(env.steps)}
+		gorunEntry, torchEntry = entry, entry
+	}
+
+	type spec struct {
+		name string
+		env  []string
+		argv []string
+	}
+	var specs []spec
+	switch row.Launcher {
+	case launchBare:
+		if row.Workload != "ddp" {
+			return 0, errors.New("the bare row is for ddp only")
+		}
+		for rank := 0; rank < 4; rank++ {
+			specs = append(specs, spec{fmt.Sprintf("rank%d", rank), []string{
+				"RANK=" + strconv.Itoa(rank), "LOCAL_RANK=" + strconv.Itoa(rank%2), "WORLD_SIZE=4", "LOCAL_WORLD_SIZE=2",
+				"GROUP_RANK=" + strconv.Itoa(rank/2), "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + strconv.Itoa(port),
+				"TORCHELASTIC_RESTART_COUNT=0", "ROLE_RANK=" + strconv.Itoa(rank), "ROLE_WORLD_SIZE=4",
+			}, append([]string{env.python, "-u"}, entry...)})
+		}
+	case launchEtcd:
+		for node := 0; node < 2; node++ {
+			specs = append(specs, spec{fmt.Sprintf("n%d", node), nil, append([]string{env.gorun,
+				"--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=etcd", "--rdzv-endpoint=" + env.endpoint,
+				"--rdzv-id=" + tag, "--local-addr=127.0.0.1", fmt.Sprintf("--node-name=n%d", node)}, gorunEntry...)})
+		}
+	case launchStatic:
+		for node := 0; node < 2; node++ {
+			specs = append(specs, spec{fmt.Sprintf("n%d", node), nil, append([]string{env.gorun,
+				"--nnodes=2", "--nproc-per-node=2", fmt.Sprintf("--node-rank=%d", node), "--master-addr=127.0.0.1",
+				fmt.Sprintf("--master-port=%d", port), fmt.Sprintf("--node-name=n%d", node)}, gorunEntry...)})
+		}
+	case launchTorchrun:
+		for node := 0; node < 2; node++ {
+			specs = append(specs, spec{fmt.Sprintf("n%d", node), nil, append([]string{env.python,
+				"-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d",
+				fmt.Sprintf("--rdzv_endpoint=127.0.0.1:%d", port), "--rdzv_id=" + tag, "--monitor_interval=0.1",
+				"--redirects", "9:1", "--tee", "9:1"}, torchEntry...)})
+		}
+	default:
+		return 0, fmt.Errorf("unknown launcher %q", row.Launcher)
+	}
+
+	var procs []*proc
+	defer func() {
+		for _, p := range procs {
+			p.stop(5 * time.Second)
+		}
+	}()
+	t0 := time.Now()
+	for _, s := range specs {
+		p, err := startProc(s.name, append(common, s.env...), filepath.Join(dir, s.name+".log"), s.argv...)
+		if err != nil {
+			return 0, err
+		}
+		procs = append(procs, p)
+	}
+	var end time.Time
+	for _, p := range procs {
+		if err := p.wait(ctx, 3*time.Minute); err != nil {
+			return 0, err
+		}
+		if code := p.exitCode(); code != 0 {
+			return 0, fmt.Errorf("%s: exit %d; its log ends:\n%s", p.name, code, p.tail())
+		}
+		if p.end.After(end) {
+			end = p.end
+		}
+	}
+	d := end.Sub(t0)
+	_ = os.RemoveAll(dir)
+	return d, nil
+}

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# bench/rendezvous.sh — gorun's elastic rendezvous over etcd, measured in one run (issue 3).
+#
+# Prints one table per part, each with its goal and whether it is met:
+#   1. rounds    round time of 8, 64 and 256 agents (goroutines in one process, each with its
+#                own etcd client, lease and watch) against one etcd; MIN=MAX and MIN<MAX with a
+#                last call, for which the time beyond the last call counts.
+#                Goal: 256 agents in under 2 s beyond the last call.
+#   2. nodeloss  3 real gorun agents (--nnodes=2:3 --nproc-per-node=2, lease_ttl=$TTL); kill -9 of
+#                one agent to all 4 workers of the next round started.  Goal: <= TTL + 1 s.
+#   3. job       a 2 nodes x 2 workers job, two launcher processes on this machine started
+#                together, until both exit: gorun (etcd, static) beside torchrun's c10d
+#                rendezvous, no-op workers and examples/ddp/train.py --steps 5, interleaved.
+#                Goal: gorun <= 0.1 x torchrun.
+#
+#   bench/rendezvous.sh                      # RUNS=5, all three parts
+#   RUNS=3 PARTS="rounds nodeloss" bench/rendezvous.sh
+#   AGENTS=8,64,128 TTL=5 STEPS=5 WORKLOADS=noop bench/rendezvous.sh
+#
+# Everything binds to 127.0.0.1. The etcd is `gorun rendezvous serve` when the built gorun has
+# it, else the helper's embedded one (bench/rdzvbench serve); both fsync as a real member does.
+# Every process started here carries RDZVBENCH_MARKER and is killed on exit, however the script
+# ends. Exit status: 0 when every part measured (goals met or not), 1 when a part failed to run.
+# Numbers depend on the machine's load: on a shared machine, compare rows of one run only.
+set -euo pipefail
+
+RUNS=${RUNS:-5}
+AGENTS=${AGENTS:-8,64,256}
+TTL=${TTL:-5}
+STEPS=${STEPS:-5}
+WORKLOADS=${WORKLOADS:-noop,ddp}
+PARTS=${PARTS:-rounds nodeloss job}
+TORCH_PYTHON=${TORCH_PYTHON:-/usr/bin/python3}
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/.." && pwd)
+
+die() { echo "rendezvous.sh: $*" >&2; exit 1; }
+[[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a positive integer, got '$RUNS'"
+[[ "$TTL" =~ ^[1-9][0-9]*$ ]] || die "TTL must be a positive number of seconds, got '$TTL'"
+[[ "$STEPS" =~ ^[1-9][0-9]*$ ]] || die "STEPS must be a positive integer, got '$STEPS'"
+for p in $PARTS; do
+  case $p in rounds | nodeloss | job) ;; *) die "PARTS: unknown part '$p' (want rounds, nodeloss, job)" ;; esac
+done
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/gorun-rdzv-bench.XXXXXX")
+marker="rdzv-$$-$(date +%s%N)"
+export RDZVBENCH_MARKER=$marker
+etcd_pid=
+
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [[ -n $etcd_pid ]]; then
+    kill -TERM "$etcd_pid" 2>/dev/null || true
+    for _ in $(seq 100); do kill -0 "$etcd_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$etcd_pid" 2>/dev/null || true
+    wait "$etcd_pid" 2>/dev/null || true
+  fi
+  # Anything left that this run started (workers of a killed launcher, say).
+  [[ -x $tmp/rdzvbench ]] && "$tmp/rdzvbench" sweep -marker "$marker" || true
+  rm -rf "$tmp"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# --- build ---------------------------------------------------------------------
+(cd "$root" && go build -o "$tmp/gorun" ./cmd/gorun) || die "go build ./cmd/gorun failed"
+(cd "$root" && go build -o "$tmp/rdzvbench" ./bench/rdzvbench) || die "go build ./bench/rdzvbench failed"
+
+# --- etcd ----------------------------------------------------------------------
+# setpriv --pdeathsig: the server dies with this script even if the script is SIGKILLed.
+deathsig=()
+if setpriv --help 2>/dev/null | grep -q -- --pdeathsig; then deathsig=(setpriv --pdeathsig TERM --); fi
+if "$tmp/gorun" rendezvous serve --help 2>/dev/null | grep -q -- --listen; then
+  port=$("$tmp/rdzvbench" ports)
+  "${deathsig[@]}" "$tmp/gorun" rendezvous serve --listen "127.0.0.1:$port" --data-dir "$tmp/etcd" >"$tmp/etcd.log" 2>&1 &
+  etcd_pid=$!
+  endpoint="127.0.0.1:$port"
+  etcd_kind="gorun rendezvous serve"
+else
+  "$tmp/rdzvbench" serve -dir "$tmp/etcd" -endpoint-file "$tmp/endpoint" >"$tmp/etcd.log" 2>&1 &
+  etcd_pid=$!
+  for _ in $(seq 600); do [[ -s $tmp/endpoint ]] && break; kill -0 "$etcd_pid" 2>/dev/null || break; sleep 0.1; done
+  [[ -s $tmp/endpoint ]] || { cat "$tmp/etcd.log" >&2; die "the embedded etcd did not start"; }
+  endpoint=$(head -n1 "$tmp/endpoint")
+  etcd_kind="embedded etcd (bench/rdzvbench serve)"
+fi
+
+echo "bench/rendezvous.sh: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), $(uname -r)"
+echo "gorun: $(cd "$root" && git describe --always --dirty 2>/dev/null || echo '?'); etcd: $etcd_kind at $endpoint (one member, fsync on)"
+have_torch=1
+if ! "$TORCH_PYTHON" -c 'import torch.distributed.run' 2>/dev/null; then
+  have_torch=0
+  echo "$TORCH_PYTHON cannot import torch: part 3 skipped" >&2
+else
+  echo "torchrun: torch $("$TORCH_PYTHON" -c 'import torch; print(torch.__version__)'), $("$TORCH_PYTHON" --version 2>&1)"
+fi
+echo
+
+status=0
+for part in $PARTS; do
+  case $part in
+    rounds)
+      "$tmp/rdzvbench" rounds -endpoint "$endpoint" -agents "$AGENTS" -runs "$RUNS" -ttl "${TTL}s" || status=1
+      ;;
+    nodeloss)
+      "$tmp/rdzvbench" nodeloss -endpoint "$endpoint" -gorun "$tmp/gorun" -dir "$tmp/nodeloss" -runs "$RUNS" -ttl "$TTL" || status=1
+      ;;
+    job)
+      if ((have_torch)); then
+        "$tmp/rdzvbench" job -endpoint "$endpoint" -gorun "$tmp/gorun" -python "$TORCH_PYTHON" \
+          -train "$root/examples/ddp/train.py" -steps "$STEPS" -workloads "$WORKLOADS" -dir "$tmp/job" -runs "$RUNS" || status=1
+      fi
+      ;;
+  esac
+done
+kill -0 "$etcd_pid" 2>/dev/null || { echo "rendezvous.sh: the etcd server died during the run; its log ends:" >&2; tail -n 20 "$tmp/etcd.log" >&2; status=1; }
+echo "(measured on a machine shared with other work: compare rows of one run, not numbers across runs)"
+exit "$status"
