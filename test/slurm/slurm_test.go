@@ -59,6 +59,31 @@ func TestSbatchBadInput(t *testing.T) {
 	}
 }
 
+// The shipped examples/slurm scripts are what gorun sbatch renders today
+// from their "# Rendered by:" line, below their own header; needs no cluster.
+func TestShippedExamplesAreRendered(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(moduleRoot, "examples", "slurm", "*.sbatch"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			text := readFile(t, f)
+			_, rendered, ok := strings.Cut(text, "\n# Rendered by: ")
+			require.True(t, ok, "%s has no '# Rendered by:' line", f)
+			command, _, _ := strings.Cut(rendered, "\n")
+			args := strings.Fields(command) // the examples quote nothing
+			require.Equal(t, []string{"gorun", "sbatch"}, args[:2])
+			cmd := exec.Command(gorun(t), args[1:]...)
+			cmd.Dir = moduleRoot
+			out, err := cmd.Output()
+			require.NoError(t, err, "%s", command)
+			_, want, _ := strings.Cut(string(out), "\n# Rendered by: ")
+			require.Equal(t, want, rendered, "%s differs from what %q renders now", f, command)
+			require.True(t, strings.HasPrefix(text, "#!/bin/bash\n"))
+		})
+	}
+}
+
 // Two nodes of two workers under a real srun: ranks, world size, group
 // ranks, the master on node1's address, and every socket gorun listens on
 // bound to a node's address, none to 0.0.0.0.
