@@ -175,6 +175,12 @@ func (t *Trainer) Plan() hsdp.Plan { return t.plan }
 // Layout names the tensors of the flat parameter buffer.
 func (t *Trainer) Layout() model.Layout { return t.model.Layout() }
 
+// World is this rank's connection to the others, nil in a world of one
+// rank. Callers may create groups of their own on it (every rank the same
+// groups in the same order, e.g. for checkpointing alongside training) but
+// must not close it: Close does, and Run does when its ctx ends.
+func (t *Trainer) World() *comm.World { return t.world }
+
 // Step is the number of optimizer steps done.
 func (t *Trainer) Step() int { return t.state.Step }
 

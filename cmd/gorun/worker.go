@@ -11,7 +11,9 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/gorun/gorun/trainer"
 	"github.com/gorun/gorun/trainer/config"
 	"github.com/gorun/gorun/trainer/metrics"
+	"github.com/gorun/gorun/trainer/resume"
 )
 
 // workerCommand is `gorun worker train.toml`: one rank of the embedded
@@ -33,7 +36,14 @@ func workerCommand() *cli.Command {
 		Description: "Reads the torchrun environment contract (RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,\n" +
 			"MASTER_PORT, ...). Outside gorun or torchrun, WORLD_SIZE=1 alone trains in this process.\n" +
 			"Threads default to the CPUs available divided by LOCAL_WORLD_SIZE; OMP_NUM_THREADS is not\n" +
-			"read (gorun sets it to 1 for PyTorch's sake).",
+			"read (gorun sets it to 1 for PyTorch's sake).\n\n" +
+			"Checkpoints ([checkpoint] dir, every, keep, async): on start every worker resumes from the newest\n" +
+			"valid checkpoint in checkpoint.dir (any world size or mode; a corrupt one is skipped for the one\n" +
+			"before, and the log says why), and refuses one saved with another model, data, seed, global batch\n" +
+			"or optimizer. SIGUSR1 or SIGUSR2 (SLURM's --signal warning, passed on by gorun) makes every worker\n" +
+			"save at the next step boundary and exit 75 (EX_TEMPFAIL: checkpointed, requeue me). SIGTERM does\n" +
+			"the same if the save can finish within 20 s, then exits 143; otherwise (a peer gone, a slow step)\n" +
+			"it exits 143 at once. SIGINT and SIGHUP, or a second SIGTERM, stop at once.",
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "set", Usage: "override a train.toml value: section.key=value (repeatable)"},
 			&cli.StringFlag{Name: "metrics", Usage: "JSON-lines metrics file, instead of train.metrics ({rank} gives each rank a file)"},
@@ -66,12 +76,24 @@ func workerAction(c *cli.Context) error {
 		return cli.Exit(fmt.Sprintf("worker: --threads=%d: must be at least 1", c.Int("threads")), exitUsage)
 	}
 
-	ctx, stop := signalContext(c.Context)
+	sigs, stop := watchSignals(c.Context)
 	defer stop()
-	err = runWorker(ctx, c, cfg, w)
+	err = runWorker(sigs, c, cfg, w)
+	var stopped *resume.StoppedError
 	var sig signalError
-	if errors.As(err, &sig) {
+	switch {
+	case errors.As(err, &stopped) && stopped.Kind&resume.StopTerminate != 0:
+		writeErrorFile(w.ErrorFile, err)
+		return cli.Exit(fmt.Sprintf("worker rank %d: stopped by %v: %v", w.Rank, syscall.SIGTERM, err), 128+int(syscall.SIGTERM))
+	case errors.As(err, &stopped):
+		writeErrorFile(w.ErrorFile, err)
+		return cli.Exit(fmt.Sprintf("worker rank %d: %v; exit %d asks to be requeued", w.Rank, err, exitRequeue), exitRequeue)
+	case errors.As(err, &sig):
 		return cli.Exit(fmt.Sprintf("worker rank %d: %v", w.Rank, err), 128+int(sig.sig))
+	case err != nil && sigs.terminated.Load():
+		// SIGTERM came, and the run failed before it could save (a peer already gone).
+		writeErrorFile(w.ErrorFile, err)
+		return cli.Exit(fmt.Sprintf("worker rank %d: stopped by %v: %v", w.Rank, syscall.SIGTERM, err), 128+int(syscall.SIGTERM))
 	}
 	if err != nil {
 		writeErrorFile(w.ErrorFile, err)
@@ -80,13 +102,15 @@ func workerAction(c *cli.Context) error {
 	return nil
 }
 
-func runWorker(ctx context.Context, c *cli.Context, cfg config.Config, w distenv.Worker) (err error) {
+func runWorker(sigs *workerSignals, c *cli.Context, cfg config.Config, w distenv.Worker) (err error) {
+	ctx := sigs.ctx
 	beat := heartbeat.FromEnv(os.LookupEnv) // nil (no-op) unless the agent watches for hangs
+	var ck *resume.Checkpointer             // set before Run, the only caller of AfterStep
 	t, err := trainer.New(ctx, trainer.Config{Train: cfg, Worker: w, Threads: c.Int("threads"),
 		Metrics: c.String("metrics"), Log: c.App.Writer,
 		AfterStep: func(_ *trainer.Trainer, rec metrics.Record) error {
 			beat.Beat(rec.Step)
-			return nil
+			return ck.AfterStep(ctx, rec)
 		}})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -98,9 +122,24 @@ func runWorker(ctx context.Context, c *cli.Context, cfg config.Config, w distenv
 	if w.Rank == 0 {
 		fmt.Fprintln(c.App.Writer, t.Describe())
 	}
-	// Checkpoints will hook in here: t.Restore(...) before Run, and
-	// t.State() saved from AfterStep every checkpoint.every steps and on
-	// SIGUSR1/SIGUSR2.
+	// Checkpoints: resume from the newest valid one, then save from
+	// AfterStep every checkpoint.every steps, at the last step and when a
+	// signal asks (sigs.stop).
+	if ck, err = resume.New(t, resume.Config{Train: cfg, Log: c.App.Writer, Stop: &sigs.stop}); err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return err
+	}
+	// Deferred after t.Close, so it runs first: a background save still uses the World.
+	defer func() { err = errors.Join(err, ck.Close()) }()
+	if _, err := ck.Resume(ctx); err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return err
+	}
+	sigs.saving.Store(true)
 	res, err := t.Run(ctx)
 	if err != nil {
 		return err
@@ -136,25 +175,71 @@ type signalError struct{ sig syscall.Signal }
 
 func (e signalError) Error() string { return "stopped by " + e.sig.String() }
 
-// signalContext returns ctx cancelled, with a signalError cause, by the
-// first SIGTERM, SIGINT or SIGHUP (the agent forwards these). SIGUSR1 and
-// SIGUSR2 (checkpoint now, once checkpoints exist) are ignored rather than
-// left to kill the process.
-func signalContext(parent context.Context) (context.Context, func()) {
+const (
+	// exitRequeue is the status of a worker that checkpointed on SIGUSR1 or
+	// SIGUSR2 and stopped (gorun passes it on as its own with
+	// --max-restarts=0): EX_TEMPFAIL of sysexits.h, "try again later":
+	// requeue the job and it resumes from that checkpoint.
+	exitRequeue = 75
+	// termSaveTimeout is how long a SIGTERM waits for the next step
+	// boundary and the save there before stopping without one: shorter
+	// than gorun's default --term-timeout (30 s), after which gorun kills.
+	termSaveTimeout = 20 * time.Second
+)
+
+// workerSignals is what the signals a worker gets have asked for so far.
+type workerSignals struct {
+	// ctx is cancelled, with a signalError cause, when the worker must
+	// stop at once.
+	ctx context.Context
+	// stop holds the checkpoint-and-stop requests of SIGUSR1, SIGUSR2 and
+	// SIGTERM, read at every step boundary.
+	stop resume.Stop
+	// saving is set once the trainer runs with checkpoints: from then on a
+	// SIGTERM asks for a save first instead of stopping at once.
+	saving atomic.Bool
+	// terminated is set by the first SIGTERM.
+	terminated atomic.Bool
+}
+
+// watchSignals starts watching the signals the agent forwards: SIGUSR1
+// and SIGUSR2 request a checkpoint and a stop; SIGTERM does too once the
+// trainer runs (before that, it stops at once), and cancels ctx if the
+// save has not ended the run within termSaveTimeout; SIGINT, SIGHUP and a
+// second SIGTERM cancel ctx at once. The returned func stops watching and
+// cancels ctx.
+func watchSignals(parent context.Context) (*workerSignals, func()) {
 	ctx, cancel := context.WithCancelCause(parent)
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	signal.Ignore(syscall.SIGUSR1, syscall.SIGUSR2)
+	ws := &workerSignals{ctx: ctx}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		select {
-		case s := <-sigs:
-			cancel(signalError{s.(syscall.Signal)})
-		case <-ctx.Done():
+		var deadline <-chan time.Time
+		for {
+			select {
+			case s := <-sigs:
+				sig := s.(syscall.Signal)
+				switch {
+				case sig == syscall.SIGUSR1 || sig == syscall.SIGUSR2:
+					ws.stop.Request(resume.StopRequeue)
+				case sig == syscall.SIGTERM && ws.saving.Load() && !ws.terminated.Load():
+					ws.terminated.Store(true)
+					ws.stop.Request(resume.StopTerminate)
+					deadline = time.After(termSaveTimeout)
+				default:
+					ws.terminated.Store(ws.terminated.Load() || sig == syscall.SIGTERM)
+					cancel(signalError{sig})
+				}
+			case <-deadline:
+				cancel(signalError{syscall.SIGTERM})
+			case <-ctx.Done():
+				return
+			}
 		}
 	}()
-	return ctx, func() {
+	return ws, func() {
 		signal.Stop(sigs)
 		cancel(nil)
 		<-done
