@@ -100,7 +100,8 @@ func TestTrainerLayoutsMatch(t *testing.T) {
 		}
 		metricsPath := filepath.Join(out, l.name+".jsonl")
 		dump := filepath.Join(out, l.name)
-		worker := append(append(append([]string{toml}, trainerSets...), l.args...), "--metrics", metricsPath, "--dump-params", dump)
+		worker := append(append(append([]string{toml}, trainerSets...), l.args...), "--metrics", metricsPath, "--dump-params", dump,
+			"--set", fmt.Sprintf("checkpoint.dir=%q", filepath.Join(out, l.name+"-ckpt"))) // each layout starts afresh
 		var results []result
 		if l.nodes == 1 {
 			results = []result{runGorun(t, nil, append([]string{fmt.Sprintf("--nproc-per-node=%d", nproc)}, worker...)...)}
@@ -218,7 +219,7 @@ func TestTrainerStops(t *testing.T) {
 	started := func(stdout string) bool { return strings.Contains(stdout, "step 2/") }
 
 	t.Run("sigterm", func(t *testing.T) {
-		p := startProc(t, "worker", gorunBin, workerEnv("WORLD_SIZE=1"), long...)
+		p := startProc(t, "worker", gorunBin, workerEnv("WORLD_SIZE=1"), append(long, "--set", fmt.Sprintf("checkpoint.dir=%q", t.TempDir()))...)
 		if !p.waitOutput(30*time.Second, started) {
 			t.Fatalf("no progress within 30s:\n%s", p.stdout.String())
 		}
@@ -234,11 +235,12 @@ func TestTrainerStops(t *testing.T) {
 	t.Run("peer killed", func(t *testing.T) {
 		port := freePort(t)
 		procs := make([]*gorunProc, 2)
+		ckpt := []string{"--set", fmt.Sprintf("checkpoint.dir=%q", t.TempDir())} // not the sigterm run's checkpoints
 		for rank := range procs {
 			env := workerEnv(fmt.Sprintf("RANK=%d", rank), fmt.Sprintf("LOCAL_RANK=%d", rank), "WORLD_SIZE=2",
 				"LOCAL_WORLD_SIZE=2", "GROUP_RANK=0", "GROUP_WORLD_SIZE=1", "MASTER_ADDR=127.0.0.1",
 				fmt.Sprintf("MASTER_PORT=%d", port), "TORCHELASTIC_RUN_ID=peer-killed")
-			procs[rank] = startProc(t, fmt.Sprintf("rank%d", rank), gorunBin, env, long...)
+			procs[rank] = startProc(t, fmt.Sprintf("rank%d", rank), gorunBin, env, append(long, ckpt...)...)
 		}
 		if !procs[0].waitOutput(30*time.Second, started) {
 			t.Fatalf("no progress within 30s:\n%s", procs[0].stdout.String())
