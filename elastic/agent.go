@@ -122,6 +122,7 @@ type Outcome struct {
 	Restarts int       // the last round's number
 	Signal   os.Signal // the signal that stopped this node, if any
 	Reason   string    // why the job ended, as the rendezvous says
+	Requeue  bool      // the workers checkpointed on request: requeue the job to resume it
 }
 
 // Agent runs one node's workers through the rounds of a job.
@@ -273,6 +274,10 @@ func (a *Agent) rounds(ctx context.Context) (Outcome, error) {
 		switch {
 		case ctx.Err() != nil:
 			return a.stopped(ctx, round), nil
+		case res.requeue:
+			a.transition(StateFailed, "reason", "requeue")
+			fmt.Fprintf(a.spec.Report, "gorun: the workers saved a checkpoint on request and stopped: exit %d, requeue the job to resume\n", ExitRequeue)
+			return Outcome{ExitCode: ExitRequeue, Requeue: true, Restarts: round.Number, Reason: "checkpointed on request"}, nil
 		case res.ended != nil:
 			end = *res.ended
 		case len(res.failures) > 0:
@@ -339,7 +344,13 @@ func (a *Agent) closed(end rendezvous.End, r rendezvous.Round) Outcome {
 type roundResult struct {
 	failures []rendezvous.Failure // this node's workers that failed
 	ended    *rendezvous.End      // the round ended elsewhere first
+	requeue  bool                 // the workers checkpointed on request and stopped
 }
+
+// ExitRequeue is the exit status (EX_TEMPFAIL) of a worker that saved a
+// checkpoint on request (SIGUSR1/SIGUSR2, SLURM's --signal warning) and
+// stopped so the job can be requeued; gorun then exits with it too.
+const ExitRequeue = 75
 
 // StackDumpGrace is how long a hung worker gets to print its stacks after
 // SIGQUIT before it is killed.
@@ -394,6 +405,7 @@ func (a *Agent) runRound(ctx context.Context, r rendezvous.Round) (roundResult, 
 			}()
 		}
 	}
+	var requeue <-chan time.Time // set once a worker stopped to be requeued
 	for running := len(workers); running > 0; {
 		select {
 		case i := <-exited:
@@ -404,12 +416,25 @@ func (a *Agent) runRound(ctx context.Context, r rendezvous.Round) (roundResult, 
 				a.log.Info().Int("rank", w.contract.Rank).Msg("worker succeeded")
 				continue
 			}
+			if requeue != nil || (res.Signal == 0 && res.ExitCode == ExitRequeue) {
+				// The workers agreed on a checkpoint and stop one by one;
+				// the rest get TermTimeout to follow.
+				if requeue == nil {
+					a.log.Warn().Int("rank", w.contract.Rank).Msg("worker checkpointed on request and stopped: requeue")
+					requeue = time.After(a.spec.TermTimeout)
+				}
+				continue
+			}
 			stopAt := time.Now()
 			a.transition(StateStopping, "reason", "worker failed", "rank", w.contract.Rank, "result", res.String())
 			a.stopAll(workers, syscall.SIGTERM)
 			failures := a.failures(workers, r, stopAt)
 			writeFailureTable(a.spec.Report, failures, len(workers)-len(failures))
 			return roundResult{failures: failures}, nil
+		case <-requeue:
+			a.transition(StateStopping, "reason", "requeue: workers still running after the grace period")
+			a.stopAll(workers, syscall.SIGTERM)
+			return roundResult{requeue: true}, nil
 		case end, ok := <-roundEnd:
 			if !ok {
 				roundEnd = nil // ctx ended; handled below
@@ -441,7 +466,7 @@ func (a *Agent) runRound(ctx context.Context, r rendezvous.Round) (roundResult, 
 			return roundResult{}, nil
 		}
 	}
-	return roundResult{}, nil
+	return roundResult{requeue: requeue != nil}, nil
 }
 
 func (a *Agent) startWorkers(sink *workerlog.Sink, r rendezvous.Round) ([]*worker, error) {

@@ -112,6 +112,10 @@ func runRole(role string) int {
 		b.Beat(1)
 		time.Sleep(60 * time.Second)
 		return 0
+	case "requeue": // every worker "checkpoints" on SIGUSR1 and exits 75
+		waitFor(syscall.SIGUSR1)
+		time.Sleep(time.Duration(rank) * 50 * time.Millisecond)
+		return ExitRequeue
 	case "slow-no-beats": // never reports: never judged hung
 		time.Sleep(500 * time.Millisecond)
 		return 0
@@ -347,4 +351,18 @@ func TestAgentHeartbeatTimeout(t *testing.T) {
 			require.Contains(t, out.Failures[0].Error, "after step 1")
 		})
 	}
+}
+
+func TestAgentRequeue(t *testing.T) {
+	h := newHarness(t, "requeue", 3)
+	h.spec.MaxRestarts = 5
+	go func() {
+		h.waitReady(t, 3)
+		h.signals <- syscall.SIGUSR1
+	}()
+	out, _ := h.run(t)
+	require.Equal(t, ExitRequeue, out.ExitCode)
+	require.True(t, out.Requeue)
+	require.Equal(t, 0, out.Restarts, "a requeue spends no restart")
+	require.Contains(t, h.report.String(), "requeue the job to resume")
 }
