@@ -13,7 +13,7 @@
 #                rendezvous, no-op workers and examples/ddp/train.py --steps 5, interleaved.
 #                Goal: gorun <= 0.1 x torchrun.
 #
-#   bench/rendezvous.sh                      # RUNS=5, all three parts
+#   bench/rendezvous.sh                      # RUNS=5 (DDP_RUNS=3 for the slow DDP rows), all three parts
 #   RUNS=3 PARTS="rounds nodeloss" bench/rendezvous.sh
 #   AGENTS=8,64,128 TTL=5 STEPS=5 WORKLOADS=noop bench/rendezvous.sh
 #
@@ -25,6 +25,7 @@
 set -euo pipefail
 
 RUNS=${RUNS:-5}
+DDP_RUNS=${DDP_RUNS:-3}
 AGENTS=${AGENTS:-8,64,256}
 TTL=${TTL:-5}
 STEPS=${STEPS:-5}
@@ -37,6 +38,7 @@ root=$(cd "$here/.." && pwd)
 
 die() { echo "rendezvous.sh: $*" >&2; exit 1; }
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a positive integer, got '$RUNS'"
+[[ "$DDP_RUNS" =~ ^[1-9][0-9]*$ ]] || die "DDP_RUNS must be a positive integer, got '$DDP_RUNS'"
 [[ "$TTL" =~ ^[1-9][0-9]*$ ]] || die "TTL must be a positive number of seconds, got '$TTL'"
 [[ "$STEPS" =~ ^[1-9][0-9]*$ ]] || die "STEPS must be a positive integer, got '$STEPS'"
 for p in $PARTS; do
@@ -47,16 +49,33 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/gorun-rdzv-bench.XXXXXX")
 marker="rdzv-$$-$(date +%s%N)"
 export RDZVBENCH_MARKER=$marker
 etcd_pid=
+helper_pid=
+
+# helper ARGS...: runs the Go helper in the background and waits for it, so that a signal to
+# this script is handled at once (bash runs traps only between foreground commands).
+helper() {
+  "$tmp/rdzvbench" "$@" &
+  helper_pid=$!
+  local rc=0
+  wait "$helper_pid" || rc=$?
+  helper_pid=
+  return "$rc"
+}
+
+# stop PID: SIGTERM, up to 15 s to exit, then SIGKILL.
+stop() {
+  kill -TERM "$1" 2>/dev/null || return 0
+  for _ in $(seq 150); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+}
 
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
-  if [[ -n $etcd_pid ]]; then
-    kill -TERM "$etcd_pid" 2>/dev/null || true
-    for _ in $(seq 100); do kill -0 "$etcd_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$etcd_pid" 2>/dev/null || true
-    wait "$etcd_pid" 2>/dev/null || true
-  fi
+  ((rc == 130 || rc == 143)) && echo "rendezvous.sh: interrupted; stopping what it started" >&2
+  [[ -n $helper_pid ]] && stop "$helper_pid"
+  [[ -n $etcd_pid ]] && stop "$etcd_pid"
   # Anything left that this run started (workers of a killed launcher, say).
   [[ -x $tmp/rdzvbench ]] && "$tmp/rdzvbench" sweep -marker "$marker" || true
   rm -rf "$tmp"
@@ -104,15 +123,15 @@ status=0
 for part in $PARTS; do
   case $part in
     rounds)
-      "$tmp/rdzvbench" rounds -endpoint "$endpoint" -agents "$AGENTS" -runs "$RUNS" -ttl "${TTL}s" || status=1
+      helper rounds -endpoint "$endpoint" -agents "$AGENTS" -runs "$RUNS" -ttl "${TTL}s" || status=1
       ;;
     nodeloss)
-      "$tmp/rdzvbench" nodeloss -endpoint "$endpoint" -gorun "$tmp/gorun" -dir "$tmp/nodeloss" -runs "$RUNS" -ttl "$TTL" || status=1
+      helper nodeloss -endpoint "$endpoint" -gorun "$tmp/gorun" -dir "$tmp/nodeloss" -runs "$RUNS" -ttl "$TTL" || status=1
       ;;
     job)
       if ((have_torch)); then
-        "$tmp/rdzvbench" job -endpoint "$endpoint" -gorun "$tmp/gorun" -python "$TORCH_PYTHON" \
-          -train "$root/examples/ddp/train.py" -steps "$STEPS" -workloads "$WORKLOADS" -dir "$tmp/job" -runs "$RUNS" || status=1
+        helper job -endpoint "$endpoint" -gorun "$tmp/gorun" -python "$TORCH_PYTHON" \
+          -train "$root/examples/ddp/train.py" -steps "$STEPS" -workloads "$WORKLOADS" -dir "$tmp/job" -runs "$RUNS" -ddp-runs "$DDP_RUNS" || status=1
       fi
       ;;
   esac

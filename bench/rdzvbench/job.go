@@ -40,14 +40,15 @@ func jobCmd(ctx context.Context, args []string) error {
 	fs.StringVar(&env.train, "train", "", "examples/ddp/train.py")
 	fs.StringVar(&env.dir, "dir", "", "scratch dir")
 	fs.IntVar(&env.steps, "steps", 5, "train.py --steps")
-	runs := fs.Int("runs", 5, "timed runs of each row (after one warm-up)")
+	runs := fs.Int("runs", 5, "timed runs of each noop row")
+	ddpRuns := fs.Int("ddp-runs", 3, "timed runs of each ddp row")
 	goal := fs.Float64("goal", 0.1, "goal: gorun <= goal x torchrun")
 	workloads := fs.String("workloads", "noop,ddp", "rows to run: noop, ddp")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if env.endpoint == "" || env.gorun == "" || env.train == "" || env.dir == "" || *runs < 1 {
-		return errors.New("-endpoint, -gorun, -train and -dir are required; -runs at least 1")
+	if env.endpoint == "" || env.gorun == "" || env.train == "" || env.dir == "" || *runs < 1 || *ddpRuns < 1 {
+		return errors.New("-endpoint, -gorun, -train and -dir are required; -runs and -ddp-runs at least 1")
 	}
 	var rows []jobRow
 	for _, w := range strings.Split(*workloads, ",") {
@@ -64,19 +65,29 @@ func jobCmd(ctx context.Context, args []string) error {
 	fmt.Printf("== part 3: a 2 nodes x 2 workers job, two launcher processes on this machine started together, until both exit\n")
 	fmt.Printf("   noop: --no-python /bin/true workers; ddp: %s --steps %d (%s, GLOO_SOCKET_IFNAME=lo)\n", env.train, env.steps, env.python)
 	fmt.Printf("   %s: 4 workers started directly with the torchrun environment, the floor for any launcher\n", launchBare)
-	fmt.Printf("   one warm-up, then %d runs of each row, interleaved (order rotates every run)\n\n", *runs)
+	fmt.Printf("   %d runs of each noop row, %d of each ddp row, interleaved (the order rotates every run), after untimed warm-ups\n\n", *runs, *ddpRuns)
 
+	// Warm-ups: Python's and torch's files into the page cache, gorun's
+	// binary and the etcd's first client.
+	for _, row := range rows {
+		if row.Launcher == launchTorchrun || row.Launcher == launchEtcd || row.Launcher == launchBare {
+			if _, err := runJob(ctx, env, row, -1); err != nil {
+				return fmt.Errorf("%s %s, warm-up: %w", row.Workload, row.Launcher, err)
+			}
+		}
+	}
 	samples := map[jobRow][]time.Duration{}
-	for i := -1; i < *runs; i++ {
+	for i := 0; i < max(*runs, *ddpRuns); i++ {
 		for k := range rows {
-			row := rows[(k+max(i, 0))%len(rows)]
+			row := rows[(k+i)%len(rows)]
+			if (row.Workload == "ddp" && i >= *ddpRuns) || (row.Workload == "noop" && i >= *runs) {
+				continue
+			}
 			d, err := runJob(ctx, env, row, i)
 			if err != nil {
 				return fmt.Errorf("%s %s, run %d: %w", row.Workload, row.Launcher, i, err)
 			}
-			if i >= 0 {
-				samples[row] = append(samples[row], d)
-			}
+			samples[row] = append(samples[row], d)
 		}
 	}
 

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // usage lists the subcommands.
@@ -36,6 +38,12 @@ func run(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// Stop (SIGTERM: clean up, then exit) when the script that started
+	// this dies, however it dies.
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGTERM), 0, 0, 0); err != nil {
+		fmt.Fprintf(os.Stderr, "rdzvbench: prctl PR_SET_PDEATHSIG: %v\n", err)
+		return 1
+	}
 	cmds := map[string]func(context.Context, []string) error{
 		"ports":    portsCmd,
 		"serve":    serveCmd,

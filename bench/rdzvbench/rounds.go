@@ -43,6 +43,7 @@ func roundsCmd(ctx context.Context, args []string) error {
 	ttl := fs.Duration("ttl", 5*time.Second, "lease TTL of each agent's session")
 	goal := fs.Duration("goal", 2*time.Second, "goal: the largest count forms a round within this beyond the last call")
 	maxWait := fs.Duration("max-wait", 30*time.Second, "a run fails when the round has not formed this long after Next began")
+	caseBudget := fs.Duration("case-budget", 40*time.Second, "start no further run of a case once it has taken this long")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole command here")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -76,7 +77,7 @@ func roundsCmd(ctx context.Context, args []string) error {
 			roundCase{Agents: n, Limits: rendezvous.Limits{MinNodes: n / 2, MaxNodes: 2 * n}, LastCall: *lastCall})
 	}
 	fmt.Printf("== part 1: round time, N agents as goroutines in one process (own etcd client, lease and watch each) against one etcd at %s\n", *endpoint)
-	fmt.Printf("   time from the start of Next on every agent to the moment every member has its Round; up to %d runs each (a case stops at its first failure), fresh run id, median\n", *runs)
+	fmt.Printf("   time from the start of Next on every agent to the moment every member has its Round; up to %d runs each (a case stops at its first failure or after %s), fresh run id, median\n", *runs, *caseBudget)
 	fmt.Printf("   N:N freezes as the N-th joins; N/2:2N waits for the last call (%s) once N/2 joined: beyond = median - last call\n", *lastCall)
 	fmt.Printf("   lease TTL %s; a run fails when an agent's session is lost or no round forms within %s\n\n", *ttl, *maxWait)
 
@@ -88,8 +89,8 @@ func roundsCmd(ctx context.Context, args []string) error {
 		var rounds, setups []time.Duration
 		var events, casBytes []int64
 		var failures []string
-		tried := 0
-		for i := 0; i < *runs && len(failures) == 0; i++ {
+		tried, caseStart := 0, time.Now()
+		for i := 0; i < *runs && len(failures) == 0 && (i == 0 || time.Since(caseStart) < *caseBudget); i++ {
 			tried++
 			r, err := roundOnce(ctx, *endpoint, c, *ttl, *maxWait, i)
 			if ctx.Err() != nil {

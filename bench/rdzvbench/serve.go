@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/rs/zerolog"
-	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/rendezvous"
 )
@@ -70,13 +69,6 @@ func serveCmd(ctx context.Context, args []string) error {
 	}
 	if *dir == "" || *endpointFile == "" {
 		return errors.New("-dir and -endpoint-file are required")
-	}
-	// Die with the script that started us, whatever kills it.
-	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGTERM), 0, 0, 0); err != nil {
-		return fmt.Errorf("prctl PR_SET_PDEATHSIG: %w", err)
-	}
-	if os.Getppid() == 1 {
-		return errors.New("parent already gone")
 	}
 	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(zerolog.WarnLevel).With().Timestamp().Logger()
 	var server *rendezvous.Server
