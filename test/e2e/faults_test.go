@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/gorun/gorun/checkpoint"
+	"github.com/gorun/gorun/checkpoint"
 	"github.com/gorun/gorun/internal/etcdtest"
 )
 
@@ -101,6 +101,9 @@ type faultRow struct {
 }
 
 func (r faultRow) String() string {
+	if r.Resume == 0 {
+		return fmt.Sprintf("| %s | - | - | - | %s |", r.Scenario, r.Result)
+	}
 	return fmt.Sprintf("| %s | %.1f s | %.1f s | %d (step %d, resumed after %d) | %s |", r.Scenario,
 		r.Detect.Seconds(), r.Resume.Seconds(), r.AtStep-r.FromStep, r.AtStep, r.FromStep, r.Result)
 }
@@ -117,7 +120,11 @@ func (j *faultJob) observe(scenario string, at time.Time, atStep, endedBefore in
 	for time.Now().Before(deadline) {
 		if row.Detect == 0 && j.roundsEnded() > endedBefore {
 			row.Detect = time.Since(at)
-			recsAtDetect = len(j.records())
+			recs := j.records()
+			recsAtDetect = len(recs)
+			if len(recs) > 0 {
+				row.AtStep = max(row.AtStep, recs[len(recs)-1].Step)
+			}
 		}
 		if row.Detect != 0 {
 			if recs := j.records(); len(recs) > recsAtDetect {
@@ -285,5 +292,184 @@ func TestFaults(t *testing.T) {
 			t.Errorf("gorun status does not count one restart without %s:\n%s", victim.name, st)
 		}
 		rows = append(rows, row)
+	})
+
+	t.Run("SIGSTOP worker", func(t *testing.T) {
+		j := three(t, "sigstop", "--heartbeat-timeout=2s")
+		rec := j.waitStep(12)
+		pid, agent := j.workerOf(2)
+		ended := j.roundsEnded()
+		at := time.Now()
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		row := j.observe("SIGSTOP of a worker (rank 2, --heartbeat-timeout=2s)", at, rec.Step, ended)
+		j.finish()
+		requireEqual(t, ref6.dir, j.dir)
+		st := j.status()
+		t.Logf("status after the hang:\n%s", st)
+		// Every worker waits in a collective for the stopped one, so all stop stepping at once: the
+		// first heartbeat timeout may be any rank's: the report cannot single out the stopped one.
+		t.Logf("stopped rank 2 on %s", agent.name)
+		requireFirstFailure(t, st, 1, `rank \d on node-[abc] \(node \d\): exit 2 at \S+: no progress for 2[.0-9]*s after step \d+ \(heartbeat timeout\)`)
+		row.Result = "finished, bit-identical (--rtol 0)"
+		rows = append(rows, row)
+	})
+
+	t.Run("corrupt newest checkpoint", func(t *testing.T) {
+		j := three(t, "corrupt")
+		rec := j.waitStep(17)
+		pid, agent := j.workerOf(3)
+		// Stop rank 3 so that no step (and no checkpoint) completes while the newest one is
+		// corrupted, then kill it: the restart must skip the corrupt checkpoint.
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		newest := newestStep(t, j.dir)
+		shards, _ := filepath.Glob(filepath.Join(j.dir, checkpoint.StepName(newest), "shard-*.bin"))
+		if len(shards) == 0 {
+			t.Fatalf("no shard in checkpoint step %d", newest)
+		}
+		b, err := os.ReadFile(shards[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[len(b)/2] ^= 0x01
+		if err := os.WriteFile(shards[0], b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ended := j.roundsEnded()
+		at := time.Now()
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		row := j.observe(fmt.Sprintf("corrupt newest checkpoint (step %d), then kill -9 of a worker", newest), at, rec.Step, ended)
+		j.finish()
+		var out string
+		for _, a := range j.agents {
+			out += a.stdout.String()
+		}
+		want := fmt.Sprintf("checkpoint %s is corrupt", checkpoint.StepName(newest))
+		if !strings.Contains(out, want) || row.FromStep != int(newest)-5 {
+			t.Errorf("want %q in the log and a resume from step %d, resumed from %d", want, newest-5, row.FromStep)
+		}
+		requireEqual(t, ref6.dir, j.dir)
+		requireFirstFailure(t, j.status(), 1, `rank 3 on `+agent.name+` \(node \d\): SIGKILL`)
+		row.Result = "skipped the corrupt one (logged), finished, bit-identical (--rtol 0)"
+		rows = append(rows, row)
+	})
+
+	t.Run("node back (scale up)", func(t *testing.T) {
+		j := three(t, "scale-up")
+		j.waitStep(8)
+		victim := j.agents[2]
+		if err := victim.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		victim.wait()
+		deadline := time.Now().Add(60 * time.Second)
+		var rec trainerRecord
+		for time.Now().Before(deadline) {
+			if recs := j.records(); len(recs) > 0 && recs[len(recs)-1].WorldSize == 4 && recs[len(recs)-1].Step >= 17 {
+				rec = recs[len(recs)-1]
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if rec.Step == 0 {
+			t.Fatal("no step 17 at world size 4 within 60 s of the node loss")
+		}
+		ended := j.roundsEnded()
+		at := time.Now()
+		j.start("node-d")
+		row := j.observe("a node comes back (scale up 4 -> 6 workers)", at, rec.Step, ended)
+		j.finish(victim)
+		if recs := j.records(); recs[len(recs)-1].WorldSize != 6 {
+			t.Fatalf("the run ended at world size %d, want 6", recs[len(recs)-1].WorldSize)
+		}
+		row.Result = "finished at world size 6, " + requireNormClose(t, ref6.dir, j.dir)
+		st := j.status()
+		if !strings.Contains(st, "node-d") || !strings.Contains(st, "1 of 10 after membership changes") {
+			t.Errorf("gorun status does not show node-d and one membership change:\n%s", st)
+		}
+		rows = append(rows, row)
+	})
+
+	t.Run("embedded etcd member lost", func(t *testing.T) {
+		jobID := fmt.Sprint(910000 + time.Now().UnixNano()%89989)
+		j := newFaultJob(t, toml, "", "embedded", root, "2:3")
+		for id := range 3 {
+			args := append([]string{"--nnodes=2:3", "--nproc-per-node=2", "--max-restarts=5", "--term-timeout=5s",
+				"--rdzv-conf=lease_ttl=5,last_call_timeout=10,join_timeout=60", toml}, faultSets...)
+			args = append(args, "--set", fmt.Sprintf("checkpoint.dir=%q", j.dir), "--metrics", j.metrics)
+			j.agents = append(j.agents, startGorun(t, fmt.Sprintf("node%d", id+1), slurmStepEnv(jobID, id), args...))
+		}
+		rec := j.waitStep(12)
+		victim := j.agents[0] // hosts the first etcd member and node rank 0
+		ended := j.roundsEnded()
+		at := time.Now()
+		if err := victim.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		row := j.observe("kill -9 of the node hosting an embedded etcd member (SLURM, 3 members)", at, rec.Step, ended)
+		j.finish(victim)
+		row.Result = "finished at world size 4 on 2 etcd members, " + requireNormClose(t, ref4.dir, j.dir)
+		for _, a := range j.agents[1:] {
+			if !strings.Contains(a.stderr.String(), "worker failure (attempt 0)") && !strings.Contains(a.stderr.String(), "round ended") {
+				t.Errorf("%s: no restart reported", a.name)
+			}
+		}
+		rows = append(rows, row)
+	})
+
+	t.Run("checkpoint disk full", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("skipping: mounting a small tmpfs needs root")
+		}
+		mnt := filepath.Join(t.TempDir(), "ckpt-fs")
+		if err := os.Mkdir(mnt, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// One checkpoint of this model is 456 KiB: the first fits, the second does not.
+		if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=700k"); err != nil {
+			t.Skipf("skipping: mount -t tmpfs: %v", err)
+		}
+		t.Cleanup(func() {
+			if err := syscall.Unmount(mnt, 0); err != nil {
+				t.Errorf("unmount %s: %v", mnt, err)
+			}
+		})
+		dir := filepath.Join(mnt, "ckpt")
+		args := append([]string{"--nproc-per-node=2", "--max-restarts=0", toml}, faultSets...)
+		args = append(args, "--set", fmt.Sprintf("checkpoint.dir=%q", dir), "--set", "checkpoint.keep=1",
+			"--metrics", filepath.Join(root, "disk-full.jsonl"))
+		r := runGorun(t, nil, args...)
+		if r.ExitCode == 0 || !strings.Contains(r.Stderr, "no space left on device") {
+			t.Fatalf("exit %d, want a failure saying no space left on device", r.ExitCode)
+		}
+		if got := newestStep(t, dir); got != 5 {
+			t.Fatalf("newest complete checkpoint is step %d, want 5", got)
+		}
+		c, err := checkpoint.Open(filepath.Join(dir, checkpoint.StepName(5)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		for _, tm := range c.Manifest().Tensors {
+			if err := c.Read(tm.Name, 0, make([]float32, tm.Elements())); err != nil {
+				t.Fatalf("step 5 after the disk filled: %v", err)
+			}
+		}
+		var line string
+		for _, l := range nonEmptyLines(r.Stderr) {
+			if strings.Contains(l, "no space left on device") {
+				line = strings.TrimSpace(l)
+				break
+			}
+		}
+		t.Logf("disk full: %s", line)
+		rows = append(rows, faultRow{Scenario: "checkpoint disk full (tmpfs of 700 KiB, keep=1)",
+			Result: "clean stop (exit " + strconv.Itoa(r.ExitCode) + ", --max-restarts=0) naming ENOSPC; step 5 intact and readable"})
 	})
 }
