@@ -107,6 +107,7 @@ func Start(t testing.TB, nodes int) *Cluster {
 	c.LabDir, c.Conf = dir, filepath.Join(dir, "slurm", "slurm.conf")
 	t.Cleanup(func() { c.stop(t) })
 
+	started := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout)
 	defer cancel()
 	up := exec.CommandContext(ctx, filepath.Join(c.lab, "slurm-up.sh"), strconv.Itoa(nodes))
@@ -124,6 +125,7 @@ func Start(t testing.TB, nodes int) *Cluster {
 	for i := 1; i <= nodes; i++ {
 		c.WaitNodeState(t, c.Node(i), 30*time.Second, "idle")
 	}
+	t.Logf("slurmtest: %d node(s) idle %s after Start (%s)", nodes, time.Since(started).Round(time.Millisecond), c.LabDir)
 	return c
 }
 
@@ -162,6 +164,8 @@ func unlock(f *os.File) {
 // daemons stop, and anything of the cluster still running afterwards is
 // killed and fails t.
 func (c *Cluster) stop(t testing.TB) {
+	started := time.Now()
+	defer func() { t.Logf("slurmtest: cluster stopped in %s", time.Since(started).Round(time.Millisecond)) }()
 	defer unlock(c.lock)
 	defer os.RemoveAll(c.LabDir)
 	namespaces := c.namespaces()
