@@ -156,6 +156,7 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 			ID: r.NodeID, Host: l.Host, Addr: l.Addr, Preferred: l.NodeRank, NProc: l.NProcPerNode,
 		},
 		Limits: r.Limits, LastCall: r.Timing.LastCall.Std(), JoinTimeout: r.Timing.JoinTimeout.Std(),
+		LeaseTTL: r.Timing.LeaseTTL.Std(),
 		FreePort: freePort, Log: rt.Log,
 	})
 	if err != nil {

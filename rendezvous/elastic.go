@@ -42,6 +42,10 @@ type Config struct {
 	Limits      Limits
 	LastCall    time.Duration // after MinNodes joined, how long to wait for more
 	JoinTimeout time.Duration // how long a round may take to form before Next gives up
+	// LeaseTTL is the session lease's TTL: a worker failure that would
+	// close the job waits this long (and a second) for a node loss that
+	// explains it. 0: no wait.
+	LeaseTTL time.Duration
 	// FreePort picks the MASTER_PORT on this node's address when it is
 	// node rank 0 of a round.
 	FreePort func(addr string) (int, error)
@@ -175,7 +179,14 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 				lastCallTimer = time.After(e.cfg.LastCall)
 			}
 			passed := !lastCall.IsZero() && !time.Now().Before(lastCall)
-			if ShouldFreeze(st, len(snap.joined), len(snap.alive), e.cfg.Limits, passed) {
+			if re, lost := st.Reattribute(snap.alive); len(lost) > 0 {
+				if err := e.recordLost(ctx, st.Round-1, lost); err != nil {
+					return Round{}, err
+				}
+				if err := e.cas(ctx, snap.stateRev, st, re); err != nil {
+					return Round{}, err
+				}
+			} else if ShouldFreeze(st, len(snap.joined), len(snap.alive), e.cfg.Limits, passed) {
 				joined := slices.Clone(snap.joined)
 				sort.Slice(joined, func(i, j int) bool { return joined[i].Order < joined[j].Order })
 				joined = joined[:min(len(joined), e.cfg.Limits.MaxNodes)]
@@ -262,6 +273,9 @@ func (e *Elastic) reopenIfMembersLeft(ctx context.Context, snap snapshot) (bool,
 		return false, nil
 	}
 	reason := fmt.Sprintf("node %s left (its lease expired)", strings.Join(gone, ", "))
+	if err := e.recordLost(ctx, st.Round, e.lostMembers(snap)); err != nil {
+		return true, err
+	}
 	return true, e.cas(ctx, snap.stateRev, st, st.Next(CauseMembership, reason, e.cfg.Limits, time.Now()))
 }
 
@@ -351,19 +365,79 @@ func (e *Elastic) Failed(ctx context.Context, r Round, failures []Failure) (End,
 	if len(failures) > 0 {
 		reason = "worker failure: " + failures[0].String()
 	}
+	// A node that dies makes its peers' workers fail before its lease
+	// expires. When this failure would spend the last of the budget and
+	// close the job, first give the leases time to show such a loss.
+	waited := e.cfg.LeaseTTL <= 0
+	var lossDeadline <-chan time.Time
 	for {
 		snap, changed := e.view.read()
 		st := snap.state
 		if end, over := roundOver(st, r); over {
 			return end, nil
 		}
-		if err := e.cas(ctx, snap.stateRev, st, st.Next(CauseFailure, reason, e.cfg.Limits, time.Now())); err != nil {
+		next := st.Next(CauseFailure, reason, e.cfg.Limits, time.Now())
+		if next.Phase == PhaseClosed && !waited {
+			if lossDeadline == nil {
+				e.log.Info().Dur("wait", e.cfg.LeaseTTL+time.Second).Msg("restart budget spent: waiting out the lease TTL for a lost node that would explain the failure")
+				lossDeadline = time.After(e.cfg.LeaseTTL + time.Second)
+			}
+			if _, err := e.reopenIfMembersLeft(ctx, snap); err != nil {
+				return End{}, err
+			}
+			select {
+			case <-changed:
+			case <-lossDeadline:
+				waited = true
+			case <-e.store.Done():
+				return End{}, ErrSessionLost
+			case <-ctx.Done():
+				return End{}, context.Cause(ctx)
+			}
+			continue
+		}
+		if err := e.cas(ctx, snap.stateRev, st, next); err != nil {
 			return End{}, err
 		}
 		if err := e.await(ctx, changed); err != nil {
 			return End{}, err
 		}
 	}
+}
+
+// lostMembers are the members of the running round with no live session.
+func (e *Elastic) lostMembers(snap snapshot) []Member {
+	var lost []Member
+	for _, m := range snap.state.Members {
+		if !snap.alive[m.ID] {
+			lost = append(lost, m)
+		}
+	}
+	return lost
+}
+
+// recordLost writes a failure report for each lost node of round, dated
+// just before the round's first worker failure: the node's death is what
+// broke its peers' workers, so it is the first failure to report.
+func (e *Elastic) recordLost(ctx context.Context, round int, lost []Member) error {
+	failures, err := ListFailures(ctx, e.store)
+	if err != nil {
+		return err
+	}
+	when := time.Now()
+	for _, f := range failures {
+		if f.Attempt == round && f.Time.Before(when) {
+			when = f.Time.Add(-time.Millisecond)
+		}
+	}
+	for _, m := range lost {
+		f := Failure{Host: m.Host, NodeRank: -1, Rank: -1, ExitCode: 137, Signal: "node lost", Time: when, Attempt: round,
+			Error: fmt.Sprintf("node %s stopped answering: its lease expired (the node died, or was cut off)", m.Host)}
+		if err := e.put(ctx, fmt.Sprintf("%s%08d/node-%s", prefixFail, round, m.ID), f, false); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Succeeded reports that every worker of this node exited 0 in round r and

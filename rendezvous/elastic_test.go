@@ -2,6 +2,7 @@ package rendezvous_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -253,5 +254,65 @@ func TestManyNodes(t *testing.T) {
 	sort.Ints(ranks)
 	for i, r := range ranks {
 		require.Equal(t, i, r)
+	}
+}
+
+// A node that dies breaks its peers' workers before its lease expires: the
+// restart their failures opened is charged to the node loss once it shows.
+func TestNodeLossSeenFirstAsWorkerFailures(t *testing.T) {
+	b := rdzvtest.NewBackend()
+	lim := testLimits
+	lim.MaxFailures = 1
+	nodes := []*node{join(t, b, config("a", -1, lim)), join(t, b, config("b", -1, lim)), join(t, b, config("c", -1, lim))}
+	rounds := nextAll(t, nodes...)
+	ctx := context.Background()
+	broken := rendezvous.Failure{Host: "a", Rank: 0, ExitCode: 1, Time: time.Now(), Error: "RuntimeError: connection closed by peer"}
+	end, err := nodes[0].rdzv.Failed(ctx, rounds[0], []rendezvous.Failure{broken})
+	require.NoError(t, err)
+	require.False(t, end.Closed)
+	nodes[2].store.Kill() // c's lease expires only now
+
+	second := nextAll(t, nodes[0], nodes[1])
+	requireConsistent(t, second, 2)
+	var st rendezvous.State
+	raw, _ := b.Value("state")
+	require.NoError(t, json.Unmarshal(raw, &st))
+	require.Equal(t, 0, st.Failures, "the restart is the node loss's, not a worker failure's")
+	require.Equal(t, 1, st.Changes)
+	require.Contains(t, st.Reason, "node c left")
+	failures, err := nodes[0].rdzv.Failures(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "node lost", failures[0].Signal, "the lost node is the first failure")
+	require.Equal(t, "c", failures[0].Host)
+}
+
+// With the restart budget spent, a worker failure waits out the lease TTL
+// for a node loss that explains it before it closes the job.
+func TestSpentBudgetWaitsForNodeLoss(t *testing.T) {
+	for _, nodeDies := range []bool{true, false} {
+		t.Run(fmt.Sprintf("node dies %v", nodeDies), func(t *testing.T) {
+			b := rdzvtest.NewBackend()
+			lim := testLimits
+			lim.MaxFailures = 0
+			var nodes []*node
+			for _, h := range []string{"a", "b", "c"} {
+				cfg := config(h, -1, lim)
+				cfg.LeaseTTL = 200 * time.Millisecond
+				nodes = append(nodes, join(t, b, cfg))
+			}
+			rounds := nextAll(t, nodes...)
+			if nodeDies {
+				time.AfterFunc(100*time.Millisecond, nodes[2].store.Kill)
+			}
+			end, err := nodes[0].rdzv.Failed(context.Background(), rounds[0],
+				[]rendezvous.Failure{{Host: "a", Rank: 0, ExitCode: 1, Time: time.Now()}})
+			require.NoError(t, err)
+			require.Equal(t, !nodeDies, end.Closed)
+			if nodeDies {
+				require.Contains(t, end.Reason, "node c")
+			} else {
+				require.Contains(t, end.Reason, "restart budget spent")
+			}
+		})
 	}
 }

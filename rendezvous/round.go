@@ -44,8 +44,12 @@ func (f Failure) How() string {
 	return "exit " + strconv.Itoa(f.ExitCode)
 }
 
-// String is one line: "rank 3 on node2 (node 1): exit 1 at 12:00:01.123: ValueError: bad".
+// String is one line: "rank 3 on node2 (node 1): exit 1 at 12:00:01.123: ValueError: bad",
+// or, for a node lost as a whole, "node node2 lost at 12:00:01.123: ...".
 func (f Failure) String() string {
 	first, _, _ := strings.Cut(f.Error, "\n")
+	if f.Rank < 0 {
+		return fmt.Sprintf("node %s lost at %s: %s", f.Host, f.Time.Format("15:04:05.000"), first)
+	}
 	return fmt.Sprintf("rank %d on %s (node %d): %s at %s: %s", f.Rank, f.Host, f.NodeRank, f.How(), f.Time.Format("15:04:05.000"), first)
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -57,6 +58,11 @@ type State struct {
 	Result     string    `json:"result,omitempty"` // closed: succeeded or failed
 	Since      time.Time `json:"since"`            // when the phase began
 	Limits     Limits    `json:"limits"`           // the job's bounds, as the node that opened it saw them
+	// Cause and Previous say why this round opened and who ran the round
+	// before, so that a restart charged to a worker failure can be
+	// charged to a node loss instead once the lost node's lease expires.
+	Cause    Cause    `json:"cause"`
+	Previous []Member `json:"previous,omitempty"`
 }
 
 // Cause is why a new round opens.
@@ -132,7 +138,35 @@ func (s State) Next(cause Cause, reason string, lim Limits, now time.Time) State
 	return State{
 		Round: s.Round + 1, Phase: PhaseJoinable, Reason: reason,
 		Failures: s.Failures, Changes: s.Changes, Since: now, Limits: s.Limits,
+		Cause: cause, Previous: s.Members,
 	}
+}
+
+// Reattribute charges a restart opened for a worker failure to a node loss
+// instead when a node of the previous round has no live session: a node
+// that dies shows up first as failures of its peers' workers (their
+// connections to it break), and only a lease TTL later as a lost node. It
+// returns the lost nodes; s is unchanged when there are none.
+func (s State) Reattribute(alive map[string]bool) (State, []Member) {
+	if s.Phase != PhaseJoinable || s.Cause != CauseFailure {
+		return s, nil
+	}
+	var lost []Member
+	var hosts []string
+	for _, m := range s.Previous {
+		if !alive[m.ID] {
+			lost = append(lost, m)
+			hosts = append(hosts, m.Host)
+		}
+	}
+	if len(lost) == 0 {
+		return s, nil
+	}
+	s.Failures = max(0, s.Failures-1)
+	s.Changes++
+	s.Cause = CauseMembership
+	s.Reason = fmt.Sprintf("node %s left (its lease expired); its peers' workers failed first", strings.Join(hosts, ", "))
+	return s, lost
 }
 
 // Close ends the job with result.
