@@ -141,9 +141,16 @@ touch "$OUT/ready-$RANK"; while [ ! -e "$OUT/go" ]; do sleep 0.05; done`
 	}
 	require.Positive(t, onNode1, "nothing of the job listens on node1 (%s): the embedded etcd should", c.Addr(1))
 
+	released := time.Now()
 	require.NoError(t, os.WriteFile(filepath.Join(out, "go"), nil, 0o644))
 	require.NoError(t, <-exited, "srun:\n%s", output.String())
 	res := output.String()
+	t.Logf("workers released to srun's exit: %s", time.Since(released).Round(10*time.Millisecond))
+	for _, l := range strings.Split(res, "\n") {
+		if strings.Contains(l, "other nodes still registered") {
+			t.Logf("a node waited for the others to leave until its linger ran out: %s", l)
+		}
+	}
 
 	line := regexp.MustCompile(`(?m)^\[(node\d):(\d+)\] RANK=(\d+) LOCAL_RANK=(\d+) WORLD_SIZE=(\d+) GROUP_RANK=(\d+) MASTER_ADDR=(\S+) MASTER_PORT=(\d+) MASTER_IP=(\S*) HOST=(\S+)$`)
 	matches := line.FindAllStringSubmatch(res, -1)
