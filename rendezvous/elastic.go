@@ -14,6 +14,10 @@ import (
 	"github.com/rs/zerolog"
 )
 
+// freezeFallback is how long agents other than a round's first joiner
+// wait for it to freeze the round before they do.
+const freezeFallback = 500 * time.Millisecond
+
 // ErrSessionLost means this agent's lease expired: the others count it as
 // gone, so it must stop its workers.
 var ErrSessionLost = errors.New("rendezvous: lost the etcd lease (etcd unreachable for longer than the lease TTL)")
@@ -148,7 +152,8 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 	defer timeout.Stop()
 	joinedRound, waiting := -1, false
 	var lastCall time.Time // when the current round's last call ends; zero: MinNodes not reached
-	var lastCallTimer <-chan time.Time
+	var lastCallTimer, freezeFallbackTimer <-chan time.Time
+	fallbackDue := false // the first joiner did not freeze in time: anyone may
 	for {
 		snap, changed := e.view.read()
 		st := snap.state
@@ -172,6 +177,7 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 					waiting = false
 				}
 				joinedRound, lastCall, lastCallTimer = st.Round, time.Time{}, nil
+				freezeFallbackTimer, fallbackDue = nil, false
 				e.log.Debug().Int("round", st.Round).Msg("joined round")
 			}
 			if len(snap.joined) >= e.cfg.Limits.MinNodes && lastCall.IsZero() {
@@ -190,12 +196,21 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 				joined := slices.Clone(snap.joined)
 				sort.Slice(joined, func(i, j int) bool { return joined[i].Order < joined[j].Order })
 				joined = joined[:min(len(joined), e.cfg.Limits.MaxNodes)]
-				next, err := st.Freeze(joined, e.cfg.Limits, time.Now())
-				if err == nil {
-					err = e.cas(ctx, snap.stateRev, st, next)
-				}
-				if err != nil {
-					return Round{}, err
+				// The first joiner freezes; the others only if it has not
+				// after freezeFallback (it may have died), so hundreds of
+				// agents do not all send the same large transaction.
+				if joined[0].ID != e.cfg.Self.ID && !fallbackDue {
+					if freezeFallbackTimer == nil {
+						freezeFallbackTimer = time.After(freezeFallback)
+					}
+				} else {
+					next, err := st.Freeze(joined, e.cfg.Limits, time.Now())
+					if err == nil {
+						err = e.cas(ctx, snap.stateRev, st, next)
+					}
+					if err != nil {
+						return Round{}, err
+					}
 				}
 			}
 		case st.Phase == PhaseFrozen || st.Phase == PhaseRunning:
@@ -234,6 +249,8 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 		select {
 		case <-changed:
 		case <-lastCallTimer:
+		case <-freezeFallbackTimer:
+			freezeFallbackTimer, fallbackDue = nil, true
 		case <-timeout.C:
 			return Round{}, e.formError(st, snap)
 		case <-e.store.Done():

@@ -10,16 +10,32 @@ import (
 )
 
 // view is one agent's copy of its job's keys, kept current by one watch on
-// the job's prefix. Readers take what they need under the lock and wait on
-// the channel that closes at the next change.
+// the job's prefix. Each key is decoded once, when it changes; readers take
+// a snapshot under the lock and wait on the channel that closes at the
+// next change.
 type view struct {
-	mu      sync.Mutex
-	kvs     map[string]KV
-	changed chan struct{}
+	mu       sync.Mutex
+	state    State
+	stateRev int64                     // 0: no state key yet
+	nodes    map[string]int64          // node id -> create revision of its live node key
+	joined   map[int]map[string]Member // round -> id -> member, Order = its join key's revision
+	done     map[int]map[string]bool   // round -> ids whose workers succeeded
+	waiting  map[string]Member
+	changed  chan struct{}
 }
 
 func newView() *view {
-	return &view{kvs: map[string]KV{}, changed: make(chan struct{})}
+	v := &view{changed: make(chan struct{})}
+	v.clearLocked()
+	return v
+}
+
+func (v *view) clearLocked() {
+	v.state, v.stateRev = State{}, 0
+	v.nodes = map[string]int64{}
+	v.joined = map[int]map[string]Member{}
+	v.done = map[int]map[string]bool{}
+	v.waiting = map[string]Member{}
 }
 
 // run keeps v current until ctx ends: list, watch from there, and list
@@ -45,9 +61,9 @@ func (v *view) run(ctx context.Context, store Store) {
 func (v *view) reset(kvs []KV) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.kvs = make(map[string]KV, len(kvs))
+	v.clearLocked()
 	for _, kv := range kvs {
-		v.kvs[kv.Key] = kv
+		v.applyLocked(Event{KV: kv})
 	}
 	v.notifyLocked()
 }
@@ -55,12 +71,69 @@ func (v *view) reset(kvs []KV) {
 func (v *view) apply(ev Event) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if ev.Deleted {
-		delete(v.kvs, ev.Key)
-	} else {
-		v.kvs[ev.Key] = ev.KV
-	}
+	v.applyLocked(ev)
 	v.notifyLocked()
+}
+
+// applyLocked decodes one change into the view. Malformed values are
+// skipped: only this package writes them.
+func (v *view) applyLocked(ev Event) {
+	key := ev.Key
+	switch {
+	case key == keyState:
+		var st State
+		if !ev.Deleted && json.Unmarshal(ev.Value, &st) == nil {
+			v.state, v.stateRev = st, ev.Rev
+		} else if ev.Deleted {
+			v.state, v.stateRev = State{}, 0
+		}
+	case strings.HasPrefix(key, prefixNodes):
+		id := strings.TrimPrefix(key, prefixNodes)
+		if ev.Deleted {
+			delete(v.nodes, id)
+		} else {
+			v.nodes[id] = ev.Create
+		}
+	case strings.HasPrefix(key, prefixWait):
+		id := strings.TrimPrefix(key, prefixWait)
+		var m Member
+		if ev.Deleted {
+			delete(v.waiting, id)
+		} else if json.Unmarshal(ev.Value, &m) == nil {
+			v.waiting[id] = m
+		}
+	case strings.HasPrefix(key, "rounds/"):
+		var round int
+		var kind, id string
+		rest := strings.TrimPrefix(key, "rounds/")
+		r, tail, _ := strings.Cut(rest, "/")
+		kind, id, _ = strings.Cut(tail, "/")
+		if _, err := fmt.Sscanf(r, "%d", &round); err != nil {
+			return
+		}
+		switch kind {
+		case "join":
+			if v.joined[round] == nil {
+				v.joined[round] = map[string]Member{}
+			}
+			var m Member
+			if ev.Deleted {
+				delete(v.joined[round], id)
+			} else if json.Unmarshal(ev.Value, &m) == nil {
+				m.Order = ev.Create
+				v.joined[round][id] = m
+			}
+		case "done":
+			if v.done[round] == nil {
+				v.done[round] = map[string]bool{}
+			}
+			if ev.Deleted {
+				delete(v.done[round], id)
+			} else {
+				v.done[round][id] = true
+			}
+		}
+	}
 }
 
 func (v *view) notifyLocked() {
@@ -91,38 +164,26 @@ func joinKey(round int, id string) string { return roundPrefix(round) + "join/" 
 func doneKey(round int, id string) string { return roundPrefix(round) + "done/" + id }
 
 // read returns a snapshot and the channel that closes at the next change.
-// Malformed values are skipped: only this package writes them.
 func (v *view) read() (snapshot, <-chan struct{}) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	s := snapshot{alive: map[string]bool{}, done: map[string]bool{}}
-	if kv, ok := v.kvs[keyState]; ok && json.Unmarshal(kv.Value, &s.state) == nil {
-		s.stateRev = kv.Rev
+	s := snapshot{state: v.state, stateRev: v.stateRev, alive: make(map[string]bool, len(v.nodes)), done: map[string]bool{}}
+	for id := range v.nodes {
+		s.alive[id] = true
 	}
-	join, done := roundPrefix(s.state.Round)+"join/", roundPrefix(s.state.Round)+"done/"
-	for k, kv := range v.kvs {
-		switch {
-		case strings.HasPrefix(k, prefixNodes):
-			s.alive[strings.TrimPrefix(k, prefixNodes)] = true
-		case strings.HasPrefix(k, join):
-			var m Member
-			if json.Unmarshal(kv.Value, &m) == nil {
-				// Join order is the order agents joined the job, not this
-				// round, so node ranks stay put across rounds.
-				m.Order = kv.Create
-				if node, ok := v.kvs[prefixNodes+m.ID]; ok {
-					m.Order = node.Create
-				}
-				s.joined = append(s.joined, m)
-			}
-		case strings.HasPrefix(k, done):
-			s.done[strings.TrimPrefix(k, done)] = true
-		case strings.HasPrefix(k, prefixWait):
-			var m Member
-			if json.Unmarshal(kv.Value, &m) == nil {
-				s.waiting = append(s.waiting, m)
-			}
+	for id, m := range v.joined[v.state.Round] {
+		// Join order is the order agents joined the job, not this round,
+		// so node ranks stay put across rounds.
+		if created, ok := v.nodes[id]; ok {
+			m.Order = created
 		}
+		s.joined = append(s.joined, m)
+	}
+	for id := range v.done[v.state.Round] {
+		s.done[id] = true
+	}
+	for _, m := range v.waiting {
+		s.waiting = append(s.waiting, m)
 	}
 	return s, v.changed
 }
