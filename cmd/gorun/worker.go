@@ -43,7 +43,8 @@ func workerCommand() *cli.Command {
 			"or optimizer. SIGUSR1 or SIGUSR2 (SLURM's --signal warning, passed on by gorun) makes every worker\n" +
 			"save at the next step boundary and exit 75 (EX_TEMPFAIL: checkpointed, requeue me). SIGTERM does\n" +
 			"the same if the save can finish within 20 s, then exits 143; otherwise (a peer gone, a slow step)\n" +
-			"it exits 143 at once. SIGINT and SIGHUP, or a second SIGTERM, stop at once.",
+			"it exits 143 at once. SIGINT and SIGHUP, or a second SIGTERM (2 s or more after the first: SLURM\n" +
+			"delivers one to every process of a step while gorun passes it on too), stop at once.",
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "set", Usage: "override a train.toml value: section.key=value (repeatable)"},
 			&cli.StringFlag{Name: "metrics", Usage: "JSON-lines metrics file, instead of train.metrics ({rank} gives each rank a file)"},
@@ -185,6 +186,10 @@ const (
 	// boundary and the save there before stopping without one: shorter
 	// than gorun's default --term-timeout (30 s), after which gorun kills.
 	termSaveTimeout = 20 * time.Second
+	// duplicateSignalWindow is how close a second SIGTERM may follow the
+	// first and still be the same one delivered twice (by SLURM to every
+	// process of the step, and by gorun); a later one stops at once.
+	duplicateSignalWindow = 2 * time.Second
 )
 
 // workerSignals is what the signals a worker gets have asked for so far.
@@ -217,6 +222,7 @@ func watchSignals(parent context.Context) (*workerSignals, func()) {
 	go func() {
 		defer close(done)
 		var deadline <-chan time.Time
+		var firstTerm time.Time
 		for {
 			select {
 			case s := <-sigs:
@@ -228,6 +234,10 @@ func watchSignals(parent context.Context) (*workerSignals, func()) {
 					ws.terminated.Store(true)
 					ws.stop.Request(resume.StopTerminate)
 					deadline = time.After(termSaveTimeout)
+					firstTerm = time.Now()
+				case sig == syscall.SIGTERM && time.Since(firstTerm) < duplicateSignalWindow:
+					// The same SIGTERM twice: under SLURM, scancel signals
+					// every process of the step, and gorun passes it on too.
 				default:
 					ws.terminated.Store(ws.terminated.Load() || sig == syscall.SIGTERM)
 					cancel(signalError{sig})
