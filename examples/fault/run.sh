@@ -16,6 +16,7 @@ STEPS=${STEPS:-60}
 KILL_AT=${KILL_AT:-25}
 PORT=${PORT:-23790}
 WORK=${WORK:-$(mktemp -d /tmp/gorun-fault.XXXXXX)}
+mkdir -p "$WORK"
 # 48 sequences a step divide into micro batches of 4 on 6 and on 4 workers.
 sets="--set train.steps=$STEPS --set train.global_batch=48 --set train.micro_batch=4 --set train.log_every=1 --set checkpoint.every=5"
 pids=""
