@@ -16,7 +16,7 @@ import (
 
 // freezeFallback is how long agents other than a round's first joiner
 // wait for it to freeze the round before they do.
-const freezeFallback = 500 * time.Millisecond
+const freezeFallback = 2 * time.Second
 
 // ErrSessionLost means this agent's lease expired: the others count it as
 // gone, so it must stop its workers.

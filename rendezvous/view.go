@@ -52,33 +52,17 @@ func (v *view) run(ctx context.Context, store Store) {
 			}
 		}
 		v.reset(kvs)
-		events := store.Watch(ctx, "", rev)
-		for ev := range events {
-			v.applyBurst(ev, events)
+		for ev := range store.Watch(ctx, "", rev) {
+			v.apply(ev)
 		}
 	}
 }
 
-// applyBurst applies ev and every event already waiting behind it, then
-// wakes the readers once: when hundreds of agents join at once, each
-// reader wakes per burst instead of per key.
-func (v *view) applyBurst(ev Event, more <-chan Event) {
+func (v *view) apply(ev Event) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.applyLocked(ev)
-	for {
-		select {
-		case next, ok := <-more:
-			if !ok {
-				v.notifyLocked()
-				return
-			}
-			v.applyLocked(next)
-		default:
-			v.notifyLocked()
-			return
-		}
-	}
+	v.notifyLocked()
 }
 
 func (v *view) reset(kvs []KV) {
