@@ -71,12 +71,12 @@ func launchFlags() []cli.Flag {
 		stringFlag(catWorkers, "nproc-per-node", "1", "workers on this node: N, or auto (GPUs, else CPUs), gpu, cpu"),
 		boolFlag(catWorkers, "no-python", "run ENTRYPOINT as a program, not as a Python script"),
 		stringFlag(catWorkers, "role", "default", "ROLE_NAME of the workers"),
-		intFlag(catWorkers, "max-restarts", 0, "restarts of all workers after a worker failure before the job fails"),
+		intFlag(catWorkers, "max-restarts", 0, "restarts after worker failures before the job fails, counted across all nodes (node losses have their own budget: --rdzv-conf max_membership_changes)"),
 		durationFlag(catWorkers, "monitor-interval", 100*time.Millisecond, "accepted for torchrun compatibility: gorun sees a worker exit at once, without polling"),
 		durationFlag(catWorkers, "term-timeout", 30*time.Second, "grace between the stop signal and SIGKILL"),
 		durationFlag(catWorkers, "heartbeat-timeout", 0, "a worker that reported progress (the embedded trainer does, each step) and then none for this long is hung: stack dump (SIGQUIT), kill, restart; 0: off"),
 
-		stringFlag(catNodes, "nnodes", "", "number of nodes N (default: SLURM's, or 1)"),
+		stringFlag(catNodes, "nnodes", "", "number of nodes N, or MIN:MAX for an elastic job (default: SLURM's, or 1)"),
 		intFlag(catNodes, "node-rank", -1, "this node's rank (default: SLURM_NODEID, or 0)"),
 		stringFlag(catNodes, "master-addr", "", "host of worker rank 0 (default: first node of the SLURM step, or 127.0.0.1)"),
 		intFlag(catNodes, "master-port", 0, "port of worker rank 0's store (default: derived from the SLURM job id, or a free port)"),
@@ -103,7 +103,7 @@ func NewApp() *cli.App {
 	app := &cli.App{
 		Name:      "gorun",
 		Usage:     "start, watch and restart distributed training workers (torchrun-compatible, SLURM-native)",
-		UsageText: "gorun [flags] script.py [args...]\ngorun [flags] --no-python program [args...]\ngorun [flags] -- program [args...]",
+		UsageText: "gorun [flags] train.toml [--set section.key=value ...]\ngorun [flags] script.py [args...]\ngorun [flags] --no-python program [args...]\ngorun [flags] -- program [args...]",
 		Flags:     launchFlags(),
 		Action:    runAction,
 		Commands: []*cli.Command{
