@@ -266,3 +266,57 @@ func TestSbatchTrainerNodeCrash(t *testing.T) {
 	c.WaitNoJobProcs(t, 15*time.Second)
 	c.Revive(t, "node3")
 }
+
+// The embedded trainer from the rendered script on 2 nodes of 2 workers:
+// scancel --signal=USR1 mid-run makes every worker checkpoint at the next
+// step and exit 75, and gorun exit 75 on both nodes; scontrol requeue
+// then runs the job again (SLURM_RESTART_COUNT=1), which resumes from
+// that checkpoint: the metrics hold every step once, and the job completes.
+func TestSbatchTrainerRequeue(t *testing.T) {
+	const steps = 300
+	dir := tempDir(t)
+	toml := trainerToml(t, dir)
+	c := Start(t, 2)
+	script := writeFile(t, dir, "train.sbatch", render(t, toml, "--nodes", "2", "--nproc-per-node", "2",
+		"--time", "10", "--output", dir, "--job-name", "train"), 0o644)
+	require.Contains(t, readFile(t, script), "#SBATCH --requeue")
+	ckpt, metrics := filepath.Join(dir, "ckpt"), filepath.Join(dir, "metrics.jsonl")
+	id := c.Sbatch(t, dir, script, trainerSets(steps, ckpt, metrics)...)
+
+	waitMetrics(t, metrics, "step 10", 2*time.Minute, func(r metricsRecord) bool { return r.Step >= 10 })
+	c.MustRun(t, "scancel", "--signal=USR1", id)
+	job := c.WaitJob(t, id, time.Minute, "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
+	first := readFile(t, job["StdOut"])
+	t.Logf("after USR1: JobState %s ExitCode %s Restarts %s Reason %s", job["JobState"], job["ExitCode"], job["Restarts"], job["Reason"])
+	require.Equal(t, "75:0", job["ExitCode"], "job output:\n%s", tail(first, 40))
+	for _, task := range []string{"node1: task 0", "node2: task 1"} {
+		require.Contains(t, first, task+": Exited with exit code 75")
+	}
+	require.Contains(t, first, "requeue the job to resume")
+	at := int(newestStep(t, ckpt))
+	recs := readMetrics(t, metrics)
+	require.Equal(t, at, recs[len(recs)-1].Step, "the workers checkpointed the last step they took")
+	require.Less(t, at, steps)
+
+	c.WaitNoJobProcs(t, 15*time.Second)
+	out, code := c.Run(t, commandTimeout, "scontrol", "requeue", id)
+	t.Logf("scontrol requeue %s: exit %d %s", id, code, strings.TrimSpace(out))
+	require.Equal(t, 0, code)
+	requeued := time.Now()
+	// SLURM 22.05 holds a requeued job back (it ran again 2m27s after the
+	// requeue without this); make it eligible now.
+	c.MustRun(t, "scontrol", "update", "JobId="+id, "StartTime=now")
+	job = c.WaitJob(t, id, 3*time.Minute, "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
+	t.Logf("requeued to ended %s: JobState %s ExitCode %s Restarts %s", time.Since(requeued).Round(100*time.Millisecond), job["JobState"], job["ExitCode"], job["Restarts"])
+	output := readFile(t, job["StdOut"])
+	require.Equal(t, "COMPLETED", job["JobState"], "job output:\n%s", tail(output, 40))
+	require.Equal(t, "1", job["Restarts"])
+	require.Contains(t, output, fmt.Sprintf("resuming at step %d", at))
+	recs = readMetrics(t, metrics)
+	require.Len(t, recs, steps, "steps 1..%d once each", steps)
+	for i, r := range recs {
+		require.Equal(t, i+1, r.Step, "record %d", i)
+	}
+	t.Logf("USR1 at step >= 10: checkpointed step %d, exit 75 on both nodes; requeued run resumed at step %d, steps 1..%d each once", at, at, steps)
+	c.WaitNoJobProcs(t, 15*time.Second)
+}
