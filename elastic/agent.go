@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/internal/distenv"
+	"github.com/gorun/gorun/internal/filetimer"
 	"github.com/gorun/gorun/internal/heartbeat"
 	"github.com/gorun/gorun/internal/proc"
 	"github.com/gorun/gorun/internal/workerlog"
@@ -77,6 +79,10 @@ type Spec struct {
 	// dump (SIGQUIT), kills it after StackDumpGrace, and handles it as a
 	// failed worker. Workers that never send one are never judged.
 	HeartbeatTimeout time.Duration
+	// TimerFile, when set, is where the agent serves torch's file-based
+	// timer protocol (TORCHELASTIC_TIMER_FILE): a worker whose timer
+	// expires gets the signal it asked for and counts as failed.
+	TimerFile string
 	// NewBackOff gives the delay before rejoining after a worker failure;
 	// nil is an exponential back-off from 100 ms to 5 s.
 	NewBackOff func() backoff.BackOff
@@ -134,6 +140,9 @@ type Agent struct {
 
 	kill   chan struct{} // closed at a second stop signal
 	passOn chan syscall.Signal
+
+	workerPIDs sync.Map // pid -> struct{}: this round's workers, for the timer server
+	timedOut   sync.Map // pid -> filetimer.Expiry: workers whose watchdog timer expired
 }
 
 // New returns an agent for spec that forms rounds with rdzv.
@@ -186,6 +195,22 @@ func (s stopSignal) Error() string { return "stopped by " + unix.SignalName(s.si
 func (a *Agent) Run(ctx context.Context) (Outcome, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	if a.spec.TimerFile != "" {
+		srv, err := filetimer.Serve(ctx, a.spec.TimerFile, func(pid int) bool {
+			_, ok := a.workerPIDs.Load(pid)
+			return ok
+		})
+		if err != nil {
+			return Outcome{ExitCode: 1}, err
+		}
+		defer srv.Close()
+		go func() {
+			for e := range srv.Expired() {
+				a.timedOut.Store(e.PID, e)
+				a.log.Warn().Int("pid", e.PID).Str("scope", e.Scope).Str("signal", unix.SignalName(e.Signal)).Msg("worker's watchdog timer expired: signalled")
+			}
+		}()
+	}
 	// The signal handler outlives the job's context: a second stop signal
 	// must still reach it while the workers are being stopped.
 	sigCtx, stopSignals := context.WithCancel(context.Background())
@@ -379,6 +404,7 @@ func (a *Agent) runRound(ctx context.Context, r rendezvous.Round) (roundResult, 
 	defer func() {
 		for _, w := range workers {
 			w.logs.Close()
+			a.workerPIDs.Delete(w.process.PID())
 		}
 	}()
 	if err != nil {
@@ -503,6 +529,7 @@ func (a *Agent) startWorkers(sink *workerlog.Sink, r rendezvous.Round) ([]*worke
 			logs.Close()
 			return workers, fmt.Errorf("start rank %d: %w", c.Rank, err)
 		}
+		a.workerPIDs.Store(p.PID(), struct{}{})
 		a.log.Debug().Int("rank", c.Rank).Int("local_rank", local).Int("pid", p.PID()).Msg("worker started")
 		workers = append(workers, &worker{contract: c, process: p, logs: logs, heartbeat: beat})
 	}
@@ -558,6 +585,9 @@ func (a *Agent) failures(workers []*worker, r rendezvous.Round, stopAt time.Time
 		f.Error = readErrorFile(w.contract.ErrorFile)
 		if f.Error == "" {
 			f.Error = lastLines(strings.Join(w.logs.Tail(), "\n"), 5)
+		}
+		if e, ok := a.timedOut.LoadAndDelete(res.PID); ok {
+			f.Error = strings.TrimSpace(fmt.Sprintf("watchdog timer %q expired (TORCHELASTIC_TIMER_FILE)\n%s", e.(filetimer.Expiry).Scope, f.Error))
 		}
 		if stall := w.hung.Load(); stall != nil {
 			f.Error = strings.TrimSpace(stall.String() + "; stack dump requested (SIGQUIT)\n" + f.Error)

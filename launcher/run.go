@@ -7,11 +7,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/gorun/gorun/elastic"
+	"github.com/gorun/gorun/internal/filetimer"
 	"github.com/gorun/gorun/internal/proc"
 	"github.com/gorun/gorun/internal/workerlog"
 	"github.com/gorun/gorun/rendezvous"
@@ -91,6 +93,16 @@ func Run(ctx context.Context, l *Launch, rt Runtime) (elastic.Outcome, error) {
 		errorDir = tmp
 	}
 	spec := l.AgentSpec(rt, errorDir)
+	if v, _ := lookupEnv(l.Environ, filetimer.EnableEnv); v == "1" {
+		// torchrun's watchdog: serve torch's FileTimerClient on a FIFO the
+		// workers learn from TORCHELASTIC_TIMER_FILE.
+		path, set := lookupEnv(l.Environ, filetimer.PathEnv)
+		if !set || path == "" {
+			path = filepath.Join(os.TempDir(), fmt.Sprintf("gorun-watchdog-%s-%d", l.RunID, os.Getpid()))
+			spec.Environ = append(append([]string(nil), spec.Environ...), filetimer.PathEnv+"="+path)
+		}
+		spec.TimerFile = path
+	}
 	if rt.GuardCommand != nil {
 		guard, err := proc.StartGuard(rt.GuardCommand)
 		if err != nil {
@@ -179,4 +191,14 @@ func (l *Launch) PlanEnv() {
 	for _, w := range l.Workers {
 		l.WorkerEnv = append(l.WorkerEnv, w.Environ(l.Environ))
 	}
+}
+
+// lookupEnv finds key in a KEY=VALUE environment.
+func lookupEnv(environ []string, key string) (string, bool) {
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
+			return v, true
+		}
+	}
+	return "", false
 }
