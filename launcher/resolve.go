@@ -16,6 +16,7 @@ import (
 	"github.com/gorun/gorun/internal/distenv"
 	"github.com/gorun/gorun/internal/workerlog"
 	"github.com/gorun/gorun/slurm"
+	"github.com/gorun/gorun/trainer/config"
 )
 
 // Host is what Resolve may learn about the machine it runs on. Production
@@ -32,6 +33,9 @@ type Host struct {
 	TempDir  func() (string, error)            // where error files go without --log-dir
 	// Executable is this gorun binary, which runs train.toml workers.
 	Executable func() (string, error)
+	// ReadFile reads a train.toml entrypoint, to check it once here and
+	// take its [elastic] settings.
+	ReadFile func(string) ([]byte, error)
 }
 
 // LocalHost is the Host of this process.
@@ -48,6 +52,7 @@ func LocalHost() Host {
 		FreePort:   freePort,
 		TempDir:    func() (string, error) { return os.MkdirTemp("", "gorun-") },
 		Executable: os.Executable,
+		ReadFile:   os.ReadFile,
 	}
 }
 
@@ -143,6 +148,9 @@ func Resolve(opts Options, host Host) (*Launch, error) {
 		return nil, err
 	}
 	if l.Command, err = command(opts, host); err != nil {
+		return nil, err
+	}
+	if err := l.readTrainConfig(opts, host); err != nil {
 		return nil, err
 	}
 	if err := l.resolveLogs(opts); err != nil {
@@ -408,3 +416,35 @@ func firstNonZero(ns ...int) int {
 
 // Std is d as a time.Duration.
 func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+// readTrainConfig checks a train.toml entrypoint once, here, rather than
+// in every worker (a bad key is one error with file:line before anything
+// starts), and takes gorun's own settings from its [elastic] section
+// unless a flag set them.
+func (l *Launch) readTrainConfig(opts Options, host Host) error {
+	if opts.NoPython || !strings.HasSuffix(opts.Entrypoint, ".toml") {
+		return nil
+	}
+	data, err := host.ReadFile(opts.Entrypoint)
+	if err != nil {
+		return usagef("config %s: %v", opts.Entrypoint, unwrapPathError(err))
+	}
+	var sets []string
+	for i := 0; i < len(opts.Args); i++ {
+		switch a := opts.Args[i]; {
+		case (a == "--set" || a == "-set") && i+1 < len(opts.Args):
+			sets = append(sets, opts.Args[i+1])
+			i++
+		case strings.HasPrefix(a, "--set="):
+			sets = append(sets, strings.TrimPrefix(a, "--set="))
+		}
+	}
+	cfg, err := config.Parse(opts.Entrypoint, data, sets)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	if opts.HeartbeatTimeout == 0 {
+		l.Heartbeat = Duration(cfg.Elastic.Heartbeat())
+	}
+	return nil
+}

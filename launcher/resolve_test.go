@@ -42,6 +42,12 @@ func fakeHost(env map[string]string, devices ...string) Host {
 		},
 		FreePort:   func(string) (int, error) { return 40000, nil },
 		Executable: func() (string, error) { return "/opt/gorun", nil },
+		ReadFile: func(p string) ([]byte, error) {
+			if p == "train.toml" {
+				return []byte("[elastic]\nheartbeat_timeout = \"45s\"\n"), nil
+			}
+			return nil, &fs.PathError{Op: "open", Path: p, Err: fs.ErrNotExist}
+		},
 	}
 }
 
@@ -168,8 +174,12 @@ func TestResolve(t *testing.T) {
 				require.Equal(t, 1, l.MinNodes)
 				require.Equal(t, "n1", l.MasterAddr)
 			}},
-		{"train.toml runs the embedded trainer", opts(func(o *Options) { o.Entrypoint, o.Args = "train.toml", []string{"--set", "train.steps=5"} }), nil, nil, func(t *testing.T, l *Launch) {
-			require.Equal(t, []string{"/opt/gorun", "worker", "train.toml", "--set", "train.steps=5"}, l.Command)
+		{"train.toml runs the embedded trainer", opts(func(o *Options) { o.Entrypoint, o.Args = "train.toml", []string{"--set", "train.steps=50"} }), nil, nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, []string{"/opt/gorun", "worker", "train.toml", "--set", "train.steps=50"}, l.Command)
+			require.Equal(t, Duration(45*time.Second), l.Heartbeat, "[elastic] heartbeat_timeout")
+		}},
+		{"--heartbeat-timeout wins over train.toml", opts(func(o *Options) { o.Entrypoint, o.HeartbeatTimeout = "train.toml", 5*time.Second }), nil, nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, Duration(5*time.Second), l.Heartbeat)
 		}},
 		{"PYTHON picks the interpreter", opts(nil), map[string]string{"PYTHON": "/usr/bin/python3"}, nil, func(t *testing.T, l *Launch) {
 			require.Equal(t, "/usr/bin/python3", l.Command[0])
@@ -205,6 +215,7 @@ func TestResolveErrors(t *testing.T) {
 		{"bad lease ttl", opts(func(o *Options) { o.NNodes, o.RdzvEndpoint, o.RdzvConf = "2", "h:1", "lease_ttl=0.1" }), nil, "lease_ttl=0.1"},
 		{"missing script", opts(func(o *Options) { o.Entrypoint = "nope.py" }), nil, "script nope.py: file does not exist"},
 		{"missing config", opts(func(o *Options) { o.Entrypoint = "nope.toml" }), nil, "config nope.toml: file does not exist"},
+		{"bad config caught before any worker starts", opts(func(o *Options) { o.Entrypoint, o.Args = "train.toml", []string{"--set", "train.steps=-1"} }), nil, "--set train.steps=-1: must be at least 1"},
 		{"missing program", opts(func(o *Options) { o.Entrypoint = "nope" }), nil, "program nope: not found"},
 		{"missing python", opts(nil), map[string]string{"PYTHON": "python9"}, `python interpreter "python9" not found`},
 		{"no entrypoint", opts(func(o *Options) { o.Entrypoint = "" }), nil, "no entrypoint"},

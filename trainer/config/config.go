@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Vocab is the number of tokens the model knows: it reads bytes.
@@ -18,6 +19,7 @@ type Config struct {
 	Optim      Optim      `toml:"optim"`
 	Parallel   Parallel   `toml:"parallel"`
 	Checkpoint Checkpoint `toml:"checkpoint"`
+	Elastic    Elastic    `toml:"elastic"`
 
 	// rawFiles are data.files as written, before $VARS and the toml's
 	// directory: the config hash uses them, so a run directory that moves
@@ -76,6 +78,20 @@ type Checkpoint struct {
 	Every int    `toml:"every"` // steps between saves; 0 saves only at the end
 	Keep  int    `toml:"keep"`  // newest checkpoints kept
 	Async bool   `toml:"async"` // write in the background
+}
+
+// Elastic is what the agent (gorun) reads from the config, not the
+// workers: it changes no math and is not in the config hash.
+type Elastic struct {
+	// HeartbeatTimeout, a duration like "30s" ("" or "0s": off), is
+	// gorun's --heartbeat-timeout for this job when the flag is not given.
+	HeartbeatTimeout string `toml:"heartbeat_timeout"`
+}
+
+// Heartbeat is HeartbeatTimeout parsed (Validate has checked it).
+func (e Elastic) Heartbeat() time.Duration {
+	d, _ := time.ParseDuration(e.HeartbeatTimeout)
+	return d
 }
 
 // Parallel modes.

@@ -110,9 +110,10 @@ func TestMalformed(t *testing.T) {
 		{"negative steps", "[train]\nsteps = -5\n", "train.toml:2: train.steps = -5: must be at least 1"},
 		{"zero steps", "\n\n[train]\n\nsteps = 0 # none\n", "train.toml:5: train.steps = 0: must be at least 1"},
 		{"unknown key", "[train]\nsteps = 5\nstepz = 6\n", "train.toml:3: unknown key train.stepz ([train] has steps, global_batch, micro_batch, seed, log_every, metrics)"},
-		{"unknown section", "[modle]\nlayers = 2\n", "train.toml:1: unknown section [modle] (the sections are model, data, train, optim, parallel, checkpoint)"},
-		{"top-level key", "steps = 2\n", "train.toml:1: unknown key steps outside any section (the sections are model, data, train, optim, parallel, checkpoint)"},
+		{"unknown section", "[modle]\nlayers = 2\n", "train.toml:1: unknown section [modle] (the sections are model, data, train, optim, parallel, checkpoint, elastic)"},
+		{"top-level key", "steps = 2\n", "train.toml:1: unknown key steps outside any section (the sections are model, data, train, optim, parallel, checkpoint, elastic)"},
 		{"wrong type string", "[model]\nlayers = \"two\"\n", "train.toml:2: model.layers: want an integer, got a TOML string"},
+		{"bad heartbeat", "[elastic]\nheartbeat_timeout = \"soon\"\n", `train.toml:2: elastic.heartbeat_timeout = "soon": must be a duration like "30s" ("0s" or "" for off)`},
 		{"wrong type float", "[train]\nsteps = 2.5\n", "train.toml:2: train.steps: want an integer, got a TOML float"},
 		{"wrong type array", "[data]\nfiles = \"a.txt\"\n", "train.toml:2: data.files: want an array of strings, got a TOML string"},
 		{"negative seed", "[train]\nseed = -1\n", "train.toml:2: train.seed: negative integer value -1 cannot be stored in uint64"},
@@ -189,7 +190,7 @@ func TestSetErrors(t *testing.T) {
 		want string
 	}{
 		{"unknown key", []string{"train.stepz=5"}, "--set train.stepz=5: unknown key train.stepz ([train] has steps, global_batch, micro_batch, seed, log_every, metrics)"},
-		{"unknown section", []string{"trian.steps=5"}, "--set trian.steps=5: unknown key trian.steps (the sections are model, data, train, optim, parallel, checkpoint)"},
+		{"unknown section", []string{"trian.steps=5"}, "--set trian.steps=5: unknown key trian.steps (the sections are model, data, train, optim, parallel, checkpoint, elastic)"},
 		{"no dot", []string{"steps=5"}, "--set steps=5: want section.key=value, e.g. --set train.steps=20"},
 		{"no value", []string{"train.steps"}, "--set train.steps: want section.key=value, e.g. --set train.steps=20"},
 		{"not an integer", []string{"train.steps=abc"}, "--set train.steps=abc: train.steps: want an integer"},

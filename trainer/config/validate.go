@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"math"
+	"time"
 )
 
 // Limits on the model's shape: far beyond what the embedded trainer can
@@ -140,6 +141,14 @@ func (c Config) problem() []blame {
 		},
 		func() []blame { return atLeast("checkpoint.every", c.Checkpoint.Every, 0) },
 		func() []blame { return atLeast("checkpoint.keep", c.Checkpoint.Keep, 1) },
+		func() []blame {
+			if v := c.Elastic.HeartbeatTimeout; v != "" {
+				if d, err := time.ParseDuration(v); err != nil || d < 0 {
+					return []blame{{"elastic.heartbeat_timeout", `must be a duration like "30s" ("0s" or "" for off)`}}
+				}
+			}
+			return nil
+		},
 	}
 	for _, check := range checks {
 		if p := check(); p != nil {
