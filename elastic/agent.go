@@ -388,6 +388,37 @@ type worker struct {
 	logs      *workerlog.Worker
 	heartbeat *heartbeat.Pipe // nil without a heartbeat timeout
 	hung      atomic.Pointer[heartbeat.Stall]
+	suspect   atomic.Bool // hung and found stopped or stuck in the kernel
+}
+
+// StallGrace is how long a stalled worker that is not itself stopped waits
+// before it is judged: time for the node of a stopped worker to blame it.
+const StallGrace = 2 * time.Second
+
+// procState is the one-letter state of process pid ("R", "S", "D", "T",
+// ...), or "" when it cannot be read.
+func procState(pid int) string {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	s := string(data)
+	if i := strings.LastIndexByte(s, ')'); i > 0 && i+2 < len(s) {
+		return s[i+2 : i+3]
+	}
+	return ""
+}
+
+// suspectWorker is the index of a worker that is stopped (T, t) or in
+// uninterruptible sleep (D): the likely cause of a hang. -1: none.
+func suspectWorker(workers []*worker) int {
+	for i, w := range workers {
+		switch procState(w.process.PID()) {
+		case "T", "t", "D":
+			return i
+		}
+	}
+	return -1
 }
 
 // runRound starts this node's workers for round r and waits until they all
@@ -416,7 +447,7 @@ func (a *Agent) runRound(ctx context.Context, r rendezvous.Round) (roundResult, 
 	roundEnd := a.rdzv.Watch(watchCtx, r)
 
 	exited := make(chan int, len(workers))
-	stalled := make(chan int, len(workers))
+	stalled := make(chan int, 2*len(workers)) // a stall, and its deferral
 	for i, w := range workers {
 		go func() {
 			<-w.process.Done()
@@ -431,7 +462,8 @@ func (a *Agent) runRound(ctx context.Context, r rendezvous.Round) (roundResult, 
 			}()
 		}
 	}
-	var requeue <-chan time.Time // set once a worker stopped to be requeued
+	var requeue <-chan time.Time           // set once a worker stopped to be requeued
+	deferred := make([]bool, len(workers)) // stalls put off by StallGrace
 	for running := len(workers); running > 0; {
 		select {
 		case i := <-exited:
@@ -470,7 +502,29 @@ func (a *Agent) runRound(ctx context.Context, r rendezvous.Round) (roundResult, 
 			a.stopAll(workers, syscall.SIGTERM)
 			return roundResult{ended: &end}, nil
 		case i := <-stalled:
+			// A hung worker holds every other in a collective, so all stop
+			// beating together. Blame a worker that is stopped or stuck in
+			// the kernel (state T or D) when there is one here; else wait
+			// StallGrace for another node to find its culprit first.
+			stall := workers[i].hung.Load()
+			j := suspectWorker(workers)
+			if j < 0 && !deferred[i] {
+				deferred[i] = true
+				time.AfterFunc(StallGrace, func() { stalled <- i })
+				continue
+			}
+			if j >= 0 {
+				i = j
+			}
 			w := workers[i]
+			w.hung.CompareAndSwap(nil, stall)
+			if state := procState(w.process.PID()); j >= 0 {
+				// A stopped process cannot dump its stacks: kill it now.
+				a.log.Warn().Int("rank", w.contract.Rank).Str("state", state).Stringer("stall", w.hung.Load()).Msg("worker hung (stopped or stuck in the kernel): SIGKILL")
+				w.suspect.Store(true)
+				_ = w.process.Signal(syscall.SIGKILL)
+				continue
+			}
 			a.log.Warn().Int("rank", w.contract.Rank).Stringer("stall", w.hung.Load()).Msg("worker hung: SIGQUIT for a stack dump, then SIGKILL")
 			_ = w.process.Signal(syscall.SIGQUIT)
 			go func() {
@@ -590,7 +644,11 @@ func (a *Agent) failures(workers []*worker, r rendezvous.Round, stopAt time.Time
 			f.Error = strings.TrimSpace(fmt.Sprintf("watchdog timer %q expired (TORCHELASTIC_TIMER_FILE)\n%s", e.(filetimer.Expiry).Scope, f.Error))
 		}
 		if stall := w.hung.Load(); stall != nil {
-			f.Error = strings.TrimSpace(stall.String() + "; stack dump requested (SIGQUIT)\n" + f.Error)
+			what := "; stack dump requested (SIGQUIT)"
+			if w.suspect.Load() {
+				what = "; the process was stopped or stuck in the kernel"
+			}
+			f.Error = strings.TrimSpace(stall.String() + what + "\n" + f.Error)
 		}
 		if f.Error == "" {
 			f.Error = "(no error file, no stderr output)"
