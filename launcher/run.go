@@ -28,6 +28,24 @@ const planErrorDir = "$TMPDIR/gorun-XXXX"
 // read the outcome and leave.
 const lingerForOthers = 30 * time.Second
 
+// serverCloseTimeout bounds the stop of an embedded etcd member: a member
+// whose cluster lost its quorum (the other members' nodes stopped first)
+// may not stop cleanly, and gorun must still exit.
+const serverCloseTimeout = 5 * time.Second
+
+// closeWithin runs closeFn, giving up (with a warning) after d.
+func closeWithin(closeFn func() error, d time.Duration, log zerolog.Logger) error {
+	done := make(chan error, 1)
+	go func() { done <- closeFn() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		log.Warn().Dur("after", d).Msg("embedded etcd member did not stop in time (its cluster lost quorum?): leaving it to the exit")
+		return nil
+	}
+}
+
 // lingerWhenStopped is that bound when a signal stopped this node: the
 // stop must stay prompt, and the other nodes are most likely stopping too.
 const lingerWhenStopped = 3 * time.Second
@@ -139,7 +157,7 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 				return elastic.Outcome{ExitCode: 1}, fmt.Errorf("embedded etcd on %s: %w", m.Host, err)
 			}
 			log.Info().Strs("endpoints", server.Endpoints()).Msg("hosting an embedded etcd member")
-			defer func() { err = errors.Join(err, server.Close()) }()
+			defer func() { err = errors.Join(err, closeWithin(server.Close, serverCloseTimeout, log)) }()
 			hosting = true
 		}
 	}

@@ -196,7 +196,20 @@ func TestDDPElasticRestartAfterNodeLoss(t *testing.T) {
 			"--node-name="+name, "--local-addr=127.0.0.1", "--rdzv-conf=lease_ttl=2,last_call_timeout=10",
 			trainScript(), "--steps", "60", "--step-sleep", "0.1", "--out", out))
 	}
-	if !agents[0].waitOutput(90*time.Second, func(s string) bool { return strings.Contains(s, "step 10 loss") && strings.Contains(s, "world_size 3") }) {
+	// Rank 0 logs the steps, and any of the three may be rank 0.
+	reached := func() bool {
+		for _, a := range agents {
+			if s := a.stdout.String(); strings.Contains(s, "step 10 loss") && strings.Contains(s, "world_size 3") {
+				return true
+			}
+		}
+		return false
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for !reached() && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !reached() {
 		for _, a := range agents {
 			a.cancel()
 			a.wait()
