@@ -110,14 +110,29 @@ func Start(t testing.TB, nodes int) *Cluster {
 	started := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout)
 	defer cancel()
-	up := exec.CommandContext(ctx, filepath.Join(c.lab, "slurm-up.sh"), strconv.Itoa(nodes))
-	// A first job id of its own per cluster: gorun derives ports from job
-	// ids, and a run right after another must not meet its sockets.
-	up.Env = append(c.Env(), "LAB_SLURM_NET="+Net, fmt.Sprintf("LAB_SLURM_FIRST_JOB_ID=%d", 1000+rand.IntN(900000)))
 	var stdout, stderr bytes.Buffer
-	up.Stdout, up.Stderr = &stdout, &stderr
-	if err := up.Run(); err != nil {
-		t.Fatalf("slurm-up.sh %d: %v\n%s", nodes, err, tail(stderr.String(), 30))
+	for attempt := 1; ; attempt++ {
+		up := exec.CommandContext(ctx, filepath.Join(c.lab, "slurm-up.sh"), strconv.Itoa(nodes))
+		// A first job id of its own per cluster: gorun derives ports from job
+		// ids, and a run right after another must not meet its sockets.
+		up.Env = append(c.Env(), "LAB_SLURM_NET="+Net, fmt.Sprintf("LAB_SLURM_FIRST_JOB_ID=%d", 1000+rand.IntN(900000)))
+		stdout.Reset()
+		stderr.Reset()
+		up.Stdout, up.Stderr = &stdout, &stderr
+		err := up.Run()
+		if err == nil {
+			break
+		}
+		if attempt == 2 {
+			t.Fatalf("slurm-up.sh %d: %v\n%s", nodes, err, tail(stderr.String(), 30))
+		}
+		// The ports it picked were free when it looked, but another
+		// process may take one before slurmctld binds it: tear down and
+		// pick again.
+		t.Logf("slurm-up.sh %d: %v; tearing down and trying once more", nodes, err)
+		down := exec.CommandContext(ctx, filepath.Join(c.lab, "slurm-down.sh"))
+		down.Env = c.Env()
+		_ = down.Run()
 	}
 	if !strings.Contains(stdout.String(), "export SLURM_CONF="+c.Conf) {
 		t.Fatalf("slurm-up.sh %d printed %q, want export SLURM_CONF=%s", nodes, stdout.String(), c.Conf)
