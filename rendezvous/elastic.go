@@ -521,5 +521,20 @@ func ListFailures(ctx context.Context, store Store) ([]Failure, error) {
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.Before(out[j].Time) })
+	// A worker killed by a signal (or a lost node) breaks its peers, whose
+	// failures can be recorded a few milliseconds earlier when its agent is
+	// slow to reap it: within a close call, the killed one is the cause.
+	for i := 1; i < len(out) && out[i].Time.Sub(out[0].Time) <= causeWindow; i++ {
+		if out[0].Signal == "" && out[i].Signal != "" {
+			first := out[i]
+			copy(out[1:i+1], out[0:i])
+			out[0] = first
+			break
+		}
+	}
 	return out, nil
 }
+
+// causeWindow is how close two failures must be for a death by signal to
+// count as the cause of the other.
+const causeWindow = 50 * time.Millisecond

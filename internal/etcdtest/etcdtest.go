@@ -186,6 +186,7 @@ func GoleakOptions() []goleak.Option {
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
 		goleak.IgnoreAnyFunction("net/http.(*connReader).backgroundRead"),
 		goleak.IgnoreAnyFunction("net/http.(*connReader).abortPendingRead"),
+		goleak.IgnoreAnyFunction("go.etcd.io/etcd/client/pkg/v3/transport.timeoutConn.Read"),
 	}
 }
 
