@@ -7,10 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,7 +18,6 @@ import (
 
 	"github.com/gorun/gorun/internal/distenv"
 	"github.com/gorun/gorun/internal/filetimer"
-	"github.com/gorun/gorun/internal/heartbeat"
 	"github.com/gorun/gorun/internal/proc"
 	"github.com/gorun/gorun/internal/workerlog"
 	"github.com/gorun/gorun/rendezvous"
@@ -35,9 +31,20 @@ type Rendezvous interface {
 	// Watch sends one End when round r is over for a reason that is not
 	// this node's own (another node failed or left, the job closed).
 	Watch(ctx context.Context, r rendezvous.Round) <-chan rendezvous.End
+	// Blame records failures of r at once, before the agent acts on them
+	// (kills a hung worker), so that what the action breaks is reported
+	// after them. It does not end r.
+	Blame(ctx context.Context, r rendezvous.Round, failures []rendezvous.Failure) error
+	// Stalled says this node's workers stopped making progress in r with
+	// no culprit here, and blocks until r ends elsewhere (false) or this
+	// node is the one to name a culprit among its own workers (true).
+	Stalled(ctx context.Context, r rendezvous.Round) (bool, error)
 	// Failed reports this node's worker failures in r and says how r ends:
 	// a restart, or the job closed as failed.
 	Failed(ctx context.Context, r rendezvous.Round, failures []rendezvous.Failure) (rendezvous.End, error)
+	// Abandon records the agent's own failure f (it cannot go on) and ends
+	// the job for every node.
+	Abandon(ctx context.Context, f rendezvous.Failure) error
 	// Succeeded reports that this node's workers succeeded in r and waits
 	// until the job closed or a new round opened.
 	Succeeded(ctx context.Context, r rendezvous.Round) (rendezvous.End, error)
@@ -83,8 +90,9 @@ type Spec struct {
 	// timer protocol (TORCHELASTIC_TIMER_FILE): a worker whose timer
 	// expires gets the signal it asked for and counts as failed.
 	TimerFile string
-	// NewBackOff gives the delay before rejoining after a worker failure;
-	// nil is an exponential back-off from 100 ms to 5 s.
+	// NewBackOff gives the delays before rejoining after workers that keep
+	// failing within HealthyAfter of their start (a first failure restarts
+	// at once); nil is an exponential back-off from 100 ms to 5 s.
 	NewBackOff func() backoff.BackOff
 	Log        zerolog.Logger
 }
@@ -140,6 +148,7 @@ type Agent struct {
 
 	kill   chan struct{} // closed at a second stop signal
 	passOn chan syscall.Signal
+	badEdge error // the first transition not in the table: a bug, returned by Run
 
 	workerPIDs sync.Map // pid -> struct{}: this round's workers, for the timer server
 	timedOut   sync.Map // pid -> filetimer.Expiry: workers whose watchdog timer expired
@@ -169,7 +178,13 @@ func New(spec Spec, rdzv Rendezvous) (*Agent, error) {
 // State is the agent's current state; only meaningful from Run's goroutine.
 func (a *Agent) State() State { return a.state }
 
+// transition moves the agent to state to, logging the edge; an edge that
+// is not in the transition table is also kept for Run to return.
 func (a *Agent) transition(to State, fields ...any) {
+	if err := checkTransition(a.state, to); err != nil && a.badEdge == nil {
+		a.badEdge = err
+		a.log.Error().Err(err).Msg("agent state")
+	}
 	ev := a.log.Info().Stringer("from", a.state).Stringer("to", to)
 	if len(fields) > 0 {
 		ev = ev.Fields(fields)
@@ -227,7 +242,7 @@ func (a *Agent) Run(ctx context.Context) (Outcome, error) {
 		return err
 	})
 	err := g.Wait()
-	return out, err
+	return out, errors.Join(err, a.badEdge)
 }
 
 // handleSignals turns the first stop signal into cancel, a second into
@@ -269,10 +284,15 @@ func stoppedBy(ctx context.Context) syscall.Signal {
 	return syscall.SIGTERM
 }
 
-// rounds is the agent's state machine: rendezvous, run, and the ends of a
-// round.
+// abandonTimeout bounds how long an agent that cannot go on tries to tell
+// the other nodes so.
+const abandonTimeout = 10 * time.Second
+
+// rounds is the agent's life: rendezvous, run a round, and the ends of a
+// round, until the job closes, a stop signal comes or the agent itself
+// fails.
 func (a *Agent) rounds(ctx context.Context) (Outcome, error) {
-	bo := a.spec.NewBackOff()
+	pacer := newRestartPacer(a.spec.NewBackOff())
 	var last rendezvous.Round
 	for {
 		a.transition(StateRendezvous)
@@ -284,16 +304,15 @@ func (a *Agent) rounds(ctx context.Context) (Outcome, error) {
 		case errors.As(err, &closed):
 			return a.closed(rendezvous.End{Closed: true, Result: closed.Result, Reason: closed.Reason}, last), nil
 		case err != nil:
-			a.transition(StateFailed)
-			return Outcome{ExitCode: 1, Restarts: last.Number}, fmt.Errorf("rendezvous: %w", err)
+			return a.abandon(last, err)
 		}
 		last = round
 		a.transition(StateRunning, "round", round.Number, "node_rank", round.NodeRank, "nodes", round.NumNodes,
 			"world_size", round.WorldSize, "master", fmt.Sprintf("%s:%d", round.MasterAddr, round.MasterPort))
+		started := time.Now()
 		res, err := a.runRound(ctx, round)
 		if err != nil {
-			a.transition(StateFailed)
-			return Outcome{ExitCode: 1, Restarts: round.Number}, err
+			return a.abandon(round, err)
 		}
 		var end rendezvous.End
 		switch {
@@ -314,23 +333,36 @@ func (a *Agent) rounds(ctx context.Context) (Outcome, error) {
 		case ctx.Err() != nil:
 			return a.stopped(ctx, round), nil
 		case err != nil:
-			a.transition(StateFailed)
-			return Outcome{ExitCode: 1, Restarts: round.Number}, fmt.Errorf("rendezvous: %w", err)
+			return a.abandon(round, err)
 		case end.Err != nil:
-			a.transition(StateFailed)
-			return Outcome{ExitCode: 1, Restarts: round.Number}, end.Err
+			return a.abandon(round, end.Err)
 		case end.Closed:
 			return a.closed(end, round), nil
 		}
 		a.log.Warn().Int("round", round.Number).Str("reason", end.Reason).Msg("round ended: rejoining")
-		if len(res.failures) > 0 {
-			select {
-			case <-time.After(bo.NextBackOff()):
-			case <-ctx.Done():
-				return a.stopped(ctx, round), nil
-			}
+		if len(res.failures) == 0 {
+			continue
+		}
+		select {
+		case <-time.After(pacer.Delay(time.Since(started))):
+		case <-ctx.Done():
+			return a.stopped(ctx, round), nil
 		}
 	}
+}
+
+// abandon ends the agent for its own error err after it joined the job:
+// it records err as this node's failure, which ends the job on every
+// other node at once, and returns err.
+func (a *Agent) abandon(r rendezvous.Round, err error) (Outcome, error) {
+	a.transition(StateFailed, "error", err.Error())
+	ctx, cancel := context.WithTimeout(context.Background(), abandonTimeout)
+	defer cancel()
+	f := rendezvous.Failure{Host: a.spec.Host, ExitCode: 1, Time: time.Now(), Attempt: r.Number, Error: err.Error()}
+	if aerr := a.rdzv.Abandon(ctx, f); aerr != nil {
+		a.log.Warn().Err(aerr).Msg("could not tell the other nodes that this agent failed")
+	}
+	return Outcome{ExitCode: 1, Restarts: r.Number, Reason: err.Error()}, err
 }
 
 // stopped is the outcome of a stop signal (or ctx ending).
@@ -358,306 +390,17 @@ func (a *Agent) closed(end rendezvous.End, r rendezvous.Round) Outcome {
 	out.Failures, out.ExitCode = failures, 1
 	if len(failures) > 0 {
 		out.ExitCode = failures[0].ExitCode
-		fmt.Fprintf(a.spec.Report, "gorun: job failed: %s\ngorun: first failure: %s\n", end.Reason, failures[0])
+		fmt.Fprintf(a.spec.Report, "gorun: job failed: %s\ngorun: first failure: %s\n", firstLine(end.Reason), failures[0])
 	} else {
-		fmt.Fprintf(a.spec.Report, "gorun: job failed: %s\n", end.Reason)
+		fmt.Fprintf(a.spec.Report, "gorun: job failed: %s\n", firstLine(end.Reason))
 	}
 	return out
-}
-
-// roundResult is how this node's part of a round came out.
-type roundResult struct {
-	failures []rendezvous.Failure // this node's workers that failed
-	ended    *rendezvous.End      // the round ended elsewhere first
-	requeue  bool                 // the workers checkpointed on request and stopped
 }
 
 // ExitRequeue is the exit status (EX_TEMPFAIL) of a worker that saved a
 // checkpoint on request (SIGUSR1/SIGUSR2, SLURM's --signal warning) and
 // stopped so the job can be requeued; gorun then exits with it too.
 const ExitRequeue = 75
-
-// StackDumpGrace is how long a hung worker gets to print its stacks after
-// SIGQUIT before it is killed.
-const StackDumpGrace = 3 * time.Second
-
-// worker is one running worker of a round.
-type worker struct {
-	contract  distenv.Worker
-	process   *proc.Process
-	logs      *workerlog.Worker
-	heartbeat *heartbeat.Pipe // nil without a heartbeat timeout
-	hung      atomic.Pointer[heartbeat.Stall]
-	suspect   atomic.Bool // hung and found stopped or stuck in the kernel
-}
-
-// StallGrace is how long a stalled worker that is not itself stopped waits
-// before it is judged: time for the node of a stopped worker to blame it.
-const StallGrace = 2 * time.Second
-
-// procState is the one-letter state of process pid ("R", "S", "D", "T",
-// ...), or "" when it cannot be read.
-func procState(pid int) string {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return ""
-	}
-	s := string(data)
-	if i := strings.LastIndexByte(s, ')'); i > 0 && i+2 < len(s) {
-		return s[i+2 : i+3]
-	}
-	return ""
-}
-
-// suspectWorker is the index of a worker that is stopped (T, t) or in
-// uninterruptible sleep (D): the likely cause of a hang. -1: none.
-func suspectWorker(workers []*worker) int {
-	for i, w := range workers {
-		switch procState(w.process.PID()) {
-		case "T", "t", "D":
-			return i
-		}
-	}
-	return -1
-}
-
-// runRound starts this node's workers for round r and waits until they all
-// succeeded, one failed (then the others are stopped), the round ended
-// elsewhere, or ctx ended (a stop signal: then all are stopped with it).
-func (a *Agent) runRound(ctx context.Context, r rendezvous.Round) (roundResult, error) {
-	cfg := a.spec.Logs
-	cfg.Host, cfg.RunID, cfg.Attempt = a.spec.Host, a.spec.RunID, r.Number
-	sink, err := workerlog.New(cfg)
-	if err != nil {
-		return roundResult{}, err
-	}
-	workers, err := a.startWorkers(sink, r)
-	defer func() {
-		for _, w := range workers {
-			w.logs.Close()
-			a.workerPIDs.Delete(w.process.PID())
-		}
-	}()
-	if err != nil {
-		a.stopAll(workers, syscall.SIGTERM)
-		return roundResult{}, err
-	}
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	roundEnd := a.rdzv.Watch(watchCtx, r)
-
-	exited := make(chan int, len(workers))
-	stalled := make(chan int, 2*len(workers)) // a stall, and its deferral
-	for i, w := range workers {
-		go func() {
-			<-w.process.Done()
-			exited <- i
-		}()
-		if w.heartbeat != nil {
-			go func() {
-				if stall, ok := <-w.heartbeat.Watch(watchCtx, a.spec.HeartbeatTimeout); ok {
-					w.hung.Store(&stall)
-					stalled <- i
-				}
-			}()
-		}
-	}
-	var requeue <-chan time.Time           // set once a worker stopped to be requeued
-	deferred := make([]bool, len(workers)) // stalls put off by StallGrace
-	for running := len(workers); running > 0; {
-		select {
-		case i := <-exited:
-			running--
-			w := workers[i]
-			res := w.process.Result()
-			if res.Success() {
-				a.log.Info().Int("rank", w.contract.Rank).Msg("worker succeeded")
-				continue
-			}
-			if requeue != nil || (res.Signal == 0 && res.ExitCode == ExitRequeue) {
-				// The workers agreed on a checkpoint and stop one by one;
-				// the rest get TermTimeout to follow.
-				if requeue == nil {
-					a.log.Warn().Int("rank", w.contract.Rank).Msg("worker checkpointed on request and stopped: requeue")
-					requeue = time.After(a.spec.TermTimeout)
-				}
-				continue
-			}
-			stopAt := time.Now()
-			a.transition(StateStopping, "reason", "worker failed", "rank", w.contract.Rank, "result", res.String())
-			a.stopAll(workers, syscall.SIGTERM)
-			failures := a.failures(workers, r, stopAt)
-			writeFailureTable(a.spec.Report, failures, len(workers)-len(failures))
-			return roundResult{failures: failures}, nil
-		case <-requeue:
-			a.transition(StateStopping, "reason", "requeue: workers still running after the grace period")
-			a.stopAll(workers, syscall.SIGTERM)
-			return roundResult{requeue: true}, nil
-		case end, ok := <-roundEnd:
-			if !ok {
-				roundEnd = nil // ctx ended; handled below
-				continue
-			}
-			a.transition(StateStopping, "reason", end.Reason)
-			a.stopAll(workers, syscall.SIGTERM)
-			return roundResult{ended: &end}, nil
-		case i := <-stalled:
-			// A hung worker holds every other in a collective, so all stop
-			// beating together. Blame a worker that is stopped or stuck in
-			// the kernel (state T or D) when there is one here; else wait
-			// StallGrace for another node to find its culprit first.
-			stall := workers[i].hung.Load()
-			j := suspectWorker(workers)
-			if j < 0 && !deferred[i] {
-				deferred[i] = true
-				time.AfterFunc(StallGrace, func() { stalled <- i })
-				continue
-			}
-			if j >= 0 {
-				i = j
-			}
-			w := workers[i]
-			w.hung.CompareAndSwap(nil, stall)
-			if state := procState(w.process.PID()); j >= 0 {
-				// A stopped process cannot dump its stacks: kill it now.
-				a.log.Warn().Int("rank", w.contract.Rank).Str("state", state).Stringer("stall", w.hung.Load()).Msg("worker hung (stopped or stuck in the kernel): SIGKILL")
-				w.suspect.Store(true)
-				_ = w.process.Signal(syscall.SIGKILL)
-				continue
-			}
-			a.log.Warn().Int("rank", w.contract.Rank).Stringer("stall", w.hung.Load()).Msg("worker hung: SIGQUIT for a stack dump, then SIGKILL")
-			_ = w.process.Signal(syscall.SIGQUIT)
-			go func() {
-				select {
-				case <-w.process.Done():
-				case <-time.After(StackDumpGrace):
-					_ = w.process.Signal(syscall.SIGKILL)
-				}
-			}()
-		case s := <-a.passOn:
-			a.log.Info().Str("signal", unix.SignalName(s)).Msg("passing signal on to workers")
-			for _, w := range workers {
-				_ = w.process.Signal(s)
-			}
-		case <-ctx.Done():
-			sig := stoppedBy(ctx)
-			a.transition(StateStopping, "reason", context.Cause(ctx).Error())
-			a.stopAll(workers, sig)
-			return roundResult{}, nil
-		}
-	}
-	return roundResult{requeue: requeue != nil}, nil
-}
-
-func (a *Agent) startWorkers(sink *workerlog.Sink, r rendezvous.Round) ([]*worker, error) {
-	var workers []*worker
-	for local := 0; local < a.spec.LocalWorkers; local++ {
-		c := a.spec.Contract(r, local)
-		logs, err := sink.Worker(c.Rank, c.LocalRank)
-		if err != nil {
-			return workers, err
-		}
-		if err := os.MkdirAll(filepath.Dir(c.ErrorFile), 0o755); err != nil {
-			logs.Close()
-			return workers, fmt.Errorf("error file of rank %d: %w", c.Rank, err)
-		}
-		_ = os.Remove(c.ErrorFile) // a stale file would name an old error
-		spec := proc.Spec{
-			Path: a.spec.Command[0], Args: a.spec.Command[1:], Env: c.Environ(a.spec.Environ),
-			Stdout: logs.Stdout(), Stderr: logs.Stderr(), Guard: a.spec.Guard,
-		}
-		var beat *heartbeat.Pipe
-		if a.spec.HeartbeatTimeout > 0 {
-			if beat, err = heartbeat.NewPipe(); err != nil {
-				logs.Close()
-				return workers, err
-			}
-			spec.ExtraFiles = []*os.File{beat.WorkerEnd()}
-			spec.Env = append(spec.Env, fmt.Sprintf("%s=%d", heartbeat.EnvVar, heartbeat.WorkerFD))
-		}
-		p, err := proc.Start(spec)
-		if beat != nil {
-			_ = beat.CloseWorkerEnd()
-		}
-		if err != nil {
-			logs.Close()
-			return workers, fmt.Errorf("start rank %d: %w", c.Rank, err)
-		}
-		a.workerPIDs.Store(p.PID(), struct{}{})
-		a.log.Debug().Int("rank", c.Rank).Int("local_rank", local).Int("pid", p.PID()).Msg("worker started")
-		workers = append(workers, &worker{contract: c, process: p, logs: logs, heartbeat: beat})
-	}
-	return workers, nil
-}
-
-// stopAll sends sig to every worker's process group, waits TermTimeout for
-// them to end, then kills what is left; a second stop signal kills at
-// once. It returns when every worker is reaped.
-func (a *Agent) stopAll(workers []*worker, sig syscall.Signal) {
-	for _, w := range workers {
-		_ = w.process.Signal(sig)
-	}
-	allDone := make(chan struct{})
-	go func() {
-		for _, w := range workers {
-			<-w.process.Done()
-		}
-		close(allDone)
-	}()
-	grace := time.NewTimer(a.spec.TermTimeout)
-	defer grace.Stop()
-	select {
-	case <-allDone:
-		return
-	case <-grace.C:
-		a.log.Warn().Dur("grace", a.spec.TermTimeout).Msg("workers still running after the grace period: SIGKILL")
-	case <-a.kill:
-	}
-	for _, w := range workers {
-		_ = w.process.Signal(syscall.SIGKILL)
-	}
-	<-allDone
-}
-
-// failures lists the workers that failed on their own: those that ended
-// before stopAt. First failure first.
-func (a *Agent) failures(workers []*worker, r rendezvous.Round, stopAt time.Time) []rendezvous.Failure {
-	var out []rendezvous.Failure
-	for _, w := range workers {
-		res := w.process.Result()
-		if res.Success() || res.Ended.After(stopAt) {
-			continue
-		}
-		f := rendezvous.Failure{
-			Host: a.spec.Host, NodeRank: w.contract.GroupRank, Rank: w.contract.Rank,
-			LocalRank: w.contract.LocalRank, PID: res.PID, ExitCode: res.ExitCode,
-			Time: res.Ended, Attempt: r.Number,
-		}
-		if res.Signal != 0 {
-			f.Signal = unix.SignalName(res.Signal)
-		}
-		f.Error = readErrorFile(w.contract.ErrorFile)
-		if f.Error == "" {
-			f.Error = lastLines(strings.Join(w.logs.Tail(), "\n"), 5)
-		}
-		if e, ok := a.timedOut.LoadAndDelete(res.PID); ok {
-			f.Error = strings.TrimSpace(fmt.Sprintf("watchdog timer %q expired (TORCHELASTIC_TIMER_FILE)\n%s", e.(filetimer.Expiry).Scope, f.Error))
-		}
-		if stall := w.hung.Load(); stall != nil {
-			what := "; stack dump requested (SIGQUIT)"
-			if w.suspect.Load() {
-				what = "; the process was stopped or stuck in the kernel"
-			}
-			f.Error = strings.TrimSpace(stall.String() + what + "\n" + f.Error)
-		}
-		if f.Error == "" {
-			f.Error = "(no error file, no stderr output)"
-		}
-		out = append(out, f)
-	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.Before(out[j].Time) })
-	return out
-}
 
 func isStopSignal(s syscall.Signal) bool {
 	switch s {

@@ -94,8 +94,8 @@ func runRole(role string) int {
 	case "wait":
 		waitFor(syscall.SIGTERM)
 		return 0
-	case "stubborn":
-		signal.Ignore(syscall.SIGTERM)
+	case "stubborn": // ignores every stop signal the agent forwards
+		signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
 		fmt.Println("ready")
 		time.Sleep(60 * time.Second)
 		return 0
@@ -251,12 +251,16 @@ func TestAgentStopSignal(t *testing.T) {
 func TestAgentKillsStubbornWorkersAfterGrace(t *testing.T) {
 	h := newHarness(t, "stubborn", 2)
 	h.spec.TermTimeout = 200 * time.Millisecond
+	logs := &syncBuffer{}
+	h.spec.Log = zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), logs))
 	go func() {
 		h.waitReady(t, 2)
 		h.signals <- syscall.SIGINT
 	}()
 	out, _ := h.run(t)
 	require.Equal(t, 128+int(syscall.SIGINT), out.ExitCode)
+	require.Contains(t, logs.String(), "workers still running after the grace period: SIGKILL",
+		"the workers ignore SIGINT: only the SIGKILL after the grace ends them")
 }
 
 func TestAgentSecondSignalKillsAtOnce(t *testing.T) {
@@ -311,20 +315,46 @@ func TestContract(t *testing.T) {
 
 func TestReadErrorFile(t *testing.T) {
 	dir := t.TempDir()
-	tests := []struct{ name, doc, want string }{
-		{"torchrun nested", `{"message": {"message": "ValueError: x", "extraInfo": {"py_callstack": "a\nb", "timestamp": "1"}}}`, "ValueError: x\na\nb"},
-		{"plain message", `{"message": "boom"}`, "boom"},
-		{"not json", "segfault in foo\n", "segfault in foo"},
-		{"empty", "", ""},
+	peer := 3
+	tests := []struct {
+		name, doc, want string
+		lostPeer        *int
+	}{
+		{"torchrun nested", `{"message": {"message": "ValueError: x", "extraInfo": {"py_callstack": "a\nb", "timestamp": "1"}}}`, "ValueError: x\na\nb", nil},
+		{"plain message", `{"message": "boom"}`, "boom", nil},
+		{"names a lost peer", `{"message": "comm: allreduce: peer rank 3: connection lost", "lost_peer": 3}`, "comm: allreduce: peer rank 3: connection lost", &peer},
+		{"not json", "segfault in foo\n", "segfault in foo", nil},
+		{"empty", "", "", nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p := filepath.Join(dir, tc.name)
 			require.NoError(t, os.WriteFile(p, []byte(tc.doc), 0o644))
-			require.Equal(t, tc.want, readErrorFile(p))
+			got, lost := readErrorFile(p)
+			require.Equal(t, tc.want, got)
+			require.Equal(t, tc.lostPeer, lost)
 		})
 	}
-	require.Equal(t, "", readErrorFile(filepath.Join(dir, "missing")))
+	got, _ := readErrorFile(filepath.Join(dir, "missing"))
+	require.Equal(t, "", got)
+}
+
+// A worker's multi-MiB error file is cut to a size etcd takes, says so and
+// where the whole file is; the console table shows a few short lines.
+func TestHugeErrorFileIsCut(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "error.json")
+	line := strings.Repeat("x", 1000) + "\n"
+	require.NoError(t, os.WriteFile(p, []byte(`{"message": "`+strings.Repeat("Traceback line\\n", 300000)+`"}`), 0o644))
+	msg, _ := readErrorFile(p)
+	require.LessOrEqual(t, len(msg), rendezvous.MaxErrorBytes)
+	require.Contains(t, msg, "[cut: first ")
+	require.Contains(t, msg, p)
+
+	var table bytes.Buffer
+	writeFailureTable(&table, []rendezvous.Failure{{Rank: 1, Host: "box", ExitCode: 1, Error: strings.Repeat(line, 50)}}, 0)
+	require.Less(t, table.Len(), 2000, "table:\n%s", table.String())
+	require.Contains(t, table.String(), "[45 more lines")
+	require.Contains(t, table.String(), "[760 more bytes]")
 }
 
 func TestAgentHeartbeatTimeout(t *testing.T) {

@@ -5,14 +5,86 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
+	"syscall"
 	"text/tabwriter"
+	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/gorun/gorun/internal/filetimer"
 	"github.com/gorun/gorun/rendezvous"
 )
 
-// writeFailureTable prints failures, first first, as one table; stopped
-// counts the workers the agent stopped because of them.
+// Console limits of a failure's error text in the failure table: the
+// whole text (up to rendezvous.MaxErrorBytes) is in etcd (gorun status
+// --json) and the worker's own file stays on disk.
+const (
+	tableLines    = 5
+	tableLineSize = 240
+)
+
+// failure is w's report as a failure of round r: how it ended (or, while
+// it still runs, how the agent is about to end it: signal) and what it
+// said.
+func (a *Agent) failure(w *worker, r rendezvous.Round, signal syscall.Signal) rendezvous.Failure {
+	res := w.process.Result()
+	f := rendezvous.Failure{
+		Host: a.spec.Host, NodeRank: w.contract.GroupRank, Rank: w.contract.Rank,
+		LocalRank: w.contract.LocalRank, PID: w.process.PID(), ExitCode: res.ExitCode,
+		Time: res.Ended, Attempt: r.Number,
+	}
+	if res.Ended.IsZero() { // not reaped yet: blamed before the kill
+		f.ExitCode, f.Time, res.Signal = 128+int(signal), time.Now(), signal
+	}
+	if res.Signal != 0 {
+		f.Signal = unix.SignalName(res.Signal)
+	}
+	var msg string
+	msg, f.LostPeer = readErrorFile(w.contract.ErrorFile)
+	if msg == "" {
+		msg = lastLines(strings.Join(w.logs.Tail(), "\n"), 5)
+	}
+	if e, ok := a.timedOut.Load(res.PID); ok {
+		msg = strings.TrimSpace(fmt.Sprintf("watchdog timer %q expired (TORCHELASTIC_TIMER_FILE)\n%s", e.(filetimer.Expiry).Scope, msg))
+	}
+	if stall := w.hung.Load(); stall != nil {
+		what := "; stack dump requested (SIGQUIT)"
+		if w.suspect.Load() {
+			what = "; the process was stopped or stuck in the kernel"
+		}
+		msg = strings.TrimSpace(stall.String() + what + "\n" + msg)
+		f.LostPeer = nil // blamed for the hang, not a victim of a lost peer
+	}
+	if msg == "" {
+		msg = "(no error file, no stderr output)"
+	}
+	where := ""
+	if _, err := os.Stat(w.contract.ErrorFile); err == nil {
+		where = w.contract.ErrorFile
+	}
+	f.Error = rendezvous.CutError(msg, rendezvous.MaxErrorBytes, where)
+	return f
+}
+
+// failures reports the workers of ended that failed (the agent had not
+// signalled them), in the order this node reaped them.
+func (a *Agent) failures(ended []*worker, r rendezvous.Round) []rendezvous.Failure {
+	var out []rendezvous.Failure
+	for _, w := range ended {
+		if w.process.Result().Success() {
+			continue
+		}
+		out = append(out, a.failure(w, r, 0))
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.Before(out[j].Time) })
+	return out
+}
+
+// writeFailureTable prints failures, first first, as one table, each
+// error cut to a few lines; stopped counts the workers the agent stopped
+// because of them.
 func writeFailureTable(w io.Writer, failures []rendezvous.Failure, stopped int) {
 	if len(failures) == 0 {
 		return
@@ -22,7 +94,7 @@ func writeFailureTable(w io.Writer, failures []rendezvous.Failure, stopped int) 
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  RANK\tLOCAL\tHOST\tEXIT\tTIME\tERROR")
 	for _, f := range failures {
-		lines := strings.Split(strings.TrimRight(f.Error, "\n"), "\n")
+		lines := consoleLines(f.Error)
 		fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%s\t%s\n", f.Rank, f.LocalRank, f.Host, f.How(), f.Time.Format("15:04:05.000"), lines[0])
 		for _, l := range lines[1:] {
 			fmt.Fprintf(tw, "  \t\t\t\t\t%s\n", l)
@@ -34,26 +106,59 @@ func writeFailureTable(w io.Writer, failures []rendezvous.Failure, stopped int) 
 	}
 }
 
+// consoleLines is text as at most tableLines lines of at most
+// tableLineSize bytes, saying what was left out.
+func consoleLines(text string) []string {
+	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
+	var out []string
+	for i, l := range lines {
+		if i == tableLines {
+			out = append(out, fmt.Sprintf("[%d more lines: gorun status --json, or the error file]", len(lines)-i))
+			break
+		}
+		if len(l) > tableLineSize {
+			l = strings.ToValidUTF8(l[:tableLineSize], "") + fmt.Sprintf(" [%d more bytes]", len(l)-tableLineSize)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// maxErrorFile bounds how much of a worker's error file is read.
+const maxErrorFile = 4 * rendezvous.MaxErrorBytes
+
 // readErrorFile returns the message a worker left in its
 // TORCHELASTIC_ERROR_FILE, in torchrun's format:
 //
 //	{"message": {"message": "ValueError: bad", "extraInfo": {"py_callstack": "...", "timestamp": "..."}}}
 //
-// or {"message": "text"}. It returns "" when there is no readable file.
-func readErrorFile(path string) string {
-	data, err := os.ReadFile(path)
+// or {"message": "text"}, and the peer rank whose loss it names
+// ("lost_peer": 3, written by the embedded trainer). It returns "" when
+// there is no readable file. A file too large to read whole is read in
+// part, and the message says so.
+func readErrorFile(path string) (string, *int) {
+	file, err := os.Open(path)
+	if err != nil {
+		return "", nil
+	}
+	defer file.Close()
+	data, err := io.ReadAll(io.LimitReader(file, maxErrorFile+1))
 	if err != nil || len(data) == 0 {
-		return ""
+		return "", nil
+	}
+	if len(data) > maxErrorFile {
+		return rendezvous.CutError(string(data), rendezvous.MaxErrorBytes, path), nil
 	}
 	var doc struct {
-		Message json.RawMessage `json:"message"`
+		Message  json.RawMessage `json:"message"`
+		LostPeer *int            `json:"lost_peer"`
 	}
 	if json.Unmarshal(data, &doc) != nil || len(doc.Message) == 0 {
-		return strings.TrimSpace(string(data))
+		return strings.TrimSpace(string(data)), nil
 	}
 	var text string
 	if json.Unmarshal(doc.Message, &text) == nil {
-		return text
+		return text, doc.LostPeer
 	}
 	var nested struct {
 		Message   string `json:"message"`
@@ -62,12 +167,12 @@ func readErrorFile(path string) string {
 		} `json:"extraInfo"`
 	}
 	if json.Unmarshal(doc.Message, &nested) != nil {
-		return string(doc.Message)
+		return string(doc.Message), doc.LostPeer
 	}
 	if nested.ExtraInfo.PyCallstack != "" {
-		return nested.Message + "\n" + lastLines(nested.ExtraInfo.PyCallstack, 6)
+		return nested.Message + "\n" + lastLines(nested.ExtraInfo.PyCallstack, 6), doc.LostPeer
 	}
-	return nested.Message
+	return nested.Message, doc.LostPeer
 }
 
 func lastLines(s string, n int) string {
@@ -76,4 +181,10 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// firstLine is the first line of s.
+func firstLine(s string) string {
+	first, _, _ := strings.Cut(s, "\n")
+	return first
 }

@@ -186,7 +186,7 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 			}
 			passed := !lastCall.IsZero() && !time.Now().Before(lastCall)
 			if re, lost := st.Reattribute(snap.alive); len(lost) > 0 {
-				if err := e.recordLost(ctx, st.Round-1, lost); err != nil {
+				if err := e.recordLost(ctx, st.Round-1, st.Previous, lost); err != nil {
 					return Round{}, err
 				}
 				if err := e.cas(ctx, snap.stateRev, st, re); err != nil {
@@ -290,7 +290,7 @@ func (e *Elastic) reopenIfMembersLeft(ctx context.Context, snap snapshot) (bool,
 		return false, nil
 	}
 	reason := fmt.Sprintf("node %s left (its lease expired)", strings.Join(gone, ", "))
-	if err := e.recordLost(ctx, st.Round, e.lostMembers(snap)); err != nil {
+	if err := e.recordLost(ctx, st.Round, st.Members, e.lostMembers(snap)); err != nil {
 		return true, err
 	}
 	return true, e.cas(ctx, snap.stateRev, st, st.Next(CauseMembership, reason, e.cfg.Limits, time.Now()))
@@ -372,11 +372,8 @@ func roundOver(st State, r Round) (End, bool) {
 // spent. It returns how round r ended; when another node already moved
 // the job on, that is what it returns.
 func (e *Elastic) Failed(ctx context.Context, r Round, failures []Failure) (End, error) {
-	for _, f := range failures {
-		key := fmt.Sprintf("%s%08d/%08d", prefixFail, r.Number, f.Rank)
-		if err := e.put(ctx, key, f, false); err != nil {
-			return End{}, err
-		}
+	if err := e.Blame(ctx, r, failures); err != nil {
+		return End{}, err
 	}
 	reason := "worker failure"
 	if len(failures) > 0 {
@@ -433,28 +430,35 @@ func (e *Elastic) lostMembers(snap snapshot) []Member {
 	return lost
 }
 
-// recordLost writes a failure report for each lost node of round, dated
-// just before the round's first worker failure: the node's death is what
-// broke its peers' workers, so it is the first failure to report.
-func (e *Elastic) recordLost(ctx context.Context, round int, lost []Member) error {
-	failures, err := ListFailures(ctx, e.store)
-	if err != nil {
-		return err
-	}
-	when := time.Now()
-	for _, f := range failures {
-		if f.Attempt == round && f.Time.Before(when) {
-			when = f.Time.Add(-time.Millisecond)
-		}
-	}
+// recordLost writes a failure report for each lost node of round, with
+// the global ranks it held: its death is what broke its peers' workers, so
+// OrderFailures puts it before them.
+func (e *Elastic) recordLost(ctx context.Context, round int, members, lost []Member) error {
 	for _, m := range lost {
-		f := Failure{Host: m.Host, NodeRank: -1, Rank: -1, ExitCode: 137, Signal: "node lost", Time: when, Attempt: round,
+		f := Failure{Host: m.Host, NodeRank: -1, Rank: -1, ExitCode: 137, Signal: "node lost", Time: time.Now(), Attempt: round,
+			Ranks: ranksOf(members, m.ID),
 			Error: fmt.Sprintf("node %s stopped answering: its lease expired (the node died, or was cut off)", m.Host)}
 		if err := e.put(ctx, fmt.Sprintf("%s%08d/node-%s", prefixFail, round, m.ID), f, false); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// ranksOf lists the global ranks member id held among members, which are
+// in node-rank order.
+func ranksOf(members []Member, id string) []int {
+	var ranks []int
+	first := 0
+	for _, m := range members {
+		if m.ID == id {
+			for i := range m.NProc {
+				ranks = append(ranks, first+i)
+			}
+		}
+		first += m.NProc
+	}
+	return ranks
 }
 
 // Succeeded reports that every worker of this node exited 0 in round r and
@@ -507,34 +511,12 @@ func (e *Elastic) Failures(ctx context.Context) ([]Failure, error) {
 	return ListFailures(ctx, e.store)
 }
 
-// ListFailures returns the failures reported in a job, first first.
+// ListFailures returns the failures reported in a job, first first (see
+// OrderFailures).
 func ListFailures(ctx context.Context, store Store) ([]Failure, error) {
 	kvs, _, err := store.List(ctx, prefixFail)
 	if err != nil {
 		return nil, err
 	}
-	var out []Failure
-	for _, kv := range kvs {
-		var f Failure
-		if json.Unmarshal(kv.Value, &f) == nil {
-			out = append(out, f)
-		}
-	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.Before(out[j].Time) })
-	// A worker killed by a signal (or a lost node) breaks its peers, whose
-	// failures can be recorded a few milliseconds earlier when its agent is
-	// slow to reap it: within a close call, the killed one is the cause.
-	for i := 1; i < len(out) && out[i].Time.Sub(out[0].Time) <= causeWindow; i++ {
-		if out[0].Signal == "" && out[i].Signal != "" {
-			first := out[i]
-			copy(out[1:i+1], out[0:i])
-			out[0] = first
-			break
-		}
-	}
-	return out, nil
+	return decodeFailures(kvs), nil
 }
-
-// causeWindow is how close two failures must be for a death by signal to
-// count as the cause of the other.
-const causeWindow = 50 * time.Millisecond

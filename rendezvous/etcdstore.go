@@ -207,6 +207,7 @@ func ReadStatus(ctx context.Context, client *clientv3.Client, runID string) (Sta
 		return Status{}, fmt.Errorf("rendezvous: read run %s: %w", runID, err)
 	}
 	st := Status{RunID: runID}
+	var failures []KV
 	for _, kv := range resp.Kvs {
 		key := string(kv.Key)
 		switch {
@@ -223,13 +224,10 @@ func ReadStatus(ctx context.Context, client *clientv3.Client, runID string) (Sta
 				st.Waiting = append(st.Waiting, m)
 			}
 		case strings.HasPrefix(key, prefixFail):
-			var f Failure
-			if json.Unmarshal(kv.Value, &f) == nil {
-				st.Failures = append(st.Failures, f)
-			}
+			failures = append(failures, KV{Key: key, Value: kv.Value, Rev: kv.ModRevision, Create: kv.CreateRevision})
 		}
 	}
 	sort.Slice(st.Nodes, func(i, j int) bool { return st.Nodes[i].Host < st.Nodes[j].Host })
-	sort.SliceStable(st.Failures, func(i, j int) bool { return st.Failures[i].Time.Before(st.Failures[j].Time) })
+	st.Failures = decodeFailures(failures)
 	return st, nil
 }

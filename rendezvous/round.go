@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Round is one formation of the job as one node sees it: who it is in it
@@ -32,8 +33,48 @@ type Failure struct {
 	Time      time.Time `json:"time"`
 	Attempt   int       `json:"attempt"` // the round
 	// Error is the worker's own error: the message of its
-	// TORCHELASTIC_ERROR_FILE if it wrote one, else its last stderr lines.
+	// TORCHELASTIC_ERROR_FILE if it wrote one, else its last stderr lines,
+	// cut to MaxErrorBytes.
 	Error string `json:"error"`
+	// LostPeer, when set, is the global rank whose loss made this worker
+	// fail (the embedded trainer's error file names it): this failure is
+	// a consequence, and the peer's own failure, once reported, is its
+	// cause.
+	LostPeer *int `json:"lost_peer,omitempty"`
+	// Agent says gorun's agent on Host failed itself (Error says why),
+	// rather than one of its workers.
+	Agent bool `json:"agent,omitempty"`
+	// Ranks are the global ranks a lost node held (Rank is -1 then).
+	Ranks []int `json:"ranks,omitempty"`
+	// Revision is the etcd revision that first recorded this failure:
+	// the job-wide order of reports, set when failures are read.
+	Revision int64 `json:"revision,omitempty"`
+}
+
+// MaxErrorBytes bounds a failure's Error as kept in etcd: a worker's
+// multi-MiB error file must not make the report too large to store.
+const MaxErrorBytes = 64 << 10
+
+// CutError returns msg cut to at most limit bytes (at a line break when one
+// is near, never inside a UTF-8 sequence) followed by a note saying how
+// much was kept and, when path is not empty, where the whole text is.
+func CutError(msg string, limit int, path string) string {
+	if len(msg) <= limit {
+		return msg
+	}
+	where := ""
+	if path != "" {
+		where = "; all of it in " + path
+	}
+	const noteRoom = 96 // the note without where
+	keep := max(0, limit-noteRoom-len(where))
+	if i := strings.LastIndexByte(msg[:keep], '\n'); i > keep/2 {
+		keep = i
+	}
+	for keep > 0 && !utf8.RuneStart(msg[keep]) {
+		keep--
+	}
+	return fmt.Sprintf("%s\n[cut: first %d of %d bytes shown%s]", msg[:keep], keep, len(msg), where)
 }
 
 // How prints the end of the worker: "exit 3" or "SIGSEGV (exit 139)".
@@ -45,9 +86,13 @@ func (f Failure) How() string {
 }
 
 // String is one line: "rank 3 on node2 (node 1): exit 1 at 12:00:01.123: ValueError: bad",
-// or, for a node lost as a whole, "node node2 lost at 12:00:01.123: ...".
+// for a node lost as a whole "node node2 lost at 12:00:01.123: ...", and
+// for a failed agent "the agent on node2 failed at 12:00:01.123: ...".
 func (f Failure) String() string {
 	first, _, _ := strings.Cut(f.Error, "\n")
+	if f.Agent {
+		return fmt.Sprintf("the agent on %s failed at %s: %s", f.Host, f.Time.Format("15:04:05.000"), first)
+	}
 	if f.Rank < 0 {
 		return fmt.Sprintf("node %s lost at %s: %s", f.Host, f.Time.Format("15:04:05.000"), first)
 	}

@@ -3,6 +3,7 @@ package rendezvous
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 )
 
@@ -16,6 +17,7 @@ type Static struct {
 
 	mu       sync.Mutex
 	restarts int
+	revision int64 // reports so far: the order of failures, as etcd's revision is for Elastic
 	failures []Failure
 }
 
@@ -39,11 +41,48 @@ func (s *Static) Watch(ctx context.Context, _ Round) <-chan End {
 	return out
 }
 
-// Failed records failures and restarts while the budget lasts.
-func (s *Static) Failed(_ context.Context, _ Round, failures []Failure) (End, error) {
+// record keeps failures of round r in the order they were reported; a
+// worker reported again keeps its first place.
+func (s *Static) record(r Round, failures []Failure) {
+	for _, f := range failures {
+		f.Attempt = r.Number
+		i := slices.IndexFunc(s.failures, func(g Failure) bool { return g.Attempt == f.Attempt && g.Rank == f.Rank })
+		if i >= 0 {
+			f.Revision = s.failures[i].Revision
+			s.failures[i] = f
+			continue
+		}
+		s.revision++
+		f.Revision = s.revision
+		s.failures = append(s.failures, f)
+	}
+}
+
+// Blame records failures of round r before the agent acts on them.
+func (s *Static) Blame(_ context.Context, r Round, failures []Failure) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.failures = append(s.failures, failures...)
+	s.record(r, failures)
+	return nil
+}
+
+// Stalled is always this node's to judge: there is no other.
+func (s *Static) Stalled(context.Context, Round) (bool, error) { return true, nil }
+
+// Abandon records the agent's own failure f; nothing else shares the job.
+func (s *Static) Abandon(_ context.Context, f Failure) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f.Agent, f.Rank, f.NodeRank = true, -1, s.Round.NodeRank
+	s.record(Round{Number: s.restarts}, []Failure{f})
+	return nil
+}
+
+// Failed records failures and restarts while the budget lasts.
+func (s *Static) Failed(_ context.Context, r Round, failures []Failure) (End, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.record(r, failures)
 	if s.restarts >= s.MaxFailures {
 		return End{Closed: true, Result: ResultFailed, Reason: fmt.Sprintf("restart budget spent (%d of --max-restarts=%d used)", s.restarts, s.MaxFailures)}, nil
 	}
@@ -60,5 +99,7 @@ func (s *Static) Succeeded(context.Context, Round) (End, error) {
 func (s *Static) Failures(context.Context) ([]Failure, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]Failure(nil), s.failures...), nil
+	out := slices.Clone(s.failures)
+	OrderFailures(out)
+	return out, nil
 }

@@ -20,6 +20,7 @@ type view struct {
 	nodes    map[string]int64          // node id -> create revision of its live node key
 	joined   map[int]map[string]Member // round -> id -> member, Order = its join key's revision
 	done     map[int]map[string]bool   // round -> ids whose workers succeeded
+	stalls   map[int]map[string]int64  // round -> ids whose workers stalled -> revision of the report
 	waiting  map[string]Member
 	changed  chan struct{}
 }
@@ -35,6 +36,7 @@ func (v *view) clearLocked() {
 	v.nodes = map[string]int64{}
 	v.joined = map[int]map[string]Member{}
 	v.done = map[int]map[string]bool{}
+	v.stalls = map[int]map[string]int64{}
 	v.waiting = map[string]Member{}
 }
 
@@ -132,6 +134,15 @@ func (v *view) applyLocked(ev Event) {
 			} else {
 				v.done[round][id] = true
 			}
+		case "stall":
+			if v.stalls[round] == nil {
+				v.stalls[round] = map[string]int64{}
+			}
+			if ev.Deleted {
+				delete(v.stalls[round], id)
+			} else {
+				v.stalls[round][id] = ev.Create
+			}
 		}
 	}
 }
@@ -149,6 +160,7 @@ type snapshot struct {
 	alive    map[string]bool // node ids with a live session
 	waiting  []Member
 	done     map[string]bool // members whose workers succeeded in the state's round
+	stalls   map[string]int64 // members whose workers stalled in the state's round -> revision
 }
 
 // Keys of a job, relative to its prefix.
@@ -162,12 +174,13 @@ const (
 func roundPrefix(round int) string        { return fmt.Sprintf("rounds/%08d/", round) }
 func joinKey(round int, id string) string { return roundPrefix(round) + "join/" + id }
 func doneKey(round int, id string) string { return roundPrefix(round) + "done/" + id }
+func stallKey(round int, id string) string { return roundPrefix(round) + "stall/" + id }
 
 // read returns a snapshot and the channel that closes at the next change.
 func (v *view) read() (snapshot, <-chan struct{}) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	s := snapshot{state: v.state, stateRev: v.stateRev, alive: make(map[string]bool, len(v.nodes)), done: map[string]bool{}}
+	s := snapshot{state: v.state, stateRev: v.stateRev, alive: make(map[string]bool, len(v.nodes)), done: map[string]bool{}, stalls: map[string]int64{}}
 	for id := range v.nodes {
 		s.alive[id] = true
 	}
@@ -181,6 +194,9 @@ func (v *view) read() (snapshot, <-chan struct{}) {
 	}
 	for id := range v.done[v.state.Round] {
 		s.done[id] = true
+	}
+	for id, rev := range v.stalls[v.state.Round] {
+		s.stalls[id] = rev
 	}
 	for _, m := range v.waiting {
 		s.waiting = append(s.waiting, m)

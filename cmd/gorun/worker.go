@@ -20,6 +20,7 @@ import (
 	"github.com/gorun/gorun/internal/distenv"
 	"github.com/gorun/gorun/internal/heartbeat"
 	"github.com/gorun/gorun/trainer"
+	"github.com/gorun/gorun/trainer/comm"
 	"github.com/gorun/gorun/trainer/config"
 	"github.com/gorun/gorun/trainer/metrics"
 	"github.com/gorun/gorun/trainer/resume"
@@ -258,11 +259,21 @@ func watchSignals(parent context.Context) (*workerSignals, func()) {
 
 // writeErrorFile leaves err where the agent looks for a worker's last
 // words (TORCHELASTIC_ERROR_FILE, torchrun's format); best effort.
+// writeErrorFile writes err to the worker's TORCHELASTIC_ERROR_FILE in
+// torchrun's format, with "lost_peer" naming the peer rank whose loss
+// caused it, if any, so the agents can tell a victim from its cause.
 func writeErrorFile(path string, err error) {
 	if path == "" {
 		return
 	}
-	b, jerr := json.Marshal(map[string]string{"message": err.Error()})
+	doc := struct {
+		Message  string `json:"message"`
+		LostPeer *int   `json:"lost_peer,omitempty"`
+	}{Message: err.Error()}
+	if pe := (*comm.PeerError)(nil); errors.As(err, &pe) {
+		doc.LostPeer = &pe.Rank
+	}
+	b, jerr := json.Marshal(doc)
 	if jerr == nil {
 		_ = os.WriteFile(path, b, 0o644)
 	}

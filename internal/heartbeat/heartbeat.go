@@ -131,3 +131,11 @@ func (b *Beater) Beat(step int) {
 	}
 	_, _ = b.f.WriteString(strconv.Itoa(step) + "\n")
 }
+
+// LastBeat is when the worker's last heartbeat arrived (zero before the
+// first), on this host's clock.
+func (p *Pipe) LastBeat() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lastBeat
+}

@@ -1,0 +1,158 @@
+package elastic
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/gorun/gorun/internal/distenv"
+	"github.com/gorun/gorun/internal/heartbeat"
+	"github.com/gorun/gorun/internal/proc"
+	"github.com/gorun/gorun/internal/workerlog"
+	"github.com/gorun/gorun/rendezvous"
+)
+
+// StackDumpGrace is how long a hung worker gets to print its stacks after
+// SIGQUIT before it is killed.
+const StackDumpGrace = 3 * time.Second
+
+// worker is one running worker of a round.
+type worker struct {
+	contract  distenv.Worker
+	process   *proc.Process
+	logs      *workerlog.Worker
+	heartbeat *heartbeat.Pipe // nil without a heartbeat timeout
+	hung      atomic.Pointer[heartbeat.Stall]
+	suspect   atomic.Bool // hung and found stopped or stuck in the kernel
+}
+
+// endedOnItsOwn reports whether w's process has ended (reaped, or a
+// zombie not yet reaped): called before the agent signals it, that means
+// it ended for a reason of its own.
+func (w *worker) endedOnItsOwn() bool {
+	select {
+	case <-w.process.Done():
+		return true
+	default:
+	}
+	switch procState(w.process.PID()) {
+	case "Z", "X":
+		return true
+	}
+	return false
+}
+
+// procState is the one-letter state of process pid ("R", "S", "D", "T",
+// ...), or "" when it cannot be read.
+func procState(pid int) string {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	s := string(data)
+	if i := strings.LastIndexByte(s, ')'); i > 0 && i+2 < len(s) {
+		return s[i+2 : i+3]
+	}
+	return ""
+}
+
+// suspectWorker is the index of a worker that is stopped (T, t) or in
+// uninterruptible sleep (D): the likely cause of a hang. -1: none.
+func suspectWorker(workers []*worker) int {
+	for i, w := range workers {
+		switch procState(w.process.PID()) {
+		case "T", "t", "D":
+			return i
+		}
+	}
+	return -1
+}
+
+// longestSilent is the index of the worker whose last heartbeat is the
+// oldest: in a hang with no stopped process, the likeliest culprit.
+func longestSilent(workers []*worker) int {
+	best := -1
+	for i, w := range workers {
+		if w.heartbeat == nil || w.heartbeat.LastBeat().IsZero() {
+			continue
+		}
+		if best < 0 || w.heartbeat.LastBeat().Before(workers[best].heartbeat.LastBeat()) {
+			best = i
+		}
+	}
+	return max(best, 0)
+}
+
+func (a *Agent) startWorkers(sink *workerlog.Sink, r rendezvous.Round) ([]*worker, error) {
+	var workers []*worker
+	for local := 0; local < a.spec.LocalWorkers; local++ {
+		c := a.spec.Contract(r, local)
+		logs, err := sink.Worker(c.Rank, c.LocalRank)
+		if err != nil {
+			return workers, err
+		}
+		if err := os.MkdirAll(filepath.Dir(c.ErrorFile), 0o755); err != nil {
+			logs.Close()
+			return workers, fmt.Errorf("error file of rank %d: %w", c.Rank, err)
+		}
+		_ = os.Remove(c.ErrorFile) // a stale file would name an old error
+		spec := proc.Spec{
+			Path: a.spec.Command[0], Args: a.spec.Command[1:], Env: c.Environ(a.spec.Environ),
+			Stdout: logs.Stdout(), Stderr: logs.Stderr(), Guard: a.spec.Guard,
+		}
+		var beat *heartbeat.Pipe
+		if a.spec.HeartbeatTimeout > 0 {
+			if beat, err = heartbeat.NewPipe(); err != nil {
+				logs.Close()
+				return workers, err
+			}
+			spec.ExtraFiles = []*os.File{beat.WorkerEnd()}
+			spec.Env = append(spec.Env, fmt.Sprintf("%s=%d", heartbeat.EnvVar, heartbeat.WorkerFD))
+		}
+		p, err := proc.Start(spec)
+		if beat != nil {
+			_ = beat.CloseWorkerEnd()
+		}
+		if err != nil {
+			logs.Close()
+			return workers, fmt.Errorf("start rank %d: %w", c.Rank, err)
+		}
+		a.workerPIDs.Store(p.PID(), struct{}{})
+		a.log.Debug().Int("rank", c.Rank).Int("local_rank", local).Int("pid", p.PID()).Msg("worker started")
+		workers = append(workers, &worker{contract: c, process: p, logs: logs, heartbeat: beat})
+	}
+	return workers, nil
+}
+
+// stopAll sends sig to every worker's process group, waits TermTimeout for
+// them to end, then kills what is left; a second stop signal kills at
+// once. It returns when every worker is reaped.
+func (a *Agent) stopAll(workers []*worker, sig syscall.Signal) {
+	for _, w := range workers {
+		_ = w.process.Signal(sig)
+	}
+	allDone := make(chan struct{})
+	go func() {
+		for _, w := range workers {
+			<-w.process.Done()
+		}
+		close(allDone)
+	}()
+	grace := time.NewTimer(a.spec.TermTimeout)
+	defer grace.Stop()
+	select {
+	case <-allDone:
+		return
+	case <-grace.C:
+		a.log.Warn().Dur("grace", a.spec.TermTimeout).Msg("workers still running after the grace period: SIGKILL")
+	case <-a.kill:
+	}
+	for _, w := range workers {
+		_ = w.process.Signal(syscall.SIGKILL)
+	}
+	<-allDone
+}
