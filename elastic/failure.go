@@ -125,7 +125,7 @@ func consoleLines(text string) []string {
 }
 
 // maxErrorFile bounds how much of a worker's error file is read.
-const maxErrorFile = 4 * rendezvous.MaxErrorBytes
+const maxErrorFile = 16 << 20
 
 // readErrorFile returns the message a worker left in its
 // TORCHELASTIC_ERROR_FILE, in torchrun's format:

@@ -77,6 +77,9 @@ func CutError(msg string, limit int, path string) string {
 	return fmt.Sprintf("%s\n[cut: first %d of %d bytes shown%s]", msg[:keep], keep, len(msg), where)
 }
 
+// maxLineInString bounds the error line of Failure.String.
+const maxLineInString = 240
+
 // How prints the end of the worker: "exit 3" or "SIGSEGV (exit 139)".
 func (f Failure) How() string {
 	if f.Signal != "" {
@@ -90,6 +93,9 @@ func (f Failure) How() string {
 // for a failed agent "the agent on node2 failed at 12:00:01.123: ...".
 func (f Failure) String() string {
 	first, _, _ := strings.Cut(f.Error, "\n")
+	if len(first) > maxLineInString {
+		first = strings.ToValidUTF8(first[:maxLineInString], "") + "..."
+	}
 	if f.Agent {
 		return fmt.Sprintf("the agent on %s failed at %s: %s", f.Host, f.Time.Format("15:04:05.000"), first)
 	}
