@@ -146,8 +146,8 @@ type Agent struct {
 	state State
 	log   zerolog.Logger
 
-	kill   chan struct{} // closed at a second stop signal
-	passOn chan syscall.Signal
+	kill    chan struct{} // closed at a second stop signal
+	passOn  chan syscall.Signal
 	badEdge error // the first transition not in the table: a bug, returned by Run
 
 	workerPIDs sync.Map // pid -> struct{}: this round's workers, for the timer server

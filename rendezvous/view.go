@@ -159,7 +159,7 @@ type snapshot struct {
 	joined   []Member
 	alive    map[string]bool // node ids with a live session
 	waiting  []Member
-	done     map[string]bool // members whose workers succeeded in the state's round
+	done     map[string]bool  // members whose workers succeeded in the state's round
 	stalls   map[string]int64 // members whose workers stalled in the state's round -> revision
 }
 
@@ -171,9 +171,9 @@ const (
 	prefixFail  = "failures/"
 )
 
-func roundPrefix(round int) string        { return fmt.Sprintf("rounds/%08d/", round) }
-func joinKey(round int, id string) string { return roundPrefix(round) + "join/" + id }
-func doneKey(round int, id string) string { return roundPrefix(round) + "done/" + id }
+func roundPrefix(round int) string         { return fmt.Sprintf("rounds/%08d/", round) }
+func joinKey(round int, id string) string  { return roundPrefix(round) + "join/" + id }
+func doneKey(round int, id string) string  { return roundPrefix(round) + "done/" + id }
 func stallKey(round int, id string) string { return roundPrefix(round) + "stall/" + id }
 
 // read returns a snapshot and the channel that closes at the next change.
