@@ -60,11 +60,7 @@ func (a *Agent) failure(w *worker, r rendezvous.Round, signal syscall.Signal) re
 	if msg == "" {
 		msg = "(no error file, no stderr output)"
 	}
-	where := ""
-	if _, err := os.Stat(w.contract.ErrorFile); err == nil {
-		where = w.contract.ErrorFile
-	}
-	f.Error = rendezvous.CutError(msg, rendezvous.MaxErrorBytes, where)
+	f.Error = rendezvous.CutError(msg, rendezvous.MaxErrorBytes, "")
 	return f
 }
 
@@ -132,23 +128,26 @@ const maxErrorFile = 16 << 20
 //
 //	{"message": {"message": "ValueError: bad", "extraInfo": {"py_callstack": "...", "timestamp": "..."}}}
 //
-// or {"message": "text"}, and the peer rank whose loss it names
-// ("lost_peer": 3, written by the embedded trainer). It returns "" when
-// there is no readable file. A file too large to read whole is read in
-// part, and the message says so.
+// or {"message": "text"}, cut to rendezvous.MaxErrorBytes with a note
+// naming the file, and the peer rank whose loss it names ("lost_peer": 3,
+// written by the embedded trainer). It returns "" when there is no
+// readable file.
 func readErrorFile(path string) (string, *int) {
 	file, err := os.Open(path)
 	if err != nil {
 		return "", nil
 	}
 	defer file.Close()
-	data, err := io.ReadAll(io.LimitReader(file, maxErrorFile+1))
+	data, err := io.ReadAll(io.LimitReader(file, maxErrorFile))
 	if err != nil || len(data) == 0 {
 		return "", nil
 	}
-	if len(data) > maxErrorFile {
-		return rendezvous.CutError(string(data), rendezvous.MaxErrorBytes, path), nil
-	}
+	msg, lostPeer := parseErrorFile(data)
+	return rendezvous.CutError(msg, rendezvous.MaxErrorBytes, path), lostPeer
+}
+
+// parseErrorFile reads the message and lost peer of an error file's data.
+func parseErrorFile(data []byte) (string, *int) {
 	var doc struct {
 		Message  json.RawMessage `json:"message"`
 		LostPeer *int            `json:"lost_peer"`

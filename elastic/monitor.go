@@ -183,10 +183,13 @@ func (m *roundMonitor) onStall(i int) {
 		go func() {
 			blame, err := m.a.rdzv.Stalled(m.watchCtx, m.round)
 			if err != nil {
-				if m.watchCtx.Err() == nil {
-					m.a.log.Warn().Err(err).Msg("reporting a stall")
+				if m.watchCtx.Err() != nil {
+					return
 				}
-				return
+				// The other nodes cannot be asked: judge here rather than
+				// leave the hang unjudged.
+				m.a.log.Warn().Err(err).Msg("could not report the stall to the other nodes: naming a culprit here")
+				blame = true
 			}
 			m.verdict <- blame
 		}()
