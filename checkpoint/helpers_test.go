@@ -4,11 +4,12 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gorun/gorun/internal/testutil"
 )
 
 // testDeadline bounds every collective in these tests.
@@ -75,13 +76,7 @@ func onRanks(w World, f func(ctx context.Context, c Coordinator) error) []error 
 	ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
 	defer cancel()
 	group := NewLocalGroup(w.Size())
-	errs := make([]error, w.Size())
-	var wg sync.WaitGroup
-	for r := range group {
-		wg.Go(func() { errs[r] = f(ctx, group[r]) })
-	}
-	wg.Wait()
-	return errs
+	return testutil.OnRanks(len(group), func(r int) error { return f(ctx, group[r]) })
 }
 
 // saveWorld saves state as step in dir from every rank of w and requires success.

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gorun/gorun/internal/heartbeat"
+	"github.com/gorun/gorun/internal/testutil"
 	"github.com/gorun/gorun/internal/workerlog"
 	"github.com/gorun/gorun/rendezvous"
 )
@@ -123,35 +123,17 @@ func runRole(role string) int {
 	return 99
 }
 
-// syncBuffer is a bytes.Buffer safe for the sink's writers and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type harness struct {
 	spec    Spec
 	signals chan os.Signal
-	stdout  *syncBuffer
-	report  *syncBuffer
+	stdout  *testutil.SyncBuffer
+	report  *testutil.SyncBuffer
 }
 
 func newHarness(t *testing.T, role string, workers int) *harness {
 	self, err := os.Executable()
 	require.NoError(t, err)
-	h := &harness{signals: make(chan os.Signal, 4), stdout: &syncBuffer{}, report: &syncBuffer{}}
+	h := &harness{signals: make(chan os.Signal, 4), stdout: &testutil.SyncBuffer{}, report: &testutil.SyncBuffer{}}
 	h.spec = Spec{
 		RunID: "test", Host: "box", LocalWorkers: workers, Role: "default",
 		Command: []string{self}, Environ: append(os.Environ(), roleVar+"="+role, "GORACE=atexit_sleep_ms=0"),

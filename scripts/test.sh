@@ -8,13 +8,16 @@ export PATH=/usr/local/go/bin:$PATH
 # Debian packages the tests use: real PyTorch (CPU) for the DDP tests and the
 # launch benchmark, slurm-client's scontrol for the hostlist comparison,
 # etcd-server's etcd 3.4 (/usr/bin/etcd) for the cross-version etcd tests,
-# slurm-wlm (slurmctld, slurmd) and munge for the real SLURM cluster of test/slurm.
+# slurm-wlm (slurmctld, slurmd), munge and iproute2's ss for the real SLURM
+# cluster of test/slurm. A test whose dependency is missing skips, except when
+# CI=true (CI sets it): then it fails, so that a broken set-up cannot pass.
 need=()
 /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || need+=(python3-torch)
 command -v scontrol >/dev/null 2>&1 || need+=(slurm-client)
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v slurmctld >/dev/null 2>&1 || need+=(slurm-wlm)
 command -v munged >/dev/null 2>&1 || need+=(munge)
+command -v ss >/dev/null 2>&1 || need+=(iproute2)
 if ((${#need[@]})); then
   echo "== apt-get install ${need[*]}"
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gorun/gorun/internal/distenv"
+	"github.com/gorun/gorun/internal/testutil"
 	"github.com/gorun/gorun/trainer/comm"
 	"github.com/gorun/gorun/trainer/config"
 	"github.com/gorun/gorun/trainer/data"
@@ -61,50 +60,44 @@ type runOpts struct {
 // goroutine with its own Trainer and comm.World over loopback sockets.
 func runWorld(t *testing.T, cfg config.Config, size, perNode int, o runOpts) []rankRun {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
+	port := testutil.FreePort(t)
 	ds := text()
 	out := make([]rankRun, size)
-	var wg sync.WaitGroup
-	for r := range size {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res := &out[r]
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			w := distenv.Worker{Rank: r, WorldSize: size, LocalRank: r % perNode, LocalWorldSize: perNode,
-				GroupRank: r / perNode, GroupWorldSize: size / perNode, MasterAddr: "127.0.0.1", MasterPort: port,
-				RunID: "trainer-test"}
-			c := Config{Train: cfg, Worker: w, Threads: 1, Dataset: ds, CommTimeout: 10 * time.Second,
-				AfterStep: func(tr *Trainer, rec metrics.Record) error {
-					res.losses = append(res.losses, rec.Loss)
-					if rec.Step == o.snapshotAt {
-						res.snapshot = copyState(tr.State())
-					}
-					if rec.Step == o.stopAt && r == o.stopRank {
-						cancel()
-					}
-					return nil
-				}}
-			tr, err := New(ctx, c)
-			if err != nil {
-				res.err = err
-				return
-			}
-			defer tr.Close()
-			if o.restore != nil {
-				if res.err = tr.Restore(o.restore[r]); res.err != nil {
-					return
+	errs := testutil.OnRanks(size, func(r int) error {
+		res := &out[r]
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		w := distenv.Worker{Rank: r, WorldSize: size, LocalRank: r % perNode, LocalWorldSize: perNode,
+			GroupRank: r / perNode, GroupWorldSize: size / perNode, MasterAddr: "127.0.0.1", MasterPort: port,
+			RunID: "trainer-test"}
+		c := Config{Train: cfg, Worker: w, Threads: 1, Dataset: ds, CommTimeout: 10 * time.Second,
+			AfterStep: func(tr *Trainer, rec metrics.Record) error {
+				res.losses = append(res.losses, rec.Loss)
+				if rec.Step == o.snapshotAt {
+					res.snapshot = copyState(tr.State())
 				}
+				if rec.Step == o.stopAt && r == o.stopRank {
+					cancel()
+				}
+				return nil
+			}}
+		tr, err := New(ctx, c)
+		if err != nil {
+			return err
+		}
+		defer tr.Close()
+		if o.restore != nil {
+			if err := tr.Restore(o.restore[r]); err != nil {
+				return err
 			}
-			_, res.err = tr.Run(ctx)
-			res.state = copyState(tr.State())
-		}()
+		}
+		_, err = tr.Run(ctx)
+		res.state = copyState(tr.State())
+		return err
+	})
+	for r, err := range errs {
+		out[r].err = err
 	}
-	wg.Wait()
 	return out
 }
 

@@ -17,6 +17,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
+
+	"github.com/gorun/gorun/internal/testutil"
 )
 
 // Timings of the test servers: fast elections, bounded waits.
@@ -191,25 +193,10 @@ func GoleakOptions() []goleak.Option {
 }
 
 // FreePorts returns n distinct TCP ports of 127.0.0.1 that were free a
-// moment ago (the kernel chose them; another process may take one before
-// the caller binds it: retry on "address already in use").
+// moment ago, as testutil.FreePorts does (another process may take one
+// before the caller binds it: retry on "address already in use").
 func FreePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	var listeners []net.Listener
-	defer func() {
-		for _, l := range listeners {
-			_ = l.Close()
-		}
-	}()
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("etcdtest: free port: %w", err)
-		}
-		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
+	return testutil.FreePorts(n)
 }
 
 func isAddrInUse(err error) bool {

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/testutil"
 )
 
 // Fast tests: worker programs are /bin/sh, no PyTorch needed.
@@ -141,7 +143,7 @@ func TestEnvContract(t *testing.T) {
 
 // TestEnvTwoNodes: two static gorun agents on this machine form one world of 4.
 func TestEnvTwoNodes(t *testing.T) {
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	results := runNodes(t, 2, nil, func(node int) []string {
 		return []string{"--nnodes=2", fmt.Sprintf("--node-rank=%d", node), "--master-addr=127.0.0.1",
 			fmt.Sprintf("--master-port=%d", port), "--nproc-per-node=2", "--", "/bin/sh", "-c", envScript()}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gorun/gorun/internal/testutil"
 )
 
 // The unchanged PyTorch DDP example (examples/ddp/train.py) under gorun.
@@ -109,7 +111,7 @@ func checkDDPLog(t *testing.T, stdout string, world int) {
 }
 
 func TestDDPSingleNode(t *testing.T) {
-	pythonWithTorch(t)
+	torch.Require(t)
 	for _, n := range []int{1, 2, 4} {
 		t.Run(fmt.Sprintf("nproc=%d", n), func(t *testing.T) {
 			out := t.TempDir()
@@ -134,9 +136,9 @@ func TestDDPSingleNode(t *testing.T) {
 }
 
 func TestDDPTwoNodes(t *testing.T) {
-	pythonWithTorch(t)
+	torch.Require(t)
 	out := t.TempDir()
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	results := runNodes(t, 2, ddpEnv, func(node int) []string {
 		return []string{"--nnodes=2", fmt.Sprintf("--node-rank=%d", node), "--master-addr=127.0.0.1",
 			fmt.Sprintf("--master-port=%d", port), "--nproc-per-node=2",
@@ -167,7 +169,7 @@ func TestDDPTwoNodes(t *testing.T) {
 // the same world size ends with bit-identical parameters under both launchers
 // (same seeds, same data slices, same gloo reduction order).
 func TestDDPSameAsTorchrun(t *testing.T) {
-	py := pythonWithTorch(t)
+	py := torch.Require(t)
 	const n = 2
 	gorunOut, torchOut := t.TempDir(), t.TempDir()
 	r := runGorun(t, ddpEnv, "--standalone", fmt.Sprintf("--nproc-per-node=%d", n),
@@ -180,7 +182,7 @@ func TestDDPSameAsTorchrun(t *testing.T) {
 	// free 127.0.0.1 port instead of --standalone's fixed 29400.
 	tr := startProc(t, "torchrun", py, ddpEnv, "-m", "torch.distributed.run",
 		"--redirects", "9:1", "--tee", "9:1", "--nnodes=1", fmt.Sprintf("--nproc_per_node=%d", n),
-		"--rdzv_backend=c10d", fmt.Sprintf("--rdzv_endpoint=127.0.0.1:%d", freePort(t)), "--rdzv_id=e2e",
+		"--rdzv_backend=c10d", fmt.Sprintf("--rdzv_endpoint=127.0.0.1:%d", testutil.FreePort(t)), "--rdzv_id=e2e",
 		"--max_restarts=0", trainScript(), "--steps", strconv.Itoa(ddpSteps), "--out", torchOut).wait()
 	if tr.ExitCode != 0 {
 		t.Fatalf("torchrun: exit %d, want 0 (torchrun itself is broken here, not gorun)", tr.ExitCode)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/etcdtest"
+	"github.com/gorun/gorun/internal/testutil"
 )
 
 // roundWorker records what a worker was told, one file per (round, rank)
@@ -174,7 +175,7 @@ func TestElasticBelowMinNodes(t *testing.T) {
 }
 
 func TestElasticEtcdUnreachable(t *testing.T) {
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	r := runGorun(t, nil, "--nnodes=2", "--nproc-per-node=1", fmt.Sprintf("--rdzv-endpoint=127.0.0.1:%d", port),
 		"--rdzv-id=nobody", "--rdzv-conf=connect_timeout=2", "--", "true")
 	if r.ExitCode == 0 || !strings.Contains(r.Stderr, "no etcd answered") {
@@ -186,7 +187,7 @@ func TestElasticEtcdUnreachable(t *testing.T) {
 // one of them the other two restart it at world size 2 and finish, with
 // identical parameters on both ranks.
 func TestDDPElasticRestartAfterNodeLoss(t *testing.T) {
-	pythonWithTorch(t)
+	torch.Require(t)
 	endpoint := etcdtest.Start(t).Endpoints()[0]
 	out := t.TempDir()
 	var agents []*gorunProc

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gorun/gorun/checkpoint"
 	"github.com/gorun/gorun/internal/etcdtest"
+	"github.com/gorun/gorun/internal/testutil"
 )
 
 // faultSets: the resume model (a few ms a step at world size 6), 40 steps, a checkpoint every 5
@@ -430,7 +431,7 @@ func TestFaults(t *testing.T) {
 
 	t.Run("checkpoint disk full", func(t *testing.T) {
 		if os.Geteuid() != 0 {
-			t.Skip("skipping: mounting a small tmpfs needs root")
+			testutil.SkipOrFail(t, "mounting a small tmpfs needs root")
 		}
 		mnt := filepath.Join(t.TempDir(), "ckpt-fs")
 		if err := os.Mkdir(mnt, 0o755); err != nil {
@@ -438,7 +439,7 @@ func TestFaults(t *testing.T) {
 		}
 		// One checkpoint of this model is 456 KiB: the first fits, the second does not.
 		if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=700k"); err != nil {
-			t.Skipf("skipping: mount -t tmpfs: %v", err)
+			testutil.SkipOrFail(t, "mount -t tmpfs: %v", err)
 		}
 		t.Cleanup(func() {
 			if err := syscall.Unmount(mnt, 0); err != nil {

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,10 +14,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/testutil"
 )
 
 const (
@@ -81,70 +81,10 @@ func testMain(m *testing.M) int {
 	return m.Run()
 }
 
-// pythonWithTorch returns the interpreter the DDP tests use, skipping the
-// test when it cannot import torch (failing instead when CI=true).
-func pythonWithTorch(t *testing.T) string {
-	t.Helper()
-	torchOnce.Do(func() {
-		torchPython = os.Getenv("E2E_PYTHON")
-		if torchPython == "" {
-			torchPython = "/usr/bin/python3"
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, torchPython, "-c", "import torch, torch.distributed as d; assert d.is_available()").CombinedOutput()
-		if err != nil {
-			lines := nonEmptyLines(string(out))
-			last := ""
-			if len(lines) > 0 {
-				last = strings.TrimSpace(lines[len(lines)-1])
-			}
-			torchErr = fmt.Errorf("%s cannot import torch.distributed: %v: %s", torchPython, err, last)
-		}
-	})
-	if torchErr != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("PyTorch is required when CI=true: %v", torchErr)
-		}
-		t.Skipf("skipping: needs PyTorch (apt-get install python3-torch): %v", torchErr)
-	}
-	return torchPython
-}
-
-var (
-	torchOnce   sync.Once
-	torchPython string
-	torchErr    error
-)
-
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("finding a free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// torch is the interpreter the DDP tests use ($E2E_PYTHON, else
+// /usr/bin/python3), probed for PyTorch once for all of them:
+// torch.Require(t) skips a test without it, or fails it when CI=true.
+var torch = testutil.Torch{Python: defaultPython()}
 
 // gorunProc is one running gorun.
 type gorunProc struct {
@@ -154,8 +94,8 @@ type gorunProc struct {
 	cmd    *exec.Cmd
 	cancel context.CancelFunc
 	marker string
-	stdout *syncBuffer
-	stderr *syncBuffer
+	stdout *testutil.SyncBuffer
+	stderr *testutil.SyncBuffer
 	done   chan struct{}
 	res    result
 }
@@ -185,7 +125,7 @@ func startProc(t *testing.T, name, bin string, extraEnv []string, args ...string
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	p := &gorunProc{
 		t: t, name: name, args: args, cancel: cancel, marker: newMarker(t),
-		stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{}),
+		stdout: &testutil.SyncBuffer{}, stderr: &testutil.SyncBuffer{}, done: make(chan struct{}),
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = moduleRoot

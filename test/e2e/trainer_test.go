@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/testutil"
 )
 
 // trainerSets make the embedded trainer's model tiny, so that 20 steps take
@@ -106,7 +108,7 @@ func TestTrainerLayoutsMatch(t *testing.T) {
 		if l.nodes == 1 {
 			results = []result{runGorun(t, nil, append([]string{fmt.Sprintf("--nproc-per-node=%d", nproc)}, worker...)...)}
 		} else {
-			port := freePort(t)
+			port := testutil.FreePort(t)
 			results = runNodes(t, l.nodes, nil, func(node int) []string {
 				return append([]string{fmt.Sprintf("--nnodes=%d", l.nodes), fmt.Sprintf("--node-rank=%d", node),
 					"--master-addr=127.0.0.1", fmt.Sprintf("--master-port=%d", port),
@@ -233,7 +235,7 @@ func TestTrainerStops(t *testing.T) {
 	})
 
 	t.Run("peer killed", func(t *testing.T) {
-		port := freePort(t)
+		port := testutil.FreePort(t)
 		procs := make([]*gorunProc, 2)
 		ckpt := []string{"--set", fmt.Sprintf("checkpoint.dir=%q", t.TempDir())} // not the sigterm run's checkpoints
 		for rank := range procs {

@@ -26,7 +26,7 @@ else:
 // protocol, as torchrun does: a worker whose timer expires is killed with
 // the signal it asked for, and the failure says so.
 func TestTorchFileTimer(t *testing.T) {
-	pythonWithTorch(t)
+	torch.Require(t)
 	script := filepath.Join(t.TempDir(), "watchdog.py")
 	if err := os.WriteFile(script, []byte(watchdogScript), 0o644); err != nil {
 		t.Fatal(err)

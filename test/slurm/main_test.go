@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/gorun/gorun/internal/testutil"
 )
 
 var (
@@ -24,8 +26,9 @@ var (
 	gorunBin  string
 	buildErr  error
 
-	torchOnce sync.Once
-	torchErr  error
+	// torch probes python for PyTorch once for all the tests:
+	// torch.Require(t) skips a test without it, or fails it when CI=true.
+	torch = testutil.Torch{Python: python}
 )
 
 // python is the interpreter with PyTorch the DDP example runs with.
@@ -77,26 +80,6 @@ func gorun(t *testing.T) string {
 		t.Fatal(buildErr)
 	}
 	return gorunBin
-}
-
-// needTorch skips t when /usr/bin/python3 cannot import torch.distributed
-// (fails it when CI=true).
-func needTorch(t *testing.T) {
-	t.Helper()
-	torchOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, python, "-c", "import torch.distributed as d; assert d.is_available()").CombinedOutput()
-		if err != nil {
-			torchErr = fmt.Errorf("%s cannot import torch.distributed: %v: %s", python, err, tail(string(out), 1))
-		}
-	})
-	if torchErr != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("PyTorch is required when CI=true: %v", torchErr)
-		}
-		t.Skipf("skipping: needs PyTorch (apt-get install python3-torch): %v", torchErr)
-	}
 }
 
 // render runs gorun sbatch args and returns the script, failing t unless

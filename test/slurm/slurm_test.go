@@ -2,7 +2,6 @@ package slurmtest
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,6 +18,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gorun/gorun/internal/testutil"
 )
 
 // Bad input to gorun sbatch is one line on stderr and exit 2; needs no cluster.
@@ -97,7 +98,7 @@ touch "$OUT/ready-$RANK"; while [ ! -e "$OUT/go" ]; do sleep 0.05; done`
 	defer cancel()
 	srun := c.Command(ctx, "srun", "-N2", "--ntasks-per-node=1", "--export=ALL,OUT="+out,
 		gorun(t), "--nproc-per-node=2", "--", "/bin/sh", "-c", worker)
-	var output syncBuffer
+	var output testutil.SyncBuffer
 	srun.Stdout, srun.Stderr = &output, &output
 	require.NoError(t, srun.Start())
 	exited := make(chan error, 1)
@@ -240,7 +241,7 @@ func TestScancelSignals(t *testing.T) {
 // long each step of the recovery took, from when lines appeared in the
 // job's output; then the crashed node comes back.
 func TestSbatchElasticNodeCrash(t *testing.T) {
-	needTorch(t)
+	torch.Require(t)
 	c := Start(t, 3)
 	dir := tempDir(t)
 	script := writeFile(t, dir, "ddp.sbatch", render(t, filepath.Join(moduleRoot, "examples", "ddp", "train.py"),
@@ -407,24 +408,6 @@ func (w *outputWatch) line(match func(string) bool) string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.lines[i]
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers and readers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func readFile(t *testing.T, path string) string {

@@ -4,14 +4,14 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/gorun/gorun/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -19,15 +19,6 @@ func TestMain(m *testing.M) {
 		os.Exit(runChild())
 	}
 	goleak.VerifyTestMain(m)
-}
-
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func testConfig(port, rank, size int) Config {
@@ -38,53 +29,23 @@ func testConfig(port, rank, size int) Config {
 // World over real loopback sockets.
 func startWorld(t testing.TB, size int, edit func(*Config)) []*World {
 	t.Helper()
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	worlds := make([]*World, size)
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	for r := range size {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cfg := testConfig(port, r, size)
-			if edit != nil {
-				edit(&cfg)
-			}
-			worlds[r], errs[r] = Connect(context.Background(), cfg)
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		require.NoError(t, err, "rank %d", r)
-	}
+	testutil.RequireRanks(t, testutil.OnRanks(size, func(r int) error {
+		cfg := testConfig(port, r, size)
+		if edit != nil {
+			edit(&cfg)
+		}
+		var err error
+		worlds[r], err = Connect(context.Background(), cfg)
+		return err
+	}))
 	t.Cleanup(func() {
 		for _, w := range worlds {
 			require.NoError(t, w.Close())
 		}
 	})
 	return worlds
-}
-
-// each runs f on every rank at once and returns the errors by rank.
-func each(n int, f func(r int) error) []error {
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = f(r)
-		}()
-	}
-	wg.Wait()
-	return errs
-}
-
-func requireNoErrors(t *testing.T, errs []error) {
-	t.Helper()
-	for r, err := range errs {
-		require.NoError(t, err, "rank %d", r)
-	}
 }
 
 // inputs returns rank r's random data, and the plain sums over ranks in
@@ -154,7 +115,7 @@ func testGroupCollectives(t *testing.T, worlds []*World, groups []*Group, n int)
 
 	t.Run(fmt.Sprintf("allreduce/n=%d", n), func(t *testing.T) {
 		bufs := make([][]float32, size)
-		requireNoErrors(t, each(size, func(r int) error {
+		testutil.RequireRanks(t, testutil.OnRanks(size, func(r int) error {
 			bufs[r] = append([]float32(nil), data[r]...)
 			return groups[r].AllReduce(bufs[r])
 		}))
@@ -167,7 +128,7 @@ func testGroupCollectives(t *testing.T, worlds []*World, groups []*Group, n int)
 	t.Run(fmt.Sprintf("reducescatter/n=%d", n*size), func(t *testing.T) {
 		in, full := inputs(size, n*size, uint64(n)+1)
 		outs := make([][]float32, size)
-		requireNoErrors(t, each(size, func(r int) error {
+		testutil.RequireRanks(t, testutil.OnRanks(size, func(r int) error {
 			outs[r] = make([]float32, n)
 			keep := append([]float32(nil), in[r]...)
 			err := groups[r].ReduceScatter(in[r], outs[r])
@@ -183,7 +144,7 @@ func testGroupCollectives(t *testing.T, worlds []*World, groups []*Group, n int)
 
 	t.Run(fmt.Sprintf("allgather/n=%d", n), func(t *testing.T) {
 		outs := make([][]float32, size)
-		requireNoErrors(t, each(size, func(r int) error {
+		testutil.RequireRanks(t, testutil.OnRanks(size, func(r int) error {
 			outs[r] = make([]float32, n*size)
 			return groups[r].AllGather(data[r], outs[r])
 		}))
@@ -199,7 +160,7 @@ func testGroupCollectives(t *testing.T, worlds []*World, groups []*Group, n int)
 	t.Run(fmt.Sprintf("broadcast/n=%d", n), func(t *testing.T) {
 		for root := range size {
 			bufs := make([][]float32, size)
-			requireNoErrors(t, each(size, func(r int) error {
+			testutil.RequireRanks(t, testutil.OnRanks(size, func(r int) error {
 				bufs[r] = append([]float32(nil), data[r]...)
 				return groups[r].Broadcast(bufs[r], root)
 			}))
@@ -210,7 +171,7 @@ func testGroupCollectives(t *testing.T, worlds []*World, groups []*Group, n int)
 	})
 
 	t.Run("barrier", func(t *testing.T) {
-		requireNoErrors(t, each(size, func(r int) error { return groups[r].Barrier() }))
+		testutil.RequireRanks(t, testutil.OnRanks(size, func(r int) error { return groups[r].Barrier() }))
 	})
 }
 
@@ -235,7 +196,7 @@ func TestSubGroups(t *testing.T) {
 	odd := []int{3, 0, 2}
 	type gs struct{ shard, replica, odd *Group }
 	groups := make([]gs, 4)
-	requireNoErrors(t, each(4, func(r int) error {
+	testutil.RequireRanks(t, testutil.OnRanks(4, func(r int) error {
 		var err error
 		if groups[r].shard, err = worlds[r].Group(shard[r]); err != nil {
 			return err
@@ -270,9 +231,9 @@ func TestSubGroups(t *testing.T) {
 
 	// Both kinds of group at once, as HSDP's backward does on different
 	// buffers: the groups' connections are their own.
-	requireNoErrors(t, each(4, func(r int) error {
+	testutil.RequireRanks(t, testutil.OnRanks(4, func(r int) error {
 		a, b := make([]float32, 100_000), make([]float32, 100_000)
-		errs := each(2, func(k int) error {
+		errs := testutil.OnRanks(2, func(k int) error {
 			if k == 0 {
 				return groups[r].shard.AllReduce(a)
 			}
@@ -303,14 +264,14 @@ func TestGroupBadInput(t *testing.T) {
 	require.ErrorContains(t, g.AllGather(make([]float32, 2), make([]float32, 5)), "len(out) = 5")
 	require.ErrorContains(t, g.Broadcast(nil, 2), "root 2")
 	// Nothing was sent: the world still works.
-	requireNoErrors(t, each(2, func(r int) error { return worlds[r].All().Barrier() }))
+	testutil.RequireRanks(t, testutil.OnRanks(2, func(r int) error { return worlds[r].All().Barrier() }))
 }
 
 func TestBytes(t *testing.T) {
 	worlds := startWorld(t, 3, nil)
 	payload := func(r int) []byte { return []byte(fmt.Sprintf("rank %d %s", r, string(make([]byte, r*100_000)))) }
 	got := make([][][]byte, 3)
-	requireNoErrors(t, each(3, func(r int) error {
+	testutil.RequireRanks(t, testutil.OnRanks(3, func(r int) error {
 		var err error
 		got[r], err = worlds[r].All().AllGatherBytes(payload(r))
 		return err
@@ -321,7 +282,7 @@ func TestBytes(t *testing.T) {
 		}
 	}
 	bc := make([][]byte, 3)
-	requireNoErrors(t, each(3, func(r int) error {
+	testutil.RequireRanks(t, testutil.OnRanks(3, func(r int) error {
 		var in []byte
 		if r == 2 {
 			in = payload(2)
@@ -337,7 +298,7 @@ func TestBytes(t *testing.T) {
 
 func TestMismatchNamesPeer(t *testing.T) {
 	worlds := startWorld(t, 3, func(c *Config) { c.Timeout = 5 * time.Second })
-	errs := each(3, func(r int) error {
+	errs := testutil.OnRanks(3, func(r int) error {
 		n := 100
 		if r == 1 {
 			n = 200
@@ -355,10 +316,10 @@ func TestMismatchNamesPeer(t *testing.T) {
 }
 
 func TestStaleTokenRefused(t *testing.T) {
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	stale := make(chan error, 1)
 	var worlds [2]*World
-	errs := each(2, func(r int) error {
+	errs := testutil.OnRanks(2, func(r int) error {
 		if r == 1 {
 			// A worker of the previous round comes first, as rank 1.
 			cfg := testConfig(port, 1, 2)
@@ -370,7 +331,7 @@ func TestStaleTokenRefused(t *testing.T) {
 		worlds[r], err = Connect(context.Background(), testConfig(port, r, 2))
 		return err
 	})
-	requireNoErrors(t, errs)
+	testutil.RequireRanks(t, errs)
 	defer worlds[0].Close()
 	defer worlds[1].Close()
 	err := <-stale
@@ -384,19 +345,19 @@ func TestStaleTokenRefused(t *testing.T) {
 	_, err = intruder.dial(context.Background(), 0, kindData, "0,1#0")
 	require.ErrorContains(t, err, "refused: token")
 	// ...and the round goes on.
-	requireNoErrors(t, each(2, func(r int) error { return worlds[r].All().AllReduce(make([]float32, 10)) }))
+	testutil.RequireRanks(t, testutil.OnRanks(2, func(r int) error { return worlds[r].All().AllReduce(make([]float32, 10)) }))
 }
 
 func TestConnectTimeout(t *testing.T) {
 	t.Run("no master", func(t *testing.T) {
-		cfg := testConfig(freePort(t), 1, 2)
+		cfg := testConfig(testutil.FreePort(t), 1, 2)
 		cfg.Timeout = 300 * time.Millisecond
 		_, err := Connect(context.Background(), cfg)
 		require.ErrorContains(t, err, "bootstrap store of rank 0")
 		require.ErrorContains(t, err, "no answer before the timeout")
 	})
 	t.Run("missing rank", func(t *testing.T) {
-		cfg := testConfig(freePort(t), 0, 3)
+		cfg := testConfig(testutil.FreePort(t), 0, 3)
 		cfg.Timeout = 300 * time.Millisecond
 		_, err := Connect(context.Background(), cfg)
 		require.ErrorContains(t, err, "ranks [1 2] did not register")
@@ -404,7 +365,7 @@ func TestConnectTimeout(t *testing.T) {
 	t.Run("context", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		_, err := Connect(ctx, testConfig(freePort(t), 1, 2))
+		_, err := Connect(ctx, testConfig(testutil.FreePort(t), 1, 2))
 		require.Error(t, err)
 	})
 	t.Run("bad config", func(t *testing.T) {
@@ -421,7 +382,7 @@ func TestConnectTimeout(t *testing.T) {
 
 func TestCloseIsNoFailure(t *testing.T) {
 	worlds := startWorld(t, 3, nil)
-	requireNoErrors(t, each(3, func(r int) error { return worlds[r].All().AllReduce(make([]float32, 1000)) }))
+	testutil.RequireRanks(t, testutil.OnRanks(3, func(r int) error { return worlds[r].All().AllReduce(make([]float32, 1000)) }))
 	require.NoError(t, worlds[0].Close())
 	time.Sleep(50 * time.Millisecond) // let the goodbye arrive; a death would show now
 	require.NoError(t, worlds[1].broken("check"))

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gorun/gorun/internal/testutil"
 )
 
 // childEnv marks the test binary re-executed as one rank.
@@ -57,7 +59,7 @@ func startChildren(t *testing.T, size int, timeout time.Duration) []*child {
 	t.Helper()
 	self, err := os.Executable()
 	require.NoError(t, err)
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	kids := make([]*child, size)
 	for r := range size {
 		cmd := exec.Command(self, "-test.run=^$")

@@ -4,14 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/gorun/gorun/internal/testutil"
 	"github.com/gorun/gorun/trainer/comm"
 )
 
@@ -71,32 +70,23 @@ func TestPlanErrors(t *testing.T) {
 // over loopback sockets, and joins the groups of a layout with shards.
 func connect(t *testing.T, size, shards int) []*Groups {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
+	port := testutil.FreePort(t)
 	groups := make([]*Groups, size)
 	worlds := make([]*comm.World, size)
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	for r := range size {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			worlds[r], errs[r] = comm.Connect(context.Background(), comm.Config{Rank: r, WorldSize: size,
-				MasterAddr: "127.0.0.1", MasterPort: port, Token: "hsdp-test/0", Timeout: 10 * time.Second})
-			if errs[r] != nil {
-				return
-			}
-			p, err := NewPlan(r, size, shards)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			groups[r], errs[r] = Join(worlds[r], p)
-		}()
-	}
-	wg.Wait()
+	errs := testutil.OnRanks(size, func(r int) error {
+		var err error
+		worlds[r], err = comm.Connect(context.Background(), comm.Config{Rank: r, WorldSize: size,
+			MasterAddr: "127.0.0.1", MasterPort: port, Token: "hsdp-test/0", Timeout: 10 * time.Second})
+		if err != nil {
+			return err
+		}
+		p, err := NewPlan(r, size, shards)
+		if err != nil {
+			return err
+		}
+		groups[r], err = Join(worlds[r], p)
+		return err
+	})
 	t.Cleanup(func() {
 		for _, w := range worlds {
 			if w != nil {
@@ -104,28 +94,14 @@ func connect(t *testing.T, size, shards int) []*Groups {
 			}
 		}
 	})
-	for r, err := range errs {
-		require.NoError(t, err, "rank %d", r)
-	}
+	testutil.RequireRanks(t, errs)
 	return groups
 }
 
 // each runs f on every rank at once and requires no errors.
 func each(t *testing.T, groups []*Groups, f func(r int, g *Groups) error) {
 	t.Helper()
-	errs := make([]error, len(groups))
-	var wg sync.WaitGroup
-	for r, g := range groups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = f(r, g)
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		require.NoError(t, err, "rank %d", r)
-	}
+	testutil.RequireRanks(t, testutil.OnRanks(len(groups), func(r int) error { return f(r, groups[r]) }))
 }
 
 // TestStep: reduce, statistics and gather over every layout of 4 ranks give

@@ -16,20 +16,21 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gorun/gorun/internal/testutil"
 	"github.com/gorun/gorun/trainer/kernels"
 )
-
-// torchPython is Debian's python3 with python3-torch.
-const torchPython = "/usr/bin/python3"
 
 // TestMatchesPyTorch runs the same model in PyTorch (testdata/torch_gpt.py, autograd in
 // float64, tensors taken from the flat buffer by Layout name and shape) and requires the same
 // loss and gradients: it checks that the layout's names, shapes and the math mean what a
-// nanoGPT-style PyTorch model means. Skipped with -short or without torch.
+// nanoGPT-style PyTorch model means. Skipped with -short; skipped without torch, or failed when
+// CI=true.
 func TestMatchesPyTorch(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts python3 with torch")
 	}
+	torch := testutil.Torch{Python: testutil.DebianPython}
+	torchPython := torch.Require(t)
 	cfg := Config{Layers: 2, DModel: 16, Heads: 4, Context: 8, Vocab: 256}
 	const batch = 3
 	m, err := New(cfg, batch, kernels.New(2))
@@ -53,7 +54,7 @@ func TestMatchesPyTorch(t *testing.T) {
 	defer cancel()
 	out, err := exec.CommandContext(ctx, torchPython, "testdata/torch_gpt.py", dir).CombinedOutput()
 	if errors.Is(err, exec.ErrNotFound) || strings.Contains(string(out), "No module named") {
-		t.Skipf("no python3 with torch and numpy at %s: %v: %s", torchPython, err, out)
+		testutil.SkipOrFail(t, "no python3 with torch and numpy at %s: %v: %s", torchPython, err, out)
 	}
 	require.NoError(t, err, string(out))
 

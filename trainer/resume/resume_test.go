@@ -6,12 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 
 	"github.com/gorun/gorun/checkpoint"
 	"github.com/gorun/gorun/internal/distenv"
+	"github.com/gorun/gorun/internal/testutil"
 	"github.com/gorun/gorun/trainer"
 	"github.com/gorun/gorun/trainer/config"
 	"github.com/gorun/gorun/trainer/data"
@@ -70,24 +69,17 @@ type opts struct {
 // stop after that step.
 func runWorld(t *testing.T, cfg config.Config, size int, o opts) []rankRun {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
+	port := testutil.FreePort(t)
 	ds := text()
 	out := make([]rankRun, size)
-	var wg sync.WaitGroup
-	for r := range size {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res := &out[r]
-			res.err = runRank(cfg, ds, distenv.Worker{Rank: r, WorldSize: size, LocalRank: r, LocalWorldSize: size,
-				GroupWorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: port, RunID: "resume-test"},
-				o, res)
-		}()
+	errs := testutil.OnRanks(size, func(r int) error {
+		return runRank(cfg, ds, distenv.Worker{Rank: r, WorldSize: size, LocalRank: r, LocalWorldSize: size,
+			GroupWorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: port, RunID: "resume-test"},
+			o, &out[r])
+	})
+	for r, err := range errs {
+		out[r].err = err
 	}
-	wg.Wait()
 	return out
 }
 
@@ -170,25 +162,18 @@ func TestTensorsReshard(t *testing.T) {
 				dir := t.TempDir()
 				coords := checkpoint.NewLocalGroup(from)
 				n := layout.PaddedSize(from)
-				var wg sync.WaitGroup
-				errs := make([]error, from)
-				for r := range from {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						lo, hi := r*n/from, (r+1)*n/from
-						s := trainer.State{Step: 3, Lo: lo, Hi: hi, Params: make([]float32, hi-lo), M: make([]float32, hi-lo), V: make([]float32, hi-lo)}
-						for i := lo; i < min(hi, layout.Size); i++ {
-							s.Params[i-lo], s.M[i-lo], s.V[i-lo] = value(i), -value(i), 2*value(i)
-						}
-						sv, err := checkpoint.NewSaver(checkpoint.Config{Dir: dir, World: checkpoint.World{Replicas: 1, Shards: from}, Coord: coords[r]})
-						if err == nil {
-							err = sv.Save(context.Background(), checkpoint.Meta{Step: 3}, Tensors(layout, s))
-						}
-						errs[r] = err
-					}()
-				}
-				wg.Wait()
+				errs := testutil.OnRanks(from, func(r int) error {
+					lo, hi := r*n/from, (r+1)*n/from
+					s := trainer.State{Step: 3, Lo: lo, Hi: hi, Params: make([]float32, hi-lo), M: make([]float32, hi-lo), V: make([]float32, hi-lo)}
+					for i := lo; i < min(hi, layout.Size); i++ {
+						s.Params[i-lo], s.M[i-lo], s.V[i-lo] = value(i), -value(i), 2*value(i)
+					}
+					sv, err := checkpoint.NewSaver(checkpoint.Config{Dir: dir, World: checkpoint.World{Replicas: 1, Shards: from}, Coord: coords[r]})
+					if err != nil {
+						return err
+					}
+					return sv.Save(context.Background(), checkpoint.Meta{Step: 3}, Tensors(layout, s))
+				})
 				require.NoError(t, errors.Join(errs...))
 
 				m, err := checkpoint.ReadManifest(filepath.Join(dir, checkpoint.StepName(3)))

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gorun/gorun/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -70,12 +72,11 @@ func TestRun(t *testing.T) {
 	}
 }
 
-// TestGloo runs the gloo script for real with /usr/bin/python3.
+// TestGloo runs the gloo script for real with /usr/bin/python3: skipped
+// without torch, or failed when CI=true.
 func TestGloo(t *testing.T) {
-	const python = "/usr/bin/python3"
-	if _, err := os.Stat("/usr/lib/python3/dist-packages/torch/distributed"); err != nil {
-		t.Skip("no torch for /usr/bin/python3 (Debian python3-torch)")
-	}
+	torch := testutil.Torch{Python: testutil.DebianPython}
+	python := torch.Require(t)
 	var log bytes.Buffer
 	results, err := Run(context.Background(), Options{
 		Ranks: []int{2}, Sizes: []int64{64 << 10}, Ops: DefaultOps(),
