@@ -233,7 +233,7 @@ func TestAgentStopSignal(t *testing.T) {
 func TestAgentKillsStubbornWorkersAfterGrace(t *testing.T) {
 	h := newHarness(t, "stubborn", 2)
 	h.spec.TermTimeout = 200 * time.Millisecond
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	h.spec.Log = zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), logs))
 	go func() {
 		h.waitReady(t, 2)
