@@ -3,7 +3,8 @@
 #
 # Times "start N workers, let them finish, exit" for both launchers, interleaved
 # (the order alternates every round so neither always runs on a warm cache), and
-# prints median / min / max wall time and the ratio gorun/torchrun.
+# prints median / min / max wall time and the ratio gorun/torchrun; and the time
+# from a worker's crash to its restarted worker.
 #
 #   bench/launch.sh                   # RUNS=10, 4 workers
 #   RUNS=20 NPROC=8 bench/launch.sh
@@ -12,6 +13,13 @@
 # Rows:
 #   noop     workers are /bin/true          (pure launcher overhead)
 #   python   workers are python3 -c pass    (adds interpreter start-up, same for both)
+#   restart  crash -> restarted worker: --standalone, one worker, --max-restarts=1;
+#            attempt 0 (TORCHELASTIC_RESTART_COUNT=0) appends `date +%s.%N` to a file
+#            right before it exits 1, attempt 1 appends it first thing; the time is
+#            the second stamp minus the first. torchrun runs twice: with
+#            --monitor_interval=0.1 (the fair setting, used by every row and the
+#            ratio) and with its default 5 s (torchrun-5s). Goal: <= RESTART_GOAL
+#            (0.1) x torchrun; printed, not part of the exit status.
 #
 # torchrun is Debian's torch 1.13 on Python 3.11: only underscore flags, and it
 # needs --redirects 9:1 --tee 9:1 to start at all (see shared/lab/torchrun.sh).
@@ -23,7 +31,8 @@ RUNS=${RUNS:-10}
 NPROC=${NPROC:-4}
 TORCH_PYTHON=${TORCH_PYTHON:-/usr/bin/python3}
 GOAL=${GOAL:-0.05}
-ROWS=${ROWS:-noop python}
+RESTART_GOAL=${RESTART_GOAL:-0.1}
+ROWS=${ROWS:-noop python restart}
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -82,61 +91,128 @@ stats() {
     printf "%.1f %.1f %.1f\n", m / 1000, v[1] / 1000, v[NR] / 1000 }'
 }
 
+# The restart row's worker: attempt 0 stamps and exits 1, attempt 1 stamps and exits 0.
+stamps=$tmp/restart.stamps
+cat >"$tmp/restart-worker.sh" <<'WORKER'
+#!/bin/sh
+if [ "${TORCHELASTIC_RESTART_COUNT:-}" = 0 ]; then
+  echo "exit $(date +%s.%N)" >>"$1"
+  exit 1
+fi
+echo "start $(date +%s.%N)" >>"$1"
+WORKER
+restart_worker="/bin/sh $tmp/restart-worker.sh $stamps"
+
 gorun_cmd() {
   case $1 in
-    noop)   echo "$gorun --standalone --nproc-per-node=$NPROC --no-python /bin/true" ;;
-    python) echo "$gorun --standalone --nproc-per-node=$NPROC --no-python $TORCH_PYTHON -c pass" ;;
+    noop)    echo "$gorun --standalone --nproc-per-node=$NPROC --no-python /bin/true" ;;
+    python)  echo "$gorun --standalone --nproc-per-node=$NPROC --no-python $TORCH_PYTHON -c pass" ;;
+    restart) echo "$gorun --standalone --nproc-per-node=1 --max-restarts=1 --no-python $restart_worker" ;;
   esac
 }
+# torchrun_cmd ROW [MONITOR_INTERVAL]: the torchrun command of ROW; the monitor
+# interval is 0.1 s unless given ("" for torchrun's default).
 torchrun_cmd() {
-  local base="$TORCH_PYTHON -m torch.distributed.run --standalone --nproc_per_node=$NPROC --monitor_interval=0.1 --redirects 9:1 --tee 9:1 --no_python"
+  local monitor=--monitor_interval=${2-0.1}
+  [[ $monitor == --monitor_interval= ]] && monitor=
+  local base="$TORCH_PYTHON -m torch.distributed.run --standalone $monitor --redirects 9:1 --tee 9:1 --no_python"
   case $1 in
-    noop)   echo "$base /bin/true" ;;
-    python) echo "$base $TORCH_PYTHON -c pass" ;;
+    noop)    echo "$base --nproc_per_node=$NPROC /bin/true" ;;
+    python)  echo "$base --nproc_per_node=$NPROC $TORCH_PYTHON -c pass" ;;
+    restart) echo "$base --nproc_per_node=1 --max_restarts=1 $restart_worker" ;;
   esac
 }
 
+# restart_one LOG CMD... : runs CMD (a launch of the restart worker) and prints
+# the µs from attempt 0's exit stamp to attempt 1's start stamp; fails (and
+# shows the log) if CMD fails or the stamps are not one exit then one start.
+restart_one() {
+  local log=$1; shift
+  : >"$stamps"
+  time_one "$log" "$@" >/dev/null || return 1
+  awk '$1 == "exit" { e = $2; ne++ } $1 == "start" { s = $2; ns++ }
+    END { if (ne != 1 || ns != 1) exit 1; printf "%d\n", (s - e) * 1e6 }' "$stamps" || {
+    { echo "launch.sh: want one exit stamp then one start stamp from: $*"; cat "$stamps"; tail -n 20 "$log"; } >&2
+    return 1
+  }
+}
+
+# launchers ROW: the launcher columns of ROW.
+launchers() {
+  local l=gorun
+  (( have_torch )) && l+=" torchrun"
+  (( have_torch )) && [[ $1 == restart ]] && l+=" torchrun-5s"
+  echo "$l"
+}
+
 # --- run ----------------------------------------------------------------------
-echo "launch overhead: $NPROC workers, $RUNS runs each, interleaved ($(nproc) CPUs, $(uname -r))"
+echo "launch overhead: $NPROC workers (restart row: 1), $RUNS runs each, interleaved ($(nproc) CPUs, $(uname -r))"
 echo "gorun:    $(cd "$root" && git describe --always --dirty 2>/dev/null || echo '?') $gorun"
 if (( have_torch )); then
   echo "torchrun: torch $("$TORCH_PYTHON" -c 'import torch; print(torch.__version__)'), $("$TORCH_PYTHON" --version 2>&1)"
 fi
 echo
 
+# cmd_of ROW LAUNCHER: the command line.
+cmd_of() {
+  case $2 in
+    gorun)       gorun_cmd "$1" ;;
+    torchrun)    torchrun_cmd "$1" ;;
+    torchrun-5s) torchrun_cmd "$1" "" ;;
+  esac
+}
+
+# measure ROW LAUNCHER: one sample in µs (wall time, or crash to restart).
+measure() {
+  local cmd
+  read -r -a cmd <<<"$(cmd_of "$1" "$2")"
+  if [[ $1 == restart ]]; then
+    restart_one "$tmp/log" "${cmd[@]}"
+  else
+    time_one "$tmp/log" "${cmd[@]}"
+  fi
+}
+
 for row in $ROWS; do
-  read -r -a g <<<"$(gorun_cmd "$row")"
-  read -r -a tr <<<"$(torchrun_cmd "$row")"
-  : >"$tmp/$row.gorun"; : >"$tmp/$row.torchrun"
-  # One untimed warm-up each (page cache, Python bytecode).
-  time_one "$tmp/log" "${g[@]}" >/dev/null || die "gorun failed ($row)"
-  if (( have_torch )); then time_one "$tmp/log" "${tr[@]}" >/dev/null || die "torchrun failed ($row)"; fi
+  read -r -a who <<<"$(launchers "$row")"
+  for w in "${who[@]}"; do
+    : >"$tmp/$row.$w"
+    # One untimed warm-up each (page cache, Python bytecode).
+    measure "$row" "$w" >/dev/null || die "$w failed ($row)"
+  done
   for (( i = 0; i < RUNS; i++ )); do
-    order="gorun torchrun"; (( i % 2 )) && order="torchrun gorun"
-    for who in $order; do
-      if [[ $who == gorun ]]; then
-        time_one "$tmp/log" "${g[@]}" >>"$tmp/$row.gorun" || die "gorun failed ($row, run $i)"
-      elif (( have_torch )); then
-        time_one "$tmp/log" "${tr[@]}" >>"$tmp/$row.torchrun" || die "torchrun failed ($row, run $i)"
-      fi
+    # Rotate the order every run, so no launcher always runs first.
+    for (( k = 0; k < ${#who[@]}; k++ )); do
+      w=${who[(i + k) % ${#who[@]}]}
+      measure "$row" "$w" >>"$tmp/$row.$w" || die "$w failed ($row, run $i)"
     done
   done
 done
 
-printf '%-8s %-9s %10s %10s %10s\n' row launcher "median ms" "min ms" "max ms"
+printf '%-8s %-11s %10s %10s %10s\n' row launcher "median ms" "min ms" "max ms"
 verdict=0
 for row in $ROWS; do
-  read -r gm gmin gmax <<<"$(stats "$tmp/$row.gorun")"
-  printf '%-8s %-9s %10s %10s %10s\n' "$row" gorun "$gm" "$gmin" "$gmax"
-  if (( have_torch )); then
-    read -r tm tmin tmax <<<"$(stats "$tmp/$row.torchrun")"
-    printf '%-8s %-9s %10s %10s %10s\n' "$row" torchrun "$tm" "$tmin" "$tmax"
-    ratio=$(awk -v a="$gm" -v b="$tm" 'BEGIN { printf "%.3f", a / b }')
-    ok=$(awk -v r="$ratio" -v g="$GOAL" 'BEGIN { print (r <= g) ? "meets" : "MISSES" }')
-    printf '%-8s %-9s %10s   gorun/torchrun (median); goal <= %s: %s\n' "$row" ratio "${ratio}x" "$GOAL" "$ok"
-    [[ $row == noop && $ok == MISSES ]] && verdict=1
-  fi
+  read -r -a who <<<"$(launchers "$row")"
+  declare -A median=()
+  for w in "${who[@]}"; do
+    read -r m mmin mmax <<<"$(stats "$tmp/$row.$w")"
+    median[$w]=$m
+    printf '%-8s %-11s %10s %10s %10s\n' "$row" "$w" "$m" "$mmin" "$mmax"
+  done
+  goal=$GOAL; [[ $row == restart ]] && goal=$RESTART_GOAL
+  for w in "${who[@]:1}"; do
+    ratio=$(awk -v a="${median[gorun]}" -v b="${median[$w]}" 'BEGIN { printf "%.3f", a / b }')
+    if [[ $w == torchrun ]]; then
+      ok=$(awk -v r="$ratio" -v g="$goal" 'BEGIN { print (r <= g) ? "meets" : "MISSES" }')
+      printf '%-8s %-11s %10s   gorun/%s (median); goal <= %s: %s\n' "$row" ratio "${ratio}x" "$w" "$goal" "$ok"
+      [[ $row == noop && $ok == MISSES ]] && verdict=1
+    else
+      printf '%-8s %-11s %10s   gorun/%s (median)\n' "$row" ratio "${ratio}x" "$w"
+    fi
+  done
+  unset median
 done
 echo
-echo "goal: gorun <= ${GOAL}x torchrun (noop row decides; python row shows the share of interpreter start-up)"
+echo "goal: gorun <= ${GOAL}x torchrun (noop row decides the exit status; python row shows the share of"
+echo "interpreter start-up); restart: crash -> restarted worker <= ${RESTART_GOAL}x torchrun at --monitor_interval=0.1"
 exit "$verdict"

@@ -82,9 +82,13 @@ func cutAny(s string, prefixes ...string) (string, bool) {
 
 // Resolve returns the step directory path names: path itself if it holds a manifest, otherwise
 // the newest complete checkpoint in the checkpoint directory path (not verified).
+// A path that does not exist is an error wrapping fs.ErrNotExist that says so.
 func Resolve(path string) (string, error) {
 	if _, err := os.Stat(filepath.Join(path, ManifestName)); err == nil {
 		return path, nil
+	}
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return "", &notExistError{path: path}
 	}
 	entries, err := List(path)
 	if err != nil {
@@ -100,3 +104,10 @@ func Resolve(path string) (string, error) {
 	}
 	return "", fmt.Errorf("%w in %s", ErrNoCheckpoint, path)
 }
+
+// notExistError is Resolve's error for a path that does not exist.
+type notExistError struct{ path string }
+
+func (e *notExistError) Error() string { return "checkpoint: " + e.path + " does not exist" }
+
+func (e *notExistError) Unwrap() error { return fs.ErrNotExist }

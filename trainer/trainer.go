@@ -60,7 +60,10 @@ type Trainer struct {
 	eng     *kernels.Engine
 	optim   optim.Config
 	state   optim.State
-	metrics *metrics.Writer
+	// metricsPattern is the metrics path pattern; metrics is its Writer,
+	// opened by Run once it knows the step the run goes on from (nil before).
+	metricsPattern string
+	metrics        *metrics.Writer
 
 	params []float32 // the full padded flat buffer, gathered before every step
 	grads  []float32 // the full gradient buffer this rank accumulates
@@ -158,13 +161,9 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 		t.closeWorld()
 		return nil, fmt.Errorf("trainer: %w", err)
 	}
-	path := cfg.Metrics
-	if path == "" {
-		path = tc.Train.Metrics
-	}
-	if t.metrics, err = metrics.Open(path, w.Rank); err != nil {
-		t.closeWorld()
-		return nil, fmt.Errorf("trainer: %w", err)
+	t.metricsPattern = cfg.Metrics
+	if t.metricsPattern == "" {
+		t.metricsPattern = tc.Train.Metrics
 	}
 	return t, nil
 }
@@ -197,7 +196,7 @@ func (t *Trainer) Describe() string {
 		tc.Model.Params(), tc.Model.Layers, tc.Model.DModel, tc.Model.Heads, tc.Model.Context,
 		t.plan.WorldSize(), t.plan.Replicas, t.plan.Shards, mode,
 		tc.Train.GlobalBatch, t.plan.WorldSize(), t.batch.Accumulation(), tc.Train.MicroBatch,
-		t.eng.Threads(), t.eng.Kernel(), t.dataset.Len(), len(t.dataset.Files()), orNone(t.metrics.Path()))
+		t.eng.Threads(), t.eng.Kernel(), t.dataset.Len(), len(t.dataset.Files()), orNone(metrics.Path(t.metricsPattern, t.cfg.Worker.Rank)))
 }
 
 func orNone(s string) string {
@@ -209,7 +208,9 @@ func orNone(s string) string {
 
 // Run trains from the current step (0, or the one Restore set) to
 // train.steps. Every rank must call it. Rank 0 writes a progress line to
-// cfg.Log every log_every steps; the metrics file gets a record every step.
+// cfg.Log every log_every steps; the metrics file gets a record every step,
+// after Run dropped from it the records of the steps it is about to redo
+// (see metrics.Open), so that each step is recorded once.
 // When ctx ends Run closes the world, so that no rank waits on a peer,
 // and returns ctx's error; a peer that dies or stalls makes it return an
 // error naming that peer's rank. After an error the Trainer is unusable.
@@ -223,6 +224,9 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	logTo := t.cfg.Log
 	if logTo == nil || rank != 0 {
 		logTo = io.Discard
+	}
+	if err := t.openMetrics(); err != nil {
+		return Result{}, err
 	}
 	if err := t.groups.GatherParams(t.params); err != nil {
 		return Result{}, t.runErr(ctx, err)
@@ -267,7 +271,7 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 		now := time.Now()
 		res.Steps++
 		res.Loss = loss
-		rec := metrics.Record{Step: step + 1, Loss: loss, LR: lr,
+		rec := metrics.Record{Step: step + 1, Time: now, Loss: loss, LR: lr,
 			TokensPerS: tokensPerStep / now.Sub(lastRecord).Seconds(), WorldSize: t.plan.WorldSize(),
 			Rank: rank, ElapsedS: now.Sub(start).Seconds(), GradNorm: math.Sqrt(sumSquares)}
 		lastRecord = now
@@ -303,6 +307,22 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
+// openMetrics (re)opens the metrics file for a run that goes on from the
+// current step.
+func (t *Trainer) openMetrics() error {
+	if t.metrics != nil {
+		if err := t.metrics.Close(); err != nil {
+			return fmt.Errorf("trainer: %w", err)
+		}
+	}
+	w, err := metrics.Open(t.metricsPattern, t.cfg.Worker.Rank, t.state.Step+1)
+	if err != nil {
+		return fmt.Errorf("trainer: %w", err)
+	}
+	t.metrics = w
+	return nil
+}
+
 // runErr prefers ctx's error: a collective that failed because Run closed
 // the world on cancellation reports the cancellation, not a closed world.
 func (t *Trainer) runErr(ctx context.Context, err error) error {
@@ -315,7 +335,11 @@ func (t *Trainer) runErr(ctx context.Context, err error) error {
 // Close closes the metrics file and leaves the world (peers see a
 // goodbye, not a death). It returns the first error of either.
 func (t *Trainer) Close() error {
-	return errors.Join(t.metrics.Close(), t.closeWorld())
+	var err error
+	if t.metrics != nil {
+		err = t.metrics.Close()
+	}
+	return errors.Join(err, t.closeWorld())
 }
 
 func (t *Trainer) closeWorld() error {

@@ -47,11 +47,17 @@ func ckptCommand() *cli.Command {
 				Action:    ckptInspect,
 			},
 			{
-				Name:      "diff",
-				Usage:     "per-tensor max absolute and relative difference of two checkpoints; exit 0 only if equal within --rtol",
-				UsageText: "gorun ckpt diff [--rtol=X] A B   (each DIR/step-N, or DIR: its newest)",
-				Flags:     []cli.Flag{&cli.Float64Flag{Name: "rtol", Usage: "largest relative difference |a-b|/max(|a|,|b|) taken as equal"}},
-				Action:    ckptDiff,
+				Name: "diff",
+				Usage: "compare checkpoint A with the reference B element by element, as numpy.allclose does " +
+					"(|a-b| <= atol + rtol*|b|); exit 0 only if every tensor is close (with --norm: every group)",
+				UsageText: "gorun ckpt diff [--rtol=X] [--atol=Y] [--norm] A B   (each DIR/step-N, or DIR: its newest)",
+				Flags: []cli.Flag{
+					&cli.Float64Flag{Name: "rtol", Usage: "relative tolerance, against B's values (or B's L2 norm with --norm)"},
+					&cli.Float64Flag{Name: "atol", Usage: "absolute tolerance, added to rtol*|b|"},
+					&cli.BoolFlag{Name: "norm", Usage: "compare by L2 norms, ||a-b|| <= atol + rtol*||b||, per tensor and per group " +
+						"(params, optim.m, optim.v: each taken as one vector), the groups deciding; the measure across world sizes"},
+				},
+				Action: ckptDiff,
 			},
 			{
 				Name:   "bench",
@@ -231,9 +237,11 @@ func ckptDiff(c *cli.Context) error {
 	if c.NArg() != 2 {
 		return cli.Exit("ckpt diff: give two checkpoints, A and B (gorun ckpt diff --help)", exitUsage)
 	}
-	rtol := c.Float64("rtol")
-	if rtol < 0 || math.IsNaN(rtol) {
-		return cli.Exit(fmt.Sprintf("ckpt diff: --rtol=%v must be 0 or more", rtol), exitUsage)
+	tol := checkpoint.Tolerance{RTol: c.Float64("rtol"), ATol: c.Float64("atol"), Norm: c.Bool("norm")}
+	for _, f := range []string{"rtol", "atol"} {
+		if v := c.Float64(f); v < 0 || math.IsNaN(v) {
+			return cli.Exit(fmt.Sprintf("ckpt diff: --%s=%v must be 0 or more", f, v), exitUsage)
+		}
 	}
 	var cks [2]*checkpoint.Checkpoint
 	for i, p := range c.Args().Slice() {
@@ -248,31 +256,11 @@ func ckptDiff(c *cli.Context) error {
 		defer ck.Close()
 		cks[i] = ck
 	}
-	diffs, err := checkpoint.Diff(c.Context, cks[0], cks[1])
+	rep, err := checkpoint.Compare(c.Context, cks[0], cks[1], tol)
 	if err != nil {
 		return cli.Exit(err.Error(), 1)
 	}
-	w := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "TENSOR\tSHAPE\tMAX_ABS\tMAX_REL\t")
-	differ := 0
-	for _, d := range diffs {
-		verdict := ""
-		if !d.Within(rtol) {
-			differ++
-			verdict = "DIFFERS"
-		}
-		switch {
-		case !d.InB:
-			fmt.Fprintf(w, "%s\t%v\t\t\tonly in A\n", d.Name, d.ShapeA)
-		case !d.InA:
-			fmt.Fprintf(w, "%s\t%v\t\t\tonly in B\n", d.Name, d.ShapeB)
-		case !d.Comparable():
-			fmt.Fprintf(w, "%s\t%v vs %v\t\t\tshapes differ\n", d.Name, d.ShapeA, d.ShapeB)
-		default:
-			fmt.Fprintf(w, "%s\t%v\t%.6g\t%.6g\t%s\n", d.Name, d.ShapeA, d.MaxAbs, d.MaxRel, verdict)
-		}
-	}
-	if err := w.Flush(); err != nil {
+	if err := printDiff(c.App.Writer, rep); err != nil {
 		return err
 	}
 	ma, mb := cks[0].Manifest(), cks[1].Manifest()
@@ -280,11 +268,67 @@ func ckptDiff(c *cli.Context) error {
 		fmt.Fprintf(c.App.Writer, "note: the training state differs: step %d vs %d, sample index %d vs %d, config hash %q vs %q, rng equal %v\n",
 			ma.Step, mb.Step, ma.SampleIndex, mb.SampleIndex, ma.ConfigHash, mb.ConfigHash, string(ma.RNG) == string(mb.RNG))
 	}
-	if differ > 0 {
-		return cli.Exit(fmt.Sprintf("ckpt diff: %d of %d tensors differ (rtol %g)", differ, len(diffs), rtol), 1)
+	switch {
+	case tol.Norm && !rep.Close():
+		return cli.Exit(fmt.Sprintf("ckpt diff: %d of %d groups differ (%s)", rep.GroupsDiffer(), len(rep.Groups), tol), 1)
+	case !rep.Close():
+		return cli.Exit(fmt.Sprintf("ckpt diff: %d of %d tensors differ (%s)", rep.Differ(), len(rep.Tensors), tol), 1)
+	case tol.Norm:
+		fmt.Fprintf(c.App.Writer, "equal: %d groups of %d tensors within %s\n", len(rep.Groups), len(rep.Tensors), tol)
+	default:
+		fmt.Fprintf(c.App.Writer, "equal: %d tensors within %s\n", len(rep.Tensors), tol)
 	}
-	fmt.Fprintf(c.App.Writer, "equal: %d tensors within rtol %g\n", len(diffs), rtol)
 	return nil
+}
+
+// printDiff prints one line per tensor (max |a-b|, max |a-b|/|b| and the elements outside the
+// tolerance; with Norm ||a-b||/||b||), and with Norm one line per group, which decides.
+func printDiff(out io.Writer, rep *checkpoint.Report) error {
+	norm := rep.Tolerance.Norm
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	if norm {
+		fmt.Fprintln(w, "TENSOR\tSHAPE\tL2_REL\tMAX_ABS\t")
+	} else {
+		fmt.Fprintln(w, "TENSOR\tSHAPE\tMAX_ABS\tMAX_REL\tNOT_CLOSE\t")
+	}
+	for _, d := range rep.Tensors {
+		verdict := ""
+		switch {
+		case !d.Close && norm:
+			verdict = "above tolerance" // the groups decide
+		case !d.Close:
+			verdict = "DIFFERS"
+		}
+		switch {
+		case !d.InB:
+			fmt.Fprintf(w, "%s\t%v\t\t\t\tonly in A\n", d.Name, d.ShapeA)
+		case !d.InA:
+			fmt.Fprintf(w, "%s\t%v\t\t\t\tonly in B\n", d.Name, d.ShapeB)
+		case !d.Comparable():
+			fmt.Fprintf(w, "%s\t%v vs %v\t\t\t\tshapes differ\n", d.Name, d.ShapeA, d.ShapeB)
+		case norm:
+			fmt.Fprintf(w, "%s\t%v\t%.6g\t%.6g\t%s\n", d.Name, d.ShapeA, d.NormRel(), d.MaxAbs, verdict)
+		default:
+			fmt.Fprintf(w, "%s\t%v\t%.6g\t%.6g\t%d\t%s\n", d.Name, d.ShapeA, d.MaxAbs, d.MaxRel, d.NotClose, verdict)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if !norm {
+		return nil
+	}
+	fmt.Fprintln(out)
+	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "GROUP\tTENSORS\tL2_REL\t")
+	for _, g := range rep.Groups {
+		verdict := ""
+		if !g.Close {
+			verdict = "DIFFERS"
+		}
+		fmt.Fprintf(w, "%s\t%d\t%.6g\t%s\n", g.Name, g.Tensors, g.NormRel(), verdict)
+	}
+	return w.Flush()
 }
 
 // dirSize is the total size of the regular files directly in dir.

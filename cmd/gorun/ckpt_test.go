@@ -94,12 +94,32 @@ func TestCkptCommands(t *testing.T) {
 	// A relative difference of ~1e-3: differs at rtol 0 and 1e-4, equal at 2e-3.
 	code, out, errOut = runCkpt(t, "diff", a, c)
 	require.Equal(t, 1, code)
-	require.Regexp(t, `w\s+\[30011\]\s+0\.0\d+\s+0\.000999\d*\s+DIFFERS`, out)
-	require.Contains(t, errOut, "1 of 2 tensors differ (rtol 0)")
+	require.Regexp(t, `w\s+\[30011\]\s+0\.0\d+\s+0\.000999\d*\s+\d+\s+DIFFERS`, out)
+	require.Contains(t, errOut, "1 of 2 tensors differ (rtol 0, atol 0)")
 	code, _, _ = runCkpt(t, "diff", "--rtol=1e-4", a, c)
 	require.Equal(t, 1, code)
 	code, out, _ = runCkpt(t, "diff", "--rtol=2e-3", a, c)
 	require.Zero(t, code, out)
+	// |a-b| is at most 0.056 (at |b| = 56): --atol 0.06 alone covers it, 0.01 alone does not,
+	// and 0.01 plus rtol 1e-3 of |b| does.
+	code, out, _ = runCkpt(t, "diff", "--atol=0.06", a, c)
+	require.Zero(t, code, out)
+	require.Contains(t, out, "equal: 2 tensors within rtol 0, atol 0.06")
+	code, _, _ = runCkpt(t, "diff", "--atol=0.01", a, c)
+	require.Equal(t, 1, code)
+	code, out, _ = runCkpt(t, "diff", "--atol=0.01", "--rtol=1e-3", a, c)
+	require.Zero(t, code, out)
+	// --norm: ||a-b||/||b|| is 0.001/1.001 for w, 0 for b.
+	code, out, errOut = runCkpt(t, "diff", "--norm", "--rtol=1e-3", a, c)
+	require.Zero(t, code, "%s%s", out, errOut)
+	require.Regexp(t, `w\s+\[30011\]\s+0\.000999\d*\s+0\.0\d+\s*\n`, out)
+	require.Regexp(t, `GROUP\s+TENSORS\s+L2_REL\s*\nparams\s+2\s+0\.000\d+\s*\n`, out)
+	require.Contains(t, out, "equal: 1 groups of 2 tensors within rtol 0.001, atol 0, L2 norm per group")
+	code, out, errOut = runCkpt(t, "diff", "--norm", "--rtol=1e-4", a, c)
+	require.Equal(t, 1, code)
+	require.Regexp(t, `w\s+\[30011\]\s+0\.000999\d*\s+0\.0\d+\s+above tolerance`, out)
+	require.Regexp(t, `params\s+2\s+0\.000\d+\s+DIFFERS`, out)
+	require.Contains(t, errOut, "1 of 1 groups differ (rtol 0.0001, atol 0, L2 norm per group)")
 
 	// One flipped byte: verify names the file and tensor and fails.
 	m, err := checkpoint.ReadManifest(filepath.Join(a, "step-00000100"))
@@ -127,6 +147,8 @@ func TestCkptCommands(t *testing.T) {
 
 func TestCkptBadInput(t *testing.T) {
 	empty := t.TempDir()
+	noManifest := filepath.Join(t.TempDir(), "step-00000002")
+	require.NoError(t, os.Mkdir(noManifest, 0o755))
 	tests := []struct {
 		args []string
 		code int
@@ -136,9 +158,14 @@ func TestCkptBadInput(t *testing.T) {
 		{[]string{"list", filepath.Join(empty, "nope")}, 2, "is not a directory"},
 		{[]string{"verify", empty}, 1, "no complete checkpoint in"},
 		{[]string{"inspect", empty}, 1, "no complete checkpoint"},
-		{[]string{"inspect", filepath.Join(empty, "step-00000001")}, 1, "not a complete checkpoint"},
+		{[]string{"inspect", filepath.Join(empty, "step-00000001")}, 1, "step-00000001 does not exist"},
+		{[]string{"inspect", noManifest}, 1, "step-00000002 has no manifest.json: not a complete checkpoint"},
 		{[]string{"diff", empty}, 2, "give two checkpoints"},
 		{[]string{"diff", "--rtol=-1", empty, empty}, 2, "--rtol=-1 must be 0 or more"},
+		{[]string{"diff", "--atol=-0.5", empty, empty}, 2, "--atol=-0.5 must be 0 or more"},
+		{[]string{"diff", filepath.Join(empty, "nope"), empty}, 1, "checkpoint: " + filepath.Join(empty, "nope") + " does not exist"},
+		{[]string{"diff", noManifest, empty}, 1, "has no manifest.json"},
+		{[]string{"diff", empty, empty}, 1, "no complete checkpoint in"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

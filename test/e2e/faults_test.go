@@ -117,20 +117,19 @@ func (j *faultJob) observe(scenario string, at time.Time, atStep, endedBefore in
 	j.t.Helper()
 	row := faultRow{Scenario: scenario, AtStep: atStep}
 	deadline := time.Now().Add(90 * time.Second)
-	var recsAtDetect int
+	var atDetect []trainerRecord
 	for time.Now().Before(deadline) {
 		if row.Detect == 0 && j.roundsEnded() > endedBefore {
 			row.Detect = time.Since(at)
-			recs := j.records()
-			recsAtDetect = len(recs)
-			if len(recs) > 0 {
-				row.AtStep = max(row.AtStep, recs[len(recs)-1].Step)
+			atDetect = j.records()
+			if len(atDetect) > 0 {
+				row.AtStep = max(row.AtStep, atDetect[len(atDetect)-1].Step)
 			}
 		}
 		if row.Detect != 0 {
-			if recs := j.records(); len(recs) > recsAtDetect {
+			if rec, ok := firstNew(atDetect, j.records()); ok {
 				row.Resume = time.Since(at)
-				row.FromStep = recs[recsAtDetect].Step - 1
+				row.FromStep = rec.Step - 1
 				return row
 			}
 		}
@@ -138,6 +137,18 @@ func (j *faultJob) observe(scenario string, at time.Time, atStep, endedBefore in
 	}
 	j.t.Fatalf("%s: no round ended and training resumed within 90 s of the fault (detected after %v)", scenario, row.Detect)
 	return row
+}
+
+// firstNew returns the first record of now that was not in before. The resumed round first drops
+// the records of the steps it redoes, then appends: its first record is the first one that is not
+// the record before held at the same place.
+func firstNew(before, now []trainerRecord) (trainerRecord, bool) {
+	for i, r := range now {
+		if i >= len(before) || r != before[i] {
+			return r, true
+		}
+	}
+	return trainerRecord{}, false
 }
 
 // finish waits for the agents that were not killed: each must exit 0, rank 0 must have logged

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"os"
@@ -85,55 +86,27 @@ func requireSteps(t *testing.T, metrics string, from, to int) []trainerRecord {
 	return recs
 }
 
-// normDiff compares the newest checkpoints of a and b by groups of tensors: the parameters, the
-// AdamW first moments and the second moments, each taken as one vector, ||a-b|| / ||a||.
-// Element-wise relative differences are no measure across world sizes: some values are float
-// noise around zero (the attention key bias has a true gradient of 0, so it is all noise).
-func normDiff(t *testing.T, a, b string) map[string]float64 {
+// normDiff compares the newest checkpoints of ref and got by groups of tensors (the parameters,
+// the AdamW first moments and the second moments, each taken as one vector): ||got-ref|| /
+// ||ref|| per group, as gorun ckpt diff --norm does. Element-wise relative differences are no
+// measure across world sizes: some values are float noise around zero (the attention key bias
+// has a true gradient of 0, so it is all noise).
+func normDiff(t *testing.T, ref, got string) map[string]float64 {
 	t.Helper()
-	open := func(dir string) *checkpoint.Checkpoint {
-		step, err := checkpoint.Resolve(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := checkpoint.Open(step)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	ca, cb := open(a), open(b)
-	d2, n2 := map[string]float64{}, map[string]float64{}
-	for _, tm := range ca.Manifest().Tensors {
-		group := "params"
-		for _, g := range []string{"optim.m.", "optim.v."} {
-			if strings.HasPrefix(tm.Name, g) {
-				group = strings.TrimSuffix(g, ".")
-			}
-		}
-		x, y := make([]float32, tm.Elements()), make([]float32, tm.Elements())
-		if err := errorsJoin(ca.Read(tm.Name, 0, x), cb.Read(tm.Name, 0, y)); err != nil {
-			t.Fatal(err)
-		}
-		for i := range x {
-			d := float64(x[i]) - float64(y[i])
-			d2[group] += d * d
-			n2[group] += float64(x[i]) * float64(x[i])
-		}
+	rep, err := checkpoint.CompareDirs(context.Background(), got, ref, checkpoint.Tolerance{Norm: true})
+	if err != nil {
+		t.Fatal(err)
 	}
 	out := map[string]float64{}
-	for g := range n2 {
-		out[g] = math.Sqrt(d2[g] / n2[g])
+	for _, tr := range rep.Tensors {
+		if !tr.Comparable() {
+			t.Fatalf("%s vs %s: tensor %s is not in both with the same shape", got, ref, tr.Name)
+		}
+	}
+	for _, g := range rep.Groups {
+		out[g.Name] = g.NormRel()
 	}
 	return out
-}
-
-func errorsJoin(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // TestResume is issue 5's must-show on real gorun processes: 40 steps straight vs 20 steps,

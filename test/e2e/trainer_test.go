@@ -48,6 +48,7 @@ func trainerToml(t *testing.T) string {
 // trainerRecord is one line of the metrics file.
 type trainerRecord struct {
 	Step       int     `json:"step"`
+	Time       float64 `json:"time"`
 	Loss       float64 `json:"loss"`
 	LR         float64 `json:"lr"`
 	TokensPerS float64 `json:"tokens_per_s"`

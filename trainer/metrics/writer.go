@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // RankPlaceholder in a metrics path is replaced by the rank, which gives
@@ -15,10 +16,14 @@ import (
 const RankPlaceholder = "{rank}"
 
 // Record is the figures of one step: one JSON line such as
-// {"step":12,"loss":3.41,"lr":0.0006,"tokens_per_s":5123.4,"world_size":4,"rank":0,"elapsed_s":31.5}.
+// {"step":12,"time":1712345678.123,"loss":3.41,"lr":0.0006,"tokens_per_s":5123.4,"world_size":4,"rank":0,"elapsed_s":31.5}.
 // A NaN or infinite figure is written as null.
 type Record struct {
-	Step       int     // optimizer steps done, 1-based
+	Step int // optimizer steps done, 1-based
+	// Time is when the step ended, written as unix seconds with
+	// millisecond precision; Write uses the time of the write when it is
+	// zero.
+	Time       time.Time
 	Loss       float64 // mean training loss of the step
 	LR         float64
 	TokensPerS float64 // whole job, since the previous record
@@ -44,6 +49,8 @@ func (r Record) appendJSON(b []byte) []byte {
 	}
 	b = append(b, `{"step":`...)
 	b = strconv.AppendInt(b, int64(r.Step), 10)
+	b = append(b, `,"time":`...)
+	b = strconv.AppendFloat(b, float64(r.Time.UnixMilli())/1e3, 'f', 3, 64)
 	b = num(b, "loss", r.Loss)
 	b = num(b, "lr", r.LR)
 	b = num(b, "tokens_per_s", r.TokensPerS)
@@ -63,7 +70,7 @@ func (r Record) appendJSON(b []byte) []byte {
 
 // Writer appends Records to a JSON-lines file, one whole line per write
 // (nothing is buffered, so a killed worker leaves whole lines behind).
-// A resumed run appends to the same file. It is safe for concurrent use.
+// It is safe for concurrent use.
 type Writer struct {
 	mu   sync.Mutex
 	f    *os.File
@@ -71,17 +78,33 @@ type Writer struct {
 	buf  []byte
 }
 
-// Open returns the Writer of rank for the metrics path pattern: the file
-// pattern names with "{rank}" replaced by the rank, created with its
-// directory if needed and opened for appending. When pattern is "", or
-// has no "{rank}" and rank is not 0, the Writer discards every record.
-func Open(pattern string, rank int) (*Writer, error) {
+// Path is the file rank writes for the metrics path pattern: the pattern
+// with "{rank}" replaced by the rank, or "" when the rank writes none
+// (pattern is "", or has no "{rank}" and rank is not 0).
+func Path(pattern string, rank int) string {
 	if pattern == "" || (!strings.Contains(pattern, RankPlaceholder) && rank != 0) {
+		return ""
+	}
+	return strings.ReplaceAll(pattern, RankPlaceholder, strconv.Itoa(rank))
+}
+
+// Open returns the Writer of rank for the metrics path pattern (see Path)
+// in a run that goes on from step from: 1 for a fresh start, S+1 after a
+// resume from the checkpoint of step S. The file and its directory are
+// created if needed; an existing file first loses every line that is not
+// a record of a step before from (see KeepBefore), so that the steps the
+// run redoes are recorded once; then records are appended. When the rank
+// writes no file the Writer discards every record.
+func Open(pattern string, rank, from int) (*Writer, error) {
+	path := Path(pattern, rank)
+	if path == "" {
 		return &Writer{}, nil
 	}
-	path := strings.ReplaceAll(pattern, RankPlaceholder, strconv.Itoa(rank))
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("metrics: open: %w", err)
+	}
+	if err := KeepBefore(path, from); err != nil {
+		return nil, err
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
@@ -102,6 +125,9 @@ func (w *Writer) Write(r Record) error {
 	}
 	if w.f == nil {
 		return fmt.Errorf("metrics: write %s: closed", w.path)
+	}
+	if r.Time.IsZero() {
+		r.Time = time.Now()
 	}
 	w.buf = r.appendJSON(w.buf[:0])
 	if _, err := w.f.Write(w.buf); err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -130,21 +129,13 @@ func requireOK(t *testing.T, runs []rankRun) {
 }
 
 // diff compares the newest checkpoints of dirs a and b and returns the largest relative
-// difference over all their tensors, which must match in names and shapes.
+// difference |a-b|/|b| over all their tensors, which must match in names and shapes.
 func diff(t *testing.T, a, b string) float64 {
 	t.Helper()
-	open := func(dir string) *checkpoint.Checkpoint {
-		step, err := checkpoint.Resolve(dir)
-		require.NoError(t, err)
-		c, err := checkpoint.Open(step)
-		require.NoError(t, err)
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	ds, err := checkpoint.Diff(context.Background(), open(a), open(b))
+	rep, err := checkpoint.CompareDirs(context.Background(), a, b, checkpoint.Tolerance{})
 	require.NoError(t, err)
 	var worst float64
-	for _, d := range ds {
+	for _, d := range rep.Tensors {
 		require.True(t, d.Comparable(), "tensor %s", d.Name)
 		worst = max(worst, d.MaxRel)
 	}
@@ -262,35 +253,20 @@ func TestResumeEquivalence(t *testing.T) {
 	require.Less(t, nd, 1e-4)
 }
 
-// normDiff is the largest ||a-b|| / ||a|| over the tensors of the newest checkpoints of a and b.
-func normDiff(t *testing.T, a, b string) float64 {
+// normDiff is the largest ||got-ref|| / ||ref|| over the tensors of the newest checkpoints of ref
+// and got whose reference is not all zeros, by checkpoint.CompareDirs in norm mode.
+func normDiff(t *testing.T, ref, got string) float64 {
 	t.Helper()
-	read := func(dir string) (*checkpoint.Checkpoint, []checkpoint.TensorMeta) {
-		step, err := checkpoint.Resolve(dir)
-		require.NoError(t, err)
-		c, err := checkpoint.Open(step)
-		require.NoError(t, err)
-		t.Cleanup(func() { c.Close() })
-		return c, c.Manifest().Tensors
-	}
-	ca, ts := read(a)
-	cb, _ := read(b)
+	rep, err := checkpoint.CompareDirs(context.Background(), got, ref, checkpoint.Tolerance{Norm: true})
+	require.NoError(t, err)
 	var worst float64
-	for _, tm := range ts {
-		x, y := make([]float32, tm.Elements()), make([]float32, tm.Elements())
-		require.NoError(t, ca.Read(tm.Name, 0, x))
-		require.NoError(t, cb.Read(tm.Name, 0, y))
-		var d2, n2 float64
-		for i := range x {
-			d := float64(x[i]) - float64(y[i])
-			d2 += d * d
-			n2 += float64(x[i]) * float64(x[i])
-		}
-		if n2 > 0 {
-			worst = max(worst, d2/n2)
+	for _, tr := range rep.Tensors {
+		require.True(t, tr.Comparable(), "tensor %s", tr.Name)
+		if tr.RefNorm > 0 {
+			worst = max(worst, tr.NormRel())
 		}
 	}
-	return math.Sqrt(worst)
+	return worst
 }
 
 // TestResumeFallsBack: a corrupt newest checkpoint is skipped for the one before, and rank 0's
