@@ -152,14 +152,14 @@ func Resolve(opts Options, host Host) (*Launch, error) {
 	if err := l.resolveNodes(opts, job, underSLURM); err != nil {
 		return nil, err
 	}
-	if err := l.resolveRunID(opts, job, underSLURM, host); err != nil {
-		return nil, err
-	}
 	if l.Rendezvous.Backend == BackendStatic {
 		if err := l.resolveMaster(opts, job, underSLURM, host); err != nil {
 			return nil, err
 		}
 	} else if err := l.resolveEtcd(opts, job, underSLURM); err != nil {
+		return nil, err
+	}
+	if err := l.resolveRunID(opts, job, underSLURM, host); err != nil {
 		return nil, err
 	}
 	if err := l.resolveNProc(opts, host); err != nil {
