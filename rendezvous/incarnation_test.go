@@ -103,7 +103,12 @@ func TestAgentsEnteringTogetherShareOneIncarnation(t *testing.T) {
 // it is new or live; replace it when it closed, died or belongs to an
 // earlier SLURM restart.
 func TestEnterJoinsOrReplaces(t *testing.T) {
-	eps := etcdtest.Start(t).Endpoints()
+	for _, srv := range etcdServers {
+		t.Run(srv.name, func(t *testing.T) { testEnterJoinsOrReplaces(t, srv.start(t).Endpoints()) })
+	}
+}
+
+func testEnterJoinsOrReplaces(t *testing.T, eps []string) {
 	client := etcdtest.NewClient(t, eps...)
 	ctx := context.Background()
 	entry, err := rendezvous.Enter(ctx, client, "job", 0)
@@ -168,7 +173,12 @@ func TestEnterJoinsOrReplaces(t *testing.T) {
 // lease, status still reads it, and the same run id runs again as
 // incarnation 1 with fresh counters.
 func TestFinishedRunIsKeptThenReplaced(t *testing.T) {
-	eps := etcdtest.Start(t).Endpoints()
+	for _, srv := range etcdServers {
+		t.Run(srv.name, func(t *testing.T) { testFinishedRunIsKeptThenReplaced(t, srv.start(t).Endpoints()) })
+	}
+}
+
+func testFinishedRunIsKeptThenReplaced(t *testing.T, eps []string) {
 	client := etcdtest.NewClient(t, eps...)
 	ctx := context.Background()
 	lim := rendezvous.Limits{MinNodes: 2, MaxNodes: 2, MaxFailures: 1, MaxChanges: 1}
