@@ -18,7 +18,7 @@ type Options struct {
 	Standalone       bool          // one node, nothing to rendezvous with
 	RdzvBackend      string        // static | c10d (static over the endpoint when ranks are known)
 	RdzvEndpoint     string        // HOST[:PORT]
-	RdzvID           string        // run id; "" takes SLURM_JOB_ID or "none"
+	RdzvID           string        // run id; "": SLURM_JOB_ID, or a fresh one on one node
 	RdzvConf         string        // k=v,...
 	MaxRestarts      int           // worker-failure restarts before the job fails
 	Role             string        // ROLE_NAME

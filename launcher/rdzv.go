@@ -25,11 +25,14 @@ type Rendezvous struct {
 	Endpoints []string                 `json:"endpoints,omitempty"`
 	Embedded  *rendezvous.EmbeddedPlan `json:"embedded,omitempty"` // SLURM without an endpoint: etcd on the job's first nodes
 	ID        string                   `json:"id"`
-	NodeID    string                   `json:"node_id,omitempty"` // unique per agent process
-	Conf      map[string]string        `json:"conf,omitempty"`
-	Client    rendezvous.ClientConfig  `json:"-"`
-	Timing    RendezvousTiming         `json:"timing"`
-	Limits    rendezvous.Limits        `json:"limits"`
+	// Generation is SLURM_RESTART_COUNT: a requeued job (a larger one,
+	// same run id) starts a new incarnation of its run.
+	Generation int                     `json:"generation,omitempty"`
+	NodeID     string                  `json:"node_id,omitempty"` // unique per agent process
+	Conf       map[string]string       `json:"conf,omitempty"`
+	Client     rendezvous.ClientConfig `json:"-"`
+	Timing     RendezvousTiming        `json:"timing"`
+	Limits     rendezvous.Limits       `json:"limits"`
 }
 
 // RendezvousTiming are the etcd rendezvous's clocks (--rdzv-conf).
@@ -124,6 +127,9 @@ func (l *Launch) resolveEtcd(opts Options, job slurm.Job, underSLURM bool) error
 	} else if underSLURM {
 		plan := rendezvous.PlanEmbedded(job.JobID, job.Nodes)
 		r.Embedded, r.Endpoints = &plan, plan.Endpoints
+	}
+	if underSLURM {
+		r.Generation = job.RestartCount
 	}
 	var err error
 	if r.Client, err = rendezvous.ClientConfigFromConf(r.Endpoints, conf); err != nil {

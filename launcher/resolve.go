@@ -1,6 +1,8 @@
 package launcher
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -36,6 +38,9 @@ type Host struct {
 	// ReadFile reads a train.toml entrypoint, to check it once here and
 	// take its [elastic] settings.
 	ReadFile func(string) ([]byte, error)
+	// NewRunID returns a run id no other launch has: the run id of a
+	// one-node launch outside SLURM without --rdzv-id.
+	NewRunID func() (string, error)
 }
 
 // LocalHost is the Host of this process.
@@ -53,7 +58,17 @@ func LocalHost() Host {
 		TempDir:    func() (string, error) { return os.MkdirTemp("", "gorun-") },
 		Executable: os.Executable,
 		ReadFile:   os.ReadFile,
+		NewRunID:   randomRunID,
 	}
+}
+
+// randomRunID is a fresh run id: "gorun-" and 48 random bits in hex.
+func randomRunID() (string, error) {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("random run id: %w", err)
+	}
+	return "gorun-" + hex.EncodeToString(b[:]), nil
 }
 
 // Launch is everything this node will do, resolved: `gorun plan` prints it
@@ -144,6 +159,9 @@ func Resolve(opts Options, host Host) (*Launch, error) {
 	} else if err := l.resolveEtcd(opts, job, underSLURM); err != nil {
 		return nil, err
 	}
+	if err := l.resolveRunID(opts, job, underSLURM, host); err != nil {
+		return nil, err
+	}
 	if err := l.resolveNProc(opts, host); err != nil {
 		return nil, err
 	}
@@ -193,13 +211,7 @@ func (l *Launch) resolveNodes(opts Options, job slurm.Job, underSLURM bool) erro
 	if err != nil {
 		return err
 	}
-	l.Rendezvous = Rendezvous{
-		Endpoint: opts.RdzvEndpoint, ID: firstNonEmpty(opts.RdzvID, job.JobID, "none"), Conf: conf,
-	}
-	l.RunID = l.Rendezvous.ID
-	if strings.ContainsAny(l.RunID, "/\x00") || l.RunID == "." || l.RunID == ".." {
-		return usagef("--rdzv-id=%q: the run id names a directory; use letters, digits, '-', '_' or '.'", l.RunID)
-	}
+	l.Rendezvous = Rendezvous{Endpoint: opts.RdzvEndpoint, Conf: conf}
 	l.MinNodes, l.MaxNodes, l.NodeRank = 1, 1, 0
 	if underSLURM {
 		l.MinNodes, l.MaxNodes, l.NodeRank = job.NumNodes, job.NumNodes, job.NodeID
@@ -229,6 +241,34 @@ func (l *Launch) resolveNodes(opts Options, job slurm.Job, underSLURM bool) erro
 	if l.Rendezvous.Backend == BackendEtcd && !rankKnown {
 		l.NodeRank = -1 // ranked in join order
 	}
+	return nil
+}
+
+// resolveRunID picks the run id: --rdzv-id, else SLURM_JOB_ID, else a
+// fresh one for a launch of one node. A launch that meets other nodes over
+// etcd needs the same run id on every node, which only the user can give;
+// a static one shares nothing, and takes torchrun's "none".
+func (l *Launch) resolveRunID(opts Options, job slurm.Job, underSLURM bool, host Host) error {
+	switch {
+	case opts.RdzvID != "":
+		l.RunID = opts.RdzvID
+	case underSLURM && job.JobID != "":
+		l.RunID = job.JobID
+	case l.MaxNodes == 1:
+		id, err := host.NewRunID()
+		if err != nil {
+			return err
+		}
+		l.RunID = id
+	case l.Rendezvous.Backend == BackendEtcd:
+		return usagef("--nnodes=%s over etcd outside SLURM: give every node the same --rdzv-id (a name for this run, e.g. --rdzv-id=myjob-1), so that they meet in one run", orDefault(opts.NNodes, strconv.Itoa(l.MaxNodes)))
+	default:
+		l.RunID = "none"
+	}
+	if strings.ContainsAny(l.RunID, "/\x00") || l.RunID == "." || l.RunID == ".." {
+		return usagef("--rdzv-id=%q: the run id names a directory; use letters, digits, '-', '_' or '.'", l.RunID)
+	}
+	l.Rendezvous.ID = l.RunID
 	return nil
 }
 

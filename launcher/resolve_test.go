@@ -48,6 +48,7 @@ func fakeHost(env map[string]string, devices ...string) Host {
 			}
 			return nil, &fs.PathError{Op: "open", Path: p, Err: fs.ErrNotExist}
 		},
+		NewRunID: func() (string, error) { return "gorun-fresh", nil },
 	}
 }
 
@@ -87,7 +88,43 @@ func TestResolve(t *testing.T) {
 			require.Len(t, l.Workers, 2)
 			require.Equal(t, 1, l.Workers[1].Rank)
 			require.Equal(t, 2, l.Workers[1].WorldSize)
+			require.Equal(t, "gorun-fresh", l.RunID, "one node outside SLURM: a fresh run id")
+			require.Equal(t, "gorun-fresh", l.Workers[0].RunID)
+		}},
+		{"--rdzv-id names the run", opts(func(o *Options) { o.RdzvID = "mine" }), nil, nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, "mine", l.RunID)
+			require.Equal(t, "mine", l.Rendezvous.ID)
+		}},
+		{"one node over etcd gets a fresh run id", opts(func(o *Options) {
+			o.NNodes, o.RdzvBackend, o.RdzvEndpoint = "1", "etcd", "127.0.0.1:2379"
+		}), nil, nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, BackendEtcd, l.Rendezvous.Backend)
+			require.Equal(t, "gorun-fresh", l.RunID)
+		}},
+		{"static nodes share nothing: torchrun's run id", opts(func(o *Options) {
+			o.NNodes, o.NodeRank, o.MasterAddr, o.MasterPort = "2", 1, "10.0.0.1", 29500
+		}), nil, nil, func(t *testing.T, l *Launch) {
 			require.Equal(t, "none", l.RunID)
+		}},
+		{"standalone honours --master-port", opts(func(o *Options) { o.Standalone, o.MasterPort = true, 29555 }), nil, nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, 29555, l.MasterPort)
+			require.Equal(t, "127.0.0.1", l.MasterAddr)
+			require.Equal(t, 29555, l.Workers[1].MasterPort)
+		}},
+		{"standalone in a SLURM step honours --master-port", opts(func(o *Options) { o.Standalone, o.MasterPort, o.NNodes = true, 29556, "1" }), slurmStep(), nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, 29556, l.MasterPort)
+			require.Equal(t, "127.0.0.1", l.MasterAddr, "not the step's first node")
+		}},
+		{"standalone picks a free port without --master-port", opts(func(o *Options) { o.Standalone = true }), nil, nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, 40000, l.MasterPort)
+		}},
+		{"a requeued SLURM job is a new generation", opts(nil), func() map[string]string {
+			env := slurmStep()
+			env["SLURM_RESTART_COUNT"] = "2"
+			return env
+		}(), nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, "4242", l.RunID, "same job id, same run id")
+			require.Equal(t, 2, l.Rendezvous.Generation)
 		}},
 		{"static two nodes", opts(func(o *Options) {
 			o.NNodes, o.NodeRank, o.MasterAddr, o.MasterPort = "2", 1, "10.0.0.1", 29500
@@ -131,7 +168,7 @@ func TestResolve(t *testing.T) {
 			require.Equal(t, "n3-ib", l.Host)
 		}},
 		{"etcd endpoint with an elastic range", opts(func(o *Options) {
-			o.NNodes, o.RdzvEndpoint, o.LocalAddr = "2:3", "127.0.0.1:2379", "127.0.0.1"
+			o.NNodes, o.RdzvEndpoint, o.LocalAddr, o.RdzvID = "2:3", "127.0.0.1:2379", "127.0.0.1", "job-7"
 			o.RdzvConf = "lease_ttl=7,last_call_timeout=2s,join_timeout=1m,max_membership_changes=4"
 		}), nil, nil, func(t *testing.T, l *Launch) {
 			require.Equal(t, BackendEtcd, l.Rendezvous.Backend)
@@ -211,6 +248,8 @@ func TestResolveErrors(t *testing.T) {
 		{"elastic range without etcd", opts(func(o *Options) { o.NNodes = "1:4" }), nil, "an elastic range needs an etcd"},
 		{"elastic range with static", opts(func(o *Options) { o.NNodes, o.RdzvBackend = "1:4", "c10d" }), nil, "needs --rdzv-backend=etcd"},
 		{"etcd without endpoint", opts(func(o *Options) { o.NNodes, o.RdzvBackend = "2", "etcd" }), nil, "give --rdzv-endpoint"},
+		{"nodes meeting over etcd need a run id", opts(func(o *Options) { o.NNodes, o.RdzvEndpoint = "2:3", "h:1" }), nil, "give every node the same --rdzv-id"},
+		{"a run id is a directory name", opts(func(o *Options) { o.RdzvID = "a/b" }), nil, `--rdzv-id="a/b"`},
 		{"unknown rdzv conf key", opts(func(o *Options) { o.NNodes, o.RdzvEndpoint, o.RdzvConf = "2", "h:1", "lease=3" }), nil, `unknown key "lease"`},
 		{"bad lease ttl", opts(func(o *Options) { o.NNodes, o.RdzvEndpoint, o.RdzvConf = "2", "h:1", "lease_ttl=0.1" }), nil, "lease_ttl=0.1"},
 		{"missing script", opts(func(o *Options) { o.Entrypoint = "nope.py" }), nil, "script nope.py: file does not exist"},

@@ -46,6 +46,10 @@ func closeWithin(closeFn func() error, d time.Duration, log zerolog.Logger) erro
 	}
 }
 
+// retainTimeout bounds the last agent's attaching of the run's keys to
+// their retention lease as it leaves (rendezvous.RetainIfDeserted).
+const retainTimeout = 5 * time.Second
+
 // lingerWhenStopped is that bound when a signal stopped this node: the
 // stop must stay prompt, and the other nodes are most likely stopping too.
 const lingerWhenStopped = 3 * time.Second
@@ -166,6 +170,11 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 		return elastic.Outcome{ExitCode: 1}, err
 	}
 	defer client.Close()
+	entry, err := rendezvous.Enter(ctx, client, l.RunID, r.Generation)
+	if err != nil {
+		return elastic.Outcome{ExitCode: 1}, err
+	}
+	log.Info().Str("run_id", entry.RunID).Int("incarnation", entry.Number).Msg(entry.String())
 	if hosting {
 		defer func() {
 			linger := lingerForOthers
@@ -174,12 +183,12 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), linger)
 			defer cancel()
-			if err := rendezvous.AwaitDeparture(ctx, client, l.RunID); err != nil {
+			if err := rendezvous.AwaitDeparture(ctx, client, entry.Incarnation); err != nil {
 				log.Warn().Err(err).Msg("other nodes still registered when this node's etcd member stopped")
 			}
 		}()
 	}
-	store, err := rendezvous.NewEtcdStore(ctx, client, l.RunID, r.Timing.LeaseTTL.Std())
+	store, err := rendezvous.NewEtcdStore(ctx, client, entry.Incarnation, r.Timing.LeaseTTL.Std())
 	if err != nil {
 		return elastic.Outcome{ExitCode: 1}, err
 	}
@@ -195,7 +204,14 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 		_ = store.Close()
 		return elastic.Outcome{ExitCode: 1}, err
 	}
-	defer func() { err = errors.Join(err, rdzv.Close()) }()
+	defer func() {
+		err = errors.Join(err, rdzv.Close())
+		ctx, cancel := context.WithTimeout(context.Background(), retainTimeout)
+		defer cancel()
+		if err := rendezvous.RetainIfDeserted(ctx, client, entry.Incarnation); err != nil {
+			log.Warn().Err(err).Msg("the run's keys stay in etcd until its run id starts again")
+		}
+	}()
 	agent, err := elastic.New(spec, rdzv)
 	if err != nil {
 		return elastic.Outcome{ExitCode: 1}, err

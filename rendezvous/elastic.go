@@ -140,6 +140,11 @@ func (e *Elastic) cas(ctx context.Context, rev int64, from, next State) error {
 	if won {
 		e.log.Info().Int("round", next.Round).Str("from", string(from.Phase)).Str("to", string(next.Phase)).Str("reason", next.Reason).Msg("round state")
 	}
+	if won && next.Phase == PhaseClosed {
+		if rerr := e.store.Retain(ctx); rerr != nil { // the job is over: its keys go after RetentionTTL
+			e.log.Warn().Err(rerr).Msg("the closed job's keys stay until its run id starts again")
+		}
+	}
 	return err
 }
 

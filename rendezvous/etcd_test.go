@@ -36,7 +36,7 @@ const testTTL = 2 * time.Second
 func joinEtcd(t *testing.T, endpoints []string, runID string, cfg rendezvous.Config) *etcdNode {
 	t.Helper()
 	client := etcdtest.NewClient(t, endpoints...)
-	store, err := rendezvous.NewEtcdStore(context.Background(), client, runID, testTTL)
+	store, err := rendezvous.NewEtcdStore(context.Background(), client, rendezvous.Incarnation{RunID: runID}, testTTL)
 	require.NoError(t, err)
 	e, err := rendezvous.Join(context.Background(), store, cfg)
 	require.NoError(t, err)

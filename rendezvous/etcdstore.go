@@ -14,21 +14,25 @@ import (
 	"go.etcd.io/etcd/client/v3/namespace"
 )
 
-// etcdStore is Store over etcd v3: keys under /gorun/<run-id>/, a session
-// lease with keep-alive for leased keys.
+// etcdStore is Store over etcd v3: keys under an incarnation's prefix
+// /gorun/<run-id>/<incarnation>/, a session lease with keep-alive for
+// leased keys.
 type etcdStore struct {
+	client  *clientv3.Client
+	inc     Incarnation
 	kv      clientv3.KV
 	watcher clientv3.Watcher
 	session *concurrency.Session
 }
 
-// JobPrefix is the etcd prefix of a job's keys.
+// JobPrefix is the etcd prefix of a run id's keys: its current pointer and
+// its incarnations (Incarnation.Prefix).
 func JobPrefix(runID string) string { return "/gorun/" + runID + "/" }
 
-// NewEtcdStore returns the Store of one agent of job runID over client,
-// with a session whose lease lives ttl after the agent's last keep-alive.
-// It does not close client.
-func NewEtcdStore(ctx context.Context, client *clientv3.Client, runID string, ttl time.Duration) (Store, error) {
+// NewEtcdStore returns the Store of one agent of incarnation inc (see
+// Enter) over client, with a session whose lease lives ttl after the
+// agent's last keep-alive. It does not close client.
+func NewEtcdStore(ctx context.Context, client *clientv3.Client, inc Incarnation, ttl time.Duration) (Store, error) {
 	secs := int(ttl.Round(time.Second) / time.Second)
 	if secs < 1 {
 		return nil, fmt.Errorf("rendezvous: lease ttl %s is under one second", ttl)
@@ -37,8 +41,10 @@ func NewEtcdStore(ctx context.Context, client *clientv3.Client, runID string, tt
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous: etcd session: %w", err)
 	}
-	prefix := JobPrefix(runID)
+	prefix := inc.Prefix()
 	return &etcdStore{
+		client:  client,
+		inc:     inc,
 		kv:      namespace.NewKV(client.KV, prefix),
 		watcher: namespace.NewWatcher(client.Watcher, prefix),
 		session: session,
@@ -152,6 +158,10 @@ func (s *etcdStore) Watch(ctx context.Context, prefix string, rev int64) <-chan 
 
 func (s *etcdStore) Done() <-chan struct{} { return s.session.Done() }
 
+func (s *etcdStore) Retain(ctx context.Context) error {
+	return retain(ctx, s.client, s.inc, false)
+}
+
 func (s *etcdStore) Close() error {
 	if err := s.session.Close(); err != nil {
 		return fmt.Errorf("rendezvous: release lease: %w", err)
@@ -159,13 +169,22 @@ func (s *etcdStore) Close() error {
 	return nil
 }
 
-// AwaitDeparture blocks until no agent of job runID is registered (every
-// node released its lease, or its lease expired), or ctx ends. An etcd
-// that no longer answers (the other members of its cluster have stopped)
-// counts as everyone having left: nobody can use it any more.
-func AwaitDeparture(ctx context.Context, client *clientv3.Client, runID string) error {
-	kv := namespace.NewKV(client.KV, JobPrefix(runID))
-	w := namespace.NewWatcher(client.Watcher, JobPrefix(runID))
+// RetainIfDeserted attaches incarnation inc's unleased keys to a lease of
+// RetentionTTL (as Store.Retain) if no agent is registered in it any more:
+// the last agent to leave a run, closed or not (every agent stopped by a
+// signal), sees to it that its keys go. It fails when etcd does not
+// answer within ctx.
+func RetainIfDeserted(ctx context.Context, client *clientv3.Client, inc Incarnation) error {
+	return retain(ctx, client, inc, true)
+}
+
+// AwaitDeparture blocks until no agent of incarnation inc is registered
+// (every node released its lease, or its lease expired), or ctx ends. An
+// etcd that no longer answers (the other members of its cluster have
+// stopped) counts as everyone having left: nobody can use it any more.
+func AwaitDeparture(ctx context.Context, client *clientv3.Client, inc Incarnation) error {
+	kv := incarnationKV(client, inc)
+	w := namespace.NewWatcher(client.Watcher, inc.Prefix())
 	for {
 		gctx, cancel := context.WithTimeout(ctx, callTimeout)
 		resp, err := kv.Get(gctx, prefixNodes, clientv3.WithPrefix(), clientv3.WithCountOnly())
@@ -189,24 +208,35 @@ func AwaitDeparture(ctx context.Context, client *clientv3.Client, runID string) 
 	}
 }
 
-// Status is a job's rendezvous as `gorun status` shows it.
+// Status is a job's rendezvous as `gorun status` shows it: the run id's
+// current incarnation.
 type Status struct {
-	RunID    string    `json:"run_id"`
-	Exists   bool      `json:"exists"` // false: no agent of this run id has started on this etcd
-	State    State     `json:"state"`
-	Nodes    []Member  `json:"nodes"`   // agents with a live lease
-	Waiting  []Member  `json:"waiting"` // agents waiting for the next round
-	Failures []Failure `json:"failures"`
+	RunID string `json:"run_id"`
+	// Started is false when no agent of this run id has started on this
+	// etcd (or the keys of its last run expired).
+	Started     bool      `json:"started"`
+	Incarnation int       `json:"incarnation"` // the current one, 0 for the run id's first run
+	Generation  int       `json:"generation"`  // SLURM_RESTART_COUNT of the launch that started it
+	Exists      bool      `json:"exists"`      // false: the incarnation has no round yet
+	State       State     `json:"state"`
+	Nodes       []Member  `json:"nodes"`   // agents with a live lease
+	Waiting     []Member  `json:"waiting"` // agents waiting for the next round
+	Failures    []Failure `json:"failures"`
 }
 
-// ReadStatus reads job runID's rendezvous without taking part in it (no
-// lease, no writes).
+// ReadStatus reads the current incarnation of run runID without taking
+// part in it (no lease, no writes). A finished job stays readable for
+// RetentionTTL after it closed.
 func ReadStatus(ctx context.Context, client *clientv3.Client, runID string) (Status, error) {
-	resp, err := namespace.NewKV(client.KV, JobPrefix(runID)).Get(ctx, "", clientv3.WithPrefix())
-	if err != nil {
-		return Status{}, fmt.Errorf("rendezvous: read run %s: %w", runID, err)
+	in, started, err := ReadCurrent(ctx, client, runID)
+	if err != nil || !started {
+		return Status{RunID: runID}, err
 	}
-	st := Status{RunID: runID}
+	resp, err := incarnationKV(client, in).Get(ctx, "", clientv3.WithPrefix())
+	if err != nil {
+		return Status{}, fmt.Errorf("rendezvous: read run %s (incarnation %d): %w", runID, in.Number, err)
+	}
+	st := Status{RunID: runID, Started: true, Incarnation: in.Number, Generation: in.Generation}
 	var failures []KV
 	for _, kv := range resp.Kvs {
 		key := string(kv.Key)

@@ -38,6 +38,10 @@ type Store interface {
 	// Done is closed when the session's lease is lost: its leased keys
 	// are gone and the others see this agent as dead.
 	Done() <-chan struct{}
+	// Retain attaches the job's unleased keys (state, failure reports) to
+	// a lease of RetentionTTL: called once the job closed, so a finished
+	// job stays readable for a while and then goes.
+	Retain(ctx context.Context) error
 	// Close ends the session, releasing the lease (its leased keys are
 	// deleted at once).
 	Close() error

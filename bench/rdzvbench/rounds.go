@@ -199,7 +199,7 @@ func roundOnce(ctx context.Context, endpoint string, c roundCase, ttl, maxWait t
 			}
 			a := &benchAgent{client: cli}
 			agents[i] = a
-			store, err := rendezvous.NewEtcdStore(gctx, cli, runID, ttl)
+			store, err := rendezvous.NewEtcdStore(gctx, cli, rendezvous.Incarnation{RunID: runID}, ttl)
 			if err != nil {
 				return err
 			}

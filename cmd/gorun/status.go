@@ -21,7 +21,7 @@ import (
 func statusCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "status",
-		Usage:     "show a job's rendezvous: round, members, waiting nodes, restarts, recent failures",
+		Usage:     "show a job's rendezvous (its run id's current incarnation; a finished one for a day): round, members, waiting nodes, restarts, recent failures",
 		UsageText: "gorun status --rdzv-endpoint HOST:PORT --rdzv-id ID   (inside a SLURM job: gorun status)",
 		Flags: []cli.Flag{
 			stringFlag("", "rdzv-endpoint", "", "etcd HOST:PORT[,...] (default inside a SLURM job: its embedded etcd)"),
@@ -80,7 +80,7 @@ func statusAction(c *cli.Context) error {
 		return enc.Encode(st)
 	}
 	writeStatus(c.App.Writer, st, time.Now())
-	if !st.Exists {
+	if !st.Started {
 		return cli.Exit("", 1)
 	}
 	return nil
@@ -88,13 +88,21 @@ func statusAction(c *cli.Context) error {
 
 // writeStatus prints st for people.
 func writeStatus(w io.Writer, st rendezvous.Status, now time.Time) {
+	if !st.Started {
+		fmt.Fprintf(w, "run %s: no rendezvous on this etcd (no agent of this run id has started, or its keys expired)\n", st.RunID)
+		return
+	}
+	run := fmt.Sprintf("run %s incarnation %d", st.RunID, st.Incarnation)
+	if st.Generation > 0 {
+		run += fmt.Sprintf(" (SLURM restart %d)", st.Generation)
+	}
 	if !st.Exists {
-		fmt.Fprintf(w, "run %s: no rendezvous on this etcd (no agent of this run id has started)\n", st.RunID)
+		fmt.Fprintf(w, "%s: starting, no round yet\n", run)
 		return
 	}
 	s := st.State
 	ago := func(t time.Time) string { return now.Sub(t).Round(time.Second).String() + " ago" }
-	fmt.Fprintf(w, "run %s: round %d %s since %s (%s)\n", st.RunID, s.Round, s.Phase, s.Since.Format("15:04:05"), ago(s.Since))
+	fmt.Fprintf(w, "%s: round %d %s since %s (%s)\n", run, s.Round, s.Phase, s.Since.Format("15:04:05"), ago(s.Since))
 	if s.Result != "" {
 		fmt.Fprintf(w, "result: %s\n", s.Result)
 	}

@@ -19,6 +19,7 @@ type Backend struct {
 	leaseOf map[string]*Store // leased key -> its owner
 	history []rendezvous.Event
 	wake    chan struct{} // closed and replaced on every change
+	retains int           // calls of Retain
 }
 
 // NewBackend returns an empty key space at revision 1.
@@ -37,6 +38,13 @@ func (b *Backend) Value(key string) ([]byte, bool) {
 	defer b.mu.Unlock()
 	kv, ok := b.kvs[key]
 	return kv.Value, ok
+}
+
+// Retains returns how often an agent asked to retain the job's keys.
+func (b *Backend) Retains() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.retains
 }
 
 // changeLocked records one change; the caller holds b.mu.
@@ -167,6 +175,15 @@ func (s *Store) Watch(ctx context.Context, prefix string, rev int64) <-chan rend
 		}
 	}()
 	return out
+}
+
+// Retain implements rendezvous.Store: it only counts the call (memory
+// has no leases to expire).
+func (s *Store) Retain(ctx context.Context) error {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	s.b.retains++
+	return ctx.Err()
 }
 
 // Done implements rendezvous.Store.

@@ -104,7 +104,7 @@ func TestElasticNodeLossAndScaleUp(t *testing.T) {
 	waitRound(t, out, 2, 6, 30*time.Second)
 
 	status := runGorun(t, nil, "status", "--rdzv-endpoint="+endpoint, "--rdzv-id=elastic")
-	for _, want := range []string{"run elastic: round 2 running", "2 of 10 after membership changes", "node-a", "node-b", "node-d", "reason: node node-d waiting to join"} {
+	for _, want := range []string{"run elastic incarnation 0: round 2 running", "2 of 10 after membership changes", "node-a", "node-b", "node-d", "reason: node node-d waiting to join"} {
 		if !strings.Contains(status.Stdout, want) {
 			t.Errorf("gorun status lacks %q:\n%s", want, status.Stdout)
 		}

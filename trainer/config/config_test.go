@@ -1,7 +1,9 @@
 package config
 
 import (
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -90,6 +92,29 @@ func TestGOROOTDefaultsToTheBuild(t *testing.T) {
 	c, err := Parse("train.toml", nil, nil)
 	require.NoError(t, err)
 	require.Equal(t, filepath.Join(runtime.GOROOT(), "src/**/*.go"), c.Data.Files[0]) //nolint:staticcheck
+}
+
+func TestDefaultGoRoot(t *testing.T) {
+	noGo := func() (string, error) { return "", errors.New("go: not found") }
+	goSays := func() (string, error) { return "/usr/lib/go", nil }
+	for _, tc := range []struct {
+		name, built string
+		goEnv       func() (string, error)
+		want        string
+	}{
+		{"the build's root", "/usr/local/go", goSays, "/usr/local/go"},
+		{"-trimpath build: go env GOROOT", "", goSays, "/usr/lib/go"},
+		{"-trimpath build, no go command", "", noGo, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, defaultGoRoot(tc.built, tc.goEnv))
+		})
+	}
+	if _, err := exec.LookPath("go"); err == nil {
+		root, err := goEnvGOROOT()
+		require.NoError(t, err)
+		require.DirExists(t, filepath.Join(root, "src", "fmt"))
+	}
 }
 
 func TestMetricsEmptyMeansNone(t *testing.T) {

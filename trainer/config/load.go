@@ -2,9 +2,11 @@ package config
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -12,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
@@ -250,8 +253,10 @@ func keyLines(data []byte) map[string]int {
 }
 
 // expand replaces $VAR and ${VAR} in pattern from the environment; GOROOT
-// falls back to the Go root gorun was built with. A variable that is not
-// set is an error: an empty expansion would silently read other files.
+// falls back to the Go root gorun was built with, else to `go env GOROOT`
+// (a -trimpath build records none), so that `gorun plan`, gorun and its
+// workers agree. A variable that is not set is an error: an empty
+// expansion would silently read other files.
 func expand(pattern string) (string, error) {
 	var missing []string
 	out := os.Expand(pattern, func(name string) string {
@@ -259,7 +264,8 @@ func expand(pattern string) (string, error) {
 			return v
 		}
 		if name == "GOROOT" {
-			if root := runtime.GOROOT(); root != "" { //nolint:staticcheck // the build's GOROOT is the best default we have
+			//nolint:staticcheck // the build's GOROOT is the best default we have
+			if root := defaultGoRoot(runtime.GOROOT(), goEnvGOROOT); root != "" {
 				return root
 			}
 		}
@@ -270,6 +276,34 @@ func expand(pattern string) (string, error) {
 		return "", fmt.Errorf("%s is not set in the environment", strings.Join(missing, ", "))
 	}
 	return out, nil
+}
+
+// goEnvTimeout bounds `go env GOROOT`.
+const goEnvTimeout = 10 * time.Second
+
+// defaultGoRoot is the Go root $GOROOT stands for when the environment has
+// none: built, the Go root of the build; else what goEnv answers; "" when
+// neither knows.
+func defaultGoRoot(built string, goEnv func() (string, error)) string {
+	if built != "" {
+		return built
+	}
+	root, err := goEnv()
+	if err != nil {
+		return ""
+	}
+	return root
+}
+
+// goEnvGOROOT asks the go command on PATH for its GOROOT.
+func goEnvGOROOT() (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), goEnvTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "go", "env", "GOROOT").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOROOT: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 // anchor makes a relative path absolute against dir.
