@@ -188,7 +188,8 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 			}
 		}()
 	}
-	store, err := rendezvous.NewEtcdStore(ctx, client, entry.Incarnation, r.Timing.LeaseTTL.Std())
+	// An etcd outage fails a call only when it outlasts join_timeout.
+	store, err := rendezvous.NewEtcdStore(ctx, client, entry.Incarnation, r.Timing.LeaseTTL.Std(), rendezvous.WithPatience(r.Timing.JoinTimeout.Std()))
 	if err != nil {
 		return elastic.Outcome{ExitCode: 1}, err
 	}

@@ -18,9 +18,10 @@ import (
 // wait for it to freeze the round before they do.
 const freezeFallback = 2 * time.Second
 
-// ErrSessionLost means this agent's lease expired: the others count it as
-// gone, so it must stop its workers.
-var ErrSessionLost = errors.New("rendezvous: lost the etcd lease (etcd unreachable for longer than the lease TTL)")
+// ErrEtcdUnreachable means etcd did not answer for JoinTimeout while this
+// agent needed it: to form a round, or to report how its workers ended.
+// An outage alone never ends a running round: workers keep running.
+var ErrEtcdUnreachable = errors.New("rendezvous: etcd unreachable")
 
 // ClosedError says the job is over: it was closed by some node.
 type ClosedError struct {
@@ -37,7 +38,7 @@ type End struct {
 	Closed bool   // the job is over (Result says how); else a new round is open
 	Result string // when Closed
 	Reason string // why the round ended
-	Err    error  // the session was lost, or the store failed
+	Err    error  // the store failed
 }
 
 // Config is one agent's part in an elastic job.
@@ -48,7 +49,9 @@ type Config struct {
 	JoinTimeout time.Duration // how long a round may take to form before Next gives up
 	// LeaseTTL is the session lease's TTL: a worker failure that would
 	// close the job waits this long (and a second) for a node loss that
-	// explains it. 0: no wait.
+	// explains it, and after an etcd outage of its own this agent gives
+	// nodes whose keys vanished this long to put them again before it
+	// counts them lost. 0: no wait.
 	LeaseTTL time.Duration
 	// FreePort picks the MASTER_PORT on this node's address when it is
 	// node rank 0 of a round.
@@ -90,8 +93,8 @@ type Elastic struct {
 }
 
 // Join registers this node with the job (a leased key: its liveness) and
-// starts following the job's keys. The returned Elastic owns store and
-// closes it in Close.
+// starts following the job's keys and its session. The returned Elastic
+// owns store and closes it in Close.
 func Join(ctx context.Context, store Store, cfg Config) (*Elastic, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -106,10 +109,14 @@ func Join(ctx context.Context, store Store, cfg Config) (*Elastic, error) {
 	vctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e := &Elastic{cfg: cfg, store: store, view: newView(), cancel: cancel, last: -1,
 		log: cfg.Log.With().Str("component", "rendezvous").Logger()}
-	e.wg.Add(1)
+	e.wg.Add(2)
 	go func() {
 		defer e.wg.Done()
 		e.view.run(vctx, store)
+	}()
+	go func() {
+		defer e.wg.Done()
+		e.followSession(vctx)
 	}()
 	return e, nil
 }
@@ -149,9 +156,10 @@ func (e *Elastic) cas(ctx context.Context, rev int64, from, next State) error {
 }
 
 // Next joins the job's next round (one after any round it returned
-// before) and blocks until it runs, then returns this node's place in it. It fails when the job is closed (*ClosedError),
-// when the round does not form within JoinTimeout, when the session is
-// lost, or when ctx ends.
+// before) and blocks until it runs, then returns this node's place in it.
+// It fails when the job is closed (*ClosedError), when the round does not
+// form within JoinTimeout (ErrEtcdUnreachable when etcd was away all
+// that time), or when ctx ends.
 func (e *Elastic) Next(ctx context.Context) (Round, error) {
 	timeout := time.NewTimer(e.cfg.JoinTimeout)
 	defer timeout.Stop()
@@ -190,14 +198,18 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 				lastCallTimer = time.After(e.cfg.LastCall)
 			}
 			passed := !lastCall.IsZero() && !time.Now().Before(lastCall)
-			if re, lost := st.Reattribute(snap.alive); len(lost) > 0 {
+			// After an outage of its own, this agent waits out the grace
+			// before it counts anyone lost or freezes without them.
+			re, lost := st.Reattribute(snap.alive)
+			settled := len(snap.joined) >= e.cfg.Limits.MaxNodes || !e.settling()
+			if len(lost) > 0 && e.missingAreLost(ctx) {
 				if err := e.recordLost(ctx, st.Round-1, st.Previous, lost); err != nil {
 					return Round{}, err
 				}
 				if err := e.cas(ctx, snap.stateRev, st, re); err != nil {
 					return Round{}, err
 				}
-			} else if ShouldFreeze(st, len(snap.joined), len(snap.alive), e.cfg.Limits, passed) {
+			} else if len(lost) == 0 && settled && ShouldFreeze(st, len(snap.joined), len(snap.alive), e.cfg.Limits, passed) {
 				joined := slices.Clone(snap.joined)
 				sort.Slice(joined, func(i, j int) bool { return joined[i].Order < joined[j].Order })
 				joined = joined[:min(len(joined), e.cfg.Limits.MaxNodes)]
@@ -258,8 +270,6 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 			freezeFallbackTimer, fallbackDue = nil, true
 		case <-timeout.C:
 			return Round{}, e.formError(st, snap)
-		case <-e.store.Done():
-			return Round{}, ErrSessionLost
 		case <-ctx.Done():
 			return Round{}, context.Cause(ctx)
 		}
@@ -267,6 +277,10 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 }
 
 func (e *Elastic) formError(st State, snap snapshot) error {
+	if sess, _ := e.store.Session(); !sess.Live {
+		return fmt.Errorf("%w: no answer for %s, and no round took this node within join_timeout=%s",
+			ErrEtcdUnreachable, time.Since(sess.Since).Round(time.Second), e.cfg.JoinTimeout)
+	}
 	var hosts []string
 	for _, m := range snap.joined {
 		hosts = append(hosts, m.Host)
@@ -282,7 +296,8 @@ func (e *Elastic) formError(st State, snap snapshot) error {
 }
 
 // reopenIfMembersLeft opens the next round when a member of the frozen or
-// running round has no live session. It reports whether it found one.
+// running round has no live session and counts as lost (see
+// missingAreLost). It reports whether it found one.
 func (e *Elastic) reopenIfMembersLeft(ctx context.Context, snap snapshot) (bool, error) {
 	st := snap.state
 	var gone []string
@@ -291,7 +306,7 @@ func (e *Elastic) reopenIfMembersLeft(ctx context.Context, snap snapshot) (bool,
 			gone = append(gone, fmt.Sprintf("%s (node %d)", m.Host, i))
 		}
 	}
-	if len(gone) == 0 {
+	if len(gone) == 0 || !e.missingAreLost(ctx) {
 		return false, nil
 	}
 	reason := fmt.Sprintf("node %s left (its lease expired)", strings.Join(gone, ", "))
@@ -321,10 +336,11 @@ func (e *Elastic) reopenIfWaiting(ctx context.Context, snap snapshot) error {
 
 // Watch follows running round r and sends one End when it is over for a
 // reason that is not this node's own: another node failed, left or is
-// waiting to join (a new round opened), the job closed, or this node's
-// session was lost. It also takes its turn at opening the next round when
-// a member's lease expires or a node waits. The channel closes after the
-// End, or when ctx ends.
+// waiting to join (a new round opened), or the job closed. An etcd outage
+// does not end it: the round goes on once the session is re-established
+// and its members re-registered. It also takes its turn at opening the
+// next round when a member's lease expires or a node waits. The channel
+// closes after the End, or when ctx ends.
 func (e *Elastic) Watch(ctx context.Context, r Round) <-chan End {
 	out := make(chan End, 1)
 	e.wg.Add(1)
@@ -349,9 +365,6 @@ func (e *Elastic) Watch(ctx context.Context, r Round) <-chan End {
 			}
 			select {
 			case <-changed:
-			case <-e.store.Done():
-				out <- End{Err: ErrSessionLost}
-				return
 			case <-ctx.Done():
 				return
 			}
@@ -408,8 +421,6 @@ func (e *Elastic) Failed(ctx context.Context, r Round, failures []Failure) (End,
 			case <-changed:
 			case <-lossDeadline:
 				waited = true
-			case <-e.store.Done():
-				return End{}, ErrSessionLost
 			case <-ctx.Done():
 				return End{}, context.Cause(ctx)
 			}
@@ -499,13 +510,12 @@ func (e *Elastic) Succeeded(ctx context.Context, r Round) (End, error) {
 	}
 }
 
-// await blocks until the view changes, the session is lost or ctx ends.
+// await blocks until the view changes or ctx ends; it fails with
+// ErrEtcdUnreachable once etcd has been away for JoinTimeout.
 func (e *Elastic) await(ctx context.Context, changed <-chan struct{}) error {
 	select {
 	case <-changed:
-		return nil
-	case <-e.store.Done():
-		return ErrSessionLost
+		return e.outageTooLong()
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}

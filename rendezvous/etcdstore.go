@@ -3,80 +3,126 @@ package rendezvous
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.etcd.io/etcd/client/v3/namespace"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // etcdStore is Store over etcd v3: keys under an incarnation's prefix
 // /gorun/<run-id>/<incarnation>/, a session lease with keep-alive for
-// leased keys.
+// leased keys that outlives etcd outages.
 type etcdStore struct {
-	client  *clientv3.Client
-	inc     Incarnation
-	kv      clientv3.KV
-	watcher clientv3.Watcher
-	session *concurrency.Session
+	client   *clientv3.Client
+	inc      Incarnation
+	kv       clientv3.KV
+	watcher  clientv3.Watcher
+	session  *etcdSession
+	patience time.Duration
 }
 
 // JobPrefix is the etcd prefix of a run id's keys: its current pointer and
 // its incarnations (Incarnation.Prefix).
 func JobPrefix(runID string) string { return "/gorun/" + runID + "/" }
 
+// EtcdStoreOption changes a default of NewEtcdStore.
+type EtcdStoreOption func(*etcdStore)
+
+// WithPatience sets how long a call keeps retrying while etcd does not
+// answer (default 20 s); the agent sets its join_timeout, so that an etcd
+// outage fails a call only when it lasts that long.
+func WithPatience(d time.Duration) EtcdStoreOption {
+	return func(s *etcdStore) { s.patience = d }
+}
+
 // NewEtcdStore returns the Store of one agent of incarnation inc (see
 // Enter) over client, with a session whose lease lives ttl after the
-// agent's last keep-alive. It does not close client.
-func NewEtcdStore(ctx context.Context, client *clientv3.Client, inc Incarnation, ttl time.Duration) (Store, error) {
-	secs := int(ttl.Round(time.Second) / time.Second)
+// agent's last keep-alive. It waits for etcd to grant the lease as its
+// calls do (see WithPatience) or until ctx ends. It does not close client.
+func NewEtcdStore(ctx context.Context, client *clientv3.Client, inc Incarnation, ttl time.Duration, opts ...EtcdStoreOption) (Store, error) {
+	secs := int64(ttl.Round(time.Second) / time.Second)
 	if secs < 1 {
 		return nil, fmt.Errorf("rendezvous: lease ttl %s is under one second", ttl)
 	}
-	session, err := concurrency.NewSession(client, concurrency.WithTTL(secs), concurrency.WithContext(context.WithoutCancel(ctx)))
-	if err != nil {
-		return nil, fmt.Errorf("rendezvous: etcd session: %w", err)
-	}
 	prefix := inc.Prefix()
-	return &etcdStore{
-		client:  client,
-		inc:     inc,
-		kv:      namespace.NewKV(client.KV, prefix),
-		watcher: namespace.NewWatcher(client.Watcher, prefix),
-		session: session,
-	}, nil
+	s := &etcdStore{
+		client:   client,
+		inc:      inc,
+		kv:       namespace.NewKV(client.KV, prefix),
+		watcher:  namespace.NewWatcher(client.Watcher, prefix),
+		patience: callPatience,
+	}
+	for _, opt := range opts {
+		opt(s)
+	}
+	if s.patience <= 0 {
+		return nil, fmt.Errorf("rendezvous: etcd call patience %s: want a positive duration", s.patience)
+	}
+	session, err := newEtcdSession(ctx, client, s.kv, secs, s.patience)
+	if err != nil {
+		return nil, err
+	}
+	s.session = session
+	return s, nil
 }
 
 // Calls to etcd are retried: a request in flight to a member that just
-// died is lost, and etcd answers it only after its request timeout.
+// died is lost, and etcd answers it only after its request timeout; an
+// etcd that is down or frozen answers nothing until it is back.
 const (
 	callTimeout  = 3 * time.Second  // one attempt
-	callPatience = 20 * time.Second // all attempts
+	callPatience = 20 * time.Second // all attempts, unless WithPatience
 )
 
-// retry runs call until it succeeds, ctx ends or callPatience passes, each
-// attempt bounded by callTimeout, with a back-off between attempts.
-func retry(ctx context.Context, call func(ctx context.Context) error) error {
+// retry runs call until it succeeds, fails for good (see transient), ctx
+// ends or patience passes, each attempt bounded by callTimeout, with a
+// back-off between attempts. Running out of patience is an error that
+// says how long etcd did not answer.
+func retry(ctx context.Context, patience time.Duration, call func(ctx context.Context) error) error {
 	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 50*time.Millisecond, time.Second, callPatience
-	return backoff.Retry(func() error {
+	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 50*time.Millisecond, time.Second, patience
+	err := backoff.Retry(func() error {
 		actx, cancel := context.WithTimeout(ctx, callTimeout)
 		defer cancel()
 		err := call(actx)
-		if err != nil && ctx.Err() != nil {
+		if err != nil && (ctx.Err() != nil || !transient(err)) {
 			return backoff.Permanent(err)
 		}
 		return err
 	}, backoff.WithContext(bo, ctx))
+	if err != nil && ctx.Err() == nil && transient(err) {
+		return fmt.Errorf("etcd did not answer within %s: %w", patience, err)
+	}
+	return err
+}
+
+// transient reports whether a failed call may succeed when tried again:
+// etcd, or the way to it, is down, slow or electing a leader, or this
+// agent's lease is being re-established. Other errors (a request too
+// large, a permission refused) fail at once.
+func transient(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, rpctypes.ErrTooManyRequests) {
+		return true
+	}
+	code := status.Code(err)
+	var etcdErr rpctypes.EtcdError
+	if errors.As(err, &etcdErr) {
+		code = etcdErr.Code()
+	}
+	return code == codes.Unavailable || code == codes.DeadlineExceeded || code == codes.Aborted
 }
 
 func (s *etcdStore) List(ctx context.Context, prefix string) ([]KV, int64, error) {
 	var resp *clientv3.GetResponse
-	err := retry(ctx, func(ctx context.Context) (err error) {
+	err := retry(ctx, s.patience, func(ctx context.Context) (err error) {
 		resp, err = s.kv.Get(ctx, prefix, clientv3.WithPrefix())
 		return err
 	})
@@ -95,7 +141,7 @@ func (s *etcdStore) CompareAndSwap(ctx context.Context, key string, rev int64, v
 	// reports a failed comparison the second time: the caller re-reads
 	// the state and sees its own change, so that is safe.
 	var resp *clientv3.TxnResponse
-	err := retry(ctx, func(ctx context.Context) (err error) {
+	err := retry(ctx, s.patience, func(ctx context.Context) (err error) {
 		resp, err = s.kv.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
 			Then(clientv3.OpPut(key, string(value))).
@@ -109,12 +155,19 @@ func (s *etcdStore) CompareAndSwap(ctx context.Context, key string, rev int64, v
 }
 
 func (s *etcdStore) Put(ctx context.Context, key string, value []byte, leased bool) error {
-	var opts []clientv3.OpOption
 	if leased {
-		opts = append(opts, clientv3.WithLease(s.session.Lease()))
+		s.session.remember(key, string(value))
 	}
-	if err := retry(ctx, func(ctx context.Context) error {
+	if err := retry(ctx, s.patience, func(ctx context.Context) error {
+		var opts []clientv3.OpOption
+		if leased {
+			// Read on every attempt: the session may have a new lease.
+			opts = append(opts, clientv3.WithLease(s.session.leaseID()))
+		}
 		_, err := s.kv.Put(ctx, key, string(value), opts...)
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			s.session.lost()
+		}
 		return err
 	}); err != nil {
 		return fmt.Errorf("rendezvous: put %q: %w", key, err)
@@ -123,7 +176,8 @@ func (s *etcdStore) Put(ctx context.Context, key string, value []byte, leased bo
 }
 
 func (s *etcdStore) Delete(ctx context.Context, key string) error {
-	if err := retry(ctx, func(ctx context.Context) error {
+	s.session.forget(key)
+	if err := retry(ctx, s.patience, func(ctx context.Context) error {
 		_, err := s.kv.Delete(ctx, key)
 		return err
 	}); err != nil {
@@ -156,18 +210,15 @@ func (s *etcdStore) Watch(ctx context.Context, prefix string, rev int64) <-chan 
 	return out
 }
 
-func (s *etcdStore) Done() <-chan struct{} { return s.session.Done() }
+func (s *etcdStore) Session() (Session, <-chan struct{}) { return s.session.snapshot() }
 
 func (s *etcdStore) Retain(ctx context.Context) error {
 	return retain(ctx, s.client, s.inc, false)
 }
 
-func (s *etcdStore) Close() error {
-	if err := s.session.Close(); err != nil {
-		return fmt.Errorf("rendezvous: release lease: %w", err)
-	}
-	return nil
-}
+func (s *etcdStore) CheckSession(ctx context.Context) bool { return s.session.check(ctx) }
+
+func (s *etcdStore) Close() error { return s.session.close() }
 
 // RetainIfDeserted attaches incarnation inc's unleased keys to a lease of
 // RetentionTTL (as Store.Retain) if no agent is registered in it any more:

@@ -132,7 +132,7 @@ func replacement(in Incarnation, st *State, registered int64, gen int) string {
 func readCurrent(ctx context.Context, kv clientv3.KV, runID string) (in Incarnation, rev int64, err error) {
 	in = Incarnation{RunID: runID}
 	var resp *clientv3.GetResponse
-	if err := retry(ctx, func(ctx context.Context) (err error) {
+	if err := retry(ctx, callPatience, func(ctx context.Context) (err error) {
 		resp, err = kv.Get(ctx, currentKey(runID))
 		return err
 	}); err != nil {
@@ -155,7 +155,7 @@ func readCurrent(ctx context.Context, kv clientv3.KV, runID string) (in Incarnat
 // is not.
 func readIncarnation(ctx context.Context, kv clientv3.KV, in Incarnation, rev int64) (st *State, registered int64, current bool, err error) {
 	var resp *clientv3.TxnResponse
-	if err := retry(ctx, func(ctx context.Context) (err error) {
+	if err := retry(ctx, callPatience, func(ctx context.Context) (err error) {
 		resp, err = kv.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(currentKey(in.RunID)), "=", rev)).
 			Then(
@@ -192,7 +192,7 @@ func claim(ctx context.Context, kv clientv3.KV, rev int64, next Incarnation) (bo
 	}
 	run, cur := JobPrefix(next.RunID), currentKey(next.RunID)
 	var resp *clientv3.TxnResponse
-	err = retry(ctx, func(ctx context.Context) (err error) {
+	err = retry(ctx, callPatience, func(ctx context.Context) (err error) {
 		resp, err = kv.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(cur), "=", rev)).
 			Then(

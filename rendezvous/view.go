@@ -16,17 +16,22 @@ import (
 type view struct {
 	mu       sync.Mutex
 	state    State
-	stateRev int64                     // 0: no state key yet
-	nodes    map[string]int64          // node id -> create revision of its live node key
-	joined   map[int]map[string]Member // round -> id -> member, Order = its join key's revision
-	done     map[int]map[string]bool   // round -> ids whose workers succeeded
-	stalls   map[int]map[string]int64  // round -> ids whose workers stalled -> revision of the report
-	waiting  map[string]Member
-	changed  chan struct{}
+	stateRev int64            // 0: no state key yet
+	nodes    map[string]int64 // node id -> create revision of its live node key
+	// order is each node's join order: the create revision of the first
+	// node key this view saw of it. It survives the node putting its key
+	// again under a new lease after an etcd outage, and lists of the
+	// keys, so node ranks stay put.
+	order   map[string]int64
+	joined  map[int]map[string]Member // round -> id -> member, Order = its join key's revision
+	done    map[int]map[string]bool   // round -> ids whose workers succeeded
+	stalls  map[int]map[string]int64  // round -> ids whose workers stalled -> revision of the report
+	waiting map[string]Member
+	changed chan struct{}
 }
 
 func newView() *view {
-	v := &view{changed: make(chan struct{})}
+	v := &view{changed: make(chan struct{}), order: map[string]int64{}}
 	v.clearLocked()
 	return v
 }
@@ -95,6 +100,9 @@ func (v *view) applyLocked(ev Event) {
 			delete(v.nodes, id)
 		} else {
 			v.nodes[id] = ev.Create
+			if _, seen := v.order[id]; !seen {
+				v.order[id] = ev.Create
+			}
 		}
 	case strings.HasPrefix(key, prefixWait):
 		id := strings.TrimPrefix(key, prefixWait)
@@ -147,6 +155,14 @@ func (v *view) applyLocked(ev Event) {
 	}
 }
 
+// poke wakes the readers waiting for a change without changing anything:
+// something they also depend on (the session) changed.
+func (v *view) poke() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.notifyLocked()
+}
+
 func (v *view) notifyLocked() {
 	close(v.changed)
 	v.changed = make(chan struct{})
@@ -187,8 +203,8 @@ func (v *view) read() (snapshot, <-chan struct{}) {
 	for id, m := range v.joined[v.state.Round] {
 		// Join order is the order agents joined the job, not this round,
 		// so node ranks stay put across rounds.
-		if created, ok := v.nodes[id]; ok {
-			m.Order = created
+		if order, ok := v.order[id]; ok {
+			m.Order = order
 		}
 		s.joined = append(s.joined, m)
 	}

@@ -1,12 +1,15 @@
 // Package rdzvtest is an in-memory rendezvous.Store for tests of the
 // protocol and the agent: one Backend plays etcd, each agent gets its own
-// Store (its own lease), and Kill plays a lease that expired.
+// Store (its own lease), Kill plays a lease that expired, and Outage and
+// Restore play an etcd outage that outlived the lease.
 package rdzvtest
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/gorun/gorun/rendezvous"
 )
@@ -29,7 +32,10 @@ func NewBackend() *Backend {
 
 // Store returns a new agent's view of the backend, with its own session.
 func (b *Backend) Store() *Store {
-	return &Store{b: b, done: make(chan struct{})}
+	up := make(chan struct{})
+	close(up)
+	return &Store{b: b, leased: map[string][]byte{}, session: rendezvous.Session{Live: true, Since: time.Now()},
+		changed: make(chan struct{}), up: up}
 }
 
 // Value returns the current value of key, for assertions.
@@ -73,10 +79,12 @@ func (b *Backend) changeLocked(key string, value []byte, deleted bool, owner *St
 // Store is one agent's session on a Backend.
 type Store struct {
 	b        *Backend
-	once     sync.Once
-	done     chan struct{}
 	mu       sync.Mutex
-	lostFlag bool
+	lostFlag bool               // killed: its lease is gone for good
+	leased   map[string][]byte  // leased keys put and not deleted
+	session  rendezvous.Session // as Session reports it
+	changed  chan struct{}      // closed at the session's next change
+	up       chan struct{}      // closed while the session is live
 }
 
 var _ rendezvous.Store = (*Store)(nil)
@@ -100,9 +108,23 @@ func (s *Store) List(ctx context.Context, prefix string) ([]rendezvous.KV, int64
 	return out, s.b.rev, ctx.Err()
 }
 
+// awaitUp blocks while the session is down, as a call to an etcd that
+// does not answer is retried; it returns ctx's error if ctx ends first.
+func (s *Store) awaitUp(ctx context.Context) error {
+	s.mu.Lock()
+	up := s.up
+	s.mu.Unlock()
+	select {
+	case <-up:
+		return ctx.Err()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // CompareAndSwap implements rendezvous.Store.
 func (s *Store) CompareAndSwap(ctx context.Context, key string, rev int64, value []byte) (bool, error) {
-	if err := ctx.Err(); err != nil {
+	if err := s.awaitUp(ctx); err != nil {
 		return false, err
 	}
 	s.b.mu.Lock()
@@ -117,11 +139,16 @@ func (s *Store) CompareAndSwap(ctx context.Context, key string, rev int64, value
 // Put implements rendezvous.Store. A leased put after the session was lost
 // is dropped, as etcd refuses a put under an expired lease.
 func (s *Store) Put(ctx context.Context, key string, value []byte, leased bool) error {
-	if err := ctx.Err(); err != nil {
+	if err := s.awaitUp(ctx); err != nil {
 		return err
 	}
 	if leased && s.lost() {
 		return context.Canceled
+	}
+	if leased {
+		s.mu.Lock()
+		s.leased[key] = value
+		s.mu.Unlock()
 	}
 	s.b.mu.Lock()
 	defer s.b.mu.Unlock()
@@ -135,6 +162,12 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, leased bool) 
 
 // Delete implements rendezvous.Store.
 func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := s.awaitUp(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	delete(s.leased, key)
+	s.mu.Unlock()
 	s.b.mu.Lock()
 	defer s.b.mu.Unlock()
 	if _, ok := s.b.kvs[key]; ok {
@@ -186,25 +219,82 @@ func (s *Store) Retain(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// Done implements rendezvous.Store.
-func (s *Store) Done() <-chan struct{} { return s.done }
+// Session implements rendezvous.Store.
+func (s *Store) Session() (rendezvous.Session, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.session, s.changed
+}
 
-// Kill plays a lease that expired: the agent's leased keys disappear and
-// Done closes, as when its node dies.
+// CheckSession implements rendezvous.Store: the lease lives unless the
+// store was killed or is in an outage.
+func (s *Store) CheckSession(ctx context.Context) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return ctx.Err() == nil && !s.lostFlag && s.session.Live
+}
+
+// Kill plays a lease that expired for good: the agent's leased keys
+// disappear, as when its node dies.
 func (s *Store) Kill() {
-	s.once.Do(func() {
-		s.mu.Lock()
-		s.lostFlag = true
-		s.mu.Unlock()
-		s.b.mu.Lock()
-		for k, owner := range s.b.leaseOf {
-			if owner == s {
-				s.b.changeLocked(k, nil, true, nil)
-			}
+	s.mu.Lock()
+	s.lostFlag = true
+	s.mu.Unlock()
+	s.expire()
+}
+
+// expire deletes the store's leased keys from the backend.
+func (s *Store) expire() {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	for k, owner := range s.b.leaseOf {
+		if owner == s {
+			s.b.changeLocked(k, nil, true, nil)
 		}
-		s.b.mu.Unlock()
-		close(s.done)
-	})
+	}
+}
+
+// Outage plays an etcd outage that outlived this agent's lease: its
+// leased keys disappear, its session is down, and its writes wait until
+// Restore.
+func (s *Store) Outage() {
+	s.mu.Lock()
+	if s.session.Live {
+		s.session = rendezvous.Session{Live: false, Since: time.Now(), Outages: s.session.Outages + 1}
+		s.up = make(chan struct{})
+		s.notifyLocked()
+	}
+	s.mu.Unlock()
+	s.expire()
+}
+
+// Restore ends an Outage as etcd does for a lease it expired: the store
+// puts its leased keys again under a new lease, node keys first, and its
+// session is live again.
+func (s *Store) Restore() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.session.Live {
+		return
+	}
+	keys := make([]string, 0, len(s.leased))
+	for k := range s.leased {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	s.b.mu.Lock()
+	for _, k := range keys {
+		s.b.changeLocked(k, s.leased[k], false, s)
+	}
+	s.b.mu.Unlock()
+	s.session = rendezvous.Session{Live: true, Since: time.Now(), Outages: s.session.Outages, Renewed: true}
+	close(s.up)
+	s.notifyLocked()
+}
+
+func (s *Store) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
 // Close implements rendezvous.Store: the lease is released.
