@@ -127,10 +127,10 @@ func lookupIPs(host Host, name string) ([]net.IP, error) {
 
 // interfaceIPs lists the addresses of this machine's interfaces.
 func interfaceIPs(host Host) ([]net.IP, error) {
-	if host.InterfaceAddrs == nil {
+	if host.IfaceAddrs == nil {
 		return nil, nil
 	}
-	addrs, err := host.InterfaceAddrs()
+	addrs, err := host.IfaceAddrs()
 	if err != nil {
 		return nil, err
 	}

@@ -36,30 +36,30 @@ type Host struct {
 	// ReadFile reads a train.toml entrypoint, to check it once here and
 	// take its [elastic] settings.
 	ReadFile func(string) ([]byte, error)
-	// LookupIP resolves a host name (net.LookupIP) and InterfaceAddrs
+	// LookupIP resolves a host name (net.LookupIP) and IfaceAddrs
 	// lists this machine's addresses (net.InterfaceAddrs): they tell
 	// which node hosts a c10d --rdzv-endpoint.
-	LookupIP       func(string) ([]net.IP, error)
-	InterfaceAddrs func() ([]net.Addr, error)
+	LookupIP   func(string) ([]net.IP, error)
+	IfaceAddrs func() ([]net.Addr, error)
 }
 
 // LocalHost is the Host of this process.
 func LocalHost() Host {
 	name, _ := os.Hostname()
 	return Host{
-		Lookup:         os.LookupEnv,
-		Environ:        os.Environ(),
-		Hostname:       name,
-		NumCPU:         runtime.NumCPU(), // Go counts the CPUs of its affinity mask, which SLURM sets
-		Glob:           filepath.Glob,
-		LookPath:       exec.LookPath,
-		Stat:           os.Stat,
-		FreePort:       freePort,
-		TempDir:        func() (string, error) { return os.MkdirTemp("", "gorun-") },
-		Executable:     os.Executable,
-		ReadFile:       os.ReadFile,
-		LookupIP:       net.LookupIP,
-		InterfaceAddrs: net.InterfaceAddrs,
+		Lookup:     os.LookupEnv,
+		Environ:    os.Environ(),
+		Hostname:   name,
+		NumCPU:     runtime.NumCPU(), // Go counts the CPUs of its affinity mask, which SLURM sets
+		Glob:       filepath.Glob,
+		LookPath:   exec.LookPath,
+		Stat:       os.Stat,
+		FreePort:   freePort,
+		TempDir:    func() (string, error) { return os.MkdirTemp("", "gorun-") },
+		Executable: os.Executable,
+		ReadFile:   os.ReadFile,
+		LookupIP:   net.LookupIP,
+		IfaceAddrs: net.InterfaceAddrs,
 	}
 }
 

@@ -66,7 +66,7 @@ func fakeHost(env map[string]string, devices ...string) Host {
 			}
 			return nil, &net.DNSError{Err: "no such host", Name: name, IsNotFound: true}
 		},
-		InterfaceAddrs: func() ([]net.Addr, error) {
+		IfaceAddrs: func() ([]net.Addr, error) {
 			return []net.Addr{
 				&net.IPNet{IP: net.ParseIP("127.0.0.1"), Mask: net.CIDRMask(8, 32)},
 				&net.IPNet{IP: net.ParseIP("10.0.0.7"), Mask: net.CIDRMask(24, 32)},

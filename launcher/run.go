@@ -156,8 +156,8 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 		server, err := rendezvous.StartServer(ctx, r.Embedded.ServerConfig(m, l.RunID, rendezvous.ScratchDir(os.Getenv), log))
 		if err != nil {
 			if r.Hosting != "" {
-				err = fmt.Errorf("%w (this node hosts the c10d endpoint: %s; if another process, or another agent on this machine, holds port %d or %d, give each agent its own --local-addr or set --rdzv-conf %s=false on all but one)",
-					err, r.Hosting, m.ClientPort, m.PeerPort, confIsHost)
+				err = fmt.Errorf("%w (%s; agents sharing a machine: give each its own --local-addr, or --rdzv-conf %s=false to all but one)",
+					err, r.Hosting, confIsHost)
 			}
 			return elastic.Outcome{ExitCode: 1}, fmt.Errorf("embedded etcd on %s: %w", m.Host, err)
 		}
