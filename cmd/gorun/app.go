@@ -84,7 +84,7 @@ func launchFlags() []cli.Flag {
 		stringFlag(catNodes, "rdzv-backend", "", "etcd (elastic rounds; the default under SLURM with several nodes, over an embedded etcd), static, or c10d (with --rdzv-endpoint and several nodes: elastic rounds over an etcd that the endpoint's node embeds; else static)"),
 		stringFlag(catNodes, "rdzv-endpoint", "", "etcd HOST:PORT[,HOST:PORT...]; c10d: the HOST:PORT that the node owning HOST serves the rendezvous at (peers at PORT+1); static: the master"),
 		stringFlag(catNodes, "rdzv-id", "", "run id (default: SLURM_JOB_ID)"),
-		stringFlag(catNodes, "rdzv-conf", "", "rendezvous settings k=v,...: lease_ttl, last_call_timeout, join_timeout, max_membership_changes, cacert, cert, key, user, password, dial_timeout, connect_timeout"),
+		stringFlag(catNodes, "rdzv-conf", "", "rendezvous settings k=v,...: lease_ttl, last_call_timeout, join_timeout, max_membership_changes, cacert, cert, key, user, password, dial_timeout, connect_timeout; c10d: is_host"),
 		stringFlag(catNodes, "node-name", "", "host name this node announces (default: SLURMD_NODENAME or the host name)"),
 		stringFlag(catNodes, "local-addr", "", "address other nodes and workers reach this node at (default: the node name)"),
 
