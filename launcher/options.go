@@ -16,7 +16,7 @@ type Options struct {
 	MasterAddr       string        // "": first node of the step, or 127.0.0.1
 	MasterPort       int           // 0: derived from the SLURM job id, or a free port
 	Standalone       bool          // one node, nothing to rendezvous with
-	RdzvBackend      string        // static | c10d (static over the endpoint when ranks are known)
+	RdzvBackend      string        // etcd | static | c10d (with an endpoint and several nodes: etcd hosted at it; else static)
 	RdzvEndpoint     string        // HOST[:PORT]
 	RdzvID           string        // run id; "": SLURM_JOB_ID, or a fresh one on one node
 	RdzvConf         string        // k=v,...

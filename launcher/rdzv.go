@@ -23,11 +23,16 @@ type Rendezvous struct {
 	Backend   string                   `json:"backend"`
 	Endpoint  string                   `json:"endpoint,omitempty"` // as given
 	Endpoints []string                 `json:"endpoints,omitempty"`
-	Embedded  *rendezvous.EmbeddedPlan `json:"embedded,omitempty"` // SLURM without an endpoint: etcd on the job's first nodes
-	ID        string                   `json:"id"`
+	Embedded  *rendezvous.EmbeddedPlan `json:"embedded,omitempty"` // SLURM without an endpoint: etcd on the job's first nodes; c10d: at the endpoint
+	// Member is the embedded etcd member this node runs; nil: it runs none.
+	Member *rendezvous.EmbeddedMember `json:"member,omitempty"`
+	// Hosting says, for a c10d endpoint, where its embedded etcd runs and
+	// why this node does or does not run it.
+	Hosting string `json:"hosting,omitempty"`
 	// Generation is SLURM_RESTART_COUNT: a requeued job (a larger one,
 	// same run id) starts a new incarnation of its run.
 	Generation int                     `json:"generation,omitempty"`
+	ID         string                  `json:"id"`
 	NodeID     string                  `json:"node_id,omitempty"` // unique per agent process
 	Conf       map[string]string       `json:"conf,omitempty"`
 	Client     rendezvous.ClientConfig `json:"-"`
@@ -49,6 +54,7 @@ const (
 	confJoinTimeout = "join_timeout"
 	confTimeout     = "timeout" // torchrun's name for join_timeout
 	confMaxChanges  = "max_membership_changes"
+	confIsHost      = "is_host" // torchrun's: whether this node hosts the c10d endpoint
 )
 
 // Defaults: etcd leases are coarse, so a TTL under 5 s buys little; the
@@ -61,7 +67,7 @@ const (
 )
 
 var knownConf = []string{
-	confLeaseTTL, confLastCall, confJoinTimeout, confTimeout, confMaxChanges,
+	confLeaseTTL, confLastCall, confJoinTimeout, confTimeout, confMaxChanges, confIsHost,
 	rendezvous.ConfCACert, rendezvous.ConfCert, rendezvous.ConfKey, rendezvous.ConfUser,
 	rendezvous.ConfPassword, rendezvous.ConfDialTimeout, rendezvous.ConfConnectTimeout,
 }
@@ -70,9 +76,16 @@ var knownConf = []string{
 // --standalone and one-node jobs are static; a SLURM job of several nodes
 // is elastic over an embedded etcd unless an endpoint is given; elsewhere
 // an endpoint, an explicit etcd backend or a MIN:MAX range mean etcd.
+// torchrun's c10d with an endpoint and more than one node is etcd too,
+// over an etcd that the node owning the endpoint's address embeds
+// (hostAtEndpoint); c10d without an endpoint, or on one node, stays
+// static, as does static.
 func (l *Launch) chooseBackend(opts Options, underSLURM, rankKnown bool) (string, error) {
 	asked := strings.ToLower(opts.RdzvBackend)
 	elastic := l.MinNodes != l.MaxNodes
+	if l.c10dAtEndpoint(opts) {
+		return BackendEtcd, nil
+	}
 	switch asked {
 	case "etcd", "etcd-v2", "etcd-v3":
 		if opts.Standalone {
@@ -107,9 +120,17 @@ func (l *Launch) chooseBackend(opts Options, underSLURM, rankKnown bool) (string
 	return BackendStatic, nil
 }
 
-// resolveEtcd fills the etcd rendezvous: endpoints (given, or the job's
-// embedded members under SLURM), timing and budgets from --rdzv-conf.
-func (l *Launch) resolveEtcd(opts Options, job slurm.Job, underSLURM bool) error {
+// c10dAtEndpoint says whether opts ask for torchrun's c10d rendezvous at
+// an endpoint for a job of several nodes: gorun's etcd rendezvous, hosted
+// at that endpoint.
+func (l *Launch) c10dAtEndpoint(opts Options) bool {
+	return strings.EqualFold(opts.RdzvBackend, "c10d") && opts.RdzvEndpoint != "" && !opts.Standalone && l.MaxNodes > 1
+}
+
+// resolveEtcd fills the etcd rendezvous: endpoints (given; a c10d
+// endpoint's embedded etcd; or the job's embedded members under SLURM),
+// the member this node runs, timing and budgets from --rdzv-conf.
+func (l *Launch) resolveEtcd(opts Options, job slurm.Job, underSLURM bool, host Host) error {
 	r := &l.Rendezvous
 	conf := r.Conf
 	for k := range conf {
@@ -118,15 +139,29 @@ func (l *Launch) resolveEtcd(opts Options, job slurm.Job, underSLURM bool) error
 			return usagef("--rdzv-conf: unknown key %q (known: %s)", k, strings.Join(known, ", "))
 		}
 	}
-	if opts.RdzvEndpoint != "" {
+	c10d := l.c10dAtEndpoint(opts)
+	if _, ok := conf[confIsHost]; ok && !c10d {
+		return usagef("--rdzv-conf %s: only --rdzv-backend=c10d with an --rdzv-endpoint has a node that hosts the rendezvous", confIsHost)
+	}
+	switch {
+	case c10d:
+		if err := l.hostAtEndpoint(opts, host); err != nil {
+			return err
+		}
+	case opts.RdzvEndpoint != "":
 		for _, ep := range strings.Split(opts.RdzvEndpoint, ",") {
 			if ep = strings.TrimSpace(ep); ep != "" {
 				r.Endpoints = append(r.Endpoints, ep)
 			}
 		}
-	} else if underSLURM {
+	case underSLURM:
 		plan := rendezvous.PlanEmbedded(job.JobID, job.Nodes)
 		r.Embedded, r.Endpoints = &plan, plan.Endpoints
+		if job.NodeID < len(job.Nodes) {
+			if m, ok := plan.MemberFor(job.Nodes[job.NodeID]); ok {
+				r.Member = &m
+			}
+		}
 	}
 	if underSLURM {
 		r.Generation = job.RestartCount
@@ -157,6 +192,11 @@ func (l *Launch) resolveEtcd(opts Options, job slurm.Job, underSLURM bool) error
 			}
 			*d.dst = Duration(dur)
 		}
+	}
+	if _, set := conf[rendezvous.ConfConnectTimeout]; c10d && !set {
+		// Waiting for the node that hosts the endpoint to come up is part
+		// of waiting for the round to form, which join_timeout bounds.
+		r.Client.Patience = r.Timing.JoinTimeout.Std()
 	}
 	r.Limits = rendezvous.Limits{MinNodes: l.MinNodes, MaxNodes: l.MaxNodes, MaxFailures: l.MaxRestarts, MaxChanges: defaultMaxChanges}
 	if v, ok := conf[confMaxChanges]; ok {

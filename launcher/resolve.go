@@ -41,6 +41,11 @@ type Host struct {
 	// NewRunID returns a run id no other launch has: the run id of a
 	// one-node launch outside SLURM without --rdzv-id.
 	NewRunID func() (string, error)
+	// LookupIP resolves a host name (net.LookupIP) and IfaceAddrs
+	// lists this machine's addresses (net.InterfaceAddrs): they tell
+	// which node hosts a c10d --rdzv-endpoint.
+	LookupIP   func(string) ([]net.IP, error)
+	IfaceAddrs func() ([]net.Addr, error)
 }
 
 // LocalHost is the Host of this process.
@@ -59,6 +64,8 @@ func LocalHost() Host {
 		Executable: os.Executable,
 		ReadFile:   os.ReadFile,
 		NewRunID:   randomRunID,
+		LookupIP:   net.LookupIP,
+		IfaceAddrs: net.InterfaceAddrs,
 	}
 }
 
@@ -156,7 +163,7 @@ func Resolve(opts Options, host Host) (*Launch, error) {
 		if err := l.resolveMaster(opts, job, underSLURM, host); err != nil {
 			return nil, err
 		}
-	} else if err := l.resolveEtcd(opts, job, underSLURM); err != nil {
+	} else if err := l.resolveEtcd(opts, job, underSLURM, host); err != nil {
 		return nil, err
 	}
 	if err := l.resolveRunID(opts, job, underSLURM, host); err != nil {

@@ -2,17 +2,29 @@ package launcher
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gorun/gorun/rendezvous"
 )
 
-// fakeHost is a machine with the given environment, 8 CPUs, the given
-// /dev/nvidia devices, train.py present and python3 on PATH.
+// fakeNames is the resolver of fakeHost: box is this machine (10.0.0.7,
+// 192.168.1.7 on its InfiniBand), head another node.
+var fakeNames = map[string][]net.IP{
+	"box": {net.ParseIP("10.0.0.7")}, "box-ib": {net.ParseIP("192.168.1.7")},
+	"head": {net.ParseIP("10.0.0.1")}, "localhost": {net.ParseIP("127.0.0.1")},
+}
+
+// fakeHost is a machine named box with the given environment, 8 CPUs, the
+// given /dev/nvidia devices, train.py present, python3 on PATH and the
+// addresses of fakeNames.
 func fakeHost(env map[string]string, devices ...string) Host {
 	var environ []string
 	for k, v := range env {
@@ -49,6 +61,19 @@ func fakeHost(env map[string]string, devices ...string) Host {
 			return nil, &fs.PathError{Op: "open", Path: p, Err: fs.ErrNotExist}
 		},
 		NewRunID: func() (string, error) { return "gorun-fresh", nil },
+		LookupIP: func(name string) ([]net.IP, error) {
+			if ips, ok := fakeNames[name]; ok {
+				return ips, nil
+			}
+			return nil, &net.DNSError{Err: "no such host", Name: name, IsNotFound: true}
+		},
+		IfaceAddrs: func() ([]net.Addr, error) {
+			return []net.Addr{
+				&net.IPNet{IP: net.ParseIP("127.0.0.1"), Mask: net.CIDRMask(8, 32)},
+				&net.IPNet{IP: net.ParseIP("10.0.0.7"), Mask: net.CIDRMask(24, 32)},
+				&net.IPNet{IP: net.ParseIP("192.168.1.7"), Mask: net.CIDRMask(24, 32)},
+			}, nil
+		},
 	}
 }
 
@@ -137,11 +162,46 @@ func TestResolve(t *testing.T) {
 			require.Equal(t, 29500, l.Workers[0].MasterPort)
 			require.Equal(t, []string{"/usr/bin/python3", "-u", "train.py", "--lr", "0.1"}, l.Command)
 		}},
-		{"c10d endpoint is the master", opts(func(o *Options) {
-			o.NNodes, o.NodeRank, o.RdzvBackend, o.RdzvEndpoint = "2", 0, "c10d", "head:29400"
+		{"static endpoint is the master", opts(func(o *Options) {
+			o.NNodes, o.NodeRank, o.RdzvBackend, o.RdzvEndpoint = "2", 0, "static", "head:29400"
 		}), nil, nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, BackendStatic, l.Rendezvous.Backend)
 			require.Equal(t, "head", l.MasterAddr)
 			require.Equal(t, 29400, l.MasterPort)
+		}},
+		{"c10d endpoint on one node is the master", opts(func(o *Options) {
+			o.RdzvBackend, o.RdzvEndpoint = "c10d", "head:29400"
+		}), nil, nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, BackendStatic, l.Rendezvous.Backend)
+			require.Equal(t, "head", l.MasterAddr)
+			require.Equal(t, 29400, l.MasterPort)
+		}},
+		{"c10d endpoint of several nodes is etcd, hosted at the endpoint", opts(func(o *Options) {
+			o.NNodes, o.RdzvBackend, o.RdzvEndpoint, o.RdzvID = "2:4", "c10d", "head:29500", "job7"
+		}), nil, nil, func(t *testing.T, l *Launch) {
+			r := l.Rendezvous
+			require.Equal(t, BackendEtcd, r.Backend)
+			require.Equal(t, []string{"head:29500"}, r.Endpoints)
+			require.Equal(t, []string{"head:29500"}, r.Client.Endpoints)
+			require.NotNil(t, r.Embedded)
+			require.Equal(t, []rendezvous.EmbeddedMember{{Name: "head", Host: "head", ClientPort: 29500, PeerPort: 29501}}, r.Embedded.Members)
+			require.Nil(t, r.Member, "box is not head: a client")
+			require.Contains(t, r.Hosting, "run by another node")
+			require.Equal(t, -1, l.NodeRank, "ranked in join order")
+			require.Equal(t, 4, r.Limits.MaxNodes)
+			require.Equal(t, defaultJoinTimeout, r.Client.Patience, "a client waits for the hosting node as long as for the round")
+		}},
+		{"c10d endpoint of several nodes, this node hosts it", opts(func(o *Options) {
+			o.NNodes, o.NodeRank, o.RdzvBackend, o.RdzvEndpoint, o.LocalAddr, o.RdzvID = "3", 0, "c10d", "10.0.0.1", "10.0.0.1", "job7"
+			o.RdzvConf = "connect_timeout=45"
+		}), nil, nil, func(t *testing.T, l *Launch) {
+			r := l.Rendezvous
+			require.Equal(t, BackendEtcd, r.Backend)
+			require.Equal(t, []string{"10.0.0.1:29400"}, r.Endpoints, "torchrun's default port")
+			require.Equal(t, &rendezvous.EmbeddedMember{Name: "10.0.0.1", Host: "10.0.0.1", ClientPort: 29400, PeerPort: 29401}, r.Member)
+			require.Contains(t, r.Hosting, "run by this node")
+			require.Equal(t, 0, l.NodeRank, "--node-rank is the preferred rank")
+			require.Equal(t, 45*time.Second, r.Client.Patience, "connect_timeout wins")
 		}},
 		{"slurm step is elastic over an embedded etcd", opts(nil), slurmStep(), nil, func(t *testing.T, l *Launch) {
 			require.Equal(t, BackendEtcd, l.Rendezvous.Backend)
@@ -153,6 +213,9 @@ func TestResolve(t *testing.T) {
 			require.Len(t, l.Rendezvous.Embedded.Members, 3, "three members on the step's first three nodes")
 			require.Equal(t, "node2", l.Rendezvous.Embedded.Members[0].Host, "the step's nodes, not the job's")
 			require.Equal(t, l.Rendezvous.Embedded.Endpoints, l.Rendezvous.Endpoints)
+			require.NotNil(t, l.Rendezvous.Member, "node3 runs the second member")
+			require.Equal(t, "node3", l.Rendezvous.Member.Host)
+			require.Empty(t, l.Rendezvous.Hosting)
 			require.Equal(t, Duration(defaultLeaseTTL), l.Rendezvous.Timing.LeaseTTL)
 			require.Equal(t, 2, l.Workers[0].Rank)
 		}},
@@ -246,7 +309,16 @@ func TestResolveErrors(t *testing.T) {
 		{"nnodes range backwards", opts(func(o *Options) { o.NNodes = "3:2" }), nil, "MIN 3 is larger than MAX 2"},
 		{"nnodes not a number", opts(func(o *Options) { o.NNodes = "x" }), nil, "--nnodes=x"},
 		{"elastic range without etcd", opts(func(o *Options) { o.NNodes = "1:4" }), nil, "an elastic range needs an etcd"},
-		{"elastic range with static", opts(func(o *Options) { o.NNodes, o.RdzvBackend = "1:4", "c10d" }), nil, "needs --rdzv-backend=etcd"},
+		{"elastic range with c10d without endpoint", opts(func(o *Options) { o.NNodes, o.RdzvBackend = "1:4", "c10d" }), nil, "needs --rdzv-backend=etcd"},
+		{"elastic range with static", opts(func(o *Options) { o.NNodes, o.RdzvBackend, o.RdzvEndpoint = "1:4", "static", "head:1" }), nil, "needs --rdzv-backend=etcd"},
+		{"c10d with two endpoints", opts(func(o *Options) { o.NNodes, o.RdzvBackend, o.RdzvEndpoint = "2", "c10d", "head:1,box:1" }), nil, "c10d takes one HOST:PORT"},
+		{"c10d endpoint without host", opts(func(o *Options) { o.NNodes, o.RdzvBackend, o.RdzvEndpoint = "2", "c10d", ":29500" }), nil, "no host"},
+		{"c10d endpoint at the last port", opts(func(o *Options) { o.NNodes, o.RdzvBackend, o.RdzvEndpoint = "2", "c10d", "head:65535" }), nil, "port+1"},
+		{"c10d endpoint that does not resolve", opts(func(o *Options) { o.NNodes, o.RdzvBackend, o.RdzvEndpoint = "2", "c10d", "nowhere:29500" }), nil, "cannot resolve nowhere"},
+		{"c10d is_host not a bool", opts(func(o *Options) {
+			o.NNodes, o.RdzvBackend, o.RdzvEndpoint, o.RdzvConf = "2", "c10d", "head:1", "is_host=maybe"
+		}), nil, "is_host=maybe: want true or false"},
+		{"is_host without c10d", opts(func(o *Options) { o.NNodes, o.RdzvEndpoint, o.RdzvConf = "2", "head:1", "is_host=1" }), nil, "only --rdzv-backend=c10d"},
 		{"etcd without endpoint", opts(func(o *Options) { o.NNodes, o.RdzvBackend = "2", "etcd" }), nil, "give --rdzv-endpoint"},
 		{"nodes meeting over etcd need a run id", opts(func(o *Options) { o.NNodes, o.RdzvEndpoint = "2:3", "h:1" }), nil, "give every node the same --rdzv-id"},
 		{"a run id is a directory name", opts(func(o *Options) { o.RdzvID = "a/b" }), nil, `--rdzv-id="a/b"`},
@@ -290,6 +362,39 @@ func TestResolveErrors(t *testing.T) {
 			require.True(t, errors.As(err, &usage), "%T is a usage error", err)
 			require.Contains(t, err.Error(), tc.want)
 			require.NotContains(t, err.Error(), "\n", "usage errors are one line")
+		})
+	}
+}
+
+// The node that owns a c10d endpoint's address hosts its embedded etcd:
+// the rules of ownsEndpoint, on the machine box of fakeHost.
+func TestC10dEndpointHost(t *testing.T) {
+	tests := []struct {
+		name, endpoint, localAddr, conf string
+		hosts                           bool
+		why                             string
+	}{
+		{"another node's name", "head:29500", "", "", false, "10.0.0.1 is not this node's"},
+		{"this node's name", "box:29500", "", "", true, "host box is this node's name"},
+		{"this node's --local-addr", "head:29500", "10.0.0.1", "", true, "10.0.0.1 is this node's --local-addr"},
+		{"an address of this node's name", "10.0.0.7:29500", "", "", true, "10.0.0.7 is this node's node name box"},
+		{"an address of another interface", "box-ib:29500", "10.0.0.7", "", true, "192.168.1.7 is on one of this machine's interfaces"},
+		{"loopback, no --local-addr", "localhost:29500", "", "", true, "127.0.0.1 is loopback"},
+		{"loopback of another agent on this machine", "127.0.0.2:29500", "127.0.0.3", "", false, "127.0.0.2 is not this node's --local-addr 127.0.0.3"},
+		{"loopback of this agent", "127.0.0.2:29500", "127.0.0.2", "", true, "127.0.0.2 is this node's --local-addr"},
+		{"is_host=false wins", "box:29500", "", "is_host=false", false, "is_host=false"},
+		{"is_host=true wins", "head:29500", "", "is_host=true", true, "is_host=true"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := Resolve(opts(func(o *Options) {
+				o.NNodes, o.RdzvBackend, o.RdzvEndpoint, o.LocalAddr, o.RdzvConf, o.RdzvID = "2", "c10d", tc.endpoint, tc.localAddr, tc.conf, "job7"
+			}), fakeHost(nil))
+			require.NoError(t, err)
+			require.Equal(t, BackendEtcd, l.Rendezvous.Backend)
+			require.Equal(t, tc.hosts, l.Rendezvous.Member != nil, l.Rendezvous.Hosting)
+			require.Contains(t, l.Rendezvous.Hosting, tc.why)
+			require.Contains(t, l.Rendezvous.Hosting, fmt.Sprintf("c10d endpoint %s (peers: port 29501)", tc.endpoint))
 		})
 	}
 }

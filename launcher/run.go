@@ -148,22 +148,26 @@ func Run(ctx context.Context, l *Launch, rt Runtime) (elastic.Outcome, error) {
 }
 
 // runElastic runs the agent over the etcd rendezvous. With an embedded
-// plan, this node may host an etcd member first; it keeps it up until the
-// other nodes have left (or lingerForOthers).
+// plan (SLURM's first nodes, or a c10d endpoint), this node may host an
+// etcd member first; it keeps it up until the other nodes have left (or
+// lingerForOthers).
 func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (out elastic.Outcome, err error) {
 	r := l.Rendezvous
 	log := rt.Log.With().Str("component", "rendezvous").Logger()
 	hosting := false // this node runs an embedded etcd member the others may still need
-	if r.Embedded != nil && l.SLURM != nil && l.SLURM.NodeID < len(l.SLURM.Nodes) {
-		if m, ok := r.Embedded.MemberFor(l.SLURM.Nodes[l.SLURM.NodeID]); ok {
-			server, err := rendezvous.StartServer(ctx, r.Embedded.ServerConfig(m, l.RunID, rendezvous.ScratchDir(os.Getenv), log))
-			if err != nil {
-				return elastic.Outcome{ExitCode: 1}, fmt.Errorf("embedded etcd on %s: %w", m.Host, err)
+	if r.Embedded != nil && r.Member != nil {
+		m := *r.Member
+		server, err := rendezvous.StartServer(ctx, r.Embedded.ServerConfig(m, l.RunID, rendezvous.ScratchDir(os.Getenv), log))
+		if err != nil {
+			if r.Hosting != "" {
+				err = fmt.Errorf("%w (%s; agents sharing a machine: give each its own --local-addr, or --rdzv-conf %s=false to all but one)",
+					err, r.Hosting, confIsHost)
 			}
-			log.Info().Strs("endpoints", server.Endpoints()).Msg("hosting an embedded etcd member")
-			defer func() { err = errors.Join(err, closeWithin(server.Close, serverCloseTimeout, log)) }()
-			hosting = true
+			return elastic.Outcome{ExitCode: 1}, fmt.Errorf("embedded etcd on %s: %w", m.Host, err)
 		}
+		log.Info().Strs("endpoints", server.Endpoints()).Msg("hosting an embedded etcd member")
+		defer func() { err = errors.Join(err, closeWithin(server.Close, serverCloseTimeout, log)) }()
+		hosting = true
 	}
 	client, err := rendezvous.Dial(ctx, r.Client)
 	if err != nil {

@@ -81,10 +81,10 @@ func launchFlags() []cli.Flag {
 		stringFlag(catNodes, "master-addr", "", "host of worker rank 0 (default: first node of the SLURM step, or 127.0.0.1)"),
 		intFlag(catNodes, "master-port", 0, "port of worker rank 0's store (default: derived from the SLURM job id, or a free port)"),
 		boolFlag(catNodes, "standalone", "one node on its own: a free local port (or --master-port), nothing to rendezvous with"),
-		stringFlag(catNodes, "rdzv-backend", "", "etcd (elastic rounds; the default under SLURM with several nodes, over an embedded etcd), static, or c10d (static over --rdzv-endpoint)"),
-		stringFlag(catNodes, "rdzv-endpoint", "", "etcd HOST:PORT[,HOST:PORT...]; for static and c10d: the master"),
+		stringFlag(catNodes, "rdzv-backend", "", "etcd (elastic rounds; the default under SLURM with several nodes, over an embedded etcd), static, or c10d (with --rdzv-endpoint and several nodes: elastic rounds over an etcd that the endpoint's node embeds; else static)"),
+		stringFlag(catNodes, "rdzv-endpoint", "", "etcd HOST:PORT[,HOST:PORT...]; c10d: the HOST:PORT that the node owning HOST serves the rendezvous at (peers at PORT+1); static: the master"),
 		stringFlag(catNodes, "rdzv-id", "", "run id, the same on every node; a finished or dead run id runs again as its next incarnation (default: SLURM_JOB_ID; on one node, a fresh one)"),
-		stringFlag(catNodes, "rdzv-conf", "", "rendezvous settings k=v,...: lease_ttl, last_call_timeout, join_timeout, max_membership_changes, cacert, cert, key, user, password, dial_timeout, connect_timeout"),
+		stringFlag(catNodes, "rdzv-conf", "", "rendezvous settings k=v,...: lease_ttl, last_call_timeout, join_timeout, max_membership_changes, cacert, cert, key, user, password, dial_timeout, connect_timeout; c10d: is_host"),
 		stringFlag(catNodes, "node-name", "", "host name this node announces (default: SLURMD_NODENAME or the host name)"),
 		stringFlag(catNodes, "local-addr", "", "address other nodes and workers reach this node at (default: the node name)"),
 
