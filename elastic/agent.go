@@ -334,8 +334,6 @@ func (a *Agent) rounds(ctx context.Context) (Outcome, error) {
 			return a.stopped(ctx, round), nil
 		case err != nil:
 			return a.abandon(round, err)
-		case end.Err != nil:
-			return a.abandon(round, end.Err)
 		case end.Closed:
 			return a.closed(end, round), nil
 		}

@@ -38,7 +38,6 @@ type End struct {
 	Closed bool   // the job is over (Result says how); else a new round is open
 	Result string // when Closed
 	Reason string // why the round ended
-	Err    error  // the store failed
 }
 
 // Config is one agent's part in an elastic job.
