@@ -179,13 +179,14 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 		return elastic.Outcome{ExitCode: 1}, err
 	}
 	log.Info().Str("run_id", entry.RunID).Int("incarnation", entry.Number).Msg(entry.String())
+	// leaveBy bounds what this node does with etcd once its agent is done:
+	// keep a finished run's keys, and host an etcd member the others may
+	// still need. A stop by signal must stay prompt (the others are most
+	// likely stopping too, and the etcd may have lost its quorum).
+	var leaveBy time.Time
 	if hosting {
 		defer func() {
-			linger := lingerForOthers
-			if out.Signal != nil {
-				linger = lingerWhenStopped // the others are being stopped too
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), linger)
+			ctx, cancel := context.WithDeadline(context.Background(), leaveBy)
 			defer cancel()
 			if err := rendezvous.AwaitDeparture(ctx, client, entry.Incarnation); err != nil {
 				log.Warn().Err(err).Msg("other nodes still registered when this node's etcd member stopped")
@@ -211,7 +212,11 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 	}
 	defer func() {
 		err = errors.Join(err, rdzv.Close())
-		ctx, cancel := context.WithTimeout(context.Background(), retainTimeout)
+		by := time.Now().Add(retainTimeout)
+		if leaveBy.Before(by) {
+			by = leaveBy
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), by)
 		defer cancel()
 		if err := rendezvous.RetainIfDeserted(ctx, client, entry.Incarnation); err != nil {
 			log.Warn().Err(err).Msg("the run's keys stay in etcd until its run id starts again")
@@ -221,7 +226,12 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 	if err != nil {
 		return elastic.Outcome{ExitCode: 1}, err
 	}
-	return agent.Run(ctx)
+	out, err = agent.Run(ctx)
+	leaveBy = time.Now().Add(lingerForOthers)
+	if out.Signal != nil {
+		leaveBy = time.Now().Add(lingerWhenStopped)
+	}
+	return out, err
 }
 
 // PlanEnv fills WorkerEnv: the full environment of each local worker.

@@ -266,12 +266,18 @@ func (s *etcdSession) leasedValue(key string) (string, bool) {
 
 // close stops the keeper and revokes the lease, which deletes its keys.
 // A lease etcd no longer holds is no error.
+// releaseTimeout bounds the release of the lease when the session closes.
+const releaseTimeout = time.Second
+
 func (s *etcdSession) close() error {
 	s.cancel()
 	<-s.done
-	_, err := call(context.Background(), func(ctx context.Context) (*clientv3.LeaseRevokeResponse, error) {
-		return s.client.Revoke(ctx, s.leaseID())
-	})
+	// Releasing the lease only spares the others waiting out its TTL: an
+	// etcd that cannot answer at once (it lost its quorum) must not hold
+	// up this agent's exit.
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	_, err := s.client.Revoke(ctx, s.leaseID())
 	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return fmt.Errorf("rendezvous: release lease: %w", err)
 	}
