@@ -49,7 +49,7 @@ func (a *Agent) failure(w *worker, r rendezvous.Round, signal syscall.Signal) re
 	if e, ok := a.timedOut.Load(res.PID); ok {
 		msg = strings.TrimSpace(fmt.Sprintf("watchdog timer %q expired (TORCHELASTIC_TIMER_FILE)\n%s", e.(filetimer.Expiry).Scope, msg))
 	}
-	if stall := w.hung.Load(); stall != nil {
+	if stall := w.hung.Load(); stall != nil && w.judged.Load() {
 		what := "; stack dump requested (SIGQUIT)"
 		if w.suspect.Load() {
 			what = "; the process was stopped or stuck in the kernel"

@@ -38,6 +38,7 @@ func (a *Agent) runRound(ctx context.Context, r rendezvous.Round) (roundResult, 
 		for _, w := range workers {
 			w.logs.Close()
 			a.workerPIDs.Delete(w.process.PID())
+			a.timedOut.Delete(w.process.PID())
 		}
 	}()
 	if err != nil {
@@ -198,6 +199,7 @@ func (m *roundMonitor) onStall(i int) {
 	}
 	w := m.workers[j]
 	w.hung.CompareAndSwap(nil, stall)
+	w.judged.Store(true)
 	w.suspect.Store(true)
 	// A stopped process cannot dump its stacks: kill it now, once the
 	// blame is on record.
@@ -222,6 +224,7 @@ func (m *roundMonitor) onVerdict(blame bool) {
 			}
 		}
 	}
+	w.judged.Store(true)
 	m.blame([]rendezvous.Failure{m.a.failure(w, m.round, syscall.SIGQUIT)})
 	m.a.log.Warn().Int("rank", w.contract.Rank).Stringer("stall", w.hung.Load()).Msg("worker hung: SIGQUIT for a stack dump, then SIGKILL")
 	_ = w.process.Signal(syscall.SIGQUIT)

@@ -25,9 +25,10 @@ type worker struct {
 	contract  distenv.Worker
 	process   *proc.Process
 	logs      *workerlog.Worker
-	heartbeat *heartbeat.Pipe // nil without a heartbeat timeout
-	hung      atomic.Pointer[heartbeat.Stall]
-	suspect   atomic.Bool // hung and found stopped or stuck in the kernel
+	heartbeat *heartbeat.Pipe                 // nil without a heartbeat timeout
+	hung      atomic.Pointer[heartbeat.Stall] // its heartbeats stopped
+	judged    atomic.Bool                     // the agent named it the culprit of a hang and acted on it
+	suspect   atomic.Bool                     // judged, found stopped or stuck in the kernel
 }
 
 // endedOnItsOwn reports whether w's process has ended (reaped, or a

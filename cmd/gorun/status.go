@@ -127,10 +127,32 @@ func writeStatus(w io.Writer, st rendezvous.Status, now time.Time) {
 	for _, m := range st.Waiting {
 		fmt.Fprintf(w, "waiting: %s (%s, %d workers) since %s\n", m.Host, m.Addr, m.NProc, ago(m.Since))
 	}
-	if n := len(st.Failures); n > 0 {
-		fmt.Fprintf(w, "failures (%d, first first; the last 5):\n", n)
-		for _, f := range st.Failures[max(0, n-5):] {
-			fmt.Fprintf(w, "  round %d: %s\n", f.Attempt, f)
+	writeFailures(w, st.Failures)
+}
+
+// shownFailures is how many failures gorun status lists: the first, then
+// the latest.
+const shownFailures = 5
+
+// writeFailures lists failures first first: always the job's first
+// failure, then the latest others, saying how many are left out.
+func writeFailures(w io.Writer, failures []rendezvous.Failure) {
+	n := len(failures)
+	if n == 0 {
+		return
+	}
+	if n <= shownFailures {
+		fmt.Fprintf(w, "failures (%d, first first):\n", n)
+	} else {
+		fmt.Fprintf(w, "failures (%d, first first; the first and the last %d):\n", n, shownFailures-1)
+	}
+	for i, f := range failures {
+		if i > 0 && i < n-(shownFailures-1) {
+			if i == 1 {
+				fmt.Fprintf(w, "  ... %d more\n", n-shownFailures)
+			}
+			continue
 		}
+		fmt.Fprintf(w, "  round %d: %s\n", f.Attempt, f)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,5 +29,35 @@ func TestWriteStatusNamesTheIncarnation(t *testing.T) {
 			writeStatus(&buf, tc.st, now)
 			require.Contains(t, buf.String(), tc.want)
 		})
+	}
+}
+
+// gorun status always lists the job's first failure, however many follow.
+func TestWriteFailuresKeepsTheFirst(t *testing.T) {
+	mk := func(n int) []rendezvous.Failure {
+		var fs []rendezvous.Failure
+		for i := range n {
+			fs = append(fs, rendezvous.Failure{Host: "node", Rank: i, ExitCode: 1, Error: "boom"})
+		}
+		return fs
+	}
+	tests := []struct {
+		n          int
+		want, skip []string
+	}{
+		{3, []string{"failures (3, first first):", "rank 0 on node", "rank 2 on node"}, []string{"more"}},
+		{8, []string{"failures (8, first first; the first and the last 4):", "rank 0 on node", "... 3 more", "rank 4 on node", "rank 7 on node"},
+			[]string{"rank 1 on node", "rank 3 on node"}},
+	}
+	for _, tc := range tests {
+		var b strings.Builder
+		writeFailures(&b, mk(tc.n))
+		for _, w := range tc.want {
+			require.Contains(t, b.String(), w)
+		}
+		for _, s := range tc.skip {
+			require.NotContains(t, b.String(), s)
+		}
+		require.True(t, strings.HasPrefix(strings.SplitN(b.String(), "\n", 3)[1], "  round 0: rank 0 on node"), b.String())
 	}
 }
