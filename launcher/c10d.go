@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/gorun/gorun/rendezvous"
 )
 
 // c10dDefaultPort is torchrun's port for a c10d --rdzv-endpoint given
@@ -41,9 +39,9 @@ func (l *Launch) hostAtEndpoint(opts Options, host Host) error {
 	if port == 65535 {
 		return usagef("--rdzv-endpoint=%s: the rendezvous also needs port+1 on that node for its etcd peer listener: pick a port below 65535", opts.RdzvEndpoint)
 	}
-	member := rendezvous.EmbeddedMember{Name: h, Host: h, ClientPort: port, PeerPort: port + 1}
+	member := EmbeddedMember{Name: h, Host: h, ClientPort: port, PeerPort: port + 1}
 	clientAddr := net.JoinHostPort(h, strconv.Itoa(port))
-	r.Embedded = &rendezvous.EmbeddedPlan{Members: []rendezvous.EmbeddedMember{member}, Endpoints: []string{clientAddr}}
+	r.Embedded = &EmbeddedPlan{Members: []EmbeddedMember{member}, Endpoints: []string{clientAddr}}
 	r.Endpoints = r.Embedded.Endpoints
 	owns, why, err := l.ownsEndpoint(h, opts, host)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/rendezvous"
+	"github.com/gorun/gorun/rendezvous/etcdstore"
 	"github.com/gorun/gorun/slurm"
 )
 
@@ -20,24 +21,24 @@ const (
 
 // Rendezvous says how this node finds the others.
 type Rendezvous struct {
-	Backend   string                   `json:"backend"`
-	Endpoint  string                   `json:"endpoint,omitempty"` // as given
-	Endpoints []string                 `json:"endpoints,omitempty"`
-	Embedded  *rendezvous.EmbeddedPlan `json:"embedded,omitempty"` // SLURM without an endpoint: etcd on the job's first nodes; c10d: at the endpoint
+	Backend   string        `json:"backend"`
+	Endpoint  string        `json:"endpoint,omitempty"` // as given
+	Endpoints []string      `json:"endpoints,omitempty"`
+	Embedded  *EmbeddedPlan `json:"embedded,omitempty"` // SLURM without an endpoint: etcd on the job's first nodes; c10d: at the endpoint
 	// Member is the embedded etcd member this node runs; nil: it runs none.
-	Member *rendezvous.EmbeddedMember `json:"member,omitempty"`
+	Member *EmbeddedMember `json:"member,omitempty"`
 	// Hosting says, for a c10d endpoint, where its embedded etcd runs and
 	// why this node does or does not run it.
 	Hosting string `json:"hosting,omitempty"`
 	// Generation is SLURM_RESTART_COUNT: a requeued job (a larger one,
 	// same run id) starts a new incarnation of its run.
-	Generation int                     `json:"generation,omitempty"`
-	ID         string                  `json:"id"`
-	NodeID     string                  `json:"node_id,omitempty"` // unique per agent process
-	Conf       map[string]string       `json:"conf,omitempty"`
-	Client     rendezvous.ClientConfig `json:"-"`
-	Timing     RendezvousTiming        `json:"timing"`
-	Limits     rendezvous.Limits       `json:"limits"`
+	Generation int                    `json:"generation,omitempty"`
+	ID         string                 `json:"id"`
+	NodeID     string                 `json:"node_id,omitempty"` // unique per agent process
+	Conf       map[string]string      `json:"conf,omitempty"`
+	Client     etcdstore.ClientConfig `json:"-"`
+	Timing     RendezvousTiming       `json:"timing"`
+	Limits     rendezvous.Limits      `json:"limits"`
 }
 
 // RendezvousTiming are the etcd rendezvous's clocks (--rdzv-conf).
@@ -68,8 +69,8 @@ const (
 
 var knownConf = []string{
 	confLeaseTTL, confLastCall, confJoinTimeout, confTimeout, confMaxChanges, confIsHost,
-	rendezvous.ConfCACert, rendezvous.ConfCert, rendezvous.ConfKey, rendezvous.ConfUser,
-	rendezvous.ConfPassword, rendezvous.ConfDialTimeout, rendezvous.ConfConnectTimeout,
+	etcdstore.ConfCACert, etcdstore.ConfCert, etcdstore.ConfKey, etcdstore.ConfUser,
+	etcdstore.ConfPassword, etcdstore.ConfDialTimeout, etcdstore.ConfConnectTimeout,
 }
 
 // chooseBackend picks static or etcd from what the user asked for:
@@ -155,7 +156,7 @@ func (l *Launch) resolveEtcd(opts Options, job slurm.Job, underSLURM bool, host 
 			}
 		}
 	case underSLURM:
-		plan := rendezvous.PlanEmbedded(job.JobID, job.Nodes)
+		plan := PlanEmbedded(job.JobID, job.Nodes)
 		r.Embedded, r.Endpoints = &plan, plan.Endpoints
 		if job.NodeID < len(job.Nodes) {
 			if m, ok := plan.MemberFor(job.Nodes[job.NodeID]); ok {
@@ -167,7 +168,7 @@ func (l *Launch) resolveEtcd(opts Options, job slurm.Job, underSLURM bool, host 
 		r.Generation = job.RestartCount
 	}
 	var err error
-	if r.Client, err = rendezvous.ClientConfigFromConf(r.Endpoints, conf); err != nil {
+	if r.Client, err = etcdstore.ClientConfigFromConf(r.Endpoints, conf); err != nil {
 		return usagef("%v", err)
 	}
 	r.Timing = RendezvousTiming{LeaseTTL: Duration(defaultLeaseTTL), LastCall: Duration(defaultLastCall), JoinTimeout: Duration(defaultJoinTimeout)}
@@ -193,7 +194,7 @@ func (l *Launch) resolveEtcd(opts Options, job slurm.Job, underSLURM bool, host 
 			*d.dst = Duration(dur)
 		}
 	}
-	if _, set := conf[rendezvous.ConfConnectTimeout]; c10d && !set {
+	if _, set := conf[etcdstore.ConfConnectTimeout]; c10d && !set {
 		// Waiting for the node that hosts the endpoint to come up is part
 		// of waiting for the round to form, which join_timeout bounds.
 		r.Client.Patience = r.Timing.JoinTimeout.Std()

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"net"
 	"os"
 	"os/exec"
@@ -295,7 +294,7 @@ func (l *Launch) resolveMaster(opts Options, job slurm.Job, underSLURM bool, hos
 		if len(job.Nodes) > 0 {
 			addr = firstNonEmpty(addr, job.Nodes[0])
 		}
-		port = firstNonZero(port, slurmMasterPort(job.JobID))
+		port = firstNonZero(port, slurm.JobPorts(job.JobID).Master)
 	}
 	if addr == "" {
 		if l.MinNodes > 1 {
@@ -318,18 +317,6 @@ func (l *Launch) resolveMaster(opts Options, job slurm.Job, underSLURM bool, hos
 	}
 	l.MasterAddr, l.MasterPort = addr, port
 	return nil
-}
-
-// slurmMasterPort derives a port from the job id in 15000-29999, below
-// Linux's ephemeral range, so every node of a job computes the same one
-// and two jobs on one node rarely collide.
-func slurmMasterPort(jobID string) int {
-	if n, err := strconv.ParseUint(jobID, 10, 64); err == nil {
-		return 15000 + int(n%15000)
-	}
-	h := fnv.New32a()
-	h.Write([]byte(jobID))
-	return 15000 + int(h.Sum32()%15000)
 }
 
 func (l *Launch) resolveNProc(opts Options, host Host) error {

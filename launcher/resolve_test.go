@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/gorun/gorun/rendezvous"
 )
 
 // fakeNames is the resolver of fakeHost: box is this machine (10.0.0.7,
@@ -184,7 +182,7 @@ func TestResolve(t *testing.T) {
 			require.Equal(t, []string{"head:29500"}, r.Endpoints)
 			require.Equal(t, []string{"head:29500"}, r.Client.Endpoints)
 			require.NotNil(t, r.Embedded)
-			require.Equal(t, []rendezvous.EmbeddedMember{{Name: "head", Host: "head", ClientPort: 29500, PeerPort: 29501}}, r.Embedded.Members)
+			require.Equal(t, []EmbeddedMember{{Name: "head", Host: "head", ClientPort: 29500, PeerPort: 29501}}, r.Embedded.Members)
 			require.Nil(t, r.Member, "box is not head: a client")
 			require.Contains(t, r.Hosting, "run by another node")
 			require.Equal(t, -1, l.NodeRank, "ranked in join order")
@@ -198,7 +196,7 @@ func TestResolve(t *testing.T) {
 			r := l.Rendezvous
 			require.Equal(t, BackendEtcd, r.Backend)
 			require.Equal(t, []string{"10.0.0.1:29400"}, r.Endpoints, "torchrun's default port")
-			require.Equal(t, &rendezvous.EmbeddedMember{Name: "10.0.0.1", Host: "10.0.0.1", ClientPort: 29400, PeerPort: 29401}, r.Member)
+			require.Equal(t, &EmbeddedMember{Name: "10.0.0.1", Host: "10.0.0.1", ClientPort: 29400, PeerPort: 29401}, r.Member)
 			require.Contains(t, r.Hosting, "run by this node")
 			require.Equal(t, 0, l.NodeRank, "--node-rank is the preferred rank")
 			require.Equal(t, 45*time.Second, r.Client.Patience, "connect_timeout wins")
@@ -413,12 +411,4 @@ func TestParseNNodes(t *testing.T) {
 		require.NoError(t, err, tc.in)
 		require.Equal(t, [2]int{tc.min, tc.max}, [2]int{min, max}, tc.in)
 	}
-}
-
-func TestSLURMMasterPort(t *testing.T) {
-	require.Equal(t, 15000+7, slurmMasterPort("7"))
-	require.Equal(t, 15000+(123456%15000), slurmMasterPort("123456"))
-	p := slurmMasterPort("not-a-number")
-	require.GreaterOrEqual(t, p, 15000)
-	require.Less(t, p, 30000)
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/gorun/gorun/internal/proc"
 	"github.com/gorun/gorun/internal/workerlog"
 	"github.com/gorun/gorun/rendezvous"
+	"github.com/gorun/gorun/rendezvous/etcdembed"
+	"github.com/gorun/gorun/rendezvous/etcdstore"
 )
 
 // planErrorDir stands for the temporary directory of the error files in
@@ -47,7 +49,7 @@ func closeWithin(closeFn func() error, d time.Duration, log zerolog.Logger) erro
 }
 
 // retainTimeout bounds the last agent's attaching of the run's keys to
-// their retention lease as it leaves (rendezvous.RetainIfDeserted).
+// their retention lease as it leaves (etcdstore.RetainIfDeserted).
 const retainTimeout = 5 * time.Second
 
 // lingerWhenStopped is that bound when a signal stopped this node: the
@@ -157,7 +159,7 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 	hosting := false // this node runs an embedded etcd member the others may still need
 	if r.Embedded != nil && r.Member != nil {
 		m := *r.Member
-		server, err := rendezvous.StartServer(ctx, r.Embedded.ServerConfig(m, l.RunID, rendezvous.ScratchDir(os.Getenv), log))
+		server, err := etcdembed.Start(ctx, r.Embedded.ServerConfig(m, l.RunID, scratchDir(os.Getenv), log))
 		if err != nil {
 			if r.Hosting != "" {
 				err = fmt.Errorf("%w (%s; agents sharing a machine: give each its own --local-addr, or --rdzv-conf %s=false to all but one)",
@@ -169,12 +171,12 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 		defer func() { err = errors.Join(err, closeWithin(server.Close, serverCloseTimeout, log)) }()
 		hosting = true
 	}
-	client, err := rendezvous.Dial(ctx, r.Client)
+	client, err := etcdstore.Dial(ctx, r.Client)
 	if err != nil {
 		return elastic.Outcome{ExitCode: 1}, err
 	}
 	defer client.Close()
-	entry, err := rendezvous.Enter(ctx, client, l.RunID, r.Generation)
+	entry, err := etcdstore.Enter(ctx, client, l.RunID, r.Generation)
 	if err != nil {
 		return elastic.Outcome{ExitCode: 1}, err
 	}
@@ -188,13 +190,13 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 		defer func() {
 			ctx, cancel := context.WithDeadline(context.Background(), leaveBy)
 			defer cancel()
-			if err := rendezvous.AwaitDeparture(ctx, client, entry.Incarnation); err != nil {
+			if err := etcdstore.AwaitDeparture(ctx, client, entry.Incarnation); err != nil {
 				log.Warn().Err(err).Msg("other nodes still registered when this node's etcd member stopped")
 			}
 		}()
 	}
 	// An etcd outage fails a call only when it outlasts join_timeout.
-	store, err := rendezvous.NewEtcdStore(ctx, client, entry.Incarnation, r.Timing.LeaseTTL.Std(), rendezvous.WithPatience(r.Timing.JoinTimeout.Std()))
+	store, err := etcdstore.New(ctx, client, entry.Incarnation, r.Timing.LeaseTTL.Std(), etcdstore.WithPatience(r.Timing.JoinTimeout.Std()))
 	if err != nil {
 		return elastic.Outcome{ExitCode: 1}, err
 	}
@@ -218,7 +220,7 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), by)
 		defer cancel()
-		if err := rendezvous.RetainIfDeserted(ctx, client, entry.Incarnation); err != nil {
+		if err := etcdstore.RetainIfDeserted(ctx, client, entry.Incarnation); err != nil {
 			log.Warn().Err(err).Msg("the run's keys stay in etcd until its run id starts again")
 		}
 	}()

@@ -12,17 +12,10 @@ import (
 
 	"github.com/gorun/gorun/internal/etcdtest"
 	"github.com/gorun/gorun/rendezvous"
+	"github.com/gorun/gorun/rendezvous/etcdstore"
 )
 
-// The same protocol against real etcd: the embedded server of our own
-// etcd version, and Debian's etcd-server (3.4).
-var etcdServers = []struct {
-	name  string
-	start func(testing.TB) *etcdtest.Server
-}{
-	{"embedded", etcdtest.Start},
-	{"debian", etcdtest.StartDebian},
-}
+// The protocol against real etcd (etcdtest.Kinds).
 
 // etcdNode is an agent with a client of its own, so killing it (closing
 // the client without revoking) lets its lease expire as a dead node's does.
@@ -36,7 +29,7 @@ const testTTL = 2 * time.Second
 func joinEtcd(t *testing.T, endpoints []string, runID string, cfg rendezvous.Config) *etcdNode {
 	t.Helper()
 	client := etcdtest.NewClient(t, endpoints...)
-	store, err := rendezvous.NewEtcdStore(context.Background(), client, rendezvous.Incarnation{RunID: runID}, testTTL)
+	store, err := etcdstore.New(context.Background(), client, etcdstore.Incarnation{RunID: runID}, testTTL)
 	require.NoError(t, err)
 	e, err := rendezvous.Join(context.Background(), store, cfg)
 	require.NoError(t, err)
@@ -59,9 +52,9 @@ func nextAllEtcd(t *testing.T, nodes ...*etcdNode) []rendezvous.Round {
 }
 
 func TestEtcdNodeLossAndScaleUp(t *testing.T) {
-	for _, srv := range etcdServers {
-		t.Run(srv.name, func(t *testing.T) {
-			eps := srv.start(t).Endpoints()
+	for _, srv := range etcdtest.Kinds() {
+		t.Run(srv.Name, func(t *testing.T) {
+			eps := srv.Start(t).Endpoints()
 			a := joinEtcd(t, eps, "job", config("a", -1, testLimits))
 			b := joinEtcd(t, eps, "job", config("b", -1, testLimits))
 			c := joinEtcd(t, eps, "job", config("c", -1, testLimits))

@@ -11,7 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/gorun/gorun/rendezvous"
+	"github.com/gorun/gorun/rendezvous/etcdstore"
 )
 
 // roundWorker records the round and rank it was given, one file per
@@ -38,7 +38,7 @@ func nodeLossCmd(ctx context.Context, args []string) error {
 	if *endpoint == "" || *gorun == "" || *dir == "" || *runs < 1 || *ttl < 1 {
 		return errors.New("-endpoint, -gorun and -dir are required; -runs and -ttl at least 1")
 	}
-	client, err := rendezvous.Dial(ctx, rendezvous.ClientConfig{Endpoints: []string{*endpoint}, Patience: 10 * time.Second})
+	client, err := etcdstore.Dial(ctx, etcdstore.ClientConfig{Endpoints: []string{*endpoint}, Patience: 10 * time.Second})
 	if err != nil {
 		return err
 	}
@@ -111,7 +111,7 @@ func nodeLossOnce(ctx context.Context, client *clientv3.Client, endpoint, gorun,
 	// Watch the job's node keys for the lost agent's lease to expire.
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	prefix := rendezvous.JobPrefix(runID) + "nodes/"
+	prefix := etcdstore.JobPrefix(runID) + "nodes/"
 	nodes, err := client.Get(wctx, prefix, clientv3.WithPrefix())
 	if err != nil {
 		return res, err

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/gorun/gorun/rendezvous"
+	"github.com/gorun/gorun/rendezvous/etcdstore"
 )
 
 // roundCase is one row of the round-time table.
@@ -193,13 +194,13 @@ func roundOnce(ctx context.Context, endpoint string, c roundCase, ttl, maxWait t
 	g.SetLimit(32)
 	for i := range agents {
 		g.Go(func() error {
-			cli, err := rendezvous.Dial(gctx, rendezvous.ClientConfig{Endpoints: []string{endpoint}, Patience: 10 * time.Second})
+			cli, err := etcdstore.Dial(gctx, etcdstore.ClientConfig{Endpoints: []string{endpoint}, Patience: 10 * time.Second})
 			if err != nil {
 				return err
 			}
 			a := &benchAgent{client: cli}
 			agents[i] = a
-			store, err := rendezvous.NewEtcdStore(gctx, cli, rendezvous.Incarnation{RunID: runID}, ttl)
+			store, err := etcdstore.New(gctx, cli, etcdstore.Incarnation{RunID: runID}, ttl)
 			if err != nil {
 				return err
 			}
@@ -292,7 +293,7 @@ func roundOnce(ctx context.Context, endpoint string, c roundCase, ttl, maxWait t
 func liveLeases(ctx context.Context, endpoint string) string {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	cli, err := rendezvous.Dial(ctx, rendezvous.ClientConfig{Endpoints: []string{endpoint}, Patience: 5 * time.Second})
+	cli, err := etcdstore.Dial(ctx, etcdstore.ClientConfig{Endpoints: []string{endpoint}, Patience: 5 * time.Second})
 	if err != nil {
 		return "leases: " + err.Error()
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/gorun/gorun/rendezvous"
+	"github.com/gorun/gorun/rendezvous/etcdembed"
 )
 
 // freePortPair returns a port P of 127.0.0.1 such that P and P+1 were both
@@ -71,14 +71,14 @@ func serveCmd(ctx context.Context, args []string) error {
 		return errors.New("-dir and -endpoint-file are required")
 	}
 	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(zerolog.WarnLevel).With().Timestamp().Logger()
-	var server *rendezvous.Server
+	var server *etcdembed.Server
 	var lastErr error
 	for try := 0; try < 5 && server == nil; try++ {
 		p, err := freePortPair()
 		if err != nil {
 			return err
 		}
-		server, lastErr = rendezvous.StartServer(ctx, rendezvous.ServerConfig{
+		server, lastErr = etcdembed.Start(ctx, etcdembed.Config{
 			Name:          "bench",
 			DataDir:       filepath.Join(*dir, fmt.Sprintf("etcd-%d", p)),
 			RemoveDataDir: true,

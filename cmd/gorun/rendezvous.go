@@ -13,7 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gorun/gorun/rendezvous"
+	"github.com/gorun/gorun/rendezvous/etcdembed"
 )
 
 // rendezvousCommand groups the commands about gorun's etcd rendezvous.
@@ -56,11 +56,11 @@ func rendezvousServeCommand() *cli.Command {
 
 // serveConfig builds the server configuration from the flags of c; any
 // problem is a usage error.
-func serveConfig(c *cli.Context) (rendezvous.ServerConfig, error) {
+func serveConfig(c *cli.Context) (etcdembed.Config, error) {
 	if c.NArg() > 0 {
-		return rendezvous.ServerConfig{}, fmt.Errorf("unexpected argument %q (all settings are flags)", c.Args().First())
+		return etcdembed.Config{}, fmt.Errorf("unexpected argument %q (all settings are flags)", c.Args().First())
 	}
-	cfg := rendezvous.ServerConfig{
+	cfg := etcdembed.Config{
 		Name: c.String("name"), DataDir: c.String("data-dir"),
 		ClientAddr: c.String("listen"), PeerAddr: c.String("peer-listen"),
 	}
@@ -123,7 +123,7 @@ func rendezvousServeAction(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	server, err := rendezvous.StartServer(ctx, cfg)
+	server, err := etcdembed.Start(ctx, cfg)
 	if err != nil {
 		return cli.Exit(err.Error(), 1)
 	}

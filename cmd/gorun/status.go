@@ -13,6 +13,7 @@ import (
 
 	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/rendezvous"
+	"github.com/gorun/gorun/rendezvous/etcdstore"
 	"github.com/gorun/gorun/slurm"
 )
 
@@ -49,7 +50,7 @@ func statusAction(c *cli.Context) error {
 		}
 	}
 	if len(endpoints) == 0 && underSLURM {
-		endpoints = rendezvous.PlanEmbedded(job.JobID, job.Nodes).Endpoints
+		endpoints = launcher.PlanEmbedded(job.JobID, job.Nodes).Endpoints
 	}
 	if runID == "" || len(endpoints) == 0 {
 		return cli.Exit("status: give --rdzv-endpoint and --rdzv-id (or run inside the SLURM job)", exitUsage)
@@ -58,19 +59,19 @@ func statusAction(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(err.Error(), exitUsage)
 	}
-	if _, ok := conf[rendezvous.ConfConnectTimeout]; !ok {
-		conf[rendezvous.ConfConnectTimeout] = "5s"
+	if _, ok := conf[etcdstore.ConfConnectTimeout]; !ok {
+		conf[etcdstore.ConfConnectTimeout] = "5s"
 	}
-	cfg, err := rendezvous.ClientConfigFromConf(endpoints, conf)
+	cfg, err := etcdstore.ClientConfigFromConf(endpoints, conf)
 	if err != nil {
 		return cli.Exit(err.Error(), exitUsage)
 	}
-	client, err := rendezvous.Dial(c.Context, cfg)
+	client, err := etcdstore.Dial(c.Context, cfg)
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	st, err := rendezvous.ReadStatus(c.Context, client, runID)
+	st, err := etcdstore.ReadStatus(c.Context, client, runID)
 	if err != nil {
 		return err
 	}
@@ -87,7 +88,7 @@ func statusAction(c *cli.Context) error {
 }
 
 // writeStatus prints st for people.
-func writeStatus(w io.Writer, st rendezvous.Status, now time.Time) {
+func writeStatus(w io.Writer, st etcdstore.Status, now time.Time) {
 	if !st.Started {
 		fmt.Fprintf(w, "run %s: no rendezvous on this etcd (no agent of this run id has started, or its keys expired)\n", st.RunID)
 		return

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gorun/gorun/rendezvous"
+	"github.com/gorun/gorun/rendezvous/etcdstore"
 )
 
 func TestWriteStatusNamesTheIncarnation(t *testing.T) {
@@ -16,12 +17,12 @@ func TestWriteStatusNamesTheIncarnation(t *testing.T) {
 	closed := rendezvous.State{Round: 1, Phase: rendezvous.PhaseClosed, Result: rendezvous.ResultSucceeded, Since: now.Add(-time.Hour)}
 	for _, tc := range []struct {
 		name string
-		st   rendezvous.Status
+		st   etcdstore.Status
 		want string
 	}{
-		{"never started", rendezvous.Status{RunID: "x"}, "run x: no rendezvous on this etcd (no agent of this run id has started, or its keys expired)\n"},
-		{"starting", rendezvous.Status{RunID: "x", Started: true, Incarnation: 2}, "run x incarnation 2: starting, no round yet\n"},
-		{"finished, requeued", rendezvous.Status{RunID: "7", Started: true, Incarnation: 1, Generation: 1, Exists: true, State: closed},
+		{"never started", etcdstore.Status{RunID: "x"}, "run x: no rendezvous on this etcd (no agent of this run id has started, or its keys expired)\n"},
+		{"starting", etcdstore.Status{RunID: "x", Started: true, Incarnation: 2}, "run x incarnation 2: starting, no round yet\n"},
+		{"finished, requeued", etcdstore.Status{RunID: "7", Started: true, Incarnation: 1, Generation: 1, Exists: true, State: closed},
 			"run 7 incarnation 1 (SLURM restart 1): round 1 closed since 02:04:05 (1h0m0s ago)\nresult: succeeded\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -30,6 +30,17 @@ const (
 	dialTimeout  = 5 * time.Second
 )
 
+// Kind is one kind of etcd server that tests run against.
+type Kind struct {
+	Name  string
+	Start func(testing.TB) *Server
+}
+
+// Kinds are the etcd servers the rendezvous is tested against: the
+// embedded server of our own etcd version, and Debian's etcd-server
+// (3.4).
+func Kinds() []Kind { return []Kind{{"embedded", Start}, {"debian", StartDebian}} }
+
 // Server is one etcd member run for a test: embedded, or Debian's binary.
 type Server struct {
 	name      string

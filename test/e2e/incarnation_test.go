@@ -11,7 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/gorun/gorun/internal/etcdtest"
-	"github.com/gorun/gorun/rendezvous"
+	"github.com/gorun/gorun/rendezvous/etcdstore"
 )
 
 // appendWorker appends one line per worker run to $OUT/runs.
@@ -108,7 +108,7 @@ func TestRunAfterDeadRun(t *testing.T) {
 			t.Errorf("%s: exit %d after kill -9", a.name, r.ExitCode)
 		}
 	}
-	awaitNoNodes(t, srv.Client(t), rendezvous.Incarnation{RunID: "requeue"}, 30*time.Second)
+	awaitNoNodes(t, srv.Client(t), etcdstore.Incarnation{RunID: "requeue"}, 30*time.Second)
 
 	second := startNodes(t, out, appendWorker, []string{"node-a", "node-b"}, args...)
 	started := 0
@@ -167,7 +167,7 @@ func waitFile(t *testing.T, path string, within time.Duration) {
 
 // awaitNoNodes waits until no agent is registered in incarnation in: the
 // killed agents' leases expired.
-func awaitNoNodes(t *testing.T, client *clientv3.Client, in rendezvous.Incarnation, within time.Duration) {
+func awaitNoNodes(t *testing.T, client *clientv3.Client, in etcdstore.Incarnation, within time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()

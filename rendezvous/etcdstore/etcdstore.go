@@ -1,4 +1,4 @@
-package rendezvous
+package etcdstore
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 	"go.etcd.io/etcd/client/v3/namespace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/gorun/gorun/rendezvous"
 )
 
 // etcdStore is Store over etcd v3: keys under an incarnation's prefix
@@ -33,21 +35,21 @@ type etcdStore struct {
 // its incarnations (Incarnation.Prefix).
 func JobPrefix(runID string) string { return "/gorun/" + runID + "/" }
 
-// EtcdStoreOption changes a default of NewEtcdStore.
-type EtcdStoreOption func(*etcdStore)
+// Option changes a default of New.
+type Option func(*etcdStore)
 
 // WithPatience sets how long a call keeps retrying while etcd does not
 // answer (default 20 s); the agent sets its join_timeout, so that an etcd
 // outage fails a call only when it lasts that long.
-func WithPatience(d time.Duration) EtcdStoreOption {
+func WithPatience(d time.Duration) Option {
 	return func(s *etcdStore) { s.patience = d }
 }
 
-// NewEtcdStore returns the Store of one agent of incarnation inc (see
+// New returns the Store of one agent of incarnation inc (see
 // Enter) over client, with a session whose lease lives ttl after the
 // agent's last keep-alive. It waits for etcd to grant the lease as its
 // calls do (see WithPatience) or until ctx ends. It does not close client.
-func NewEtcdStore(ctx context.Context, client *clientv3.Client, inc Incarnation, ttl time.Duration, opts ...EtcdStoreOption) (Store, error) {
+func New(ctx context.Context, client *clientv3.Client, inc Incarnation, ttl time.Duration, opts ...Option) (rendezvous.Store, error) {
 	secs := int64(ttl.Round(time.Second) / time.Second)
 	if secs < 1 {
 		return nil, fmt.Errorf("rendezvous: lease ttl %s is under one second", ttl)
@@ -120,7 +122,7 @@ func transient(err error) bool {
 	return code == codes.Unavailable || code == codes.DeadlineExceeded || code == codes.Aborted
 }
 
-func (s *etcdStore) List(ctx context.Context, prefix string) ([]KV, int64, error) {
+func (s *etcdStore) List(ctx context.Context, prefix string) ([]rendezvous.KV, int64, error) {
 	var resp *clientv3.GetResponse
 	err := retry(ctx, s.patience, func(ctx context.Context) (err error) {
 		resp, err = s.kv.Get(ctx, prefix, clientv3.WithPrefix())
@@ -129,9 +131,9 @@ func (s *etcdStore) List(ctx context.Context, prefix string) ([]KV, int64, error
 	if err != nil {
 		return nil, 0, fmt.Errorf("rendezvous: list %q: %w", prefix, err)
 	}
-	kvs := make([]KV, 0, len(resp.Kvs))
+	kvs := make([]rendezvous.KV, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		kvs = append(kvs, KV{Key: string(kv.Key), Value: kv.Value, Rev: kv.ModRevision, Create: kv.CreateRevision})
+		kvs = append(kvs, rendezvous.KV{Key: string(kv.Key), Value: kv.Value, Rev: kv.ModRevision, Create: kv.CreateRevision})
 	}
 	return kvs, resp.Header.Revision, nil
 }
@@ -186,8 +188,8 @@ func (s *etcdStore) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-func (s *etcdStore) Watch(ctx context.Context, prefix string, rev int64) <-chan Event {
-	out := make(chan Event, 64)
+func (s *etcdStore) Watch(ctx context.Context, prefix string, rev int64) <-chan rendezvous.Event {
+	out := make(chan rendezvous.Event, 64)
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	wch := s.watcher.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	go func() {
@@ -198,7 +200,7 @@ func (s *etcdStore) Watch(ctx context.Context, prefix string, rev int64) <-chan 
 				return
 			}
 			for _, ev := range resp.Events {
-				e := Event{KV: KV{Key: string(ev.Kv.Key), Value: ev.Kv.Value, Rev: ev.Kv.ModRevision, Create: ev.Kv.CreateRevision}, Deleted: ev.Type == clientv3.EventTypeDelete}
+				e := rendezvous.Event{KV: rendezvous.KV{Key: string(ev.Kv.Key), Value: ev.Kv.Value, Rev: ev.Kv.ModRevision, Create: ev.Kv.CreateRevision}, Deleted: ev.Type == clientv3.EventTypeDelete}
 				select {
 				case out <- e:
 				case <-ctx.Done():
@@ -210,7 +212,7 @@ func (s *etcdStore) Watch(ctx context.Context, prefix string, rev int64) <-chan 
 	return out
 }
 
-func (s *etcdStore) Session() (Session, <-chan struct{}) { return s.session.snapshot() }
+func (s *etcdStore) Session() (rendezvous.Session, <-chan struct{}) { return s.session.snapshot() }
 
 func (s *etcdStore) Retain(ctx context.Context) error {
 	return retain(ctx, s.client, s.inc, false)
@@ -238,7 +240,7 @@ func AwaitDeparture(ctx context.Context, client *clientv3.Client, inc Incarnatio
 	w := namespace.NewWatcher(client.Watcher, inc.Prefix())
 	for {
 		gctx, cancel := context.WithTimeout(ctx, callTimeout)
-		resp, err := kv.Get(gctx, prefixNodes, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		resp, err := kv.Get(gctx, rendezvous.PrefixNodes, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		cancel()
 		if err != nil {
 			return nil
@@ -247,7 +249,7 @@ func AwaitDeparture(ctx context.Context, client *clientv3.Client, inc Incarnatio
 			return nil
 		}
 		wctx, cancel := context.WithCancel(ctx)
-		ch := w.Watch(wctx, prefixNodes, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterPut())
+		ch := w.Watch(wctx, rendezvous.PrefixNodes, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterPut())
 		select {
 		case <-ch:
 		case <-ctx.Done():
@@ -265,14 +267,14 @@ type Status struct {
 	RunID string `json:"run_id"`
 	// Started is false when no agent of this run id has started on this
 	// etcd (or the keys of its last run expired).
-	Started     bool      `json:"started"`
-	Incarnation int       `json:"incarnation"` // the current one, 0 for the run id's first run
-	Generation  int       `json:"generation"`  // SLURM_RESTART_COUNT of the launch that started it
-	Exists      bool      `json:"exists"`      // false: the incarnation has no round yet
-	State       State     `json:"state"`
-	Nodes       []Member  `json:"nodes"`   // agents with a live lease
-	Waiting     []Member  `json:"waiting"` // agents waiting for the next round
-	Failures    []Failure `json:"failures"`
+	Started     bool                 `json:"started"`
+	Incarnation int                  `json:"incarnation"` // the current one, 0 for the run id's first run
+	Generation  int                  `json:"generation"`  // SLURM_RESTART_COUNT of the launch that started it
+	Exists      bool                 `json:"exists"`      // false: the incarnation has no round yet
+	State       rendezvous.State     `json:"state"`
+	Nodes       []rendezvous.Member  `json:"nodes"`   // agents with a live lease
+	Waiting     []rendezvous.Member  `json:"waiting"` // agents waiting for the next round
+	Failures    []rendezvous.Failure `json:"failures"`
 }
 
 // ReadStatus reads the current incarnation of run runID without taking
@@ -288,27 +290,27 @@ func ReadStatus(ctx context.Context, client *clientv3.Client, runID string) (Sta
 		return Status{}, fmt.Errorf("rendezvous: read run %s (incarnation %d): %w", runID, in.Number, err)
 	}
 	st := Status{RunID: runID, Started: true, Incarnation: in.Number, Generation: in.Generation}
-	var failures []KV
+	var failures []rendezvous.KV
 	for _, kv := range resp.Kvs {
 		key := string(kv.Key)
 		switch {
-		case key == keyState:
+		case key == rendezvous.KeyState:
 			st.Exists = json.Unmarshal(kv.Value, &st.State) == nil
-		case strings.HasPrefix(key, prefixNodes):
-			var m Member
+		case strings.HasPrefix(key, rendezvous.PrefixNodes):
+			var m rendezvous.Member
 			if json.Unmarshal(kv.Value, &m) == nil {
 				st.Nodes = append(st.Nodes, m)
 			}
-		case strings.HasPrefix(key, prefixWait):
-			var m Member
+		case strings.HasPrefix(key, rendezvous.PrefixWait):
+			var m rendezvous.Member
 			if json.Unmarshal(kv.Value, &m) == nil {
 				st.Waiting = append(st.Waiting, m)
 			}
-		case strings.HasPrefix(key, prefixFail):
-			failures = append(failures, KV{Key: key, Value: kv.Value, Rev: kv.ModRevision, Create: kv.CreateRevision})
+		case strings.HasPrefix(key, rendezvous.PrefixFail):
+			failures = append(failures, rendezvous.KV{Key: key, Value: kv.Value, Rev: kv.ModRevision, Create: kv.CreateRevision})
 		}
 	}
 	sort.Slice(st.Nodes, func(i, j int) bool { return st.Nodes[i].Host < st.Nodes[j].Host })
-	st.Failures = decodeFailures(failures)
+	st.Failures = rendezvous.DecodeFailures(failures)
 	return st, nil
 }

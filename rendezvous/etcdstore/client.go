@@ -1,6 +1,7 @@
-package rendezvous
+package etcdstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -194,8 +195,8 @@ func Dial(ctx context.Context, cfg ClientConfig) (*clientv3.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	dialTimeout := cmp0(cfg.DialTimeout, DefaultDialTimeout)
-	patience := cmp0(cfg.Patience, DefaultPatience)
+	dialTimeout := cmp.Or(cfg.DialTimeout, DefaultDialTimeout)
+	patience := cmp.Or(cfg.Patience, DefaultPatience)
 	ccfg := clientv3.Config{
 		Endpoints:   cfg.Endpoints,
 		DialTimeout: dialTimeout,

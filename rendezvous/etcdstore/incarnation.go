@@ -1,4 +1,4 @@
-package rendezvous
+package etcdstore
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/namespace"
+
+	"github.com/gorun/gorun/rendezvous"
 )
 
 // RetentionTTL is how long a run's keys outlive it: when its job closes
@@ -113,13 +115,13 @@ func Enter(ctx context.Context, client *clientv3.Client, runID string, generatio
 // replacement says why an agent of launch generation gen must start a new
 // incarnation after in, whose state (nil: none yet) and number of
 // registered agents it read at one revision; "" means it joins in.
-func replacement(in Incarnation, st *State, registered int64, gen int) string {
+func replacement(in Incarnation, st *rendezvous.State, registered int64, gen int) string {
 	switch {
 	case gen > in.Generation:
 		return fmt.Sprintf("run %s was started by SLURM restart %d and this is restart %d (requeued; incarnation %d is over)", in.RunID, in.Generation, gen, in.Number)
 	case st == nil:
 		return "" // nobody has opened a round yet: agents of this launch are starting
-	case st.Phase == PhaseClosed:
+	case st.Phase == rendezvous.PhaseClosed:
 		return fmt.Sprintf("run %s finished before (incarnation %d, %s)", in.RunID, in.Number, st.Result)
 	case registered == 0:
 		return fmt.Sprintf("run %s died before (incarnation %d: round %d %s, no agent alive)", in.RunID, in.Number, st.Round, st.Phase)
@@ -153,14 +155,14 @@ func readCurrent(ctx context.Context, kv clientv3.KV, runID string) (in Incarnat
 // how many agents are registered, at one revision at which in is still
 // the current incarnation (its pointer at rev); current is false when it
 // is not.
-func readIncarnation(ctx context.Context, kv clientv3.KV, in Incarnation, rev int64) (st *State, registered int64, current bool, err error) {
+func readIncarnation(ctx context.Context, kv clientv3.KV, in Incarnation, rev int64) (st *rendezvous.State, registered int64, current bool, err error) {
 	var resp *clientv3.TxnResponse
 	if err := retry(ctx, callPatience, func(ctx context.Context) (err error) {
 		resp, err = kv.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(currentKey(in.RunID)), "=", rev)).
 			Then(
-				clientv3.OpGet(in.Prefix()+keyState),
-				clientv3.OpGet(in.Prefix()+prefixNodes, clientv3.WithPrefix(), clientv3.WithCountOnly()),
+				clientv3.OpGet(in.Prefix()+rendezvous.KeyState),
+				clientv3.OpGet(in.Prefix()+rendezvous.PrefixNodes, clientv3.WithPrefix(), clientv3.WithCountOnly()),
 			).Commit()
 		return err
 	}); err != nil {
@@ -174,7 +176,7 @@ func readIncarnation(ctx context.Context, kv clientv3.KV, in Incarnation, rev in
 	if len(states) == 0 {
 		return nil, registered, true, nil
 	}
-	st = &State{}
+	st = &rendezvous.State{}
 	if err := json.Unmarshal(states[0].Value, st); err != nil {
 		return nil, 0, false, fmt.Errorf("rendezvous: state of incarnation %d of run %s: %w", in.Number, in.RunID, err)
 	}
@@ -222,7 +224,7 @@ func retain(ctx context.Context, client *clientv3.Client, in Incarnation, ifDese
 	fail := func(err error) error {
 		return fmt.Errorf("rendezvous: keep the keys of run %s (incarnation %d) for %s: %w", in.RunID, in.Number, RetentionTTL, err)
 	}
-	nodes := in.Prefix() + prefixNodes
+	nodes := in.Prefix() + rendezvous.PrefixNodes
 	if ifDeserted {
 		resp, err := client.Get(ctx, nodes, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {

@@ -1,4 +1,4 @@
-package rendezvous
+package etcdembed
 
 import (
 	"bufio"
@@ -20,17 +20,21 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
 	"github.com/gorun/gorun/internal/etcdtest"
 )
 
-// fastServer is a single-member ServerConfig on free loopback ports with
+// fastServer is a single-member Config on free loopback ports with
 // test timings.
-func fastServer(t *testing.T) ServerConfig {
+// etcd's own servers leave a few goroutines winding down; etcdtest knows which.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, etcdtest.GoleakOptions()...) }
+
+func fastServer(t *testing.T) Config {
 	ports, err := etcdtest.FreePorts(2)
 	require.NoError(t, err)
-	return ServerConfig{
+	return Config{
 		Name:            "m0",
 		DataDir:         filepath.Join(t.TempDir(), "etcd"),
 		ClientAddr:      "127.0.0.1:" + strconv.Itoa(ports[0]),
@@ -51,7 +55,7 @@ func testCtx(t *testing.T) context.Context {
 func TestServerStartClose(t *testing.T) {
 	cfg := fastServer(t)
 	cfg.RemoveDataDir = true
-	s, err := StartServer(testCtx(t), cfg)
+	s, err := Start(testCtx(t), cfg)
 	require.NoError(t, err)
 	require.Equal(t, []string{"http://" + cfg.ClientAddr}, s.Endpoints())
 
@@ -72,7 +76,7 @@ func TestServerStartClose(t *testing.T) {
 
 func TestServerKeepsDataDirAndRestarts(t *testing.T) {
 	cfg := fastServer(t)
-	s, err := StartServer(testCtx(t), cfg)
+	s, err := Start(testCtx(t), cfg)
 	require.NoError(t, err)
 	cli := etcdtest.NewClient(t, s.Endpoints()...)
 	_, err = cli.Put(testCtx(t), "k", "kept")
@@ -81,7 +85,7 @@ func TestServerKeepsDataDirAndRestarts(t *testing.T) {
 	require.NoError(t, s.Close())
 	require.DirExists(t, cfg.DataDir)
 
-	s, err = StartServer(testCtx(t), cfg)
+	s, err = Start(testCtx(t), cfg)
 	require.NoError(t, err)
 	defer s.Close()
 	resp, err := etcdtest.NewClient(t, s.Endpoints()...).Get(testCtx(t), "k")
@@ -94,7 +98,7 @@ func TestServerPortInUse(t *testing.T) {
 	l, err := net.Listen("tcp", cfg.ClientAddr)
 	require.NoError(t, err)
 	defer l.Close()
-	_, err = StartServer(testCtx(t), cfg)
+	_, err = Start(testCtx(t), cfg)
 	require.ErrorContains(t, err, "rendezvous: start etcd member m0 at "+cfg.ClientAddr)
 	require.ErrorContains(t, err, "address already in use")
 }
@@ -110,30 +114,30 @@ func TestServerStartTimesOutWithoutQuorum(t *testing.T) {
 	}
 	cfg.StartTimeout = 300 * time.Millisecond
 	cfg.RemoveDataDir = true
-	_, err = StartServer(testCtx(t), cfg)
+	_, err = Start(testCtx(t), cfg)
 	require.ErrorContains(t, err, "rendezvous: etcd member m0 not ready within 300ms (a majority of the 3 members must be up")
 	require.NoDirExists(t, cfg.DataDir)
 }
 
 func TestServerConfigValidate(t *testing.T) {
-	good := ServerConfig{Name: "a", DataDir: "/d", ClientAddr: "h:1", PeerAddr: "h:2"}
+	good := Config{Name: "a", DataDir: "/d", ClientAddr: "h:1", PeerAddr: "h:2"}
 	for _, tc := range []struct {
 		name string
-		edit func(*ServerConfig)
+		edit func(*Config)
 		want string
 	}{
-		{"good", func(*ServerConfig) {}, ""},
-		{"no name", func(c *ServerConfig) { c.Name = "" }, "empty member name"},
-		{"name with =", func(c *ServerConfig) { c.Name = "a=b" }, "has '=' or ','"},
-		{"no dir", func(c *ServerConfig) { c.DataDir = "" }, "empty data dir"},
-		{"no port", func(c *ServerConfig) { c.ClientAddr = "h" }, `client address "h": want host:port`},
-		{"port 0", func(c *ServerConfig) { c.PeerAddr = "h:0" }, `peer address "h:0": port must be 1-65535`},
-		{"no host", func(c *ServerConfig) { c.ClientAddr = ":1" }, "empty host"},
-		{"same addr", func(c *ServerConfig) { c.PeerAddr = "h:1" }, "client and peer address are both h:1"},
-		{"not in cluster", func(c *ServerConfig) { c.InitialCluster = map[string]string{"b": "h:2"} }, `initial cluster has no member "a"`},
-		{"cluster disagrees", func(c *ServerConfig) { c.InitialCluster = map[string]string{"a": "h:3"} }, `says member "a" is at h:3, its peer address is h:2`},
-		{"bad member addr", func(c *ServerConfig) { c.InitialCluster = map[string]string{"a": "h:2", "b": "x"} }, "initial cluster address of b"},
-		{"short election", func(c *ServerConfig) { c.ElectionTimeout = 200 * time.Millisecond }, "at least 5 heartbeats"},
+		{"good", func(*Config) {}, ""},
+		{"no name", func(c *Config) { c.Name = "" }, "empty member name"},
+		{"name with =", func(c *Config) { c.Name = "a=b" }, "has '=' or ','"},
+		{"no dir", func(c *Config) { c.DataDir = "" }, "empty data dir"},
+		{"no port", func(c *Config) { c.ClientAddr = "h" }, `client address "h": want host:port`},
+		{"port 0", func(c *Config) { c.PeerAddr = "h:0" }, `peer address "h:0": port must be 1-65535`},
+		{"no host", func(c *Config) { c.ClientAddr = ":1" }, "empty host"},
+		{"same addr", func(c *Config) { c.PeerAddr = "h:1" }, "client and peer address are both h:1"},
+		{"not in cluster", func(c *Config) { c.InitialCluster = map[string]string{"b": "h:2"} }, `initial cluster has no member "a"`},
+		{"cluster disagrees", func(c *Config) { c.InitialCluster = map[string]string{"a": "h:3"} }, `says member "a" is at h:3, its peer address is h:2`},
+		{"bad member addr", func(c *Config) { c.InitialCluster = map[string]string{"a": "h:2", "b": "x"} }, "initial cluster address of b"},
+		{"short election", func(c *Config) { c.ElectionTimeout = 200 * time.Millisecond }, "at least 5 heartbeats"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := good
@@ -174,73 +178,6 @@ func TestServerLogsWarningsToZerolog(t *testing.T) {
 	}
 }
 
-func TestPlanEmbedded(t *testing.T) {
-	for _, tc := range []struct {
-		nodes   []string
-		members []string
-	}{
-		{nil, nil},
-		{[]string{"node1"}, []string{"node1"}},
-		{[]string{"node1", "node2"}, []string{"node1"}},
-		{[]string{"node1", "node2", "node3"}, []string{"node1", "node2", "node3"}},
-		{[]string{"a1", "a2", "a3", "a4", "a5"}, []string{"a1", "a2", "a3"}},
-	} {
-		t.Run(strconv.Itoa(len(tc.nodes)), func(t *testing.T) {
-			for _, job := range []string{"1", "4242", "32767", "job-α", ""} {
-				p := PlanEmbedded(job, tc.nodes)
-				require.Equal(t, p, PlanEmbedded(job, tc.nodes), "deterministic")
-				require.Len(t, p.Members, len(tc.members))
-				require.Len(t, p.Endpoints, len(tc.members))
-				for i, m := range p.Members {
-					require.Equal(t, tc.members[i], m.Name)
-					require.Equal(t, tc.members[i], m.Host)
-					require.GreaterOrEqual(t, m.ClientPort, 30000)
-					require.LessOrEqual(t, m.PeerPort, 32767)
-					require.Equal(t, m.ClientPort+1, m.PeerPort)
-					require.Equal(t, m.Host+":"+strconv.Itoa(m.ClientPort), p.Endpoints[i])
-					got, ok := p.MemberFor(m.Host)
-					require.True(t, ok)
-					require.Equal(t, m, got)
-				}
-				_, ok := p.MemberFor("elsewhere")
-				require.False(t, ok)
-			}
-		})
-	}
-	// Consecutive SLURM job ids get different ports; so do other ids.
-	seen := map[int]string{}
-	for _, job := range []string{"100", "101", "102", "103", "abc", "abd"} {
-		port := PlanEmbedded(job, []string{"n"}).Members[0].ClientPort
-		require.NotContains(t, seen, port, "job %s has the port of job %s", job, seen[port])
-		seen[port] = job
-	}
-	// The range sits below the kernel's ephemeral ports here.
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		low, err := strconv.Atoi(strings.Fields(string(b))[0])
-		require.NoError(t, err)
-		require.Greater(t, low, 32767, "ephemeral ports start at %d, inside the embedded etcd range", low)
-	}
-}
-
-func TestPlanServerConfig(t *testing.T) {
-	p := PlanEmbedded("77", []string{"node1", "node2", "node3", "node4"})
-	m, ok := p.MemberFor("node2")
-	require.True(t, ok)
-	cfg := p.ServerConfig(m, "77", "/scratch", zerolog.Nop())
-	require.NoError(t, cfg.Validate())
-	require.Equal(t, "node2", cfg.Name)
-	require.Equal(t, "/scratch/gorun-etcd-77-node2", cfg.DataDir)
-	require.True(t, cfg.RemoveDataDir)
-	require.Equal(t, "node2:30154", cfg.ClientAddr)
-	require.Equal(t, "node2:30155", cfg.PeerAddr)
-	require.Equal(t, map[string]string{"node1": "node1:30155", "node2": "node2:30155", "node3": "node3:30155"}, cfg.InitialCluster)
-	require.Equal(t, "gorun-rdzv-77", cfg.ClusterToken)
-
-	require.Equal(t, "/s1", ScratchDir(func(k string) string { return map[string]string{"SLURM_TMPDIR": "/s1", "TMPDIR": "/t"}[k] }))
-	require.Equal(t, "/t", ScratchDir(func(k string) string { return map[string]string{"TMPDIR": "/t"}[k] }))
-	require.Equal(t, "/tmp", ScratchDir(func(string) string { return "" }))
-}
-
 func TestResolveIPv4(t *testing.T) {
 	ctx := testCtx(t)
 	ip, err := ResolveIPv4(ctx, "localhost")
@@ -251,7 +188,7 @@ func TestResolveIPv4(t *testing.T) {
 	require.Equal(t, "127.0.100.3", ip)
 }
 
-// memberEnv carries a ServerConfig to TestServerMemberProcess.
+// memberEnv carries a Config to TestServerMemberProcess.
 const memberEnv = "GORUN_TEST_ETCD_MEMBER"
 
 // TestServerMemberProcess is not a test: it is the body of the child
@@ -262,12 +199,12 @@ func TestServerMemberProcess(t *testing.T) {
 	if spec == "" {
 		t.Skip("runs only as a child of TestServerClusterSurvivesMemberLoss")
 	}
-	var cfg ServerConfig
+	var cfg Config
 	if err := json.Unmarshal([]byte(spec), &cfg); err != nil {
 		fmt.Println("bad spec:", err)
 		os.Exit(3)
 	}
-	s, err := StartServer(context.Background(), cfg)
+	s, err := Start(context.Background(), cfg)
 	if err != nil {
 		fmt.Println("start:", err)
 		os.Exit(1)
@@ -282,39 +219,56 @@ func TestServerMemberProcess(t *testing.T) {
 	os.Exit(0) // not through TestMain: etcd's peer connections linger in-process
 }
 
-// freeEmbeddedJob returns a job id whose embedded etcd ports are free on
-// all of hosts.
-func freeEmbeddedJob(t *testing.T, hosts []string) string {
-	for i := 0; i < 50; i++ {
-		job := strconv.Itoa(os.Getpid()*31 + i*7 + int(time.Now().UnixNano()%1000))
-		m := PlanEmbedded(job, hosts).Members[0]
-		free := true
+// clusterOn returns the configurations of a three-member cluster, one
+// member per host, every member on the same pair of ports (free on all
+// of hosts), as a job's embedded etcd is placed, with data dirs under
+// scratch that Close removes.
+func clusterOn(t *testing.T, hosts []string, scratch string) []Config {
+	for range 50 {
+		ports, err := etcdtest.FreePorts(2)
+		require.NoError(t, err)
+		if !freeOn(hosts, ports) {
+			continue
+		}
+		cluster := map[string]string{}
 		for _, h := range hosts {
-			for _, port := range []int{m.ClientPort, m.PeerPort} {
-				l, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(port)))
-				if err != nil {
-					free = false
-					continue
-				}
-				_ = l.Close()
-			}
+			cluster[h] = net.JoinHostPort(h, strconv.Itoa(ports[1]))
 		}
-		if free {
-			return job
+		var cfgs []Config
+		for _, h := range hosts {
+			cfgs = append(cfgs, Config{
+				Name: h, DataDir: filepath.Join(scratch, "etcd-"+h), RemoveDataDir: true,
+				ClientAddr: net.JoinHostPort(h, strconv.Itoa(ports[0])), PeerAddr: cluster[h],
+				InitialCluster: cluster, ClusterToken: ClusterTokenPrefix + "test",
+			})
 		}
+		return cfgs
 	}
-	t.Fatal("no job id with free embedded etcd ports")
-	return ""
+	t.Fatal("no pair of ports free on all of", hosts)
+	return nil
 }
 
-// A three-member embedded cluster placed by PlanEmbedded on three
-// loopback "nodes", each member its own process: SIGKILL one (a node
+// freeOn says whether every port is free on every host.
+func freeOn(hosts []string, ports []int) bool {
+	for _, h := range hosts {
+		for _, port := range ports {
+			l, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(port)))
+			if err != nil {
+				return false
+			}
+			_ = l.Close()
+		}
+	}
+	return true
+}
+
+// A three-member embedded cluster on three loopback "nodes", each
+// member its own process: SIGKILL one (a node
 // crash) and the other two still serve Put and Get.
 func TestServerClusterSurvivesMemberLoss(t *testing.T) {
 	hosts := []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"}
-	job := freeEmbeddedJob(t, hosts)
-	plan := PlanEmbedded(job, hosts)
-	require.Len(t, plan.Members, 3)
+	scratch := t.TempDir()
+	cfgs := clusterOn(t, hosts, scratch)
 
 	type child struct {
 		cmd   *exec.Cmd
@@ -322,10 +276,10 @@ func TestServerClusterSurvivesMemberLoss(t *testing.T) {
 		out   *bufio.Reader
 		done  chan struct{}
 	}
-	children := make([]*child, len(plan.Members))
-	scratch := t.TempDir()
-	for i, m := range plan.Members {
-		cfg := plan.ServerConfig(m, job, scratch, zerolog.Nop())
+	children := make([]*child, len(cfgs))
+	var endpoints []string
+	for i, cfg := range cfgs {
+		endpoints = append(endpoints, cfg.ClientAddr)
 		cfg.Heartbeat, cfg.ElectionTimeout, cfg.UnsafeNoFsync = 50*time.Millisecond, 500*time.Millisecond, true
 		cfg.StartTimeout = 20 * time.Second
 		spec, err := json.Marshal(cfg)
@@ -362,11 +316,9 @@ func TestServerClusterSurvivesMemberLoss(t *testing.T) {
 		}()
 	}
 
-	cli, err := Dial(testCtx(t), ClientConfig{Endpoints: plan.Endpoints, Patience: 10 * time.Second})
-	require.NoError(t, err)
-	defer cli.Close()
+	cli := etcdtest.NewClient(t, endpoints...)
 	ctx := testCtx(t)
-	_, err = cli.Put(ctx, "before", "1")
+	_, err := cli.Put(ctx, "before", "1")
 	require.NoError(t, err)
 
 	require.NoError(t, children[0].cmd.Process.Signal(syscall.SIGKILL))
@@ -394,5 +346,5 @@ func TestServerClusterSurvivesMemberLoss(t *testing.T) {
 	entries, err := os.ReadDir(scratch)
 	require.NoError(t, err)
 	require.Len(t, entries, 1)
-	require.Equal(t, "gorun-etcd-"+job+"-127.0.0.1", entries[0].Name())
+	require.Equal(t, "etcd-127.0.0.1", entries[0].Name())
 }

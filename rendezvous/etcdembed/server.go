@@ -1,6 +1,7 @@
-package rendezvous
+package etcdembed
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,7 +9,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -20,10 +20,13 @@ import (
 	"github.com/rs/zerolog"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 )
 
-// Defaults of ServerConfig, tuned for a rendezvous on a LAN: a few small
+// ClusterTokenPrefix starts every cluster token gorun makes: an embedded
+// member's default (derived from its initial cluster) and a job's.
+const ClusterTokenPrefix = "gorun-rdzv-"
+
+// Defaults of Config, tuned for a rendezvous on a LAN: a few small
 // keys, a handful of members, little history worth keeping.
 const (
 	DefaultHeartbeat       = 100 * time.Millisecond
@@ -32,15 +35,14 @@ const (
 )
 
 const (
-	serverSnapshotCount = 10000         // raft entries between snapshots (etcd: 100000)
-	serverQuotaBytes    = 256 << 20     // backend size before a NOSPACE alarm (etcd: 2 GiB)
-	serverKeepRevisions = "10000"       // revision-mode auto-compaction keeps this many
-	serverTokenPrefix   = "gorun-rdzv-" // initial cluster token prefix
-	serverScheme        = "http"        // members and clients speak plain HTTP/2 on the LAN
+	serverSnapshotCount = 10000     // raft entries between snapshots (etcd: 100000)
+	serverQuotaBytes    = 256 << 20 // backend size before a NOSPACE alarm (etcd: 2 GiB)
+	serverKeepRevisions = "10000"   // revision-mode auto-compaction keeps this many
+	serverScheme        = "http"    // members and clients speak plain HTTP/2 on the LAN
 )
 
-// ServerConfig describes one embedded etcd member.
-type ServerConfig struct {
+// Config describes one embedded etcd member.
+type Config struct {
 	// Name is the member name, e.g. the host. Required.
 	Name string
 	// DataDir holds the member's WAL and database. Required.
@@ -62,7 +64,7 @@ type ServerConfig struct {
 	// Heartbeat and ElectionTimeout are raft's timings (0: 100 ms and 1 s,
 	// suitable for a LAN). ElectionTimeout must be at least 5 heartbeats.
 	Heartbeat, ElectionTimeout time.Duration
-	// StartTimeout bounds StartServer's wait for the member to be ready,
+	// StartTimeout bounds Start's wait for the member to be ready,
 	// which needs a quorum of InitialCluster up (0: 60 s).
 	StartTimeout time.Duration
 	// UnsafeNoFsync skips fsync: for tests only, a crash loses data.
@@ -73,7 +75,7 @@ type ServerConfig struct {
 }
 
 // Validate reports the first problem of c, naming the field.
-func (c ServerConfig) Validate() error {
+func (c Config) Validate() error {
 	if c.Name == "" {
 		return errors.New("rendezvous: server: empty member name")
 	}
@@ -112,7 +114,7 @@ func (c ServerConfig) Validate() error {
 	if c.Heartbeat < 0 || c.ElectionTimeout < 0 || c.StartTimeout < 0 {
 		return errors.New("rendezvous: server: negative heartbeat, election or start timeout")
 	}
-	hb, el := cmp0(c.Heartbeat, DefaultHeartbeat), cmp0(c.ElectionTimeout, DefaultElectionTimeout)
+	hb, el := cmp.Or(c.Heartbeat, DefaultHeartbeat), cmp.Or(c.ElectionTimeout, DefaultElectionTimeout)
 	if hb < time.Millisecond || el < 5*hb {
 		return fmt.Errorf("rendezvous: server: election timeout %s must be at least 5 heartbeats of %s (>= 1ms)", el, hb)
 	}
@@ -134,13 +136,6 @@ func checkAddr(what, addr string) error {
 	return nil
 }
 
-func cmp0(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
-}
-
 // Server is one running embedded etcd member.
 type Server struct {
 	etcd      *embed.Etcd
@@ -154,13 +149,13 @@ type Server struct {
 	closeErr  error
 }
 
-// StartServer starts the member described by cfg and returns once it is
+// Start starts the member described by cfg and returns once it is
 // ready to serve clients, which needs a quorum of cfg.InitialCluster up.
 // Host names in the addresses are resolved to their first IPv4 address.
 // It gives up, stops the member and returns an error when ctx ends, when
 // cfg.StartTimeout passes, or when etcd fails to start (a port in use, a
 // data dir of another cluster). It does not retry.
-func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
+func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -181,7 +176,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("rendezvous: start etcd member %s at %s: %w", cfg.Name, cfg.ClientAddr, err)
 	}
 	s.etcd = e
-	timeout := cmp0(cfg.StartTimeout, DefaultStartTimeout)
+	timeout := cmp.Or(cfg.StartTimeout, DefaultStartTimeout)
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	var fail error
@@ -203,7 +198,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 
 // embedConfig translates cfg into etcd's configuration, resolving host
 // names to addresses.
-func embedConfig(ctx context.Context, cfg ServerConfig, closing *atomic.Bool) (*embed.Config, error) {
+func embedConfig(ctx context.Context, cfg Config, closing *atomic.Bool) (*embed.Config, error) {
 	clientURL, err := resolveURL(ctx, cfg.ClientAddr)
 	if err != nil {
 		return nil, err
@@ -235,7 +230,7 @@ func embedConfig(ctx context.Context, cfg ServerConfig, closing *atomic.Bool) (*
 	if token == "" {
 		h := fnv.New64a()
 		h.Write([]byte(strings.Join(parts, ",")))
-		token = serverTokenPrefix + strconv.FormatUint(h.Sum64(), 36)
+		token = ClusterTokenPrefix + strconv.FormatUint(h.Sum64(), 36)
 	}
 
 	e := embed.NewConfig()
@@ -248,8 +243,8 @@ func embedConfig(ctx context.Context, cfg ServerConfig, closing *atomic.Bool) (*
 	e.InitialCluster = strings.Join(parts, ",")
 	e.InitialClusterToken = token
 	e.ClusterState = embed.ClusterStateFlagNew
-	e.TickMs = uint(cmp0(cfg.Heartbeat, DefaultHeartbeat) / time.Millisecond)
-	e.ElectionMs = uint(cmp0(cfg.ElectionTimeout, DefaultElectionTimeout) / time.Millisecond)
+	e.TickMs = uint(cmp.Or(cfg.Heartbeat, DefaultHeartbeat) / time.Millisecond)
+	e.ElectionMs = uint(cmp.Or(cfg.ElectionTimeout, DefaultElectionTimeout) / time.Millisecond)
 	e.SnapshotCount = serverSnapshotCount
 	e.AutoCompactionMode = embed.CompactorModeRevision
 	e.AutoCompactionRetention = serverKeepRevisions
@@ -344,174 +339,4 @@ func (s *Server) removeData() error {
 		return fmt.Errorf("rendezvous: remove etcd data dir: %w", err)
 	}
 	return nil
-}
-
-// zerologCore is a zap core that passes etcd's warnings and errors to a
-// zerolog logger and drops the rest. Warnings that every start or stop
-// of a healthy member gives, and everything logged once closing is set,
-// go out at debug level: a clean shutdown is not an error.
-type zerologCore struct {
-	log     zerolog.Logger
-	fields  []zapcore.Field
-	closing *atomic.Bool // nil: never closing
-}
-
-// routineWarning says whether etcd logs msg at warn or error level on
-// every start of an embedded member, through no fault of anyone's.
-func routineWarning(msg string) bool {
-	switch msg {
-	case "Running http and grpc server on single port. This is not recommended for production.",
-		"simple token is not cryptographically signed",
-		"Failed to detect schema version",
-		"failed to update storage version":
-		return true
-	}
-	return false
-}
-
-func (c zerologCore) Enabled(l zapcore.Level) bool { return l >= zapcore.WarnLevel }
-
-func (c zerologCore) With(fields []zapcore.Field) zapcore.Core {
-	return zerologCore{log: c.log, fields: append(slices.Clip(c.fields), fields...), closing: c.closing}
-}
-
-func (c zerologCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
-	if c.Enabled(e.Level) {
-		return ce.AddCore(e, c)
-	}
-	return ce
-}
-
-func (c zerologCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
-	level := zerolog.ErrorLevel
-	switch {
-	case routineWarning(e.Message) || (c.closing != nil && c.closing.Load()):
-		level = zerolog.DebugLevel
-	case e.Level == zapcore.WarnLevel:
-		level = zerolog.WarnLevel
-	}
-	ev := c.log.WithLevel(level)
-	if ev == nil {
-		return nil
-	}
-	enc := zapcore.NewMapObjectEncoder()
-	for _, f := range c.fields {
-		f.AddTo(enc)
-	}
-	for _, f := range fields {
-		f.AddTo(enc)
-	}
-	ev.Fields(enc.Fields).Msg(e.Message)
-	return nil
-}
-
-func (c zerologCore) Sync() error { return nil }
-
-// EmbeddedMember is one node of a job that hosts an etcd member.
-type EmbeddedMember struct {
-	Name       string // member name: the node name
-	Host       string // the node name, as in the nodelist
-	ClientPort int
-	PeerPort   int
-}
-
-// EmbeddedPlan says which nodes of a job host etcd members and where
-// clients find them.
-type EmbeddedPlan struct {
-	Members   []EmbeddedMember
-	Endpoints []string // client host:port of every member, in Members order
-}
-
-// Embedded etcd ports: 30000-32767, above the MASTER_PORT range
-// 15000-29999 the launcher derives and below Linux's default ephemeral
-// range (32768-60999), so neither a worker's store nor an outgoing
-// connection takes them. A job gets a pair (client, client+1).
-const (
-	embeddedPortBase  = 30000
-	embeddedPortPairs = (32768 - embeddedPortBase) / 2
-	embeddedQuorum    = 3
-)
-
-// PlanEmbedded places a job's embedded etcd: one member on the first node
-// for one or two nodes, a three-member cluster on the first three nodes
-// otherwise (it survives the loss of any one of them). Ports are a pure
-// function of jobID (a numeric SLURM job id maps consecutive jobs to
-// different ports), in 30000-32767; every member uses the same pair, which
-// is safe because each binds its own node's address. No nodes: an empty
-// plan.
-func PlanEmbedded(jobID string, nodes []string) EmbeddedPlan {
-	var slot uint64
-	if n, err := strconv.ParseUint(jobID, 10, 64); err == nil {
-		slot = n % embeddedPortPairs
-	} else {
-		h := fnv.New64a()
-		h.Write([]byte(jobID))
-		slot = h.Sum64() % embeddedPortPairs
-	}
-	client := embeddedPortBase + 2*int(slot)
-	count := 1
-	if len(nodes) >= embeddedQuorum {
-		count = embeddedQuorum
-	}
-	count = min(count, len(nodes))
-	var p EmbeddedPlan
-	for _, node := range nodes[:count] {
-		p.Members = append(p.Members, EmbeddedMember{Name: node, Host: node, ClientPort: client, PeerPort: client + 1})
-		p.Endpoints = append(p.Endpoints, net.JoinHostPort(node, strconv.Itoa(client)))
-	}
-	return p
-}
-
-// MemberFor returns the member that host runs, if any.
-func (p EmbeddedPlan) MemberFor(host string) (EmbeddedMember, bool) {
-	for _, m := range p.Members {
-		if m.Host == host {
-			return m, true
-		}
-	}
-	return EmbeddedMember{}, false
-}
-
-// ServerConfig returns the configuration member m of the plan starts with:
-// listening on its host's address, the plan's members as the initial
-// cluster, a cluster token from jobID, and a data dir
-// tmpDir/gorun-etcd-<jobID>-<member> removed on Close. tmpDir is the
-// node's scratch space ($SLURM_TMPDIR, else $TMPDIR, else /tmp).
-func (p EmbeddedPlan) ServerConfig(m EmbeddedMember, jobID, tmpDir string, log zerolog.Logger) ServerConfig {
-	cluster := make(map[string]string, len(p.Members))
-	for _, o := range p.Members {
-		cluster[o.Name] = net.JoinHostPort(o.Host, strconv.Itoa(o.PeerPort))
-	}
-	return ServerConfig{
-		Name:           m.Name,
-		DataDir:        filepath.Join(tmpDir, "gorun-etcd-"+safeName(jobID)+"-"+safeName(m.Name)),
-		RemoveDataDir:  true,
-		ClientAddr:     net.JoinHostPort(m.Host, strconv.Itoa(m.ClientPort)),
-		PeerAddr:       cluster[m.Name],
-		InitialCluster: cluster,
-		ClusterToken:   serverTokenPrefix + jobID,
-		Log:            log,
-	}
-}
-
-// ScratchDir is the node's scratch directory for embedded etcd data:
-// $SLURM_TMPDIR, else $TMPDIR, else /tmp. getenv is os.Getenv in
-// production.
-func ScratchDir(getenv func(string) string) string {
-	for _, name := range []string{"SLURM_TMPDIR", "TMPDIR"} {
-		if dir := getenv(name); dir != "" {
-			return dir
-		}
-	}
-	return "/tmp"
-}
-
-// safeName keeps a path element to letters, digits, '.', '-' and '_'.
-func safeName(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_' {
-			return r
-		}
-		return '_'
-	}, s)
 }

@@ -1,4 +1,4 @@
-package rendezvous_test
+package etcdstore_test
 
 import (
 	"context"
@@ -13,7 +13,11 @@ import (
 
 	"github.com/gorun/gorun/internal/etcdtest"
 	"github.com/gorun/gorun/rendezvous"
+	"github.com/gorun/gorun/rendezvous/etcdstore"
 )
+
+// testTTL is the lease TTL of the stores under test.
+const testTTL = 2 * time.Second
 
 // sessionWait bounds each wait for a session change (the changes come a
 // lease TTL or so after their cause; this only stops a broken test).
@@ -52,7 +56,7 @@ func leaseOf(t *testing.T, client *clientv3.Client, key string) (clientv3.LeaseI
 func TestEtcdSessionRenewedAfterExpiry(t *testing.T) {
 	eps := etcdtest.Start(t).Endpoints()
 	admin := etcdtest.NewClient(t, eps...)
-	store, err := rendezvous.NewEtcdStore(context.Background(), etcdtest.NewClient(t, eps...), rendezvous.Incarnation{RunID: "job"}, testTTL)
+	store, err := etcdstore.New(context.Background(), etcdtest.NewClient(t, eps...), etcdstore.Incarnation{RunID: "job"}, testTTL)
 	require.NoError(t, err)
 	defer store.Close()
 	ctx := context.Background()
@@ -103,7 +107,7 @@ func TestEtcdSessionKeepsALeaseEtcdStillHolds(t *testing.T) {
 	eps := etcdtest.Start(t).Endpoints()
 	admin := etcdtest.NewClient(t, eps...)
 	proxy := startProxy(t, strings.TrimPrefix(eps[0], "http://"))
-	store, err := rendezvous.NewEtcdStore(context.Background(), etcdtest.NewClient(t, proxy.endpoint()), rendezvous.Incarnation{RunID: "job"}, testTTL)
+	store, err := etcdstore.New(context.Background(), etcdtest.NewClient(t, proxy.endpoint()), etcdstore.Incarnation{RunID: "job"}, testTTL)
 	require.NoError(t, err)
 	defer store.Close()
 	ctx := context.Background()

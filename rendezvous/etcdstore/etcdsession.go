@@ -1,4 +1,4 @@
-package rendezvous
+package etcdstore
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/gorun/gorun/rendezvous"
 )
 
 // restorePoll is how often a lost session asks etcd again.
@@ -26,7 +28,7 @@ type etcdSession struct {
 	mu      sync.Mutex
 	lease   clientv3.LeaseID
 	leased  map[string]string // key -> the value last put under the lease
-	state   Session
+	state   rendezvous.Session
 	changed chan struct{} // closed and replaced when state changes
 	// recheck tells the keeper to leave its keep-alives: CheckSession
 	// found the lease gone. Sent to and drained under mu.
@@ -51,7 +53,7 @@ func newEtcdSession(ctx context.Context, client *clientv3.Client, kv clientv3.KV
 	s := &etcdSession{
 		client: client, kv: kv, ttl: ttl,
 		lease: grant.ID, leased: map[string]string{},
-		state:   Session{Live: true, Since: time.Now()},
+		state:   rendezvous.Session{Live: true, Since: time.Now()},
 		changed: make(chan struct{}), recheck: make(chan struct{}, 1),
 		cancel: cancel, done: make(chan struct{}),
 	}
@@ -193,7 +195,7 @@ func (s *etcdSession) lost() {
 	if !s.state.Live {
 		return
 	}
-	s.state = Session{Live: false, Since: time.Now(), Outages: s.state.Outages + 1, Renewed: s.state.Renewed}
+	s.state = rendezvous.Session{Live: false, Since: time.Now(), Outages: s.state.Outages + 1, Renewed: s.state.Renewed}
 	select {
 	case s.recheck <- struct{}{}:
 	default:
@@ -209,7 +211,7 @@ func (s *etcdSession) live(renewed bool) {
 	case <-s.recheck: // the loss it reported is the one just repaired
 	default:
 	}
-	s.state = Session{Live: true, Since: time.Now(), Outages: s.state.Outages, Renewed: renewed}
+	s.state = rendezvous.Session{Live: true, Since: time.Now(), Outages: s.state.Outages, Renewed: renewed}
 	s.notifyLocked()
 }
 
@@ -218,7 +220,7 @@ func (s *etcdSession) notifyLocked() {
 	s.changed = make(chan struct{})
 }
 
-func (s *etcdSession) snapshot() (Session, <-chan struct{}) {
+func (s *etcdSession) snapshot() (rendezvous.Session, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.state, s.changed

@@ -1,4 +1,4 @@
-package rendezvous_test
+package etcdstore_test
 
 import (
 	"context"
@@ -24,7 +24,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gorun/gorun/internal/etcdtest"
-	"github.com/gorun/gorun/rendezvous"
+	"github.com/gorun/gorun/rendezvous/etcdembed"
+	"github.com/gorun/gorun/rendezvous/etcdstore"
 )
 
 func dialCtx(t *testing.T) context.Context {
@@ -38,25 +39,25 @@ func TestClientConfigFromConf(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		conf map[string]string
-		want rendezvous.ClientConfig
+		want etcdstore.ClientConfig
 		err  string
 	}{
-		{"empty", nil, rendezvous.ClientConfig{Endpoints: eps}, ""},
+		{"empty", nil, etcdstore.ClientConfig{Endpoints: eps}, ""},
 		{"all", map[string]string{
 			"cacert": "/ca.pem", "cert": "/c.pem", "key": "/k.pem", "user": "u", "password": "p",
 			"dial_timeout": "2s", "connect_timeout": "90", "join_timeout": "600", "last_call_timeout": "x",
-		}, rendezvous.ClientConfig{
+		}, etcdstore.ClientConfig{
 			Endpoints: eps, CACert: "/ca.pem", Cert: "/c.pem", Key: "/k.pem", User: "u", Password: "p",
 			DialTimeout: 2 * time.Second, Patience: 90 * time.Second,
 		}, ""},
-		{"fractional seconds", map[string]string{"dial_timeout": "0.5"}, rendezvous.ClientConfig{Endpoints: eps, DialTimeout: 500 * time.Millisecond}, ""},
-		{"bad duration", map[string]string{"connect_timeout": "soon"}, rendezvous.ClientConfig{}, "--rdzv-conf connect_timeout=soon: want a duration like 30s or a number of seconds"},
-		{"zero duration", map[string]string{"dial_timeout": "0s"}, rendezvous.ClientConfig{}, "--rdzv-conf dial_timeout=0s: want a positive duration"},
-		{"cert without key", map[string]string{"cert": "/c.pem"}, rendezvous.ClientConfig{}, "cert= and key= go together"},
-		{"user without password", map[string]string{"user": "u"}, rendezvous.ClientConfig{}, "user= and password= go together"},
+		{"fractional seconds", map[string]string{"dial_timeout": "0.5"}, etcdstore.ClientConfig{Endpoints: eps, DialTimeout: 500 * time.Millisecond}, ""},
+		{"bad duration", map[string]string{"connect_timeout": "soon"}, etcdstore.ClientConfig{}, "--rdzv-conf connect_timeout=soon: want a duration like 30s or a number of seconds"},
+		{"zero duration", map[string]string{"dial_timeout": "0s"}, etcdstore.ClientConfig{}, "--rdzv-conf dial_timeout=0s: want a positive duration"},
+		{"cert without key", map[string]string{"cert": "/c.pem"}, etcdstore.ClientConfig{}, "cert= and key= go together"},
+		{"user without password", map[string]string{"user": "u"}, etcdstore.ClientConfig{}, "user= and password= go together"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := rendezvous.ClientConfigFromConf(eps, tc.conf)
+			got, err := etcdstore.ClientConfigFromConf(eps, tc.conf)
 			if tc.err != "" {
 				require.ErrorContains(t, err, tc.err)
 				return
@@ -65,9 +66,9 @@ func TestClientConfigFromConf(t *testing.T) {
 			require.Equal(t, tc.want, got)
 		})
 	}
-	_, err := rendezvous.ClientConfigFromConf([]string{"ftp://x:1"}, nil)
+	_, err := etcdstore.ClientConfigFromConf([]string{"ftp://x:1"}, nil)
 	require.ErrorContains(t, err, `etcd endpoint "ftp://x:1": want host:port, http://host:port or https://host:port`)
-	_, err = rendezvous.ClientConfigFromConf(nil, nil)
+	_, err = etcdstore.ClientConfigFromConf(nil, nil)
 	require.ErrorContains(t, err, "no etcd endpoint")
 }
 
@@ -75,7 +76,7 @@ func TestDialDeadEndpointGivesUpWithTheCause(t *testing.T) {
 	ports, err := etcdtest.FreePorts(1)
 	require.NoError(t, err)
 	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
-	_, err = rendezvous.Dial(dialCtx(t), rendezvous.ClientConfig{Endpoints: []string{addr}, Patience: 300 * time.Millisecond})
+	_, err = etcdstore.Dial(dialCtx(t), etcdstore.ClientConfig{Endpoints: []string{addr}, Patience: 300 * time.Millisecond})
 	require.EqualError(t, err, "rendezvous: no etcd answered at "+addr+" within 300ms (last error: connection refused)")
 }
 
@@ -84,7 +85,7 @@ func TestDialStopsWithItsContext(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	_, err = rendezvous.Dial(ctx, rendezvous.ClientConfig{Endpoints: []string{"127.0.0.1:" + strconv.Itoa(ports[0])}})
+	_, err = etcdstore.Dial(ctx, etcdstore.ClientConfig{Endpoints: []string{"127.0.0.1:" + strconv.Itoa(ports[0])}})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorContains(t, err, "rendezvous: dial etcd at 127.0.0.1:")
 }
@@ -92,20 +93,20 @@ func TestDialStopsWithItsContext(t *testing.T) {
 func TestDialWaitsForALateServer(t *testing.T) {
 	ports, err := etcdtest.FreePorts(2)
 	require.NoError(t, err)
-	cfg := rendezvous.ServerConfig{
+	cfg := etcdembed.Config{
 		Name: "late", DataDir: t.TempDir(), UnsafeNoFsync: true,
 		ClientAddr: "127.0.0.1:" + strconv.Itoa(ports[0]), PeerAddr: "127.0.0.1:" + strconv.Itoa(ports[1]),
 		Heartbeat: 10 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond,
 	}
-	started := make(chan *rendezvous.Server, 1)
+	started := make(chan *etcdembed.Server, 1)
 	startErr := make(chan error, 1)
 	go func() {
 		time.Sleep(300 * time.Millisecond)
-		s, err := rendezvous.StartServer(context.Background(), cfg)
+		s, err := etcdembed.Start(context.Background(), cfg)
 		startErr <- err
 		started <- s
 	}()
-	cli, err := rendezvous.Dial(dialCtx(t), rendezvous.ClientConfig{Endpoints: []string{cfg.ClientAddr}, Patience: 20 * time.Second})
+	cli, err := etcdstore.Dial(dialCtx(t), etcdstore.ClientConfig{Endpoints: []string{cfg.ClientAddr}, Patience: 20 * time.Second})
 	require.NoError(t, <-startErr)
 	s := <-started
 	defer s.Close()
@@ -117,7 +118,7 @@ func TestDialWaitsForALateServer(t *testing.T) {
 
 func TestDialEmbeddedPutGet(t *testing.T) {
 	s := etcdtest.Start(t)
-	cli, err := rendezvous.Dial(dialCtx(t), rendezvous.ClientConfig{Endpoints: s.Endpoints()})
+	cli, err := etcdstore.Dial(dialCtx(t), etcdstore.ClientConfig{Endpoints: s.Endpoints()})
 	require.NoError(t, err)
 	defer cli.Close()
 	_, err = cli.Put(dialCtx(t), "k", "v")
@@ -132,18 +133,18 @@ func TestDialTLSFilesMissing(t *testing.T) {
 	ca := writeCA(t, dir)
 	for _, tc := range []struct {
 		name string
-		cfg  rendezvous.ClientConfig
+		cfg  etcdstore.ClientConfig
 		want string
 	}{
-		{"cacert", rendezvous.ClientConfig{CACert: filepath.Join(dir, "nope.pem")}, "rendezvous: TLS cacert: open " + filepath.Join(dir, "nope.pem") + ": no such file or directory"},
-		{"cacert not PEM", rendezvous.ClientConfig{CACert: writeFile(t, dir, "junk.pem", "junk")}, "rendezvous: TLS cacert " + filepath.Join(dir, "junk.pem") + ": no PEM certificate in it"},
-		{"cert", rendezvous.ClientConfig{CACert: ca, Cert: filepath.Join(dir, "c.pem"), Key: ca}, "rendezvous: TLS cert: open " + filepath.Join(dir, "c.pem") + ": no such file or directory"},
-		{"key", rendezvous.ClientConfig{Cert: ca, Key: filepath.Join(dir, "k.pem")}, "rendezvous: TLS key: open " + filepath.Join(dir, "k.pem") + ": no such file or directory"},
-		{"key not a key", rendezvous.ClientConfig{Cert: ca, Key: ca}, "rendezvous: TLS cert=" + ca + " key=" + ca + ": tls:"},
+		{"cacert", etcdstore.ClientConfig{CACert: filepath.Join(dir, "nope.pem")}, "rendezvous: TLS cacert: open " + filepath.Join(dir, "nope.pem") + ": no such file or directory"},
+		{"cacert not PEM", etcdstore.ClientConfig{CACert: writeFile(t, dir, "junk.pem", "junk")}, "rendezvous: TLS cacert " + filepath.Join(dir, "junk.pem") + ": no PEM certificate in it"},
+		{"cert", etcdstore.ClientConfig{CACert: ca, Cert: filepath.Join(dir, "c.pem"), Key: ca}, "rendezvous: TLS cert: open " + filepath.Join(dir, "c.pem") + ": no such file or directory"},
+		{"key", etcdstore.ClientConfig{Cert: ca, Key: filepath.Join(dir, "k.pem")}, "rendezvous: TLS key: open " + filepath.Join(dir, "k.pem") + ": no such file or directory"},
+		{"key not a key", etcdstore.ClientConfig{Cert: ca, Key: ca}, "rendezvous: TLS cert=" + ca + " key=" + ca + ": tls:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.Endpoints = []string{"127.0.0.1:1"}
-			_, err := rendezvous.Dial(dialCtx(t), tc.cfg)
+			_, err := etcdstore.Dial(dialCtx(t), tc.cfg)
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
@@ -155,7 +156,7 @@ func TestDialTLSAgainstPlainServer(t *testing.T) {
 	s := etcdtest.Start(t)
 	ca := writeCA(t, t.TempDir())
 	hostport := s.Endpoints()[0][len("http://"):]
-	_, err := rendezvous.Dial(dialCtx(t), rendezvous.ClientConfig{Endpoints: []string{hostport}, CACert: ca, Patience: 500 * time.Millisecond})
+	_, err := etcdstore.Dial(dialCtx(t), etcdstore.ClientConfig{Endpoints: []string{hostport}, CACert: ca, Patience: 500 * time.Millisecond})
 	require.EqualError(t, err, "rendezvous: no etcd answered at "+hostport+" within 500ms (last error: no TLS handshake (for an etcd without TLS, use http:// endpoints))")
 }
 
@@ -170,10 +171,10 @@ func TestDialAuth(t *testing.T) {
 	_, err = admin.AuthEnable(ctx)
 	require.NoError(t, err)
 
-	_, err = rendezvous.Dial(ctx, rendezvous.ClientConfig{Endpoints: s.Endpoints(), User: "root", Password: "wrong", Patience: time.Hour})
+	_, err = etcdstore.Dial(ctx, etcdstore.ClientConfig{Endpoints: s.Endpoints(), User: "root", Password: "wrong", Patience: time.Hour})
 	require.ErrorContains(t, err, "authentication failed")
 
-	cli, err := rendezvous.Dial(ctx, rendezvous.ClientConfig{Endpoints: s.Endpoints(), User: "root", Password: "secret"})
+	cli, err := etcdstore.Dial(ctx, etcdstore.ClientConfig{Endpoints: s.Endpoints(), User: "root", Password: "secret"})
 	require.NoError(t, err)
 	defer cli.Close()
 	_, err = cli.Put(ctx, "k", "v")
@@ -185,7 +186,7 @@ func TestDialAuth(t *testing.T) {
 func TestDebianEtcdServesOurClient(t *testing.T) {
 	s := etcdtest.StartDebian(t)
 	ctx := dialCtx(t)
-	cli, err := rendezvous.Dial(ctx, rendezvous.ClientConfig{Endpoints: s.Endpoints()})
+	cli, err := etcdstore.Dial(ctx, etcdstore.ClientConfig{Endpoints: s.Endpoints()})
 	require.NoError(t, err)
 	defer cli.Close()
 
@@ -313,7 +314,7 @@ func TestDialTLS(t *testing.T) {
 		t.Fatal("TLS etcd not ready")
 	}
 
-	cli, err := rendezvous.Dial(dialCtx(t), rendezvous.ClientConfig{
+	cli, err := etcdstore.Dial(dialCtx(t), etcdstore.ClientConfig{
 		Endpoints: []string{hostport}, CACert: caPath, Cert: clientCert, Key: clientKey,
 	})
 	require.NoError(t, err)
@@ -322,7 +323,7 @@ func TestDialTLS(t *testing.T) {
 	require.NoError(t, err)
 
 	otherCA := writeCA(t, t.TempDir())
-	_, err = rendezvous.Dial(dialCtx(t), rendezvous.ClientConfig{
+	_, err = etcdstore.Dial(dialCtx(t), etcdstore.ClientConfig{
 		Endpoints: []string{hostport}, CACert: otherCA, Cert: clientCert, Key: clientKey, Patience: time.Hour,
 	})
 	require.ErrorContains(t, err, "rendezvous: etcd at "+hostport+": tls: failed to verify certificate: x509: certificate signed by unknown authority")

@@ -1,0 +1,2 @@
+// Package etcdstore is the rendezvous's Store over an etcd v3 client: dialling etcd, one agent's leased session that outlives outages, a run id's incarnations, and reading a job's status.
+package etcdstore

@@ -1,0 +1,16 @@
+package rendezvous
+
+// The keys of an incarnation, relative to its prefix, as the protocol
+// writes them: for code that manages or reads a job's keys outside the
+// protocol (the etcd store, gorun status).
+const (
+	KeyState    = keyState    // the round's State, changed by compare-and-swap
+	PrefixNodes = prefixNodes // one leased Member per registered agent
+	PrefixWait  = prefixWait  // one leased Member per agent waiting for the next round
+	PrefixFail  = prefixFail  // the failure reports, unleased
+)
+
+// DecodeFailures returns the failure reports among kvs (keys under
+// PrefixFail), each with its Revision, in causal order (OrderFailures);
+// a value that is not a report is left out.
+func DecodeFailures(kvs []KV) []Failure { return decodeFailures(kvs) }
