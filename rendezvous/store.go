@@ -70,8 +70,9 @@ type Store interface {
 	// re-established in the background.
 	CheckSession(ctx context.Context) bool
 	// Retain attaches the job's unleased keys (state, failure reports) to
-	// a lease of a retention TTL (etcdstore.RetentionTTL): called once the job closed, so a finished
-	// job stays readable for a while and then goes.
+	// a lease of a retention TTL (etcdstore.RetentionTTL): called once the
+	// job closed, so a finished job stays readable for a while and then
+	// goes.
 	Retain(ctx context.Context) error
 	// Close ends the session, releasing the lease (its leased keys are
 	// deleted at once).

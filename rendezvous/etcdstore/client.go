@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -184,7 +183,8 @@ func (c ClientConfig) tlsConfig() (*tls.Config, error) {
 //
 //	rendezvous: no etcd answered at 127.0.0.1:2379 within 30s (last error: connection refused)
 //
-// It fails at once on bad TLS files or rejected credentials, and returns
+// It fails at once on bad TLS files, rejected credentials or any other
+// answer that retrying cannot change (see transient), and returns
 // ctx's error when ctx ends first. The caller closes the client; etcd's
 // own client logs are silenced.
 func Dial(ctx context.Context, cfg ClientConfig) (*clientv3.Client, error) {
@@ -237,12 +237,12 @@ func Dial(ctx context.Context, cfg ClientConfig) (*clientv3.Client, error) {
 		if err == nil {
 			return cli, nil
 		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("rendezvous: dial etcd at %s: %w", strings.Join(cfg.Endpoints, ","), ctx.Err())
+		}
 		var perm *backoff.PermanentError
 		if errors.As(err, &perm) {
 			return nil, fmt.Errorf("rendezvous: etcd at %s: %w", strings.Join(cfg.Endpoints, ","), perm.Err)
-		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("rendezvous: dial etcd at %s: %w", strings.Join(cfg.Endpoints, ","), ctx.Err())
 		}
 		if deadlineCtx.Err() == nil || last == nil {
 			last = err // an attempt cut short by the deadline says less than the one before
@@ -306,23 +306,6 @@ func probe(ctx context.Context, ep string, tlsCfg *tls.Config) error {
 // errNoHandshake is a TLS handshake that got no answer in time or a
 // hang-up: what a plain-HTTP etcd does with a TLS client.
 var errNoHandshake = errors.New("no TLS handshake (for an etcd without TLS, use http:// endpoints)")
-
-// classify marks errors that retrying cannot cure as permanent.
-func classify(err error) error {
-	switch {
-	case errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrGRPCAuthFailed),
-		errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, rpctypes.ErrGRPCPermissionDenied),
-		errors.Is(err, rpctypes.ErrUserEmpty), errors.Is(err, rpctypes.ErrGRPCUserEmpty):
-		return backoff.Permanent(err)
-	}
-	var certErr *tls.CertificateVerificationError
-	var alert tls.AlertError
-	var recordErr tls.RecordHeaderError
-	if errors.As(err, &certErr) || errors.As(err, &alert) || errors.As(err, &recordErr) {
-		return backoff.Permanent(err) // a bad certificate, or TLS against a plain server
-	}
-	return err
-}
 
 // describe shortens a dial error to its cause: "connection refused"
 // rather than "dial tcp 127.0.0.1:2379: connect: connection refused".

@@ -9,12 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/namespace"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/gorun/gorun/rendezvous"
 )
@@ -74,52 +71,6 @@ func New(ctx context.Context, client *clientv3.Client, inc Incarnation, ttl time
 	}
 	s.session = session
 	return s, nil
-}
-
-// Calls to etcd are retried: a request in flight to a member that just
-// died is lost, and etcd answers it only after its request timeout; an
-// etcd that is down or frozen answers nothing until it is back.
-const (
-	callTimeout  = 3 * time.Second  // one attempt
-	callPatience = 20 * time.Second // all attempts, unless WithPatience
-)
-
-// retry runs call until it succeeds, fails for good (see transient), ctx
-// ends or patience passes, each attempt bounded by callTimeout, with a
-// back-off between attempts. Running out of patience is an error that
-// says how long etcd did not answer.
-func retry(ctx context.Context, patience time.Duration, call func(ctx context.Context) error) error {
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 50*time.Millisecond, time.Second, patience
-	err := backoff.Retry(func() error {
-		actx, cancel := context.WithTimeout(ctx, callTimeout)
-		defer cancel()
-		err := call(actx)
-		if err != nil && (ctx.Err() != nil || !transient(err)) {
-			return backoff.Permanent(err)
-		}
-		return err
-	}, backoff.WithContext(bo, ctx))
-	if err != nil && ctx.Err() == nil && transient(err) {
-		return fmt.Errorf("etcd did not answer within %s: %w", patience, err)
-	}
-	return err
-}
-
-// transient reports whether a failed call may succeed when tried again:
-// etcd, or the way to it, is down, slow or electing a leader, or this
-// agent's lease is being re-established. Other errors (a request too
-// large, a permission refused) fail at once.
-func transient(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, rpctypes.ErrTooManyRequests) {
-		return true
-	}
-	code := status.Code(err)
-	var etcdErr rpctypes.EtcdError
-	if errors.As(err, &etcdErr) {
-		code = etcdErr.Code()
-	}
-	return code == codes.Unavailable || code == codes.DeadlineExceeded || code == codes.Aborted
 }
 
 func (s *etcdStore) List(ctx context.Context, prefix string) ([]rendezvous.KV, int64, error) {
