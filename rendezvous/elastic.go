@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -13,10 +12,6 @@ import (
 
 	"github.com/rs/zerolog"
 )
-
-// freezeFallback is how long agents other than a round's first joiner
-// wait for it to freeze the round before they do.
-const freezeFallback = 2 * time.Second
 
 // ErrEtcdUnreachable means etcd did not answer for JoinTimeout while this
 // agent needed it: to form a round, or to report how its workers ended.
@@ -80,11 +75,13 @@ func (c Config) Validate() error {
 }
 
 // Elastic is one agent's handle on an elastic job over a Store. Its methods
-// are called from the agent's one goroutine, except Watch's channel.
+// are called from the agent's one goroutine, except Watch's channel. In
+// the background it follows its own keys (agentView) and, while it holds
+// the leader key, aggregates the job (see campaign).
 type Elastic struct {
 	cfg    Config
 	store  Store
-	view   *view
+	agent  *agentView
 	log    zerolog.Logger
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -106,17 +103,19 @@ func Join(ctx context.Context, store Store, cfg Config) (*Elastic, error) {
 		return nil, err
 	}
 	vctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	e := &Elastic{cfg: cfg, store: store, view: newView(), cancel: cancel, last: -1,
+	e := &Elastic{cfg: cfg, store: store, agent: newAgentView(cfg.Self.ID), cancel: cancel, last: -1,
 		log: cfg.Log.With().Str("component", "rendezvous").Logger()}
-	e.wg.Add(2)
-	go func() {
-		defer e.wg.Done()
-		e.view.run(vctx, store)
-	}()
-	go func() {
-		defer e.wg.Done()
-		e.followSession(vctx)
-	}()
+	for _, run := range []func(context.Context){
+		func(ctx context.Context) { e.agent.run(ctx, store) },
+		e.followSession,
+		e.campaign,
+	} {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			run(vctx)
+		}()
+	}
 	return e, nil
 }
 
@@ -142,9 +141,9 @@ func (e *Elastic) cas(ctx context.Context, rev int64, from, next State) error {
 	if err != nil {
 		return err
 	}
-	won, err := e.store.CompareAndSwap(ctx, keyState, rev, data)
+	won, err := e.store.Txn(ctx, keyState, rev, KV{Key: keyState, Value: data})
 	if won {
-		e.log.Info().Int("round", next.Round).Str("from", string(from.Phase)).Str("to", string(next.Phase)).Str("reason", next.Reason).Msg("round state")
+		e.logTransition(from, next)
 	}
 	if won && next.Phase == PhaseClosed {
 		if rerr := e.store.Retain(ctx); rerr != nil { // the job is over: its keys go after RetentionTTL
@@ -152,6 +151,10 @@ func (e *Elastic) cas(ctx context.Context, rev int64, from, next State) error {
 		}
 	}
 	return err
+}
+
+func (e *Elastic) logTransition(from, next State) {
+	e.log.Info().Int("round", next.Round).Str("from", string(from.Phase)).Str("to", string(next.Phase)).Str("reason", next.Reason).Msg("round state")
 }
 
 // Next joins the job's next round (one after any round it returned
@@ -163,17 +166,13 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 	timeout := time.NewTimer(e.cfg.JoinTimeout)
 	defer timeout.Stop()
 	joinedRound, waiting := -1, false
-	var lastCall time.Time // when the current round's last call ends; zero: MinNodes not reached
-	var lastCallTimer, freezeFallbackTimer <-chan time.Time
-	fallbackDue := false // the first joiner did not freeze in time: anyone may
 	for {
-		snap, changed := e.view.read()
-		st := snap.state
+		snap, changed := e.agent.read()
+		st, p := snap.state, snap.placement
+		placed := p.Round == st.Round
 		switch {
 		case snap.stateRev == 0:
-			if err := e.cas(ctx, 0, State{}, Initial(e.cfg.Limits, time.Now())); err != nil {
-				return Round{}, err
-			}
+			// The aggregator writes the job's first state.
 		case st.Phase == PhaseClosed:
 			return Round{}, &ClosedError{Result: st.Result, Reason: st.Reason}
 		case st.Round <= e.last:
@@ -188,158 +187,78 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 					_ = e.store.Delete(ctx, prefixWait+e.cfg.Self.ID)
 					waiting = false
 				}
-				joinedRound, lastCall, lastCallTimer = st.Round, time.Time{}, nil
-				freezeFallbackTimer, fallbackDue = nil, false
+				joinedRound = st.Round
 				e.log.Debug().Int("round", st.Round).Msg("joined round")
 			}
-			if len(snap.joined) >= e.cfg.Limits.MinNodes && lastCall.IsZero() {
-				lastCall = time.Now().Add(e.cfg.LastCall)
-				lastCallTimer = time.After(e.cfg.LastCall)
+		case placed && p.Member && st.Phase == PhaseRunning:
+			r, _ := st.RoundFor(p)
+			e.last = r.Number
+			return r, nil
+		case placed && p.Member && p.NodeRank == 0:
+			port, err := e.cfg.FreePort(e.cfg.Self.Addr)
+			if err != nil {
+				return Round{}, fmt.Errorf("rendezvous: pick MASTER_PORT on %s: %w", e.cfg.Self.Addr, err)
 			}
-			passed := !lastCall.IsZero() && !time.Now().Before(lastCall)
-			// After an outage of its own, this agent waits out the grace
-			// before it counts anyone lost or freezes without them.
-			re, lost := st.Reattribute(snap.alive)
-			settled := len(snap.joined) >= e.cfg.Limits.MaxNodes || !e.settling()
-			if len(lost) > 0 && e.missingAreLost(ctx) {
-				if err := e.recordLost(ctx, st.Round-1, st.Previous, lost); err != nil {
-					return Round{}, err
-				}
-				if err := e.cas(ctx, snap.stateRev, st, re); err != nil {
-					return Round{}, err
-				}
-			} else if len(lost) == 0 && settled && ShouldFreeze(st, len(snap.joined), len(snap.alive), e.cfg.Limits, passed) {
-				joined := slices.Clone(snap.joined)
-				sort.Slice(joined, func(i, j int) bool { return joined[i].Order < joined[j].Order })
-				joined = joined[:min(len(joined), e.cfg.Limits.MaxNodes)]
-				// The first joiner freezes; the others only if it has not
-				// after freezeFallback (it may have died), so hundreds of
-				// agents do not all send the same large transaction.
-				if joined[0].ID != e.cfg.Self.ID && !fallbackDue {
-					if freezeFallbackTimer == nil {
-						freezeFallbackTimer = time.After(freezeFallback)
-					}
-				} else {
-					next, err := st.Freeze(joined, e.cfg.Limits, time.Now())
-					if err == nil {
-						err = e.cas(ctx, snap.stateRev, st, next)
-					}
-					if err != nil {
-						return Round{}, err
-					}
-				}
+			next, err := st.Run(e.cfg.Self.Addr, port, time.Now())
+			if err == nil {
+				err = e.cas(ctx, snap.stateRev, st, next)
 			}
-		case st.Phase == PhaseFrozen || st.Phase == PhaseRunning:
-			if gone, err := e.reopenIfMembersLeft(ctx, snap); gone || err != nil {
-				if err != nil {
-					return Round{}, err
-				}
-				break
+			if err != nil {
+				return Round{}, err
 			}
-			_, rank, member := st.Member(e.cfg.Self.ID)
-			switch {
-			case member && st.Phase == PhaseRunning:
-				r, _ := st.RoundFor(e.cfg.Self.ID)
-				e.last = r.Number
-				return r, nil
-			case member && rank == 0:
-				port, err := e.cfg.FreePort(e.cfg.Self.Addr)
-				if err != nil {
-					return Round{}, fmt.Errorf("rendezvous: pick MASTER_PORT on %s: %w", e.cfg.Self.Addr, err)
-				}
-				next, err := st.Run(e.cfg.Self.Addr, port, time.Now())
-				if err == nil {
-					err = e.cas(ctx, snap.stateRev, st, next)
-				}
-				if err != nil {
-					return Round{}, err
-				}
-			case !member && !waiting:
-				if err := e.put(ctx, prefixWait+e.cfg.Self.ID, e.cfg.Self, true); err != nil {
-					return Round{}, err
-				}
-				waiting = true
-				e.log.Info().Int("round", st.Round).Int("members", len(st.Members)).Msg("round already formed: waiting for the next one")
+		case (placed || joinedRound != st.Round) && !waiting:
+			// The round formed without this node: it came late, or the
+			// round was full. The aggregator opens the next one for it
+			// when there is room.
+			if err := e.put(ctx, prefixWait+e.cfg.Self.ID, e.cfg.Self, true); err != nil {
+				return Round{}, err
 			}
+			waiting = true
+			e.log.Info().Int("round", st.Round).Int("members", st.Nodes).Msg("round already formed: waiting for the next one")
 		}
 		select {
 		case <-changed:
-		case <-lastCallTimer:
-		case <-freezeFallbackTimer:
-			freezeFallbackTimer, fallbackDue = nil, true
 		case <-timeout.C:
-			return Round{}, e.formError(st, snap)
+			return Round{}, e.formError(ctx, st)
 		case <-ctx.Done():
 			return Round{}, context.Cause(ctx)
 		}
 	}
 }
 
-func (e *Elastic) formError(st State, snap snapshot) error {
+func (e *Elastic) formError(ctx context.Context, st State) error {
 	if sess, _ := e.store.Session(); !sess.Live {
 		return fmt.Errorf("%w: no answer for %s, and no round took this node within join_timeout=%s",
 			ErrEtcdUnreachable, time.Since(sess.Since).Round(time.Second), e.cfg.JoinTimeout)
 	}
-	var hosts []string
-	for _, m := range snap.joined {
-		hosts = append(hosts, m.Host)
-	}
-	sort.Strings(hosts)
 	lim := e.cfg.Limits
-	if st.Phase == PhaseJoinable && len(snap.joined) < lim.MinNodes {
-		return fmt.Errorf("rendezvous: round %d did not form within join_timeout=%s: %d of at least %d nodes joined (%s)",
-			st.Round, e.cfg.JoinTimeout, len(snap.joined), lim.MinNodes, strings.Join(hosts, ", "))
+	if st.Phase == PhaseJoinable {
+		// Only now, on the way out, does this agent read the other
+		// nodes' keys: to say who came.
+		joined, _, err := e.store.List(ctx, roundPrefix(st.Round)+"join/")
+		if err == nil && len(joined) < lim.MinNodes {
+			var hosts []string
+			for _, kv := range joined {
+				var m Member
+				if json.Unmarshal(kv.Value, &m) == nil {
+					hosts = append(hosts, m.Host)
+				}
+			}
+			sort.Strings(hosts)
+			return fmt.Errorf("rendezvous: round %d did not form within join_timeout=%s: %d of at least %d nodes joined (%s)",
+				st.Round, e.cfg.JoinTimeout, len(hosts), lim.MinNodes, strings.Join(hosts, ", "))
+		}
 	}
 	return fmt.Errorf("rendezvous: no round took this node within join_timeout=%s (round %d is %s with %d of at most %d nodes)",
-		e.cfg.JoinTimeout, st.Round, st.Phase, len(st.Members), lim.MaxNodes)
-}
-
-// reopenIfMembersLeft opens the next round when a member of the frozen or
-// running round has no live session and counts as lost (see
-// missingAreLost). It reports whether it found one.
-func (e *Elastic) reopenIfMembersLeft(ctx context.Context, snap snapshot) (bool, error) {
-	st := snap.state
-	var gone []string
-	for i, m := range st.Members {
-		if !snap.alive[m.ID] {
-			gone = append(gone, fmt.Sprintf("%s (node %d)", m.Host, i))
-		}
-	}
-	if len(gone) == 0 || !e.missingAreLost(ctx) {
-		return false, nil
-	}
-	reason := fmt.Sprintf("node %s left (its lease expired)", strings.Join(gone, ", "))
-	if err := e.recordLost(ctx, st.Round, st.Members, e.lostMembers(snap)); err != nil {
-		return true, err
-	}
-	return true, e.cas(ctx, snap.stateRev, st, st.Next(CauseMembership, reason, e.cfg.Limits, time.Now()))
-}
-
-// reopenIfWaiting opens the next round when nodes wait to join and the
-// running round has room for them.
-func (e *Elastic) reopenIfWaiting(ctx context.Context, snap snapshot) error {
-	st := snap.state
-	var hosts []string
-	for _, m := range snap.waiting {
-		if _, _, member := st.Member(m.ID); !member && snap.alive[m.ID] {
-			hosts = append(hosts, m.Host)
-		}
-	}
-	if len(hosts) == 0 || len(st.Members) >= e.cfg.Limits.MaxNodes || st.Phase != PhaseRunning {
-		return nil
-	}
-	sort.Strings(hosts)
-	reason := fmt.Sprintf("node %s waiting to join", strings.Join(hosts, ", "))
-	return e.cas(ctx, snap.stateRev, st, st.Next(CauseMembership, reason, e.cfg.Limits, time.Now()))
+		e.cfg.JoinTimeout, st.Round, st.Phase, st.Nodes, lim.MaxNodes)
 }
 
 // Watch follows running round r and sends one End when it is over for a
 // reason that is not this node's own: another node failed, left or is
 // waiting to join (a new round opened), or the job closed. An etcd outage
 // does not end it: the round goes on once the session is re-established
-// and its members re-registered. It also takes its turn at opening the
-// next round when a member's lease expires or a node waits. The channel
-// closes after the End, or when ctx ends.
+// and its members re-registered. The channel closes after the End, or
+// when ctx ends.
 func (e *Elastic) Watch(ctx context.Context, r Round) <-chan End {
 	out := make(chan End, 1)
 	e.wg.Add(1)
@@ -347,20 +266,10 @@ func (e *Elastic) Watch(ctx context.Context, r Round) <-chan End {
 		defer e.wg.Done()
 		defer close(out)
 		for {
-			snap, changed := e.view.read()
-			st := snap.state
-			if end, over := roundOver(st, r); over {
+			snap, changed := e.agent.read()
+			if end, over := roundOver(snap.state, r); over {
 				out <- end
 				return
-			}
-			var err error
-			if gone, gerr := e.reopenIfMembersLeft(ctx, snap); gerr != nil {
-				err = gerr
-			} else if !gone {
-				err = e.reopenIfWaiting(ctx, snap)
-			}
-			if err != nil && ctx.Err() == nil {
-				e.log.Warn().Err(err).Msg("watching the round")
 			}
 			select {
 			case <-changed:
@@ -402,7 +311,7 @@ func (e *Elastic) Failed(ctx context.Context, r Round, failures []Failure) (End,
 	waited := e.cfg.LeaseTTL <= 0
 	var lossDeadline <-chan time.Time
 	for {
-		snap, changed := e.view.read()
+		snap, changed := e.agent.read()
 		st := snap.state
 		if end, over := roundOver(st, r); over {
 			return end, nil
@@ -412,9 +321,6 @@ func (e *Elastic) Failed(ctx context.Context, r Round, failures []Failure) (End,
 			if lossDeadline == nil {
 				e.log.Info().Dur("wait", e.cfg.LeaseTTL+time.Second).Msg("restart budget spent: waiting out the lease TTL for a lost node that would explain the failure")
 				lossDeadline = time.After(e.cfg.LeaseTTL + time.Second)
-			}
-			if _, err := e.reopenIfMembersLeft(ctx, snap); err != nil {
-				return End{}, err
 			}
 			select {
 			case <-changed:
@@ -432,17 +338,6 @@ func (e *Elastic) Failed(ctx context.Context, r Round, failures []Failure) (End,
 			return End{}, err
 		}
 	}
-}
-
-// lostMembers are the members of the running round with no live session.
-func (e *Elastic) lostMembers(snap snapshot) []Member {
-	var lost []Member
-	for _, m := range snap.state.Members {
-		if !snap.alive[m.ID] {
-			lost = append(lost, m)
-		}
-	}
-	return lost
 }
 
 // recordLost writes a failure report for each lost node of round, with
@@ -477,31 +372,18 @@ func ranksOf(members []Member, id string) []int {
 }
 
 // Succeeded reports that every worker of this node exited 0 in round r and
-// waits for the others: the last node to succeed closes the job as
-// succeeded. If instead a node fails or leaves, the round ends another
-// way and this node must join the next one. It returns how round r ended.
+// waits for the others: once every member did, the aggregator closes the
+// job as succeeded. If instead a node fails or leaves, the round ends
+// another way and this node must join the next one. It returns how round
+// r ended.
 func (e *Elastic) Succeeded(ctx context.Context, r Round) (End, error) {
 	if err := e.put(ctx, doneKey(r.Number, e.cfg.Self.ID), e.cfg.Self.Host, true); err != nil {
 		return End{}, err
 	}
 	for {
-		snap, changed := e.view.read()
-		st := snap.state
-		if end, over := roundOver(st, r); over {
+		snap, changed := e.agent.read()
+		if end, over := roundOver(snap.state, r); over {
 			return end, nil
-		}
-		all := true
-		for _, m := range st.Members {
-			all = all && snap.done[m.ID]
-		}
-		var err error
-		if all {
-			err = e.cas(ctx, snap.stateRev, st, st.Close(ResultSucceeded, fmt.Sprintf("the workers of all %d nodes succeeded", len(st.Members)), time.Now()))
-		} else if _, err = e.reopenIfMembersLeft(ctx, snap); err == nil {
-			err = e.reopenIfWaiting(ctx, snap)
-		}
-		if err != nil {
-			return End{}, err
 		}
 		if err := e.await(ctx, changed); err != nil {
 			return End{}, err

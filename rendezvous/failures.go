@@ -77,32 +77,22 @@ func (e *Elastic) Blame(ctx context.Context, r Round, failures []Failure) error 
 // Stalled says that this node's workers stopped making progress in round
 // r and none of them is to blame here (none is stopped or stuck in the
 // kernel). It blocks until the round ends elsewhere (false: another node
-// found the culprit) or every member of r has said the same (true for
-// exactly one of them, the first to say it: that node names its own
-// culprit). It fails when the store does or ctx ends.
+// found the culprit) or every member of r has said the same and the
+// aggregator named the judge (true for exactly one of them, the first to
+// say it: that node names its own culprit). It fails when the store does
+// or ctx ends.
 func (e *Elastic) Stalled(ctx context.Context, r Round) (bool, error) {
 	if err := e.put(ctx, stallKey(r.Number, e.cfg.Self.ID), e.cfg.Self.Host, true); err != nil {
 		return false, err
 	}
 	for {
-		snap, changed := e.view.read()
-		if _, over := roundOver(snap.state, r); over {
+		snap, changed := e.agent.read()
+		st := snap.state
+		if _, over := roundOver(st, r); over {
 			return false, nil
 		}
-		first, all := "", true
-		var firstRev int64
-		for _, m := range snap.state.Members {
-			rev, ok := snap.stalls[m.ID]
-			if !ok {
-				all = false
-				break
-			}
-			if first == "" || rev < firstRev {
-				first, firstRev = m.ID, rev
-			}
-		}
-		if all {
-			return first == e.cfg.Self.ID, nil
+		if st.Judge != "" {
+			return st.Judge == e.cfg.Self.ID, nil
 		}
 		if err := e.await(ctx, changed); err != nil {
 			return false, err
@@ -116,17 +106,17 @@ func (e *Elastic) Stalled(ctx context.Context, r Round) (bool, error) {
 // it. It returns when the job is closed, or with the error that kept it
 // from recording that.
 func (e *Elastic) Abandon(ctx context.Context, f Failure) error {
-	snap, _ := e.view.read()
+	snap, _ := e.agent.read()
 	f.Host, f.Agent, f.Rank, f.NodeRank, f.Attempt = e.cfg.Self.Host, true, -1, -1, snap.state.Round
 	f.Error = CutError(f.Error, MaxErrorBytes, "")
-	if _, rank, ok := snap.state.Member(e.cfg.Self.ID); ok {
-		f.NodeRank = rank
+	if p := snap.placement; p.Round == snap.state.Round && p.Member {
+		f.NodeRank = p.NodeRank
 	}
 	if err := e.put(ctx, fmt.Sprintf("%s%08d/agent-%s", prefixFail, f.Attempt, e.cfg.Self.ID), f, false); err != nil {
 		return err
 	}
 	for {
-		snap, changed := e.view.read()
+		snap, changed := e.agent.read()
 		st := snap.state
 		if st.Phase == PhaseClosed {
 			return nil

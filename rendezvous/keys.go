@@ -5,6 +5,7 @@ package rendezvous
 // protocol (the etcd store, gorun status).
 const (
 	KeyState    = keyState    // the round's State, changed by compare-and-swap
+	KeyRoster   = keyRoster   // the Roster of the last round that froze
 	PrefixNodes = prefixNodes // one leased Member per registered agent
 	PrefixWait  = prefixWait  // one leased Member per agent waiting for the next round
 	PrefixFail  = prefixFail  // the failure reports, unleased

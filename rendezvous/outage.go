@@ -34,7 +34,7 @@ func (e *Elastic) followSession(ctx context.Context) {
 			if prev.Live {
 				e.log.Warn().Dur("lease_ttl", e.cfg.LeaseTTL).Msg("lost contact with etcd (lease keep-alives unanswered): workers keep running; re-establishing the session")
 			}
-			wake = time.AfterFunc(time.Until(sess.Since.Add(e.cfg.JoinTimeout)), e.view.poke)
+			wake = time.AfterFunc(time.Until(sess.Since.Add(e.cfg.JoinTimeout)), e.agent.poke)
 		case !prev.Live || sess.Since != prev.Since:
 			lease := "kept"
 			if sess.Renewed {
@@ -44,11 +44,11 @@ func (e *Elastic) followSession(ctx context.Context) {
 				Msg("etcd session re-established: nodes whose keys vanished get one lease TTL to re-register")
 			wake = time.AfterFunc(time.Until(sess.Since.Add(e.cfg.LeaseTTL)), func() {
 				e.log.Info().Msg("etcd outage over: the grace to re-register ended")
-				e.view.poke()
+				e.agent.poke()
 			})
 		}
 		prev = sess
-		e.view.poke()
+		e.agent.poke()
 		select {
 		case <-changed:
 		case <-ctx.Done():

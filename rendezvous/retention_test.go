@@ -70,8 +70,13 @@ func testFinishedRunIsKeptThenReplaced(t *testing.T, eps []string) {
 		require.NoError(t, err)
 		require.Greater(t, time.Duration(ttl.TTL)*time.Second, etcdstore.RetentionTTL-time.Minute, key)
 	}
-	// The node that closed the job attached its state at once; the last
-	// agent to leave attaches what came later too.
+	// The aggregator attaches the state as soon as it closed the job (the
+	// agents may see it closed a moment before); the last agent to leave
+	// attaches what came later too.
+	require.Eventually(t, func() bool {
+		resp, err := client.Get(ctx, entry.Prefix()+"state")
+		return err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].Lease != 0
+	}, 10*time.Second, 10*time.Millisecond, "the closed job's state gets the retention lease")
 	requireRetained(entry.Prefix() + "state")
 	require.NoError(t, a.rdzv.Close())
 	require.NoError(t, b.rdzv.Close())

@@ -44,12 +44,16 @@ const (
 	ResultFailed    = "failed"
 )
 
-// State is the one state key of a job. It changes only by compare-and-swap
-// on its revision, so every transition is taken by exactly one node.
+// State is the one state key of a job, which every agent watches. It
+// changes only by compare-and-swap on its revision, so every transition is
+// taken by exactly one node. It stays small at any scale: the members of
+// a round are in the job's Roster, and each node's place in it in its own
+// Placement, so that a change costs etcd one small event per agent.
 type State struct {
 	Round      int       `json:"round"`
 	Phase      Phase     `json:"phase"`
-	Members    []Member  `json:"members,omitempty"` // frozen and running: in node-rank order
+	Nodes      int       `json:"nodes,omitempty"`      // frozen and running: members of the round
+	WorldSize  int       `json:"world_size,omitempty"` // frozen and running: workers of the round
 	MasterAddr string    `json:"master_addr,omitempty"`
 	MasterPort int       `json:"master_port,omitempty"`
 	Reason     string    `json:"reason,omitempty"` // why this round opened, or why the job closed
@@ -58,11 +62,32 @@ type State struct {
 	Result     string    `json:"result,omitempty"` // closed: succeeded or failed
 	Since      time.Time `json:"since"`            // when the phase began
 	Limits     Limits    `json:"limits"`           // the job's bounds, as the node that opened it saw them
-	// Cause and Previous say why this round opened and who ran the round
-	// before, so that a restart charged to a worker failure can be
-	// charged to a node loss instead once the lost node's lease expires.
-	Cause    Cause    `json:"cause"`
-	Previous []Member `json:"previous,omitempty"`
+	// Cause says why this round opened, so that a restart charged to a
+	// worker failure can be charged to a node loss instead once a lost
+	// node of the round before (the Roster still holds it) is seen gone.
+	Cause Cause `json:"cause"`
+	// Judge, in a running round whose every member stalled with no
+	// culprit of its own, is the member that names the culprit: the
+	// first to report its stall.
+	Judge string `json:"judge,omitempty"`
+}
+
+// Roster is the members of the last round that froze, in node-rank order:
+// written once per round by the node that froze it, read by the
+// aggregator and by `gorun status`, never watched by the agents.
+type Roster struct {
+	Round   int      `json:"round"`
+	Members []Member `json:"members"`
+}
+
+// Placement is one node's place in a frozen round, in a key of its own
+// that only that node watches. Member is false for a node that joined but
+// did not fit (the round took MaxNodes).
+type Placement struct {
+	Round     int  `json:"round"`
+	Member    bool `json:"member"`
+	NodeRank  int  `json:"node_rank"`
+	FirstRank int  `json:"first_rank"` // global rank of the node's local rank 0
 }
 
 // Cause is why a new round opens.
@@ -93,19 +118,38 @@ func rankOrder(a, b Member) int {
 }
 
 // Freeze fixes the round's members: ranks 0..n-1 follow preferred ranks,
-// then join order, so a node keeps its place across rounds. It fails
-// unless s is joinable and joined holds between MinNodes and MaxNodes.
-func (s State) Freeze(joined []Member, lim Limits, now time.Time) (State, error) {
+// then join order, so a node keeps its place across rounds. It returns the
+// frozen state and its roster, and fails unless s is joinable and joined
+// holds between MinNodes and MaxNodes.
+func (s State) Freeze(joined []Member, lim Limits, now time.Time) (State, Roster, error) {
 	if s.Phase != PhaseJoinable {
-		return s, fmt.Errorf("rendezvous: freeze round %d in phase %s", s.Round, s.Phase)
+		return s, Roster{}, fmt.Errorf("rendezvous: freeze round %d in phase %s", s.Round, s.Phase)
 	}
 	if len(joined) < lim.MinNodes || len(joined) > lim.MaxNodes {
-		return s, fmt.Errorf("rendezvous: freeze round %d with %d nodes, outside %d..%d", s.Round, len(joined), lim.MinNodes, lim.MaxNodes)
+		return s, Roster{}, fmt.Errorf("rendezvous: freeze round %d with %d nodes, outside %d..%d", s.Round, len(joined), lim.MinNodes, lim.MaxNodes)
 	}
 	members := slices.Clone(joined)
 	slices.SortFunc(members, rankOrder)
-	s.Members, s.Phase, s.Since = members, PhaseFrozen, now
-	return s, nil
+	s.Phase, s.Since, s.Nodes, s.WorldSize = PhaseFrozen, now, len(members), 0
+	for _, m := range members {
+		s.WorldSize += m.NProc
+	}
+	return s, Roster{Round: s.Round, Members: members}, nil
+}
+
+// Placements are the places of the roster's members, and of joined nodes
+// that did not fit, keyed by node id.
+func (r Roster) Placements(joined []Member) map[string]Placement {
+	out := make(map[string]Placement, len(joined))
+	for _, m := range joined {
+		out[m.ID] = Placement{Round: r.Round, NodeRank: -1, FirstRank: -1}
+	}
+	first := 0
+	for i, m := range r.Members {
+		out[m.ID] = Placement{Round: r.Round, Member: true, NodeRank: i, FirstRank: first}
+		first += m.NProc
+	}
+	return out
 }
 
 // Run publishes the master and starts the round.
@@ -138,22 +182,23 @@ func (s State) Next(cause Cause, reason string, lim Limits, now time.Time) State
 	return State{
 		Round: s.Round + 1, Phase: PhaseJoinable, Reason: reason,
 		Failures: s.Failures, Changes: s.Changes, Since: now, Limits: s.Limits,
-		Cause: cause, Previous: s.Members,
+		Cause: cause,
 	}
 }
 
 // Reattribute charges a restart opened for a worker failure to a node loss
-// instead when a node of the previous round has no live session: a node
-// that dies shows up first as failures of its peers' workers (their
-// connections to it break), and only a lease TTL later as a lost node. It
-// returns the lost nodes; s is unchanged when there are none.
-func (s State) Reattribute(alive map[string]bool) (State, []Member) {
-	if s.Phase != PhaseJoinable || s.Cause != CauseFailure {
+// instead when a member of the round before (previous, its roster) has no
+// live session: a node that dies shows up first as failures of its peers'
+// workers (their connections to it break), and only a lease TTL later as
+// a lost node. It returns the lost nodes; s is unchanged when there are
+// none.
+func (s State) Reattribute(previous Roster, alive map[string]bool) (State, []Member) {
+	if s.Phase != PhaseJoinable || s.Cause != CauseFailure || previous.Round != s.Round-1 {
 		return s, nil
 	}
 	var lost []Member
 	var hosts []string
-	for _, m := range s.Previous {
+	for _, m := range previous.Members {
 		if !alive[m.ID] {
 			lost = append(lost, m)
 			hosts = append(hosts, m.Host)
@@ -175,30 +220,14 @@ func (s State) Close(result, reason string, now time.Time) State {
 	return s
 }
 
-// Member returns the member with id and its node rank.
-func (s State) Member(id string) (Member, int, bool) {
-	for i, m := range s.Members {
-		if m.ID == id {
-			return m, i, true
-		}
-	}
-	return Member{}, -1, false
-}
-
-// RoundFor is the round as member id sees it; ok is false when id is not
-// a member or the round is not running.
-func (s State) RoundFor(id string) (Round, bool) {
-	if s.Phase != PhaseRunning {
+// RoundFor is the round as the node placed at p sees it; ok is false
+// when p is not a member of s's round or the round is not running.
+func (s State) RoundFor(p Placement) (Round, bool) {
+	if s.Phase != PhaseRunning || p.Round != s.Round || !p.Member {
 		return Round{}, false
 	}
-	r := Round{Number: s.Round, NumNodes: len(s.Members), MasterAddr: s.MasterAddr, MasterPort: s.MasterPort, NodeRank: -1}
-	for i, m := range s.Members {
-		if m.ID == id {
-			r.NodeRank, r.FirstRank = i, r.WorldSize
-		}
-		r.WorldSize += m.NProc
-	}
-	return r, r.NodeRank >= 0
+	return Round{Number: s.Round, NodeRank: p.NodeRank, NumNodes: s.Nodes, FirstRank: p.FirstRank,
+		WorldSize: s.WorldSize, MasterAddr: s.MasterAddr, MasterPort: s.MasterPort}, true
 }
 
 // ShouldFreeze says whether a joinable round with these joined nodes

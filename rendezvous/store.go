@@ -2,6 +2,7 @@ package rendezvous
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -35,10 +36,24 @@ type Session struct {
 	Renewed bool
 }
 
+// MaxTxnWrites is the most writes one Store.Txn takes: etcd's default
+// limit of operations per transaction (--max-txn-ops).
+const MaxTxnWrites = 128
+
+// IsPrefix says whether a List or Watch argument names a prefix rather
+// than one key (see Store).
+func IsPrefix(keyOrPrefix string) bool {
+	return keyOrPrefix == "" || strings.HasSuffix(keyOrPrefix, "/")
+}
+
 // Store is what the protocol needs from etcd, for one job and one agent:
 // keys are relative to the job's prefix, and leased keys live as long as
 // this agent's session. Every method gives up when ctx ends, with its
 // error.
+//
+// List and Watch take a key or a prefix: "" and names ending in '/' are
+// prefixes (every key under them), any other name is one key exactly, so
+// that an agent can follow its own keys without the others'.
 //
 // A session outlives an outage: when the lease is lost the store keeps
 // trying to reach etcd, then keeps the old lease if etcd still holds it,
@@ -46,18 +61,25 @@ type Session struct {
 // deleted) again, with the value last put. Calls made in the meantime
 // are retried until etcd answers or the store's patience runs out.
 type Store interface {
-	// List returns every key under prefix and the store's revision.
-	List(ctx context.Context, prefix string) ([]KV, int64, error)
-	// CompareAndSwap sets key to value if its revision is still rev (0:
-	// the key must not exist) and reports whether it did.
-	CompareAndSwap(ctx context.Context, key string, rev int64, value []byte) (bool, error)
+	// List returns the key, or every key under the prefix, and the
+	// store's revision.
+	List(ctx context.Context, keyOrPrefix string) ([]KV, int64, error)
+	// Txn puts every write (unleased), all or none, if key guard's
+	// revision is still rev (0: it must not exist), and reports whether
+	// it did; with guard "" it always does. At most MaxTxnWrites writes.
+	Txn(ctx context.Context, guard string, rev int64, writes ...KV) (bool, error)
+	// Claim creates key with value under this agent's lease if no key of
+	// that name exists, and reports whether it did. Unlike Put's keys, a
+	// claimed key is not put again when the session is re-established
+	// under a new lease: whoever claims it then holds it.
+	Claim(ctx context.Context, key string, value []byte) (bool, error)
 	// Put sets key; a leased key lives as long as the session and is put
 	// again when the session is re-established under a new lease.
 	Put(ctx context.Context, key string, value []byte, leased bool) error
 	// Delete removes key; a missing key is no error.
 	Delete(ctx context.Context, key string) error
-	// Watch sends every change under prefix after revision rev, in
-	// order, until ctx ends; then, or when the watch breaks (compaction,
+	// Watch sends every change of the key, or under the prefix, after
+	// revision rev, in order, until ctx ends; then, or when the watch breaks (compaction,
 	// a lost connection), it closes the channel. The caller lists again
 	// and watches again from there.
 	Watch(ctx context.Context, prefix string, rev int64) <-chan Event

@@ -9,14 +9,17 @@ import (
 	"time"
 )
 
-// view is one agent's copy of its job's keys, kept current by one watch on
-// the job's prefix. Each key is decoded once, when it changes; readers take
+// view is the aggregator's copy of its job's keys, kept current by one
+// watch on the job's prefix: only the agent that leads follows every
+// node's keys (the others follow three keys each, see agentView). Each key is decoded once, when it changes; readers take
 // a snapshot under the lock and wait on the channel that closes at the
 // next change.
 type view struct {
 	mu       sync.Mutex
+	loaded   bool // the first list is in
 	state    State
 	stateRev int64            // 0: no state key yet
+	roster   Roster           // the last round that froze
 	nodes    map[string]int64 // node id -> create revision of its live node key
 	// order is each node's join order: the create revision of the first
 	// node key this view saw of it. It survives the node putting its key
@@ -37,7 +40,7 @@ func newView() *view {
 }
 
 func (v *view) clearLocked() {
-	v.state, v.stateRev = State{}, 0
+	v.state, v.stateRev, v.roster = State{}, 0, Roster{Round: -1}
 	v.nodes = map[string]int64{}
 	v.joined = map[int]map[string]Member{}
 	v.done = map[int]map[string]bool{}
@@ -79,6 +82,7 @@ func (v *view) reset(kvs []KV) {
 	for _, kv := range kvs {
 		v.applyLocked(Event{KV: kv})
 	}
+	v.loaded = true
 	v.notifyLocked()
 }
 
@@ -93,6 +97,17 @@ func (v *view) applyLocked(ev Event) {
 			v.state, v.stateRev = st, ev.Rev
 		} else if ev.Deleted {
 			v.state, v.stateRev = State{}, 0
+		}
+	case key == keyRoster:
+		var r Roster
+		if !ev.Deleted && json.Unmarshal(ev.Value, &r) == nil {
+			v.roster = r
+			// A new aggregator learns the join order of the members
+			// from the roster, so node ranks stay put when it takes
+			// over.
+			for _, m := range r.Members {
+				v.order[m.ID] = m.Order
+			}
 		}
 	case strings.HasPrefix(key, prefixNodes):
 		id := strings.TrimPrefix(key, prefixNodes)
@@ -170,8 +185,10 @@ func (v *view) notifyLocked() {
 
 // snapshot is what the protocol reads from the view at one moment.
 type snapshot struct {
+	loaded   bool // false until the view's first list is in: nothing else is known
 	state    State
-	stateRev int64 // 0: no state key yet
+	stateRev int64  // 0: no state key yet
+	roster   Roster // the last round that froze: the state's own when frozen or running, else the one before
 	joined   []Member
 	alive    map[string]bool // node ids with a live session
 	waiting  []Member
@@ -181,11 +198,16 @@ type snapshot struct {
 
 // Keys of a job, relative to its prefix.
 const (
-	keyState    = "state"
-	prefixNodes = "nodes/"
-	prefixWait  = "waiting/"
+	keyState    = "state"    // State: every agent watches it
+	keyLeader   = "leader"   // the aggregator's id, under its lease
+	keyRoster   = "roster"   // Roster of the last round that froze
+	prefixPlace = "place/"   // place/<id>: Placement, each watched by its node only
+	prefixNodes = "nodes/"   // nodes/<id>: Member, leased: the node's liveness
+	prefixWait  = "waiting/" // waiting/<id>: Member, leased: a node waiting for a round
 	prefixFail  = "failures/"
 )
+
+func placeKey(id string) string { return prefixPlace + id }
 
 func roundPrefix(round int) string         { return fmt.Sprintf("rounds/%08d/", round) }
 func joinKey(round int, id string) string  { return roundPrefix(round) + "join/" + id }
@@ -196,10 +218,11 @@ func stallKey(round int, id string) string { return roundPrefix(round) + "stall/
 func (v *view) read() (snapshot, <-chan struct{}) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	s := snapshot{state: v.state, stateRev: v.stateRev, alive: make(map[string]bool, len(v.nodes)), done: map[string]bool{}, stalls: map[string]int64{}}
+	s := snapshot{loaded: v.loaded, state: v.state, stateRev: v.stateRev, roster: v.roster, alive: make(map[string]bool, len(v.nodes)), done: map[string]bool{}, stalls: map[string]int64{}}
 	for id := range v.nodes {
 		s.alive[id] = true
 	}
+	s.joined = make([]Member, 0, len(v.joined[v.state.Round]))
 	for id, m := range v.joined[v.state.Round] {
 		// Join order is the order agents joined the job, not this round,
 		// so node ranks stay put across rounds.

@@ -27,10 +27,12 @@ func (s countingStore) List(ctx context.Context, prefix string) ([]rendezvous.KV
 	return s.Store.List(ctx, prefix)
 }
 
-func (s countingStore) CompareAndSwap(ctx context.Context, key string, rev int64, value []byte) (bool, error) {
+func (s countingStore) Txn(ctx context.Context, guard string, rev int64, writes ...rendezvous.KV) (bool, error) {
 	s.counts.CAS.Add(1)
-	s.counts.CASBytes.Add(int64(len(value)))
-	won, err := s.Store.CompareAndSwap(ctx, key, rev, value)
+	for _, w := range writes {
+		s.counts.CASBytes.Add(int64(len(w.Value)))
+	}
+	won, err := s.Store.Txn(ctx, guard, rev, writes...)
 	if won {
 		s.counts.CASWon.Add(1)
 	}

@@ -121,7 +121,11 @@ func writeStatus(w io.Writer, st etcdstore.Status, now time.Time) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE RANK\tHOST\tADDR\tWORKERS\tALIVE\tSINCE")
-	for i, m := range s.Members {
+	var members []rendezvous.Member
+	if st.Roster.Round == s.Round {
+		members = st.Roster.Members
+	}
+	for i, m := range members {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%v\t%s\n", i, m.Host, m.Addr, m.NProc, alive[m.ID], ago(m.Since))
 	}
 	tw.Flush()

@@ -73,14 +73,23 @@ func New(ctx context.Context, client *clientv3.Client, inc Incarnation, ttl time
 	return s, nil
 }
 
-func (s *etcdStore) List(ctx context.Context, prefix string) ([]rendezvous.KV, int64, error) {
+// rangeOf is the etcd option that makes keyOrPrefix a prefix when it is
+// one (see rendezvous.Store).
+func rangeOf(keyOrPrefix string) []clientv3.OpOption {
+	if rendezvous.IsPrefix(keyOrPrefix) {
+		return []clientv3.OpOption{clientv3.WithPrefix()}
+	}
+	return nil
+}
+
+func (s *etcdStore) List(ctx context.Context, keyOrPrefix string) ([]rendezvous.KV, int64, error) {
 	var resp *clientv3.GetResponse
 	err := retry(ctx, s.patience, func(ctx context.Context) (err error) {
-		resp, err = s.kv.Get(ctx, prefix, clientv3.WithPrefix())
+		resp, err = s.kv.Get(ctx, keyOrPrefix, rangeOf(keyOrPrefix)...)
 		return err
 	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("rendezvous: list %q: %w", prefix, err)
+		return nil, 0, fmt.Errorf("rendezvous: list %q: %w", keyOrPrefix, err)
 	}
 	kvs := make([]rendezvous.KV, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
@@ -89,20 +98,46 @@ func (s *etcdStore) List(ctx context.Context, prefix string) ([]rendezvous.KV, i
 	return kvs, resp.Header.Revision, nil
 }
 
-func (s *etcdStore) CompareAndSwap(ctx context.Context, key string, rev int64, value []byte) (bool, error) {
+func (s *etcdStore) Txn(ctx context.Context, guard string, rev int64, writes ...rendezvous.KV) (bool, error) {
+	if len(writes) > rendezvous.MaxTxnWrites {
+		return false, fmt.Errorf("rendezvous: a transaction of %d writes, over %d", len(writes), rendezvous.MaxTxnWrites)
+	}
+	ops := make([]clientv3.Op, len(writes))
+	for i, w := range writes {
+		ops[i] = clientv3.OpPut(w.Key, string(w.Value))
+	}
 	// A retried transaction that did commit before its answer was lost
 	// reports a failed comparison the second time: the caller re-reads
 	// the state and sees its own change, so that is safe.
 	var resp *clientv3.TxnResponse
 	err := retry(ctx, s.patience, func(ctx context.Context) (err error) {
-		resp, err = s.kv.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-			Then(clientv3.OpPut(key, string(value))).
-			Commit()
+		txn := s.kv.Txn(ctx)
+		if guard != "" {
+			txn = txn.If(clientv3.Compare(clientv3.ModRevision(guard), "=", rev))
+		}
+		resp, err = txn.Then(ops...).Commit()
 		return err
 	})
 	if err != nil {
-		return false, fmt.Errorf("rendezvous: compare-and-swap %q: %w", key, err)
+		return false, fmt.Errorf("rendezvous: transaction on %q: %w", guard, err)
+	}
+	return resp.Succeeded, nil
+}
+
+func (s *etcdStore) Claim(ctx context.Context, key string, value []byte) (bool, error) {
+	var resp *clientv3.TxnResponse
+	err := retry(ctx, s.patience, func(ctx context.Context) (err error) {
+		resp, err = s.kv.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, string(value), clientv3.WithLease(s.session.leaseID()))).
+			Commit()
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			s.session.lost()
+		}
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("rendezvous: claim %q: %w", key, err)
 	}
 	return resp.Succeeded, nil
 }
@@ -139,10 +174,10 @@ func (s *etcdStore) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-func (s *etcdStore) Watch(ctx context.Context, prefix string, rev int64) <-chan rendezvous.Event {
+func (s *etcdStore) Watch(ctx context.Context, keyOrPrefix string, rev int64) <-chan rendezvous.Event {
 	out := make(chan rendezvous.Event, 64)
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	wch := s.watcher.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	wch := s.watcher.Watch(wctx, keyOrPrefix, append(rangeOf(keyOrPrefix), clientv3.WithRev(rev+1))...)
 	go func() {
 		defer close(out)
 		defer cancel()
@@ -223,6 +258,7 @@ type Status struct {
 	Generation  int                  `json:"generation"`  // SLURM_RESTART_COUNT of the launch that started it
 	Exists      bool                 `json:"exists"`      // false: the incarnation has no round yet
 	State       rendezvous.State     `json:"state"`
+	Roster      rendezvous.Roster    `json:"roster"`  // the members of the last round that froze
 	Nodes       []rendezvous.Member  `json:"nodes"`   // agents with a live lease
 	Waiting     []rendezvous.Member  `json:"waiting"` // agents waiting for the next round
 	Failures    []rendezvous.Failure `json:"failures"`
@@ -236,29 +272,42 @@ func ReadStatus(ctx context.Context, client *clientv3.Client, runID string) (Sta
 	if err != nil || !started {
 		return Status{RunID: runID}, err
 	}
-	resp, err := incarnationKV(client, in).Get(ctx, "", clientv3.WithPrefix())
+	// The keys status shows, not the rounds' own (thousands per round at
+	// scale), in one read at one revision.
+	var gets []clientv3.Op
+	for _, key := range []string{rendezvous.KeyState, rendezvous.KeyRoster} {
+		gets = append(gets, clientv3.OpGet(key))
+	}
+	for _, prefix := range []string{rendezvous.PrefixNodes, rendezvous.PrefixWait, rendezvous.PrefixFail} {
+		gets = append(gets, clientv3.OpGet(prefix, clientv3.WithPrefix()))
+	}
+	resp, err := incarnationKV(client, in).Txn(ctx).Then(gets...).Commit()
 	if err != nil {
 		return Status{}, fmt.Errorf("rendezvous: read run %s (incarnation %d): %w", runID, in.Number, err)
 	}
-	st := Status{RunID: runID, Started: true, Incarnation: in.Number, Generation: in.Generation}
+	st := Status{RunID: runID, Started: true, Incarnation: in.Number, Generation: in.Generation, Roster: rendezvous.Roster{Round: -1}}
 	var failures []rendezvous.KV
-	for _, kv := range resp.Kvs {
-		key := string(kv.Key)
-		switch {
-		case key == rendezvous.KeyState:
-			st.Exists = json.Unmarshal(kv.Value, &st.State) == nil
-		case strings.HasPrefix(key, rendezvous.PrefixNodes):
-			var m rendezvous.Member
-			if json.Unmarshal(kv.Value, &m) == nil {
-				st.Nodes = append(st.Nodes, m)
+	for _, r := range resp.Responses {
+		for _, kv := range r.GetResponseRange().Kvs {
+			key := string(kv.Key)
+			switch {
+			case key == rendezvous.KeyState:
+				st.Exists = json.Unmarshal(kv.Value, &st.State) == nil
+			case key == rendezvous.KeyRoster:
+				_ = json.Unmarshal(kv.Value, &st.Roster)
+			case strings.HasPrefix(key, rendezvous.PrefixNodes):
+				var m rendezvous.Member
+				if json.Unmarshal(kv.Value, &m) == nil {
+					st.Nodes = append(st.Nodes, m)
+				}
+			case strings.HasPrefix(key, rendezvous.PrefixWait):
+				var m rendezvous.Member
+				if json.Unmarshal(kv.Value, &m) == nil {
+					st.Waiting = append(st.Waiting, m)
+				}
+			case strings.HasPrefix(key, rendezvous.PrefixFail):
+				failures = append(failures, rendezvous.KV{Key: key, Value: kv.Value, Rev: kv.ModRevision, Create: kv.CreateRevision})
 			}
-		case strings.HasPrefix(key, rendezvous.PrefixWait):
-			var m rendezvous.Member
-			if json.Unmarshal(kv.Value, &m) == nil {
-				st.Waiting = append(st.Waiting, m)
-			}
-		case strings.HasPrefix(key, rendezvous.PrefixFail):
-			failures = append(failures, rendezvous.KV{Key: key, Value: kv.Value, Rev: kv.ModRevision, Create: kv.CreateRevision})
 		}
 	}
 	sort.Slice(st.Nodes, func(i, j int) bool { return st.Nodes[i].Host < st.Nodes[j].Host })

@@ -95,13 +95,22 @@ func (s *Store) lost() bool {
 	return s.lostFlag
 }
 
+// matches says whether key is keyOrPrefix, or under it when it is a
+// prefix (see rendezvous.Store).
+func matches(key, keyOrPrefix string) bool {
+	if rendezvous.IsPrefix(keyOrPrefix) {
+		return strings.HasPrefix(key, keyOrPrefix)
+	}
+	return key == keyOrPrefix
+}
+
 // List implements rendezvous.Store.
-func (s *Store) List(ctx context.Context, prefix string) ([]rendezvous.KV, int64, error) {
+func (s *Store) List(ctx context.Context, keyOrPrefix string) ([]rendezvous.KV, int64, error) {
 	s.b.mu.Lock()
 	defer s.b.mu.Unlock()
 	var out []rendezvous.KV
 	for k, kv := range s.b.kvs {
-		if strings.HasPrefix(k, prefix) {
+		if matches(k, keyOrPrefix) {
 			out = append(out, kv)
 		}
 	}
@@ -122,17 +131,36 @@ func (s *Store) awaitUp(ctx context.Context) error {
 	}
 }
 
-// CompareAndSwap implements rendezvous.Store.
-func (s *Store) CompareAndSwap(ctx context.Context, key string, rev int64, value []byte) (bool, error) {
+// Txn implements rendezvous.Store.
+func (s *Store) Txn(ctx context.Context, guard string, rev int64, writes ...rendezvous.KV) (bool, error) {
 	if err := s.awaitUp(ctx); err != nil {
 		return false, err
 	}
 	s.b.mu.Lock()
 	defer s.b.mu.Unlock()
-	if s.b.kvs[key].Rev != rev {
+	if guard != "" && s.b.kvs[guard].Rev != rev {
 		return false, nil
 	}
-	s.b.changeLocked(key, value, false, nil)
+	for _, w := range writes {
+		s.b.changeLocked(w.Key, w.Value, false, nil)
+	}
+	return true, nil
+}
+
+// Claim implements rendezvous.Store.
+func (s *Store) Claim(ctx context.Context, key string, value []byte) (bool, error) {
+	if err := s.awaitUp(ctx); err != nil {
+		return false, err
+	}
+	if s.lost() {
+		return false, context.Canceled
+	}
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	if _, taken := s.b.kvs[key]; taken {
+		return false, nil
+	}
+	s.b.changeLocked(key, value, false, s)
 	return true, nil
 }
 
@@ -177,7 +205,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 }
 
 // Watch implements rendezvous.Store.
-func (s *Store) Watch(ctx context.Context, prefix string, rev int64) <-chan rendezvous.Event {
+func (s *Store) Watch(ctx context.Context, keyOrPrefix string, rev int64) <-chan rendezvous.Event {
 	out := make(chan rendezvous.Event)
 	go func() {
 		defer close(out)
@@ -186,13 +214,17 @@ func (s *Store) Watch(ctx context.Context, prefix string, rev int64) <-chan rend
 			s.b.mu.Lock()
 			var batch []rendezvous.Event
 			for _, e := range s.b.history {
-				if e.Rev >= next && strings.HasPrefix(e.Key, prefix) {
+				if e.Rev >= next && matches(e.Key, keyOrPrefix) {
 					batch = append(batch, e)
 				}
 			}
 			next = s.b.rev + 1
 			wake := s.b.wake
 			s.b.mu.Unlock()
+			// In an outage this agent hears nothing from etcd.
+			if s.awaitUp(ctx) != nil {
+				return
+			}
 			for _, e := range batch {
 				select {
 				case out <- e:

@@ -1,0 +1,353 @@
+package rendezvous
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// One agent of a job, the aggregator, follows every node's keys and takes
+// the transitions that depend on them: it creates the first state, freezes
+// a round once enough nodes joined and places each node in it, reopens the
+// round when a member is lost or a node waits to join, closes the job when
+// every member succeeded, and names the judge when every member stalled.
+// Every other agent writes only its own keys and follows three (agentView),
+// so a round costs etcd O(1) events per agent and O(N) for the aggregator,
+// not O(N²).
+//
+// The aggregator is whoever holds the leader key, claimed under its lease.
+// When it dies, its lease expires with its node key: the others see the
+// leader key go, the first candidates claim it at once and the rest after
+// claimFallback, and the new aggregator rebuilds everything it needs from
+// etcd (the state, the roster, the nodes' keys). Two agents that both
+// think they lead (one cut off, its lease not yet expired) cannot disagree:
+// every transition is a compare-and-swap on the state, and the placements
+// follow from the roster alone.
+
+// claimCandidates is how many nodes (the lowest node ranks of the last
+// round this agent was placed in, and every node not placed yet) claim the
+// leader key as soon as it is gone; the others wait claimFallback first,
+// so that thousands of agents do not all send the same transaction.
+const (
+	claimCandidates = 3
+	claimFallback   = time.Second
+)
+
+// campaign claims the leader key whenever it is gone and leads while this
+// agent holds it, until ctx ends.
+func (e *Elastic) campaign(ctx context.Context) {
+	var fallback <-chan time.Time
+	for ctx.Err() == nil {
+		snap, changed := e.agent.read()
+		switch {
+		case snap.leader == e.cfg.Self.ID:
+			e.leadWhileLeader(ctx)
+			fallback = nil
+			continue
+		case !snap.led || snap.leader != "":
+			fallback = nil
+		case snap.placement.Round < 0 || snap.placement.Member && snap.placement.NodeRank < claimCandidates:
+			e.claim(ctx)
+		case fallback == nil:
+			fallback = time.After(claimFallback)
+		}
+		select {
+		case <-changed:
+		case <-fallback:
+			fallback = nil
+			e.claim(ctx)
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// claim tries to take the leader key; losing to another agent is no error.
+func (e *Elastic) claim(ctx context.Context) {
+	won, err := e.store.Claim(ctx, keyLeader, []byte(e.cfg.Self.ID))
+	switch {
+	case err != nil && ctx.Err() == nil:
+		e.log.Warn().Err(err).Msg("claiming the aggregator's key")
+	case won:
+		e.log.Debug().Msg("this agent is the job's aggregator")
+	}
+}
+
+// leadWhileLeader runs the aggregator until this agent no longer holds the
+// leader key (its lease expired in an outage) or ctx ends.
+func (e *Elastic) leadWhileLeader(ctx context.Context) {
+	lctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.lead(lctx)
+	}()
+	for ctx.Err() == nil {
+		snap, changed := e.agent.read()
+		if snap.leader != e.cfg.Self.ID {
+			break
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+		}
+	}
+	cancel()
+	<-done
+}
+
+// aggregator is the state of one term of leadership.
+type aggregator struct {
+	e             *Elastic
+	lastCallRound int       // the round whose last call started
+	lastCall      time.Time // when that last call ends
+	placedRound   int       // the round whose placements this term wrote
+}
+
+// lead follows every key of the job and takes the transitions that fall to
+// the aggregator until ctx ends. A failed step is logged and tried again
+// at the next change.
+func (e *Elastic) lead(ctx context.Context) {
+	v := newView()
+	vctx, cancel := context.WithCancel(ctx)
+	viewDone := make(chan struct{})
+	go func() {
+		defer close(viewDone)
+		v.run(vctx, e.store)
+	}()
+	defer func() {
+		cancel()
+		<-viewDone
+	}()
+	a := &aggregator{e: e, lastCallRound: -1, placedRound: -1}
+	for {
+		snap, changed := v.read()
+		_, poked := e.agent.read() // session changes and the end of an outage's grace
+		wake, err := a.step(ctx, snap)
+		if err != nil && ctx.Err() == nil {
+			e.log.Warn().Err(err).Msg("aggregating the job's round")
+			wake = time.After(100 * time.Millisecond)
+		}
+		select {
+		case <-changed:
+		case <-poked:
+		case <-wake:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// step takes the transition the job's keys call for, if any, and returns
+// when to look again without a change (nil: at the next change).
+func (a *aggregator) step(ctx context.Context, snap snapshot) (<-chan time.Time, error) {
+	e, st := a.e, snap.state
+	switch {
+	case !snap.loaded || st.Phase == PhaseClosed:
+		return nil, nil
+	case snap.stateRev == 0:
+		return nil, e.cas(ctx, 0, State{}, Initial(e.cfg.Limits, time.Now()))
+	case st.Phase == PhaseJoinable:
+		return a.joinable(ctx, snap)
+	}
+	if snap.roster.Round != st.Round {
+		return nil, nil // a frozen state always comes with its roster: not in this view yet
+	}
+	if gone, err := a.reopenIfMembersLeft(ctx, snap); gone || err != nil {
+		return nil, err
+	}
+	if a.placedRound != st.Round {
+		// The aggregator that froze this round may have died before
+		// every node read its place: write them all again (the same
+		// values: they follow from the roster).
+		if err := a.place(ctx, snap.roster, snap.joined); err != nil {
+			return nil, err
+		}
+	}
+	if st.Phase != PhaseRunning {
+		return nil, nil
+	}
+	if closed, err := a.closeIfAllSucceeded(ctx, snap); closed || err != nil {
+		return nil, err
+	}
+	if err := a.nameJudgeIfAllStalled(ctx, snap); err != nil {
+		return nil, err
+	}
+	return nil, a.reopenIfWaiting(ctx, snap)
+}
+
+// joinable re-charges a restart to a lost node, or freezes the round when
+// ShouldFreeze says so; it returns when the last call ends.
+func (a *aggregator) joinable(ctx context.Context, snap snapshot) (<-chan time.Time, error) {
+	e, st, lim := a.e, snap.state, a.e.cfg.Limits
+	if len(snap.joined) >= lim.MinNodes && a.lastCallRound != st.Round {
+		a.lastCallRound, a.lastCall = st.Round, time.Now().Add(e.cfg.LastCall)
+	}
+	var wake <-chan time.Time
+	passed := false
+	if a.lastCallRound == st.Round {
+		left := time.Until(a.lastCall)
+		passed = left <= 0
+		if !passed {
+			wake = time.After(left)
+		}
+	}
+	// After an outage of its own, the aggregator waits out the grace
+	// before it counts anyone lost or freezes without them.
+	re, lost := st.Reattribute(snap.roster, snap.alive)
+	if len(lost) > 0 {
+		if !e.missingAreLost(ctx) {
+			return wake, nil
+		}
+		if err := e.recordLost(ctx, st.Round-1, snap.roster.Members, lost); err != nil {
+			return nil, err
+		}
+		return nil, e.cas(ctx, snap.stateRev, st, re)
+	}
+	settled := len(snap.joined) >= lim.MaxNodes || !e.settling()
+	if !settled || !ShouldFreeze(st, len(snap.joined), len(snap.alive), lim, passed) {
+		return wake, nil
+	}
+	joined := slices.Clone(snap.joined)
+	sort.Slice(joined, func(i, j int) bool { return joined[i].Order < joined[j].Order })
+	next, roster, err := st.Freeze(joined[:min(len(joined), lim.MaxNodes)], lim, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	won, err := a.commit(ctx, snap.stateRev, st, next, roster)
+	if err != nil || !won {
+		return nil, err
+	}
+	return nil, a.place(ctx, roster, joined)
+}
+
+// commit writes the frozen state and its roster together, if the state is
+// still at rev, and reports whether it did.
+func (a *aggregator) commit(ctx context.Context, rev int64, from, next State, roster Roster) (bool, error) {
+	state, err := json.Marshal(next)
+	if err != nil {
+		return false, err
+	}
+	members, err := json.Marshal(roster)
+	if err != nil {
+		return false, err
+	}
+	won, err := a.e.store.Txn(ctx, keyState, rev, KV{Key: keyState, Value: state}, KV{Key: keyRoster, Value: members})
+	if won {
+		a.e.logTransition(from, next)
+	}
+	return won, err
+}
+
+// place writes each joined node's place in the roster's round, in
+// transactions of at most MaxTxnWrites keys.
+func (a *aggregator) place(ctx context.Context, roster Roster, joined []Member) error {
+	places := roster.Placements(joined)
+	ids := make([]string, 0, len(places))
+	for id := range places {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for chunk := range slices.Chunk(ids, MaxTxnWrites) {
+		writes := make([]KV, len(chunk))
+		for i, id := range chunk {
+			data, err := json.Marshal(places[id])
+			if err != nil {
+				return err
+			}
+			writes[i] = KV{Key: placeKey(id), Value: data}
+		}
+		if _, err := a.e.store.Txn(ctx, "", 0, writes...); err != nil {
+			return fmt.Errorf("rendezvous: place the nodes of round %d: %w", roster.Round, err)
+		}
+	}
+	a.placedRound = roster.Round
+	return nil
+}
+
+// reopenIfMembersLeft opens the next round when a member of the frozen or
+// running round has no live session and counts as lost (see
+// missingAreLost). It reports whether it found one.
+func (a *aggregator) reopenIfMembersLeft(ctx context.Context, snap snapshot) (bool, error) {
+	e, st := a.e, snap.state
+	var gone []string
+	var lost []Member
+	for i, m := range snap.roster.Members {
+		if !snap.alive[m.ID] {
+			gone = append(gone, fmt.Sprintf("%s (node %d)", m.Host, i))
+			lost = append(lost, m)
+		}
+	}
+	if len(gone) == 0 || !e.missingAreLost(ctx) {
+		return false, nil
+	}
+	reason := fmt.Sprintf("node %s left (its lease expired)", strings.Join(gone, ", "))
+	if err := e.recordLost(ctx, st.Round, snap.roster.Members, lost); err != nil {
+		return true, err
+	}
+	return true, e.cas(ctx, snap.stateRev, st, st.Next(CauseMembership, reason, e.cfg.Limits, time.Now()))
+}
+
+// reopenIfWaiting opens the next round when nodes wait to join and the
+// running round has room for them.
+func (a *aggregator) reopenIfWaiting(ctx context.Context, snap snapshot) error {
+	e, st := a.e, snap.state
+	if len(snap.roster.Members) >= e.cfg.Limits.MaxNodes {
+		return nil
+	}
+	members := make(map[string]bool, len(snap.roster.Members))
+	for _, m := range snap.roster.Members {
+		members[m.ID] = true
+	}
+	var hosts []string
+	for _, m := range snap.waiting {
+		if !members[m.ID] && snap.alive[m.ID] {
+			hosts = append(hosts, m.Host)
+		}
+	}
+	if len(hosts) == 0 {
+		return nil
+	}
+	sort.Strings(hosts)
+	reason := fmt.Sprintf("node %s waiting to join", strings.Join(hosts, ", "))
+	return e.cas(ctx, snap.stateRev, st, st.Next(CauseMembership, reason, e.cfg.Limits, time.Now()))
+}
+
+// closeIfAllSucceeded closes the job as succeeded once every member's
+// workers did, and reports whether it did.
+func (a *aggregator) closeIfAllSucceeded(ctx context.Context, snap snapshot) (bool, error) {
+	for _, m := range snap.roster.Members {
+		if !snap.done[m.ID] {
+			return false, nil
+		}
+	}
+	st := snap.state
+	reason := fmt.Sprintf("the workers of all %d nodes succeeded", len(snap.roster.Members))
+	return true, a.e.cas(ctx, snap.stateRev, st, st.Close(ResultSucceeded, reason, time.Now()))
+}
+
+// nameJudgeIfAllStalled names the member that judges a stall once every
+// member reported one with no culprit of its own: the first to report.
+func (a *aggregator) nameJudgeIfAllStalled(ctx context.Context, snap snapshot) error {
+	st := snap.state
+	if st.Judge != "" {
+		return nil
+	}
+	judge, first := "", int64(0)
+	for _, m := range snap.roster.Members {
+		rev, ok := snap.stalls[m.ID]
+		if !ok {
+			return nil
+		}
+		if judge == "" || rev < first {
+			judge, first = m.ID, rev
+		}
+	}
+	next := st
+	next.Judge = judge
+	return a.e.cas(ctx, snap.stateRev, st, next)
+}
