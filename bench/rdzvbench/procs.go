@@ -67,6 +67,11 @@ func (p *proc) wait(ctx context.Context, within time.Duration) error {
 	select {
 	case <-p.done:
 		return nil
+	default:
+	}
+	select {
+	case <-p.done:
+		return nil
 	case <-time.After(within):
 		p.kill()
 		return fmt.Errorf("%s did not exit within %s (killed)", p.name, within)
