@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -49,7 +50,7 @@ func agentLossCmd(ctx context.Context, args []string) error {
 	fmt.Printf("   detect = kill to its node key deleted; ended = kill to the last survivor seeing round 0 end; restart = kill to the last survivor's round 1\n\n")
 	const header = "   %3s %6s %9s %9s %9s %9s %9s %8s %8s\n"
 	fmt.Printf(header, "run", "victim", "form ms", "detect ms", "ended ms", "restart", "evt/agt", "evt max", "etcd cpu")
-	var ended, restarts []time.Duration
+	var ended, restarts, detects, afterExpiry []time.Duration
 	var last agentLossResult
 	failures := 0
 	for i := 0; i < f.runs; i++ {
@@ -58,8 +59,8 @@ func agentLossCmd(ctx context.Context, args []string) error {
 			return ctx.Err()
 		}
 		last = r
-		row := []any{i, r.VictimRank, msOrDash(r.Form), msOrDash(r.Detect), msOrDash(r.Ended), msOrDash(r.Restart),
-			fmt.Sprintf("%.1f", r.Events.Mean), r.Events.Max, cpuString(r.EtcdCPU)}
+		row := []any{strconv.Itoa(i), strconv.Itoa(r.VictimRank), msOrDash(r.Form), msOrDash(r.Detect), msOrDash(r.Ended), msOrDash(r.Restart),
+			fmt.Sprintf("%.1f", r.Events.Mean), strconv.FormatInt(r.Events.Max, 10), cpuString(r.EtcdCPU)}
 		fmt.Printf(header, row...)
 		if err != nil {
 			failures++
@@ -67,6 +68,7 @@ func agentLossCmd(ctx context.Context, args []string) error {
 			continue
 		}
 		ended, restarts = append(ended, r.Ended), append(restarts, r.Restart)
+		detects, afterExpiry = append(detects, r.Detect), append(afterExpiry, r.Ended-r.Detect)
 	}
 	e, rs := summarize(ended), summarize(restarts)
 	line := fmt.Sprintf("goal: a node loss among %d agents ends the round for every other agent within TTL + 1 s = %s: ", f.agents, goal)
@@ -79,12 +81,31 @@ func agentLossCmd(ctx context.Context, args []string) error {
 	fmt.Printf("\n   evt/agt, evt max: watch events delivered to each survivor from the kill to round 1 (last run); etcd cpu: CPU seconds of etcd in that time\n")
 	fmt.Printf("\n%s\n\n", line)
 	if f.json {
-		j := map[string]any{"part": "agentloss", "agents": f.agents, "ttl_ms": f.ttl.Milliseconds(), "goal_ms": goal.Milliseconds(),
-			"ok": e.N, "runs": f.runs, "ended_ms": msOrNil(e), "restart_ms": msOrNil(rs),
-			"events_per_agent": last.Events.Mean, "events_per_agent_max": last.Events.Max, "etcd_cpu_s": last.EtcdCPU}
-		fmt.Printf("%s\n\n", jsonLine(j))
+		fmt.Printf("%s\n\n", jsonLine(lossJSON{Part: "agentloss", Agents: f.agents, TTLMS: f.ttl.Milliseconds(), GoalMS: goal.Milliseconds(),
+			OK: e.N, Runs: f.runs, DetectMS: msOrNil(summarize(detects)), EndedMS: msOrNil(e), EndedMaxMS: msOrNil(summary{N: e.N, Median: e.Max}),
+			EndedAfterExpiryMS: msOrNil(summarize(afterExpiry)), RestartMS: msOrNil(rs),
+			EventsPerAgent: last.Events.Mean, EventsPerAgentMax: last.Events.Max, EtcdCPUS: last.EtcdCPU}))
 	}
 	return nil
+}
+
+// lossJSON is the agentloss part as one JSON line; times are medians over
+// the runs that got that far (null when none did).
+type lossJSON struct {
+	Part               string   `json:"part"`
+	Agents             int      `json:"agents"`
+	TTLMS              int64    `json:"ttl_ms"`
+	GoalMS             int64    `json:"goal_ms"` // kill to every survivor's round end
+	OK                 int      `json:"ok"`
+	Runs               int      `json:"runs"`
+	DetectMS           *float64 `json:"detect_ms"`             // kill to the victim's lease expired in etcd
+	EndedMS            *float64 `json:"ended_ms"`              // kill to the last survivor's round end
+	EndedMaxMS         *float64 `json:"ended_max_ms"`          // the worst run of that
+	EndedAfterExpiryMS *float64 `json:"ended_after_expiry_ms"` // lease expiry to the last survivor's round end
+	RestartMS          *float64 `json:"restart_ms"`            // kill to the last survivor's round 1
+	EventsPerAgent     float64  `json:"events_per_agent"`      // kill to round 1, last run
+	EventsPerAgentMax  int64    `json:"events_per_agent_max"`
+	EtcdCPUS           float64  `json:"etcd_cpu_s"`
 }
 
 // msOrDash formats d in ms, "-" for zero (not measured).
@@ -109,7 +130,7 @@ func msOrNil(s summary) *float64 {
 func agentLossOnce(ctx context.Context, f lossFlags, rep int) (res agentLossResult, err error) {
 	res.EtcdCPU = -1
 	runID := fmt.Sprintf("bench-agentloss-%d-%d-%d", f.agents, rep, time.Now().UnixNano())
-	c := roundCase{Agents: f.agents, Limits: limits{Min: f.agents - 1, Max: f.agents}, LastCall: time.Second}
+	c := roundCase{Agents: f.agents, Limits: limits{Min: f.agents - 1, Max: f.agents, Changes: 1}, LastCall: time.Second}
 	meter, err := newEtcdMeter(ctx, f.endpoint, f.etcdPID)
 	if err != nil {
 		return res, err

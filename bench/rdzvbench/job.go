@@ -116,34 +116,15 @@ func jobCmd(ctx context.Context, args []string) error {
 		}
 	}
 
-	fmt.Printf("   %-8s %-14s %10s %10s %10s %12s %16s\n", "workload", "launcher", "median ms", "min ms", "max ms", "/torchrun", "overhead ms")
-	var verdicts []string
+	var small []jobRow // the 2 nodes x 2 workers rows
 	for _, row := range rows {
-		if row.Workload == "wide" {
-			continue
-		}
-		s := summarize(samples[row])
-		tr := summarize(samples[jobRow{row.Workload, launchTorchrun}])
-		ratio := float64(s.Median) / float64(tr.Median)
-		over := "-"
-		if bare, ok := samples[jobRow{row.Workload, launchBare}]; ok && row.Launcher != launchBare {
-			over = ms(s.Median - summarize(bare).Median)
-		} else if row.Workload == "noop" {
-			over = ms(s.Median) // the workers take no time
-		}
-		fmt.Printf("   %-8s %-14s %10s %10s %10s %11.3fx %16s\n", row.Workload, row.Launcher, ms(s.Median), ms(s.Min), ms(s.Max), ratio, over)
-		if strings.HasPrefix(row.Launcher, "gorun") {
-			verdicts = append(verdicts, fmt.Sprintf("%s %s %.3fx: %s", row.Workload, row.Launcher, ratio, verdict(ratio <= *goal)))
+		if row.Workload != "wide" {
+			small = append(small, row)
 		}
 	}
-	fmt.Printf("\n   overhead = median - the %s median of the same workload (noop: the whole time)\n", launchBare)
-	if _, ok := samples[jobRow{"ddp", launchBare}]; ok {
-		bare := summarize(samples[jobRow{"ddp", launchBare}]).Median
-		tr := summarize(samples[jobRow{"ddp", launchTorchrun}]).Median - bare
-		for _, l := range []string{launchEtcd, launchStatic} {
-			g := summarize(samples[jobRow{"ddp", l}]).Median - bare
-			fmt.Printf("   ddp launcher overhead %s / torchrun c10d: %.3fx\n", l, float64(g)/float64(tr))
-		}
+	var verdicts []string
+	if len(small) > 0 {
+		verdicts = printSmall(small, samples, *goal)
 	}
 	var jsonLines []string
 	if hasWide(rows) {
@@ -156,13 +137,10 @@ func jobCmd(ctx context.Context, args []string) error {
 	}
 	fmt.Println()
 	if *asJSON {
-		for _, row := range rows {
-			if row.Workload == "wide" {
-				continue
-			}
+		for _, row := range small {
 			s := summarize(samples[row])
-			jsonLines = append(jsonLines, jsonLine(map[string]any{"part": "job", "workload": row.Workload, "launcher": row.Launcher,
-				"nodes": 2, "nproc_per_node": 2, "runs": s.N, "median_ms": msFloat(s.Median)}))
+			jsonLines = append(jsonLines, jsonLine(jobJSON{Part: "job", Workload: row.Workload, Launcher: row.Launcher,
+				Nodes: 2, NProcPerNode: 2, Runs: s.N, EndMS: msOrNil(s)}))
 		}
 		for _, l := range jsonLines {
 			fmt.Println(l)
@@ -170,6 +148,50 @@ func jobCmd(ctx context.Context, args []string) error {
 		fmt.Println()
 	}
 	return nil
+}
+
+// printSmall prints the table of the 2 nodes x 2 workers rows and
+// returns their verdicts against goal (gorun <= goal x torchrun).
+func printSmall(rows []jobRow, samples map[jobRow][]time.Duration, goal float64) []string {
+	fmt.Printf("   %-8s %-14s %10s %10s %10s %12s %16s\n", "workload", "launcher", "median ms", "min ms", "max ms", "/torchrun", "overhead ms")
+	var verdicts []string
+	for _, row := range rows {
+		s := summarize(samples[row])
+		tr := summarize(samples[jobRow{row.Workload, launchTorchrun}])
+		ratio := float64(s.Median) / float64(tr.Median)
+		over := "-"
+		if bare, ok := samples[jobRow{row.Workload, launchBare}]; ok && row.Launcher != launchBare {
+			over = ms(s.Median - summarize(bare).Median)
+		} else if row.Workload == "noop" {
+			over = ms(s.Median) // the workers take no time
+		}
+		fmt.Printf("   %-8s %-14s %10s %10s %10s %11.3fx %16s\n", row.Workload, row.Launcher, ms(s.Median), ms(s.Min), ms(s.Max), ratio, over)
+		if strings.HasPrefix(row.Launcher, "gorun") {
+			verdicts = append(verdicts, fmt.Sprintf("%s %s %.3fx: %s", row.Workload, row.Launcher, ratio, verdict(ratio <= goal)))
+		}
+	}
+	fmt.Printf("\n   overhead = median - the %s median of the same workload (noop: the whole time)\n", launchBare)
+	if _, ok := samples[jobRow{"ddp", launchBare}]; ok {
+		bare := summarize(samples[jobRow{"ddp", launchBare}]).Median
+		tr := summarize(samples[jobRow{"ddp", launchTorchrun}]).Median - bare
+		for _, l := range []string{launchEtcd, launchStatic} {
+			g := summarize(samples[jobRow{"ddp", l}]).Median - bare
+			fmt.Printf("   ddp launcher overhead %s / torchrun c10d: %.3fx\n", l, float64(g)/float64(tr))
+		}
+	}
+	return verdicts
+}
+
+// jobJSON is one row of the job part as a JSON line: medians in ms.
+type jobJSON struct {
+	Part         string   `json:"part"`
+	Workload     string   `json:"workload"`
+	Launcher     string   `json:"launcher"`
+	Nodes        int      `json:"nodes"`
+	NProcPerNode int      `json:"nproc_per_node"`
+	Runs         int      `json:"runs"`
+	StartedMS    *float64 `json:"started_ms,omitempty"` // to the last worker started (wide rows)
+	EndMS        *float64 `json:"end_ms"`               // to the last launcher's exit
 }
 
 // hasWide reports whether rows hold the wide workload.
@@ -201,8 +223,8 @@ func printWide(env jobEnv, ends, started map[jobRow][]time.Duration, failed map[
 		if f := failed[row]; f != "" {
 			fmt.Printf("          %s\n", f)
 		}
-		jsonLines = append(jsonLines, jsonLine(map[string]any{"part": "job", "workload": "wide", "launcher": row.Launcher,
-			"nodes": env.wide, "nproc_per_node": 1, "runs": st.N, "started_ms": msOrNil(st), "end_ms": msOrNil(en)}))
+		jsonLines = append(jsonLines, jsonLine(jobJSON{Part: "job", Workload: "wide", Launcher: row.Launcher,
+			Nodes: env.wide, NProcPerNode: 1, Runs: st.N, StartedMS: msOrNil(st), EndMS: msOrNil(en)}))
 	}
 	gs := summarize(started[g])
 	if gs.N == 0 || trStart.N == 0 {

@@ -23,8 +23,9 @@ import (
 // round is what one agent got from a round: rendezvous.Round.
 type round = rendezvous.Round
 
-// limits are a job's node bounds (--nnodes MIN:MAX).
-type limits struct{ Min, Max int }
+// limits are a job's node bounds (--nnodes MIN:MAX) and how many
+// membership changes it may restart after (max_membership_changes).
+type limits struct{ Min, Max, Changes int }
 
 // dialEtcd returns a client of the etcd at endpoint, once it answered.
 func dialEtcd(ctx context.Context, endpoint string) (*clientv3.Client, error) {
@@ -70,7 +71,7 @@ func startAgent(ctx context.Context, spec agentSpec) (*agent, error) {
 	}
 	a.rdzv, err = rendezvous.Join(ctx, countingStore{store, spec.Counts, a.view}, rendezvous.Config{
 		Self:     rendezvous.Member{ID: spec.ID, Host: spec.ID, Addr: "127.0.0.1", Preferred: -1, NProc: 1},
-		Limits:   rendezvous.Limits{MinNodes: spec.Limits.Min, MaxNodes: spec.Limits.Max},
+		Limits:   rendezvous.Limits{MinNodes: spec.Limits.Min, MaxNodes: spec.Limits.Max, MaxChanges: spec.Limits.Changes},
 		LastCall: spec.LastCall, JoinTimeout: spec.LastCall + time.Hour, // the caller's ctx bounds Next
 		LeaseTTL: spec.TTL,
 		FreePort: freePort, Log: zerolog.Nop(),
