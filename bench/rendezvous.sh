@@ -125,8 +125,9 @@ trap 'exit 143' TERM
 # --- etcd ----------------------------------------------------------------------
 # setpriv --pdeathsig: the server dies with this script even if the script is SIGKILLed.
 deathsig=()
-if setpriv --help 2>/dev/null | grep -q -- --pdeathsig; then deathsig=(setpriv --pdeathsig TERM --); fi
-if "$tmp/gorun" rendezvous serve --help 2>/dev/null | grep -q -- --listen; then
+# (Help texts are read whole: `cmd | grep -q` can fail under pipefail when grep exits first.)
+if [[ $(setpriv --help 2>/dev/null || true) == *--pdeathsig* ]]; then deathsig=(setpriv --pdeathsig TERM --); fi
+if [[ $("$tmp/gorun" rendezvous serve --help 2>/dev/null || true) == *--listen* ]]; then
   port=$("$tmp/rdzvbench" ports)
   "${deathsig[@]}" "$tmp/gorun" rendezvous serve --listen "127.0.0.1:$port" --data-dir "$tmp/etcd" >"$tmp/etcd.log" 2>&1 &
   etcd_pid=$!

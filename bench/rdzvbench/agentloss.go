@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -198,7 +199,7 @@ func agentLossOnce(ctx context.Context, f lossFlags, rep int) (res agentLossResu
 		sum += n
 		res.Events.Max = max(res.Events.Max, n)
 	}
-	res.Events.Mean = float64(sum) / float64(len(survivors))
+	res.Events.Mean = math.Round(float64(sum)/float64(len(survivors))*10) / 10
 	if err != nil {
 		res.Restart = 0
 		return res, fmt.Errorf("round 1: %w", err)

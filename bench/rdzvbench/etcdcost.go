@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -66,7 +67,7 @@ func cpuSince(from, to etcdSample) float64 {
 	if from.CPU < 0 || to.CPU < 0 {
 		return -1
 	}
-	return (to.CPU - from.CPU).Seconds()
+	return math.Round((to.CPU-from.CPU).Seconds()*100) / 100
 }
 
 // processCPU returns the user + system CPU time process pid has used.

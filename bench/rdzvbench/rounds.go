@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"runtime/pprof"
 	"slices"
@@ -34,7 +35,7 @@ type roundResult struct {
 	// (EtcdCPU) and during Next only (EtcdCPUNext); -1 when unknown.
 	EtcdCPU, EtcdCPUNext float64
 	DB                   etcdStatus // after the round formed, before the agents left
-	DBGrowth             int64      // DBInUseBytes after minus before the case
+	DBGrowth             int64      // DBInUseBytes after minus before the case; -1: unknown
 }
 
 // perAgent is the mean and max of one count over agents.
@@ -58,7 +59,7 @@ func perAgentOf(agents []*agent, count func(*viewCounts) int64) perAgent {
 		sum += n
 		p.Max = max(p.Max, n)
 	}
-	p.Mean = float64(sum) / float64(len(agents))
+	p.Mean = math.Round(float64(sum)/float64(len(agents))*10) / 10
 	return p
 }
 
@@ -126,13 +127,14 @@ func roundsCmd(ctx context.Context, args []string) error {
 		"evt/agt", "evt max", "lists", "etcd cpu", "db MiB")
 	goalAgents := counts[len(counts)-1]
 	goalLine := fmt.Sprintf("goal: %d agents form a round in under %s beyond the last call: MISSED (no run of %d agents formed a round)", goalAgents, f.goal, goalAgents)
-	var jsonLines []string
+	var jsonLines, mdRows []string
 	for _, c := range cases {
 		results, failures, err := runRoundCase(ctx, f, c)
 		if err != nil {
 			return err
 		}
-		row, js := roundRow(c, results, len(failures))
+		row, js, md := roundRow(c, results, len(failures))
+		mdRows = append(mdRows, md)
 		fmt.Printf(header, row...)
 		for _, fl := range failures {
 			fmt.Printf("          %s\n", fl)
@@ -150,6 +152,12 @@ func roundsCmd(ctx context.Context, args []string) error {
 	fmt.Printf("\n   evt/agt, evt max: watch events delivered to each agent from its Join to the round formed (or the run failed), mean and max over agents, median run\n")
 	fmt.Printf("   lists: key listings per agent (each returns every key of the job); etcd cpu: CPU seconds of the etcd process from the first dial to the round formed; db: etcd's database size then\n")
 	fmt.Printf("\n%s\n\n", goalLine)
+	fmt.Println("| agents | MIN:MAX | formed | median | beyond last call | watch events per agent (mean / max) | etcd CPU | etcd db |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
+	for _, r := range mdRows {
+		fmt.Println(r)
+	}
+	fmt.Println()
 	if f.json {
 		for _, l := range jsonLines {
 			fmt.Println(l)
@@ -240,10 +248,11 @@ type roundJSON struct {
 	EtcdDBGrowthBytes int64    `json:"etcd_db_growth_bytes"`
 }
 
-// roundRow renders the results of case c as a table row and a JSON line.
+// roundRow renders the results of case c as a table row, a JSON line and
+// a markdown row.
 // Counts and costs are those of the median run by round time (of the
 // failed run when none formed).
-func roundRow(c roundCase, results []roundResult, failed int) ([]any, string) {
+func roundRow(c roundCase, results []roundResult, failed int) ([]any, string, string) {
 	formed := okRounds(results)
 	st := summarize(formed)
 	lc := "-"
@@ -272,7 +281,17 @@ func roundRow(c roundCase, results []roundResult, failed int) ([]any, string) {
 	j.EtcdDBBytes, j.EtcdDBInUseBytes, j.EtcdDBGrowthBytes = r.DB.DBBytes, r.DB.DBInUseBytes, r.DBGrowth
 	row = append(row, fmt.Sprintf("%.1f", r.Setup.Seconds()), fmt.Sprintf("%.1f", r.Events.Mean), strconv.FormatInt(r.Events.Max, 10),
 		fmt.Sprintf("%.1f", r.Lists.Mean), cpuString(r.EtcdCPU), mibString(r.DB.DBBytes))
-	return row, jsonLine(j)
+	md := fmt.Sprintf("| %d | %s | %d/%d | %s | %s | %.1f / %d | %s s | %s MiB |", c.Agents, j.MinMax, st.N, len(results),
+		secondsOrDash(j.MedianMS), secondsOrDash(j.BeyondMS), r.Events.Mean, r.Events.Max, cpuString(r.EtcdCPU), mibString(r.DB.DBBytes))
+	return row, jsonLine(j), md
+}
+
+// secondsOrDash formats milliseconds as seconds ("1.7 s"), "-" for nil.
+func secondsOrDash(msec *float64) string {
+	if msec == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f s", *msec/1000)
 }
 
 // medianRun is the run of median round time among those that formed a
@@ -312,7 +331,10 @@ func roundOnce(ctx context.Context, f roundsFlags, c roundCase, rep int) (res ro
 		after := meter.sample(ctx)
 		res.EtcdCPU = cpuSince(before, after)
 		res.DB = after.Status
-		res.DBGrowth = after.Status.DBInUseBytes - before.Status.DBInUseBytes
+		res.DBGrowth = -1
+		if after.Status.DBInUseBytes >= 0 && before.Status.DBInUseBytes >= 0 {
+			res.DBGrowth = after.Status.DBInUseBytes - before.Status.DBInUseBytes
+		}
 		res.Events = perAgentOf(agents, func(v *viewCounts) int64 { return v.Events.Load() })
 		res.Lists = perAgentOf(agents, func(v *viewCounts) int64 { return v.Lists.Load() })
 	}()
