@@ -26,7 +26,8 @@
 #   RUNS=1 JOB_AGENTS=16 WORKLOADS=wide PARTS=job bench/rendezvous.sh
 #
 # JSON=1 also prints each case as one JSON line ({"part":"rounds","agents",...}) after its table.
-# Every case is bounded: SETUP_TIMEOUT (all agents joined, default 180 s) and MAX_WAIT (a round
+# JOB_TIMEOUT (default 600 s) bounds one wide run; a torchrun row that times out gives gorun's
+# ratio as an upper bound. Every case is bounded: SETUP_TIMEOUT (all agents joined, default 180 s) and MAX_WAIT (a round
 # formed, default 30 s) per run; a case that fails prints ok=0 with what it counted.
 # 4096 goroutine agents hold ~4096 TCP connections on each side: the script raises `ulimit -n` to
 # the hard limit (the etcd inherits it) and refuses counts the limit cannot hold.
@@ -48,6 +49,7 @@ WORKLOADS=${WORKLOADS:-noop,ddp,wide}
 PARTS=${PARTS:-rounds nodeloss agentloss job}
 LOSS_AGENTS=${LOSS_AGENTS:-1024}
 JOB_AGENTS=${JOB_AGENTS:-64}
+JOB_TIMEOUT=${JOB_TIMEOUT:-600s}
 JSON=${JSON:-0}
 SETUP_TIMEOUT=${SETUP_TIMEOUT:-180s}
 MAX_WAIT=${MAX_WAIT:-30s}
@@ -173,7 +175,7 @@ for part in $PARTS; do
       if ((have_torch)); then
         helper job -endpoint "$endpoint" -gorun "$tmp/gorun" -python "$TORCH_PYTHON" \
           -train "$root/examples/ddp/train.py" -steps "$STEPS" -workloads "$WORKLOADS" -dir "$tmp/job" -runs "$RUNS" -ddp-runs "$DDP_RUNS" \
-          -wide-agents "$JOB_AGENTS" "${json[@]}" || status=1
+          -wide-agents "$JOB_AGENTS" -wide-timeout "$JOB_TIMEOUT" "${json[@]}" || status=1
       fi
       ;;
   esac

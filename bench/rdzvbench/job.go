@@ -95,17 +95,17 @@ func jobCmd(ctx context.Context, args []string) error {
 	}
 	samples := map[jobRow][]time.Duration{}
 	started := map[jobRow][]time.Duration{}
-	wideFailed := map[jobRow]string{}
+	wideFailed := map[jobRow]error{}
 	for i := 0; i < max(*runs, *ddpRuns); i++ {
 		for k := range rows {
 			row := rows[(k+i)%len(rows)]
-			if (row.Workload == "ddp" && i >= *ddpRuns) || (row.Workload != "ddp" && i >= *runs) || wideFailed[row] != "" {
+			if (row.Workload == "ddp" && i >= *ddpRuns) || (row.Workload != "ddp" && i >= *runs) || wideFailed[row] != nil {
 				continue
 			}
 			t, err := runJob(ctx, env, row, i)
 			if err != nil && row.Workload == "wide" && ctx.Err() == nil {
 				// Reported in the wide table; the other rows go on.
-				wideFailed[row] = fmt.Sprintf("run %d: %v", i, err)
+				wideFailed[row] = fmt.Errorf("run %d: %w", i, err)
 				continue
 			}
 			if err != nil {
@@ -206,7 +206,7 @@ func hasWide(rows []jobRow) bool {
 
 // printWide prints the wide rows' table and returns their verdicts and
 // JSON lines. The goal is judged on the time to the last worker started.
-func printWide(env jobEnv, ends, started map[jobRow][]time.Duration, failed map[jobRow]string, goal float64) ([]string, []string) {
+func printWide(env jobEnv, ends, started map[jobRow][]time.Duration, failed map[jobRow]error, goal float64) ([]string, []string) {
 	fmt.Printf("\n   wide: %d nodes x 1 no-op worker, one launcher process per node on this machine\n", env.wide)
 	fmt.Printf("   %-14s %7s %14s %14s %12s %12s\n", "launcher", "runs", "started ms", "end ms", "started/tr", "end/tr")
 	g, tr := jobRow{"wide", launchEtcd}, jobRow{"wide", launchTorchrun}
@@ -220,13 +220,19 @@ func printWide(env jobEnv, ends, started map[jobRow][]time.Duration, failed map[
 			re = fmt.Sprintf("%.3fx", float64(en.Median)/float64(trEnd.Median))
 		}
 		fmt.Printf("   %-14s %7d %14s %14s %12s %12s\n", row.Launcher, st.N, msOrDash(st.Median), msOrDash(en.Median), rs, re)
-		if f := failed[row]; f != "" {
-			fmt.Printf("          %s\n", f)
+		if err := failed[row]; err != nil {
+			fmt.Printf("          %v\n", err)
 		}
 		jsonLines = append(jsonLines, jsonLine(jobJSON{Part: "job", Workload: "wide", Launcher: row.Launcher,
 			Nodes: env.wide, NProcPerNode: 1, Runs: st.N, StartedMS: msOrNil(st), EndMS: msOrNil(en)}))
 	}
 	gs := summarize(started[g])
+	if gs.N > 0 && trStart.N == 0 && errors.Is(failed[tr], errTimedOut) {
+		// torchrun took longer than the bound: the ratio is at most this.
+		ratio := float64(gs.Median) / float64(env.wideTimeout)
+		return []string{fmt.Sprintf("wide (%d nodes) gorun etcd %s to the last worker started, torchrun c10d > %s (timed out): ratio < %.3fx: %s",
+			env.wide, ms(gs.Median)+" ms", env.wideTimeout, ratio, verdict(ratio <= goal))}, jsonLines
+	}
 	if gs.N == 0 || trStart.N == 0 {
 		return []string{"wide gorun etcd: MISSED (a row did not run)"}, jsonLines
 	}
