@@ -286,10 +286,14 @@ func roundRow(c roundCase, results []roundResult, failed int) ([]any, string, st
 	return row, jsonLine(j), md
 }
 
-// secondsOrDash formats milliseconds as seconds ("1.7 s"), "-" for nil.
+// secondsOrDash formats milliseconds for people: "1.7 s", or "66 ms"
+// under a second; "-" for nil.
 func secondsOrDash(msec *float64) string {
-	if msec == nil {
+	switch {
+	case msec == nil:
 		return "-"
+	case *msec < 1000:
+		return fmt.Sprintf("%.0f ms", *msec)
 	}
 	return fmt.Sprintf("%.1f s", *msec/1000)
 }
