@@ -18,9 +18,11 @@ const usage = `usage: rdzvbench COMMAND [flags]
 commands:
   ports     print two consecutive free TCP ports of 127.0.0.1 (P and P+1), the first one only
   serve     run an embedded etcd on 127.0.0.1 until SIGTERM/SIGINT; writes its endpoint to -endpoint-file
-  rounds    round time of N in-process agents (goroutines, one etcd client each)
+  rounds    round time of N in-process agents (goroutines, one etcd client each), events per agent, etcd cost
+  agentloss node loss among N in-process agents: kill to every other agent's round end and next round
   nodeloss  kill -9 of one of 3 gorun agents to all workers of the next round started
-  job       a 2 nodes x 2 workers job under gorun (etcd, static) and torchrun (c10d), side by side
+  job       a 2 nodes x 2 workers job under gorun (etcd, static) and torchrun (c10d), side by side;
+            and (-workloads wide) N nodes x 1 worker under gorun etcd beside torchrun c10d
   sweep     kill every process whose environment holds -marker (leftovers)
 
 Run "rdzvbench COMMAND -h" for a command's flags.
@@ -45,12 +47,13 @@ func run(args []string) int {
 		return 1
 	}
 	cmds := map[string]func(context.Context, []string) error{
-		"ports":    portsCmd,
-		"serve":    serveCmd,
-		"rounds":   roundsCmd,
-		"nodeloss": nodeLossCmd,
-		"job":      jobCmd,
-		"sweep":    sweepCmd,
+		"ports":     portsCmd,
+		"serve":     serveCmd,
+		"rounds":    roundsCmd,
+		"nodeloss":  nodeLossCmd,
+		"agentloss": agentLossCmd,
+		"job":       jobCmd,
+		"sweep":     sweepCmd,
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/gorun/gorun/rendezvous/etcdstore"
 )
 
 // roundWorker records the round and rank it was given, one file per
@@ -38,7 +36,7 @@ func nodeLossCmd(ctx context.Context, args []string) error {
 	if *endpoint == "" || *gorun == "" || *dir == "" || *runs < 1 || *ttl < 1 {
 		return errors.New("-endpoint, -gorun and -dir are required; -runs and -ttl at least 1")
 	}
-	client, err := etcdstore.Dial(ctx, etcdstore.ClientConfig{Endpoints: []string{*endpoint}, Patience: 10 * time.Second})
+	client, err := dialEtcd(ctx, *endpoint)
 	if err != nil {
 		return err
 	}
@@ -111,21 +109,10 @@ func nodeLossOnce(ctx context.Context, client *clientv3.Client, endpoint, gorun,
 	// Watch the job's node keys for the lost agent's lease to expire.
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	prefix := etcdstore.JobPrefix(runID) + "nodes/"
-	nodes, err := client.Get(wctx, prefix, clientv3.WithPrefix())
+	deleted, err := watchNodeDeletes(wctx, client, runID)
 	if err != nil {
 		return res, err
 	}
-	deleted := make(chan time.Time, 1)
-	wch := client.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(nodes.Header.Revision+1), clientv3.WithFilterPut())
-	go func() {
-		for resp := range wch {
-			if len(resp.Events) > 0 {
-				deleted <- time.Now()
-				return
-			}
-		}
-	}()
 
 	victim := agents[rep%len(agents)]
 	killed := time.Now()

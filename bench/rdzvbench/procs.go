@@ -22,6 +22,9 @@ const (
 	partEnv   = "RDZVBENCH_PART"
 )
 
+// errTimedOut says a process did not exit in the time it was given.
+var errTimedOut = errors.New("did not exit")
+
 // proc is one process this bench started, in its own process group.
 type proc struct {
 	name string
@@ -67,9 +70,14 @@ func (p *proc) wait(ctx context.Context, within time.Duration) error {
 	select {
 	case <-p.done:
 		return nil
+	default:
+	}
+	select {
+	case <-p.done:
+		return nil
 	case <-time.After(within):
 		p.kill()
-		return fmt.Errorf("%s did not exit within %s (killed)", p.name, within)
+		return fmt.Errorf("%s: %w within %s (killed)", p.name, errTimedOut, within)
 	case <-ctx.Done():
 		p.kill()
 		return ctx.Err()

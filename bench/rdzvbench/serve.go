@@ -6,13 +6,9 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 
 	"github.com/rs/zerolog"
-
-	"github.com/gorun/gorun/rendezvous/etcdembed"
 )
 
 // freePortPair returns a port P of 127.0.0.1 such that P and P+1 were both
@@ -71,41 +67,18 @@ func serveCmd(ctx context.Context, args []string) error {
 		return errors.New("-dir and -endpoint-file are required")
 	}
 	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(zerolog.WarnLevel).With().Timestamp().Logger()
-	var server *etcdembed.Server
-	var lastErr error
-	for try := 0; try < 5 && server == nil; try++ {
-		p, err := freePortPair()
-		if err != nil {
-			return err
-		}
-		server, lastErr = etcdembed.Start(ctx, etcdembed.Config{
-			Name:          "bench",
-			DataDir:       filepath.Join(*dir, fmt.Sprintf("etcd-%d", p)),
-			RemoveDataDir: true,
-			ClientAddr:    net.JoinHostPort("127.0.0.1", strconv.Itoa(p)),
-			PeerAddr:      net.JoinHostPort("127.0.0.1", strconv.Itoa(p+1)),
-			Log:           log,
-		})
-		if lastErr != nil && !strings.Contains(lastErr.Error(), "address already in use") {
-			return lastErr
-		}
+	return runEmbeddedEtcd(ctx, *dir, *endpointFile, log)
+}
+
+// writeAtomically writes data to path through a temporary file and a
+// rename, so a reader never sees it half written.
+func writeAtomically(path, data string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", tmp, err)
 	}
-	if server == nil {
-		return lastErr
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("rename %s: %w", tmp, err)
 	}
-	defer server.Close()
-	ep := server.Endpoints()[0]
-	tmp := *endpointFile + ".tmp"
-	if err := os.WriteFile(tmp, []byte(ep+"\n"), 0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, *endpointFile); err != nil {
-		return err
-	}
-	select {
-	case <-ctx.Done():
-		return nil
-	case err := <-server.Err():
-		return fmt.Errorf("etcd: %w", err)
-	}
+	return nil
 }

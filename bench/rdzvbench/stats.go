@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -38,4 +40,34 @@ func verdict(ok bool) string {
 		return "met"
 	}
 	return "MISSED"
+}
+
+// jsonLine marshals v as one line (the JSON=1 output).
+func jsonLine(v any) string {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return `{"error":` + strconv.Quote(err.Error()) + `}`
+	}
+	return string(data)
+}
+
+// msFloat is d in milliseconds, to 0.1 ms.
+func msFloat(d time.Duration) float64 {
+	return float64(d.Round(100*time.Microsecond)) / float64(time.Millisecond)
+}
+
+// cpuString formats CPU seconds; "?" when unknown (negative).
+func cpuString(s float64) string {
+	if s < 0 {
+		return "?"
+	}
+	return fmt.Sprintf("%.2f", s)
+}
+
+// mibString formats a byte count in MiB; "?" when unknown (negative).
+func mibString(n int64) string {
+	if n < 0 {
+		return "?"
+	}
+	return fmt.Sprintf("%.1f", float64(n)/(1<<20))
 }
