@@ -8,7 +8,7 @@ import (
 )
 
 // agentView is what one agent follows of its job: the state key, the
-// leader key and its own placement, three keys whatever the job's size,
+// leader key and its placement bucket, three keys whatever the job's size,
 // so a round costs it a handful of watch events. Each key is decoded once,
 // when it changes; readers take a snapshot under the lock and wait on the
 // channel that closes at the next change.
@@ -32,7 +32,7 @@ func newAgentView(self string) *agentView {
 // run keeps v current until ctx ends.
 func (v *agentView) run(ctx context.Context, store Store) {
 	var wg sync.WaitGroup
-	for _, key := range []string{keyState, keyLeader, placeKey(v.self)} {
+	for _, key := range []string{keyState, keyLeader, placeKey(BucketOf(v.self))} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -87,9 +87,16 @@ func (v *agentView) apply(kv KV, present bool) {
 		if present {
 			v.leader = string(kv.Value)
 		}
-	case placeKey(v.self):
-		var p Placement
-		if present && json.Unmarshal(kv.Value, &p) == nil {
+	case placeKey(BucketOf(v.self)):
+		var b Bucket
+		if present && json.Unmarshal(kv.Value, &b) == nil {
+			// Not in its bucket's round: this node did not join that
+			// round, or joined after it froze.
+			p, ok := b.Places[v.self]
+			if !ok {
+				p = Placement{Member: false, NodeRank: -1, FirstRank: -1}
+			}
+			p.Round = b.Round
 			v.placement, v.placed = p, true
 		}
 	}

@@ -25,8 +25,8 @@ import (
 // claimFallback, and the new aggregator rebuilds everything it needs from
 // etcd (the state, the roster, the nodes' keys). Two agents that both
 // think they lead (one cut off, its lease not yet expired) cannot disagree:
-// every transition is a compare-and-swap on the state, and the placements
-// follow from the roster alone.
+// every transition is a compare-and-swap on the state, and a round's
+// placements are written in the same transaction as its running state.
 
 // claimCandidates is how many nodes (the lowest node ranks of the last
 // round this agent was placed in, and every node not placed yet) claim the
@@ -36,6 +36,10 @@ const (
 	claimCandidates = 3
 	claimFallback   = time.Second
 )
+
+// aggregateEvery is the shortest time between two looks of the aggregator
+// at the job's keys.
+const aggregateEvery = 5 * time.Millisecond
 
 // campaign claims the leader key whenever it is gone and leads while this
 // agent holds it, until ctx ends.
@@ -105,7 +109,6 @@ type aggregator struct {
 	e             *Elastic
 	lastCallRound int       // the round whose last call started
 	lastCall      time.Time // when that last call ends
-	placedRound   int       // the round whose placements this term wrote
 }
 
 // lead follows every key of the job and takes the transitions that fall to
@@ -123,8 +126,15 @@ func (e *Elastic) lead(ctx context.Context) {
 		cancel()
 		<-viewDone
 	}()
-	a := &aggregator{e: e, lastCallRound: -1, placedRound: -1}
+	a := &aggregator{e: e, lastCallRound: -1}
 	for {
+		// A snapshot costs O(nodes): thousands joining at once are taken
+		// in batches, not one snapshot each.
+		select {
+		case <-time.After(aggregateEvery):
+		case <-ctx.Done():
+			return
+		}
 		snap, changed := v.read()
 		_, poked := e.agent.read() // session changes and the end of an outage's grace
 		wake, err := a.step(ctx, snap)
@@ -155,21 +165,10 @@ func (a *aggregator) step(ctx context.Context, snap snapshot) (<-chan time.Time,
 		return a.joinable(ctx, snap)
 	}
 	if snap.roster.Round != st.Round {
-		return nil, nil // a frozen state always comes with its roster: not in this view yet
+		return nil, nil // a running state always comes with its roster: not in this view yet
 	}
 	if gone, err := a.reopenIfMembersLeft(ctx, snap); gone || err != nil {
 		return nil, err
-	}
-	if a.placedRound != st.Round {
-		// The aggregator that froze this round may have died before
-		// every node read its place: write them all again (the same
-		// values: they follow from the roster).
-		if err := a.place(ctx, snap.roster, snap.joined); err != nil {
-			return nil, err
-		}
-	}
-	if st.Phase != PhaseRunning {
-		return nil, nil
 	}
 	if closed, err := a.closeIfAllSucceeded(ctx, snap); closed || err != nil {
 		return nil, err
@@ -218,59 +217,38 @@ func (a *aggregator) joinable(ctx context.Context, snap snapshot) (<-chan time.T
 	if err != nil {
 		return nil, err
 	}
-	won, err := a.commit(ctx, snap.stateRev, st, next, roster)
-	if err != nil || !won {
-		return nil, err
-	}
-	return nil, a.place(ctx, roster, joined)
+	return nil, a.commit(ctx, snap.stateRev, st, next, roster, joined)
 }
 
-// commit writes the frozen state and its roster together, if the state is
-// still at rev, and reports whether it did.
-func (a *aggregator) commit(ctx context.Context, rev int64, from, next State, roster Roster) (bool, error) {
-	state, err := json.Marshal(next)
-	if err != nil {
-		return false, err
+// commit writes the running state, its roster and every joined node's
+// place in it together, if the state is still at rev: one transaction, so
+// that a node sees the round running only with its place in it.
+func (a *aggregator) commit(ctx context.Context, rev int64, from, next State, roster Roster, joined []Member) error {
+	writes := make([]KV, 0, 2+PlaceBuckets)
+	for key, v := range map[string]any{keyState: next, keyRoster: roster} {
+		data, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		writes = append(writes, KV{Key: key, Value: data})
 	}
-	members, err := json.Marshal(roster)
-	if err != nil {
-		return false, err
+	for b, bucket := range roster.Buckets(joined) {
+		data, err := json.Marshal(bucket)
+		if err != nil {
+			return err
+		}
+		writes = append(writes, KV{Key: placeKey(b), Value: data})
 	}
-	won, err := a.e.store.Txn(ctx, keyState, rev, KV{Key: keyState, Value: state}, KV{Key: keyRoster, Value: members})
+	won, err := a.e.store.Txn(ctx, keyState, rev, writes...)
 	if won {
 		a.e.logTransition(from, next)
+		a.e.log.Debug().Int("round", roster.Round).Int("members", len(roster.Members)).Int("joined", len(joined)).Msg("placed the round's nodes")
 	}
-	return won, err
+	return err
 }
 
-// place writes each joined node's place in the roster's round, in
-// transactions of at most MaxTxnWrites keys.
-func (a *aggregator) place(ctx context.Context, roster Roster, joined []Member) error {
-	places := roster.Placements(joined)
-	ids := make([]string, 0, len(places))
-	for id := range places {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for chunk := range slices.Chunk(ids, MaxTxnWrites) {
-		writes := make([]KV, len(chunk))
-		for i, id := range chunk {
-			data, err := json.Marshal(places[id])
-			if err != nil {
-				return err
-			}
-			writes[i] = KV{Key: placeKey(id), Value: data}
-		}
-		if _, err := a.e.store.Txn(ctx, "", 0, writes...); err != nil {
-			return fmt.Errorf("rendezvous: place the nodes of round %d: %w", roster.Round, err)
-		}
-	}
-	a.placedRound = roster.Round
-	return nil
-}
-
-// reopenIfMembersLeft opens the next round when a member of the frozen or
-// running round has no live session and counts as lost (see
+// reopenIfMembersLeft opens the next round when a member of the running
+// round has no live session and counts as lost (see
 // missingAreLost). It reports whether it found one.
 func (a *aggregator) reopenIfMembersLeft(ctx context.Context, snap snapshot) (bool, error) {
 	e, st := a.e, snap.state

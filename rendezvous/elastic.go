@@ -47,8 +47,8 @@ type Config struct {
 	// nodes whose keys vanished this long to put them again before it
 	// counts them lost. 0: no wait.
 	LeaseTTL time.Duration
-	// FreePort picks the MASTER_PORT on this node's address when it is
-	// node rank 0 of a round.
+	// FreePort picks the MASTER_PORT this node offers on its address
+	// when it joins a round, should it be node rank 0 of that round.
 	FreePort func(addr string) (int, error)
 	Log      zerolog.Logger
 }
@@ -180,7 +180,13 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 			// replaced the one it ran: wait for it.
 		case st.Phase == PhaseJoinable:
 			if joinedRound != st.Round {
-				if err := e.put(ctx, joinKey(st.Round, e.cfg.Self.ID), e.cfg.Self, true); err != nil {
+				self := e.cfg.Self
+				port, err := e.cfg.FreePort(self.Addr)
+				if err != nil {
+					return Round{}, fmt.Errorf("rendezvous: pick a MASTER_PORT to offer on %s: %w", self.Addr, err)
+				}
+				self.Port = port
+				if err := e.put(ctx, joinKey(st.Round, self.ID), self, true); err != nil {
 					return Round{}, err
 				}
 				if waiting {
@@ -194,18 +200,6 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 			r, _ := st.RoundFor(p)
 			e.last = r.Number
 			return r, nil
-		case placed && p.Member && p.NodeRank == 0:
-			port, err := e.cfg.FreePort(e.cfg.Self.Addr)
-			if err != nil {
-				return Round{}, fmt.Errorf("rendezvous: pick MASTER_PORT on %s: %w", e.cfg.Self.Addr, err)
-			}
-			next, err := st.Run(e.cfg.Self.Addr, port, time.Now())
-			if err == nil {
-				err = e.cas(ctx, snap.stateRev, st, next)
-			}
-			if err != nil {
-				return Round{}, err
-			}
 		case (placed || joinedRound != st.Round) && !waiting:
 			// The round formed without this node: it came late, or the
 			// round was full. The aggregator opens the next one for it

@@ -3,20 +3,20 @@ package rendezvous
 import (
 	"cmp"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"time"
 )
 
-// Phase is where a round is in its life: joinable -> frozen -> running,
-// and a job ends closed.
+// Phase is where a round is in its life: joinable -> running, and a job
+// ends closed.
 type Phase string
 
 // The phases of a round.
 const (
 	PhaseJoinable Phase = "joinable" // nodes join by writing their join key
-	PhaseFrozen   Phase = "frozen"   // members and node ranks fixed; node 0 picks the master port
-	PhaseRunning  Phase = "running"  // the master is published; workers run
+	PhaseRunning  Phase = "running"  // members, node ranks and the master fixed; workers run
 	PhaseClosed   Phase = "closed"   // the job is over: Result says how
 )
 
@@ -29,6 +29,9 @@ type Member struct {
 	NProc     int       `json:"nproc"`          // workers on this node
 	Order     int64     `json:"order"`          // join order: the etcd revision of its join key
 	Since     time.Time `json:"since"`          // when its agent joined the job
+	// Port is the MASTER_PORT this node offers, free on Addr when it
+	// joined a round, should it be node rank 0 of that round.
+	Port int `json:"port,omitempty"`
 }
 
 // Limits are the job's bounds, the same on every node.
@@ -47,13 +50,13 @@ const (
 // State is the one state key of a job, which every agent watches. It
 // changes only by compare-and-swap on its revision, so every transition is
 // taken by exactly one node. It stays small at any scale: the members of
-// a round are in the job's Roster, and each node's place in it in its own
-// Placement, so that a change costs etcd one small event per agent.
+// a round are in the job's Roster, and each node's place in it in a
+// placement bucket, so that a change costs etcd one small event per agent.
 type State struct {
 	Round      int       `json:"round"`
 	Phase      Phase     `json:"phase"`
-	Nodes      int       `json:"nodes,omitempty"`      // frozen and running: members of the round
-	WorldSize  int       `json:"world_size,omitempty"` // frozen and running: workers of the round
+	Nodes      int       `json:"nodes,omitempty"`      // running: members of the round
+	WorldSize  int       `json:"world_size,omitempty"` // running: workers of the round
 	MasterAddr string    `json:"master_addr,omitempty"`
 	MasterPort int       `json:"master_port,omitempty"`
 	Reason     string    `json:"reason,omitempty"` // why this round opened, or why the job closed
@@ -80,14 +83,32 @@ type Roster struct {
 	Members []Member `json:"members"`
 }
 
-// Placement is one node's place in a frozen round, in a key of its own
-// that only that node watches. Member is false for a node that joined but
-// did not fit (the round took MaxNodes).
+// Placement is one node's place in a running round. Member is false for a
+// node that joined but did not fit (the round took MaxNodes).
 type Placement struct {
-	Round     int  `json:"round"`
-	Member    bool `json:"member"`
+	Round     int  `json:"-"`
+	Member    bool `json:"member,omitempty"`
 	NodeRank  int  `json:"node_rank"`
 	FirstRank int  `json:"first_rank"` // global rank of the node's local rank 0
+}
+
+// PlaceBuckets is how many keys hold the placements of a round: a node
+// follows only its own bucket, so a round costs it one event, and the
+// placements are written with the round's state in one transaction.
+const PlaceBuckets = 64
+
+// Bucket is the placements of one round for the nodes whose ids hash to
+// one bucket (see BucketOf).
+type Bucket struct {
+	Round  int                  `json:"round"`
+	Places map[string]Placement `json:"places"`
+}
+
+// BucketOf is the bucket of node id's placements.
+func BucketOf(id string) int {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return int(h.Sum32() % PlaceBuckets)
 }
 
 // Cause is why a new round opens.
@@ -117,9 +138,10 @@ func rankOrder(a, b Member) int {
 	return cmp.Or(cmp.Compare(a.Preferred, b.Preferred), cmp.Compare(a.Order, b.Order), cmp.Compare(a.ID, b.ID))
 }
 
-// Freeze fixes the round's members: ranks 0..n-1 follow preferred ranks,
-// then join order, so a node keeps its place across rounds. It returns the
-// frozen state and its roster, and fails unless s is joinable and joined
+// Freeze fixes the round's members and starts it: ranks 0..n-1 follow
+// preferred ranks, then join order, so a node keeps its place across
+// rounds, and node rank 0's offered port is the master's. It returns the
+// running state and its roster, and fails unless s is joinable and joined
 // holds between MinNodes and MaxNodes.
 func (s State) Freeze(joined []Member, lim Limits, now time.Time) (State, Roster, error) {
 	if s.Phase != PhaseJoinable {
@@ -130,35 +152,34 @@ func (s State) Freeze(joined []Member, lim Limits, now time.Time) (State, Roster
 	}
 	members := slices.Clone(joined)
 	slices.SortFunc(members, rankOrder)
-	s.Phase, s.Since, s.Nodes, s.WorldSize = PhaseFrozen, now, len(members), 0
+	s.Phase, s.Since, s.Nodes, s.WorldSize = PhaseRunning, now, len(members), 0
+	s.MasterAddr, s.MasterPort = members[0].Addr, members[0].Port
 	for _, m := range members {
 		s.WorldSize += m.NProc
 	}
 	return s, Roster{Round: s.Round, Members: members}, nil
 }
 
-// Placements are the places of the roster's members, and of joined nodes
-// that did not fit, keyed by node id.
-func (r Roster) Placements(joined []Member) map[string]Placement {
-	out := make(map[string]Placement, len(joined))
+// Buckets are the places of the roster's members, and of joined nodes
+// that did not fit, by bucket (only buckets with a node in them).
+func (r Roster) Buckets(joined []Member) map[int]Bucket {
+	out := map[int]Bucket{}
+	set := func(id string, p Placement) {
+		b := BucketOf(id)
+		if _, ok := out[b]; !ok {
+			out[b] = Bucket{Round: r.Round, Places: map[string]Placement{}}
+		}
+		out[b].Places[id] = p
+	}
 	for _, m := range joined {
-		out[m.ID] = Placement{Round: r.Round, NodeRank: -1, FirstRank: -1}
+		set(m.ID, Placement{Round: r.Round, NodeRank: -1, FirstRank: -1})
 	}
 	first := 0
 	for i, m := range r.Members {
-		out[m.ID] = Placement{Round: r.Round, Member: true, NodeRank: i, FirstRank: first}
+		set(m.ID, Placement{Round: r.Round, Member: true, NodeRank: i, FirstRank: first})
 		first += m.NProc
 	}
 	return out
-}
-
-// Run publishes the master and starts the round.
-func (s State) Run(addr string, port int, now time.Time) (State, error) {
-	if s.Phase != PhaseFrozen {
-		return s, fmt.Errorf("rendezvous: run round %d in phase %s", s.Round, s.Phase)
-	}
-	s.MasterAddr, s.MasterPort, s.Phase, s.Since = addr, port, PhaseRunning, now
-	return s, nil
 }
 
 // Next opens the next round for cause, or closes the job as failed when

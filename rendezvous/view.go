@@ -188,7 +188,7 @@ type snapshot struct {
 	loaded   bool // false until the view's first list is in: nothing else is known
 	state    State
 	stateRev int64  // 0: no state key yet
-	roster   Roster // the last round that froze: the state's own when frozen or running, else the one before
+	roster   Roster // the last round that froze: the state's own when running, else the one before
 	joined   []Member
 	alive    map[string]bool // node ids with a live session
 	waiting  []Member
@@ -201,13 +201,13 @@ const (
 	keyState    = "state"    // State: every agent watches it
 	keyLeader   = "leader"   // the aggregator's id, under its lease
 	keyRoster   = "roster"   // Roster of the last round that froze
-	prefixPlace = "place/"   // place/<id>: Placement, each watched by its node only
+	prefixPlace = "place/"   // place/<bucket>: the Bucket of placements, each watched by its nodes only
 	prefixNodes = "nodes/"   // nodes/<id>: Member, leased: the node's liveness
 	prefixWait  = "waiting/" // waiting/<id>: Member, leased: a node waiting for a round
 	prefixFail  = "failures/"
 )
 
-func placeKey(id string) string { return prefixPlace + id }
+func placeKey(bucket int) string { return fmt.Sprintf("%s%02d", prefixPlace, bucket) }
 
 func roundPrefix(round int) string         { return fmt.Sprintf("rounds/%08d/", round) }
 func joinKey(round int, id string) string  { return roundPrefix(round) + "join/" + id }
