@@ -31,6 +31,7 @@ type Options struct {
 	HeartbeatTimeout time.Duration // a worker silent this long after a heartbeat is hung; 0: off
 	NodeName         string        // host name this node announces; "" is SLURMD_NODENAME or the host name
 	LocalAddr        string        // address other nodes reach this node at; "" is the node name
+	JobSecretFile    string        // file holding the job secret (else GORUN_JOB_SECRET; see resolveSecret)
 	Entrypoint       string
 	Args             []string
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/distenv"
+	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/internal/workerlog"
 	"github.com/gorun/gorun/slurm"
 	"github.com/gorun/gorun/trainer/config"
@@ -112,6 +113,11 @@ type Launch struct {
 	// WorkerEnv is, per local worker, the full environment it gets; filled
 	// for `gorun plan` only.
 	WorkerEnv [][]string `json:"worker_env,omitempty"`
+	// Secret is the job secret, given to every worker in GORUN_JOB_SECRET
+	// (in Environ); zero: none, the job runs unauthenticated.
+	Secret jobsecret.Secret `json:"-"`
+	// SecretSource says where Secret came from, or "none".
+	SecretSource string `json:"job_secret"`
 }
 
 // Duration prints as "30s" in JSON.
@@ -166,6 +172,9 @@ func Resolve(opts Options, host Host) (*Launch, error) {
 		return nil, err
 	}
 	if err := l.resolveRunID(opts, job, underSLURM, host); err != nil {
+		return nil, err
+	}
+	if err := l.resolveSecret(opts, host); err != nil {
 		return nil, err
 	}
 	if err := l.resolveNProc(opts, host); err != nil {

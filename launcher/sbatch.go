@@ -129,6 +129,7 @@ func (s Sbatch) Render() (string, error) {
 		k, v, _ := strings.Cut(kv, "=")
 		fmt.Fprintf(&b, "export %s=%s\n", k, ShellQuote(v))
 	}
+	b.WriteString(secretLines(s.Gorun, s.Env))
 	nproc := s.NProcPerNode
 	if s.GPUsPerNode > 0 {
 		nproc = "gpu"

@@ -97,6 +97,21 @@ func TestSbatchRender(t *testing.T) {
 			not:  []string{"--max-restarts"},
 		},
 		{
+			name: "a fresh job secret made when the job starts, before srun",
+			spec: sbatchSpec(func(s *Sbatch) { s.Gorun = "/home/a b/gorun" }),
+			want: []string{
+				`GORUN_JOB_SECRET="$('/home/a b/gorun' job-secret)" || exit 1`,
+				"export GORUN_JOB_SECRET",
+				`srun --ntasks-per-node=1 --no-kill --kill-on-bad-exit=0 '/home/a b/gorun' --nproc-per-node=4 train.py "$@"`,
+			},
+		},
+		{
+			name: "a job secret given with --env is kept",
+			spec: sbatchSpec(func(s *Sbatch) { s.Env = []string{"GORUN_JOB_SECRET=" + testSecret} }),
+			want: []string{"export GORUN_JOB_SECRET=" + testSecret},
+			not:  []string{"job-secret)"},
+		},
+		{
 			name: "job name from a program path",
 			spec: sbatchSpec(func(s *Sbatch) { s.Entrypoint = "/usr/local/bin/trainer" }),
 			want: []string{"#SBATCH --job-name=trainer"},

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/distenv"
+	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/trainer/comm"
 	"github.com/gorun/gorun/trainer/config"
 	"github.com/gorun/gorun/trainer/data"
@@ -38,6 +39,12 @@ type Config struct {
 	Dataset *data.Dataset
 	// CommTimeout bounds every wait for a peer; 0 is comm.DefaultTimeout.
 	CommTimeout time.Duration
+	// Secret is the job secret the ranks authenticate each other with
+	// (comm.Config.Secret); the zero Secret authenticates nothing.
+	Secret jobsecret.Secret
+	// CommLog receives a line per connection refused by this rank (see
+	// comm.Config.Log); nil discards them.
+	CommLog io.Writer
 	// AfterStep, when set, is called on every rank after each optimizer
 	// step, once the parameters are gathered again, with the Trainer and
 	// the step's figures; the Trainer's State is then the state after
@@ -151,8 +158,8 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	}
 
 	if w.WorldSize > 1 {
-		cc := comm.ConfigFrom(w)
-		cc.Timeout = cfg.CommTimeout
+		cc := comm.ConfigFrom(w, cfg.Secret)
+		cc.Timeout, cc.Log = cfg.CommTimeout, cfg.CommLog
 		if t.world, err = comm.Connect(ctx, cc); err != nil {
 			return nil, fmt.Errorf("trainer: connect rank %d of %d: %w", w.Rank, w.WorldSize, err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/internal/proc"
 	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/slurm"
@@ -87,6 +88,7 @@ func launchFlags() []cli.Flag {
 		stringFlag(catNodes, "rdzv-conf", "", "rendezvous settings k=v,...: lease_ttl, last_call_timeout, join_timeout, max_membership_changes, cacert, cert, key, user, password, dial_timeout, connect_timeout; c10d: is_host"),
 		stringFlag(catNodes, "node-name", "", "host name this node announces (default: SLURMD_NODENAME or the host name)"),
 		stringFlag(catNodes, "local-addr", "", "address other nodes and workers reach this node at (default: the node name)"),
+		stringFlag(catNodes, "job-secret-file", "", "file (mode 600) holding the job secret, the same on every node: at least 32 hex digits, e.g. from gorun job-secret; else GORUN_JOB_SECRET, else one made for a one-node launch"),
 
 		stringFlag(catOutput, "log-dir", "", "write each worker's output to DIR/RUN_ID/attempt_N/RANK/{stdout,stderr}.log"),
 		stringFlag(catOutput, "redirects", "", "streams sent only to the log files: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank 0:1,1:2"),
@@ -121,6 +123,12 @@ func NewApp() *cli.App {
 			ckptCommand(),
 			sbatchCommand(),
 			workerCommand(),
+			{
+				Name:      "job-secret",
+				Usage:     "print a fresh job secret (256 random bits in hex) for GORUN_JOB_SECRET or --job-secret-file",
+				UsageText: "export GORUN_JOB_SECRET=$(gorun job-secret)\n(umask 077; gorun job-secret > ~/.gorun-secret)",
+				Action:    jobSecretAction,
+			},
 			{
 				Name:   guardCommand,
 				Usage:  "internal: kill the workers' process groups named on stdin once stdin closes (gorun died)",
@@ -159,6 +167,7 @@ func options(c *cli.Context) launcher.Options {
 		Tee: c.String("tee"), Redirects: c.String("redirects"), LocalRanksFilter: c.String("local-ranks-filter"),
 		NoPython: c.Bool("no-python"), TermTimeout: c.Duration("term-timeout"), NodeName: c.String("node-name"),
 		LocalAddr: c.String("local-addr"), HeartbeatTimeout: c.Duration("heartbeat-timeout"),
+		JobSecretFile: c.String("job-secret-file"),
 	}
 	if len(args) > 0 {
 		opts.Entrypoint, opts.Args = args[0], args[1:]
@@ -198,6 +207,9 @@ func runAction(c *cli.Context) error {
 		ev = ev.Int("node_rank", l.NodeRank).Int("nodes", l.MinNodes).Str("master", fmt.Sprintf("%s:%d", l.MasterAddr, l.MasterPort))
 	}
 	ev.Msg("launching")
+	if l.Unauthenticated() {
+		log.Warn().Str("component", "launcher").Msg(launcher.UnauthenticatedWarning)
+	}
 	rt := launcher.Runtime{Stdout: c.App.Writer, Stderr: c.App.ErrWriter, Signals: signals, Log: log}
 	if self, err := os.Executable(); err == nil {
 		rt.GuardCommand = []string{self, guardCommand}
@@ -220,9 +232,22 @@ func planAction(c *cli.Context) error {
 		return err
 	}
 	l.PlanEnv()
+	l.Redact()
 	enc := json.NewEncoder(c.App.Writer)
 	enc.SetIndent("", "  ")
 	return enc.Encode(l)
+}
+
+func jobSecretAction(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return cli.Exit("job-secret: takes no arguments", exitUsage)
+	}
+	s, err := jobsecret.New()
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(c.App.Writer, s.Encode())
+	return err
 }
 
 func hostnamesAction(c *cli.Context) error {
@@ -273,7 +298,7 @@ func newLogger(c *cli.Context) (zerolog.Logger, error) {
 // warnUnknownEnv warns about GORUN_* variables that no flag reads: most
 // likely a typo that would otherwise be ignored in silence.
 func warnUnknownEnv(log zerolog.Logger, environ []string, flags []cli.Flag) {
-	known := map[string]bool{}
+	known := map[string]bool{jobsecret.EnvVar: true}
 	for _, f := range flags {
 		if ev, ok := f.(interface{ GetEnvVars() []string }); ok {
 			for _, name := range ev.GetEnvVars() {

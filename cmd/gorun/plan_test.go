@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gorun/gorun/internal/jobsecret"
 )
 
 // `gorun plan` resolves a train.toml as the run does: with $GOROOT unset,
@@ -36,4 +38,28 @@ func TestPlanStandaloneMasterPort(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(stdout), &plan))
 	require.Equal(t, 29555, plan.MasterPort)
+}
+
+// `gorun plan` prints neither the rendezvous password nor the job secret,
+// wherever they appear (--rdzv-conf, GORUN_RDZV_CONF, the workers'
+// environment).
+func TestPlanRedactsSecrets(t *testing.T) {
+	const secret = "00112233445566778899aabbccddeeff"
+	env := map[string]string{jobsecret.EnvVar: secret, "GORUN_RDZV_CONF": "user=alice,password=hunter2"}
+	code, stdout, stderr := run(t, env, "plan", "--nnodes=2", "--rdzv-backend=etcd", "--rdzv-endpoint=127.0.0.1:2379",
+		"--rdzv-id=job", "--rdzv-conf=user=alice,password=hunter2", "--", "true")
+	require.Equal(t, 0, code, stderr)
+	require.NotContains(t, stdout, "hunter2")
+	require.NotContains(t, stdout, secret)
+	require.Contains(t, stdout, jobsecret.EnvVar+"="+jobsecret.Redacted)
+}
+
+// `gorun job-secret` prints a fresh secret that GORUN_JOB_SECRET takes.
+func TestJobSecretCommand(t *testing.T) {
+	code, first, stderr := run(t, nil, "job-secret")
+	require.Equal(t, 0, code, stderr)
+	_, second, _ := run(t, nil, "job-secret")
+	require.NotEqual(t, first, second)
+	_, err := jobsecret.Parse(first)
+	require.NoError(t, err)
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gorun/gorun/internal/distenv"
 	"github.com/gorun/gorun/internal/heartbeat"
+	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/trainer"
 	"github.com/gorun/gorun/trainer/comm"
 	"github.com/gorun/gorun/trainer/config"
@@ -74,13 +75,20 @@ func workerAction(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit("worker: "+err.Error(), exitUsage)
 	}
+	secret, err := jobsecret.FromEnv(os.LookupEnv)
+	if err != nil {
+		return cli.Exit("worker: "+err.Error(), exitUsage)
+	}
+	if secret.IsZero() && w.WorldSize > 1 && w.Rank == 0 {
+		fmt.Fprintf(c.App.ErrWriter, "worker: warning: %s is not set: the ranks of this job do not authenticate each other, and any process that knows its run id can join as a rank (gorun sets one; under torchrun, export one from gorun job-secret)\n", jobsecret.EnvVar)
+	}
 	if c.Int("threads") < 0 {
 		return cli.Exit(fmt.Sprintf("worker: --threads=%d: must be at least 1", c.Int("threads")), exitUsage)
 	}
 
 	sigs, stop := watchSignals(c.Context)
 	defer stop()
-	err = runWorker(sigs, c, cfg, w)
+	err = runWorker(sigs, c, cfg, w, secret)
 	var stopped *resume.StoppedError
 	var sig signalError
 	switch {
@@ -104,11 +112,12 @@ func workerAction(c *cli.Context) error {
 	return nil
 }
 
-func runWorker(sigs *workerSignals, c *cli.Context, cfg config.Config, w distenv.Worker) (err error) {
+func runWorker(sigs *workerSignals, c *cli.Context, cfg config.Config, w distenv.Worker, secret jobsecret.Secret) (err error) {
 	ctx := sigs.ctx
 	beat := heartbeat.FromEnv(os.LookupEnv) // nil (no-op) unless the agent watches for hangs
 	var ck *resume.Checkpointer             // set before Run, the only caller of AfterStep
 	t, err := trainer.New(ctx, trainer.Config{Train: cfg, Worker: w, Threads: c.Int("threads"),
+		Secret: secret, CommLog: c.App.ErrWriter,
 		Metrics: c.String("metrics"), Log: c.App.Writer,
 		AfterStep: func(_ *trainer.Trainer, rec metrics.Record) error {
 			beat.Beat(rec.Step)

@@ -315,7 +315,7 @@ func TestMismatchNamesPeer(t *testing.T) {
 	require.ErrorContains(t, worlds[2].All().Barrier(), "allreduce of 200 elements")
 }
 
-func TestStaleTokenRefused(t *testing.T) {
+func TestStaleRoundRefused(t *testing.T) {
 	port := testutil.FreePort(t)
 	stale := make(chan error, 1)
 	var worlds [2]*World
@@ -335,15 +335,16 @@ func TestStaleTokenRefused(t *testing.T) {
 	defer worlds[0].Close()
 	defer worlds[1].Close()
 	err := <-stale
-	require.ErrorContains(t, err, `token "test/-1" does not match this round's "test/0"`)
+	require.ErrorContains(t, err, "refused: it runs another round")
+	require.NotContains(t, err.Error(), "test/0", "the round's token is not told to a refused peer")
 
 	// A stale worker that dials a rank directly is refused too.
 	w := worlds[0]
 	cfg := worlds[1].cfg
 	cfg.Token = "test/-1"
-	intruder := &World{cfg: cfg, timeout: cfg.Timeout, peers: w.peers, self: worlds[1].self}
+	intruder := &World{cfg: cfg, timeout: cfg.Timeout, auth: newAuth(cfg.Secret, cfg.Token), peers: w.peers, self: worlds[1].self}
 	_, err = intruder.dial(context.Background(), 0, kindData, "0,1#0")
-	require.ErrorContains(t, err, "refused: token")
+	require.ErrorContains(t, err, "refused: it runs another round")
 	// ...and the round goes on.
 	testutil.RequireRanks(t, testutil.OnRanks(2, func(r int) error { return worlds[r].All().AllReduce(make([]float32, 10)) }))
 }

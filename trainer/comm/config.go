@@ -3,11 +3,13 @@ package comm
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"time"
 
 	"github.com/gorun/gorun/internal/distenv"
+	"github.com/gorun/gorun/internal/jobsecret"
 )
 
 // DefaultTimeout bounds every wait for a peer when Config.Timeout is zero.
@@ -25,10 +27,20 @@ type Config struct {
 	// one port space). Empty: the local address this rank reaches the
 	// master from.
 	BindAddr string
-	// Token names the round (run id + restart count). Peers and the store
-	// refuse any connection that carries another token, so a stale worker
-	// of an earlier round cannot join or disturb this one.
+	// Token names the round (run id + restart count). It is public: the
+	// handshake binds it, so a stale worker of an earlier round is refused
+	// as "another round" and cannot join or disturb this one.
 	Token string
+	// Secret is the job secret (GORUN_JOB_SECRET). Every connection, to
+	// the store and between ranks, begins with a mutual HMAC
+	// challenge-response on it, before anything else is read from the
+	// peer; a peer without it is refused with ErrAuthFailed. The zero
+	// Secret authenticates nothing: any process that knows Token can join
+	// a world whose ranks all have no secret.
+	Secret jobsecret.Secret
+	// Log receives one line per connection a listener of this rank
+	// refused (from where, and why); nil discards them.
+	Log io.Writer
 	// Timeout bounds any wait for a peer: connecting, and each send or
 	// receive inside a collective. A peer silent for longer is reported
 	// by rank. Zero means DefaultTimeout.
@@ -38,13 +50,14 @@ type Config struct {
 	TCPOnly bool
 }
 
-// ConfigFrom builds a Config from the worker environment contract: the
-// token is the run id and the restart count.
-func ConfigFrom(w distenv.Worker) Config {
+// ConfigFrom builds a Config from the worker environment contract and the
+// job secret: the token is the run id and the restart count.
+func ConfigFrom(w distenv.Worker, secret jobsecret.Secret) Config {
 	return Config{
 		Rank: w.Rank, WorldSize: w.WorldSize,
 		MasterAddr: w.MasterAddr, MasterPort: w.MasterPort,
-		Token: w.RunID + "/" + strconv.Itoa(w.RestartCount),
+		Token:  w.RunID + "/" + strconv.Itoa(w.RestartCount),
+		Secret: secret,
 	}
 }
 

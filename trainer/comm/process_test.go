@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/internal/testutil"
 )
 
@@ -26,9 +28,15 @@ const childEnv = "COMM_TEST_CHILD"
 func runChild() int {
 	atoi := func(k string) int { v, _ := strconv.Atoi(os.Getenv(k)); return v }
 	timeout, _ := time.ParseDuration(os.Getenv("COMM_TEST_TIMEOUT"))
+	secret, err := jobsecret.FromEnv(os.LookupEnv)
+	if err != nil {
+		fmt.Printf("error: %v\n", err)
+		return 2
+	}
 	cfg := Config{
 		Rank: atoi("RANK"), WorldSize: atoi("WORLD_SIZE"), MasterAddr: "127.0.0.1",
 		MasterPort: atoi("MASTER_PORT"), Token: "proc/0", Timeout: timeout,
+		Secret: secret, Log: os.Stderr,
 	}
 	w, err := Connect(context.Background(), cfg)
 	if err != nil {
@@ -51,41 +59,59 @@ func runChild() int {
 }
 
 type child struct {
-	cmd   *exec.Cmd
-	lines chan string
+	cmd    *exec.Cmd
+	lines  chan string
+	stderr string // a file the child writes to itself: what it wrote before it acted is there
+}
+
+// errText is what the child wrote to its stderr so far.
+func (k *child) errText(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(k.stderr)
+	require.NoError(t, err)
+	return string(b)
 }
 
 func startChildren(t *testing.T, size int, timeout time.Duration) []*child {
 	t.Helper()
-	self, err := os.Executable()
-	require.NoError(t, err)
 	port := testutil.FreePort(t)
 	kids := make([]*child, size)
 	for r := range size {
-		cmd := exec.Command(self, "-test.run=^$")
-		cmd.Env = append(os.Environ(), childEnv+"=1", "RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(size),
-			"MASTER_PORT="+strconv.Itoa(port), "COMM_TEST_TIMEOUT="+timeout.String())
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		require.NoError(t, cmd.Start())
-		k := &child{cmd: cmd, lines: make(chan string, 16)}
-		go func() {
-			defer close(k.lines)
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				k.lines <- sc.Text()
-			}
-		}()
-		kids[r] = k
+		kids[r] = startChild(t, r, size, port, timeout)
 	}
-	t.Cleanup(func() {
-		for _, k := range kids {
-			_ = k.cmd.Process.Kill()
-			_ = k.cmd.Wait()
-		}
-	})
 	return kids
+}
+
+// startChild starts the test binary as rank r (runChild) with env added
+// to its environment; it is killed when the test ends.
+func startChild(t *testing.T, r, size, port int, timeout time.Duration, env ...string) *child {
+	t.Helper()
+	self, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command(self, "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=1", "RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(size),
+		"MASTER_PORT="+strconv.Itoa(port), "COMM_TEST_TIMEOUT="+timeout.String())
+	cmd.Env = append(cmd.Env, env...)
+	k := &child{cmd: cmd, lines: make(chan string, 16), stderr: filepath.Join(t.TempDir(), "stderr")}
+	f, err := os.Create(k.stderr)
+	require.NoError(t, err)
+	defer f.Close() // the child has its own copy
+	cmd.Stderr = f
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	go func() {
+		defer close(k.lines)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			k.lines <- sc.Text()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = k.cmd.Process.Kill()
+		_ = k.cmd.Wait()
+	})
+	return k
 }
 
 // line returns the child's next output line, or fails the test after wait.
@@ -129,5 +155,32 @@ func TestDeadPeer(t *testing.T) {
 				require.Contains(t, l, tc.want, "rank %d", r)
 			}
 		})
+	}
+}
+
+// Processes started by hand with the torchrun environment: one with the
+// wrong secret is refused (both sides say so) and the job is unaffected;
+// one with the right secret joins as the rank it claims.
+func TestHandStartedWorkers(t *testing.T) {
+	const size = 3
+	right := jobsecret.EnvVar + "=" + strings.Repeat("a1", 32)
+	wrong := jobsecret.EnvVar + "=" + strings.Repeat("b2", 32)
+	port := testutil.FreePort(t)
+	timeout := 10 * time.Second
+	rank0 := startChild(t, 0, size, port, timeout, right)
+	rank1 := startChild(t, 1, size, port, timeout, right)
+
+	impostor := startChild(t, 2, size, port, timeout, wrong)
+	l := impostor.line(t, 30*time.Second)
+	require.Contains(t, l, "error: ", l)
+	require.Contains(t, l, "authentication failed: wrong GORUN_JOB_SECRET?")
+	require.Error(t, impostor.cmd.Wait())
+	require.Equal(t, 3, impostor.cmd.ProcessState.ExitCode(), "the impostor failed to connect")
+	require.Contains(t, rank0.errText(t), "bootstrap store refused a connection from 127.0.0.1:")
+	require.Contains(t, rank0.errText(t), "authentication failed: wrong GORUN_JOB_SECRET? (it claimed rank 2)")
+
+	member := startChild(t, 2, size, port, timeout, right)
+	for r, k := range []*child{rank0, rank1, member} {
+		require.Equal(t, "ready", k.line(t, 30*time.Second), "rank %d: %s", r, k.errText(t))
 	}
 }

@@ -64,18 +64,30 @@ func newShmSender(c *net.UnixConn, timeout time.Duration) (*shmRing, error) {
 	return &shmRing{mem: mem, free: shmSlots}, nil
 }
 
-// makeShm returns the mapped slots and their descriptor, or nil.
+// shmSize is the size of one link's shared slots.
+const shmSize = shmSlots * chunkBytes
+
+// shmSeals are the seals a sender puts on its memfd and a receiver
+// requires before it maps one: the size can then never change, so a
+// peer cannot shrink the file under our mapping (a SIGBUS on the next
+// access), and no seal can be added or removed any more.
+const shmSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
+
+// makeShm returns the mapped slots and their descriptor, sealed, or nil.
 func makeShm() ([]byte, int) {
-	fd, err := unix.MemfdCreate("gorun-comm", unix.MFD_CLOEXEC)
+	fd, err := unix.MemfdCreate("gorun-comm", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, -1
 	}
-	size := shmSlots * chunkBytes
-	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+	if err := unix.Ftruncate(fd, shmSize); err != nil {
 		unix.Close(fd)
 		return nil, -1
 	}
-	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, shmSeals); err != nil {
+		unix.Close(fd)
+		return nil, -1
+	}
+	mem, err := unix.Mmap(fd, 0, shmSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		unix.Close(fd)
 		return nil, -1
@@ -84,7 +96,8 @@ func makeShm() ([]byte, int) {
 }
 
 // newShmReceiver maps the slots its sender passes over c, or returns nil
-// when the sender has none.
+// when the sender has none. It maps only a memfd sealed against resizing
+// (checkShm): anything else is an error, never a later SIGBUS.
 func newShmReceiver(c *net.UnixConn, timeout time.Duration) (*shmRing, error) {
 	if err := c.SetReadDeadline(time.Now().Add(timeout)); err != nil {
 		return nil, err
@@ -102,13 +115,42 @@ func newShmReceiver(c *net.UnixConn, timeout time.Duration) (*shmRing, error) {
 		return nil, errors.New("receive shared memory: no descriptor")
 	}
 	fds, err := unix.ParseUnixRights(&msgs[0])
-	if err != nil || len(fds) != 1 {
+	if err != nil || len(fds) == 0 {
 		return nil, errors.New("receive shared memory: no descriptor")
 	}
-	defer unix.Close(fds[0])
-	mem, err := unix.Mmap(fds[0], 0, shmSlots*chunkBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	for _, fd := range fds {
+		defer unix.Close(fd)
+	}
+	if len(fds) != 1 {
+		return nil, fmt.Errorf("receive shared memory: %d descriptors, want 1", len(fds))
+	}
+	if err := checkShm(fds[0]); err != nil {
+		return nil, fmt.Errorf("receive shared memory: %w", err)
+	}
+	mem, err := unix.Mmap(fds[0], 0, shmSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("mmap: %w", err)
 	}
 	return &shmRing{mem: mem}, nil
+}
+
+// checkShm says why fd is not a region this end may map: it must be a
+// memfd sealed against shrinking (so its size stays what fstat says) of
+// at least shmSize bytes.
+func checkShm(fd int) error {
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil {
+		return fmt.Errorf("not a sealable memfd: %w", err)
+	}
+	if seals&unix.F_SEAL_SHRINK == 0 {
+		return errors.New("the memfd is not sealed against shrinking (it could be cut under the mapping)")
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("fstat: %w", err)
+	}
+	if st.Size < shmSize {
+		return fmt.Errorf("the memfd has %d bytes, want %d", st.Size, shmSize)
+	}
+	return nil
 }

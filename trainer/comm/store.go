@@ -12,32 +12,35 @@ import (
 )
 
 // store is rank 0's bootstrap store: it collects every rank's address and,
-// once all WorldSize ranks have registered with the round's token, sends
-// the whole table to each and stops listening.
+// once all WorldSize ranks have registered (each authenticated on the job
+// secret, for the round's token), sends the whole table to each and stops
+// listening.
 type store struct {
 	ln      net.Listener
-	token   string
+	auth    auth
 	world   int
 	timeout time.Duration
+	logf    func(format string, args ...any)
 	done    chan error
 }
 
 type registration struct {
 	conn net.Conn
+	rank int // proven by the handshake
 	h    hello
 	err  error
 }
 
 // startStore listens on the master address; serve runs in a goroutine
 // until the table is out, the deadline passes or ctx ends.
-func startStore(ctx context.Context, cfg Config, deadline time.Time) (*store, error) {
+func startStore(ctx context.Context, cfg Config, deadline time.Time, logf func(string, ...any)) (*store, error) {
 	addr := net.JoinHostPort(cfg.MasterAddr, strconv.Itoa(cfg.MasterPort))
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("comm: bootstrap store: listen on %s: %w", addr, err)
 	}
-	s := &store{ln: ln, token: cfg.Token, world: cfg.WorldSize, timeout: cfg.timeout(), done: make(chan error, 1)}
+	s := &store{ln: ln, auth: newAuth(cfg.Secret, cfg.Token), world: cfg.WorldSize, timeout: cfg.timeout(), logf: logf, done: make(chan error, 1)}
 	go func() { s.done <- s.serve(ctx, deadline) }()
 	return s, nil
 }
@@ -45,22 +48,33 @@ func startStore(ctx context.Context, cfg Config, deadline time.Time) (*store, er
 func (s *store) serve(ctx context.Context, deadline time.Time) error {
 	regs := make(chan registration)
 	quit := make(chan struct{})
+	var pending pendingConns
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { // accept loop: ends when the listener closes
 		defer wg.Done()
+		slots := make(chan struct{}, maxPendingAuth)
 		for {
+			slots <- struct{}{}
 			c, err := s.ln.Accept()
 			if err != nil {
 				return
 			}
+			if !pending.add(c) {
+				<-slots
+				continue
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				var h hello
-				err := readMsg(c, &h, s.timeout)
+				r, ok := s.register(c)
+				pending.done(c)
+				<-slots
+				if !ok {
+					return
+				}
 				select {
-				case regs <- registration{conn: c, h: h, err: err}:
+				case regs <- r:
 				case <-quit:
 					c.Close()
 				}
@@ -95,6 +109,7 @@ func (s *store) serve(ctx context.Context, deadline time.Time) error {
 	}
 	s.ln.Close()
 	close(quit)
+	pending.closeAll()
 	answer := table{Peers: peers}
 	if failure != nil {
 		answer = table{Error: "bootstrap store on rank 0: " + failure.Error()}
@@ -116,13 +131,32 @@ func (s *store) serve(ctx context.Context, deadline time.Time) error {
 	return errors.Join(errs...)
 }
 
+// register authenticates c and reads its registration; a connection
+// refused for authentication is closed (and logged): ok is false.
+func (s *store) register(c net.Conn) (r registration, ok bool) {
+	isRank := func(rank int) bool { return rank >= 0 && rank < s.world }
+	rank, err := s.auth.accept(c, roleStore, 0, isRank, s.timeout)
+	if err != nil {
+		var refusal *authRefusal
+		if errors.As(err, &refusal) {
+			s.logf("bootstrap store refused a connection from %s: %v", c.RemoteAddr(), err)
+			refusal.tell(c)
+		}
+		c.Close()
+		return r, false
+	}
+	r = registration{conn: c, rank: rank}
+	r.err = readMsg(c, &r.h, s.timeout, maxSmall)
+	return r, true
+}
+
 // check returns why r cannot register, or "".
 func (s *store) check(r registration, slots []net.Conn) string {
 	switch {
 	case r.err != nil:
 		return "bad registration: " + r.err.Error()
-	case r.h.Token != s.token:
-		return fmt.Sprintf("token %q does not match this round's %q (a worker of another round?)", r.h.Token, s.token)
+	case r.h.Rank != r.rank:
+		return fmt.Sprintf("registration for rank %d on a connection authenticated as rank %d", r.h.Rank, r.rank)
 	case r.h.WorldSize != s.world:
 		return fmt.Sprintf("world size %d does not match rank 0's %d", r.h.WorldSize, s.world)
 	case r.h.Rank < 0 || r.h.Rank >= s.world:

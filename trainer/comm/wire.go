@@ -9,9 +9,14 @@ import (
 	"time"
 )
 
-// maxMsg bounds one framed control message: a table of thousands of peers
-// fits, a stray client cannot make us allocate gigabytes.
-const maxMsg = 16 << 20
+// Bounds of one framed message. Frames are read only from peers that
+// passed the handshake on the job secret (auth.go), and each read names
+// its bound: a peer table of thousands of ranks fits maxTable, everything
+// else maxSmall.
+const (
+	maxTable = 16 << 20
+	maxSmall = 64 << 10
+)
 
 // writeMsg sends v as one frame: a 4-byte big-endian length, then JSON.
 func writeMsg(c net.Conn, v any, timeout time.Duration) error {
@@ -29,8 +34,9 @@ func writeMsg(c net.Conn, v any, timeout time.Duration) error {
 	return err
 }
 
-// readMsg reads one frame written by writeMsg into v.
-func readMsg(c net.Conn, v any, timeout time.Duration) error {
+// readMsg reads one frame written by writeMsg into v; a frame longer than
+// limit is an error, read no further.
+func readMsg(c net.Conn, v any, timeout time.Duration, limit uint32) error {
 	if err := c.SetReadDeadline(time.Now().Add(timeout)); err != nil {
 		return err
 	}
@@ -39,8 +45,8 @@ func readMsg(c net.Conn, v any, timeout time.Duration) error {
 		return err
 	}
 	n := binary.BigEndian.Uint32(head[:])
-	if n > maxMsg {
-		return fmt.Errorf("message of %d bytes exceeds %d (not a gorun comm peer?)", n, maxMsg)
+	if n > limit {
+		return fmt.Errorf("message of %d bytes exceeds %d (not a gorun comm peer?)", n, limit)
 	}
 	body := make([]byte, n)
 	if _, err := io.ReadFull(c, body); err != nil {
@@ -52,18 +58,17 @@ func readMsg(c net.Conn, v any, timeout time.Duration) error {
 	return nil
 }
 
-// hello is what a rank tells the bootstrap store.
+// hello is what a rank tells the bootstrap store once authenticated.
 type hello struct {
-	Token     string `json:"token"`
-	Rank      int    `json:"rank"`
-	WorldSize int    `json:"world_size"`
-	Peer      peer   `json:"peer"`
+	Rank      int  `json:"rank"`
+	WorldSize int  `json:"world_size"`
+	Peer      peer `json:"peer"`
 }
 
 // peer is how to reach one rank.
 type peer struct {
 	Addr string `json:"addr"`           // TCP host:port
-	Unix string `json:"unix,omitempty"` // abstract Unix socket name, without '@'
+	Unix string `json:"unix,omitempty"` // abstract Unix socket name, without '@'; only this user's processes are admitted (SO_PEERCRED)
 	Node string `json:"node,omitempty"` // ranks with equal Node may use Unix
 }
 
@@ -79,10 +84,9 @@ const (
 	kindData    = "data"    // one per ring link of a group, one direction
 )
 
-// handshake opens every connection between two ranks.
+// handshake follows the authentication on every connection between two
+// ranks: which connection this is.
 type handshake struct {
-	Token string `json:"token"`
-	From  int    `json:"from"`
 	Kind  string `json:"kind"`
 	Group string `json:"group,omitempty"`
 }

@@ -27,10 +27,13 @@ const sockBuf = 4 << 20
 type World struct {
 	cfg     Config
 	timeout time.Duration
+	auth    auth
+	logMu   sync.Mutex
 	peers   []peer
 	self    peer
 
 	listeners []net.Listener
+	pending   pendingConns // in their handshake
 	wg        sync.WaitGroup
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -69,17 +72,29 @@ func (cc *ctrlConn) send(m control, timeout time.Duration) error {
 	return writeMsg(cc.c, m, timeout)
 }
 
+// logf writes one line to cfg.Log, if any.
+func (w *World) logf(format string, args ...any) {
+	if w.cfg.Log == nil {
+		return
+	}
+	w.logMu.Lock()
+	defer w.logMu.Unlock()
+	fmt.Fprintf(w.cfg.Log, "comm: rank %d: "+format+"\n", append([]any{w.cfg.Rank}, args...)...)
+}
+
 // Connect joins the round described by cfg: rank 0 starts the bootstrap
 // store, every rank registers there, learns its peers and connects to
-// them. It returns once this rank is connected to all of them, or fails
-// within cfg.Timeout (a master that never answers, a rank that never
-// registers, a store that refuses cfg.Token) or when ctx ends.
+// them, each connection authenticated on cfg.Secret. It returns once this
+// rank is connected to all of them, or fails within cfg.Timeout (a master
+// that never answers, a rank that never registers, a store of another
+// round, a store or peer without the job secret: ErrAuthFailed) or when
+// ctx ends.
 func Connect(ctx context.Context, cfg Config) (*World, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	w := &World{
-		cfg: cfg, timeout: cfg.timeout(), closing: make(chan struct{}),
+		cfg: cfg, timeout: cfg.timeout(), auth: newAuth(cfg.Secret, cfg.Token), closing: make(chan struct{}),
 		waiting: map[connKey]chan net.Conn{}, arrived: map[connKey]net.Conn{},
 		groupSeq: map[string]int{}, failed: make(chan struct{}),
 	}
@@ -98,7 +113,7 @@ func (w *World) connect(ctx context.Context) error {
 	if w.cfg.Rank == 0 {
 		dl, _ := ctx.Deadline()
 		var err error
-		if st, err = startStore(ctx, w.cfg, dl); err != nil {
+		if st, err = startStore(ctx, w.cfg, dl, w.logf); err != nil {
 			return err
 		}
 	}
@@ -160,15 +175,18 @@ func (w *World) bootstrap(ctx context.Context) error {
 	if bind == "" {
 		bind = c.LocalAddr().(*net.TCPAddr).IP.String()
 	}
+	if err := w.auth.dial(c, roleStore, w.cfg.Rank, 0, w.timeout); err != nil {
+		return fmt.Errorf("comm: connect: bootstrap store of rank 0 at %s: %w", addr, err)
+	}
 	if err := w.listen(bind); err != nil {
 		return err
 	}
-	h := hello{Token: w.cfg.Token, Rank: w.cfg.Rank, WorldSize: w.cfg.WorldSize, Peer: w.self}
+	h := hello{Rank: w.cfg.Rank, WorldSize: w.cfg.WorldSize, Peer: w.self}
 	if err := writeMsg(c, h, w.timeout); err != nil {
 		return fmt.Errorf("comm: connect: register with %s: %w", addr, err)
 	}
 	var t table
-	if err := readMsg(c, &t, time.Until(deadlineOf(ctx, w.timeout))+w.timeout/4); err != nil {
+	if err := readMsg(c, &t, time.Until(deadlineOf(ctx, w.timeout))+w.timeout/4, maxTable); err != nil {
 		return fmt.Errorf("comm: connect: wait for the peer table from %s: %w", addr, err)
 	}
 	if t.Error != "" {
@@ -210,7 +228,8 @@ func dialRetry(ctx context.Context, addr string) (net.Conn, error) {
 }
 
 // listen opens this rank's TCP listener on bind and, on Linux, an
-// abstract Unix socket for peers of the same node.
+// abstract Unix socket for peers of the same node (abstract sockets have
+// no file permissions: admit checks the peer's uid, SO_PEERCRED).
 func (w *World) listen(bind string) error {
 	ln, err := net.Listen("tcp", net.JoinHostPort(bind, "0"))
 	if err != nil {
@@ -251,48 +270,59 @@ func nodeKey() string {
 	return strings.TrimSpace(string(boot)) + "/" + ns
 }
 
+// acceptLoop admits l's connections, at most maxPendingAuth at a time:
+// past that, it stops accepting until one is done (the rest wait in the
+// kernel's queue), so a flood of connections costs a bounded amount.
 func (w *World) acceptLoop(l net.Listener) {
 	defer w.wg.Done()
+	slots := make(chan struct{}, maxPendingAuth)
 	for {
+		select {
+		case slots <- struct{}{}:
+		case <-w.closing:
+			return
+		}
 		c, err := l.Accept()
 		if err != nil {
 			return
 		}
+		if !w.pending.add(c) {
+			<-slots
+			continue
+		}
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
+			defer func() { <-slots }()
 			w.admit(c)
 		}()
 	}
 }
 
-// admit checks a new connection's handshake and hands it to whoever
-// awaits it; a wrong token or a bad handshake is answered and closed.
+// admit authenticates a new connection, reads which connection it is and
+// hands it to whoever awaits it. A connection that fails is closed, and
+// a refusal logged with its reason; the peer learns only that it was
+// refused.
 func (w *World) admit(c net.Conn) {
-	var h handshake
-	if err := readMsg(c, &h, w.timeout); err != nil {
-		c.Close()
+	from, h, err := w.accept(c)
+	w.pending.done(c)
+	if err != nil {
+		defer c.Close()
+		select {
+		case <-w.closing: // closed under its handshake
+			return
+		default:
+		}
+		var refusal *authRefusal
+		if errors.As(err, &refusal) || errors.Is(err, errNotSameUser) {
+			w.logf("refused a connection from %s: %v", c.RemoteAddr(), err)
+		}
+		if refusal != nil {
+			refusal.tell(c)
+		}
 		return
 	}
-	refuse := ""
-	switch {
-	case h.Token != w.cfg.Token:
-		refuse = fmt.Sprintf("token %q does not match this round's %q (a worker of another round?)", h.Token, w.cfg.Token)
-	case h.From < 0 || h.From >= w.cfg.WorldSize || h.From == w.cfg.Rank:
-		refuse = fmt.Sprintf("rank %d is not a peer of rank %d in world size %d", h.From, w.cfg.Rank, w.cfg.WorldSize)
-	case h.Kind != kindControl && h.Kind != kindData:
-		refuse = fmt.Sprintf("unknown connection kind %q", h.Kind)
-	}
-	if refuse != "" {
-		_ = writeMsg(c, ack{Error: refuse}, w.timeout)
-		c.Close()
-		return
-	}
-	if err := writeMsg(c, ack{}, w.timeout); err != nil {
-		c.Close()
-		return
-	}
-	key := connKey{kind: h.Kind, group: h.Group, from: h.From}
+	key := connKey{kind: h.Kind, group: h.Group, from: from}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	select {
@@ -311,6 +341,35 @@ func (w *World) admit(c net.Conn) {
 		return
 	}
 	w.arrived[key] = c
+}
+
+// errNotSameUser marks a Unix connection from another user's process.
+var errNotSameUser = errors.New("not this user's process")
+
+// accept runs a listener's side of a new connection: the peer's uid on a
+// Unix socket, the handshake on the job secret, then (authenticated)
+// which connection this is.
+func (w *World) accept(c net.Conn) (int, handshake, error) {
+	var h handshake
+	if err := checkSameUser(c); err != nil {
+		return -1, h, fmt.Errorf("%w: %w", errNotSameUser, err)
+	}
+	isPeer := func(r int) bool { return r >= 0 && r < w.cfg.WorldSize && r != w.cfg.Rank }
+	from, err := w.auth.accept(c, rolePeer, w.cfg.Rank, isPeer, w.timeout)
+	if err != nil {
+		return -1, h, err
+	}
+	if err := readMsg(c, &h, w.timeout, maxSmall); err != nil {
+		return -1, h, err
+	}
+	if h.Kind != kindControl && h.Kind != kindData {
+		_ = writeMsg(c, ack{Error: fmt.Sprintf("unknown connection kind %q", h.Kind)}, w.timeout)
+		return -1, h, fmt.Errorf("rank %d: unknown connection kind %q", from, h.Kind)
+	}
+	if err := writeMsg(c, ack{}, w.timeout); err != nil {
+		return -1, h, err
+	}
+	return from, h, c.SetDeadline(time.Time{})
 }
 
 // await returns the connection that peer key.from opens to this rank,
@@ -349,8 +408,8 @@ func (w *World) await(ctx context.Context, key connKey, op string) (net.Conn, er
 	return nil, &PeerError{Rank: key.from, Op: op, Err: err}
 }
 
-// dial opens a connection of kind to rank, over a Unix socket when the
-// peer is on this node, and passes the handshake.
+// dial opens a connection of kind to rank, over a Unix socket (of this
+// user's process) when the peer is on this node, and passes the handshake.
 func (w *World) dial(ctx context.Context, rank int, kind, group string) (net.Conn, error) {
 	p := w.peers[rank]
 	network, addr := "tcp", p.Addr
@@ -372,11 +431,17 @@ func (w *World) dial(ctx context.Context, rank int, kind, group string) (net.Con
 		c.Close()
 		return nil, &PeerError{Rank: rank, Op: "connect", Err: err}
 	}
-	if err := writeMsg(c, handshake{Token: w.cfg.Token, From: w.cfg.Rank, Kind: kind, Group: group}, w.timeout); err != nil {
+	if err := checkSameUser(c); err != nil {
+		return fail(err)
+	}
+	if err := w.auth.dial(c, rolePeer, w.cfg.Rank, rank, w.timeout); err != nil {
+		return fail(err)
+	}
+	if err := writeMsg(c, handshake{Kind: kind, Group: group}, w.timeout); err != nil {
 		return fail(err)
 	}
 	var a ack
-	if err := readMsg(c, &a, w.timeout); err != nil {
+	if err := readMsg(c, &a, w.timeout, maxSmall); err != nil {
 		return fail(err)
 	}
 	if a.Error != "" {
@@ -496,7 +561,7 @@ func (w *World) watch(cc *ctrlConn) {
 	defer w.wg.Done()
 	for {
 		var m control
-		err := readMsg(cc.c, &m, w.timeout)
+		err := readMsg(cc.c, &m, w.timeout, maxSmall)
 		if err != nil {
 			select {
 			case <-w.closing:
@@ -616,6 +681,7 @@ func (w *World) Close() error {
 		for _, l := range w.listeners {
 			l.Close()
 		}
+		w.pending.closeAll()
 		for _, c := range conns {
 			c.Close()
 		}

@@ -1,0 +1,128 @@
+package launcher
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gorun/gorun/internal/jobsecret"
+	"github.com/gorun/gorun/rendezvous"
+)
+
+// Where a Launch's job secret came from (Launch.SecretSource).
+const (
+	secretFromEnv  = "GORUN_JOB_SECRET"
+	secretFromFile = "--job-secret-file"
+	secretNew      = "made for this one-node launch"
+)
+
+// UnauthenticatedWarning says why a launch of several nodes without a job
+// secret runs unauthenticated; the CLI logs it once.
+const UnauthenticatedWarning = "no job secret (GORUN_JOB_SECRET or --job-secret-file): the workers of this job do not authenticate each other, " +
+	"so any user who can reach its nodes and knows its run id can join it as a worker or disturb it. " +
+	"Use gorun sbatch (it makes one per job), or export GORUN_JOB_SECRET=$(gorun job-secret) before srun"
+
+// resolveSecret picks the job secret: GORUN_JOB_SECRET, else
+// --job-secret-file, else a fresh one for a launch of one node (no other
+// agent needs to know it). A launch of several nodes without one runs
+// unauthenticated. The secret reaches every worker in GORUN_JOB_SECRET.
+func (l *Launch) resolveSecret(opts Options, host Host) error {
+	fromEnv, err := jobsecret.FromEnv(host.Lookup)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	switch {
+	case !fromEnv.IsZero() && opts.JobSecretFile != "":
+		return usagef("%s is set and --job-secret-file=%s is given: give one of them", jobsecret.EnvVar, opts.JobSecretFile)
+	case !fromEnv.IsZero():
+		l.Secret, l.SecretSource = fromEnv, secretFromEnv
+	case opts.JobSecretFile != "":
+		if l.Secret, err = jobsecret.ReadFile(opts.JobSecretFile); err != nil {
+			return usagef("--job-secret-file: %v", err)
+		}
+		l.SecretSource = secretFromFile + " " + opts.JobSecretFile
+	case l.MaxNodes == 1:
+		if l.Secret, err = jobsecret.New(); err != nil {
+			return err
+		}
+		l.SecretSource = secretNew
+	default:
+		l.SecretSource = "none"
+		return nil
+	}
+	l.Environ = setEnv(l.Environ, jobsecret.EnvVar, l.Secret.Encode())
+	return nil
+}
+
+// Unauthenticated reports whether l runs without a job secret.
+func (l *Launch) Unauthenticated() bool { return l.Secret.IsZero() }
+
+// setEnv returns environ with key set to value (once), in a new slice.
+func setEnv(environ []string, key, value string) []string {
+	out := make([]string, 0, len(environ)+1)
+	for _, kv := range environ {
+		if k, _, _ := strings.Cut(kv, "="); k != key {
+			out = append(out, kv)
+		}
+	}
+	return append(out, key+"="+value)
+}
+
+// Redact masks what `gorun plan` must not print: the rendezvous
+// password, the job secret and any environment variable whose name says
+// it holds a password, secret or token (--rdzv-conf in GORUN_RDZV_CONF or
+// PET_RDZV_CONF is masked key by key). l must not be run afterwards.
+func (l *Launch) Redact() {
+	if len(l.Rendezvous.Conf) > 0 {
+		conf := make(map[string]string, len(l.Rendezvous.Conf))
+		for k, v := range l.Rendezvous.Conf {
+			conf[k] = v
+			if k == rendezvous.ConfPassword {
+				conf[k] = jobsecret.Redacted
+			}
+		}
+		l.Rendezvous.Conf = conf
+	}
+	for i, env := range l.WorkerEnv {
+		l.WorkerEnv[i] = redactEnv(env)
+	}
+}
+
+// redactEnv returns environ with secret values masked.
+func redactEnv(environ []string) []string {
+	out := make([]string, len(environ))
+	for i, kv := range environ {
+		k, v, _ := strings.Cut(kv, "=")
+		switch up := strings.ToUpper(k); {
+		case up == "GORUN_RDZV_CONF" || up == "PET_RDZV_CONF":
+			v = redactConf(v)
+		case strings.Contains(up, "PASSWORD") || strings.Contains(up, "SECRET") || strings.Contains(up, "TOKEN"):
+			v = jobsecret.Redacted
+		}
+		out[i] = k + "=" + v
+	}
+	return out
+}
+
+// redactConf masks the password in a --rdzv-conf value k=v,...
+func redactConf(conf string) string {
+	parts := strings.Split(conf, ",")
+	for i, kv := range parts {
+		if k, _, ok := strings.Cut(kv, "="); ok && strings.TrimSpace(k) == rendezvous.ConfPassword {
+			parts[i] = k + "=" + jobsecret.Redacted
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// secretLines are the shell lines of a batch script that give the job a
+// fresh secret when it starts (gorun job-secret), unless env sets one.
+func secretLines(gorun string, env []string) string {
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); k == jobsecret.EnvVar {
+			return ""
+		}
+	}
+	return fmt.Sprintf("# A fresh secret for each run of this job, made when it starts (never written to a file):\n"+
+		"# srun passes it to every gorun, and gorun to every worker; only they can join the job.\n"+
+		"%s=\"$(%s job-secret)\" || exit 1\nexport %s\n", jobsecret.EnvVar, ShellQuote(gorun), jobsecret.EnvVar)
+}
