@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/gorun/gorun/internal/jobsecret"
-	"github.com/gorun/gorun/rendezvous"
+	"github.com/gorun/gorun/rendezvous/etcdstore"
 )
 
 // Where a Launch's job secret came from (Launch.SecretSource).
@@ -76,7 +76,7 @@ func (l *Launch) Redact() {
 		conf := make(map[string]string, len(l.Rendezvous.Conf))
 		for k, v := range l.Rendezvous.Conf {
 			conf[k] = v
-			if k == rendezvous.ConfPassword {
+			if k == etcdstore.ConfPassword {
 				conf[k] = jobsecret.Redacted
 			}
 		}
@@ -107,7 +107,7 @@ func redactEnv(environ []string) []string {
 func redactConf(conf string) string {
 	parts := strings.Split(conf, ",")
 	for i, kv := range parts {
-		if k, _, ok := strings.Cut(kv, "="); ok && strings.TrimSpace(k) == rendezvous.ConfPassword {
+		if k, _, ok := strings.Cut(kv, "="); ok && strings.TrimSpace(k) == etcdstore.ConfPassword {
 			parts[i] = k + "=" + jobsecret.Redacted
 		}
 	}
