@@ -33,24 +33,51 @@ func avx2Kernel() *microKernel {
 	}
 }
 
-// bestKernel is the fastest micro-kernel the CPU runs.
-func bestKernel() *microKernel {
-	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
-		return avx2Kernel()
+// avx512Kernel is the 12×32 AVX-512 micro-kernel. Its packing routines
+// need only AVX, which every AVX-512 CPU has.
+func avx512Kernel() *microKernel {
+	return &microKernel{
+		name: "avx512-12x32",
+		mr:   12, nr: 32,
+		mc: 144, kc: 256, nc: 3072,
+		tile: func(kc int, a, b, c []float32, ldc int, accum bool) {
+			// As in avx2Kernel: the assembly reads kc*12 floats of a, kc*32
+			// of b and a 12×32 tile of c.
+			_ = a[kc*12-1]
+			_ = b[kc*32-1]
+			_ = c[11*ldc+31]
+			kernelAVX512(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc, boolInt(accum))
+		},
+		packTranspose: avxTranspose,
+		packCopy:      avxCopy,
+		peak: func(rounds int) int {
+			fmaLoopAVX512(rounds)
+			return rounds * 768
+		},
 	}
-	return goKernel()
 }
 
-// kernels lists every micro-kernel this CPU runs, for the tests.
+// hasAVX512 reports whether the CPU and OS run the AVX-512 kernel: it
+// uses AVX-512F instructions on zmm registers only.
+func hasAVX512() bool { return cpu.X86.HasAVX512F && hasAVX2() }
+
+// hasAVX2 reports whether the CPU and OS run the AVX2/FMA kernel.
+func hasAVX2() bool { return cpu.X86.HasAVX2 && cpu.X86.HasFMA }
+
+// kernelsForCPU lists every micro-kernel this CPU runs, fastest first.
 func kernelsForCPU() []*microKernel {
-	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
-		return []*microKernel{avx2Kernel(), goKernel()}
+	var ks []*microKernel
+	if hasAVX512() {
+		ks = append(ks, avx512Kernel())
 	}
-	return []*microKernel{goKernel()}
+	if hasAVX2() {
+		ks = append(ks, avx2Kernel())
+	}
+	return append(ks, goKernel())
 }
 
-// avxTranspose is goTranspose with whole blocks of columns of 6 and 16
-// rows done in assembly.
+// avxTranspose is goTranspose with whole blocks of columns of 6, 12, 16
+// and 32 rows done in assembly.
 func avxTranspose(dst, src []float32, w, ld, kc int) {
 	done := 0
 	switch {
@@ -66,24 +93,41 @@ func avxTranspose(dst, src []float32, w, ld, kc int) {
 		_ = dst[16*done-1]
 		_ = src[15*ld+done-1]
 		transpose16AVX(unsafe.SliceData(dst), unsafe.SliceData(src), ld, blocks)
+	case (w == 12 || w == 32) && kc >= 8:
+		blocks := kc / 8
+		done = 8 * blocks
+		_ = dst[w*done-1]
+		_ = src[(w-1)*ld+done-1]
+		if w == 12 {
+			transpose12AVX(unsafe.SliceData(dst), unsafe.SliceData(src), ld, blocks)
+		} else {
+			transpose32AVX(unsafe.SliceData(dst), unsafe.SliceData(src), ld, blocks)
+		}
 	}
 	if done < kc {
 		goTranspose(dst[w*done:], src[done:], w, ld, kc-done)
 	}
 }
 
-// avxCopy is goCopy with panels 6 and 16 floats wide copied in assembly.
+// avxCopy is goCopy with panels 6, 12, 16 and 32 floats wide copied in
+// assembly.
 func avxCopy(dst, src []float32, w, ld, kc, panels, stride int) {
-	if (w != 6 && w != 16) || kc == 0 || panels == 0 || stride < w*kc {
+	if (w != 6 && w != 12 && w != 16 && w != 32) || kc == 0 || panels == 0 || stride < w*kc {
 		goCopy(dst, src, w, ld, kc, panels, stride)
 		return
 	}
 	_ = dst[(panels-1)*stride+w*kc-1]
 	_ = src[(kc-1)*ld+w*panels-1]
-	if w == 6 {
-		copy6AVX(unsafe.SliceData(dst), unsafe.SliceData(src), ld, kc, panels, stride)
-	} else {
-		copy16AVX(unsafe.SliceData(dst), unsafe.SliceData(src), ld, kc, panels, stride)
+	d, s := unsafe.SliceData(dst), unsafe.SliceData(src)
+	switch w {
+	case 6:
+		copy6AVX(d, s, ld, kc, panels, stride)
+	case 12:
+		copy12AVX(d, s, ld, kc, panels, stride)
+	case 16:
+		copy16AVX(d, s, ld, kc, panels, stride)
+	default:
+		copy32AVX(d, s, ld, kc, panels, stride)
 	}
 }
 

@@ -32,7 +32,29 @@ type Engine struct {
 // New returns an Engine that splits work over threads goroutines
 // (at least 1) and uses the fastest micro-kernel the CPU runs.
 func New(threads int) *Engine {
-	return newEngine(threads, bestKernel())
+	return newEngine(threads, kernelsForCPU()[0])
+}
+
+// NewWithKernel is New with the micro-kernel named kernel, one of
+// Available(): to measure or test a narrower ISA than the widest the CPU
+// has. It fails when this CPU (or build) does not run that kernel.
+func NewWithKernel(threads int, kernel string) (*Engine, error) {
+	for _, k := range kernelsForCPU() {
+		if k.name == kernel {
+			return newEngine(threads, k), nil
+		}
+	}
+	return nil, fmt.Errorf("kernels: micro-kernel %q: this CPU runs only %v", kernel, Available())
+}
+
+// Available names the micro-kernels this CPU runs, the fastest (widest
+// ISA) first and the portable "go-6x16" last.
+func Available() []string {
+	var names []string
+	for _, k := range kernelsForCPU() {
+		names = append(names, k.name)
+	}
+	return names
 }
 
 // newEngine returns an Engine with the micro-kernel kern.
@@ -43,8 +65,8 @@ func newEngine(threads int, kern *microKernel) *Engine {
 // Threads is the number of goroutines a product may use.
 func (e *Engine) Threads() int { return e.threads }
 
-// Kernel names the micro-kernel the Engine runs, such as "avx2-fma-6x16"
-// or the portable "go-6x16".
+// Kernel names the micro-kernel the Engine runs, such as "avx512-12x32",
+// "avx2-fma-6x16" or the portable "go-6x16".
 func (e *Engine) Kernel() string { return e.kern.name }
 
 // MatMul computes C = op(A)·op(B), or C += op(A)·op(B) when acc, for

@@ -224,3 +224,20 @@ func TestPack(t *testing.T) {
 		}
 	}
 }
+
+// TestNewWithKernel checks that every kernel the CPU runs can be chosen
+// by name, the widest first and the portable one last, and that a name
+// the CPU does not run is an error.
+func TestNewWithKernel(t *testing.T) {
+	avail := Available()
+	require.NotEmpty(t, avail)
+	require.Equal(t, "go-6x16", avail[len(avail)-1])
+	require.Equal(t, avail[0], New(1).Kernel())
+	for _, name := range avail {
+		e, err := NewWithKernel(2, name)
+		require.NoError(t, err)
+		require.Equal(t, name, e.Kernel())
+	}
+	_, err := NewWithKernel(1, "sse-1x1")
+	require.ErrorContains(t, err, `micro-kernel "sse-1x1"`)
+}

@@ -30,3 +30,30 @@ func copy6AVX(dst *float32, src *float32, ld int, kc int, panels int, stride int
 // ld floats) into panels of kc×16 floats at dst, stride floats apart:
 // dst[q*stride + 16*p + r] = src[p*ld + q*16 + r].
 func copy16AVX(dst *float32, src *float32, ld int, kc int, panels int, stride int)
+
+// kernelAVX512 computes the 12×32 tile at c (row stride ldc floats) as the
+// product of the packed kc×12 panel a and the packed kc×32 panel b; it
+// adds the product to the tile when accum != 0 and overwrites it otherwise.
+func kernelAVX512(kc int, a *float32, b *float32, c *float32, ldc int, accum int)
+
+// fmaLoopAVX512 runs n rounds of 24 independent 16-wide fused multiply-adds
+// (768 flops a round) on registers only.
+func fmaLoopAVX512(n int)
+
+// transpose12AVX packs blocks×8 columns of the 12 rows at src (row stride
+// ld floats) into dst, 12 floats per column: dst[12*p+r] = src[r*ld+p].
+func transpose12AVX(dst *float32, src *float32, ld int, blocks int)
+
+// transpose32AVX packs blocks×8 columns of the 32 rows at src (row stride
+// ld floats) into dst, 32 floats per column: dst[32*p+r] = src[r*ld+p].
+func transpose32AVX(dst *float32, src *float32, ld int, blocks int)
+
+// copy12AVX packs panels×12 floats from each of kc rows at src (row stride
+// ld floats) into panels of kc×12 floats at dst, stride floats apart:
+// dst[q*stride + 12*p + r] = src[p*ld + q*12 + r].
+func copy12AVX(dst *float32, src *float32, ld int, kc int, panels int, stride int)
+
+// copy32AVX packs panels×32 floats from each of kc rows at src (row stride
+// ld floats) into panels of kc×32 floats at dst, stride floats apart:
+// dst[q*stride + 32*p + r] = src[p*ld + q*32 + r].
+func copy32AVX(dst *float32, src *float32, ld int, kc int, panels int, stride int)
