@@ -33,3 +33,21 @@ func (e *Engine) PeakGFLOPS(d time.Duration) float64 {
 	}
 	return float64(total) / elapsed.Seconds() / 1e9
 }
+
+// peakRuns×peakEach is how long MeasurePeak runs the multiply-add loop.
+const (
+	peakRuns = 5
+	peakEach = 20 * time.Millisecond
+)
+
+// MeasurePeak is the best of a few short PeakGFLOPS runs (about 100 ms in
+// all): the fp32 FMA peak of the Engine's threads with its kernel's
+// instructions. The best, not the mean, because other load on a shared
+// machine only ever lowers a run.
+func (e *Engine) MeasurePeak() float64 {
+	var best float64
+	for range peakRuns {
+		best = max(best, e.PeakGFLOPS(peakEach))
+	}
+	return best
+}

@@ -47,6 +47,23 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// TestTrainFLOPsPerToken checks the formula on hand-counted models: the
+// products of one token forward, times 3 for forward and backward.
+func TestTrainFLOPsPerToken(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want float64
+	}{
+		// L1 d1 T1 V1: block products 12·1 + head 1 = 13 MACs, attention 2·1·1.
+		{Config{Layers: 1, DModel: 1, Heads: 1, Context: 1, Vocab: 1}, 3 * (2*13 + 2*2)},
+		// examples/train.toml: L2 d64 T64 V256.
+		{Config{Layers: 2, DModel: 64, Heads: 4, Context: 64, Vocab: 256},
+			3 * (2*(2*12*64*64+256*64) + 2*2*(2*64*64))},
+	} {
+		require.Equal(t, tc.want, tc.cfg.TrainFLOPsPerToken(), "%+v", tc.cfg)
+	}
+}
+
 func TestNewRejectsBadInput(t *testing.T) {
 	eng := kernels.New(1)
 	_, err := New(Config{Layers: 1, DModel: 6, Heads: 4, Context: 4, Vocab: 256}, 1, eng)
