@@ -32,9 +32,9 @@ type Record struct {
 	// times TokensPerS / WorldSize) over the fp32 FMA peak of that rank's
 	// threads.
 	MFU       float64
-	WorldSize  int
-	Rank       int
-	ElapsedS   float64 // seconds since this process started training
+	WorldSize int
+	Rank      int
+	ElapsedS  float64 // seconds since this process started training
 	// GradNorm is the global gradient norm before clipping; 0 leaves it
 	// out of the line.
 	GradNorm float64
