@@ -183,6 +183,16 @@ func TestPeakGFLOPS(t *testing.T) {
 	require.Zero(t, New(1).PeakGFLOPS(0))
 }
 
+// TestMeasurePeak checks that the per-thread CPU-time peak is positive
+// for every kernel and grows with the threads: they add their rates.
+func TestMeasurePeak(t *testing.T) {
+	for _, kern := range kernelsForCPU() {
+		one, two := newEngine(1, kern).MeasurePeak(), newEngine(2, kern).MeasurePeak()
+		require.Positive(t, one, kern.name)
+		require.Greater(t, two, one, kern.name)
+	}
+}
+
 func TestSplit(t *testing.T) {
 	for _, tc := range []struct{ threads, mp, np, tm, tn int }{
 		{1, 10, 10, 1, 1},
