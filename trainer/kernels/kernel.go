@@ -1,7 +1,8 @@
 package kernels
 
 // microKernel is one register-tile GEMM kernel with the cache blocking
-// the packed driver uses around it.
+// the packed driver uses around it, and the elementwise kernels of the
+// same instruction set.
 type microKernel struct {
 	name string
 	// mr×nr is the tile of C one call computes.
@@ -23,6 +24,10 @@ type microKernel struct {
 	// peak runs rounds of a register-only multiply-add loop with the
 	// kernel's instructions and returns the flops it did.
 	peak func(rounds int) int
+	// expSum and gelu are Engine.ExpSum and Engine.GELU with the
+	// kernel's instructions, lengths checked by the caller.
+	expSum func(dst, src []float32, scale, shift float32) float32
+	gelu   func(out, th, h []float32)
 }
 
 // goKernel is the portable micro-kernel: a 6×16 tile computed as 2×4
@@ -36,6 +41,8 @@ func goKernel() *microKernel {
 		packTranspose: goTranspose,
 		packCopy:      goCopy,
 		peak:          goPeak,
+		expSum:        goExpSum,
+		gelu:          goGELU,
 	}
 }
 

@@ -30,6 +30,8 @@ func avx2Kernel() *microKernel {
 			fmaLoopAVX2(rounds)
 			return rounds * 192
 		},
+		expSum: vecExpSum(expSumAVX2, 8),
+		gelu:   vecGELU(geluAVX2, 8),
 	}
 }
 
@@ -54,6 +56,8 @@ func avx512Kernel() *microKernel {
 			fmaLoopAVX512(rounds)
 			return rounds * 768
 		},
+		expSum: vecExpSum(expSumAVX512, 16),
+		gelu:   vecGELU(geluAVX512, 16),
 	}
 }
 
@@ -128,6 +132,33 @@ func avxCopy(dst, src []float32, w, ld, kc, panels, stride int) {
 		copy16AVX(d, s, ld, kc, panels, stride)
 	default:
 		copy32AVX(d, s, ld, kc, panels, stride)
+	}
+}
+
+// vecExpSum is an expSum that runs asm on the whole vectors of lanes
+// floats and goExpSum on the rest.
+func vecExpSum(asm func(dst, src *float32, n int, scale, shift float32) float32, lanes int) func(dst, src []float32, scale, shift float32) float32 {
+	return func(dst, src []float32, scale, shift float32) float32 {
+		n := len(src) / lanes * lanes
+		var sum float32
+		if n > 0 {
+			_ = dst[n-1]
+			sum = asm(unsafe.SliceData(dst), unsafe.SliceData(src), n, scale, shift)
+		}
+		return sum + goExpSum(dst[n:], src[n:], scale, shift)
+	}
+}
+
+// vecGELU is a gelu that runs asm on the whole vectors of lanes floats
+// and goGELU on the rest.
+func vecGELU(asm func(out, th, h *float32, n int), lanes int) func(out, th, h []float32) {
+	return func(out, th, h []float32) {
+		n := len(h) / lanes * lanes
+		if n > 0 {
+			_, _ = out[n-1], th[n-1]
+			asm(unsafe.SliceData(out), unsafe.SliceData(th), unsafe.SliceData(h), n)
+		}
+		goGELU(out[n:], th[n:], h[n:])
 	}
 }
 

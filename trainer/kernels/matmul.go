@@ -62,6 +62,10 @@ func newEngine(threads int, kern *microKernel) *Engine {
 	return &Engine{threads: max(threads, 1), kern: kern, minParallel: parallelWork, minPacked: packedWork}
 }
 
+// WithThreads returns an Engine with e's micro-kernel that splits work
+// over threads goroutines (at least 1), sharing nothing with e.
+func (e *Engine) WithThreads(threads int) *Engine { return newEngine(threads, e.kern) }
+
 // Threads is the number of goroutines a product may use.
 func (e *Engine) Threads() int { return e.threads }
 

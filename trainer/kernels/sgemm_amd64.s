@@ -1278,3 +1278,511 @@ next:
 done:
 	VZEROUPPER
 	RET
+
+DATA mathconsts<>+0(SB)/4, $0xc2ae0000
+DATA mathconsts<>+4(SB)/4, $0xc2ae0000
+DATA mathconsts<>+8(SB)/4, $0xc2ae0000
+DATA mathconsts<>+12(SB)/4, $0xc2ae0000
+DATA mathconsts<>+16(SB)/4, $0xc2ae0000
+DATA mathconsts<>+20(SB)/4, $0xc2ae0000
+DATA mathconsts<>+24(SB)/4, $0xc2ae0000
+DATA mathconsts<>+28(SB)/4, $0xc2ae0000
+DATA mathconsts<>+32(SB)/4, $0xc2ae0000
+DATA mathconsts<>+36(SB)/4, $0xc2ae0000
+DATA mathconsts<>+40(SB)/4, $0xc2ae0000
+DATA mathconsts<>+44(SB)/4, $0xc2ae0000
+DATA mathconsts<>+48(SB)/4, $0xc2ae0000
+DATA mathconsts<>+52(SB)/4, $0xc2ae0000
+DATA mathconsts<>+56(SB)/4, $0xc2ae0000
+DATA mathconsts<>+60(SB)/4, $0xc2ae0000
+DATA mathconsts<>+64(SB)/4, $0x42b00000
+DATA mathconsts<>+68(SB)/4, $0x42b00000
+DATA mathconsts<>+72(SB)/4, $0x42b00000
+DATA mathconsts<>+76(SB)/4, $0x42b00000
+DATA mathconsts<>+80(SB)/4, $0x42b00000
+DATA mathconsts<>+84(SB)/4, $0x42b00000
+DATA mathconsts<>+88(SB)/4, $0x42b00000
+DATA mathconsts<>+92(SB)/4, $0x42b00000
+DATA mathconsts<>+96(SB)/4, $0x42b00000
+DATA mathconsts<>+100(SB)/4, $0x42b00000
+DATA mathconsts<>+104(SB)/4, $0x42b00000
+DATA mathconsts<>+108(SB)/4, $0x42b00000
+DATA mathconsts<>+112(SB)/4, $0x42b00000
+DATA mathconsts<>+116(SB)/4, $0x42b00000
+DATA mathconsts<>+120(SB)/4, $0x42b00000
+DATA mathconsts<>+124(SB)/4, $0x42b00000
+DATA mathconsts<>+128(SB)/4, $0x3fb8aa3b
+DATA mathconsts<>+132(SB)/4, $0x3fb8aa3b
+DATA mathconsts<>+136(SB)/4, $0x3fb8aa3b
+DATA mathconsts<>+140(SB)/4, $0x3fb8aa3b
+DATA mathconsts<>+144(SB)/4, $0x3fb8aa3b
+DATA mathconsts<>+148(SB)/4, $0x3fb8aa3b
+DATA mathconsts<>+152(SB)/4, $0x3fb8aa3b
+DATA mathconsts<>+156(SB)/4, $0x3fb8aa3b
+DATA mathconsts<>+160(SB)/4, $0x3fb8aa3b
+DATA mathconsts<>+164(SB)/4, $0x3fb8aa3b
+DATA mathconsts<>+168(SB)/4, $0x3fb8aa3b
+DATA mathconsts<>+172(SB)/4, $0x3fb8aa3b
+DATA mathconsts<>+176(SB)/4, $0x3fb8aa3b
+DATA mathconsts<>+180(SB)/4, $0x3fb8aa3b
+DATA mathconsts<>+184(SB)/4, $0x3fb8aa3b
+DATA mathconsts<>+188(SB)/4, $0x3fb8aa3b
+DATA mathconsts<>+192(SB)/4, $0x4b400000
+DATA mathconsts<>+196(SB)/4, $0x4b400000
+DATA mathconsts<>+200(SB)/4, $0x4b400000
+DATA mathconsts<>+204(SB)/4, $0x4b400000
+DATA mathconsts<>+208(SB)/4, $0x4b400000
+DATA mathconsts<>+212(SB)/4, $0x4b400000
+DATA mathconsts<>+216(SB)/4, $0x4b400000
+DATA mathconsts<>+220(SB)/4, $0x4b400000
+DATA mathconsts<>+224(SB)/4, $0x4b400000
+DATA mathconsts<>+228(SB)/4, $0x4b400000
+DATA mathconsts<>+232(SB)/4, $0x4b400000
+DATA mathconsts<>+236(SB)/4, $0x4b400000
+DATA mathconsts<>+240(SB)/4, $0x4b400000
+DATA mathconsts<>+244(SB)/4, $0x4b400000
+DATA mathconsts<>+248(SB)/4, $0x4b400000
+DATA mathconsts<>+252(SB)/4, $0x4b400000
+DATA mathconsts<>+256(SB)/4, $0x3f317200
+DATA mathconsts<>+260(SB)/4, $0x3f317200
+DATA mathconsts<>+264(SB)/4, $0x3f317200
+DATA mathconsts<>+268(SB)/4, $0x3f317200
+DATA mathconsts<>+272(SB)/4, $0x3f317200
+DATA mathconsts<>+276(SB)/4, $0x3f317200
+DATA mathconsts<>+280(SB)/4, $0x3f317200
+DATA mathconsts<>+284(SB)/4, $0x3f317200
+DATA mathconsts<>+288(SB)/4, $0x3f317200
+DATA mathconsts<>+292(SB)/4, $0x3f317200
+DATA mathconsts<>+296(SB)/4, $0x3f317200
+DATA mathconsts<>+300(SB)/4, $0x3f317200
+DATA mathconsts<>+304(SB)/4, $0x3f317200
+DATA mathconsts<>+308(SB)/4, $0x3f317200
+DATA mathconsts<>+312(SB)/4, $0x3f317200
+DATA mathconsts<>+316(SB)/4, $0x3f317200
+DATA mathconsts<>+320(SB)/4, $0x35bfbe8e
+DATA mathconsts<>+324(SB)/4, $0x35bfbe8e
+DATA mathconsts<>+328(SB)/4, $0x35bfbe8e
+DATA mathconsts<>+332(SB)/4, $0x35bfbe8e
+DATA mathconsts<>+336(SB)/4, $0x35bfbe8e
+DATA mathconsts<>+340(SB)/4, $0x35bfbe8e
+DATA mathconsts<>+344(SB)/4, $0x35bfbe8e
+DATA mathconsts<>+348(SB)/4, $0x35bfbe8e
+DATA mathconsts<>+352(SB)/4, $0x35bfbe8e
+DATA mathconsts<>+356(SB)/4, $0x35bfbe8e
+DATA mathconsts<>+360(SB)/4, $0x35bfbe8e
+DATA mathconsts<>+364(SB)/4, $0x35bfbe8e
+DATA mathconsts<>+368(SB)/4, $0x35bfbe8e
+DATA mathconsts<>+372(SB)/4, $0x35bfbe8e
+DATA mathconsts<>+376(SB)/4, $0x35bfbe8e
+DATA mathconsts<>+380(SB)/4, $0x35bfbe8e
+DATA mathconsts<>+384(SB)/4, $0x39500d01
+DATA mathconsts<>+388(SB)/4, $0x39500d01
+DATA mathconsts<>+392(SB)/4, $0x39500d01
+DATA mathconsts<>+396(SB)/4, $0x39500d01
+DATA mathconsts<>+400(SB)/4, $0x39500d01
+DATA mathconsts<>+404(SB)/4, $0x39500d01
+DATA mathconsts<>+408(SB)/4, $0x39500d01
+DATA mathconsts<>+412(SB)/4, $0x39500d01
+DATA mathconsts<>+416(SB)/4, $0x39500d01
+DATA mathconsts<>+420(SB)/4, $0x39500d01
+DATA mathconsts<>+424(SB)/4, $0x39500d01
+DATA mathconsts<>+428(SB)/4, $0x39500d01
+DATA mathconsts<>+432(SB)/4, $0x39500d01
+DATA mathconsts<>+436(SB)/4, $0x39500d01
+DATA mathconsts<>+440(SB)/4, $0x39500d01
+DATA mathconsts<>+444(SB)/4, $0x39500d01
+DATA mathconsts<>+448(SB)/4, $0x3ab60b61
+DATA mathconsts<>+452(SB)/4, $0x3ab60b61
+DATA mathconsts<>+456(SB)/4, $0x3ab60b61
+DATA mathconsts<>+460(SB)/4, $0x3ab60b61
+DATA mathconsts<>+464(SB)/4, $0x3ab60b61
+DATA mathconsts<>+468(SB)/4, $0x3ab60b61
+DATA mathconsts<>+472(SB)/4, $0x3ab60b61
+DATA mathconsts<>+476(SB)/4, $0x3ab60b61
+DATA mathconsts<>+480(SB)/4, $0x3ab60b61
+DATA mathconsts<>+484(SB)/4, $0x3ab60b61
+DATA mathconsts<>+488(SB)/4, $0x3ab60b61
+DATA mathconsts<>+492(SB)/4, $0x3ab60b61
+DATA mathconsts<>+496(SB)/4, $0x3ab60b61
+DATA mathconsts<>+500(SB)/4, $0x3ab60b61
+DATA mathconsts<>+504(SB)/4, $0x3ab60b61
+DATA mathconsts<>+508(SB)/4, $0x3ab60b61
+DATA mathconsts<>+512(SB)/4, $0x3c088889
+DATA mathconsts<>+516(SB)/4, $0x3c088889
+DATA mathconsts<>+520(SB)/4, $0x3c088889
+DATA mathconsts<>+524(SB)/4, $0x3c088889
+DATA mathconsts<>+528(SB)/4, $0x3c088889
+DATA mathconsts<>+532(SB)/4, $0x3c088889
+DATA mathconsts<>+536(SB)/4, $0x3c088889
+DATA mathconsts<>+540(SB)/4, $0x3c088889
+DATA mathconsts<>+544(SB)/4, $0x3c088889
+DATA mathconsts<>+548(SB)/4, $0x3c088889
+DATA mathconsts<>+552(SB)/4, $0x3c088889
+DATA mathconsts<>+556(SB)/4, $0x3c088889
+DATA mathconsts<>+560(SB)/4, $0x3c088889
+DATA mathconsts<>+564(SB)/4, $0x3c088889
+DATA mathconsts<>+568(SB)/4, $0x3c088889
+DATA mathconsts<>+572(SB)/4, $0x3c088889
+DATA mathconsts<>+576(SB)/4, $0x3d2aaaab
+DATA mathconsts<>+580(SB)/4, $0x3d2aaaab
+DATA mathconsts<>+584(SB)/4, $0x3d2aaaab
+DATA mathconsts<>+588(SB)/4, $0x3d2aaaab
+DATA mathconsts<>+592(SB)/4, $0x3d2aaaab
+DATA mathconsts<>+596(SB)/4, $0x3d2aaaab
+DATA mathconsts<>+600(SB)/4, $0x3d2aaaab
+DATA mathconsts<>+604(SB)/4, $0x3d2aaaab
+DATA mathconsts<>+608(SB)/4, $0x3d2aaaab
+DATA mathconsts<>+612(SB)/4, $0x3d2aaaab
+DATA mathconsts<>+616(SB)/4, $0x3d2aaaab
+DATA mathconsts<>+620(SB)/4, $0x3d2aaaab
+DATA mathconsts<>+624(SB)/4, $0x3d2aaaab
+DATA mathconsts<>+628(SB)/4, $0x3d2aaaab
+DATA mathconsts<>+632(SB)/4, $0x3d2aaaab
+DATA mathconsts<>+636(SB)/4, $0x3d2aaaab
+DATA mathconsts<>+640(SB)/4, $0x3e2aaaab
+DATA mathconsts<>+644(SB)/4, $0x3e2aaaab
+DATA mathconsts<>+648(SB)/4, $0x3e2aaaab
+DATA mathconsts<>+652(SB)/4, $0x3e2aaaab
+DATA mathconsts<>+656(SB)/4, $0x3e2aaaab
+DATA mathconsts<>+660(SB)/4, $0x3e2aaaab
+DATA mathconsts<>+664(SB)/4, $0x3e2aaaab
+DATA mathconsts<>+668(SB)/4, $0x3e2aaaab
+DATA mathconsts<>+672(SB)/4, $0x3e2aaaab
+DATA mathconsts<>+676(SB)/4, $0x3e2aaaab
+DATA mathconsts<>+680(SB)/4, $0x3e2aaaab
+DATA mathconsts<>+684(SB)/4, $0x3e2aaaab
+DATA mathconsts<>+688(SB)/4, $0x3e2aaaab
+DATA mathconsts<>+692(SB)/4, $0x3e2aaaab
+DATA mathconsts<>+696(SB)/4, $0x3e2aaaab
+DATA mathconsts<>+700(SB)/4, $0x3e2aaaab
+DATA mathconsts<>+704(SB)/4, $0x3f000000
+DATA mathconsts<>+708(SB)/4, $0x3f000000
+DATA mathconsts<>+712(SB)/4, $0x3f000000
+DATA mathconsts<>+716(SB)/4, $0x3f000000
+DATA mathconsts<>+720(SB)/4, $0x3f000000
+DATA mathconsts<>+724(SB)/4, $0x3f000000
+DATA mathconsts<>+728(SB)/4, $0x3f000000
+DATA mathconsts<>+732(SB)/4, $0x3f000000
+DATA mathconsts<>+736(SB)/4, $0x3f000000
+DATA mathconsts<>+740(SB)/4, $0x3f000000
+DATA mathconsts<>+744(SB)/4, $0x3f000000
+DATA mathconsts<>+748(SB)/4, $0x3f000000
+DATA mathconsts<>+752(SB)/4, $0x3f000000
+DATA mathconsts<>+756(SB)/4, $0x3f000000
+DATA mathconsts<>+760(SB)/4, $0x3f000000
+DATA mathconsts<>+764(SB)/4, $0x3f000000
+DATA mathconsts<>+768(SB)/4, $0x3f800000
+DATA mathconsts<>+772(SB)/4, $0x3f800000
+DATA mathconsts<>+776(SB)/4, $0x3f800000
+DATA mathconsts<>+780(SB)/4, $0x3f800000
+DATA mathconsts<>+784(SB)/4, $0x3f800000
+DATA mathconsts<>+788(SB)/4, $0x3f800000
+DATA mathconsts<>+792(SB)/4, $0x3f800000
+DATA mathconsts<>+796(SB)/4, $0x3f800000
+DATA mathconsts<>+800(SB)/4, $0x3f800000
+DATA mathconsts<>+804(SB)/4, $0x3f800000
+DATA mathconsts<>+808(SB)/4, $0x3f800000
+DATA mathconsts<>+812(SB)/4, $0x3f800000
+DATA mathconsts<>+816(SB)/4, $0x3f800000
+DATA mathconsts<>+820(SB)/4, $0x3f800000
+DATA mathconsts<>+824(SB)/4, $0x3f800000
+DATA mathconsts<>+828(SB)/4, $0x3f800000
+DATA mathconsts<>+832(SB)/4, $0x0000007f
+DATA mathconsts<>+836(SB)/4, $0x0000007f
+DATA mathconsts<>+840(SB)/4, $0x0000007f
+DATA mathconsts<>+844(SB)/4, $0x0000007f
+DATA mathconsts<>+848(SB)/4, $0x0000007f
+DATA mathconsts<>+852(SB)/4, $0x0000007f
+DATA mathconsts<>+856(SB)/4, $0x0000007f
+DATA mathconsts<>+860(SB)/4, $0x0000007f
+DATA mathconsts<>+864(SB)/4, $0x0000007f
+DATA mathconsts<>+868(SB)/4, $0x0000007f
+DATA mathconsts<>+872(SB)/4, $0x0000007f
+DATA mathconsts<>+876(SB)/4, $0x0000007f
+DATA mathconsts<>+880(SB)/4, $0x0000007f
+DATA mathconsts<>+884(SB)/4, $0x0000007f
+DATA mathconsts<>+888(SB)/4, $0x0000007f
+DATA mathconsts<>+892(SB)/4, $0x0000007f
+DATA mathconsts<>+896(SB)/4, $0x40000000
+DATA mathconsts<>+900(SB)/4, $0x40000000
+DATA mathconsts<>+904(SB)/4, $0x40000000
+DATA mathconsts<>+908(SB)/4, $0x40000000
+DATA mathconsts<>+912(SB)/4, $0x40000000
+DATA mathconsts<>+916(SB)/4, $0x40000000
+DATA mathconsts<>+920(SB)/4, $0x40000000
+DATA mathconsts<>+924(SB)/4, $0x40000000
+DATA mathconsts<>+928(SB)/4, $0x40000000
+DATA mathconsts<>+932(SB)/4, $0x40000000
+DATA mathconsts<>+936(SB)/4, $0x40000000
+DATA mathconsts<>+940(SB)/4, $0x40000000
+DATA mathconsts<>+944(SB)/4, $0x40000000
+DATA mathconsts<>+948(SB)/4, $0x40000000
+DATA mathconsts<>+952(SB)/4, $0x40000000
+DATA mathconsts<>+956(SB)/4, $0x40000000
+DATA mathconsts<>+960(SB)/4, $0x3f000000
+DATA mathconsts<>+964(SB)/4, $0x3f000000
+DATA mathconsts<>+968(SB)/4, $0x3f000000
+DATA mathconsts<>+972(SB)/4, $0x3f000000
+DATA mathconsts<>+976(SB)/4, $0x3f000000
+DATA mathconsts<>+980(SB)/4, $0x3f000000
+DATA mathconsts<>+984(SB)/4, $0x3f000000
+DATA mathconsts<>+988(SB)/4, $0x3f000000
+DATA mathconsts<>+992(SB)/4, $0x3f000000
+DATA mathconsts<>+996(SB)/4, $0x3f000000
+DATA mathconsts<>+1000(SB)/4, $0x3f000000
+DATA mathconsts<>+1004(SB)/4, $0x3f000000
+DATA mathconsts<>+1008(SB)/4, $0x3f000000
+DATA mathconsts<>+1012(SB)/4, $0x3f000000
+DATA mathconsts<>+1016(SB)/4, $0x3f000000
+DATA mathconsts<>+1020(SB)/4, $0x3f000000
+DATA mathconsts<>+1024(SB)/4, $0x3d372713
+DATA mathconsts<>+1028(SB)/4, $0x3d372713
+DATA mathconsts<>+1032(SB)/4, $0x3d372713
+DATA mathconsts<>+1036(SB)/4, $0x3d372713
+DATA mathconsts<>+1040(SB)/4, $0x3d372713
+DATA mathconsts<>+1044(SB)/4, $0x3d372713
+DATA mathconsts<>+1048(SB)/4, $0x3d372713
+DATA mathconsts<>+1052(SB)/4, $0x3d372713
+DATA mathconsts<>+1056(SB)/4, $0x3d372713
+DATA mathconsts<>+1060(SB)/4, $0x3d372713
+DATA mathconsts<>+1064(SB)/4, $0x3d372713
+DATA mathconsts<>+1068(SB)/4, $0x3d372713
+DATA mathconsts<>+1072(SB)/4, $0x3d372713
+DATA mathconsts<>+1076(SB)/4, $0x3d372713
+DATA mathconsts<>+1080(SB)/4, $0x3d372713
+DATA mathconsts<>+1084(SB)/4, $0x3d372713
+DATA mathconsts<>+1088(SB)/4, $0x3fcc422a
+DATA mathconsts<>+1092(SB)/4, $0x3fcc422a
+DATA mathconsts<>+1096(SB)/4, $0x3fcc422a
+DATA mathconsts<>+1100(SB)/4, $0x3fcc422a
+DATA mathconsts<>+1104(SB)/4, $0x3fcc422a
+DATA mathconsts<>+1108(SB)/4, $0x3fcc422a
+DATA mathconsts<>+1112(SB)/4, $0x3fcc422a
+DATA mathconsts<>+1116(SB)/4, $0x3fcc422a
+DATA mathconsts<>+1120(SB)/4, $0x3fcc422a
+DATA mathconsts<>+1124(SB)/4, $0x3fcc422a
+DATA mathconsts<>+1128(SB)/4, $0x3fcc422a
+DATA mathconsts<>+1132(SB)/4, $0x3fcc422a
+DATA mathconsts<>+1136(SB)/4, $0x3fcc422a
+DATA mathconsts<>+1140(SB)/4, $0x3fcc422a
+DATA mathconsts<>+1144(SB)/4, $0x3fcc422a
+DATA mathconsts<>+1148(SB)/4, $0x3fcc422a
+GLOBL mathconsts<>(SB), RODATA|NOPTR, $1152
+
+// func expSumAVX2(dst *float32, src *float32, n int, scale float32, shift float32) float32
+// Requires: AVX, AVX2, FMA3, SSE
+TEXT ·expSumAVX2(SB), NOSPLIT, $0-36
+	MOVQ         dst+0(FP), AX
+	MOVQ         src+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVSS        scale+24(FP), X0
+	VBROADCASTSS X0, Y0
+	MOVSS        shift+28(FP), X1
+	VBROADCASTSS X1, Y1
+	VXORPS       Y2, Y2, Y2
+
+loop:
+	TESTQ        DX, DX
+	JE           done
+	VMOVUPS      (CX), Y3
+	VFMSUB213PS  Y1, Y0, Y3
+	VMAXPS       mathconsts<>+0(SB), Y3, Y3
+	VMINPS       mathconsts<>+64(SB), Y3, Y3
+	VMULPS       mathconsts<>+128(SB), Y3, Y4
+	VADDPS       mathconsts<>+192(SB), Y4, Y4
+	VSUBPS       mathconsts<>+192(SB), Y4, Y4
+	VMOVAPS      Y3, Y3
+	VFNMADD231PS mathconsts<>+256(SB), Y4, Y3
+	VFNMADD231PS mathconsts<>+320(SB), Y4, Y3
+	VMOVUPS      mathconsts<>+384(SB), Y5
+	VFMADD213PS  mathconsts<>+448(SB), Y3, Y5
+	VFMADD213PS  mathconsts<>+512(SB), Y3, Y5
+	VFMADD213PS  mathconsts<>+576(SB), Y3, Y5
+	VFMADD213PS  mathconsts<>+640(SB), Y3, Y5
+	VFMADD213PS  mathconsts<>+704(SB), Y3, Y5
+	VFMADD213PS  mathconsts<>+768(SB), Y3, Y5
+	VFMADD213PS  mathconsts<>+768(SB), Y3, Y5
+	VCVTPS2DQ    Y4, Y4
+	VPADDD       mathconsts<>+832(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VMULPS       Y4, Y5, Y3
+	VMOVUPS      Y3, (AX)
+	VADDPS       Y3, Y2, Y2
+	ADDQ         $0x20, CX
+	ADDQ         $0x20, AX
+	SUBQ         $0x08, DX
+	JMP          loop
+
+done:
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	MOVSS        X0, ret+32(FP)
+	VZEROUPPER
+	RET
+
+// func geluAVX2(out *float32, th *float32, h *float32, n int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·geluAVX2(SB), NOSPLIT, $0-32
+	MOVQ    out+0(FP), AX
+	MOVQ    th+8(FP), CX
+	MOVQ    h+16(FP), DX
+	MOVQ    n+24(FP), BX
+	VMOVUPS mathconsts<>+768(SB), Y0
+	VMOVUPS mathconsts<>+896(SB), Y1
+
+loop:
+	TESTQ        BX, BX
+	JE           done
+	VMOVUPS      (DX), Y2
+	VMULPS       Y2, Y2, Y3
+	VMULPS       mathconsts<>+1024(SB), Y3, Y3
+	VFMADD213PS  Y2, Y2, Y3
+	VMULPS       mathconsts<>+1088(SB), Y3, Y3
+	VMAXPS       mathconsts<>+0(SB), Y3, Y3
+	VMINPS       mathconsts<>+64(SB), Y3, Y3
+	VMULPS       mathconsts<>+128(SB), Y3, Y4
+	VADDPS       mathconsts<>+192(SB), Y4, Y4
+	VSUBPS       mathconsts<>+192(SB), Y4, Y4
+	VMOVAPS      Y3, Y3
+	VFNMADD231PS mathconsts<>+256(SB), Y4, Y3
+	VFNMADD231PS mathconsts<>+320(SB), Y4, Y3
+	VMOVUPS      mathconsts<>+384(SB), Y5
+	VFMADD213PS  mathconsts<>+448(SB), Y3, Y5
+	VFMADD213PS  mathconsts<>+512(SB), Y3, Y5
+	VFMADD213PS  mathconsts<>+576(SB), Y3, Y5
+	VFMADD213PS  mathconsts<>+640(SB), Y3, Y5
+	VFMADD213PS  mathconsts<>+704(SB), Y3, Y5
+	VFMADD213PS  mathconsts<>+768(SB), Y3, Y5
+	VFMADD213PS  mathconsts<>+768(SB), Y3, Y5
+	VCVTPS2DQ    Y4, Y4
+	VPADDD       mathconsts<>+832(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VMULPS       Y4, Y5, Y3
+	VADDPS       Y0, Y3, Y3
+	VDIVPS       Y3, Y1, Y3
+	VSUBPS       Y3, Y0, Y3
+	VMOVUPS      Y3, (CX)
+	VMULPS       mathconsts<>+960(SB), Y2, Y2
+	VFMADD213PS  Y2, Y2, Y3
+	VMOVUPS      Y3, (AX)
+	ADDQ         $0x20, DX
+	ADDQ         $0x20, CX
+	ADDQ         $0x20, AX
+	SUBQ         $0x08, BX
+	JMP          loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func expSumAVX512(dst *float32, src *float32, n int, scale float32, shift float32) float32
+// Requires: AVX, AVX512F, SSE
+TEXT ·expSumAVX512(SB), NOSPLIT, $0-36
+	MOVQ         dst+0(FP), AX
+	MOVQ         src+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVSS        scale+24(FP), X0
+	VBROADCASTSS X0, Z0
+	MOVSS        shift+28(FP), X1
+	VBROADCASTSS X1, Z1
+	VPXORD       Z2, Z2, Z2
+
+loop:
+	TESTQ        DX, DX
+	JE           done
+	VMOVUPS      (CX), Z3
+	VFMSUB213PS  Z1, Z0, Z3
+	VMAXPS       mathconsts<>+0(SB), Z3, Z3
+	VMINPS       mathconsts<>+64(SB), Z3, Z3
+	VMULPS       mathconsts<>+128(SB), Z3, Z4
+	VADDPS       mathconsts<>+192(SB), Z4, Z4
+	VSUBPS       mathconsts<>+192(SB), Z4, Z4
+	VMOVAPS      Z3, Z3
+	VFNMADD231PS mathconsts<>+256(SB), Z4, Z3
+	VFNMADD231PS mathconsts<>+320(SB), Z4, Z3
+	VMOVUPS      mathconsts<>+384(SB), Z5
+	VFMADD213PS  mathconsts<>+448(SB), Z3, Z5
+	VFMADD213PS  mathconsts<>+512(SB), Z3, Z5
+	VFMADD213PS  mathconsts<>+576(SB), Z3, Z5
+	VFMADD213PS  mathconsts<>+640(SB), Z3, Z5
+	VFMADD213PS  mathconsts<>+704(SB), Z3, Z5
+	VFMADD213PS  mathconsts<>+768(SB), Z3, Z5
+	VFMADD213PS  mathconsts<>+768(SB), Z3, Z5
+	VCVTPS2DQ    Z4, Z4
+	VPADDD       mathconsts<>+832(SB), Z4, Z4
+	VPSLLD       $0x17, Z4, Z4
+	VMULPS       Z4, Z5, Z3
+	VMOVUPS      Z3, (AX)
+	VADDPS       Z3, Z2, Z2
+	ADDQ         $0x40, CX
+	ADDQ         $0x40, AX
+	SUBQ         $0x10, DX
+	JMP          loop
+
+done:
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VHADDPS       X0, X0, X0
+	VHADDPS       X0, X0, X0
+	MOVSS         X0, ret+32(FP)
+	VZEROUPPER
+	RET
+
+// func geluAVX512(out *float32, th *float32, h *float32, n int)
+// Requires: AVX, AVX512F
+TEXT ·geluAVX512(SB), NOSPLIT, $0-32
+	MOVQ    out+0(FP), AX
+	MOVQ    th+8(FP), CX
+	MOVQ    h+16(FP), DX
+	MOVQ    n+24(FP), BX
+	VMOVUPS mathconsts<>+768(SB), Z0
+	VMOVUPS mathconsts<>+896(SB), Z1
+
+loop:
+	TESTQ        BX, BX
+	JE           done
+	VMOVUPS      (DX), Z2
+	VMULPS       Z2, Z2, Z3
+	VMULPS       mathconsts<>+1024(SB), Z3, Z3
+	VFMADD213PS  Z2, Z2, Z3
+	VMULPS       mathconsts<>+1088(SB), Z3, Z3
+	VMAXPS       mathconsts<>+0(SB), Z3, Z3
+	VMINPS       mathconsts<>+64(SB), Z3, Z3
+	VMULPS       mathconsts<>+128(SB), Z3, Z4
+	VADDPS       mathconsts<>+192(SB), Z4, Z4
+	VSUBPS       mathconsts<>+192(SB), Z4, Z4
+	VMOVAPS      Z3, Z3
+	VFNMADD231PS mathconsts<>+256(SB), Z4, Z3
+	VFNMADD231PS mathconsts<>+320(SB), Z4, Z3
+	VMOVUPS      mathconsts<>+384(SB), Z5
+	VFMADD213PS  mathconsts<>+448(SB), Z3, Z5
+	VFMADD213PS  mathconsts<>+512(SB), Z3, Z5
+	VFMADD213PS  mathconsts<>+576(SB), Z3, Z5
+	VFMADD213PS  mathconsts<>+640(SB), Z3, Z5
+	VFMADD213PS  mathconsts<>+704(SB), Z3, Z5
+	VFMADD213PS  mathconsts<>+768(SB), Z3, Z5
+	VFMADD213PS  mathconsts<>+768(SB), Z3, Z5
+	VCVTPS2DQ    Z4, Z4
+	VPADDD       mathconsts<>+832(SB), Z4, Z4
+	VPSLLD       $0x17, Z4, Z4
+	VMULPS       Z4, Z5, Z3
+	VADDPS       Z0, Z3, Z3
+	VDIVPS       Z3, Z1, Z3
+	VSUBPS       Z3, Z0, Z3
+	VMOVUPS      Z3, (CX)
+	VMULPS       mathconsts<>+960(SB), Z2, Z2
+	VFMADD213PS  Z2, Z2, Z3
+	VMOVUPS      Z3, (AX)
+	ADDQ         $0x40, DX
+	ADDQ         $0x40, CX
+	ADDQ         $0x40, AX
+	SUBQ         $0x10, BX
+	JMP          loop
+
+done:
+	VZEROUPPER
+	RET

@@ -57,3 +57,19 @@ func copy12AVX(dst *float32, src *float32, ld int, kc int, panels int, stride in
 // ld floats) into panels of kc×32 floats at dst, stride floats apart:
 // dst[q*stride + 32*p + r] = src[p*ld + q*32 + r].
 func copy32AVX(dst *float32, src *float32, ld int, kc int, panels int, stride int)
+
+// expSumAVX2 writes dst[i] = exp(src[i]·scale - shift) for i < n, a multiple of 8,
+// with the argument clamped to [-87, 88], and returns the sum of them. dst may be src.
+func expSumAVX2(dst *float32, src *float32, n int, scale float32, shift float32) float32
+
+// geluAVX2 writes th[i] = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)) and out[i] =
+// 0.5·h[i]·(1 + th[i]) for i < n, a multiple of 8: GPT-2's tanh GELU.
+func geluAVX2(out *float32, th *float32, h *float32, n int)
+
+// expSumAVX512 writes dst[i] = exp(src[i]·scale - shift) for i < n, a multiple of 16,
+// with the argument clamped to [-87, 88], and returns the sum of them. dst may be src.
+func expSumAVX512(dst *float32, src *float32, n int, scale float32, shift float32) float32
+
+// geluAVX512 writes th[i] = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)) and out[i] =
+// 0.5·h[i]·(1 + th[i]) for i < n, a multiple of 16: GPT-2's tanh GELU.
+func geluAVX512(out *float32, th *float32, h *float32, n int)

@@ -34,6 +34,7 @@ func main() {
 	transposeWide(32)
 	copyPanels(12)
 	copyPanels(32)
+	vecMath()
 	Generate()
 }
 

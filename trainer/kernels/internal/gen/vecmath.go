@@ -1,0 +1,213 @@
+package main
+
+import (
+	"fmt"
+	"math"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// vecISA is one vector width the elementwise kernels are emitted for: the
+// same instructions on ymm (AVX2/FMA, 8 floats) or zmm (AVX-512F, 16).
+type vecISA struct {
+	suffix string            // of the function names: AVX2 or AVX512
+	lanes  int               // floats per register
+	vec    func() VecVirtual // a fresh register of the width
+}
+
+var vecISAs = []vecISA{
+	{suffix: "AVX2", lanes: 8, vec: YMM},
+	{suffix: "AVX512", lanes: 16, vec: ZMM},
+}
+
+// expConsts are the constants of the vector exp, in the order of the
+// table mathConsts lays out: each is repeated 16 times (one zmm, or two
+// ymm), so an instruction can take it as a whole-register memory operand.
+var expConsts = []struct {
+	name string
+	bits uint32
+}{
+	{"lo", math.Float32bits(-87)},
+	{"hi", math.Float32bits(88)},
+	{"log2e", math.Float32bits(1.44269504088896341)},
+	{"round", math.Float32bits(12582912)}, // 1.5·2^23: adding and subtracting it rounds to an integer
+	{"ln2hi", math.Float32bits(0.693145751953125)},
+	{"ln2lo", math.Float32bits(1.42860682030941723212e-6)},
+	{"c7", math.Float32bits(1.0 / 5040)},
+	{"c6", math.Float32bits(1.0 / 720)},
+	{"c5", math.Float32bits(1.0 / 120)},
+	{"c4", math.Float32bits(1.0 / 24)},
+	{"c3", math.Float32bits(1.0 / 6)},
+	{"c2", math.Float32bits(1.0 / 2)},
+	{"one", math.Float32bits(1)},
+	{"bias", 127}, // the exponent bias, an int32
+	{"two", math.Float32bits(2)},
+	{"half", math.Float32bits(0.5)},
+	{"gelu3", math.Float32bits(0.044715)},
+	{"gelu2c", math.Float32bits(2 * 0.7978845608028654)}, // 2·sqrt(2/pi): exp's argument for tanh
+}
+
+// mathConsts emits the table of expConsts and returns a lookup of each
+// constant's memory operand.
+func mathConsts() func(name string) Mem {
+	table := GLOBL("mathconsts", RODATA|NOPTR)
+	at := map[string]int{}
+	for i, c := range expConsts {
+		at[c.name] = 64 * i
+		for l := 0; l < 16; l++ {
+			DATA(64*i+4*l, U32(c.bits))
+		}
+	}
+	return func(name string) Mem {
+		off, ok := at[name]
+		if !ok {
+			panic(fmt.Sprintf("no constant %q", name))
+		}
+		return table.Offset(off)
+	}
+}
+
+// expInPlace emits x = exp(x) lane by lane, with x clamped to [-87, 88]
+// first, by the algorithm of the kernels' expf: k = round(x·log2 e),
+// r = x - k·ln 2 (in two parts), exp(r) by its degree-7 Taylor
+// polynomial, times 2^k built in the exponent bits.
+func expInPlace(isa vecISA, c func(string) Mem, x VecVirtual) {
+	k, r, p := isa.vec(), isa.vec(), isa.vec()
+	VMAXPS(c("lo"), x, x)
+	VMINPS(c("hi"), x, x)
+	VMULPS(c("log2e"), x, k)
+	VADDPS(c("round"), k, k)
+	VSUBPS(c("round"), k, k)
+	VMOVAPS(x, r)
+	VFNMADD231PS(c("ln2hi"), k, r)
+	VFNMADD231PS(c("ln2lo"), k, r)
+	VMOVUPS(c("c7"), p)
+	for _, name := range []string{"c6", "c5", "c4", "c3", "c2", "one", "one"} {
+		VFMADD213PS(c(name), r, p)
+	}
+	VCVTPS2DQ(k, k)
+	VPADDD(c("bias"), k, k)
+	VPSLLD(U8(23), k, k)
+	VMULPS(k, p, x)
+}
+
+// zero emits v = 0 with an instruction of the ISA (VXORPS on zmm needs
+// AVX512DQ, VPXORD only AVX512F).
+func zero(isa vecISA, v VecVirtual) {
+	if isa.lanes == 16 {
+		VPXORD(v, v, v)
+	} else {
+		VXORPS(v, v, v)
+	}
+}
+
+// expSum emits expSum<ISA>: dst[i] = exp(src[i]·scale - shift) for i < n
+// (n a multiple of the lanes) and the sum of them, in lanes then across.
+func expSum(isa vecISA, c func(string) Mem) {
+	name := "expSum" + isa.suffix
+	TEXT(name, NOSPLIT, "func(dst, src *float32, n int, scale, shift float32) float32")
+	Doc(
+		fmt.Sprintf("%s writes dst[i] = exp(src[i]·scale - shift) for i < n, a multiple of %d,", name, isa.lanes),
+		"with the argument clamped to [-87, 88], and returns the sum of them. dst may be src.",
+	)
+	dst := Load(Param("dst"), GP64())
+	src := Load(Param("src"), GP64())
+	n := Load(Param("n"), GP64())
+	scale, shift := isa.vec(), isa.vec()
+	VBROADCASTSS(Load(Param("scale"), XMM()), scale)
+	VBROADCASTSS(Load(Param("shift"), XMM()), shift)
+	acc := isa.vec()
+	zero(isa, acc)
+	Label("loop")
+	TESTQ(n, n)
+	JE(LabelRef("done"))
+	x := isa.vec()
+	VMOVUPS(Mem{Base: src}, x)
+	VFMSUB213PS(shift, scale, x)
+	expInPlace(isa, c, x)
+	VMOVUPS(x, Mem{Base: dst})
+	VADDPS(x, acc, acc)
+	ADDQ(U8(4*isa.lanes), src)
+	ADDQ(U8(4*isa.lanes), dst)
+	SUBQ(U8(isa.lanes), n)
+	JMP(LabelRef("loop"))
+	Label("done")
+	Store(horizontalSum(isa, acc), ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+// horizontalSum emits the sum of the lanes of v and returns the xmm
+// register whose lowest lane holds it.
+func horizontalSum(isa vecISA, v VecVirtual) VecVirtual {
+	y := v
+	if isa.lanes == 16 {
+		hi := YMM()
+		VEXTRACTF64X4(U8(1), v, hi)
+		y = YMM()
+		VADDPS(hi, v.(Register).(VecVirtual).AsY(), y)
+	}
+	hi, lo := XMM(), XMM()
+	VEXTRACTF128(U8(1), y, hi)
+	VADDPS(hi, y.AsX(), lo)
+	VHADDPS(lo, lo, lo)
+	VHADDPS(lo, lo, lo)
+	return lo
+}
+
+// gelu emits gelu<ISA>: for i < n (a multiple of the lanes), with v =
+// h[i], th[i] = t = tanh(sqrt(2/pi)·(v + 0.044715 v³)) as 1 - 2/(exp(2u)+1)
+// and out[i] = 0.5 v (1 + t).
+func gelu(isa vecISA, c func(string) Mem) {
+	name := "gelu" + isa.suffix
+	TEXT(name, NOSPLIT, "func(out, th, h *float32, n int)")
+	Doc(
+		fmt.Sprintf("%s writes th[i] = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)) and out[i] =", name),
+		fmt.Sprintf("0.5·h[i]·(1 + th[i]) for i < n, a multiple of %d: GPT-2's tanh GELU.", isa.lanes),
+	)
+	out := Load(Param("out"), GP64())
+	th := Load(Param("th"), GP64())
+	h := Load(Param("h"), GP64())
+	n := Load(Param("n"), GP64())
+	one, two := isa.vec(), isa.vec()
+	VMOVUPS(c("one"), one)
+	VMOVUPS(c("two"), two)
+	Label("loop")
+	TESTQ(n, n)
+	JE(LabelRef("done"))
+	v, u := isa.vec(), isa.vec()
+	VMOVUPS(Mem{Base: h}, v)
+	VMULPS(v, v, u)
+	VMULPS(c("gelu3"), u, u)
+	VFMADD213PS(v, v, u) // u = v·(0.044715 v²) + v
+	VMULPS(c("gelu2c"), u, u)
+	expInPlace(isa, c, u)
+	VADDPS(one, u, u)
+	t := isa.vec()
+	VDIVPS(u, two, t)
+	VSUBPS(t, one, t)
+	VMOVUPS(t, Mem{Base: th})
+	hv := isa.vec()
+	VMULPS(c("half"), v, hv)
+	VFMADD213PS(hv, hv, t) // t = hv·t + hv
+	VMOVUPS(t, Mem{Base: out})
+	ADDQ(U8(4*isa.lanes), h)
+	ADDQ(U8(4*isa.lanes), th)
+	ADDQ(U8(4*isa.lanes), out)
+	SUBQ(U8(isa.lanes), n)
+	JMP(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// vecMath emits the elementwise kernels for every vector width.
+func vecMath() {
+	c := mathConsts()
+	for _, isa := range vecISAs {
+		expSum(isa, c)
+		gelu(isa, c)
+	}
+}
