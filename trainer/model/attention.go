@@ -102,13 +102,7 @@ func attentionForward(p pool, y, att, q, k, v []float32, dm dims) {
 			for _, s := range row[1 : r+1] {
 				mx = max(mx, s*scale)
 			}
-			var sum float64
-			for j := 0; j <= r; j++ {
-				e := expf(row[j]*scale - mx)
-				row[j] = e
-				sum += float64(e)
-			}
-			inv := float32(1 / sum)
+			inv := 1 / p.eng.ExpSum(row[:r+1], row[:r+1], scale, mx)
 			for j := 0; j <= r; j++ {
 				row[j] *= inv
 			}

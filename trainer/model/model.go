@@ -86,7 +86,7 @@ func New(cfg Config, microBatch int, eng *kernels.Engine) (*Model, error) {
 		layout:  NewLayout(cfg),
 		dm:      dm,
 		eng:     eng,
-		par:     pool{threads: eng.Threads(), eng: kernels.New(1)},
+		par:     pool{threads: eng.Threads(), eng: eng.WithThreads(1)},
 		inputs:  make([]byte, n),
 		targets: make([]byte, n),
 		lnf:     norm(),
