@@ -28,6 +28,9 @@ type microKernel struct {
 	// kernel's instructions, lengths checked by the caller.
 	expSum func(dst, src []float32, scale, shift float32) float32
 	gelu   func(out, th, h []float32)
+	// narrow, when not nil, is a kernel of a smaller tile the GEMM uses
+	// instead for products it pads less (see forShape).
+	narrow *microKernel
 }
 
 // goKernel is the portable micro-kernel: a 6×16 tile computed as 2×4

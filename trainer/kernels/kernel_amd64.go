@@ -36,7 +36,8 @@ func avx2Kernel() *microKernel {
 }
 
 // avx512Kernel is the 12×32 AVX-512 micro-kernel. Its packing routines
-// need only AVX, which every AVX-512 CPU has.
+// need only AVX, and products narrower than 32 columns run on the AVX2
+// kernel: every AVX-512 CPU has both.
 func avx512Kernel() *microKernel {
 	return &microKernel{
 		name: "avx512-12x32",
@@ -58,6 +59,7 @@ func avx512Kernel() *microKernel {
 		},
 		expSum: vecExpSum(expSumAVX512, 16),
 		gelu:   vecGELU(geluAVX512, 16),
+		narrow: avx2Kernel(),
 	}
 }
 

@@ -127,7 +127,7 @@ func smallMatMul(c, a, b []float32, m, n, k int, transA, transB, acc bool) {
 // goroutine waits for another's packing, at the cost of packing the
 // shared op(B) (or op(A)) once per goroutine.
 func (e *Engine) gemm(c, a, b []float32, m, n, k int, transA, transB, acc bool) {
-	kern := e.kern
+	kern := e.kern.forShape(m, n)
 	mr, nr := kern.mr, kern.nr
 	threads := e.threads
 	if m*n*k < e.minParallel {
@@ -138,16 +138,15 @@ func (e *Engine) gemm(c, a, b []float32, m, n, k int, transA, transB, acc bool) 
 	parallel(tm*tn, func(t int) {
 		r0, r1 := part(mPanels, tm, t/tn)
 		q0, q1 := part(nPanels, tn, t%tn)
-		e.gemmBlock(c, a, b, m, n, k, r0*mr, min(r1*mr, m), q0*nr, min(q1*nr, n), transA, transB, acc)
+		e.gemmBlock(kern, c, a, b, m, n, k, r0*mr, min(r1*mr, m), q0*nr, min(q1*nr, n), transA, transB, acc)
 	})
 }
 
 // gemmBlock computes rows i0..i1 and columns j0..j1 of C as MatMul does,
-// on the calling goroutine: for each kc×nc block of op(B), packed, and
+// with kern, on the calling goroutine: for each kc×nc block of op(B), packed, and
 // each mc×kc block of op(A), packed, the micro-kernel runs over the
 // tiles; edge tiles go through a scratch tile.
-func (e *Engine) gemmBlock(c, a, b []float32, m, n, k, i0, i1, j0, j1 int, transA, transB, acc bool) {
-	kern := e.kern
+func (e *Engine) gemmBlock(kern *microKernel, c, a, b []float32, m, n, k, i0, i1, j0, j1 int, transA, transB, acc bool) {
 	mr, nr := kern.mr, kern.nr
 	kcMax := min(k, kern.kc)
 	mcMax := min(kern.mc, ceilDiv(i1-i0, mr)*mr)
@@ -199,6 +198,19 @@ func (e *Engine) gemmBlock(c, a, b []float32, m, n, k, i0, i1, j0, j1 int, trans
 			}
 		}
 	}
+}
+
+// forShape is the micro-kernel for an m×n product: kern, or its narrow
+// alternative when that pads C to at most 2/3 as many elements (an
+// attention head of 16 columns fills half of a 32-wide tile and all of a
+// 16-wide one). The margin is for CPUs whose wide kernel does more flops
+// a cycle than the narrow one, which this choice does not measure.
+func (kern *microKernel) forShape(m, n int) *microKernel {
+	padded := func(k *microKernel) int { return ceilDiv(m, k.mr) * k.mr * ceilDiv(n, k.nr) * k.nr }
+	if kern.narrow != nil && 3*padded(kern.narrow) <= 2*padded(kern) {
+		return kern.narrow
+	}
+	return kern
 }
 
 // panelStride is how many floats apart packed panels of w×kc floats lie:

@@ -13,6 +13,37 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// testKernels is every kernel the CPU runs, and each that has a narrow
+// alternative once more without it, so that its own tile runs on every
+// shape.
+func testKernels() []*microKernel {
+	var ks []*microKernel
+	for _, k := range kernelsForCPU() {
+		ks = append(ks, k)
+		if k.narrow != nil {
+			alone := *k
+			alone.name, alone.narrow = k.name+"-alone", nil
+			ks = append(ks, &alone)
+		}
+	}
+	return ks
+}
+
+// TestForShape checks when a kernel hands a product to its narrow one.
+func TestForShape(t *testing.T) {
+	wide := &microKernel{name: "wide", mr: 12, nr: 32}
+	wide.narrow = &microKernel{name: "narrow", mr: 6, nr: 16}
+	for _, tc := range []struct {
+		m, n int
+		want string
+	}{
+		{64, 16, "narrow"}, {128, 32, "wide"}, {64, 64, "wide"}, {12, 48, "wide"}, {6, 16, "narrow"}, {1000, 8, "narrow"},
+	} {
+		require.Equal(t, tc.want, wide.forShape(tc.m, tc.n).name, "%dx%d", tc.m, tc.n)
+	}
+	require.Equal(t, "narrow", wide.narrow.forShape(64, 16).name, "no narrow: itself")
+}
+
 // shape is one product m×n×k.
 type shape struct{ m, n, k int }
 
@@ -59,7 +90,7 @@ func TestMatMulMatchesNaive(t *testing.T) {
 		} {
 			want := append([]float32(nil), c0...)
 			naiveMatMul(want, a, b, s.m, s.n, s.k, op.transA, op.transB, op.acc)
-			for _, kern := range kernelsForCPU() {
+			for _, kern := range testKernels() {
 				for _, threads := range []int{1, 2, 3, 4} {
 					if threads > 2 && !splitShapes[s] {
 						continue
@@ -100,7 +131,7 @@ func TestMatMulSmall(t *testing.T) {
 // (kc, mc, nc) with small blocks, so every loop runs more than once.
 func TestMatMulBlocks(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	for _, kern := range kernelsForCPU() {
+	for _, kern := range testKernels() {
 		small := *kern
 		small.mc, small.kc, small.nc = 2*small.mr, 5, 3*small.nr
 		for _, threads := range []int{1, 2, 3} {
