@@ -24,10 +24,14 @@ type microKernel struct {
 	// peak runs rounds of a register-only multiply-add loop with the
 	// kernel's instructions and returns the flops it did.
 	peak func(rounds int) int
-	// expSum and gelu are Engine.ExpSum and Engine.GELU with the
-	// kernel's instructions, lengths checked by the caller.
-	expSum func(dst, src []float32, scale, shift float32) float32
-	gelu   func(out, th, h []float32)
+	// expSum, gelu, geluBackward, layerNorm and layerNormBackward are the
+	// Engine's methods of those names with the kernel's instructions,
+	// lengths checked by the caller.
+	expSum            func(dst, src []float32, scale, shift float32) float32
+	gelu              func(out, th, h []float32)
+	geluBackward      func(g, th, h []float32)
+	layerNorm         func(out, mean, rstd, x, w, b []float32, rows, d int, eps float32)
+	layerNormBackward func(dx, dw, db, dout, x, mean, rstd, w []float32, rows, d int)
 	// narrow, when not nil, is a kernel of a smaller tile the GEMM uses
 	// instead for products it pads less (see forShape).
 	narrow *microKernel
@@ -40,12 +44,15 @@ func goKernel() *microKernel {
 		name: "go-6x16",
 		mr:   6, nr: 16,
 		mc: 96, kc: 256, nc: 3072,
-		tile:          goTile,
-		packTranspose: goTranspose,
-		packCopy:      goCopy,
-		peak:          goPeak,
-		expSum:        goExpSum,
-		gelu:          goGELU,
+		tile:              goTile,
+		packTranspose:     goTranspose,
+		packCopy:          goCopy,
+		peak:              goPeak,
+		expSum:            goExpSum,
+		gelu:              goGELU,
+		geluBackward:      goGELUBackward,
+		layerNorm:         goLayerNorm,
+		layerNormBackward: goLayerNormBackward,
 	}
 }
 

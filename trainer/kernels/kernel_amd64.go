@@ -30,8 +30,11 @@ func avx2Kernel() *microKernel {
 			fmaLoopAVX2(rounds)
 			return rounds * 192
 		},
-		expSum: vecExpSum(expSumAVX2, 8),
-		gelu:   vecGELU(geluAVX2, 8),
+		expSum:            vecExpSum(expSumAVX2, 8),
+		gelu:              vecGELU(geluAVX2, 8),
+		geluBackward:      vecGELUBackward(geluBackwardAVX2, 8),
+		layerNorm:         vecLayerNorm(layerNormAVX2, 8),
+		layerNormBackward: vecLayerNormBackward(layerNormBackwardAVX2, 8),
 	}
 }
 
@@ -57,9 +60,12 @@ func avx512Kernel() *microKernel {
 			fmaLoopAVX512(rounds)
 			return rounds * 768
 		},
-		expSum: vecExpSum(expSumAVX512, 16),
-		gelu:   vecGELU(geluAVX512, 16),
-		narrow: avx2Kernel(),
+		expSum:            vecExpSum(expSumAVX512, 16),
+		gelu:              vecGELU(geluAVX512, 16),
+		geluBackward:      vecGELUBackward(geluBackwardAVX512, 16),
+		layerNorm:         vecLayerNorm(layerNormAVX512, 16),
+		layerNormBackward: vecLayerNormBackward(layerNormBackwardAVX512, 16),
+		narrow:            avx2Kernel(),
 	}
 }
 
@@ -161,6 +167,48 @@ func vecGELU(asm func(out, th, h *float32, n int), lanes int) func(out, th, h []
 			asm(unsafe.SliceData(out), unsafe.SliceData(th), unsafe.SliceData(h), n)
 		}
 		goGELU(out[n:], th[n:], h[n:])
+	}
+}
+
+// vecGELUBackward is a geluBackward that runs asm on the whole vectors
+// of lanes floats and goGELUBackward on the rest.
+func vecGELUBackward(asm func(g, th, h *float32, n int), lanes int) func(g, th, h []float32) {
+	return func(g, th, h []float32) {
+		n := len(h) / lanes * lanes
+		if n > 0 {
+			_, _ = g[n-1], th[n-1]
+			asm(unsafe.SliceData(g), unsafe.SliceData(th), unsafe.SliceData(h), n)
+		}
+		goGELUBackward(g[n:], th[n:], h[n:])
+	}
+}
+
+// vecLayerNorm is a layerNorm that runs asm when rows are whole vectors
+// of lanes floats and goLayerNorm otherwise.
+func vecLayerNorm(asm func(out, mean, rstd, x, w, b *float32, rows, d int, invD, eps float32), lanes int) func(out, mean, rstd, x, w, b []float32, rows, d int, eps float32) {
+	return func(out, mean, rstd, x, w, b []float32, rows, d int, eps float32) {
+		if d%lanes != 0 || rows == 0 {
+			goLayerNorm(out, mean, rstd, x, w, b, rows, d, eps)
+			return
+		}
+		_, _, _, _, _, _ = out[rows*d-1], mean[rows-1], rstd[rows-1], x[rows*d-1], w[d-1], b[d-1]
+		asm(unsafe.SliceData(out), unsafe.SliceData(mean), unsafe.SliceData(rstd), unsafe.SliceData(x),
+			unsafe.SliceData(w), unsafe.SliceData(b), rows, d, 1/float32(d), eps)
+	}
+}
+
+// vecLayerNormBackward is a layerNormBackward that runs asm when rows are
+// whole vectors of lanes floats and goLayerNormBackward otherwise.
+func vecLayerNormBackward(asm func(dx, dw, db, dout, x, mean, rstd, w *float32, rows, d int, invD float32), lanes int) func(dx, dw, db, dout, x, mean, rstd, w []float32, rows, d int) {
+	return func(dx, dw, db, dout, x, mean, rstd, w []float32, rows, d int) {
+		if d%lanes != 0 || rows == 0 {
+			goLayerNormBackward(dx, dw, db, dout, x, mean, rstd, w, rows, d)
+			return
+		}
+		_, _, _, _ = dx[rows*d-1], dout[rows*d-1], x[rows*d-1], mean[rows-1]
+		_, _, _, _ = rstd[rows-1], w[d-1], dw[d-1], db[d-1]
+		asm(unsafe.SliceData(dx), unsafe.SliceData(dw), unsafe.SliceData(db), unsafe.SliceData(dout), unsafe.SliceData(x),
+			unsafe.SliceData(mean), unsafe.SliceData(rstd), unsafe.SliceData(w), rows, d, 1/float32(d))
 	}
 }
 

@@ -1567,7 +1567,39 @@ DATA mathconsts<>+1136(SB)/4, $0x3fcc422a
 DATA mathconsts<>+1140(SB)/4, $0x3fcc422a
 DATA mathconsts<>+1144(SB)/4, $0x3fcc422a
 DATA mathconsts<>+1148(SB)/4, $0x3fcc422a
-GLOBL mathconsts<>(SB), RODATA|NOPTR, $1152
+DATA mathconsts<>+1152(SB)/4, $0x3e095d4f
+DATA mathconsts<>+1156(SB)/4, $0x3e095d4f
+DATA mathconsts<>+1160(SB)/4, $0x3e095d4f
+DATA mathconsts<>+1164(SB)/4, $0x3e095d4f
+DATA mathconsts<>+1168(SB)/4, $0x3e095d4f
+DATA mathconsts<>+1172(SB)/4, $0x3e095d4f
+DATA mathconsts<>+1176(SB)/4, $0x3e095d4f
+DATA mathconsts<>+1180(SB)/4, $0x3e095d4f
+DATA mathconsts<>+1184(SB)/4, $0x3e095d4f
+DATA mathconsts<>+1188(SB)/4, $0x3e095d4f
+DATA mathconsts<>+1192(SB)/4, $0x3e095d4f
+DATA mathconsts<>+1196(SB)/4, $0x3e095d4f
+DATA mathconsts<>+1200(SB)/4, $0x3e095d4f
+DATA mathconsts<>+1204(SB)/4, $0x3e095d4f
+DATA mathconsts<>+1208(SB)/4, $0x3e095d4f
+DATA mathconsts<>+1212(SB)/4, $0x3e095d4f
+DATA mathconsts<>+1216(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1220(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1224(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1228(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1232(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1236(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1240(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1244(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1248(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1252(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1256(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1260(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1264(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1268(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1272(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1276(SB)/4, $0x3ecc422a
+GLOBL mathconsts<>(SB), RODATA|NOPTR, $1280
 
 // func expSumAVX2(dst *float32, src *float32, n int, scale float32, shift float32) float32
 // Requires: AVX, AVX2, FMA3, SSE
@@ -1672,6 +1704,224 @@ loop:
 	ADDQ         $0x20, AX
 	SUBQ         $0x08, BX
 	JMP          loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func geluBackwardAVX2(grad *float32, th *float32, h *float32, n int)
+// Requires: AVX, FMA3
+TEXT ·geluBackwardAVX2(SB), NOSPLIT, $0-32
+	MOVQ    grad+0(FP), AX
+	MOVQ    th+8(FP), CX
+	MOVQ    h+16(FP), DX
+	MOVQ    n+24(FP), BX
+	VMOVUPS mathconsts<>+768(SB), Y0
+	VMOVUPS mathconsts<>+960(SB), Y1
+
+loop:
+	TESTQ        BX, BX
+	JE           done
+	VMOVUPS      (DX), Y2
+	VMOVUPS      (CX), Y3
+	VADDPS       Y0, Y3, Y4
+	VMULPS       Y1, Y4, Y4
+	VMOVAPS      Y0, Y5
+	VFNMADD231PS Y3, Y3, Y5
+	VMULPS       Y2, Y2, Y3
+	VMULPS       mathconsts<>+1152(SB), Y3, Y3
+	VADDPS       Y0, Y3, Y3
+	VMULPS       mathconsts<>+1216(SB), Y2, Y2
+	VMULPS       Y5, Y2, Y2
+	VFMADD213PS  Y4, Y3, Y2
+	VMULPS       (AX), Y2, Y2
+	VMOVUPS      Y2, (AX)
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, CX
+	ADDQ         $0x20, DX
+	SUBQ         $0x08, BX
+	JMP          loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func layerNormAVX2(out *float32, mean *float32, rstd *float32, x *float32, w *float32, b *float32, rows int, d int, invD float32, eps float32)
+// Requires: AVX, AVX2, FMA3, SSE
+TEXT ·layerNormAVX2(SB), NOSPLIT, $0-72
+	MOVQ  out+0(FP), AX
+	MOVQ  mean+8(FP), CX
+	MOVQ  rstd+16(FP), DX
+	MOVQ  x+24(FP), BX
+	MOVQ  rows+48(FP), SI
+	MOVQ  d+56(FP), DI
+	MOVSS invD+64(FP), X0
+	MOVSS eps+68(FP), X1
+	MOVQ  DI, R8
+	SHLQ  $0x02, R8
+
+row:
+	TESTQ  SI, SI
+	JE     done
+	MOVQ   BX, R9
+	MOVQ   DI, R10
+	VXORPS Y2, Y2, Y2
+
+sum1:
+	VMOVUPS      (R9), Y3
+	VADDPS       Y3, Y2, Y2
+	ADDQ         $0x20, R9
+	SUBQ         $0x08, R10
+	JNE          sum1
+	VEXTRACTF128 $0x01, Y2, X3
+	VADDPS       X3, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMULSS       X0, X2, X2
+	VMOVSS       X2, (CX)
+	VBROADCASTSS X2, Y2
+	MOVQ         BX, R9
+	MOVQ         DI, R10
+	VXORPS       Y3, Y3, Y3
+
+sum2:
+	VMOVUPS      (R9), Y4
+	VSUBPS       Y2, Y4, Y4
+	VFMADD231PS  Y4, Y4, Y3
+	ADDQ         $0x20, R9
+	SUBQ         $0x08, R10
+	JNE          sum2
+	VEXTRACTF128 $0x01, Y3, X4
+	VADDPS       X4, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMULSS       X0, X3, X3
+	VADDSS       X1, X3, X3
+	VSQRTSS      X3, X3, X3
+	VMOVSS       mathconsts<>+768(SB), X4
+	VDIVSS       X3, X4, X4
+	VMOVSS       X4, (DX)
+	VBROADCASTSS X4, Y3
+	MOVQ         BX, R9
+	MOVQ         AX, R10
+	MOVQ         w+32(FP), R11
+	MOVQ         b+40(FP), R12
+	MOVQ         DI, R13
+
+norm:
+	VMOVUPS     (R9), Y4
+	VSUBPS      Y2, Y4, Y4
+	VMULPS      Y3, Y4, Y4
+	VMOVUPS     (R11), Y5
+	VFMADD213PS (R12), Y5, Y4
+	VMOVUPS     Y4, (R10)
+	ADDQ        $0x20, R9
+	ADDQ        $0x20, R10
+	ADDQ        $0x20, R11
+	ADDQ        $0x20, R12
+	SUBQ        $0x08, R13
+	JNE         norm
+	ADDQ        R8, BX
+	ADDQ        R8, AX
+	ADDQ        $0x04, CX
+	ADDQ        $0x04, DX
+	DECQ        SI
+	JMP         row
+
+done:
+	VZEROUPPER
+	RET
+
+// func layerNormBackwardAVX2(dx *float32, dw *float32, db *float32, dout *float32, x *float32, mean *float32, rstd *float32, w *float32, rows int, d int, invD float32)
+// Requires: AVX, AVX2, FMA3, SSE
+TEXT ·layerNormBackwardAVX2(SB), NOSPLIT, $0-84
+	MOVQ  dx+0(FP), AX
+	MOVQ  dout+24(FP), CX
+	MOVQ  x+32(FP), DX
+	MOVQ  mean+40(FP), BX
+	MOVQ  rstd+48(FP), SI
+	MOVQ  rows+64(FP), DI
+	MOVQ  d+72(FP), R8
+	MOVSS invD+80(FP), X0
+	MOVQ  R8, R9
+	SHLQ  $0x02, R9
+
+row:
+	TESTQ        DI, DI
+	JE           done
+	VBROADCASTSS (BX), Y1
+	VBROADCASTSS (SI), Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	MOVQ         DX, R10
+	MOVQ         CX, R11
+	MOVQ         w+56(FP), R12
+	MOVQ         dw+8(FP), R13
+	MOVQ         db+16(FP), R14
+	MOVQ         R8, R15
+
+sums:
+	VMOVUPS      (R10), Y5
+	VSUBPS       Y1, Y5, Y5
+	VMULPS       Y2, Y5, Y5
+	VMOVUPS      (R11), Y6
+	VMULPS       (R12), Y6, Y7
+	VADDPS       Y7, Y3, Y3
+	VFMADD231PS  Y7, Y5, Y4
+	VMOVUPS      (R13), Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VMOVUPS      Y7, (R13)
+	VADDPS       (R14), Y6, Y6
+	VMOVUPS      Y6, (R14)
+	ADDQ         $0x20, R10
+	ADDQ         $0x20, R11
+	ADDQ         $0x20, R12
+	ADDQ         $0x20, R13
+	ADDQ         $0x20, R14
+	SUBQ         $0x08, R15
+	JNE          sums
+	VEXTRACTF128 $0x01, Y3, X5
+	VADDPS       X5, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMULSS       X0, X3, X3
+	VBROADCASTSS X3, Y3
+	VEXTRACTF128 $0x01, Y4, X5
+	VADDPS       X5, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMULSS       X0, X4, X4
+	VBROADCASTSS X4, Y4
+	MOVQ         DX, R10
+	MOVQ         CX, R11
+	MOVQ         AX, R13
+	MOVQ         w+56(FP), R12
+	MOVQ         R8, R15
+
+grad:
+	VMOVUPS      (R10), Y5
+	VSUBPS       Y1, Y5, Y5
+	VMULPS       Y2, Y5, Y5
+	VMOVUPS      (R11), Y6
+	VMULPS       (R12), Y6, Y6
+	VSUBPS       Y3, Y6, Y6
+	VFNMADD231PS Y5, Y4, Y6
+	VMOVUPS      (R13), Y5
+	VFMADD231PS  Y6, Y2, Y5
+	VMOVUPS      Y5, (R13)
+	ADDQ         $0x20, R10
+	ADDQ         $0x20, R11
+	ADDQ         $0x20, R12
+	ADDQ         $0x20, R13
+	SUBQ         $0x08, R15
+	JNE          grad
+	ADDQ         R9, DX
+	ADDQ         R9, CX
+	ADDQ         R9, AX
+	ADDQ         $0x04, BX
+	ADDQ         $0x04, SI
+	DECQ         DI
+	JMP          row
 
 done:
 	VZEROUPPER
@@ -1782,6 +2032,232 @@ loop:
 	ADDQ         $0x40, AX
 	SUBQ         $0x10, BX
 	JMP          loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func geluBackwardAVX512(grad *float32, th *float32, h *float32, n int)
+// Requires: AVX, AVX512F
+TEXT ·geluBackwardAVX512(SB), NOSPLIT, $0-32
+	MOVQ    grad+0(FP), AX
+	MOVQ    th+8(FP), CX
+	MOVQ    h+16(FP), DX
+	MOVQ    n+24(FP), BX
+	VMOVUPS mathconsts<>+768(SB), Z0
+	VMOVUPS mathconsts<>+960(SB), Z1
+
+loop:
+	TESTQ        BX, BX
+	JE           done
+	VMOVUPS      (DX), Z2
+	VMOVUPS      (CX), Z3
+	VADDPS       Z0, Z3, Z4
+	VMULPS       Z1, Z4, Z4
+	VMOVAPS      Z0, Z5
+	VFNMADD231PS Z3, Z3, Z5
+	VMULPS       Z2, Z2, Z3
+	VMULPS       mathconsts<>+1152(SB), Z3, Z3
+	VADDPS       Z0, Z3, Z3
+	VMULPS       mathconsts<>+1216(SB), Z2, Z2
+	VMULPS       Z5, Z2, Z2
+	VFMADD213PS  Z4, Z3, Z2
+	VMULPS       (AX), Z2, Z2
+	VMOVUPS      Z2, (AX)
+	ADDQ         $0x40, AX
+	ADDQ         $0x40, CX
+	ADDQ         $0x40, DX
+	SUBQ         $0x10, BX
+	JMP          loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func layerNormAVX512(out *float32, mean *float32, rstd *float32, x *float32, w *float32, b *float32, rows int, d int, invD float32, eps float32)
+// Requires: AVX, AVX512F, SSE
+TEXT ·layerNormAVX512(SB), NOSPLIT, $0-72
+	MOVQ  out+0(FP), AX
+	MOVQ  mean+8(FP), CX
+	MOVQ  rstd+16(FP), DX
+	MOVQ  x+24(FP), BX
+	MOVQ  rows+48(FP), SI
+	MOVQ  d+56(FP), DI
+	MOVSS invD+64(FP), X0
+	MOVSS eps+68(FP), X1
+	MOVQ  DI, R8
+	SHLQ  $0x02, R8
+
+row:
+	TESTQ  SI, SI
+	JE     done
+	MOVQ   BX, R9
+	MOVQ   DI, R10
+	VPXORD Z2, Z2, Z2
+
+sum3:
+	VMOVUPS       (R9), Z3
+	VADDPS        Z3, Z2, Z2
+	ADDQ          $0x40, R9
+	SUBQ          $0x10, R10
+	JNE           sum3
+	VEXTRACTF64X4 $0x01, Z2, Y3
+	VADDPS        Y3, Y2, Y3
+	VEXTRACTF128  $0x01, Y3, X5
+	VADDPS        X5, X3, X3
+	VHADDPS       X3, X3, X3
+	VHADDPS       X3, X3, X3
+	VMULSS        X0, X3, X3
+	VMOVSS        X3, (CX)
+	VBROADCASTSS  X3, Z3
+	MOVQ          BX, R9
+	MOVQ          DI, R10
+	VPXORD        Z4, Z4, Z4
+
+sum4:
+	VMOVUPS       (R9), Z5
+	VSUBPS        Z3, Z5, Z5
+	VFMADD231PS   Z5, Z5, Z4
+	ADDQ          $0x40, R9
+	SUBQ          $0x10, R10
+	JNE           sum4
+	VEXTRACTF64X4 $0x01, Z4, Y5
+	VADDPS        Y5, Y4, Y5
+	VEXTRACTF128  $0x01, Y5, X6
+	VADDPS        X6, X5, X5
+	VHADDPS       X5, X5, X5
+	VHADDPS       X5, X5, X5
+	VMULSS        X0, X5, X5
+	VADDSS        X1, X5, X5
+	VSQRTSS       X5, X5, X5
+	VMOVSS        mathconsts<>+768(SB), X6
+	VDIVSS        X5, X6, X6
+	VMOVSS        X6, (DX)
+	VBROADCASTSS  X6, Z5
+	MOVQ          BX, R9
+	MOVQ          AX, R10
+	MOVQ          w+32(FP), R11
+	MOVQ          b+40(FP), R12
+	MOVQ          DI, R13
+
+norm:
+	VMOVUPS     (R9), Z6
+	VSUBPS      Z3, Z6, Z6
+	VMULPS      Z5, Z6, Z6
+	VMOVUPS     (R11), Z7
+	VFMADD213PS (R12), Z7, Z6
+	VMOVUPS     Z6, (R10)
+	ADDQ        $0x40, R9
+	ADDQ        $0x40, R10
+	ADDQ        $0x40, R11
+	ADDQ        $0x40, R12
+	SUBQ        $0x10, R13
+	JNE         norm
+	ADDQ        R8, BX
+	ADDQ        R8, AX
+	ADDQ        $0x04, CX
+	ADDQ        $0x04, DX
+	DECQ        SI
+	JMP         row
+
+done:
+	VZEROUPPER
+	RET
+
+// func layerNormBackwardAVX512(dx *float32, dw *float32, db *float32, dout *float32, x *float32, mean *float32, rstd *float32, w *float32, rows int, d int, invD float32)
+// Requires: AVX, AVX512F, SSE
+TEXT ·layerNormBackwardAVX512(SB), NOSPLIT, $0-84
+	MOVQ  dx+0(FP), AX
+	MOVQ  dout+24(FP), CX
+	MOVQ  x+32(FP), DX
+	MOVQ  mean+40(FP), BX
+	MOVQ  rstd+48(FP), SI
+	MOVQ  rows+64(FP), DI
+	MOVQ  d+72(FP), R8
+	MOVSS invD+80(FP), X0
+	MOVQ  R8, R9
+	SHLQ  $0x02, R9
+
+row:
+	TESTQ        DI, DI
+	JE           done
+	VBROADCASTSS (BX), Z1
+	VBROADCASTSS (SI), Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	MOVQ         DX, R10
+	MOVQ         CX, R11
+	MOVQ         w+56(FP), R12
+	MOVQ         dw+8(FP), R13
+	MOVQ         db+16(FP), R14
+	MOVQ         R8, R15
+
+sums:
+	VMOVUPS       (R10), Z5
+	VSUBPS        Z1, Z5, Z5
+	VMULPS        Z2, Z5, Z5
+	VMOVUPS       (R11), Z6
+	VMULPS        (R12), Z6, Z7
+	VADDPS        Z7, Z3, Z3
+	VFMADD231PS   Z7, Z5, Z4
+	VMOVUPS       (R13), Z7
+	VFMADD231PS   Z6, Z5, Z7
+	VMOVUPS       Z7, (R13)
+	VADDPS        (R14), Z6, Z6
+	VMOVUPS       Z6, (R14)
+	ADDQ          $0x40, R10
+	ADDQ          $0x40, R11
+	ADDQ          $0x40, R12
+	ADDQ          $0x40, R13
+	ADDQ          $0x40, R14
+	SUBQ          $0x10, R15
+	JNE           sums
+	VEXTRACTF64X4 $0x01, Z3, Y5
+	VADDPS        Y5, Y3, Y5
+	VEXTRACTF128  $0x01, Y5, X6
+	VADDPS        X6, X5, X5
+	VHADDPS       X5, X5, X5
+	VHADDPS       X5, X5, X5
+	VMULSS        X0, X5, X5
+	VBROADCASTSS  X5, Z5
+	VEXTRACTF64X4 $0x01, Z4, Y6
+	VADDPS        Y6, Y4, Y6
+	VEXTRACTF128  $0x01, Y6, X7
+	VADDPS        X7, X6, X6
+	VHADDPS       X6, X6, X6
+	VHADDPS       X6, X6, X6
+	VMULSS        X0, X6, X6
+	VBROADCASTSS  X6, Z6
+	MOVQ          DX, R10
+	MOVQ          CX, R11
+	MOVQ          AX, R13
+	MOVQ          w+56(FP), R12
+	MOVQ          R8, R15
+
+grad:
+	VMOVUPS      (R10), Z7
+	VSUBPS       Z1, Z7, Z7
+	VMULPS       Z2, Z7, Z7
+	VMOVUPS      (R11), Z8
+	VMULPS       (R12), Z8, Z8
+	VSUBPS       Z5, Z8, Z8
+	VFNMADD231PS Z7, Z6, Z8
+	VMOVUPS      (R13), Z7
+	VFMADD231PS  Z8, Z2, Z7
+	VMOVUPS      Z7, (R13)
+	ADDQ         $0x40, R10
+	ADDQ         $0x40, R11
+	ADDQ         $0x40, R12
+	ADDQ         $0x40, R13
+	SUBQ         $0x10, R15
+	JNE          grad
+	ADDQ         R9, DX
+	ADDQ         R9, CX
+	ADDQ         R9, AX
+	ADDQ         $0x04, BX
+	ADDQ         $0x04, SI
+	DECQ         DI
+	JMP          row
 
 done:
 	VZEROUPPER

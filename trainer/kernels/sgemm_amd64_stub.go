@@ -66,6 +66,20 @@ func expSumAVX2(dst *float32, src *float32, n int, scale float32, shift float32)
 // 0.5·h[i]·(1 + th[i]) for i < n, a multiple of 8: GPT-2's tanh GELU.
 func geluAVX2(out *float32, th *float32, h *float32, n int)
 
+// geluBackwardAVX2 multiplies grad[i] by the derivative of the tanh GELU at h[i], given
+// th[i] = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)), for i < n, a multiple of 8.
+func geluBackwardAVX2(grad *float32, th *float32, h *float32, n int)
+
+// layerNormAVX2 normalizes rows rows of d floats (d a positive multiple of 8) at x
+// into out: out = (x - mean)·rstd·w + b with mean = Σx·invD and rstd =
+// 1/sqrt(Σ(x - mean)²·invD + eps), stored in mean[i] and rstd[i].
+func layerNormAVX2(out *float32, mean *float32, rstd *float32, x *float32, w *float32, b *float32, rows int, d int, invD float32, eps float32)
+
+// layerNormBackwardAVX2 adds to dx, dw and db the gradient of the layer norm of rows rows
+// of d floats (d a positive multiple of 8) at x, given dout and the mean and
+// rstd of each row from the forward pass.
+func layerNormBackwardAVX2(dx *float32, dw *float32, db *float32, dout *float32, x *float32, mean *float32, rstd *float32, w *float32, rows int, d int, invD float32)
+
 // expSumAVX512 writes dst[i] = exp(src[i]·scale - shift) for i < n, a multiple of 16,
 // with the argument clamped to [-87, 88], and returns the sum of them. dst may be src.
 func expSumAVX512(dst *float32, src *float32, n int, scale float32, shift float32) float32
@@ -73,3 +87,17 @@ func expSumAVX512(dst *float32, src *float32, n int, scale float32, shift float3
 // geluAVX512 writes th[i] = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)) and out[i] =
 // 0.5·h[i]·(1 + th[i]) for i < n, a multiple of 16: GPT-2's tanh GELU.
 func geluAVX512(out *float32, th *float32, h *float32, n int)
+
+// geluBackwardAVX512 multiplies grad[i] by the derivative of the tanh GELU at h[i], given
+// th[i] = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)), for i < n, a multiple of 16.
+func geluBackwardAVX512(grad *float32, th *float32, h *float32, n int)
+
+// layerNormAVX512 normalizes rows rows of d floats (d a positive multiple of 16) at x
+// into out: out = (x - mean)·rstd·w + b with mean = Σx·invD and rstd =
+// 1/sqrt(Σ(x - mean)²·invD + eps), stored in mean[i] and rstd[i].
+func layerNormAVX512(out *float32, mean *float32, rstd *float32, x *float32, w *float32, b *float32, rows int, d int, invD float32, eps float32)
+
+// layerNormBackwardAVX512 adds to dx, dw and db the gradient of the layer norm of rows rows
+// of d floats (d a positive multiple of 16) at x, given dout and the mean and
+// rstd of each row from the forward pass.
+func layerNormBackwardAVX512(dx *float32, dw *float32, db *float32, dout *float32, x *float32, mean *float32, rstd *float32, w *float32, rows int, d int, invD float32)

@@ -52,6 +52,15 @@ func goGELU(out, th, h []float32) {
 	}
 }
 
+// goGELUBackward is the portable GELUBackward.
+func goGELUBackward(g, th, h []float32) {
+	g, th = g[:len(h)], th[:len(h)]
+	for i, x := range h {
+		t := th[i]
+		g[i] *= 0.5*(1+t) + 0.5*x*(1-t*t)*geluC*(1+3*0.044715*x*x)
+	}
+}
+
 // ExpSum writes dst[i] = exp(src[i]·scale - shift) for every i of src and
 // returns their sum: the exponentials of a softmax with its maximum
 // subtracted. Exponentials are within 3e-7 relative of exact for
@@ -76,4 +85,15 @@ func (e *Engine) GELU(out, th, h []float32) {
 		panic(fmt.Sprintf("kernels: GELU with len(out)=%d len(th)=%d < len(h)=%d", len(out), len(th), len(h)))
 	}
 	e.kern.gelu(out, th, h)
+}
+
+// GELUBackward multiplies g, the gradient of GELU's output, by GELU's
+// derivative at h, given th from GELU: with t = th[i],
+// gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t²) sqrt(2/pi) (1 + 3·0.044715 x²).
+// It panics when g or th is shorter than h: that is a bug in the caller.
+func (e *Engine) GELUBackward(g, th, h []float32) {
+	if len(g) < len(h) || len(th) < len(h) {
+		panic(fmt.Sprintf("kernels: GELUBackward with len(g)=%d len(th)=%d < len(h)=%d", len(g), len(th), len(h)))
+	}
+	e.kern.geluBackward(g, th, h)
 }

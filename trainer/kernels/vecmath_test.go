@@ -130,3 +130,115 @@ func BenchmarkVecMath(b *testing.B) {
 		})
 	}
 }
+
+// TestGELUBackward checks every kernel the CPU runs against the float64
+// derivative, given the forward pass's tanh.
+func TestGELUBackward(t *testing.T) {
+	r := rand.New(rand.NewPCG(27, 28))
+	for _, kern := range kernelsForCPU() {
+		e := newEngine(1, kern)
+		for _, n := range vecLengths {
+			t.Run(fmt.Sprintf("%s/n=%d", kern.name, n), func(t *testing.T) {
+				h, g := make([]float32, n), randSlice(r, n)
+				for i := range h {
+					h[i] = r.Float32()*12 - 6
+				}
+				th, out := make([]float32, n), make([]float32, n)
+				e.GELU(out, th, h)
+				want := make([]float64, n)
+				for i, x := range h {
+					x, tt := float64(x), float64(th[i])
+					want[i] = float64(g[i]) * (0.5*(1+tt) + 0.5*x*(1-tt*tt)*geluC*(1+3*0.044715*x*x))
+				}
+				e.GELUBackward(g, th, h)
+				for i := range want {
+					require.InDelta(t, want[i], float64(g[i]), 1e-6*max(1, math.Abs(want[i])), "element %d", i)
+				}
+			})
+		}
+	}
+}
+
+// TestLayerNorm checks every kernel the CPU runs, forward and backward,
+// against the float64 formulas, on widths with and without whole vectors.
+func TestLayerNorm(t *testing.T) {
+	r := rand.New(rand.NewPCG(29, 30))
+	for _, kern := range kernelsForCPU() {
+		e := newEngine(1, kern)
+		for _, sh := range []struct{ rows, d int }{{1, 1}, {3, 7}, {5, 16}, {4, 64}, {2, 40}, {7, 128}, {1, 48}} {
+			t.Run(fmt.Sprintf("%s/%dx%d", kern.name, sh.rows, sh.d), func(t *testing.T) {
+				rows, d := sh.rows, sh.d
+				x, w, b := randSlice(r, rows*d), randSlice(r, d), randSlice(r, d)
+				for i := range x {
+					x[i] = x[i]*3 + 0.5 // not centred
+				}
+				out, mean, rstd := make([]float32, rows*d), make([]float32, rows), make([]float32, rows)
+				e.LayerNorm(out, mean, rstd, x, w, b, d, 1e-5)
+
+				dout := randSlice(r, rows*d)
+				dx, dw, db := randSlice(r, rows*d), randSlice(r, d), randSlice(r, d)
+				wantDX, wantDW, wantDB := to64(dx), to64(dw), to64(db)
+				e.LayerNormBackward(dx, dw, db, dout, x, mean, rstd, w, d)
+
+				for i := range rows {
+					row := to64(x[i*d : (i+1)*d])
+					var mu, v float64
+					for _, xv := range row {
+						mu += xv / float64(d)
+					}
+					for _, xv := range row {
+						v += (xv - mu) * (xv - mu) / float64(d)
+					}
+					rs := 1 / math.Sqrt(v+1e-5)
+					require.InDelta(t, mu, float64(mean[i]), 1e-5*max(1, math.Abs(mu)), "mean %d", i)
+					require.InEpsilon(t, rs, float64(rstd[i]), 1e-5, "rstd %d", i)
+					var sg, sgx float64
+					xhat := make([]float64, d)
+					for j, xv := range row {
+						xhat[j] = (xv - mu) * rs
+						g := float64(dout[i*d+j])
+						want := xhat[j]*float64(w[j]) + float64(b[j])
+						require.InDelta(t, want, float64(out[i*d+j]), 1e-5*max(1, math.Abs(want)), "out %d,%d", i, j)
+						sg += g * float64(w[j])
+						sgx += g * float64(w[j]) * xhat[j]
+						wantDW[j] += g * xhat[j]
+						wantDB[j] += g
+					}
+					for j := range row {
+						g := float64(dout[i*d+j]) * float64(w[j])
+						wantDX[i*d+j] += rs * (g - sg/float64(d) - xhat[j]*sgx/float64(d))
+					}
+				}
+				requireNear(t, wantDX, dx, 1e-5)
+				requireNear(t, wantDW, dw, 1e-5)
+				requireNear(t, wantDB, db, 1e-5)
+			})
+		}
+	}
+}
+
+func to64(s []float32) []float64 {
+	out := make([]float64, len(s))
+	for i, v := range s {
+		out[i] = float64(v)
+	}
+	return out
+}
+
+// requireNear checks got against want to tol relative (absolute below 1).
+func requireNear(t *testing.T, want []float64, got []float32, tol float64) {
+	t.Helper()
+	for i := range want {
+		require.InDelta(t, want[i], float64(got[i]), tol*max(1, math.Abs(want[i])), "element %d", i)
+	}
+}
+
+// TestLayerNormBadShapes checks the documented panics on a caller's bug.
+func TestLayerNormBadShapes(t *testing.T) {
+	e := New(1)
+	f := make([]float32, 8)
+	require.PanicsWithValue(t, "kernels: LayerNorm of len(x)=8 in rows of 3", func() { e.LayerNorm(f, f, f, f, f, f, 3, 1e-5) })
+	require.PanicsWithValue(t, "kernels: LayerNormBackward of len(x)=8 in rows of 0", func() { e.LayerNormBackward(f, f, f, f, f, f, f, f, 0) })
+	require.Panics(t, func() { e.LayerNorm(f[:4], f, f, f, f, f, 4, 1e-5) })
+	require.PanicsWithValue(t, "kernels: GELUBackward with len(g)=1 len(th)=8 < len(h)=8", func() { e.GELUBackward(f[:1], f, f) })
+}

@@ -47,6 +47,8 @@ var expConsts = []struct {
 	{"half", math.Float32bits(0.5)},
 	{"gelu3", math.Float32bits(0.044715)},
 	{"gelu2c", math.Float32bits(2 * 0.7978845608028654)}, // 2·sqrt(2/pi): exp's argument for tanh
+	{"gelu3x3", math.Float32bits(3 * 0.044715)},
+	{"halfc", math.Float32bits(0.5 * 0.7978845608028654)},
 }
 
 // mathConsts emits the table of expConsts and returns a lookup of each
@@ -203,11 +205,278 @@ func gelu(isa vecISA, c func(string) Mem) {
 	RET()
 }
 
+// geluBack emits geluBackward<ISA>: g[i] *= gelu'(h[i]) for i < n (a
+// multiple of the lanes), with t = th[i] from the forward pass:
+// gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t²) sqrt(2/pi) (1 + 3·0.044715 x²).
+func geluBack(isa vecISA, c func(string) Mem) {
+	name := "geluBackward" + isa.suffix
+	TEXT(name, NOSPLIT, "func(grad, th, h *float32, n int)")
+	Doc(
+		fmt.Sprintf("%s multiplies grad[i] by the derivative of the tanh GELU at h[i], given", name),
+		fmt.Sprintf("th[i] = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)), for i < n, a multiple of %d.", isa.lanes),
+	)
+	g := Load(Param("grad"), GP64()) // not "g": the assembler's name of a register
+	th := Load(Param("th"), GP64())
+	h := Load(Param("h"), GP64())
+	n := Load(Param("n"), GP64())
+	one, half := isa.vec(), isa.vec()
+	VMOVUPS(c("one"), one)
+	VMOVUPS(c("half"), half)
+	Label("loop")
+	TESTQ(n, n)
+	JE(LabelRef("done"))
+	x, t := isa.vec(), isa.vec()
+	VMOVUPS(Mem{Base: h}, x)
+	VMOVUPS(Mem{Base: th}, t)
+	a := isa.vec()
+	VADDPS(one, t, a)
+	VMULPS(half, a, a) // a = 0.5 (1 + t)
+	b := isa.vec()
+	VMOVAPS(one, b)
+	VFNMADD231PS(t, t, b) // b = 1 - t²
+	x2 := isa.vec()
+	VMULPS(x, x, x2)
+	VMULPS(c("gelu3x3"), x2, x2)
+	VADDPS(one, x2, x2) // 1 + 3·0.044715 x²
+	d := isa.vec()
+	VMULPS(c("halfc"), x, d)
+	VMULPS(b, d, d)
+	VFMADD213PS(a, x2, d) // d = d·x2 + a
+	VMULPS(Mem{Base: g}, d, d)
+	VMOVUPS(d, Mem{Base: g})
+	ADDQ(U8(4*isa.lanes), g)
+	ADDQ(U8(4*isa.lanes), th)
+	ADDQ(U8(4*isa.lanes), h)
+	SUBQ(U8(isa.lanes), n)
+	JMP(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// sumRow emits acc = the lanes' sums of f(v) over a row of d floats at
+// p (d a multiple of the lanes), where f adds v (a loaded vector) to acc.
+func sumRow(isa vecISA, p, d Register, acc VecVirtual, f func(v VecVirtual)) {
+	q, j := GP64(), GP64()
+	MOVQ(p, q)
+	MOVQ(d, j)
+	zero(isa, acc)
+	loop := fmt.Sprintf("sum%d", labelCount())
+	Label(loop)
+	v := isa.vec()
+	VMOVUPS(Mem{Base: q}, v)
+	f(v)
+	ADDQ(U8(4*isa.lanes), q)
+	SUBQ(U8(isa.lanes), j)
+	JNE(LabelRef(loop))
+}
+
+var labels int
+
+func labelCount() int { labels++; return labels }
+
+// layerNorm emits layerNorm<ISA>: for each of rows rows of d floats (d a
+// positive multiple of the lanes) at x, mean = Σx/d, rstd = 1/sqrt(Σ(x -
+// mean)²/d + eps), out = (x - mean)·rstd·w + b; mean and rstd are kept.
+func layerNorm(isa vecISA) {
+	name := "layerNorm" + isa.suffix
+	TEXT(name, NOSPLIT, "func(out, mean, rstd, x, w, b *float32, rows, d int, invD, eps float32)")
+	Doc(
+		fmt.Sprintf("%s normalizes rows rows of d floats (d a positive multiple of %d) at x", name, isa.lanes),
+		"into out: out = (x - mean)·rstd·w + b with mean = Σx·invD and rstd =",
+		"1/sqrt(Σ(x - mean)²·invD + eps), stored in mean[i] and rstd[i].",
+	)
+	out := Load(Param("out"), GP64())
+	mean := Load(Param("mean"), GP64())
+	rstd := Load(Param("rstd"), GP64())
+	x := Load(Param("x"), GP64())
+	rows := Load(Param("rows"), GP64())
+	d := Load(Param("d"), GP64())
+	invD, eps := Load(Param("invD"), XMM()), Load(Param("eps"), XMM())
+	rowBytes := GP64()
+	MOVQ(d, rowBytes)
+	SHLQ(U8(2), rowBytes)
+
+	Label("row")
+	TESTQ(rows, rows)
+	JE(LabelRef("done"))
+	acc := isa.vec()
+	sumRow(isa, x, d, acc, func(v VecVirtual) { VADDPS(v, acc, acc) })
+	mu := horizontalSum(isa, acc)
+	VMULSS(invD, mu, mu)
+	VMOVSS(mu, Mem{Base: mean})
+	MU := isa.vec()
+	VBROADCASTSS(mu, MU)
+	sq := isa.vec()
+	sumRow(isa, x, d, sq, func(v VecVirtual) {
+		VSUBPS(MU, v, v)
+		VFMADD231PS(v, v, sq)
+	})
+	vr := horizontalSum(isa, sq)
+	VMULSS(invD, vr, vr)
+	VADDSS(eps, vr, vr)
+	VSQRTSS(vr, vr, vr)
+	r := XMM()
+	VMOVSS(c1(), r)
+	VDIVSS(vr, r, r)
+	VMOVSS(r, Mem{Base: rstd})
+	R := isa.vec()
+	VBROADCASTSS(r, R)
+
+	xp, op, wp, bp, j := GP64(), GP64(), GP64(), GP64(), GP64()
+	MOVQ(x, xp)
+	MOVQ(out, op)
+	Load(Param("w"), wp)
+	Load(Param("b"), bp)
+	MOVQ(d, j)
+	Label("norm")
+	v := isa.vec()
+	VMOVUPS(Mem{Base: xp}, v)
+	VSUBPS(MU, v, v)
+	VMULPS(R, v, v)
+	wv := isa.vec()
+	VMOVUPS(Mem{Base: wp}, wv)
+	VFMADD213PS(Mem{Base: bp}, wv, v) // v = w·v + b
+	VMOVUPS(v, Mem{Base: op})
+	for _, p := range []Register{xp, op, wp, bp} {
+		ADDQ(U8(4*isa.lanes), p)
+	}
+	SUBQ(U8(isa.lanes), j)
+	JNE(LabelRef("norm"))
+
+	ADDQ(rowBytes, x)
+	ADDQ(rowBytes, out)
+	ADDQ(U8(4), mean)
+	ADDQ(U8(4), rstd)
+	DECQ(rows)
+	JMP(LabelRef("row"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// oneConst is the memory operand of the constant 1 in the table, set by
+// vecMath before the kernels that need it are emitted.
+var oneConst Mem
+
+func c1() Mem { return oneConst }
+
+// layerNormBack emits layerNormBackward<ISA>: for each of rows rows of d
+// floats (d a positive multiple of the lanes), with xhat = (x - mean)·rstd
+// and gw = dout·w: dw += dout·xhat, db += dout, and dx += rstd·(gw -
+// Σgw·invD - xhat·Σ(gw·xhat)·invD).
+func layerNormBack(isa vecISA) {
+	name := "layerNormBackward" + isa.suffix
+	TEXT(name, NOSPLIT, "func(dx, dw, db, dout, x, mean, rstd, w *float32, rows, d int, invD float32)")
+	Doc(
+		fmt.Sprintf("%s adds to dx, dw and db the gradient of the layer norm of rows rows", name),
+		fmt.Sprintf("of d floats (d a positive multiple of %d) at x, given dout and the mean and", isa.lanes),
+		"rstd of each row from the forward pass.",
+	)
+	dx := Load(Param("dx"), GP64())
+	dout := Load(Param("dout"), GP64())
+	x := Load(Param("x"), GP64())
+	mean := Load(Param("mean"), GP64())
+	rstd := Load(Param("rstd"), GP64())
+	rows := Load(Param("rows"), GP64())
+	d := Load(Param("d"), GP64())
+	invD := Load(Param("invD"), XMM())
+	rowBytes := GP64()
+	MOVQ(d, rowBytes)
+	SHLQ(U8(2), rowBytes)
+
+	Label("row")
+	TESTQ(rows, rows)
+	JE(LabelRef("done"))
+	MU, R := isa.vec(), isa.vec()
+	VBROADCASTSS(Mem{Base: mean}, MU)
+	VBROADCASTSS(Mem{Base: rstd}, R)
+	sg, sgx := isa.vec(), isa.vec()
+	zero(isa, sg)
+	zero(isa, sgx)
+	xp, gp, wp, dwp, dbp, j := GP64(), GP64(), GP64(), GP64(), GP64(), GP64()
+	MOVQ(x, xp)
+	MOVQ(dout, gp)
+	Load(Param("w"), wp)
+	Load(Param("dw"), dwp)
+	Load(Param("db"), dbp)
+	MOVQ(d, j)
+	Label("sums")
+	xh, g, gw := isa.vec(), isa.vec(), isa.vec()
+	VMOVUPS(Mem{Base: xp}, xh)
+	VSUBPS(MU, xh, xh)
+	VMULPS(R, xh, xh)
+	VMOVUPS(Mem{Base: gp}, g)
+	VMULPS(Mem{Base: wp}, g, gw)
+	VADDPS(gw, sg, sg)
+	VFMADD231PS(gw, xh, sgx)
+	acc := isa.vec()
+	VMOVUPS(Mem{Base: dwp}, acc)
+	VFMADD231PS(g, xh, acc)
+	VMOVUPS(acc, Mem{Base: dwp})
+	VADDPS(Mem{Base: dbp}, g, g)
+	VMOVUPS(g, Mem{Base: dbp})
+	for _, p := range []Register{xp, gp, wp, dwp, dbp} {
+		ADDQ(U8(4*isa.lanes), p)
+	}
+	SUBQ(U8(isa.lanes), j)
+	JNE(LabelRef("sums"))
+
+	mg := horizontalSum(isa, sg)
+	VMULSS(invD, mg, mg)
+	MG := isa.vec()
+	VBROADCASTSS(mg, MG)
+	mgx := horizontalSum(isa, sgx)
+	VMULSS(invD, mgx, mgx)
+	MGX := isa.vec()
+	VBROADCASTSS(mgx, MGX)
+
+	dxp := GP64()
+	MOVQ(x, xp)
+	MOVQ(dout, gp)
+	MOVQ(dx, dxp)
+	Load(Param("w"), wp)
+	MOVQ(d, j)
+	Label("grad")
+	xh2, t := isa.vec(), isa.vec()
+	VMOVUPS(Mem{Base: xp}, xh2)
+	VSUBPS(MU, xh2, xh2)
+	VMULPS(R, xh2, xh2)
+	VMOVUPS(Mem{Base: gp}, t)
+	VMULPS(Mem{Base: wp}, t, t)
+	VSUBPS(MG, t, t)
+	VFNMADD231PS(xh2, MGX, t) // t -= xhat·mgx
+	o := isa.vec()
+	VMOVUPS(Mem{Base: dxp}, o)
+	VFMADD231PS(t, R, o) // o += rstd·t
+	VMOVUPS(o, Mem{Base: dxp})
+	for _, p := range []Register{xp, gp, wp, dxp} {
+		ADDQ(U8(4*isa.lanes), p)
+	}
+	SUBQ(U8(isa.lanes), j)
+	JNE(LabelRef("grad"))
+
+	ADDQ(rowBytes, x)
+	ADDQ(rowBytes, dout)
+	ADDQ(rowBytes, dx)
+	ADDQ(U8(4), mean)
+	ADDQ(U8(4), rstd)
+	DECQ(rows)
+	JMP(LabelRef("row"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
 // vecMath emits the elementwise kernels for every vector width.
 func vecMath() {
 	c := mathConsts()
+	oneConst = c("one")
 	for _, isa := range vecISAs {
 		expSum(isa, c)
 		gelu(isa, c)
+		geluBack(isa, c)
+		layerNorm(isa)
+		layerNormBack(isa)
 	}
 }
