@@ -14,6 +14,11 @@ type microKernel struct {
 	// packed columns of mr floats, and b, kc packed rows of nr floats; it
 	// adds to the tile when accum and overwrites it otherwise.
 	tile func(kc int, a, b, c []float32, ldc int, accum bool)
+	// tileRows, when not nil, is tile reading the mr rows of op(A)
+	// straight from A stored m×k: op(A)[i, p] = a[i*as+p]; tileCols
+	// likewise from A stored k×m: op(A)[i, p] = a[p*as+i]. They spare
+	// the packing of op(A) where it is used by few tiles.
+	tileRows, tileCols func(kc int, a []float32, as int, b, c []float32, ldc int, accum bool)
 	// packTranspose packs kc columns of w rows at src (row stride ld)
 	// as one panel: dst[w*p+r] = src[r*ld+p]. w is mr or nr.
 	packTranspose func(dst, src []float32, w, ld, kc int)

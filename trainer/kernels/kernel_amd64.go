@@ -54,6 +54,18 @@ func avx512Kernel() *microKernel {
 			_ = c[11*ldc+31]
 			kernelAVX512(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc, boolInt(accum))
 		},
+		tileRows: func(kc int, a []float32, as int, b, c []float32, ldc int, accum bool) {
+			_ = a[11*as+kc-1]
+			_ = b[kc*32-1]
+			_ = c[11*ldc+31]
+			kernelAVX512Rows(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc, boolInt(accum), as)
+		},
+		tileCols: func(kc int, a []float32, as int, b, c []float32, ldc int, accum bool) {
+			_ = a[(kc-1)*as+11]
+			_ = b[kc*32-1]
+			_ = c[11*ldc+31]
+			kernelAVX512Cols(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc, boolInt(accum), as)
+		},
 		packTranspose: avxTranspose,
 		packCopy:      avxCopy,
 		peak: func(rounds int) int {

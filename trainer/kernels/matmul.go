@@ -158,6 +158,10 @@ func (e *Engine) gemmBlock(kern *microKernel, c, a, b []float32, m, n, k, i0, i1
 	defer e.packA.Put(aBuf)
 	buf := aligned(*aBuf, aSize+mr*nr)
 	ap, tile := buf[:aSize], buf[aSize:]
+	// direct, when not nil, reads whole panels of op(A) from a, element
+	// (i, p) at aOff(i, p) with aStride between rows (or columns of a
+	// transposed A); only a last partial panel is packed.
+	direct, aStride, aOff := kern.directA(n, transA, m, k)
 
 	for jc := j0; jc < j1; jc += kern.nc {
 		ncb := min(kern.nc, j1-jc)
@@ -170,7 +174,11 @@ func (e *Engine) gemmBlock(kern *microKernel, c, a, b []float32, m, n, k, i0, i1
 			kern.packB(bp, b, n, k, pc, kcb, jc, ncb, sb, transB)
 			for ic := i0; ic < i1; ic += kern.mc {
 				mcb := min(kern.mc, i1-ic)
-				kern.packA(ap, a, m, k, ic, mcb, pc, kcb, sa, transA)
+				if direct == nil {
+					kern.packA(ap, a, m, k, ic, mcb, pc, kcb, sa, transA)
+				} else {
+					kern.packAEdge(ap, a, m, k, ic, mcb, pc, kcb, sa, transA)
+				}
 				for q := range nPanels {
 					j := jc + q*nr
 					nrb := min(nr, jc+ncb-j)
@@ -178,11 +186,18 @@ func (e *Engine) gemmBlock(kern *microKernel, c, a, b []float32, m, n, k, i0, i1
 					for ir := 0; ir < mcb; ir += mr {
 						i, mrb := ic+ir, min(mr, mcb-ir)
 						ar := ap[ir/mr*sa:][:mr*kcb]
-						if mrb == mr && nrb == nr {
+						switch {
+						case direct != nil && mrb == mr && nrb == nr:
+							direct(kcb, a[aOff(i, pc):], aStride, bq, c[i*n+j:], n, accum)
+							continue
+						case direct != nil && mrb == mr:
+							direct(kcb, a[aOff(i, pc):], aStride, bq, tile, nr, false)
+						case mrb == mr && nrb == nr:
 							kern.tile(kcb, ar, bq, c[i*n+j:], n, accum)
 							continue
+						default:
+							kern.tile(kcb, ar, bq, tile, nr, false)
 						}
-						kern.tile(kcb, ar, bq, tile, nr, false)
 						for r := range mrb {
 							dst, src := c[(i+r)*n+j:][:nrb], tile[r*nr:][:nrb]
 							if !accum {
@@ -220,6 +235,27 @@ func panelStride(w, kc int) int {
 	return (ceilDiv(w*kc, 16) | 1) * 16
 }
 
+// directMaxPanels is the most column panels of C (n/nr) for which the
+// micro-kernel reads op(A) unpacked: packing a panel of op(A) costs
+// about as much as a few tiles, so it pays only when many use it.
+const directMaxPanels = 16
+
+// directA returns the tile function that reads op(A) straight from a for
+// an m×n×k product, with the stride and offset of op(A)'s elements, or a
+// nil function when this product packs op(A).
+func (kern *microKernel) directA(n int, transA bool, m, k int) (tile func(kc int, a []float32, as int, b, c []float32, ldc int, accum bool), stride int, off func(i, p int) int) {
+	if ceilDiv(n, kern.nr) > directMaxPanels {
+		return nil, 0, nil
+	}
+	if transA && kern.tileCols != nil {
+		return kern.tileCols, m, func(i, p int) int { return p*m + i }
+	}
+	if !transA && kern.tileRows != nil {
+		return kern.tileRows, k, func(i, p int) int { return i*k + p }
+	}
+	return nil, 0, nil
+}
+
 // packA packs rows ic..ic+mcb and columns pc..pc+kcb of op(A) into dst
 // as panels of mr rows, stride floats apart, each kcb columns of mr
 // floats; rows past mcb in the last panel are zero.
@@ -235,6 +271,15 @@ func (kern *microKernel) packA(dst, a []float32, m, k, ic, mcb, pc, kcb, stride 
 			kern.packTranspose(dst[q*stride:], a[i*k+pc:], mr, k, kcb)
 		}
 	}
+	kern.packAEdge(dst, a, m, k, ic, mcb, pc, kcb, stride, transA)
+}
+
+// packAEdge packs the last mcb mod mr rows of the block packA packs, if
+// any, as packA does: into the panel after the whole ones, rows past mcb
+// zero.
+func (kern *microKernel) packAEdge(dst, a []float32, m, k, ic, mcb, pc, kcb, stride int, transA bool) {
+	mr := kern.mr
+	full := mcb / mr
 	rows := mcb - full*mr
 	if rows == 0 {
 		return

@@ -36,6 +36,14 @@ func copy16AVX(dst *float32, src *float32, ld int, kc int, panels int, stride in
 // adds the product to the tile when accum != 0 and overwrites it otherwise.
 func kernelAVX512(kc int, a *float32, b *float32, c *float32, ldc int, accum int)
 
+// kernelAVX512Cols is kernelAVX512 with the 12 rows of op(A) read from a
+// transposed A: op(A)[i, p] = a[p*as+i].
+func kernelAVX512Cols(kc int, a *float32, b *float32, c *float32, ldc int, accum int, as int)
+
+// kernelAVX512Rows is kernelAVX512 with the 12 rows of op(A) read from A
+// as stored: op(A)[i, p] = a[i*as+p].
+func kernelAVX512Rows(kc int, a *float32, b *float32, c *float32, ldc int, accum int, as int)
+
 // fmaLoopAVX512 runs n rounds of 24 independent 16-wide fused multiply-adds
 // (768 flops a round) on registers only.
 func fmaLoopAVX512(n int)

@@ -28,7 +28,9 @@ func main() {
 	transpose16()
 	copyPanels(6)
 	copyPanels(16)
-	kernel12x32()
+	kernel12x32(aPacked)
+	kernel12x32(aColumns)
+	kernel12x32(aRows)
 	fmaLoop512()
 	transposeWide(12)
 	transposeWide(32)
@@ -362,23 +364,95 @@ const (
 	nr512 = 32
 )
 
-// kernel12x32 emits kernelAVX512: C[0:12, 0:32] = (or +=) A·B over kc
-// steps of packed panels, as kernelAVX2 does with 6×16: a holds kc groups
-// of 12 floats, b kc groups of 32; Z0..Z23 hold the tile, Z24 and Z25 a
-// row of b, Z26..Z31 broadcasts of a in rotation.
-func kernel12x32() {
-	TEXT("kernelAVX512", NOSPLIT, "func(kc int, a, b, c *float32, ldc int, accum int)")
-	Doc(
-		"kernelAVX512 computes the 12×32 tile at c (row stride ldc floats) as the",
-		"product of the packed kc×12 panel a and the packed kc×32 panel b; it",
-		"adds the product to the tile when accum != 0 and overwrites it otherwise.",
-	)
+// aLayout is where a 12×32 kernel reads its 12 rows of op(A): from a
+// packed panel, or straight from the matrix (no packing).
+type aLayout int
+
+const (
+	// aPacked: kc groups of 12 floats, op(A)[i, p] at a[12p+i].
+	aPacked aLayout = iota
+	// aColumns: op(A)[i, p] at a[p*as+i], A stored transposed (k×m).
+	aColumns
+	// aRows: op(A)[i, p] at a[i*as+p], A stored as is (m×k).
+	aRows
+)
+
+// kernel12x32 emits the AVX-512 12×32 micro-kernel reading op(A) as
+// layout says: C[0:12, 0:32] = (or +=) A·B over kc steps, b holding kc
+// packed groups of 32 floats; Z0..Z23 hold the tile, Z24 and Z25 a row of
+// b, Z26..Z31 broadcasts of a in rotation.
+func kernel12x32(layout aLayout) {
+	switch layout {
+	case aPacked:
+		TEXT("kernelAVX512", NOSPLIT, "func(kc int, a, b, c *float32, ldc int, accum int)")
+		Doc(
+			"kernelAVX512 computes the 12×32 tile at c (row stride ldc floats) as the",
+			"product of the packed kc×12 panel a and the packed kc×32 panel b; it",
+			"adds the product to the tile when accum != 0 and overwrites it otherwise.",
+		)
+	case aColumns:
+		TEXT("kernelAVX512Cols", NOSPLIT, "func(kc int, a, b, c *float32, ldc int, accum int, as int)")
+		Doc(
+			"kernelAVX512Cols is kernelAVX512 with the 12 rows of op(A) read from a",
+			"transposed A: op(A)[i, p] = a[p*as+i].",
+		)
+	case aRows:
+		TEXT("kernelAVX512Rows", NOSPLIT, "func(kc int, a, b, c *float32, ldc int, accum int, as int)")
+		Doc(
+			"kernelAVX512Rows is kernelAVX512 with the 12 rows of op(A) read from A",
+			"as stored: op(A)[i, p] = a[i*as+p].",
+		)
+	}
 	kc := Load(Param("kc"), GP64())
-	a := Load(Param("a"), GP64())
+	a := GP64()
+	Load(Param("a"), a)
 	b := Load(Param("b"), GP64())
 	c := Load(Param("c"), GP64())
 	ldc := Load(Param("ldc"), GP64())
 	SHLQ(U8(2), ldc)
+	var as GPVirtual
+	// rowBase[g] points at row 3g of op(A) (aRows): row 3g+j is rowBase[g] + j*as.
+	var rowBase []GPVirtual
+	if layout != aPacked {
+		as = GP64()
+		Load(Param("as"), as)
+		SHLQ(U8(2), as)
+	}
+	if layout == aRows {
+		rowBase = []GPVirtual{a, GP64(), GP64(), GP64()}
+		as3 := GP64()
+		LEAQ(Mem{Base: as, Index: as, Scale: 2}, as3)
+		for g := 1; g < 4; g++ {
+			LEAQ(Mem{Base: rowBase[g-1], Index: as3, Scale: 1}, rowBase[g])
+		}
+	}
+	aAt := func(u, i int) Mem {
+		switch layout {
+		case aPacked:
+			return Mem{Base: a, Disp: 4 * (mr512*u + i)}
+		case aColumns:
+			return Mem{Base: a, Disp: 4 * i}
+		default:
+			m := Mem{Base: rowBase[i/3], Disp: 4 * u}
+			if i%3 != 0 {
+				m.Index, m.Scale = as, uint8(i%3)
+			}
+			return m
+		}
+	}
+	// advance moves a past steps steps of k.
+	advance := func(steps int) {
+		switch layout {
+		case aPacked:
+			ADDQ(U32(4*mr512*steps), a)
+		case aColumns:
+			// Done after every step, in step.
+		default:
+			for _, r := range rowBase {
+				ADDQ(U8(4*steps), r)
+			}
+		}
+	}
 
 	zmm := []VecPhysical{Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15,
 		Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23, Z24, Z25, Z26, Z27, Z28, Z29, Z30, Z31}
@@ -403,9 +477,12 @@ func kernel12x32() {
 		VMOVUPS(Mem{Base: b, Disp: 4*nr512*u + 64}, b1)
 		for i := 0; i < mr512; i++ {
 			x := bc[i%len(bc)]
-			VBROADCASTSS(Mem{Base: a, Disp: 4 * (mr512*u + i)}, x)
+			VBROADCASTSS(aAt(u, i), x)
 			VFMADD231PS(b0, x, acc[2*i])
 			VFMADD231PS(b1, x, acc[2*i+1])
+		}
+		if layout == aColumns {
+			ADDQ(as, a)
 		}
 	}
 
@@ -415,7 +492,7 @@ func kernel12x32() {
 	for u := 0; u < unroll; u++ {
 		step(u)
 	}
-	ADDQ(U32(4*mr512*unroll), a)
+	advance(unroll)
 	ADDQ(U32(4*nr512*unroll), b)
 	SUBQ(U8(unroll), kc)
 	JMP(LabelRef("loop"))
@@ -424,7 +501,7 @@ func kernel12x32() {
 	TESTQ(kc, kc)
 	JE(LabelRef("done"))
 	step(0)
-	ADDQ(U32(4*mr512), a)
+	advance(1)
 	ADDQ(U32(4*nr512), b)
 	DECQ(kc)
 	JMP(LabelRef("tail"))
