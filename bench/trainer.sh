@@ -102,7 +102,9 @@ EOF
 
 # ours N: tokens/s of the embedded trainer on N threads, steps SKIP+1 .. STEPS.
 ours() {
-  rm -f "$tmp/m.jsonl"
+  # Each run starts fresh: a checkpoint (bench.toml's default [checkpoint] dir, $tmp/ckpt) would
+  # make the next run resume at its last step and time nothing.
+  rm -rf "$tmp/m.jsonl" "$tmp/ckpt"
   env -u RANK -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT WORLD_SIZE=1 \
     "$gorun" worker "$tmp/bench.toml" --threads "$1" --metrics "$tmp/m.jsonl" >/dev/null || die "gorun worker failed"
   awk -v skip="$SKIP" -v steps="$STEPS" -v tok=$(( GLOBAL * CONTEXT )) '
