@@ -120,7 +120,9 @@ ours() {
 # torch N: tokens/s of bench/torch_gpt.py on N threads.
 torch() {
   local out
-  out=$(LD_LIBRARY_PATH=${TORCH_LD_LIBRARY_PATH:-${LD_LIBRARY_PATH:-}} OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$1 "$PYTHON" "$here/torch_gpt.py" \
+  # OMP_WAIT_POLICY=PASSIVE: torch's OpenMP threads would otherwise spin after each parallel
+  # region while OpenBLAS's own threads need the cores (2 threads ran 2.5x slower than 1 here).
+  out=$(LD_LIBRARY_PATH=${TORCH_LD_LIBRARY_PATH:-${LD_LIBRARY_PATH:-}} OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$1 OMP_WAIT_POLICY=PASSIVE "$PYTHON" "$here/torch_gpt.py" \
     --corpus "$tmp/corpus.txt" --layers $LAYERS --d-model $DMODEL --heads $HEADS --context $CONTEXT \
     --global-batch $GLOBAL --micro-batch $MICRO --steps "$STEPS" --skip "$SKIP" --threads "$1") || die "torch_gpt.py failed"
   sed -n 's/.*"tokens_per_s": \([0-9.e+-]*\).*/\1/p' <<<"$out"
