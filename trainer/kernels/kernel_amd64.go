@@ -24,6 +24,18 @@ func avx2Kernel() *microKernel {
 			_ = c[5*ldc+15]
 			kernelAVX2(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc, boolInt(accum))
 		},
+		tileRows: func(kc int, a []float32, as int, b, c []float32, ldc int, accum bool) {
+			_ = a[5*as+kc-1]
+			_ = b[kc*16-1]
+			_ = c[5*ldc+15]
+			kernelAVX2Rows(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc, boolInt(accum), as)
+		},
+		tileCols: func(kc int, a []float32, as int, b, c []float32, ldc int, accum bool) {
+			_ = a[(kc-1)*as+5]
+			_ = b[kc*16-1]
+			_ = c[5*ldc+15]
+			kernelAVX2Cols(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc, boolInt(accum), as)
+		},
 		packTranspose: avxTranspose,
 		packCopy:      avxCopy,
 		peak: func(rounds int) int {

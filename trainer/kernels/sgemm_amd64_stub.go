@@ -9,6 +9,14 @@ package kernels
 // adds the product to the tile when accum != 0 and overwrites it otherwise.
 func kernelAVX2(kc int, a *float32, b *float32, c *float32, ldc int, accum int)
 
+// kernelAVX2Cols is kernelAVX2 with the 6 rows of op(A) read from a
+// transposed A: op(A)[i, p] = a[p*as+i].
+func kernelAVX2Cols(kc int, a *float32, b *float32, c *float32, ldc int, accum int, as int)
+
+// kernelAVX2Rows is kernelAVX2 with the 6 rows of op(A) read from A
+// as stored: op(A)[i, p] = a[i*as+p].
+func kernelAVX2Rows(kc int, a *float32, b *float32, c *float32, ldc int, accum int, as int)
+
 // fmaLoopAVX2 runs n rounds of 12 independent 8-wide fused multiply-adds
 // (192 flops a round) on registers only.
 func fmaLoopAVX2(n int)

@@ -22,15 +22,17 @@ const (
 
 func main() {
 	ConstraintExpr("amd64,!purego")
-	kernel6x16()
+	for _, layout := range []aLayout{aPacked, aColumns, aRows} {
+		tileKernel(avx2Tile, layout)
+	}
 	fmaLoop()
 	transpose6()
 	transpose16()
 	copyPanels(6)
 	copyPanels(16)
-	kernel12x32(aPacked)
-	kernel12x32(aColumns)
-	kernel12x32(aRows)
+	for _, layout := range []aLayout{aPacked, aColumns, aRows} {
+		tileKernel(avx512Tile, layout)
+	}
 	fmaLoop512()
 	transposeWide(12)
 	transposeWide(32)
@@ -38,98 +40,6 @@ func main() {
 	copyPanels(32)
 	vecMath()
 	Generate()
-}
-
-// kernel6x16 emits kernelAVX2: C[0:6, 0:16] = (or +=) A·B over kc steps
-// of packed panels. a holds kc groups of 6 floats (one column of the row
-// panel each), b holds kc groups of 16 floats (one row of the column
-// panel each). The 12 ymm accumulators Y0..Y11 hold the whole tile.
-func kernel6x16() {
-	TEXT("kernelAVX2", NOSPLIT, "func(kc int, a, b, c *float32, ldc int, accum int)")
-	Doc(
-		"kernelAVX2 computes the 6×16 tile at c (row stride ldc floats) as the",
-		"product of the packed kc×6 panel a and the packed kc×16 panel b; it",
-		"adds the product to the tile when accum != 0 and overwrites it otherwise.",
-	)
-	kc := Load(Param("kc"), GP64())
-	a := Load(Param("a"), GP64())
-	b := Load(Param("b"), GP64())
-	c := Load(Param("c"), GP64())
-	ldc := Load(Param("ldc"), GP64())
-	SHLQ(U8(2), ldc)
-
-	acc := make([]VecPhysical, 2*mr)
-	for i := range acc {
-		acc[i] = []VecPhysical{Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11}[i]
-		VXORPS(acc[i], acc[i], acc[i])
-	}
-	// Touch the six rows of the tile so they arrive while the loop runs.
-	row := GP64()
-	MOVQ(c, row)
-	for i := 0; i < mr; i++ {
-		PREFETCHT0(Mem{Base: row})
-		PREFETCHT0(Mem{Base: row, Disp: 60})
-		if i < mr-1 {
-			ADDQ(ldc, row)
-		}
-	}
-
-	b0, b1 := Y12, Y13
-	bc := []VecPhysical{Y14, Y15}
-	step := func(u int) {
-		VMOVUPS(Mem{Base: b, Disp: 4 * nr * u}, b0)
-		VMOVUPS(Mem{Base: b, Disp: 4*nr*u + 32}, b1)
-		for i := 0; i < mr; i++ {
-			x := bc[i%2]
-			VBROADCASTSS(Mem{Base: a, Disp: 4 * (mr*u + i)}, x)
-			VFMADD231PS(b0, x, acc[2*i])
-			VFMADD231PS(b1, x, acc[2*i+1])
-		}
-	}
-
-	Label("loop")
-	CMPQ(kc, U8(unroll))
-	JL(LabelRef("tail"))
-	for u := 0; u < unroll; u++ {
-		step(u)
-	}
-	ADDQ(U32(4*mr*unroll), a)
-	ADDQ(U32(4*nr*unroll), b)
-	SUBQ(U8(unroll), kc)
-	JMP(LabelRef("loop"))
-
-	Label("tail")
-	TESTQ(kc, kc)
-	JE(LabelRef("done"))
-	step(0)
-	ADDQ(U32(4*mr), a)
-	ADDQ(U32(4*nr), b)
-	DECQ(kc)
-	JMP(LabelRef("tail"))
-
-	Label("done")
-	accum := Load(Param("accum"), GP64())
-	TESTQ(accum, accum)
-	JE(LabelRef("store"))
-	MOVQ(c, row)
-	for i := 0; i < mr; i++ {
-		VADDPS(Mem{Base: row}, acc[2*i], acc[2*i])
-		VADDPS(Mem{Base: row, Disp: 32}, acc[2*i+1], acc[2*i+1])
-		if i < mr-1 {
-			ADDQ(ldc, row)
-		}
-	}
-
-	Label("store")
-	for i := 0; i < mr; i++ {
-		VMOVUPS(acc[2*i], Mem{Base: c})
-		VMOVUPS(acc[2*i+1], Mem{Base: c, Disp: 32})
-		if i < mr-1 {
-			ADDQ(ldc, c)
-		}
-	}
-	VZEROUPPER()
-	RET()
 }
 
 // fmaLoop emits fmaLoopAVX2: n rounds of 12 independent 8-wide FMAs held
@@ -364,12 +274,12 @@ const (
 	nr512 = 32
 )
 
-// aLayout is where a 12×32 kernel reads its 12 rows of op(A): from a
+// aLayout is where a micro-kernel reads its mr rows of op(A): from a
 // packed panel, or straight from the matrix (no packing).
 type aLayout int
 
 const (
-	// aPacked: kc groups of 12 floats, op(A)[i, p] at a[12p+i].
+	// aPacked: kc groups of mr floats, op(A)[i, p] at a[mr*p+i].
 	aPacked aLayout = iota
 	// aColumns: op(A)[i, p] at a[p*as+i], A stored transposed (k×m).
 	aColumns
@@ -377,29 +287,53 @@ const (
 	aRows
 )
 
-// kernel12x32 emits the AVX-512 12×32 micro-kernel reading op(A) as
-// layout says: C[0:12, 0:32] = (or +=) A·B over kc steps, b holding kc
-// packed groups of 32 floats; Z0..Z23 hold the tile, Z24 and Z25 a row of
-// b, Z26..Z31 broadcasts of a in rotation.
-func kernel12x32(layout aLayout) {
+// tileSpec is the shape and registers of one micro-kernel: an mr×(nvec·
+// lanes) tile of C in mr·nvec accumulators, a row of the b panel in nvec
+// registers, broadcasts of a in the rest, used in rotation.
+type tileSpec struct {
+	name  string // of the packed variant; the others add Cols and Rows
+	mr    int
+	nvec  int
+	lanes int
+	regs  []VecPhysical // accumulators, then the row of b, then broadcasts
+	zero  func(r VecPhysical)
+}
+
+var (
+	avx2Tile = tileSpec{name: "kernelAVX2", mr: mr, nvec: 2, lanes: 8,
+		regs: []VecPhysical{Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11, Y12, Y13, Y14, Y15},
+		zero: func(r VecPhysical) { VXORPS(r, r, r) }}
+	avx512Tile = tileSpec{name: "kernelAVX512", mr: mr512, nvec: 2, lanes: 16,
+		regs: []VecPhysical{Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15,
+			Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23, Z24, Z25, Z26, Z27, Z28, Z29, Z30, Z31},
+		zero: func(r VecPhysical) { VPXORD(r, r, r) }}
+)
+
+// tileKernel emits the micro-kernel of spec reading op(A) as layout
+// says: C[0:mr, 0:nr] = (or +=) A·B over kc steps, b holding kc packed
+// groups of nr floats.
+func tileKernel(spec tileSpec, layout aLayout) {
+	mr, nr := spec.mr, spec.nvec*spec.lanes
+	vecBytes := 4 * spec.lanes
+	tile := fmt.Sprintf("%d×%d", mr, nr)
 	switch layout {
 	case aPacked:
-		TEXT("kernelAVX512", NOSPLIT, "func(kc int, a, b, c *float32, ldc int, accum int)")
+		TEXT(spec.name, NOSPLIT, "func(kc int, a, b, c *float32, ldc int, accum int)")
 		Doc(
-			"kernelAVX512 computes the 12×32 tile at c (row stride ldc floats) as the",
-			"product of the packed kc×12 panel a and the packed kc×32 panel b; it",
+			fmt.Sprintf("%s computes the %s tile at c (row stride ldc floats) as the", spec.name, tile),
+			fmt.Sprintf("product of the packed kc×%d panel a and the packed kc×%d panel b; it", mr, nr),
 			"adds the product to the tile when accum != 0 and overwrites it otherwise.",
 		)
 	case aColumns:
-		TEXT("kernelAVX512Cols", NOSPLIT, "func(kc int, a, b, c *float32, ldc int, accum int, as int)")
+		TEXT(spec.name+"Cols", NOSPLIT, "func(kc int, a, b, c *float32, ldc int, accum int, as int)")
 		Doc(
-			"kernelAVX512Cols is kernelAVX512 with the 12 rows of op(A) read from a",
+			fmt.Sprintf("%sCols is %s with the %d rows of op(A) read from a", spec.name, spec.name, mr),
 			"transposed A: op(A)[i, p] = a[p*as+i].",
 		)
 	case aRows:
-		TEXT("kernelAVX512Rows", NOSPLIT, "func(kc int, a, b, c *float32, ldc int, accum int, as int)")
+		TEXT(spec.name+"Rows", NOSPLIT, "func(kc int, a, b, c *float32, ldc int, accum int, as int)")
 		Doc(
-			"kernelAVX512Rows is kernelAVX512 with the 12 rows of op(A) read from A",
+			fmt.Sprintf("%sRows is %s with the %d rows of op(A) read from A", spec.name, spec.name, mr),
 			"as stored: op(A)[i, p] = a[i*as+p].",
 		)
 	}
@@ -419,17 +353,18 @@ func kernel12x32(layout aLayout) {
 		SHLQ(U8(2), as)
 	}
 	if layout == aRows {
-		rowBase = []GPVirtual{a, GP64(), GP64(), GP64()}
+		rowBase = []GPVirtual{a}
 		as3 := GP64()
 		LEAQ(Mem{Base: as, Index: as, Scale: 2}, as3)
-		for g := 1; g < 4; g++ {
+		for g := 1; g < mr/3; g++ {
+			rowBase = append(rowBase, GP64())
 			LEAQ(Mem{Base: rowBase[g-1], Index: as3, Scale: 1}, rowBase[g])
 		}
 	}
 	aAt := func(u, i int) Mem {
 		switch layout {
 		case aPacked:
-			return Mem{Base: a, Disp: 4 * (mr512*u + i)}
+			return Mem{Base: a, Disp: 4 * (mr*u + i)}
 		case aColumns:
 			return Mem{Base: a, Disp: 4 * i}
 		default:
@@ -444,7 +379,7 @@ func kernel12x32(layout aLayout) {
 	advance := func(steps int) {
 		switch layout {
 		case aPacked:
-			ADDQ(U32(4*mr512*steps), a)
+			ADDQ(U32(4*mr*steps), a)
 		case aColumns:
 			// Done after every step, in step.
 		default:
@@ -454,32 +389,33 @@ func kernel12x32(layout aLayout) {
 		}
 	}
 
-	zmm := []VecPhysical{Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15,
-		Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23, Z24, Z25, Z26, Z27, Z28, Z29, Z30, Z31}
-	acc := zmm[:2*mr512]
-	b0, b1 := zmm[24], zmm[25]
-	bc := zmm[26:]
+	acc := spec.regs[:mr*spec.nvec]
+	bv := spec.regs[mr*spec.nvec : (mr+1)*spec.nvec]
+	bc := spec.regs[(mr+1)*spec.nvec:]
 	for _, r := range acc {
-		VPXORD(r, r, r)
+		spec.zero(r)
 	}
+	// Touch the rows of the tile so they arrive while the loop runs.
 	row := GP64()
 	MOVQ(c, row)
-	for i := 0; i < mr512; i++ {
+	for i := 0; i < mr; i++ {
 		PREFETCHT0(Mem{Base: row})
-		PREFETCHT0(Mem{Base: row, Disp: 124})
-		if i < mr512-1 {
+		PREFETCHT0(Mem{Base: row, Disp: 4*nr - 4})
+		if i < mr-1 {
 			ADDQ(ldc, row)
 		}
 	}
 
 	step := func(u int) {
-		VMOVUPS(Mem{Base: b, Disp: 4 * nr512 * u}, b0)
-		VMOVUPS(Mem{Base: b, Disp: 4*nr512*u + 64}, b1)
-		for i := 0; i < mr512; i++ {
+		for v, r := range bv {
+			VMOVUPS(Mem{Base: b, Disp: 4*nr*u + vecBytes*v}, r)
+		}
+		for i := 0; i < mr; i++ {
 			x := bc[i%len(bc)]
 			VBROADCASTSS(aAt(u, i), x)
-			VFMADD231PS(b0, x, acc[2*i])
-			VFMADD231PS(b1, x, acc[2*i+1])
+			for v, r := range bv {
+				VFMADD231PS(r, x, acc[spec.nvec*i+v])
+			}
 		}
 		if layout == aColumns {
 			ADDQ(as, a)
@@ -493,7 +429,7 @@ func kernel12x32(layout aLayout) {
 		step(u)
 	}
 	advance(unroll)
-	ADDQ(U32(4*nr512*unroll), b)
+	ADDQ(U32(4*nr*unroll), b)
 	SUBQ(U8(unroll), kc)
 	JMP(LabelRef("loop"))
 
@@ -502,7 +438,7 @@ func kernel12x32(layout aLayout) {
 	JE(LabelRef("done"))
 	step(0)
 	advance(1)
-	ADDQ(U32(4*nr512), b)
+	ADDQ(U32(4*nr), b)
 	DECQ(kc)
 	JMP(LabelRef("tail"))
 
@@ -511,19 +447,21 @@ func kernel12x32(layout aLayout) {
 	TESTQ(accum, accum)
 	JE(LabelRef("store"))
 	MOVQ(c, row)
-	for i := 0; i < mr512; i++ {
-		VADDPS(Mem{Base: row}, acc[2*i], acc[2*i])
-		VADDPS(Mem{Base: row, Disp: 64}, acc[2*i+1], acc[2*i+1])
-		if i < mr512-1 {
+	for i := 0; i < mr; i++ {
+		for v := 0; v < spec.nvec; v++ {
+			VADDPS(Mem{Base: row, Disp: vecBytes * v}, acc[spec.nvec*i+v], acc[spec.nvec*i+v])
+		}
+		if i < mr-1 {
 			ADDQ(ldc, row)
 		}
 	}
 
 	Label("store")
-	for i := 0; i < mr512; i++ {
-		VMOVUPS(acc[2*i], Mem{Base: c})
-		VMOVUPS(acc[2*i+1], Mem{Base: c, Disp: 64})
-		if i < mr512-1 {
+	for i := 0; i < mr; i++ {
+		for v := 0; v < spec.nvec; v++ {
+			VMOVUPS(acc[spec.nvec*i+v], Mem{Base: c, Disp: vecBytes * v})
+		}
+		if i < mr-1 {
 			ADDQ(ldc, c)
 		}
 	}
