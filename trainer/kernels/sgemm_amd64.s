@@ -2752,34 +2752,36 @@ TEXT ·expSumAVX2(SB), NOSPLIT, $0-36
 	MOVSS        shift+28(FP), X1
 	VBROADCASTSS X1, Y1
 	VXORPS       Y2, Y2, Y2
+	VMOVUPS      mathconsts<>+0(SB), Y3
+	VMOVUPS      mathconsts<>+64(SB), Y4
 
 loop:
 	TESTQ        DX, DX
 	JE           done
-	VMOVUPS      (CX), Y3
-	VFMSUB213PS  Y1, Y0, Y3
-	VMAXPS       mathconsts<>+0(SB), Y3, Y3
-	VMINPS       mathconsts<>+64(SB), Y3, Y3
-	VMULPS       mathconsts<>+128(SB), Y3, Y4
-	VADDPS       mathconsts<>+192(SB), Y4, Y4
-	VSUBPS       mathconsts<>+192(SB), Y4, Y4
-	VMOVAPS      Y3, Y3
-	VFNMADD231PS mathconsts<>+256(SB), Y4, Y3
-	VFNMADD231PS mathconsts<>+320(SB), Y4, Y3
-	VMOVUPS      mathconsts<>+384(SB), Y5
-	VFMADD213PS  mathconsts<>+448(SB), Y3, Y5
-	VFMADD213PS  mathconsts<>+512(SB), Y3, Y5
-	VFMADD213PS  mathconsts<>+576(SB), Y3, Y5
-	VFMADD213PS  mathconsts<>+640(SB), Y3, Y5
-	VFMADD213PS  mathconsts<>+704(SB), Y3, Y5
-	VFMADD213PS  mathconsts<>+768(SB), Y3, Y5
-	VFMADD213PS  mathconsts<>+768(SB), Y3, Y5
-	VCVTPS2DQ    Y4, Y4
-	VPADDD       mathconsts<>+832(SB), Y4, Y4
-	VPSLLD       $0x17, Y4, Y4
-	VMULPS       Y4, Y5, Y3
-	VMOVUPS      Y3, (AX)
-	VADDPS       Y3, Y2, Y2
+	VMOVUPS      (CX), Y5
+	VFMSUB213PS  Y1, Y0, Y5
+	VMAXPS       Y5, Y3, Y5
+	VMINPS       Y5, Y4, Y5
+	VMULPS       mathconsts<>+128(SB), Y5, Y6
+	VADDPS       mathconsts<>+192(SB), Y6, Y6
+	VSUBPS       mathconsts<>+192(SB), Y6, Y6
+	VMOVAPS      Y5, Y5
+	VFNMADD231PS mathconsts<>+256(SB), Y6, Y5
+	VFNMADD231PS mathconsts<>+320(SB), Y6, Y5
+	VMOVUPS      mathconsts<>+384(SB), Y7
+	VFMADD213PS  mathconsts<>+448(SB), Y5, Y7
+	VFMADD213PS  mathconsts<>+512(SB), Y5, Y7
+	VFMADD213PS  mathconsts<>+576(SB), Y5, Y7
+	VFMADD213PS  mathconsts<>+640(SB), Y5, Y7
+	VFMADD213PS  mathconsts<>+704(SB), Y5, Y7
+	VFMADD213PS  mathconsts<>+768(SB), Y5, Y7
+	VFMADD213PS  mathconsts<>+768(SB), Y5, Y7
+	VCVTPS2DQ    Y6, Y6
+	VPADDD       mathconsts<>+832(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VMULPS       Y6, Y7, Y5
+	VMOVUPS      Y5, (AX)
+	VADDPS       Y5, Y2, Y2
 	ADDQ         $0x20, CX
 	ADDQ         $0x20, AX
 	SUBQ         $0x08, DX
@@ -2803,42 +2805,44 @@ TEXT ·geluAVX2(SB), NOSPLIT, $0-32
 	MOVQ    n+24(FP), BX
 	VMOVUPS mathconsts<>+768(SB), Y0
 	VMOVUPS mathconsts<>+896(SB), Y1
+	VMOVUPS mathconsts<>+0(SB), Y2
+	VMOVUPS mathconsts<>+64(SB), Y3
 
 loop:
 	TESTQ        BX, BX
 	JE           done
-	VMOVUPS      (DX), Y2
-	VMULPS       Y2, Y2, Y3
-	VMULPS       mathconsts<>+1024(SB), Y3, Y3
-	VFMADD213PS  Y2, Y2, Y3
-	VMULPS       mathconsts<>+1088(SB), Y3, Y3
-	VMAXPS       mathconsts<>+0(SB), Y3, Y3
-	VMINPS       mathconsts<>+64(SB), Y3, Y3
-	VMULPS       mathconsts<>+128(SB), Y3, Y4
-	VADDPS       mathconsts<>+192(SB), Y4, Y4
-	VSUBPS       mathconsts<>+192(SB), Y4, Y4
-	VMOVAPS      Y3, Y3
-	VFNMADD231PS mathconsts<>+256(SB), Y4, Y3
-	VFNMADD231PS mathconsts<>+320(SB), Y4, Y3
-	VMOVUPS      mathconsts<>+384(SB), Y5
-	VFMADD213PS  mathconsts<>+448(SB), Y3, Y5
-	VFMADD213PS  mathconsts<>+512(SB), Y3, Y5
-	VFMADD213PS  mathconsts<>+576(SB), Y3, Y5
-	VFMADD213PS  mathconsts<>+640(SB), Y3, Y5
-	VFMADD213PS  mathconsts<>+704(SB), Y3, Y5
-	VFMADD213PS  mathconsts<>+768(SB), Y3, Y5
-	VFMADD213PS  mathconsts<>+768(SB), Y3, Y5
-	VCVTPS2DQ    Y4, Y4
-	VPADDD       mathconsts<>+832(SB), Y4, Y4
-	VPSLLD       $0x17, Y4, Y4
-	VMULPS       Y4, Y5, Y3
-	VADDPS       Y0, Y3, Y3
-	VDIVPS       Y3, Y1, Y3
-	VSUBPS       Y3, Y0, Y3
-	VMOVUPS      Y3, (CX)
-	VMULPS       mathconsts<>+960(SB), Y2, Y2
-	VFMADD213PS  Y2, Y2, Y3
-	VMOVUPS      Y3, (AX)
+	VMOVUPS      (DX), Y4
+	VMULPS       Y4, Y4, Y5
+	VMULPS       mathconsts<>+1024(SB), Y5, Y5
+	VFMADD213PS  Y4, Y4, Y5
+	VMULPS       mathconsts<>+1088(SB), Y5, Y5
+	VMAXPS       Y5, Y2, Y5
+	VMINPS       Y5, Y3, Y5
+	VMULPS       mathconsts<>+128(SB), Y5, Y6
+	VADDPS       mathconsts<>+192(SB), Y6, Y6
+	VSUBPS       mathconsts<>+192(SB), Y6, Y6
+	VMOVAPS      Y5, Y5
+	VFNMADD231PS mathconsts<>+256(SB), Y6, Y5
+	VFNMADD231PS mathconsts<>+320(SB), Y6, Y5
+	VMOVUPS      mathconsts<>+384(SB), Y7
+	VFMADD213PS  mathconsts<>+448(SB), Y5, Y7
+	VFMADD213PS  mathconsts<>+512(SB), Y5, Y7
+	VFMADD213PS  mathconsts<>+576(SB), Y5, Y7
+	VFMADD213PS  mathconsts<>+640(SB), Y5, Y7
+	VFMADD213PS  mathconsts<>+704(SB), Y5, Y7
+	VFMADD213PS  mathconsts<>+768(SB), Y5, Y7
+	VFMADD213PS  mathconsts<>+768(SB), Y5, Y7
+	VCVTPS2DQ    Y6, Y6
+	VPADDD       mathconsts<>+832(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VMULPS       Y6, Y7, Y5
+	VADDPS       Y0, Y5, Y5
+	VDIVPS       Y5, Y1, Y5
+	VSUBPS       Y5, Y0, Y5
+	VMOVUPS      Y5, (CX)
+	VMULPS       mathconsts<>+960(SB), Y4, Y4
+	VFMADD213PS  Y4, Y4, Y5
+	VMOVUPS      Y5, (AX)
 	ADDQ         $0x20, DX
 	ADDQ         $0x20, CX
 	ADDQ         $0x20, AX
@@ -3078,34 +3082,36 @@ TEXT ·expSumAVX512(SB), NOSPLIT, $0-36
 	MOVSS        shift+28(FP), X1
 	VBROADCASTSS X1, Z1
 	VPXORD       Z2, Z2, Z2
+	VMOVUPS      mathconsts<>+0(SB), Z3
+	VMOVUPS      mathconsts<>+64(SB), Z4
 
 loop:
 	TESTQ        DX, DX
 	JE           done
-	VMOVUPS      (CX), Z3
-	VFMSUB213PS  Z1, Z0, Z3
-	VMAXPS       mathconsts<>+0(SB), Z3, Z3
-	VMINPS       mathconsts<>+64(SB), Z3, Z3
-	VMULPS       mathconsts<>+128(SB), Z3, Z4
-	VADDPS       mathconsts<>+192(SB), Z4, Z4
-	VSUBPS       mathconsts<>+192(SB), Z4, Z4
-	VMOVAPS      Z3, Z3
-	VFNMADD231PS mathconsts<>+256(SB), Z4, Z3
-	VFNMADD231PS mathconsts<>+320(SB), Z4, Z3
-	VMOVUPS      mathconsts<>+384(SB), Z5
-	VFMADD213PS  mathconsts<>+448(SB), Z3, Z5
-	VFMADD213PS  mathconsts<>+512(SB), Z3, Z5
-	VFMADD213PS  mathconsts<>+576(SB), Z3, Z5
-	VFMADD213PS  mathconsts<>+640(SB), Z3, Z5
-	VFMADD213PS  mathconsts<>+704(SB), Z3, Z5
-	VFMADD213PS  mathconsts<>+768(SB), Z3, Z5
-	VFMADD213PS  mathconsts<>+768(SB), Z3, Z5
-	VCVTPS2DQ    Z4, Z4
-	VPADDD       mathconsts<>+832(SB), Z4, Z4
-	VPSLLD       $0x17, Z4, Z4
-	VMULPS       Z4, Z5, Z3
-	VMOVUPS      Z3, (AX)
-	VADDPS       Z3, Z2, Z2
+	VMOVUPS      (CX), Z5
+	VFMSUB213PS  Z1, Z0, Z5
+	VMAXPS       Z5, Z3, Z5
+	VMINPS       Z5, Z4, Z5
+	VMULPS       mathconsts<>+128(SB), Z5, Z6
+	VADDPS       mathconsts<>+192(SB), Z6, Z6
+	VSUBPS       mathconsts<>+192(SB), Z6, Z6
+	VMOVAPS      Z5, Z5
+	VFNMADD231PS mathconsts<>+256(SB), Z6, Z5
+	VFNMADD231PS mathconsts<>+320(SB), Z6, Z5
+	VMOVUPS      mathconsts<>+384(SB), Z7
+	VFMADD213PS  mathconsts<>+448(SB), Z5, Z7
+	VFMADD213PS  mathconsts<>+512(SB), Z5, Z7
+	VFMADD213PS  mathconsts<>+576(SB), Z5, Z7
+	VFMADD213PS  mathconsts<>+640(SB), Z5, Z7
+	VFMADD213PS  mathconsts<>+704(SB), Z5, Z7
+	VFMADD213PS  mathconsts<>+768(SB), Z5, Z7
+	VFMADD213PS  mathconsts<>+768(SB), Z5, Z7
+	VCVTPS2DQ    Z6, Z6
+	VPADDD       mathconsts<>+832(SB), Z6, Z6
+	VPSLLD       $0x17, Z6, Z6
+	VMULPS       Z6, Z7, Z5
+	VMOVUPS      Z5, (AX)
+	VADDPS       Z5, Z2, Z2
 	ADDQ         $0x40, CX
 	ADDQ         $0x40, AX
 	SUBQ         $0x10, DX
@@ -3131,42 +3137,44 @@ TEXT ·geluAVX512(SB), NOSPLIT, $0-32
 	MOVQ    n+24(FP), BX
 	VMOVUPS mathconsts<>+768(SB), Z0
 	VMOVUPS mathconsts<>+896(SB), Z1
+	VMOVUPS mathconsts<>+0(SB), Z2
+	VMOVUPS mathconsts<>+64(SB), Z3
 
 loop:
 	TESTQ        BX, BX
 	JE           done
-	VMOVUPS      (DX), Z2
-	VMULPS       Z2, Z2, Z3
-	VMULPS       mathconsts<>+1024(SB), Z3, Z3
-	VFMADD213PS  Z2, Z2, Z3
-	VMULPS       mathconsts<>+1088(SB), Z3, Z3
-	VMAXPS       mathconsts<>+0(SB), Z3, Z3
-	VMINPS       mathconsts<>+64(SB), Z3, Z3
-	VMULPS       mathconsts<>+128(SB), Z3, Z4
-	VADDPS       mathconsts<>+192(SB), Z4, Z4
-	VSUBPS       mathconsts<>+192(SB), Z4, Z4
-	VMOVAPS      Z3, Z3
-	VFNMADD231PS mathconsts<>+256(SB), Z4, Z3
-	VFNMADD231PS mathconsts<>+320(SB), Z4, Z3
-	VMOVUPS      mathconsts<>+384(SB), Z5
-	VFMADD213PS  mathconsts<>+448(SB), Z3, Z5
-	VFMADD213PS  mathconsts<>+512(SB), Z3, Z5
-	VFMADD213PS  mathconsts<>+576(SB), Z3, Z5
-	VFMADD213PS  mathconsts<>+640(SB), Z3, Z5
-	VFMADD213PS  mathconsts<>+704(SB), Z3, Z5
-	VFMADD213PS  mathconsts<>+768(SB), Z3, Z5
-	VFMADD213PS  mathconsts<>+768(SB), Z3, Z5
-	VCVTPS2DQ    Z4, Z4
-	VPADDD       mathconsts<>+832(SB), Z4, Z4
-	VPSLLD       $0x17, Z4, Z4
-	VMULPS       Z4, Z5, Z3
-	VADDPS       Z0, Z3, Z3
-	VDIVPS       Z3, Z1, Z3
-	VSUBPS       Z3, Z0, Z3
-	VMOVUPS      Z3, (CX)
-	VMULPS       mathconsts<>+960(SB), Z2, Z2
-	VFMADD213PS  Z2, Z2, Z3
-	VMOVUPS      Z3, (AX)
+	VMOVUPS      (DX), Z4
+	VMULPS       Z4, Z4, Z5
+	VMULPS       mathconsts<>+1024(SB), Z5, Z5
+	VFMADD213PS  Z4, Z4, Z5
+	VMULPS       mathconsts<>+1088(SB), Z5, Z5
+	VMAXPS       Z5, Z2, Z5
+	VMINPS       Z5, Z3, Z5
+	VMULPS       mathconsts<>+128(SB), Z5, Z6
+	VADDPS       mathconsts<>+192(SB), Z6, Z6
+	VSUBPS       mathconsts<>+192(SB), Z6, Z6
+	VMOVAPS      Z5, Z5
+	VFNMADD231PS mathconsts<>+256(SB), Z6, Z5
+	VFNMADD231PS mathconsts<>+320(SB), Z6, Z5
+	VMOVUPS      mathconsts<>+384(SB), Z7
+	VFMADD213PS  mathconsts<>+448(SB), Z5, Z7
+	VFMADD213PS  mathconsts<>+512(SB), Z5, Z7
+	VFMADD213PS  mathconsts<>+576(SB), Z5, Z7
+	VFMADD213PS  mathconsts<>+640(SB), Z5, Z7
+	VFMADD213PS  mathconsts<>+704(SB), Z5, Z7
+	VFMADD213PS  mathconsts<>+768(SB), Z5, Z7
+	VFMADD213PS  mathconsts<>+768(SB), Z5, Z7
+	VCVTPS2DQ    Z6, Z6
+	VPADDD       mathconsts<>+832(SB), Z6, Z6
+	VPSLLD       $0x17, Z6, Z6
+	VMULPS       Z6, Z7, Z5
+	VADDPS       Z0, Z5, Z5
+	VDIVPS       Z5, Z1, Z5
+	VSUBPS       Z5, Z0, Z5
+	VMOVUPS      Z5, (CX)
+	VMULPS       mathconsts<>+960(SB), Z4, Z4
+	VFMADD213PS  Z4, Z4, Z5
+	VMOVUPS      Z5, (AX)
 	ADDQ         $0x40, DX
 	ADDQ         $0x40, CX
 	ADDQ         $0x40, AX

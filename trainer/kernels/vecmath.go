@@ -13,7 +13,8 @@ const geluC = 0.7978845608028654
 // and |r| <= ln(2)/2, exp(r) by its degree-7 Taylor polynomial. The
 // vector kernels compute the same, lane by lane. Below -87 it returns
 // exp(-87), about 1.6e-38, where a softmax's terms do not count; above 88
-// exp(88), about 1.65e38, which is large enough for tanh to saturate.
+// exp(88), about 1.65e38, which is large enough for tanh to saturate. It
+// returns NaN for NaN.
 func expf(x float32) float32 {
 	const (
 		log2e = 1.44269504088896341

@@ -97,6 +97,27 @@ func TestGELU(t *testing.T) {
 	}
 }
 
+// TestVecMathKeepsNaN checks that a NaN input gives a NaN output in
+// every kernel, wherever it falls in the vectors: the clamp of the
+// exponential must not turn it into a number (a diverged run must show
+// as NaN, not as plausible figures).
+func TestVecMathKeepsNaN(t *testing.T) {
+	nan := float32(math.NaN())
+	for _, kern := range kernelsForCPU() {
+		e := newEngine(1, kern)
+		for _, at := range []int{0, 5, 16, 33} {
+			src := make([]float32, 40)
+			src[at] = nan
+			dst, th := make([]float32, len(src)), make([]float32, len(src))
+			require.True(t, math.IsNaN(float64(e.ExpSum(dst, src, 1, 0))), "%s: sum, NaN at %d", kern.name, at)
+			require.True(t, math.IsNaN(float64(dst[at])), "%s: exp, NaN at %d", kern.name, at)
+			e.GELU(dst, th, src)
+			require.True(t, math.IsNaN(float64(th[at])), "%s: tanh, NaN at %d", kern.name, at)
+			require.True(t, math.IsNaN(float64(dst[at])), "%s: gelu, NaN at %d", kern.name, at)
+		}
+	}
+}
+
 // TestVecMathShortSlices checks the documented panics on a caller's bug.
 func TestVecMathShortSlices(t *testing.T) {
 	e := New(1)

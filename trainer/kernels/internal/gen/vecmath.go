@@ -75,10 +75,14 @@ func mathConsts() func(name string) Mem {
 // first, by the algorithm of the kernels' expf: k = round(x·log2 e),
 // r = x - k·ln 2 (in two parts), exp(r) by its degree-7 Taylor
 // polynomial, times 2^k built in the exponent bits.
-func expInPlace(isa vecISA, c func(string) Mem, x VecVirtual) {
+//
+// lo and hi hold -87 and 88 in every lane (see clampRegs): the clamp
+// keeps a NaN (VMAXPS and VMINPS return their last operand when either is
+// NaN), so exp(NaN) is NaN, as in the portable expf.
+func expInPlace(isa vecISA, c func(string) Mem, x, lo, hi VecVirtual) {
 	k, r, p := isa.vec(), isa.vec(), isa.vec()
-	VMAXPS(c("lo"), x, x)
-	VMINPS(c("hi"), x, x)
+	VMAXPS(x, lo, x)
+	VMINPS(x, hi, x)
 	VMULPS(c("log2e"), x, k)
 	VADDPS(c("round"), k, k)
 	VSUBPS(c("round"), k, k)
@@ -93,6 +97,14 @@ func expInPlace(isa vecISA, c func(string) Mem, x VecVirtual) {
 	VPADDD(c("bias"), k, k)
 	VPSLLD(U8(23), k, k)
 	VMULPS(k, p, x)
+}
+
+// clampRegs loads the bounds of expInPlace's clamp into two registers.
+func clampRegs(isa vecISA, c func(string) Mem) (lo, hi VecVirtual) {
+	lo, hi = isa.vec(), isa.vec()
+	VMOVUPS(c("lo"), lo)
+	VMOVUPS(c("hi"), hi)
+	return lo, hi
 }
 
 // zero emits v = 0 with an instruction of the ISA (VXORPS on zmm needs
@@ -122,13 +134,14 @@ func expSum(isa vecISA, c func(string) Mem) {
 	VBROADCASTSS(Load(Param("shift"), XMM()), shift)
 	acc := isa.vec()
 	zero(isa, acc)
+	lo, hi := clampRegs(isa, c)
 	Label("loop")
 	TESTQ(n, n)
 	JE(LabelRef("done"))
 	x := isa.vec()
 	VMOVUPS(Mem{Base: src}, x)
 	VFMSUB213PS(shift, scale, x)
-	expInPlace(isa, c, x)
+	expInPlace(isa, c, x, lo, hi)
 	VMOVUPS(x, Mem{Base: dst})
 	VADDPS(x, acc, acc)
 	ADDQ(U8(4*isa.lanes), src)
@@ -176,6 +189,7 @@ func gelu(isa vecISA, c func(string) Mem) {
 	one, two := isa.vec(), isa.vec()
 	VMOVUPS(c("one"), one)
 	VMOVUPS(c("two"), two)
+	lo, hi := clampRegs(isa, c)
 	Label("loop")
 	TESTQ(n, n)
 	JE(LabelRef("done"))
@@ -185,7 +199,7 @@ func gelu(isa vecISA, c func(string) Mem) {
 	VMULPS(c("gelu3"), u, u)
 	VFMADD213PS(v, v, u) // u = v·(0.044715 v²) + v
 	VMULPS(c("gelu2c"), u, u)
-	expInPlace(isa, c, u)
+	expInPlace(isa, c, u, lo, hi)
 	VADDPS(one, u, u)
 	t := isa.vec()
 	VDIVPS(u, two, t)
