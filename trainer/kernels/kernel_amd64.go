@@ -47,6 +47,8 @@ func avx2Kernel() *microKernel {
 		geluBackward:      vecGELUBackward(geluBackwardAVX2, 8),
 		layerNorm:         vecLayerNorm(layerNormAVX2, 8),
 		layerNormBackward: vecLayerNormBackward(layerNormBackwardAVX2, 8),
+		max:               vecMax(maxSumAVX2, 8),
+		scale:             vecScale(scaleAVX2, 8),
 	}
 }
 
@@ -89,6 +91,8 @@ func avx512Kernel() *microKernel {
 		geluBackward:      vecGELUBackward(geluBackwardAVX512, 16),
 		layerNorm:         vecLayerNorm(layerNormAVX512, 16),
 		layerNormBackward: vecLayerNormBackward(layerNormBackwardAVX512, 16),
+		max:               vecMax(maxSumAVX512, 16),
+		scale:             vecScale(scaleAVX512, 16),
 		narrow:            avx2Kernel(),
 	}
 }
@@ -233,6 +237,34 @@ func vecLayerNormBackward(asm func(dx, dw, db, dout, x, mean, rstd, w *float32, 
 		_, _, _, _ = rstd[rows-1], w[d-1], dw[d-1], db[d-1]
 		asm(unsafe.SliceData(dx), unsafe.SliceData(dw), unsafe.SliceData(db), unsafe.SliceData(dout), unsafe.SliceData(x),
 			unsafe.SliceData(mean), unsafe.SliceData(rstd), unsafe.SliceData(w), rows, d, 1/float32(d))
+	}
+}
+
+// vecMax is a max that runs asm on the whole vectors of lanes floats and
+// goMax on the rest, NaN when the asm's sum says it saw one.
+func vecMax(asm func(x *float32, n int) (mx, sum float32), lanes int) func(x []float32) float32 {
+	return func(x []float32) float32 {
+		n := len(x) / lanes * lanes
+		if n == 0 {
+			return goMax(x)
+		}
+		mx, sum := asm(unsafe.SliceData(x), n)
+		if sum != sum {
+			return sum
+		}
+		return max(mx, goMax(x[n:]))
+	}
+}
+
+// vecScale is a scale that runs asm on the whole vectors of lanes floats
+// and goScale on the rest.
+func vecScale(asm func(x *float32, n int, s float32), lanes int) func(x []float32, s float32) {
+	return func(x []float32, s float32) {
+		n := len(x) / lanes * lanes
+		if n > 0 {
+			asm(unsafe.SliceData(x), n, s)
+		}
+		goScale(x[n:], s)
 	}
 }
 

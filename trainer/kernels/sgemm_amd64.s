@@ -3071,6 +3071,63 @@ done:
 	VZEROUPPER
 	RET
 
+// func maxSumAVX2(x *float32, n int) (mx float32, sum float32)
+// Requires: AVX, SSE
+TEXT ·maxSumAVX2(SB), NOSPLIT, $0-24
+	MOVQ    x+0(FP), AX
+	MOVQ    n+8(FP), CX
+	VMOVUPS (AX), Y0
+	VMOVUPS (AX), Y1
+	ADDQ    $0x20, AX
+	SUBQ    $0x08, CX
+
+loop:
+	TESTQ   CX, CX
+	JE      done
+	VMOVUPS (AX), Y2
+	VMAXPS  Y2, Y0, Y0
+	VADDPS  Y2, Y1, Y1
+	ADDQ    $0x20, AX
+	SUBQ    $0x08, CX
+	JMP     loop
+
+done:
+	VEXTRACTF128 $0x01, Y1, X2
+	VADDPS       X2, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	MOVSS        X1, sum+20(FP)
+	VEXTRACTF128 $0x01, Y0, X1
+	VMAXPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VMAXPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VMAXPS       X1, X0, X0
+	MOVSS        X0, mx+16(FP)
+	VZEROUPPER
+	RET
+
+// func scaleAVX2(x *float32, n int, s float32)
+// Requires: AVX, AVX2, SSE
+TEXT ·scaleAVX2(SB), NOSPLIT, $0-20
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVSS        s+16(FP), X0
+	VBROADCASTSS X0, Y0
+
+loop:
+	TESTQ   CX, CX
+	JE      done
+	VMULPS  (AX), Y0, Y1
+	VMOVUPS Y1, (AX)
+	ADDQ    $0x20, AX
+	SUBQ    $0x08, CX
+	JMP     loop
+
+done:
+	VZEROUPPER
+	RET
+
 // func expSumAVX512(dst *float32, src *float32, n int, scale float32, shift float32) float32
 // Requires: AVX, AVX512F, SSE
 TEXT ·expSumAVX512(SB), NOSPLIT, $0-36
@@ -3406,6 +3463,67 @@ grad:
 	ADDQ         $0x04, SI
 	DECQ         DI
 	JMP          row
+
+done:
+	VZEROUPPER
+	RET
+
+// func maxSumAVX512(x *float32, n int) (mx float32, sum float32)
+// Requires: AVX, AVX512F, SSE
+TEXT ·maxSumAVX512(SB), NOSPLIT, $0-24
+	MOVQ    x+0(FP), AX
+	MOVQ    n+8(FP), CX
+	VMOVUPS (AX), Z0
+	VMOVUPS (AX), Z1
+	ADDQ    $0x40, AX
+	SUBQ    $0x10, CX
+
+loop:
+	TESTQ   CX, CX
+	JE      done
+	VMOVUPS (AX), Z2
+	VMAXPS  Z2, Z0, Z0
+	VADDPS  Z2, Z1, Z1
+	ADDQ    $0x40, AX
+	SUBQ    $0x10, CX
+	JMP     loop
+
+done:
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VHADDPS       X1, X1, X1
+	VHADDPS       X1, X1, X1
+	MOVSS         X1, sum+20(FP)
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VMAXPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VMAXPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VMAXPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VMAXPS        X1, X0, X0
+	MOVSS         X0, mx+16(FP)
+	VZEROUPPER
+	RET
+
+// func scaleAVX512(x *float32, n int, s float32)
+// Requires: AVX, AVX512F, SSE
+TEXT ·scaleAVX512(SB), NOSPLIT, $0-20
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVSS        s+16(FP), X0
+	VBROADCASTSS X0, Z0
+
+loop:
+	TESTQ   CX, CX
+	JE      done
+	VMULPS  (AX), Z0, Z1
+	VMOVUPS Z1, (AX)
+	ADDQ    $0x40, AX
+	SUBQ    $0x10, CX
+	JMP     loop
 
 done:
 	VZEROUPPER

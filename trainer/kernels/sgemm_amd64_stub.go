@@ -96,6 +96,13 @@ func layerNormAVX2(out *float32, mean *float32, rstd *float32, x *float32, w *fl
 // rstd of each row from the forward pass.
 func layerNormBackwardAVX2(dx *float32, dw *float32, db *float32, dout *float32, x *float32, mean *float32, rstd *float32, w *float32, rows int, d int, invD float32)
 
+// maxSumAVX2 returns the largest of x[i] for i < n, a positive multiple of 8,
+// and their sum (NaN if one is NaN, which the maximum may not show).
+func maxSumAVX2(x *float32, n int) (mx float32, sum float32)
+
+// scaleAVX2 multiplies x[i] by s for i < n, a multiple of 8.
+func scaleAVX2(x *float32, n int, s float32)
+
 // expSumAVX512 writes dst[i] = exp(src[i]·scale - shift) for i < n, a multiple of 16,
 // with the argument clamped to [-87, 88], and returns the sum of them. dst may be src.
 func expSumAVX512(dst *float32, src *float32, n int, scale float32, shift float32) float32
@@ -117,3 +124,10 @@ func layerNormAVX512(out *float32, mean *float32, rstd *float32, x *float32, w *
 // of d floats (d a positive multiple of 16) at x, given dout and the mean and
 // rstd of each row from the forward pass.
 func layerNormBackwardAVX512(dx *float32, dw *float32, db *float32, dout *float32, x *float32, mean *float32, rstd *float32, w *float32, rows int, d int, invD float32)
+
+// maxSumAVX512 returns the largest of x[i] for i < n, a positive multiple of 16,
+// and their sum (NaN if one is NaN, which the maximum may not show).
+func maxSumAVX512(x *float32, n int) (mx float32, sum float32)
+
+// scaleAVX512 multiplies x[i] by s for i < n, a multiple of 16.
+func scaleAVX512(x *float32, n int, s float32)

@@ -98,3 +98,26 @@ func (e *Engine) GELUBackward(g, th, h []float32) {
 	}
 	e.kern.geluBackward(g, th, h)
 }
+
+// Max returns the largest element of x: NaN if one is NaN, -Inf for an
+// empty x.
+func (e *Engine) Max(x []float32) float32 { return e.kern.max(x) }
+
+// Scale multiplies every element of x by s.
+func (e *Engine) Scale(x []float32, s float32) { e.kern.scale(x, s) }
+
+// goMax is the portable Max.
+func goMax(x []float32) float32 {
+	mx := float32(math.Inf(-1))
+	for _, v := range x {
+		mx = max(mx, v)
+	}
+	return mx
+}
+
+// goScale is the portable Scale.
+func goScale(x []float32, s float32) {
+	for i := range x {
+		x[i] *= s
+	}
+}

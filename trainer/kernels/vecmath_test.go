@@ -118,6 +118,32 @@ func TestVecMathKeepsNaN(t *testing.T) {
 	}
 }
 
+// TestMaxScale checks Max and Scale of every kernel the CPU runs against
+// plain loops, with the maximum at every position, and Max's NaN.
+func TestMaxScale(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	for _, kern := range kernelsForCPU() {
+		e := newEngine(1, kern)
+		require.True(t, math.IsInf(float64(e.Max(nil)), -1), kern.name)
+		for _, n := range vecLengths[1:] {
+			x := randSlice(r, n)
+			for at := range n {
+				y := append([]float32(nil), x...)
+				y[at] = 5
+				require.Equal(t, float32(5), e.Max(y), "%s n=%d max at %d", kern.name, n, at)
+				y[at] = float32(math.NaN())
+				require.True(t, math.IsNaN(float64(e.Max(y))), "%s n=%d NaN at %d", kern.name, n, at)
+			}
+			want := make([]float32, n)
+			for i, v := range x {
+				want[i] = v * 0.37
+			}
+			e.Scale(x, 0.37)
+			require.Equal(t, want, x, "%s n=%d", kern.name, n)
+		}
+	}
+}
+
 // TestVecMathShortSlices checks the documented panics on a caller's bug.
 func TestVecMathShortSlices(t *testing.T) {
 	e := New(1)

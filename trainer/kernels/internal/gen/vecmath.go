@@ -482,6 +482,84 @@ func layerNormBack(isa vecISA) {
 	RET()
 }
 
+// maxSum emits maxSum<ISA>: the largest of x[0..n) (n a positive
+// multiple of the lanes) and their sum, which tells the caller whether
+// there was a NaN (VMAXPS does not keep one).
+func maxSum(isa vecISA) {
+	name := "maxSum" + isa.suffix
+	TEXT(name, NOSPLIT, "func(x *float32, n int) (mx, sum float32)")
+	Doc(
+		fmt.Sprintf("%s returns the largest of x[i] for i < n, a positive multiple of %d,", name, isa.lanes),
+		"and their sum (NaN if one is NaN, which the maximum may not show).",
+	)
+	x := Load(Param("x"), GP64())
+	n := Load(Param("n"), GP64())
+	mx, sum := isa.vec(), isa.vec()
+	VMOVUPS(Mem{Base: x}, mx)
+	VMOVUPS(Mem{Base: x}, sum)
+	ADDQ(U8(4*isa.lanes), x)
+	SUBQ(U8(isa.lanes), n)
+	Label("loop")
+	TESTQ(n, n)
+	JE(LabelRef("done"))
+	v := isa.vec()
+	VMOVUPS(Mem{Base: x}, v)
+	VMAXPS(v, mx, mx)
+	VADDPS(v, sum, sum)
+	ADDQ(U8(4*isa.lanes), x)
+	SUBQ(U8(isa.lanes), n)
+	JMP(LabelRef("loop"))
+	Label("done")
+	Store(horizontalSum(isa, sum), Return("sum"))
+	Store(horizontalMax(isa, mx), Return("mx"))
+	VZEROUPPER()
+	RET()
+}
+
+// horizontalMax emits the largest of the lanes of v and returns the xmm
+// register whose lowest lane holds it.
+func horizontalMax(isa vecISA, v VecVirtual) VecVirtual {
+	y := v
+	if isa.lanes == 16 {
+		hi := YMM()
+		VEXTRACTF64X4(U8(1), v, hi)
+		y = YMM()
+		VMAXPS(hi, v.(Register).(VecVirtual).AsY(), y)
+	}
+	hi, lo := XMM(), XMM()
+	VEXTRACTF128(U8(1), y, hi)
+	VMAXPS(hi, y.AsX(), lo)
+	sh := XMM()
+	VPERMILPS(U8(0x4E), lo, sh) // swap the 64-bit halves
+	VMAXPS(sh, lo, lo)
+	VPERMILPS(U8(0xB1), lo, sh) // swap neighbours
+	VMAXPS(sh, lo, lo)
+	return lo
+}
+
+// scale emits scale<ISA>: x[i] *= s for i < n, a multiple of the lanes.
+func scale(isa vecISA) {
+	name := "scale" + isa.suffix
+	TEXT(name, NOSPLIT, "func(x *float32, n int, s float32)")
+	Doc(fmt.Sprintf("%s multiplies x[i] by s for i < n, a multiple of %d.", name, isa.lanes))
+	x := Load(Param("x"), GP64())
+	n := Load(Param("n"), GP64())
+	sv := isa.vec()
+	VBROADCASTSS(Load(Param("s"), XMM()), sv)
+	Label("loop")
+	TESTQ(n, n)
+	JE(LabelRef("done"))
+	v := isa.vec()
+	VMULPS(Mem{Base: x}, sv, v)
+	VMOVUPS(v, Mem{Base: x})
+	ADDQ(U8(4*isa.lanes), x)
+	SUBQ(U8(isa.lanes), n)
+	JMP(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
 // vecMath emits the elementwise kernels for every vector width.
 func vecMath() {
 	c := mathConsts()
@@ -492,5 +570,7 @@ func vecMath() {
 		geluBack(isa, c)
 		layerNorm(isa)
 		layerNormBack(isa)
+		maxSum(isa)
+		scale(isa)
 	}
 }
