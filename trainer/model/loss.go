@@ -22,19 +22,13 @@ func crossEntropyForward(p pool, logits []float32, rowLoss []float64, targets []
 func crossEntropyRows(eng *kernels.Engine, logits []float32, rowLoss []float64, targets []byte, lo, hi, v int) {
 	for i := lo; i < hi; i++ {
 		row := logits[i*v : (i+1)*v]
-		mx := row[0]
-		for _, z := range row[1:] {
-			mx = max(mx, z)
-		}
+		mx := eng.Max(row)
 		tgt := int(targets[i])
 		zt := float64(row[tgt] - mx)
 		s := float64(eng.ExpSum(row, row, 1, mx))
-		inv := 1 / s
 		// log p[target] = (z_t - max) - log(sum): no log of an underflowed probability.
 		rowLoss[i] = math.Log(s) - zt
-		for j := range row {
-			row[j] = float32(float64(row[j]) * inv)
-		}
+		eng.Scale(row, float32(1/s))
 	}
 }
 
