@@ -2,18 +2,28 @@
 # bench/trainer.sh — embedded trainer throughput next to the same GPT in PyTorch (CPU), in one run.
 #
 # One process each, the same shapes and batch as examples/train.toml (2 layers, d_model 64, 4 heads,
-# context 64, global batch 32 in micro batches of 8), the same corpus, the same thread count:
+# context 64, global batch 32 in micro batches of 8; LAYERS, DMODEL, HEADS, CONTEXT, GLOBAL and MICRO
+# change them), the same corpus, the same thread count:
 #   gorun     WORLD_SIZE=1 gorun worker bench.toml --threads N   (tokens/s from its metrics file)
 #   torch     /usr/bin/python3 bench/torch_gpt.py --threads N    (torch.set_num_threads(N); float32,
 #             autograd, AdamW, clip_grad_norm_; Debian's python3-torch)
 # Each side trains STEPS optimizer steps; the first SKIP are left out of the timing. The two sides
 # alternate REPS times (order swapped every repetition); ours/torch is the median of the ratios of
 # adjacent pairs, robust to a shared machine's drifting load. Goal: ours/torch >= 1.0 (exit status 1
-# if a row misses it; GOAL=... to change).
+# if a row misses it; GOAL=... to change). The mfu column is the median of the trainer's own mfu
+# (model FLOPs/s over the FMA peak of its threads, see README) over the timed steps and repetitions.
+#
+# PyTorch runs on OpenBLAS (libopenblas0-pthread): over Debian's reference BLAS it is ~16x slower and
+# no fair anchor. The library is taken from, in order: TORCH_LD_LIBRARY_PATH; the system's
+# libopenblas0-pthread; a copy `apt-get download` fetches and unpacks under OPENBLAS_CACHE (default
+# ~/.cache/gorun-bench/openblas), which needs no root and leaves the system's BLAS alternatives alone.
+# The header says which libblas torch loaded; OPENBLAS=reference runs torch on whatever libblas.so.3
+# the system has and says so.
 #
 #   bench/trainer.sh                              # THREADS="1 2" REPS=3 STEPS=25 SKIP=5
 #   THREADS="1 2 4" REPS=5 bench/trainer.sh
 #   TORCH_LD_LIBRARY_PATH=/opt/openblas/lib bench/trainer.sh   # PyTorch over another libblas.so.3
+#   LAYERS=4 DMODEL=128 CONTEXT=128 GLOBAL=16 MICRO=16 bench/trainer.sh  # issue 13's bench model
 #   GORUN_BIN=/path/to/gorun PYTHON=/path/to/python3 bench/trainer.sh
 set -euo pipefail
 
@@ -23,7 +33,9 @@ STEPS=${STEPS:-25}
 SKIP=${SKIP:-5}
 GOAL=${GOAL:-1.0}
 PYTHON=${PYTHON:-/usr/bin/python3}
-LAYERS=2 DMODEL=64 HEADS=4 CONTEXT=64 GLOBAL=32 MICRO=8
+LAYERS=${LAYERS:-2} DMODEL=${DMODEL:-64} HEADS=${HEADS:-4} CONTEXT=${CONTEXT:-64} GLOBAL=${GLOBAL:-32} MICRO=${MICRO:-8}
+OPENBLAS=${OPENBLAS:-}
+OPENBLAS_CACHE=${OPENBLAS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gorun-bench/openblas}
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -31,10 +43,29 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/gorun-trainerbench.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
 die() { echo "trainer.sh: $*" >&2; exit 1; }
-for v in REPS STEPS; do [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"; done
+for v in REPS STEPS LAYERS DMODEL HEADS CONTEXT GLOBAL MICRO; do [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"; done
 [[ "$SKIP" =~ ^[0-9]+$ ]] && (( SKIP < STEPS )) || die "SKIP must be an integer below STEPS, got '$SKIP'"
 for n in $THREADS; do [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "bad thread count '$n'"; done
 "$PYTHON" -c 'import torch, numpy' 2>/dev/null || die "$PYTHON cannot import torch and numpy (apt-get install python3-torch)"
+
+# openblas_dir prints the directory of OpenBLAS's libblas.so.3 for torch (see the header).
+openblas_dir() {
+  local sys=/usr/lib/x86_64-linux-gnu/openblas-pthread cached=$OPENBLAS_CACHE/usr/lib/x86_64-linux-gnu/openblas-pthread
+  if [[ -e $sys/libblas.so.3 ]]; then echo "$sys"; return; fi
+  if [[ ! -e $cached/libblas.so.3 ]]; then
+    command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null ||
+      die "no libopenblas0-pthread: apt-get install libopenblas0-pthread, or set TORCH_LD_LIBRARY_PATH, or OPENBLAS=reference"
+    echo "trainer.sh: fetching libopenblas0-pthread into $OPENBLAS_CACHE (apt-get download; the system is not changed)" >&2
+    mkdir -p "$OPENBLAS_CACHE"
+    (cd "$tmp" && apt-get download libopenblas0-pthread >/dev/null 2>&1) ||
+      die "apt-get download libopenblas0-pthread failed: install it (apt-get install libopenblas0-pthread), or set TORCH_LD_LIBRARY_PATH, or OPENBLAS=reference"
+    dpkg-deb -x "$tmp"/libopenblas0-pthread_*.deb "$OPENBLAS_CACHE" || die "dpkg-deb -x libopenblas0-pthread failed"
+  fi
+  echo "$cached"
+}
+if [[ -z "${TORCH_LD_LIBRARY_PATH:-}" && "$OPENBLAS" != reference ]]; then
+  TORCH_LD_LIBRARY_PATH=$(openblas_dir)
+fi
 
 if [[ -n "${GORUN_BIN:-}" ]]; then
   gorun=$GORUN_BIN
@@ -71,18 +102,27 @@ EOF
 
 # ours N: tokens/s of the embedded trainer on N threads, steps SKIP+1 .. STEPS.
 ours() {
-  rm -f "$tmp/m.jsonl"
+  # Each run starts fresh: a checkpoint (bench.toml's default [checkpoint] dir, $tmp/ckpt) would
+  # make the next run resume at its last step and time nothing.
+  rm -rf "$tmp/m.jsonl" "$tmp/ckpt"
   env -u RANK -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT WORLD_SIZE=1 \
     "$gorun" worker "$tmp/bench.toml" --threads "$1" --metrics "$tmp/m.jsonl" >/dev/null || die "gorun worker failed"
   awk -v skip="$SKIP" -v steps="$STEPS" -v tok=$(( GLOBAL * CONTEXT )) '
     { match($0, /"step":[0-9]+/); s = substr($0, RSTART + 7, RLENGTH - 7) + 0
       match($0, /"elapsed_s":[0-9.e+-]+/); e[s] = substr($0, RSTART + 12, RLENGTH - 12) + 0 }
     END { printf "%.1f\n", (steps - skip) * tok / (e[steps] - e[skip]) }' "$tmp/m.jsonl"
+  # The mfu of the timed steps, one a line, for the median of all repetitions.
+  awk -v skip="$SKIP" '
+    { match($0, /"step":[0-9]+/); s = substr($0, RSTART + 7, RLENGTH - 7) + 0
+      if (s > skip && match($0, /"mfu":[0-9.e+-]+/)) print substr($0, RSTART + 6, RLENGTH - 6) + 0 }' \
+    "$tmp/m.jsonl" >>"$tmp/mfu.$1"
 }
 # torch N: tokens/s of bench/torch_gpt.py on N threads.
 torch() {
   local out
-  out=$(LD_LIBRARY_PATH=${TORCH_LD_LIBRARY_PATH:-${LD_LIBRARY_PATH:-}} OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$1 "$PYTHON" "$here/torch_gpt.py" \
+  # OMP_WAIT_POLICY=PASSIVE: torch's OpenMP threads would otherwise spin after each parallel
+  # region while OpenBLAS's own threads need the cores (2 threads ran 2.5x slower than 1 here).
+  out=$(LD_LIBRARY_PATH=${TORCH_LD_LIBRARY_PATH:-${LD_LIBRARY_PATH:-}} OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$1 OMP_WAIT_POLICY=PASSIVE "$PYTHON" "$here/torch_gpt.py" \
     --corpus "$tmp/corpus.txt" --layers $LAYERS --d-model $DMODEL --heads $HEADS --context $CONTEXT \
     --global-batch $GLOBAL --micro-batch $MICRO --steps "$STEPS" --skip "$SKIP" --threads "$1") || die "torch_gpt.py failed"
   sed -n 's/.*"tokens_per_s": \([0-9.e+-]*\).*/\1/p' <<<"$out"
@@ -93,10 +133,15 @@ blas=$(LD_LIBRARY_PATH=${TORCH_LD_LIBRARY_PATH:-${LD_LIBRARY_PATH:-}} "$PYTHON" 
 import re, torch
 cfg = torch.__config__.show()
 m = re.search(r"BLAS_INFO=(\w+)", cfg)
-print("torch", torch.__version__, "BLAS_INFO=" + (m.group(1) if m else "?"))')
+torch.ones(2, 2) @ torch.ones(2, 2)
+libs = sorted({l.split()[-1] for l in open("/proc/self/maps") if "libopenblas" in l or "libblas" in l})
+print("torch", torch.__version__, "BLAS_INFO=" + (m.group(1) if m else "?") + ", loaded " + (libs[-1] if libs else "no libblas"))')
+if [[ "$OPENBLAS" != reference && "$blas" != *openblas* ]]; then
+  die "torch did not load OpenBLAS ($blas): fix TORCH_LD_LIBRARY_PATH, or OPENBLAS=reference to measure anyway"
+fi
 echo "trainer throughput: ${LAYERS} layers, d_model $DMODEL, $HEADS heads, context $CONTEXT, batch $GLOBAL (micro $MICRO);"
 echo "  steps $((SKIP + 1))..$STEPS timed, $REPS reps, medians; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "  gorun $(cd "$root" && git describe --always --dirty 2>/dev/null || echo '?'); $blas; libblas.so.3 -> $(readlink -f /lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || echo '?')${TORCH_LD_LIBRARY_PATH:+ (torch: LD_LIBRARY_PATH=$TORCH_LD_LIBRARY_PATH)}"
+echo "  gorun $(cd "$root" && git describe --always --dirty 2>/dev/null || echo '?'); $blas"
 echo
 
 for (( i = 0; i < REPS; i++ )); do
@@ -108,13 +153,13 @@ for (( i = 0; i < REPS; i++ )); do
   done
 done
 
-printf '%-7s | %12s %12s | %11s\n' threads "gorun tok/s" "torch tok/s" "gorun/torch"
+printf '%-7s | %12s %6s %12s | %11s\n' threads "gorun tok/s" mfu "torch tok/s" "gorun/torch"
 verdict=0
 for n in $THREADS; do
-  o=$(median <"$tmp/ours.$n"); p=$(median <"$tmp/torch.$n")
+  o=$(median <"$tmp/ours.$n"); p=$(median <"$tmp/torch.$n"); mfu=$(median <"$tmp/mfu.$n")
   ratio=$(paste "$tmp/ours.$n" "$tmp/torch.$n" | awk '{ print $1 / $2 }' | median)
   ok=$(awk -v r="$ratio" -v g="$GOAL" 'BEGIN { print (r >= g) ? "" : "  (below goal " g ")" }')
   [[ -z "$ok" ]] || verdict=1
-  printf '%-7s | %12.0f %12.0f | %10.2fx%s\n' "$n" "$o" "$p" "$ratio" "$ok"
+  printf '%-7s | %12.0f %6.3f %12.0f | %10.2fx%s\n' "$n" "$o" "$mfu" "$p" "$ratio" "$ok"
 done
 exit $verdict

@@ -65,8 +65,13 @@ type Trainer struct {
 	dataset *data.Dataset
 	model   *model.Model
 	eng     *kernels.Engine
-	optim   optim.Config
-	state   optim.State
+	// peakGFLOPS is the fp32 FMA peak of eng's threads, measured once in
+	// New; flopsPerToken the model FLOPs of one training token. Together
+	// they give every record its MFU.
+	peakGFLOPS    float64
+	flopsPerToken float64
+	optim         optim.Config
+	state         optim.State
 	// metricsPattern is the metrics path pattern; metrics is its Writer,
 	// opened by Run once it knows the step the run goes on from (nil before).
 	metricsPattern string
@@ -145,6 +150,7 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	n := layout.PaddedSize(plan.Shards)
 	t := &Trainer{
 		cfg: cfg, plan: plan, batch: batch, dataset: ds, model: m, eng: eng, optim: oc,
+		peakGFLOPS: eng.MeasurePeak(), flopsPerToken: mc.TrainFLOPsPerToken(),
 		params: make([]float32, n), grads: make([]float32, n), tokens: make([]byte, m.TokensLen()),
 	}
 	model.Init(mc, t.params, tc.Train.Seed)
@@ -199,11 +205,21 @@ func (t *Trainer) Describe() string {
 	tc := t.cfg.Train
 	mode := tc.Parallel.Mode
 	return fmt.Sprintf("trainer: %d parameters (%d layers, d_model %d, %d heads, context %d); world %d = %d replicas x %d shards (%s); "+
-		"global batch %d = %d ranks x %d micro steps x %d; %d threads (%s); data %d bytes in %d files; metrics %s",
+		"global batch %d = %d ranks x %d micro steps x %d; %d threads (%s, fp32 peak %.0f GFLOP/s); data %d bytes in %d files; metrics %s",
 		tc.Model.Params(), tc.Model.Layers, tc.Model.DModel, tc.Model.Heads, tc.Model.Context,
 		t.plan.WorldSize(), t.plan.Replicas, t.plan.Shards, mode,
 		tc.Train.GlobalBatch, t.plan.WorldSize(), t.batch.Accumulation(), tc.Train.MicroBatch,
-		t.eng.Threads(), t.eng.Kernel(), t.dataset.Len(), len(t.dataset.Files()), orNone(metrics.Path(t.metricsPattern, t.cfg.Worker.Rank)))
+		t.eng.Threads(), t.eng.Kernel(), t.peakGFLOPS, t.dataset.Len(), len(t.dataset.Files()), orNone(metrics.Path(t.metricsPattern, t.cfg.Worker.Rank)))
+}
+
+// mfu is the model FLOPs utilisation of this rank at whole-job
+// tokPerS: its share of the tokens (every rank trains as many) times the
+// FLOPs per token, over its threads' peak.
+func (t *Trainer) mfu(tokPerS float64) float64 {
+	if t.peakGFLOPS <= 0 {
+		return 0
+	}
+	return tokPerS / float64(t.plan.WorldSize()) * t.flopsPerToken / (t.peakGFLOPS * 1e9)
 }
 
 func orNone(s string) string {
@@ -278,17 +294,19 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 		now := time.Now()
 		res.Steps++
 		res.Loss = loss
+		tokPerS := tokensPerStep / now.Sub(lastRecord).Seconds()
 		rec := metrics.Record{Step: step + 1, Time: now, Loss: loss, LR: lr,
-			TokensPerS: tokensPerStep / now.Sub(lastRecord).Seconds(), WorldSize: t.plan.WorldSize(),
+			TokensPerS: tokPerS, MFU: t.mfu(tokPerS), WorldSize: t.plan.WorldSize(),
 			Rank: rank, ElapsedS: now.Sub(start).Seconds(), GradNorm: math.Sqrt(sumSquares)}
 		lastRecord = now
 		if err := t.metrics.Write(rec); err != nil {
 			return res, fmt.Errorf("trainer: step %d: %w", step+1, err)
 		}
 		if metrics.ShouldLog(step+1, tc.LogEvery, tc.Steps) {
+			tokPerS := tokensPerStep * float64(res.Steps-stepsAtLog) / now.Sub(lastLog).Seconds()
 			p := metrics.Progress{Step: step + 1, Steps: tc.Steps, Loss: loss, LR: lr,
-				TokensPerS: tokensPerStep * float64(res.Steps-stepsAtLog) / now.Sub(lastLog).Seconds(),
-				ETA:        metrics.ETA(now.Sub(start), res.Steps, tc.Steps-step-1)}
+				TokensPerS: tokPerS, MFU: t.mfu(tokPerS),
+				ETA: metrics.ETA(now.Sub(start), res.Steps, tc.Steps-step-1)}
 			fmt.Fprintln(logTo, p.String())
 			lastLog, stepsAtLog = now, res.Steps
 		}

@@ -43,6 +43,7 @@ func text() *data.Dataset {
 // rankRun is what one rank of an in-process run left behind.
 type rankRun struct {
 	losses   []float64 // mean loss of each step Run took
+	mfus     []float64 // the MFU of each step's record
 	snapshot State     // the State after step runOpts.snapshotAt
 	state    State     // the State at the end
 	err      error     // from New or Run
@@ -73,6 +74,7 @@ func runWorld(t *testing.T, cfg config.Config, size, perNode int, o runOpts) []r
 		c := Config{Train: cfg, Worker: w, Threads: 1, Dataset: ds, CommTimeout: 10 * time.Second,
 			AfterStep: func(tr *Trainer, rec metrics.Record) error {
 				res.losses = append(res.losses, rec.Loss)
+				res.mfus = append(res.mfus, rec.MFU)
 				if rec.Step == o.snapshotAt {
 					res.snapshot = copyState(tr.State())
 				}
@@ -124,6 +126,9 @@ func TestLayoutsMatchOneProcess(t *testing.T) {
 	require.NoError(t, one.err)
 	require.Len(t, one.losses, 8)
 	require.Less(t, one.losses[7], one.losses[0], "it learns")
+	for _, mfu := range one.mfus {
+		require.True(t, mfu > 0 && !math.IsInf(mfu, 0), "every record carries an MFU, got %v", mfu)
+	}
 
 	tests := []struct {
 		name                  string

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -50,7 +51,9 @@ func benchGemmCommand() *cli.Command {
 		Usage: "GFLOP/s of the trainer's fp32 matrix products beside the FMA peak",
 		Description: "Times kernels.MatMul on square products (--sizes) and the transformer's shapes\n" +
 			"(--shapes, MxNxK with an optional :nn/:tn/:nt/:tt for transA/transB) on each thread\n" +
-			"count, and an FMA loop on registers for the peak, each the best of --runs timings.\n" +
+			"count and micro-kernel (--kernels: each ISA the CPU runs, widest first), and an FMA\n" +
+			"loop on registers with that kernel's instructions for its peak, each the best of\n" +
+			"--runs timings. Every row names the kernel (ISA) it used.\n" +
 			"GFLOP/s is by the wall clock; the cpu columns divide by the process's CPU time\n" +
 			"(times the threads), which load from other processes changes less.",
 		Flags: []cli.Flag{
@@ -59,6 +62,8 @@ func benchGemmCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "shapes", Value: cli.NewStringSlice(
 				"512x256x64", "512x64x256", "512x256x64:nt", "512x64x256:nt", "256x64x512:tn", "64x256x512:tn",
 			), Usage: "other products, MxNxK[:ops] with ops nn, tn, nt or tt"},
+			&cli.StringSliceFlag{Name: "kernels", Usage: "micro-kernels to measure (default: every SIMD one this CPU runs, else the portable one); " +
+				"this CPU runs " + strings.Join(kernels.Available(), ", ")},
 			&cli.IntFlag{Name: "runs", Value: 10, Usage: "timings of each product and of the peak loop; the best counts"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per measurement instead of a table"},
 		},
@@ -92,6 +97,11 @@ func benchGemmAction(c *cli.Context) error {
 		shapes = append(shapes, sh)
 	}
 
+	kernNames, err := benchKernels(c.StringSlice("kernels"))
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("bench gemm: %v", err), exitUsage)
+	}
+
 	out := c.App.Writer
 	var rows []gemmRow
 	emit := func(row gemmRow) error {
@@ -104,33 +114,67 @@ func benchGemmAction(c *cli.Context) error {
 		}
 		return nil
 	}
-	for _, t := range threads {
-		e := kernels.New(t)
-		var peak, cpuPeak float64
-		for range runs {
-			// PeakGFLOPS times itself; the flops it did are its rate times
-			// the time measure takes around it, to within a goroutine start.
-			var g float64
-			start := time.Now()
-			_, cpu := measure(t, func() float64 {
-				g = e.PeakGFLOPS(20 * time.Millisecond)
-				return g * 1e9 * time.Since(start).Seconds()
-			})
-			peak, cpuPeak = max(peak, g), max(cpuPeak, cpu)
-		}
-		if err := emit(gemmRow{Peak: true, Threads: t, GFLOPS: peak, PctPeak: 100, CPUGFLOPS: cpuPeak, CPUPctPeak: 100, Kernel: e.Kernel()}); err != nil {
-			return err
-		}
-		for _, sh := range shapes {
-			wall, cpu := timeGemm(e, sh, runs)
-			row := gemmRow{gemmShape: sh, Threads: t, GFLOPS: wall, PctPeak: 100 * wall / peak, CPUGFLOPS: cpu, CPUPctPeak: 100 * cpu / cpuPeak, Kernel: e.Kernel()}
-			if err := emit(row); err != nil {
+	for _, kern := range kernNames {
+		for _, t := range threads {
+			e, err := kernels.NewWithKernel(t, kern)
+			if err != nil {
+				return cli.Exit(fmt.Sprintf("bench gemm: %v", err), exitUsage)
+			}
+			if err := benchOneKernel(e, shapes, runs, emit); err != nil {
 				return err
 			}
 		}
 	}
 	if !c.Bool("json") {
 		printGemmTable(out, rows, runs)
+	}
+	return nil
+}
+
+// benchKernels returns the micro-kernels to measure: the names asked
+// for, each checked against what the CPU runs, or by default every SIMD
+// kernel (the portable one only when there is none).
+func benchKernels(asked []string) ([]string, error) {
+	avail := kernels.Available()
+	if len(asked) == 0 {
+		if len(avail) > 1 {
+			return avail[:len(avail)-1], nil
+		}
+		return avail, nil
+	}
+	for _, k := range asked {
+		if !slices.Contains(avail, k) {
+			return nil, fmt.Errorf("--kernels=%s: this CPU runs only %s", k, strings.Join(avail, ", "))
+		}
+	}
+	return asked, nil
+}
+
+// benchOneKernel emits the FMA peak row of e's kernel and thread count,
+// then one row per product in shapes against that peak.
+func benchOneKernel(e *kernels.Engine, shapes []gemmShape, runs int, emit func(gemmRow) error) error {
+	t := e.Threads()
+	var peak, cpuPeak float64
+	for range runs {
+		// PeakGFLOPS times itself; the flops it did are its rate times
+		// the time measure takes around it, to within a goroutine start.
+		var g float64
+		start := time.Now()
+		_, cpu := measure(t, func() float64 {
+			g = e.PeakGFLOPS(20 * time.Millisecond)
+			return g * 1e9 * time.Since(start).Seconds()
+		})
+		peak, cpuPeak = max(peak, g), max(cpuPeak, cpu)
+	}
+	if err := emit(gemmRow{Peak: true, Threads: t, GFLOPS: peak, PctPeak: 100, CPUGFLOPS: cpuPeak, CPUPctPeak: 100, Kernel: e.Kernel()}); err != nil {
+		return err
+	}
+	for _, sh := range shapes {
+		wall, cpu := timeGemm(e, sh, runs)
+		row := gemmRow{gemmShape: sh, Threads: t, GFLOPS: wall, PctPeak: 100 * wall / peak, CPUGFLOPS: cpu, CPUPctPeak: 100 * cpu / cpuPeak, Kernel: e.Kernel()}
+		if err := emit(row); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -215,16 +259,14 @@ func processCPU() time.Duration {
 }
 
 func printGemmTable(w io.Writer, rows []gemmRow, runs int) {
-	if len(rows) > 0 {
-		fmt.Fprintf(w, "kernel %s, best of %d timings; cpu columns by process CPU time × threads\n", rows[0].Kernel, runs)
-	}
-	fmt.Fprintf(w, "%-22s %7s %9s %7s %9s %7s\n", "product (m×n×k op)", "threads", "GFLOP/s", "% peak", "cpu", "% peak")
+	fmt.Fprintf(w, "best of %d timings; %% peak is of the FMA loop of the row's kernel on as many threads; cpu columns by process CPU time × threads\n", runs)
+	fmt.Fprintf(w, "%-22s %-14s %7s %9s %7s %9s %7s\n", "product (m×n×k op)", "kernel", "threads", "GFLOP/s", "% peak", "cpu", "% peak")
 	for _, r := range rows {
 		name := "FMA peak"
 		if !r.Peak {
 			ops := map[bool]string{false: "n", true: "t"}
 			name = fmt.Sprintf("%d×%d×%d %s%s", r.M, r.N, r.K, ops[r.TransA], ops[r.TransB])
 		}
-		fmt.Fprintf(w, "%-22s %7d %9.1f %6.0f%% %9.1f %6.0f%%\n", name, r.Threads, r.GFLOPS, r.PctPeak, r.CPUGFLOPS, r.CPUPctPeak)
+		fmt.Fprintf(w, "%-22s %-14s %7d %9.1f %6.0f%% %9.1f %6.0f%%\n", name, r.Kernel, r.Threads, r.GFLOPS, r.PctPeak, r.CPUGFLOPS, r.CPUPctPeak)
 	}
 }

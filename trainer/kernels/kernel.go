@@ -1,7 +1,8 @@
 package kernels
 
 // microKernel is one register-tile GEMM kernel with the cache blocking
-// the packed driver uses around it.
+// the packed driver uses around it, and the elementwise kernels of the
+// same instruction set.
 type microKernel struct {
 	name string
 	// mr×nr is the tile of C one call computes.
@@ -13,6 +14,11 @@ type microKernel struct {
 	// packed columns of mr floats, and b, kc packed rows of nr floats; it
 	// adds to the tile when accum and overwrites it otherwise.
 	tile func(kc int, a, b, c []float32, ldc int, accum bool)
+	// tileRows, when not nil, is tile reading the mr rows of op(A)
+	// straight from A stored m×k: op(A)[i, p] = a[i*as+p]; tileCols
+	// likewise from A stored k×m: op(A)[i, p] = a[p*as+i]. They spare
+	// the packing of op(A) where it is used by few tiles.
+	tileRows, tileCols func(kc int, a []float32, as int, b, c []float32, ldc int, accum bool)
 	// packTranspose packs kc columns of w rows at src (row stride ld)
 	// as one panel: dst[w*p+r] = src[r*ld+p]. w is mr or nr.
 	packTranspose func(dst, src []float32, w, ld, kc int)
@@ -23,6 +29,19 @@ type microKernel struct {
 	// peak runs rounds of a register-only multiply-add loop with the
 	// kernel's instructions and returns the flops it did.
 	peak func(rounds int) int
+	// expSum, gelu, geluBackward, layerNorm, layerNormBackward, max and
+	// scale are the Engine's methods of those names with the kernel's
+	// instructions, lengths checked by the caller.
+	expSum            func(dst, src []float32, scale, shift float32) float32
+	gelu              func(out, th, h []float32)
+	geluBackward      func(g, th, h []float32)
+	layerNorm         func(out, mean, rstd, x, w, b []float32, rows, d int, eps float32)
+	layerNormBackward func(dx, dw, db, dout, x, mean, rstd, w []float32, rows, d int)
+	max               func(x []float32) float32
+	scale             func(x []float32, s float32)
+	// narrow, when not nil, is a kernel of a smaller tile the GEMM uses
+	// instead for products it pads less (see forShape).
+	narrow *microKernel
 }
 
 // goKernel is the portable micro-kernel: a 6×16 tile computed as 2×4
@@ -32,10 +51,17 @@ func goKernel() *microKernel {
 		name: "go-6x16",
 		mr:   6, nr: 16,
 		mc: 96, kc: 256, nc: 3072,
-		tile:          goTile,
-		packTranspose: goTranspose,
-		packCopy:      goCopy,
-		peak:          goPeak,
+		tile:              goTile,
+		packTranspose:     goTranspose,
+		packCopy:          goCopy,
+		peak:              goPeak,
+		expSum:            goExpSum,
+		gelu:              goGELU,
+		geluBackward:      goGELUBackward,
+		layerNorm:         goLayerNorm,
+		layerNormBackward: goLayerNormBackward,
+		max:               goMax,
+		scale:             goScale,
 	}
 }
 

@@ -24,33 +24,100 @@ func avx2Kernel() *microKernel {
 			_ = c[5*ldc+15]
 			kernelAVX2(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc, boolInt(accum))
 		},
+		tileRows: func(kc int, a []float32, as int, b, c []float32, ldc int, accum bool) {
+			_ = a[5*as+kc-1]
+			_ = b[kc*16-1]
+			_ = c[5*ldc+15]
+			kernelAVX2Rows(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc, boolInt(accum), as)
+		},
+		tileCols: func(kc int, a []float32, as int, b, c []float32, ldc int, accum bool) {
+			_ = a[(kc-1)*as+5]
+			_ = b[kc*16-1]
+			_ = c[5*ldc+15]
+			kernelAVX2Cols(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc, boolInt(accum), as)
+		},
 		packTranspose: avxTranspose,
 		packCopy:      avxCopy,
 		peak: func(rounds int) int {
 			fmaLoopAVX2(rounds)
 			return rounds * 192
 		},
+		expSum:            vecExpSum(expSumAVX2, 8),
+		gelu:              vecGELU(geluAVX2, 8),
+		geluBackward:      vecGELUBackward(geluBackwardAVX2, 8),
+		layerNorm:         vecLayerNorm(layerNormAVX2, 8),
+		layerNormBackward: vecLayerNormBackward(layerNormBackwardAVX2, 8),
+		max:               vecMax(maxSumAVX2, 8),
+		scale:             vecScale(scaleAVX2, 8),
 	}
 }
 
-// bestKernel is the fastest micro-kernel the CPU runs.
-func bestKernel() *microKernel {
-	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
-		return avx2Kernel()
+// avx512Kernel is the 12×32 AVX-512 micro-kernel. Its packing routines
+// need only AVX, and products narrower than 32 columns run on the AVX2
+// kernel: every AVX-512 CPU has both.
+func avx512Kernel() *microKernel {
+	return &microKernel{
+		name: "avx512-12x32",
+		mr:   12, nr: 32,
+		mc: 144, kc: 256, nc: 3072,
+		tile: func(kc int, a, b, c []float32, ldc int, accum bool) {
+			// As in avx2Kernel: the assembly reads kc*12 floats of a, kc*32
+			// of b and a 12×32 tile of c.
+			_ = a[kc*12-1]
+			_ = b[kc*32-1]
+			_ = c[11*ldc+31]
+			kernelAVX512(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc, boolInt(accum))
+		},
+		tileRows: func(kc int, a []float32, as int, b, c []float32, ldc int, accum bool) {
+			_ = a[11*as+kc-1]
+			_ = b[kc*32-1]
+			_ = c[11*ldc+31]
+			kernelAVX512Rows(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc, boolInt(accum), as)
+		},
+		tileCols: func(kc int, a []float32, as int, b, c []float32, ldc int, accum bool) {
+			_ = a[(kc-1)*as+11]
+			_ = b[kc*32-1]
+			_ = c[11*ldc+31]
+			kernelAVX512Cols(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc, boolInt(accum), as)
+		},
+		packTranspose: avxTranspose,
+		packCopy:      avxCopy,
+		peak: func(rounds int) int {
+			fmaLoopAVX512(rounds)
+			return rounds * 768
+		},
+		expSum:            vecExpSum(expSumAVX512, 16),
+		gelu:              vecGELU(geluAVX512, 16),
+		geluBackward:      vecGELUBackward(geluBackwardAVX512, 16),
+		layerNorm:         vecLayerNorm(layerNormAVX512, 16),
+		layerNormBackward: vecLayerNormBackward(layerNormBackwardAVX512, 16),
+		max:               vecMax(maxSumAVX512, 16),
+		scale:             vecScale(scaleAVX512, 16),
+		narrow:            avx2Kernel(),
 	}
-	return goKernel()
 }
 
-// kernels lists every micro-kernel this CPU runs, for the tests.
+// hasAVX512 reports whether the CPU and OS run the AVX-512 kernel: it
+// uses AVX-512F instructions on zmm registers only.
+func hasAVX512() bool { return cpu.X86.HasAVX512F && hasAVX2() }
+
+// hasAVX2 reports whether the CPU and OS run the AVX2/FMA kernel.
+func hasAVX2() bool { return cpu.X86.HasAVX2 && cpu.X86.HasFMA }
+
+// kernelsForCPU lists every micro-kernel this CPU runs, fastest first.
 func kernelsForCPU() []*microKernel {
-	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
-		return []*microKernel{avx2Kernel(), goKernel()}
+	var ks []*microKernel
+	if hasAVX512() {
+		ks = append(ks, avx512Kernel())
 	}
-	return []*microKernel{goKernel()}
+	if hasAVX2() {
+		ks = append(ks, avx2Kernel())
+	}
+	return append(ks, goKernel())
 }
 
-// avxTranspose is goTranspose with whole blocks of columns of 6 and 16
-// rows done in assembly.
+// avxTranspose is goTranspose with whole blocks of columns of 6, 12, 16
+// and 32 rows done in assembly.
 func avxTranspose(dst, src []float32, w, ld, kc int) {
 	done := 0
 	switch {
@@ -66,24 +133,138 @@ func avxTranspose(dst, src []float32, w, ld, kc int) {
 		_ = dst[16*done-1]
 		_ = src[15*ld+done-1]
 		transpose16AVX(unsafe.SliceData(dst), unsafe.SliceData(src), ld, blocks)
+	case (w == 12 || w == 32) && kc >= 8:
+		blocks := kc / 8
+		done = 8 * blocks
+		_ = dst[w*done-1]
+		_ = src[(w-1)*ld+done-1]
+		if w == 12 {
+			transpose12AVX(unsafe.SliceData(dst), unsafe.SliceData(src), ld, blocks)
+		} else {
+			transpose32AVX(unsafe.SliceData(dst), unsafe.SliceData(src), ld, blocks)
+		}
 	}
 	if done < kc {
 		goTranspose(dst[w*done:], src[done:], w, ld, kc-done)
 	}
 }
 
-// avxCopy is goCopy with panels 6 and 16 floats wide copied in assembly.
+// avxCopy is goCopy with panels 6, 12, 16 and 32 floats wide copied in
+// assembly.
 func avxCopy(dst, src []float32, w, ld, kc, panels, stride int) {
-	if (w != 6 && w != 16) || kc == 0 || panels == 0 || stride < w*kc {
+	if (w != 6 && w != 12 && w != 16 && w != 32) || kc == 0 || panels == 0 || stride < w*kc {
 		goCopy(dst, src, w, ld, kc, panels, stride)
 		return
 	}
 	_ = dst[(panels-1)*stride+w*kc-1]
 	_ = src[(kc-1)*ld+w*panels-1]
-	if w == 6 {
-		copy6AVX(unsafe.SliceData(dst), unsafe.SliceData(src), ld, kc, panels, stride)
-	} else {
-		copy16AVX(unsafe.SliceData(dst), unsafe.SliceData(src), ld, kc, panels, stride)
+	d, s := unsafe.SliceData(dst), unsafe.SliceData(src)
+	switch w {
+	case 6:
+		copy6AVX(d, s, ld, kc, panels, stride)
+	case 12:
+		copy12AVX(d, s, ld, kc, panels, stride)
+	case 16:
+		copy16AVX(d, s, ld, kc, panels, stride)
+	default:
+		copy32AVX(d, s, ld, kc, panels, stride)
+	}
+}
+
+// vecExpSum is an expSum that runs asm on the whole vectors of lanes
+// floats and goExpSum on the rest.
+func vecExpSum(asm func(dst, src *float32, n int, scale, shift float32) float32, lanes int) func(dst, src []float32, scale, shift float32) float32 {
+	return func(dst, src []float32, scale, shift float32) float32 {
+		n := len(src) / lanes * lanes
+		var sum float32
+		if n > 0 {
+			_ = dst[n-1]
+			sum = asm(unsafe.SliceData(dst), unsafe.SliceData(src), n, scale, shift)
+		}
+		return sum + goExpSum(dst[n:], src[n:], scale, shift)
+	}
+}
+
+// vecGELU is a gelu that runs asm on the whole vectors of lanes floats
+// and goGELU on the rest.
+func vecGELU(asm func(out, th, h *float32, n int), lanes int) func(out, th, h []float32) {
+	return func(out, th, h []float32) {
+		n := len(h) / lanes * lanes
+		if n > 0 {
+			_, _ = out[n-1], th[n-1]
+			asm(unsafe.SliceData(out), unsafe.SliceData(th), unsafe.SliceData(h), n)
+		}
+		goGELU(out[n:], th[n:], h[n:])
+	}
+}
+
+// vecGELUBackward is a geluBackward that runs asm on the whole vectors
+// of lanes floats and goGELUBackward on the rest.
+func vecGELUBackward(asm func(g, th, h *float32, n int), lanes int) func(g, th, h []float32) {
+	return func(g, th, h []float32) {
+		n := len(h) / lanes * lanes
+		if n > 0 {
+			_, _ = g[n-1], th[n-1]
+			asm(unsafe.SliceData(g), unsafe.SliceData(th), unsafe.SliceData(h), n)
+		}
+		goGELUBackward(g[n:], th[n:], h[n:])
+	}
+}
+
+// vecLayerNorm is a layerNorm that runs asm when rows are whole vectors
+// of lanes floats and goLayerNorm otherwise.
+func vecLayerNorm(asm func(out, mean, rstd, x, w, b *float32, rows, d int, invD, eps float32), lanes int) func(out, mean, rstd, x, w, b []float32, rows, d int, eps float32) {
+	return func(out, mean, rstd, x, w, b []float32, rows, d int, eps float32) {
+		if d%lanes != 0 || rows == 0 {
+			goLayerNorm(out, mean, rstd, x, w, b, rows, d, eps)
+			return
+		}
+		_, _, _, _, _, _ = out[rows*d-1], mean[rows-1], rstd[rows-1], x[rows*d-1], w[d-1], b[d-1]
+		asm(unsafe.SliceData(out), unsafe.SliceData(mean), unsafe.SliceData(rstd), unsafe.SliceData(x),
+			unsafe.SliceData(w), unsafe.SliceData(b), rows, d, 1/float32(d), eps)
+	}
+}
+
+// vecLayerNormBackward is a layerNormBackward that runs asm when rows are
+// whole vectors of lanes floats and goLayerNormBackward otherwise.
+func vecLayerNormBackward(asm func(dx, dw, db, dout, x, mean, rstd, w *float32, rows, d int, invD float32), lanes int) func(dx, dw, db, dout, x, mean, rstd, w []float32, rows, d int) {
+	return func(dx, dw, db, dout, x, mean, rstd, w []float32, rows, d int) {
+		if d%lanes != 0 || rows == 0 {
+			goLayerNormBackward(dx, dw, db, dout, x, mean, rstd, w, rows, d)
+			return
+		}
+		_, _, _, _ = dx[rows*d-1], dout[rows*d-1], x[rows*d-1], mean[rows-1]
+		_, _, _, _ = rstd[rows-1], w[d-1], dw[d-1], db[d-1]
+		asm(unsafe.SliceData(dx), unsafe.SliceData(dw), unsafe.SliceData(db), unsafe.SliceData(dout), unsafe.SliceData(x),
+			unsafe.SliceData(mean), unsafe.SliceData(rstd), unsafe.SliceData(w), rows, d, 1/float32(d))
+	}
+}
+
+// vecMax is a max that runs asm on the whole vectors of lanes floats and
+// goMax on the rest, NaN when the asm's sum says it saw one.
+func vecMax(asm func(x *float32, n int) (mx, sum float32), lanes int) func(x []float32) float32 {
+	return func(x []float32) float32 {
+		n := len(x) / lanes * lanes
+		if n == 0 {
+			return goMax(x)
+		}
+		mx, sum := asm(unsafe.SliceData(x), n)
+		if sum != sum {
+			return sum
+		}
+		return max(mx, goMax(x[n:]))
+	}
+}
+
+// vecScale is a scale that runs asm on the whole vectors of lanes floats
+// and goScale on the rest.
+func vecScale(asm func(x *float32, n int, s float32), lanes int) func(x []float32, s float32) {
+	return func(x []float32, s float32) {
+		n := len(x) / lanes * lanes
+		if n > 0 {
+			asm(unsafe.SliceData(x), n, s)
+		}
+		goScale(x[n:], s)
 	}
 }
 

@@ -2,8 +2,5 @@
 
 package kernels
 
-// bestKernel is the fastest micro-kernel the CPU runs: the portable one.
-func bestKernel() *microKernel { return goKernel() }
-
-// kernelsForCPU lists every micro-kernel this CPU runs, for the tests.
+// kernelsForCPU lists every micro-kernel this CPU runs: the portable one.
 func kernelsForCPU() []*microKernel { return []*microKernel{goKernel()} }

@@ -32,7 +32,29 @@ type Engine struct {
 // New returns an Engine that splits work over threads goroutines
 // (at least 1) and uses the fastest micro-kernel the CPU runs.
 func New(threads int) *Engine {
-	return newEngine(threads, bestKernel())
+	return newEngine(threads, kernelsForCPU()[0])
+}
+
+// NewWithKernel is New with the micro-kernel named kernel, one of
+// Available(): to measure or test a narrower ISA than the widest the CPU
+// has. It fails when this CPU (or build) does not run that kernel.
+func NewWithKernel(threads int, kernel string) (*Engine, error) {
+	for _, k := range kernelsForCPU() {
+		if k.name == kernel {
+			return newEngine(threads, k), nil
+		}
+	}
+	return nil, fmt.Errorf("kernels: micro-kernel %q: this CPU runs only %v", kernel, Available())
+}
+
+// Available names the micro-kernels this CPU runs, the fastest (widest
+// ISA) first and the portable "go-6x16" last.
+func Available() []string {
+	var names []string
+	for _, k := range kernelsForCPU() {
+		names = append(names, k.name)
+	}
+	return names
 }
 
 // newEngine returns an Engine with the micro-kernel kern.
@@ -40,11 +62,15 @@ func newEngine(threads int, kern *microKernel) *Engine {
 	return &Engine{threads: max(threads, 1), kern: kern, minParallel: parallelWork, minPacked: packedWork}
 }
 
+// WithThreads returns an Engine with e's micro-kernel that splits work
+// over threads goroutines (at least 1), sharing nothing with e.
+func (e *Engine) WithThreads(threads int) *Engine { return newEngine(threads, e.kern) }
+
 // Threads is the number of goroutines a product may use.
 func (e *Engine) Threads() int { return e.threads }
 
-// Kernel names the micro-kernel the Engine runs, such as "avx2-fma-6x16"
-// or the portable "go-6x16".
+// Kernel names the micro-kernel the Engine runs, such as "avx512-12x32",
+// "avx2-fma-6x16" or the portable "go-6x16".
 func (e *Engine) Kernel() string { return e.kern.name }
 
 // MatMul computes C = op(A)·op(B), or C += op(A)·op(B) when acc, for
@@ -101,7 +127,7 @@ func smallMatMul(c, a, b []float32, m, n, k int, transA, transB, acc bool) {
 // goroutine waits for another's packing, at the cost of packing the
 // shared op(B) (or op(A)) once per goroutine.
 func (e *Engine) gemm(c, a, b []float32, m, n, k int, transA, transB, acc bool) {
-	kern := e.kern
+	kern := e.kern.forShape(m, n)
 	mr, nr := kern.mr, kern.nr
 	threads := e.threads
 	if m*n*k < e.minParallel {
@@ -112,16 +138,15 @@ func (e *Engine) gemm(c, a, b []float32, m, n, k int, transA, transB, acc bool) 
 	parallel(tm*tn, func(t int) {
 		r0, r1 := part(mPanels, tm, t/tn)
 		q0, q1 := part(nPanels, tn, t%tn)
-		e.gemmBlock(c, a, b, m, n, k, r0*mr, min(r1*mr, m), q0*nr, min(q1*nr, n), transA, transB, acc)
+		e.gemmBlock(kern, c, a, b, m, n, k, r0*mr, min(r1*mr, m), q0*nr, min(q1*nr, n), transA, transB, acc)
 	})
 }
 
 // gemmBlock computes rows i0..i1 and columns j0..j1 of C as MatMul does,
-// on the calling goroutine: for each kc×nc block of op(B), packed, and
+// with kern, on the calling goroutine: for each kc×nc block of op(B), packed, and
 // each mc×kc block of op(A), packed, the micro-kernel runs over the
 // tiles; edge tiles go through a scratch tile.
-func (e *Engine) gemmBlock(c, a, b []float32, m, n, k, i0, i1, j0, j1 int, transA, transB, acc bool) {
-	kern := e.kern
+func (e *Engine) gemmBlock(kern *microKernel, c, a, b []float32, m, n, k, i0, i1, j0, j1 int, transA, transB, acc bool) {
 	mr, nr := kern.mr, kern.nr
 	kcMax := min(k, kern.kc)
 	mcMax := min(kern.mc, ceilDiv(i1-i0, mr)*mr)
@@ -133,6 +158,10 @@ func (e *Engine) gemmBlock(c, a, b []float32, m, n, k, i0, i1, j0, j1 int, trans
 	defer e.packA.Put(aBuf)
 	buf := aligned(*aBuf, aSize+mr*nr)
 	ap, tile := buf[:aSize], buf[aSize:]
+	// direct, when not nil, reads whole panels of op(A) from a, element
+	// (i, p) at aOff(i, p) with aStride between rows (or columns of a
+	// transposed A); only a last partial panel is packed.
+	direct, aStride, aOff := kern.directA(n, transA, m, k)
 
 	for jc := j0; jc < j1; jc += kern.nc {
 		ncb := min(kern.nc, j1-jc)
@@ -145,7 +174,11 @@ func (e *Engine) gemmBlock(c, a, b []float32, m, n, k, i0, i1, j0, j1 int, trans
 			kern.packB(bp, b, n, k, pc, kcb, jc, ncb, sb, transB)
 			for ic := i0; ic < i1; ic += kern.mc {
 				mcb := min(kern.mc, i1-ic)
-				kern.packA(ap, a, m, k, ic, mcb, pc, kcb, sa, transA)
+				if direct == nil {
+					kern.packA(ap, a, m, k, ic, mcb, pc, kcb, sa, transA)
+				} else {
+					kern.packAEdge(ap, a, m, k, ic, mcb, pc, kcb, sa, transA)
+				}
 				for q := range nPanels {
 					j := jc + q*nr
 					nrb := min(nr, jc+ncb-j)
@@ -153,11 +186,18 @@ func (e *Engine) gemmBlock(c, a, b []float32, m, n, k, i0, i1, j0, j1 int, trans
 					for ir := 0; ir < mcb; ir += mr {
 						i, mrb := ic+ir, min(mr, mcb-ir)
 						ar := ap[ir/mr*sa:][:mr*kcb]
-						if mrb == mr && nrb == nr {
+						switch {
+						case direct != nil && mrb == mr && nrb == nr:
+							direct(kcb, a[aOff(i, pc):], aStride, bq, c[i*n+j:], n, accum)
+							continue
+						case direct != nil && mrb == mr:
+							direct(kcb, a[aOff(i, pc):], aStride, bq, tile, nr, false)
+						case mrb == mr && nrb == nr:
 							kern.tile(kcb, ar, bq, c[i*n+j:], n, accum)
 							continue
+						default:
+							kern.tile(kcb, ar, bq, tile, nr, false)
 						}
-						kern.tile(kcb, ar, bq, tile, nr, false)
 						for r := range mrb {
 							dst, src := c[(i+r)*n+j:][:nrb], tile[r*nr:][:nrb]
 							if !accum {
@@ -175,11 +215,45 @@ func (e *Engine) gemmBlock(c, a, b []float32, m, n, k, i0, i1, j0, j1 int, trans
 	}
 }
 
+// forShape is the micro-kernel for an m×n product: kern, or its narrow
+// alternative when that pads C to at most 2/3 as many elements (an
+// attention head of 16 columns fills half of a 32-wide tile and all of a
+// 16-wide one). The margin is for CPUs whose wide kernel does more flops
+// a cycle than the narrow one, which this choice does not measure.
+func (kern *microKernel) forShape(m, n int) *microKernel {
+	padded := func(k *microKernel) int { return ceilDiv(m, k.mr) * k.mr * ceilDiv(n, k.nr) * k.nr }
+	if kern.narrow != nil && 3*padded(kern.narrow) <= 2*padded(kern) {
+		return kern.narrow
+	}
+	return kern
+}
+
 // panelStride is how many floats apart packed panels of w×kc floats lie:
 // whole cache lines, an odd number of them, so the panels a packing
 // routine writes side by side do not all fall into the same cache sets.
 func panelStride(w, kc int) int {
 	return (ceilDiv(w*kc, 16) | 1) * 16
+}
+
+// directMaxPanels is the most column panels of C (n/nr) for which the
+// micro-kernel reads op(A) unpacked: packing a panel of op(A) costs
+// about as much as a few tiles, so it pays only when many use it.
+const directMaxPanels = 16
+
+// directA returns the tile function that reads op(A) straight from a for
+// an m×n×k product, with the stride and offset of op(A)'s elements, or a
+// nil function when this product packs op(A).
+func (kern *microKernel) directA(n int, transA bool, m, k int) (tile func(kc int, a []float32, as int, b, c []float32, ldc int, accum bool), stride int, off func(i, p int) int) {
+	if ceilDiv(n, kern.nr) > directMaxPanels {
+		return nil, 0, nil
+	}
+	if transA && kern.tileCols != nil {
+		return kern.tileCols, m, func(i, p int) int { return p*m + i }
+	}
+	if !transA && kern.tileRows != nil {
+		return kern.tileRows, k, func(i, p int) int { return i*k + p }
+	}
+	return nil, 0, nil
 }
 
 // packA packs rows ic..ic+mcb and columns pc..pc+kcb of op(A) into dst
@@ -197,6 +271,15 @@ func (kern *microKernel) packA(dst, a []float32, m, k, ic, mcb, pc, kcb, stride 
 			kern.packTranspose(dst[q*stride:], a[i*k+pc:], mr, k, kcb)
 		}
 	}
+	kern.packAEdge(dst, a, m, k, ic, mcb, pc, kcb, stride, transA)
+}
+
+// packAEdge packs the last mcb mod mr rows of the block packA packs, if
+// any, as packA does: into the panel after the whole ones, rows past mcb
+// zero.
+func (kern *microKernel) packAEdge(dst, a []float32, m, k, ic, mcb, pc, kcb, stride int, transA bool) {
+	mr := kern.mr
+	full := mcb / mr
 	rows := mcb - full*mr
 	if rows == 0 {
 		return

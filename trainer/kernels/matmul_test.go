@@ -13,6 +13,37 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// testKernels is every kernel the CPU runs, and each that has a narrow
+// alternative once more without it, so that its own tile runs on every
+// shape.
+func testKernels() []*microKernel {
+	var ks []*microKernel
+	for _, k := range kernelsForCPU() {
+		ks = append(ks, k)
+		if k.narrow != nil {
+			alone := *k
+			alone.name, alone.narrow = k.name+"-alone", nil
+			ks = append(ks, &alone)
+		}
+	}
+	return ks
+}
+
+// TestForShape checks when a kernel hands a product to its narrow one.
+func TestForShape(t *testing.T) {
+	wide := &microKernel{name: "wide", mr: 12, nr: 32}
+	wide.narrow = &microKernel{name: "narrow", mr: 6, nr: 16}
+	for _, tc := range []struct {
+		m, n int
+		want string
+	}{
+		{64, 16, "narrow"}, {128, 32, "wide"}, {64, 64, "wide"}, {12, 48, "wide"}, {6, 16, "narrow"}, {1000, 8, "narrow"},
+	} {
+		require.Equal(t, tc.want, wide.forShape(tc.m, tc.n).name, "%dx%d", tc.m, tc.n)
+	}
+	require.Equal(t, "narrow", wide.narrow.forShape(64, 16).name, "no narrow: itself")
+}
+
 // shape is one product m×n×k.
 type shape struct{ m, n, k int }
 
@@ -59,7 +90,7 @@ func TestMatMulMatchesNaive(t *testing.T) {
 		} {
 			want := append([]float32(nil), c0...)
 			naiveMatMul(want, a, b, s.m, s.n, s.k, op.transA, op.transB, op.acc)
-			for _, kern := range kernelsForCPU() {
+			for _, kern := range testKernels() {
 				for _, threads := range []int{1, 2, 3, 4} {
 					if threads > 2 && !splitShapes[s] {
 						continue
@@ -100,7 +131,7 @@ func TestMatMulSmall(t *testing.T) {
 // (kc, mc, nc) with small blocks, so every loop runs more than once.
 func TestMatMulBlocks(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	for _, kern := range kernelsForCPU() {
+	for _, kern := range testKernels() {
 		small := *kern
 		small.mc, small.kc, small.nc = 2*small.mr, 5, 3*small.nr
 		for _, threads := range []int{1, 2, 3} {
@@ -183,6 +214,16 @@ func TestPeakGFLOPS(t *testing.T) {
 	require.Zero(t, New(1).PeakGFLOPS(0))
 }
 
+// TestMeasurePeak checks that the per-thread CPU-time peak is positive
+// for every kernel and grows with the threads: they add their rates.
+func TestMeasurePeak(t *testing.T) {
+	for _, kern := range kernelsForCPU() {
+		one, two := newEngine(1, kern).MeasurePeak(), newEngine(2, kern).MeasurePeak()
+		require.Positive(t, one, kern.name)
+		require.Greater(t, two, one, kern.name)
+	}
+}
+
 func TestSplit(t *testing.T) {
 	for _, tc := range []struct{ threads, mp, np, tm, tn int }{
 		{1, 10, 10, 1, 1},
@@ -223,4 +264,21 @@ func TestPack(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestNewWithKernel checks that every kernel the CPU runs can be chosen
+// by name, the widest first and the portable one last, and that a name
+// the CPU does not run is an error.
+func TestNewWithKernel(t *testing.T) {
+	avail := Available()
+	require.NotEmpty(t, avail)
+	require.Equal(t, "go-6x16", avail[len(avail)-1])
+	require.Equal(t, avail[0], New(1).Kernel())
+	for _, name := range avail {
+		e, err := NewWithKernel(2, name)
+		require.NoError(t, err)
+		require.Equal(t, name, e.Kernel())
+	}
+	_, err := NewWithKernel(1, "sse-1x1")
+	require.ErrorContains(t, err, `micro-kernel "sse-1x1"`)
 }

@@ -9,6 +9,14 @@ package kernels
 // adds the product to the tile when accum != 0 and overwrites it otherwise.
 func kernelAVX2(kc int, a *float32, b *float32, c *float32, ldc int, accum int)
 
+// kernelAVX2Cols is kernelAVX2 with the 6 rows of op(A) read from a
+// transposed A: op(A)[i, p] = a[p*as+i].
+func kernelAVX2Cols(kc int, a *float32, b *float32, c *float32, ldc int, accum int, as int)
+
+// kernelAVX2Rows is kernelAVX2 with the 6 rows of op(A) read from A
+// as stored: op(A)[i, p] = a[i*as+p].
+func kernelAVX2Rows(kc int, a *float32, b *float32, c *float32, ldc int, accum int, as int)
+
 // fmaLoopAVX2 runs n rounds of 12 independent 8-wide fused multiply-adds
 // (192 flops a round) on registers only.
 func fmaLoopAVX2(n int)
@@ -30,3 +38,96 @@ func copy6AVX(dst *float32, src *float32, ld int, kc int, panels int, stride int
 // ld floats) into panels of kc×16 floats at dst, stride floats apart:
 // dst[q*stride + 16*p + r] = src[p*ld + q*16 + r].
 func copy16AVX(dst *float32, src *float32, ld int, kc int, panels int, stride int)
+
+// kernelAVX512 computes the 12×32 tile at c (row stride ldc floats) as the
+// product of the packed kc×12 panel a and the packed kc×32 panel b; it
+// adds the product to the tile when accum != 0 and overwrites it otherwise.
+func kernelAVX512(kc int, a *float32, b *float32, c *float32, ldc int, accum int)
+
+// kernelAVX512Cols is kernelAVX512 with the 12 rows of op(A) read from a
+// transposed A: op(A)[i, p] = a[p*as+i].
+func kernelAVX512Cols(kc int, a *float32, b *float32, c *float32, ldc int, accum int, as int)
+
+// kernelAVX512Rows is kernelAVX512 with the 12 rows of op(A) read from A
+// as stored: op(A)[i, p] = a[i*as+p].
+func kernelAVX512Rows(kc int, a *float32, b *float32, c *float32, ldc int, accum int, as int)
+
+// fmaLoopAVX512 runs n rounds of 24 independent 16-wide fused multiply-adds
+// (768 flops a round) on registers only.
+func fmaLoopAVX512(n int)
+
+// transpose12AVX packs blocks×8 columns of the 12 rows at src (row stride
+// ld floats) into dst, 12 floats per column: dst[12*p+r] = src[r*ld+p].
+func transpose12AVX(dst *float32, src *float32, ld int, blocks int)
+
+// transpose32AVX packs blocks×8 columns of the 32 rows at src (row stride
+// ld floats) into dst, 32 floats per column: dst[32*p+r] = src[r*ld+p].
+func transpose32AVX(dst *float32, src *float32, ld int, blocks int)
+
+// copy12AVX packs panels×12 floats from each of kc rows at src (row stride
+// ld floats) into panels of kc×12 floats at dst, stride floats apart:
+// dst[q*stride + 12*p + r] = src[p*ld + q*12 + r].
+func copy12AVX(dst *float32, src *float32, ld int, kc int, panels int, stride int)
+
+// copy32AVX packs panels×32 floats from each of kc rows at src (row stride
+// ld floats) into panels of kc×32 floats at dst, stride floats apart:
+// dst[q*stride + 32*p + r] = src[p*ld + q*32 + r].
+func copy32AVX(dst *float32, src *float32, ld int, kc int, panels int, stride int)
+
+// expSumAVX2 writes dst[i] = exp(src[i]·scale - shift) for i < n, a multiple of 8,
+// with the argument clamped to [-87, 88], and returns the sum of them. dst may be src.
+func expSumAVX2(dst *float32, src *float32, n int, scale float32, shift float32) float32
+
+// geluAVX2 writes th[i] = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)) and out[i] =
+// 0.5·h[i]·(1 + th[i]) for i < n, a multiple of 8: GPT-2's tanh GELU.
+func geluAVX2(out *float32, th *float32, h *float32, n int)
+
+// geluBackwardAVX2 multiplies grad[i] by the derivative of the tanh GELU at h[i], given
+// th[i] = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)), for i < n, a multiple of 8.
+func geluBackwardAVX2(grad *float32, th *float32, h *float32, n int)
+
+// layerNormAVX2 normalizes rows rows of d floats (d a positive multiple of 8) at x
+// into out: out = (x - mean)·rstd·w + b with mean = Σx·invD and rstd =
+// 1/sqrt(Σ(x - mean)²·invD + eps), stored in mean[i] and rstd[i].
+func layerNormAVX2(out *float32, mean *float32, rstd *float32, x *float32, w *float32, b *float32, rows int, d int, invD float32, eps float32)
+
+// layerNormBackwardAVX2 adds to dx, dw and db the gradient of the layer norm of rows rows
+// of d floats (d a positive multiple of 8) at x, given dout and the mean and
+// rstd of each row from the forward pass.
+func layerNormBackwardAVX2(dx *float32, dw *float32, db *float32, dout *float32, x *float32, mean *float32, rstd *float32, w *float32, rows int, d int, invD float32)
+
+// maxSumAVX2 returns the largest of x[i] for i < n, a positive multiple of 8,
+// and their sum (NaN if one is NaN, which the maximum may not show).
+func maxSumAVX2(x *float32, n int) (mx float32, sum float32)
+
+// scaleAVX2 multiplies x[i] by s for i < n, a multiple of 8.
+func scaleAVX2(x *float32, n int, s float32)
+
+// expSumAVX512 writes dst[i] = exp(src[i]·scale - shift) for i < n, a multiple of 16,
+// with the argument clamped to [-87, 88], and returns the sum of them. dst may be src.
+func expSumAVX512(dst *float32, src *float32, n int, scale float32, shift float32) float32
+
+// geluAVX512 writes th[i] = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)) and out[i] =
+// 0.5·h[i]·(1 + th[i]) for i < n, a multiple of 16: GPT-2's tanh GELU.
+func geluAVX512(out *float32, th *float32, h *float32, n int)
+
+// geluBackwardAVX512 multiplies grad[i] by the derivative of the tanh GELU at h[i], given
+// th[i] = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)), for i < n, a multiple of 16.
+func geluBackwardAVX512(grad *float32, th *float32, h *float32, n int)
+
+// layerNormAVX512 normalizes rows rows of d floats (d a positive multiple of 16) at x
+// into out: out = (x - mean)·rstd·w + b with mean = Σx·invD and rstd =
+// 1/sqrt(Σ(x - mean)²·invD + eps), stored in mean[i] and rstd[i].
+func layerNormAVX512(out *float32, mean *float32, rstd *float32, x *float32, w *float32, b *float32, rows int, d int, invD float32, eps float32)
+
+// layerNormBackwardAVX512 adds to dx, dw and db the gradient of the layer norm of rows rows
+// of d floats (d a positive multiple of 16) at x, given dout and the mean and
+// rstd of each row from the forward pass.
+func layerNormBackwardAVX512(dx *float32, dw *float32, db *float32, dout *float32, x *float32, mean *float32, rstd *float32, w *float32, rows int, d int, invD float32)
+
+// maxSumAVX512 returns the largest of x[i] for i < n, a positive multiple of 16,
+// and their sum (NaN if one is NaN, which the maximum may not show).
+func maxSumAVX512(x *float32, n int) (mx float32, sum float32)
+
+// scaleAVX512 multiplies x[i] by s for i < n, a multiple of 16.
+func scaleAVX512(x *float32, n int, s float32)

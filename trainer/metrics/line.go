@@ -12,14 +12,15 @@ type Progress struct {
 	Loss       float64       // mean training loss of the step, nats per byte
 	LR         float64       // learning rate the step used
 	TokensPerS float64       // tokens per second over the whole job since the last line
+	MFU        float64       // model FLOPs utilisation since the last line (see Record.MFU)
 	ETA        time.Duration // time left; see ETA
 }
 
 // String formats p as one line, e.g.
-// "step 120/200 loss 2.41 lr 1.2e-03 tok/s 5123 eta 1m20s".
+// "step 120/200 loss 2.41 lr 1.2e-03 tok/s 5123 mfu 0.31 eta 1m20s".
 func (p Progress) String() string {
-	return fmt.Sprintf("step %d/%d loss %.2f lr %.1e tok/s %.0f eta %s",
-		p.Step, p.Steps, p.Loss, p.LR, p.TokensPerS, p.ETA.Round(time.Second))
+	return fmt.Sprintf("step %d/%d loss %.2f lr %.1e tok/s %.0f mfu %.2f eta %s",
+		p.Step, p.Steps, p.Loss, p.LR, p.TokensPerS, p.MFU, p.ETA.Round(time.Second))
 }
 
 // ETA estimates the time left from the pace so far: elapsed for done

@@ -20,12 +20,12 @@ func TestProgressLine(t *testing.T) {
 		p    Progress
 		want string
 	}{
-		{Progress{Step: 120, Steps: 200, Loss: 2.4123, LR: 1.2e-3, TokensPerS: 5123.4, ETA: 80*time.Second + 300*time.Millisecond},
-			"step 120/200 loss 2.41 lr 1.2e-03 tok/s 5123 eta 1m20s"},
+		{Progress{Step: 120, Steps: 200, Loss: 2.4123, LR: 1.2e-3, TokensPerS: 5123.4, MFU: 0.3141, ETA: 80*time.Second + 300*time.Millisecond},
+			"step 120/200 loss 2.41 lr 1.2e-03 tok/s 5123 mfu 0.31 eta 1m20s"},
 		{Progress{Step: 1, Steps: 20, Loss: 5.5452, LR: 1.5e-4, TokensPerS: 0, ETA: 0},
-			"step 1/20 loss 5.55 lr 1.5e-04 tok/s 0 eta 0s"},
+			"step 1/20 loss 5.55 lr 1.5e-04 tok/s 0 mfu 0.00 eta 0s"},
 		{Progress{Step: 5, Steps: 9, Loss: math.NaN(), LR: 3e-3, TokensPerS: 12.6, ETA: 2*time.Hour + 3*time.Second},
-			"step 5/9 loss NaN lr 3.0e-03 tok/s 13 eta 2h0m3s"},
+			"step 5/9 loss NaN lr 3.0e-03 tok/s 13 mfu 0.00 eta 2h0m3s"},
 	}
 	for _, tc := range cases {
 		require.Equal(t, tc.want, tc.p.String())
@@ -70,11 +70,11 @@ func TestWriterAppendsLines(t *testing.T) {
 	w, err := Open(path, 0, 12)
 	require.NoError(t, err)
 	require.Equal(t, path, w.Path())
-	require.NoError(t, w.Write(Record{Step: 12, Time: time.UnixMilli(1712345678120), Loss: 3.41, LR: 0.0006, TokensPerS: 5123.4, WorldSize: 4, ElapsedS: 1.5}))
+	require.NoError(t, w.Write(Record{Step: 12, Time: time.UnixMilli(1712345678120), Loss: 3.41, LR: 0.0006, TokensPerS: 5123.4, MFU: 0.31, WorldSize: 4, ElapsedS: 1.5}))
 	// Flushed line by line: the line is in the file before Close.
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
-	require.Equal(t, `{"step":12,"time":1712345678.120,"loss":3.41,"lr":0.0006,"tokens_per_s":5123.4,"world_size":4,"rank":0,"elapsed_s":1.5}`+"\n", string(b))
+	require.Equal(t, `{"step":12,"time":1712345678.120,"loss":3.41,"lr":0.0006,"tokens_per_s":5123.4,"mfu":0.31,"world_size":4,"rank":0,"elapsed_s":1.5}`+"\n", string(b))
 	require.NoError(t, w.Write(Record{Step: 13, Loss: math.NaN(), LR: 1e-3, WorldSize: 4, GradNorm: 0.5, ValLoss: 2.5}))
 	require.NoError(t, w.Close())
 	require.NoError(t, w.Close())

@@ -16,7 +16,7 @@ import (
 const RankPlaceholder = "{rank}"
 
 // Record is the figures of one step: one JSON line such as
-// {"step":12,"time":1712345678.123,"loss":3.41,"lr":0.0006,"tokens_per_s":5123.4,"world_size":4,"rank":0,"elapsed_s":31.5}.
+// {"step":12,"time":1712345678.123,"loss":3.41,"lr":0.0006,"tokens_per_s":5123.4,"mfu":0.31,"world_size":4,"rank":0,"elapsed_s":31.5}.
 // A NaN or infinite figure is written as null.
 type Record struct {
 	Step int // optimizer steps done, 1-based
@@ -27,9 +27,14 @@ type Record struct {
 	Loss       float64 // mean training loss of the step
 	LR         float64
 	TokensPerS float64 // whole job, since the previous record
-	WorldSize  int
-	Rank       int
-	ElapsedS   float64 // seconds since this process started training
+	// MFU is the model FLOPs utilisation over the same interval: the
+	// model's FLOPs per second of one rank (model.Config.TrainFLOPsPerToken
+	// times TokensPerS / WorldSize) over the fp32 FMA peak of that rank's
+	// threads.
+	MFU       float64
+	WorldSize int
+	Rank      int
+	ElapsedS  float64 // seconds since this process started training
 	// GradNorm is the global gradient norm before clipping; 0 leaves it
 	// out of the line.
 	GradNorm float64
@@ -54,6 +59,7 @@ func (r Record) appendJSON(b []byte) []byte {
 	b = num(b, "loss", r.Loss)
 	b = num(b, "lr", r.LR)
 	b = num(b, "tokens_per_s", r.TokensPerS)
+	b = num(b, "mfu", r.MFU)
 	b = append(b, `,"world_size":`...)
 	b = strconv.AppendInt(b, int64(r.WorldSize), 10)
 	b = append(b, `,"rank":`...)

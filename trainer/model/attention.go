@@ -98,20 +98,10 @@ func attentionForward(p pool, y, att, q, k, v []float32, dm dims) {
 		p.eng.MatMul(pi, qi, ki, t, t, hd, false, true, false) // q·kᵀ
 		for r := 0; r < t; r++ {
 			row := pi[r*t : (r+1)*t]
-			mx := row[0] * scale
-			for _, s := range row[1 : r+1] {
-				mx = max(mx, s*scale)
-			}
-			var sum float64
-			for j := 0; j <= r; j++ {
-				e := expf(row[j]*scale - mx)
-				row[j] = e
-				sum += float64(e)
-			}
-			inv := float32(1 / sum)
-			for j := 0; j <= r; j++ {
-				row[j] *= inv
-			}
+			// scale > 0, so the largest scaled score is the largest score scaled (rounding
+			// is monotonic).
+			mx := p.eng.Max(row[:r+1]) * scale
+			p.eng.Scale(row[:r+1], 1/p.eng.ExpSum(row[:r+1], row[:r+1], scale, mx))
 			clear(row[r+1:])
 		}
 		p.eng.MatMul(y[i*t*hd:(i+1)*t*hd], pi, vi, t, hd, t, false, false, false) // P·v

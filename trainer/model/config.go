@@ -45,3 +45,20 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// TrainFLOPsPerToken is the model FLOPs of one training token, forward and
+// backward (backward twice forward), counting a multiply-add as 2 and only
+// the matrix products, as PaLM's MFU does:
+//
+//	6·(12·L·d² + V·d) + 12·L·T·d
+//
+// 12·L·d² are the weights of the blocks' products (QKV 3d², attention
+// output d², MLP 8d²) and V·d the output projection (tied with the
+// embedding, whose lookup is free); 12·L·T·d is attention's q·kᵀ and P·v
+// over the whole context T, 2·T·d each forward, with no saving for the
+// causal mask (the kernels compute the full T×T products too). LayerNorm,
+// GELU, softmax and AdamW are left out.
+func (c Config) TrainFLOPsPerToken() float64 {
+	l, d, t, v := float64(c.Layers), float64(c.DModel), float64(c.Context), float64(c.Vocab)
+	return 6*(12*l*d*d+v*d) + 12*l*t*d
+}

@@ -1,13 +1,17 @@
 package model
 
-import "math"
+import (
+	"math"
+
+	"github.com/gorun/gorun/trainer/kernels"
+)
 
 // crossEntropyForward turns the n rows of logits (width v) into probabilities in place (a
-// softmax with the row maximum subtracted, exponentials by expf) and returns the mean over rows of -log p[target].
+// softmax with the row maximum subtracted, exponentials by kernels.Engine.ExpSum) and returns the mean over rows of -log p[target].
 // Rows run in parallel on p; each row's loss goes to rowLoss, summed in float64 in row order
 // afterwards, so the result does not depend on the thread count.
 func crossEntropyForward(p pool, logits []float32, rowLoss []float64, targets []byte, n, v int) float32 {
-	p.forRows(n, func(lo, hi int) { crossEntropyRows(logits, rowLoss, targets, lo, hi, v) })
+	p.forRows(n, func(lo, hi int) { crossEntropyRows(p.eng, logits, rowLoss, targets, lo, hi, v) })
 	var total float64
 	for _, l := range rowLoss[:n] {
 		total += l
@@ -15,27 +19,16 @@ func crossEntropyForward(p pool, logits []float32, rowLoss []float64, targets []
 	return float32(total / float64(n))
 }
 
-func crossEntropyRows(logits []float32, rowLoss []float64, targets []byte, lo, hi, v int) {
+func crossEntropyRows(eng *kernels.Engine, logits []float32, rowLoss []float64, targets []byte, lo, hi, v int) {
 	for i := lo; i < hi; i++ {
 		row := logits[i*v : (i+1)*v]
-		mx := row[0]
-		for _, z := range row[1:] {
-			mx = max(mx, z)
-		}
+		mx := eng.Max(row)
 		tgt := int(targets[i])
 		zt := float64(row[tgt] - mx)
-		var s float64
-		for j, z := range row {
-			e := expf(z - mx)
-			row[j] = e
-			s += float64(e)
-		}
-		inv := 1 / s
+		s := float64(eng.ExpSum(row, row, 1, mx))
 		// log p[target] = (z_t - max) - log(sum): no log of an underflowed probability.
 		rowLoss[i] = math.Log(s) - zt
-		for j := range row {
-			row[j] = float32(float64(row[j]) * inv)
-		}
+		eng.Scale(row, float32(1/s))
 	}
 }
 

@@ -3,42 +3,25 @@ package model
 // The MLP of a block is c_fc (d -> 4d), GELU, c_proj (4d -> d); its two linear layers use
 // linearForward and linearBackward, and this file holds the activation.
 
-// geluC is sqrt(2/pi), the constant of GELU's tanh approximation.
-const geluC = 0.7978845608028654
-
 // geluForward computes out = gelu(h) elementwise with the tanh approximation GPT-2 uses:
-// gelu(h) = 0.5 h (1 + tanh(sqrt(2/pi) (h + 0.044715 h³))), in float32 with tanhf. It keeps the tanh in th for the
-// backward pass. Chunks run in parallel on p.
+// gelu(h) = 0.5 h (1 + tanh(sqrt(2/pi) (h + 0.044715 h³))), by kernels.Engine.GELU. It keeps the
+// tanh in th for the backward pass. Chunks run in parallel on p.
 func geluForward(p pool, out, th, h []float32) {
 	const chunk = 1024
 	p.forRows((len(h)+chunk-1)/chunk, func(lo, hi int) {
-		geluRange(out, th, h, lo*chunk, min(hi*chunk, len(h)))
+		lo, hi = lo*chunk, min(hi*chunk, len(h))
+		p.eng.GELU(out[lo:hi], th[lo:hi], h[lo:hi])
 	})
 }
 
-func geluRange(out, th, h []float32, lo, hi int) {
-	for i := lo; i < hi; i++ {
-		v := h[i]
-		t := tanhf(geluC * (v + 0.044715*v*v*v))
-		th[i] = t
-		out[i] = 0.5 * v * (1 + t)
-	}
-}
-
-// geluBackward multiplies g (dL/dout on entry, dL/dh on return) by gelu'(h):
-// with u = sqrt(2/pi) (h + 0.044715 h³) and t = tanh(u) (kept in th by the forward pass),
-// gelu'(h) = 0.5 (1 + t) + 0.5 h (1 - t²) sqrt(2/pi) (1 + 3·0.044715 h²).
+// geluBackward multiplies g (dL/dout on entry, dL/dh on return) by gelu'(h), by
+// kernels.Engine.GELUBackward: with u = sqrt(2/pi) (h + 0.044715 h³) and t = tanh(u) (kept in th
+// by the forward pass), gelu'(h) = 0.5 (1 + t) + 0.5 h (1 - t²) sqrt(2/pi) (1 + 3·0.044715 h²).
 // Chunks run in parallel on p.
 func geluBackward(p pool, g, th, h []float32) {
 	const chunk = 1024
 	p.forRows((len(h)+chunk-1)/chunk, func(lo, hi int) {
-		geluBackwardRange(g, th, h, lo*chunk, min(hi*chunk, len(h)))
+		lo, hi = lo*chunk, min(hi*chunk, len(h))
+		p.eng.GELUBackward(g[lo:hi], th[lo:hi], h[lo:hi])
 	})
-}
-
-func geluBackwardRange(g, th, h []float32, lo, hi int) {
-	for i := lo; i < hi; i++ {
-		x, t := h[i], th[i]
-		g[i] *= 0.5*(1+t) + 0.5*x*(1-t*t)*geluC*(1+3*0.044715*x*x)
-	}
 }

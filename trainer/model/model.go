@@ -86,7 +86,7 @@ func New(cfg Config, microBatch int, eng *kernels.Engine) (*Model, error) {
 		layout:  NewLayout(cfg),
 		dm:      dm,
 		eng:     eng,
-		par:     pool{threads: eng.Threads(), eng: kernels.New(1)},
+		par:     pool{threads: eng.Threads(), eng: eng.WithThreads(1)},
 		inputs:  make([]byte, n),
 		targets: make([]byte, n),
 		lnf:     norm(),
@@ -199,7 +199,7 @@ func (m *Model) Backward(params, grads []float32, scale float32) {
 	m.eng.MatMul(g.wte, m.dlogits, m.lnf.out, v, d, n, true, false, true)
 	clear(m.dx)
 	last := m.xs[len(m.xs)-1]
-	layerNormBackward(m.dx, g.lnfw, g.lnfb, m.dtmp, last, m.lnf.mean, m.lnf.rstd, w.lnfw, n, d)
+	layerNormBackward(m.par.eng, m.dx, g.lnfw, g.lnfb, m.dtmp, last, m.lnf.mean, m.lnf.rstd, w.lnfw, n, d)
 
 	// Blocks, last first. On entry to each, dx = dL/d(block output). A residual connection
 	// passes dx through unchanged, and each branch adds its own gradient to it.
@@ -209,7 +209,7 @@ func (m *Model) Backward(params, grads []float32, scale float32) {
 		linearBackward(m.eng, m.d4, bg.mlpw, bg.mlpb, m.dx, a.gelu, bw.mlpw, n, 4*d, d)
 		geluBackward(m.par, m.d4, a.tanh, a.fc)
 		linearBackward(m.eng, m.dtmp, bg.fcw, bg.fcb, m.d4, a.ln2.out, bw.fcw, n, d, 4*d)
-		layerNormBackward(m.dx, bg.ln2w, bg.ln2b, m.dtmp, a.x2, a.ln2.mean, a.ln2.rstd, bw.ln2w, n, d)
+		layerNormBackward(m.par.eng, m.dx, bg.ln2w, bg.ln2b, m.dtmp, a.x2, a.ln2.mean, a.ln2.rstd, bw.ln2w, n, d)
 		// Attention branch; afterwards dx = dL/d(block input).
 		linearBackward(m.eng, m.dtmp, bg.projw, bg.projb, m.dx, a.y, bw.projw, n, d, d)
 		toHeads(m.yh, m.dtmp, d, 0, dm)
@@ -218,7 +218,7 @@ func (m *Model) Backward(params, grads []float32, scale float32) {
 		fromHeads(m.qkv, m.dk, 3*d, d, dm)
 		fromHeads(m.qkv, m.dv, 3*d, 2*d, dm)
 		linearBackward(m.eng, m.dtmp, bg.attnw, bg.attnb, m.qkv, a.ln1.out, bw.attnw, n, d, 3*d)
-		layerNormBackward(m.dx, bg.ln1w, bg.ln1b, m.dtmp, in, a.ln1.mean, a.ln1.rstd, bw.ln1w, n, d)
+		layerNormBackward(m.par.eng, m.dx, bg.ln1w, bg.ln1b, m.dtmp, in, a.ln1.mean, a.ln1.rstd, bw.ln1w, n, d)
 	}
 	embedBackward(g.wte, g.wpe, m.dx, m.inputs, dm.t, d)
 }

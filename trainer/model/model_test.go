@@ -47,6 +47,23 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// TestTrainFLOPsPerToken checks the formula on hand-counted models: the
+// products of one token forward, times 3 for forward and backward.
+func TestTrainFLOPsPerToken(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want float64
+	}{
+		// L1 d1 T1 V1: block products 12·1 + head 1 = 13 MACs, attention 2·1·1.
+		{Config{Layers: 1, DModel: 1, Heads: 1, Context: 1, Vocab: 1}, 3 * (2*13 + 2*2)},
+		// examples/train.toml: L2 d64 T64 V256.
+		{Config{Layers: 2, DModel: 64, Heads: 4, Context: 64, Vocab: 256},
+			3 * (2*(2*12*64*64+256*64) + 2*2*(2*64*64))},
+	} {
+		require.Equal(t, tc.want, tc.cfg.TrainFLOPsPerToken(), "%+v", tc.cfg)
+	}
+}
+
 func TestNewRejectsBadInput(t *testing.T) {
 	eng := kernels.New(1)
 	_, err := New(Config{Layers: 1, DModel: 6, Heads: 4, Context: 4, Vocab: 256}, 1, eng)
@@ -306,6 +323,34 @@ func TestDeterministic(t *testing.T) {
 	}
 }
 
+// TestKernelsAgree runs the same micro-batch with every micro-kernel the CPU runs (the widest
+// ISA down to the portable Go one) and requires the loss and gradients of each to agree
+// closely with the portable kernel's.
+func TestKernelsAgree(t *testing.T) {
+	cfg := Config{Layers: 2, DModel: 32, Heads: 4, Context: 40, Vocab: 256}
+	p := noisyParams(cfg, 5, 0.05)
+	tok := randomTokens(3*(cfg.Context+1), 256, 6)
+	run := func(kernel string) (float32, []float32) {
+		eng, err := kernels.NewWithKernel(2, kernel)
+		require.NoError(t, err)
+		m, err := New(cfg, 3, eng)
+		require.NoError(t, err)
+		g := make([]float32, m.Layout().Size)
+		loss := m.Forward(p, tok)
+		m.Backward(p, g, 1)
+		return loss, g
+	}
+	avail := kernels.Available()
+	lRef, gRef := run(avail[len(avail)-1])
+	for _, kernel := range avail[:len(avail)-1] {
+		l, g := run(kernel)
+		require.InEpsilon(t, lRef, l, 1e-6, kernel)
+		for i := range gRef {
+			require.InDelta(t, gRef[i], g[i], 1e-6+1e-4*math.Abs(float64(gRef[i])), "%s: gradient %d", kernel, i)
+		}
+	}
+}
+
 func TestForwardPanicsOnCallerBugs(t *testing.T) {
 	cfg := Config{Layers: 1, DModel: 8, Heads: 2, Context: 4, Vocab: 16}
 	m, err := New(cfg, 2, kernels.New(1))
@@ -339,16 +384,7 @@ func BenchmarkForwardBackward(b *testing.B) {
 			}
 			sec := b.Elapsed().Seconds()
 			b.ReportMetric(float64(b.N*batch*cfg.Context)/sec, "tokens/s")
-			b.ReportMetric(float64(b.N)*matmulFlops(cfg, batch)/sec/1e9, "GFLOP/s")
+			b.ReportMetric(float64(b.N*batch*cfg.Context)*cfg.TrainFLOPsPerToken()/sec/1e9, "GFLOP/s")
 		})
 	}
-}
-
-// matmulFlops counts the multiply-adds (times 2) of the matrix products of one forward and
-// backward pass: the backward does two products for each one of the forward.
-func matmulFlops(cfg Config, batch int) float64 {
-	n, d, t := float64(batch*cfg.Context), float64(cfg.DModel), float64(cfg.Context)
-	perLayer := 2*n*12*d*d + 2*2*float64(batch)*t*t*d // c_attn, c_proj, c_fc, c_proj; q·kᵀ, P·v
-	forward := float64(cfg.Layers)*perLayer + 2*n*float64(cfg.Vocab)*d
-	return 3 * forward
 }

@@ -1,0 +1,576 @@
+package main
+
+import (
+	"fmt"
+	"math"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// vecISA is one vector width the elementwise kernels are emitted for: the
+// same instructions on ymm (AVX2/FMA, 8 floats) or zmm (AVX-512F, 16).
+type vecISA struct {
+	suffix string            // of the function names: AVX2 or AVX512
+	lanes  int               // floats per register
+	vec    func() VecVirtual // a fresh register of the width
+}
+
+var vecISAs = []vecISA{
+	{suffix: "AVX2", lanes: 8, vec: YMM},
+	{suffix: "AVX512", lanes: 16, vec: ZMM},
+}
+
+// expConsts are the constants of the vector exp, in the order of the
+// table mathConsts lays out: each is repeated 16 times (one zmm, or two
+// ymm), so an instruction can take it as a whole-register memory operand.
+var expConsts = []struct {
+	name string
+	bits uint32
+}{
+	{"lo", math.Float32bits(-87)},
+	{"hi", math.Float32bits(88)},
+	{"log2e", math.Float32bits(1.44269504088896341)},
+	{"round", math.Float32bits(12582912)}, // 1.5·2^23: adding and subtracting it rounds to an integer
+	{"ln2hi", math.Float32bits(0.693145751953125)},
+	{"ln2lo", math.Float32bits(1.42860682030941723212e-6)},
+	{"c7", math.Float32bits(1.0 / 5040)},
+	{"c6", math.Float32bits(1.0 / 720)},
+	{"c5", math.Float32bits(1.0 / 120)},
+	{"c4", math.Float32bits(1.0 / 24)},
+	{"c3", math.Float32bits(1.0 / 6)},
+	{"c2", math.Float32bits(1.0 / 2)},
+	{"one", math.Float32bits(1)},
+	{"bias", 127}, // the exponent bias, an int32
+	{"two", math.Float32bits(2)},
+	{"half", math.Float32bits(0.5)},
+	{"gelu3", math.Float32bits(0.044715)},
+	{"gelu2c", math.Float32bits(2 * 0.7978845608028654)}, // 2·sqrt(2/pi): exp's argument for tanh
+	{"gelu3x3", math.Float32bits(3 * 0.044715)},
+	{"halfc", math.Float32bits(0.5 * 0.7978845608028654)},
+}
+
+// mathConsts emits the table of expConsts and returns a lookup of each
+// constant's memory operand.
+func mathConsts() func(name string) Mem {
+	table := GLOBL("mathconsts", RODATA|NOPTR)
+	at := map[string]int{}
+	for i, c := range expConsts {
+		at[c.name] = 64 * i
+		for l := 0; l < 16; l++ {
+			DATA(64*i+4*l, U32(c.bits))
+		}
+	}
+	return func(name string) Mem {
+		off, ok := at[name]
+		if !ok {
+			panic(fmt.Sprintf("no constant %q", name))
+		}
+		return table.Offset(off)
+	}
+}
+
+// expInPlace emits x = exp(x) lane by lane, with x clamped to [-87, 88]
+// first, by the algorithm of the kernels' expf: k = round(x·log2 e),
+// r = x - k·ln 2 (in two parts), exp(r) by its degree-7 Taylor
+// polynomial, times 2^k built in the exponent bits.
+//
+// lo and hi hold -87 and 88 in every lane (see clampRegs): the clamp
+// keeps a NaN (VMAXPS and VMINPS return their last operand when either is
+// NaN), so exp(NaN) is NaN, as in the portable expf.
+func expInPlace(isa vecISA, c func(string) Mem, x, lo, hi VecVirtual) {
+	k, r, p := isa.vec(), isa.vec(), isa.vec()
+	VMAXPS(x, lo, x)
+	VMINPS(x, hi, x)
+	VMULPS(c("log2e"), x, k)
+	VADDPS(c("round"), k, k)
+	VSUBPS(c("round"), k, k)
+	VMOVAPS(x, r)
+	VFNMADD231PS(c("ln2hi"), k, r)
+	VFNMADD231PS(c("ln2lo"), k, r)
+	VMOVUPS(c("c7"), p)
+	for _, name := range []string{"c6", "c5", "c4", "c3", "c2", "one", "one"} {
+		VFMADD213PS(c(name), r, p)
+	}
+	VCVTPS2DQ(k, k)
+	VPADDD(c("bias"), k, k)
+	VPSLLD(U8(23), k, k)
+	VMULPS(k, p, x)
+}
+
+// clampRegs loads the bounds of expInPlace's clamp into two registers.
+func clampRegs(isa vecISA, c func(string) Mem) (lo, hi VecVirtual) {
+	lo, hi = isa.vec(), isa.vec()
+	VMOVUPS(c("lo"), lo)
+	VMOVUPS(c("hi"), hi)
+	return lo, hi
+}
+
+// zero emits v = 0 with an instruction of the ISA (VXORPS on zmm needs
+// AVX512DQ, VPXORD only AVX512F).
+func zero(isa vecISA, v VecVirtual) {
+	if isa.lanes == 16 {
+		VPXORD(v, v, v)
+	} else {
+		VXORPS(v, v, v)
+	}
+}
+
+// expSum emits expSum<ISA>: dst[i] = exp(src[i]·scale - shift) for i < n
+// (n a multiple of the lanes) and the sum of them, in lanes then across.
+func expSum(isa vecISA, c func(string) Mem) {
+	name := "expSum" + isa.suffix
+	TEXT(name, NOSPLIT, "func(dst, src *float32, n int, scale, shift float32) float32")
+	Doc(
+		fmt.Sprintf("%s writes dst[i] = exp(src[i]·scale - shift) for i < n, a multiple of %d,", name, isa.lanes),
+		"with the argument clamped to [-87, 88], and returns the sum of them. dst may be src.",
+	)
+	dst := Load(Param("dst"), GP64())
+	src := Load(Param("src"), GP64())
+	n := Load(Param("n"), GP64())
+	scale, shift := isa.vec(), isa.vec()
+	VBROADCASTSS(Load(Param("scale"), XMM()), scale)
+	VBROADCASTSS(Load(Param("shift"), XMM()), shift)
+	acc := isa.vec()
+	zero(isa, acc)
+	lo, hi := clampRegs(isa, c)
+	Label("loop")
+	TESTQ(n, n)
+	JE(LabelRef("done"))
+	x := isa.vec()
+	VMOVUPS(Mem{Base: src}, x)
+	VFMSUB213PS(shift, scale, x)
+	expInPlace(isa, c, x, lo, hi)
+	VMOVUPS(x, Mem{Base: dst})
+	VADDPS(x, acc, acc)
+	ADDQ(U8(4*isa.lanes), src)
+	ADDQ(U8(4*isa.lanes), dst)
+	SUBQ(U8(isa.lanes), n)
+	JMP(LabelRef("loop"))
+	Label("done")
+	Store(horizontalSum(isa, acc), ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+// horizontalSum emits the sum of the lanes of v and returns the xmm
+// register whose lowest lane holds it.
+func horizontalSum(isa vecISA, v VecVirtual) VecVirtual {
+	y := v
+	if isa.lanes == 16 {
+		hi := YMM()
+		VEXTRACTF64X4(U8(1), v, hi)
+		y = YMM()
+		VADDPS(hi, v.(Register).(VecVirtual).AsY(), y)
+	}
+	hi, lo := XMM(), XMM()
+	VEXTRACTF128(U8(1), y, hi)
+	VADDPS(hi, y.AsX(), lo)
+	VHADDPS(lo, lo, lo)
+	VHADDPS(lo, lo, lo)
+	return lo
+}
+
+// gelu emits gelu<ISA>: for i < n (a multiple of the lanes), with v =
+// h[i], th[i] = t = tanh(sqrt(2/pi)·(v + 0.044715 v³)) as 1 - 2/(exp(2u)+1)
+// and out[i] = 0.5 v (1 + t).
+func gelu(isa vecISA, c func(string) Mem) {
+	name := "gelu" + isa.suffix
+	TEXT(name, NOSPLIT, "func(out, th, h *float32, n int)")
+	Doc(
+		fmt.Sprintf("%s writes th[i] = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)) and out[i] =", name),
+		fmt.Sprintf("0.5·h[i]·(1 + th[i]) for i < n, a multiple of %d: GPT-2's tanh GELU.", isa.lanes),
+	)
+	out := Load(Param("out"), GP64())
+	th := Load(Param("th"), GP64())
+	h := Load(Param("h"), GP64())
+	n := Load(Param("n"), GP64())
+	one, two := isa.vec(), isa.vec()
+	VMOVUPS(c("one"), one)
+	VMOVUPS(c("two"), two)
+	lo, hi := clampRegs(isa, c)
+	Label("loop")
+	TESTQ(n, n)
+	JE(LabelRef("done"))
+	v, u := isa.vec(), isa.vec()
+	VMOVUPS(Mem{Base: h}, v)
+	VMULPS(v, v, u)
+	VMULPS(c("gelu3"), u, u)
+	VFMADD213PS(v, v, u) // u = v·(0.044715 v²) + v
+	VMULPS(c("gelu2c"), u, u)
+	expInPlace(isa, c, u, lo, hi)
+	VADDPS(one, u, u)
+	t := isa.vec()
+	VDIVPS(u, two, t)
+	VSUBPS(t, one, t)
+	VMOVUPS(t, Mem{Base: th})
+	hv := isa.vec()
+	VMULPS(c("half"), v, hv)
+	VFMADD213PS(hv, hv, t) // t = hv·t + hv
+	VMOVUPS(t, Mem{Base: out})
+	ADDQ(U8(4*isa.lanes), h)
+	ADDQ(U8(4*isa.lanes), th)
+	ADDQ(U8(4*isa.lanes), out)
+	SUBQ(U8(isa.lanes), n)
+	JMP(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// geluBack emits geluBackward<ISA>: g[i] *= gelu'(h[i]) for i < n (a
+// multiple of the lanes), with t = th[i] from the forward pass:
+// gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t²) sqrt(2/pi) (1 + 3·0.044715 x²).
+func geluBack(isa vecISA, c func(string) Mem) {
+	name := "geluBackward" + isa.suffix
+	TEXT(name, NOSPLIT, "func(grad, th, h *float32, n int)")
+	Doc(
+		fmt.Sprintf("%s multiplies grad[i] by the derivative of the tanh GELU at h[i], given", name),
+		fmt.Sprintf("th[i] = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)), for i < n, a multiple of %d.", isa.lanes),
+	)
+	g := Load(Param("grad"), GP64()) // not "g": the assembler's name of a register
+	th := Load(Param("th"), GP64())
+	h := Load(Param("h"), GP64())
+	n := Load(Param("n"), GP64())
+	one, half := isa.vec(), isa.vec()
+	VMOVUPS(c("one"), one)
+	VMOVUPS(c("half"), half)
+	Label("loop")
+	TESTQ(n, n)
+	JE(LabelRef("done"))
+	x, t := isa.vec(), isa.vec()
+	VMOVUPS(Mem{Base: h}, x)
+	VMOVUPS(Mem{Base: th}, t)
+	a := isa.vec()
+	VADDPS(one, t, a)
+	VMULPS(half, a, a) // a = 0.5 (1 + t)
+	b := isa.vec()
+	VMOVAPS(one, b)
+	VFNMADD231PS(t, t, b) // b = 1 - t²
+	x2 := isa.vec()
+	VMULPS(x, x, x2)
+	VMULPS(c("gelu3x3"), x2, x2)
+	VADDPS(one, x2, x2) // 1 + 3·0.044715 x²
+	d := isa.vec()
+	VMULPS(c("halfc"), x, d)
+	VMULPS(b, d, d)
+	VFMADD213PS(a, x2, d) // d = d·x2 + a
+	VMULPS(Mem{Base: g}, d, d)
+	VMOVUPS(d, Mem{Base: g})
+	ADDQ(U8(4*isa.lanes), g)
+	ADDQ(U8(4*isa.lanes), th)
+	ADDQ(U8(4*isa.lanes), h)
+	SUBQ(U8(isa.lanes), n)
+	JMP(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// sumRow emits acc = the lanes' sums of f(v) over a row of d floats at
+// p (d a multiple of the lanes), where f adds v (a loaded vector) to acc.
+func sumRow(isa vecISA, p, d Register, acc VecVirtual, f func(v VecVirtual)) {
+	q, j := GP64(), GP64()
+	MOVQ(p, q)
+	MOVQ(d, j)
+	zero(isa, acc)
+	loop := fmt.Sprintf("sum%d", labelCount())
+	Label(loop)
+	v := isa.vec()
+	VMOVUPS(Mem{Base: q}, v)
+	f(v)
+	ADDQ(U8(4*isa.lanes), q)
+	SUBQ(U8(isa.lanes), j)
+	JNE(LabelRef(loop))
+}
+
+var labels int
+
+func labelCount() int { labels++; return labels }
+
+// layerNorm emits layerNorm<ISA>: for each of rows rows of d floats (d a
+// positive multiple of the lanes) at x, mean = Σx/d, rstd = 1/sqrt(Σ(x -
+// mean)²/d + eps), out = (x - mean)·rstd·w + b; mean and rstd are kept.
+func layerNorm(isa vecISA) {
+	name := "layerNorm" + isa.suffix
+	TEXT(name, NOSPLIT, "func(out, mean, rstd, x, w, b *float32, rows, d int, invD, eps float32)")
+	Doc(
+		fmt.Sprintf("%s normalizes rows rows of d floats (d a positive multiple of %d) at x", name, isa.lanes),
+		"into out: out = (x - mean)·rstd·w + b with mean = Σx·invD and rstd =",
+		"1/sqrt(Σ(x - mean)²·invD + eps), stored in mean[i] and rstd[i].",
+	)
+	out := Load(Param("out"), GP64())
+	mean := Load(Param("mean"), GP64())
+	rstd := Load(Param("rstd"), GP64())
+	x := Load(Param("x"), GP64())
+	rows := Load(Param("rows"), GP64())
+	d := Load(Param("d"), GP64())
+	invD, eps := Load(Param("invD"), XMM()), Load(Param("eps"), XMM())
+	rowBytes := GP64()
+	MOVQ(d, rowBytes)
+	SHLQ(U8(2), rowBytes)
+
+	Label("row")
+	TESTQ(rows, rows)
+	JE(LabelRef("done"))
+	acc := isa.vec()
+	sumRow(isa, x, d, acc, func(v VecVirtual) { VADDPS(v, acc, acc) })
+	mu := horizontalSum(isa, acc)
+	VMULSS(invD, mu, mu)
+	VMOVSS(mu, Mem{Base: mean})
+	MU := isa.vec()
+	VBROADCASTSS(mu, MU)
+	sq := isa.vec()
+	sumRow(isa, x, d, sq, func(v VecVirtual) {
+		VSUBPS(MU, v, v)
+		VFMADD231PS(v, v, sq)
+	})
+	vr := horizontalSum(isa, sq)
+	VMULSS(invD, vr, vr)
+	VADDSS(eps, vr, vr)
+	VSQRTSS(vr, vr, vr)
+	r := XMM()
+	VMOVSS(c1(), r)
+	VDIVSS(vr, r, r)
+	VMOVSS(r, Mem{Base: rstd})
+	R := isa.vec()
+	VBROADCASTSS(r, R)
+
+	xp, op, wp, bp, j := GP64(), GP64(), GP64(), GP64(), GP64()
+	MOVQ(x, xp)
+	MOVQ(out, op)
+	Load(Param("w"), wp)
+	Load(Param("b"), bp)
+	MOVQ(d, j)
+	Label("norm")
+	v := isa.vec()
+	VMOVUPS(Mem{Base: xp}, v)
+	VSUBPS(MU, v, v)
+	VMULPS(R, v, v)
+	wv := isa.vec()
+	VMOVUPS(Mem{Base: wp}, wv)
+	VFMADD213PS(Mem{Base: bp}, wv, v) // v = w·v + b
+	VMOVUPS(v, Mem{Base: op})
+	for _, p := range []Register{xp, op, wp, bp} {
+		ADDQ(U8(4*isa.lanes), p)
+	}
+	SUBQ(U8(isa.lanes), j)
+	JNE(LabelRef("norm"))
+
+	ADDQ(rowBytes, x)
+	ADDQ(rowBytes, out)
+	ADDQ(U8(4), mean)
+	ADDQ(U8(4), rstd)
+	DECQ(rows)
+	JMP(LabelRef("row"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// oneConst is the memory operand of the constant 1 in the table, set by
+// vecMath before the kernels that need it are emitted.
+var oneConst Mem
+
+func c1() Mem { return oneConst }
+
+// layerNormBack emits layerNormBackward<ISA>: for each of rows rows of d
+// floats (d a positive multiple of the lanes), with xhat = (x - mean)·rstd
+// and gw = dout·w: dw += dout·xhat, db += dout, and dx += rstd·(gw -
+// Σgw·invD - xhat·Σ(gw·xhat)·invD).
+func layerNormBack(isa vecISA) {
+	name := "layerNormBackward" + isa.suffix
+	TEXT(name, NOSPLIT, "func(dx, dw, db, dout, x, mean, rstd, w *float32, rows, d int, invD float32)")
+	Doc(
+		fmt.Sprintf("%s adds to dx, dw and db the gradient of the layer norm of rows rows", name),
+		fmt.Sprintf("of d floats (d a positive multiple of %d) at x, given dout and the mean and", isa.lanes),
+		"rstd of each row from the forward pass.",
+	)
+	dx := Load(Param("dx"), GP64())
+	dout := Load(Param("dout"), GP64())
+	x := Load(Param("x"), GP64())
+	mean := Load(Param("mean"), GP64())
+	rstd := Load(Param("rstd"), GP64())
+	rows := Load(Param("rows"), GP64())
+	d := Load(Param("d"), GP64())
+	invD := Load(Param("invD"), XMM())
+	rowBytes := GP64()
+	MOVQ(d, rowBytes)
+	SHLQ(U8(2), rowBytes)
+
+	Label("row")
+	TESTQ(rows, rows)
+	JE(LabelRef("done"))
+	MU, R := isa.vec(), isa.vec()
+	VBROADCASTSS(Mem{Base: mean}, MU)
+	VBROADCASTSS(Mem{Base: rstd}, R)
+	sg, sgx := isa.vec(), isa.vec()
+	zero(isa, sg)
+	zero(isa, sgx)
+	xp, gp, wp, dwp, dbp, j := GP64(), GP64(), GP64(), GP64(), GP64(), GP64()
+	MOVQ(x, xp)
+	MOVQ(dout, gp)
+	Load(Param("w"), wp)
+	Load(Param("dw"), dwp)
+	Load(Param("db"), dbp)
+	MOVQ(d, j)
+	Label("sums")
+	xh, g, gw := isa.vec(), isa.vec(), isa.vec()
+	VMOVUPS(Mem{Base: xp}, xh)
+	VSUBPS(MU, xh, xh)
+	VMULPS(R, xh, xh)
+	VMOVUPS(Mem{Base: gp}, g)
+	VMULPS(Mem{Base: wp}, g, gw)
+	VADDPS(gw, sg, sg)
+	VFMADD231PS(gw, xh, sgx)
+	acc := isa.vec()
+	VMOVUPS(Mem{Base: dwp}, acc)
+	VFMADD231PS(g, xh, acc)
+	VMOVUPS(acc, Mem{Base: dwp})
+	VADDPS(Mem{Base: dbp}, g, g)
+	VMOVUPS(g, Mem{Base: dbp})
+	for _, p := range []Register{xp, gp, wp, dwp, dbp} {
+		ADDQ(U8(4*isa.lanes), p)
+	}
+	SUBQ(U8(isa.lanes), j)
+	JNE(LabelRef("sums"))
+
+	mg := horizontalSum(isa, sg)
+	VMULSS(invD, mg, mg)
+	MG := isa.vec()
+	VBROADCASTSS(mg, MG)
+	mgx := horizontalSum(isa, sgx)
+	VMULSS(invD, mgx, mgx)
+	MGX := isa.vec()
+	VBROADCASTSS(mgx, MGX)
+
+	dxp := GP64()
+	MOVQ(x, xp)
+	MOVQ(dout, gp)
+	MOVQ(dx, dxp)
+	Load(Param("w"), wp)
+	MOVQ(d, j)
+	Label("grad")
+	xh2, t := isa.vec(), isa.vec()
+	VMOVUPS(Mem{Base: xp}, xh2)
+	VSUBPS(MU, xh2, xh2)
+	VMULPS(R, xh2, xh2)
+	VMOVUPS(Mem{Base: gp}, t)
+	VMULPS(Mem{Base: wp}, t, t)
+	VSUBPS(MG, t, t)
+	VFNMADD231PS(xh2, MGX, t) // t -= xhat·mgx
+	o := isa.vec()
+	VMOVUPS(Mem{Base: dxp}, o)
+	VFMADD231PS(t, R, o) // o += rstd·t
+	VMOVUPS(o, Mem{Base: dxp})
+	for _, p := range []Register{xp, gp, wp, dxp} {
+		ADDQ(U8(4*isa.lanes), p)
+	}
+	SUBQ(U8(isa.lanes), j)
+	JNE(LabelRef("grad"))
+
+	ADDQ(rowBytes, x)
+	ADDQ(rowBytes, dout)
+	ADDQ(rowBytes, dx)
+	ADDQ(U8(4), mean)
+	ADDQ(U8(4), rstd)
+	DECQ(rows)
+	JMP(LabelRef("row"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// maxSum emits maxSum<ISA>: the largest of x[0..n) (n a positive
+// multiple of the lanes) and their sum, which tells the caller whether
+// there was a NaN (VMAXPS does not keep one).
+func maxSum(isa vecISA) {
+	name := "maxSum" + isa.suffix
+	TEXT(name, NOSPLIT, "func(x *float32, n int) (mx, sum float32)")
+	Doc(
+		fmt.Sprintf("%s returns the largest of x[i] for i < n, a positive multiple of %d,", name, isa.lanes),
+		"and their sum (NaN if one is NaN, which the maximum may not show).",
+	)
+	x := Load(Param("x"), GP64())
+	n := Load(Param("n"), GP64())
+	mx, sum := isa.vec(), isa.vec()
+	VMOVUPS(Mem{Base: x}, mx)
+	VMOVUPS(Mem{Base: x}, sum)
+	ADDQ(U8(4*isa.lanes), x)
+	SUBQ(U8(isa.lanes), n)
+	Label("loop")
+	TESTQ(n, n)
+	JE(LabelRef("done"))
+	v := isa.vec()
+	VMOVUPS(Mem{Base: x}, v)
+	VMAXPS(v, mx, mx)
+	VADDPS(v, sum, sum)
+	ADDQ(U8(4*isa.lanes), x)
+	SUBQ(U8(isa.lanes), n)
+	JMP(LabelRef("loop"))
+	Label("done")
+	Store(horizontalSum(isa, sum), Return("sum"))
+	Store(horizontalMax(isa, mx), Return("mx"))
+	VZEROUPPER()
+	RET()
+}
+
+// horizontalMax emits the largest of the lanes of v and returns the xmm
+// register whose lowest lane holds it.
+func horizontalMax(isa vecISA, v VecVirtual) VecVirtual {
+	y := v
+	if isa.lanes == 16 {
+		hi := YMM()
+		VEXTRACTF64X4(U8(1), v, hi)
+		y = YMM()
+		VMAXPS(hi, v.(Register).(VecVirtual).AsY(), y)
+	}
+	hi, lo := XMM(), XMM()
+	VEXTRACTF128(U8(1), y, hi)
+	VMAXPS(hi, y.AsX(), lo)
+	sh := XMM()
+	VPERMILPS(U8(0x4E), lo, sh) // swap the 64-bit halves
+	VMAXPS(sh, lo, lo)
+	VPERMILPS(U8(0xB1), lo, sh) // swap neighbours
+	VMAXPS(sh, lo, lo)
+	return lo
+}
+
+// scale emits scale<ISA>: x[i] *= s for i < n, a multiple of the lanes.
+func scale(isa vecISA) {
+	name := "scale" + isa.suffix
+	TEXT(name, NOSPLIT, "func(x *float32, n int, s float32)")
+	Doc(fmt.Sprintf("%s multiplies x[i] by s for i < n, a multiple of %d.", name, isa.lanes))
+	x := Load(Param("x"), GP64())
+	n := Load(Param("n"), GP64())
+	sv := isa.vec()
+	VBROADCASTSS(Load(Param("s"), XMM()), sv)
+	Label("loop")
+	TESTQ(n, n)
+	JE(LabelRef("done"))
+	v := isa.vec()
+	VMULPS(Mem{Base: x}, sv, v)
+	VMOVUPS(v, Mem{Base: x})
+	ADDQ(U8(4*isa.lanes), x)
+	SUBQ(U8(isa.lanes), n)
+	JMP(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// vecMath emits the elementwise kernels for every vector width.
+func vecMath() {
+	c := mathConsts()
+	oneConst = c("one")
+	for _, isa := range vecISAs {
+		expSum(isa, c)
+		gelu(isa, c)
+		geluBack(isa, c)
+		layerNorm(isa)
+		layerNormBack(isa)
+		maxSum(isa)
+		scale(isa)
+	}
+}
