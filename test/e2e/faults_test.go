@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -179,7 +180,25 @@ func (j *faultJob) status() string {
 // workerOf finds the worker process of global rank rank among the agents: its pid and agent.
 func (j *faultJob) workerOf(rank int) (int, *gorunProc) {
 	j.t.Helper()
-	want := []byte(fmt.Sprintf("RANK=%d", rank))
+	for _, w := range j.workers() {
+		if w.rank == rank {
+			return w.pid, w.agent
+		}
+	}
+	j.t.Fatalf("%s: no worker of rank %d", j.runID, rank)
+	return 0, nil
+}
+
+// worker is one worker process of a fault job.
+type worker struct {
+	pid, rank int
+	agent     *gorunProc
+}
+
+// workers lists the worker processes of the job's live agents (children of an agent, with a
+// RANK in their environment).
+func (j *faultJob) workers() []worker {
+	var out []worker
 	for _, a := range j.agents {
 		if a.cmd.ProcessState != nil {
 			continue
@@ -188,17 +207,85 @@ func (j *faultJob) workerOf(rank int) (int, *gorunProc) {
 			pid, _ := strconv.Atoi(strings.Fields(l)[0])
 			env, err1 := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 			stat, err2 := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-			if err1 != nil || err2 != nil || !containsEnv(env, want) {
+			if err1 != nil || err2 != nil {
 				continue
 			}
 			i := bytes.LastIndexByte(stat, ')')
-			if f := strings.Fields(string(stat[i+1:])); len(f) > 1 && f[1] == strconv.Itoa(a.cmd.Process.Pid) {
-				return pid, a
+			if f := strings.Fields(string(stat[i+1:])); len(f) < 2 || f[1] != strconv.Itoa(a.cmd.Process.Pid) {
+				continue
+			}
+			for _, e := range bytes.Split(env, []byte{0}) {
+				if v, ok := bytes.CutPrefix(e, []byte("RANK=")); ok {
+					rank, _ := strconv.Atoi(string(v))
+					out = append(out, worker{pid: pid, rank: rank, agent: a})
+				}
 			}
 		}
 	}
-	j.t.Fatalf("%s: no worker of rank %d", j.runID, rank)
-	return 0, nil
+	return out
+}
+
+// pause stops (SIGSTOP) every worker of the job and returns them: the job cannot step past
+// the fault the test injects next, however fast this machine trains. The test continues them
+// with resume or resumeOnceSignalled.
+func (j *faultJob) pause() []worker {
+	j.t.Helper()
+	ws := j.workers()
+	if len(ws) == 0 {
+		j.t.Fatalf("%s: no worker to pause", j.runID)
+	}
+	for _, w := range ws {
+		_ = syscall.Kill(w.pid, syscall.SIGSTOP)
+	}
+	return ws
+}
+
+// resume continues paused workers, except those of the given ranks.
+func resume(ws []worker, except ...int) {
+	for _, w := range ws {
+		if !slices.Contains(except, w.rank) {
+			_ = syscall.Kill(w.pid, syscall.SIGCONT)
+		}
+	}
+}
+
+// resumeOnceSignalled continues paused workers once each has a SIGTERM or SIGKILL pending, or is
+// gone: their agents ended the round, so no paused worker steps on in the old one.
+func (j *faultJob) resumeOnceSignalled(ws []worker) {
+	j.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for _, w := range ws {
+		for !signalledOrGone(w.pid) {
+			if time.Now().After(deadline) {
+				resume(ws)
+				j.t.Fatalf("%s: rank %d (pid %d) was not signalled within 90 s", j.runID, w.rank, w.pid)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	resume(ws)
+}
+
+// signalledOrGone says whether process pid has SIGTERM or SIGKILL pending, or has ended.
+func signalledOrGone(pid int) bool {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return true
+	}
+	const term, kill = 1 << (syscall.SIGTERM - 1), 1 << (syscall.SIGKILL - 1)
+	for _, l := range strings.Split(string(status), "\n") {
+		if l, ok := strings.CutPrefix(l, "State:"); ok && strings.HasPrefix(strings.TrimSpace(l), "Z") {
+			return true
+		}
+		for _, field := range []string{"ShdPnd:", "SigPnd:"} {
+			if v, ok := strings.CutPrefix(l, field); ok {
+				if mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64); err == nil && mask&(term|kill) != 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // requireFirstFailure: gorun status counts restarts restarts after worker failures and its first
@@ -272,12 +359,14 @@ func TestFaults(t *testing.T) {
 	t.Run("kill -9 worker", func(t *testing.T) {
 		j := three(t, "kill-worker")
 		rec := j.waitStep(12)
+		paused := j.pause()
 		pid, agent := j.workerOf(2)
 		ended := j.roundsEnded()
 		at := time.Now()
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
+		resume(paused) // no step completes without rank 2 now
 		row := j.observe("kill -9 of a worker (rank 2)", at, rec.Step, ended)
 		j.finish()
 		requireEqual(t, ref6.dir, j.dir)
@@ -290,12 +379,14 @@ func TestFaults(t *testing.T) {
 	t.Run("kill -9 node", func(t *testing.T) {
 		j := three(t, "kill-node")
 		rec := j.waitStep(12)
+		paused := j.pause()
 		victim := j.agents[2]
 		ended := j.roundsEnded()
 		at := time.Now()
 		if err := victim.cmd.Process.Kill(); err != nil {
 			t.Fatal(err)
 		}
+		resume(paused) // its workers die with it: no step completes without them
 		row := j.observe("kill -9 of a node (agent and its 2 workers)", at, rec.Step, ended)
 		j.finish(victim)
 		row.Result = "finished at world size 4, " + requireNormClose(t, ref4.dir, j.dir)
@@ -313,12 +404,11 @@ func TestFaults(t *testing.T) {
 	t.Run("SIGSTOP worker", func(t *testing.T) {
 		j := three(t, "sigstop", "--heartbeat-timeout=2s")
 		rec := j.waitStep(12)
-		pid, agent := j.workerOf(2)
 		ended := j.roundsEnded()
 		at := time.Now()
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
+		paused := j.pause()
+		_, agent := j.workerOf(2)
+		resume(paused, 2) // rank 2 stays stopped: no step completes without it
 		row := j.observe("SIGSTOP of a worker (rank 2, --heartbeat-timeout=2s)", at, rec.Step, ended)
 		j.finish()
 		requireEqual(t, ref6.dir, j.dir)
@@ -334,12 +424,12 @@ func TestFaults(t *testing.T) {
 	t.Run("corrupt newest checkpoint", func(t *testing.T) {
 		j := three(t, "corrupt")
 		rec := j.waitStep(17)
+		// Keep rank 3 stopped so that no step (and no checkpoint) completes while the newest one is
+		// corrupted, then kill it: the restart must skip the corrupt checkpoint. The others may
+		// still finish a checkpoint rank 3 had done its part of: let that settle first.
+		paused := j.pause()
 		pid, agent := j.workerOf(3)
-		// Stop rank 3 so that no step (and no checkpoint) completes while the newest one is
-		// corrupted, then kill it: the restart must skip the corrupt checkpoint.
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
+		resume(paused, 3)
 		time.Sleep(300 * time.Millisecond)
 		newest := newestStep(t, j.dir)
 		shards, _ := filepath.Glob(filepath.Join(j.dir, checkpoint.StepName(newest), "shard-*.bin"))
@@ -395,9 +485,13 @@ func TestFaults(t *testing.T) {
 		if rec.Step == 0 {
 			t.Fatal("no step 17 at world size 4 within 60 s of the node loss")
 		}
+		// Paused, the job cannot finish at world size 4 before node-d joins: the workers go on
+		// only once their agents ended the round for node-d.
+		paused := j.pause()
 		ended := j.roundsEnded()
 		at := time.Now()
 		j.start("node-d")
+		j.resumeOnceSignalled(paused)
 		row := j.observe("a node comes back (scale up 4 -> 6 workers)", at, rec.Step, ended)
 		j.finish(victim)
 		if recs := j.records(); recs[len(recs)-1].WorldSize != 6 {
