@@ -1,10 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -21,14 +24,15 @@ import (
 // part in it.
 func statusCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "status",
-		Usage:     "show a job's rendezvous (its run id's current incarnation; a finished one for a day): round, members, waiting nodes, restarts, recent failures",
-		UsageText: "gorun status --rdzv-endpoint HOST:PORT --rdzv-id ID   (inside a SLURM job: gorun status)",
+		Name:        "status",
+		Usage:       "show a job's rendezvous (its run id's current incarnation; a finished one for a day): round, members, waiting nodes, restarts, recent failures",
+		UsageText:   "gorun status --rdzv-endpoint HOST:PORT --rdzv-id ID   (inside a SLURM job: gorun status)",
+		Description: statusDescription,
 		Flags: []cli.Flag{
 			stringFlag("", "rdzv-endpoint", "", "etcd HOST:PORT[,...] (default inside a SLURM job: its embedded etcd)"),
 			stringFlag("", "rdzv-id", "", "run id (default: SLURM_JOB_ID)"),
 			stringFlag("", "rdzv-conf", "", "TLS and auth: cacert, cert, key, user, password; connect_timeout"),
-			&cli.BoolFlag{Name: "json", Usage: "print the status as one JSON object"},
+			&cli.BoolFlag{Name: "json", Usage: "print the whole status (every member, waiting node and failure) as one JSON object; fields below"},
 		},
 		Action: statusAction,
 	}
@@ -78,7 +82,7 @@ func statusAction(c *cli.Context) error {
 	if c.Bool("json") {
 		enc := json.NewEncoder(c.App.Writer)
 		enc.SetIndent("", "  ")
-		return enc.Encode(st)
+		return enc.Encode(newStatusReport(st))
 	}
 	writeStatus(c.App.Writer, st, time.Now())
 	if !st.Started {
@@ -87,7 +91,166 @@ func statusAction(c *cli.Context) error {
 	return nil
 }
 
-// writeStatus prints st for people.
+// statusDescription is `gorun status --help`'s description: what the text
+// shows and the --json fields, which scripts may rely on.
+const statusDescription = `Reads the job's keys on its etcd without taking part in the job (no lease, no writes).
+
+The text fits one screen whatever the job's size: the round, its phase and why it opened, the
+budgets, the master, counts of members (alive, lost), agents and waiting nodes, then the members:
+a table for up to 16 members, else their hosts as SLURM hostlists (node[0001-4096]) with the lost
+ones named, the waiting nodes likewise, and the job's first failure with the latest ones. Lists
+too long for one line end in "... N more": --json has them all.
+
+--json prints one object:
+  run_id, started, incarnation, generation (SLURM_RESTART_COUNT), exists (false: no round yet)
+  round, phase (joinable, running, closed), since, result, reason, master_addr, master_port
+  budgets: min_nodes, max_nodes, failure_restarts, max_failure_restarts,
+           change_restarts, max_change_restarts
+  counts: members, workers, alive, lost, registered, waiting, others, failures
+  members: the round's members in node-rank order (none while it is joinable):
+           node_rank, first_rank (global rank of its local rank 0), id, host, addr, nproc,
+           since, alive (its agent's lease lives)
+  waiting: agents waiting for the next round: id, host, addr, nproc, since
+  others:  agents with a live lease, neither members nor waiting: id, host, addr, nproc, since
+  failures: every failure report, first first (the fields of the agents' reports)`
+
+// statusReport is a job's status as `gorun status` shows it, computed
+// from what etcdstore.ReadStatus read; the text and the --json output are
+// both made from it, and its JSON field names are the documented ones
+// (statusDescription).
+type statusReport struct {
+	RunID       string               `json:"run_id"`
+	Started     bool                 `json:"started"`
+	Incarnation int                  `json:"incarnation"`
+	Generation  int                  `json:"generation"`
+	Exists      bool                 `json:"exists"`
+	Round       int                  `json:"round"`
+	Phase       rendezvous.Phase     `json:"phase,omitempty"`
+	Since       time.Time            `json:"since"`
+	Result      string               `json:"result,omitempty"`
+	Reason      string               `json:"reason,omitempty"`
+	MasterAddr  string               `json:"master_addr,omitempty"`
+	MasterPort  int                  `json:"master_port,omitempty"`
+	Budgets     statusBudgets        `json:"budgets"`
+	Counts      statusCounts         `json:"counts"`
+	Members     []statusMember       `json:"members"`
+	Waiting     []statusNode         `json:"waiting"`
+	Others      []statusNode         `json:"others"`
+	Failures    []rendezvous.Failure `json:"failures"`
+}
+
+// statusBudgets are the job's node bounds and its two restart budgets,
+// each as used and allowed.
+type statusBudgets struct {
+	MinNodes           int `json:"min_nodes"`
+	MaxNodes           int `json:"max_nodes"`
+	FailureRestarts    int `json:"failure_restarts"`
+	MaxFailureRestarts int `json:"max_failure_restarts"`
+	ChangeRestarts     int `json:"change_restarts"`
+	MaxChangeRestarts  int `json:"max_change_restarts"`
+}
+
+// statusCounts are the sizes of the report's lists, and the workers of
+// the round.
+type statusCounts struct {
+	Members    int `json:"members"`
+	Workers    int `json:"workers"`
+	Alive      int `json:"alive"`      // members whose agent's lease lives
+	Lost       int `json:"lost"`       // members whose agent's lease is gone
+	Registered int `json:"registered"` // agents with a live lease
+	Waiting    int `json:"waiting"`
+	Others     int `json:"others"`
+	Failures   int `json:"failures"`
+}
+
+// statusNode is one agent as the report lists it.
+type statusNode struct {
+	ID    string    `json:"id"`
+	Host  string    `json:"host"`
+	Addr  string    `json:"addr"`
+	NProc int       `json:"nproc"`
+	Since time.Time `json:"since"`
+}
+
+// statusMember is one member of the round.
+type statusMember struct {
+	NodeRank  int `json:"node_rank"`
+	FirstRank int `json:"first_rank"`
+	statusNode
+	Alive bool `json:"alive"`
+}
+
+func nodeOf(m rendezvous.Member) statusNode {
+	return statusNode{ID: m.ID, Host: m.Host, Addr: m.Addr, NProc: m.NProc, Since: m.Since}
+}
+
+// newStatusReport computes the report of st. The members are the
+// roster's when it is the current round's (running or closed), none while
+// the round is joinable.
+func newStatusReport(st etcdstore.Status) statusReport {
+	s := st.State
+	r := statusReport{
+		RunID: st.RunID, Started: st.Started, Incarnation: st.Incarnation, Generation: st.Generation, Exists: st.Exists,
+		Round: s.Round, Phase: s.Phase, Since: s.Since, Result: s.Result, Reason: s.Reason,
+		Budgets: statusBudgets{
+			MinNodes: s.Limits.MinNodes, MaxNodes: s.Limits.MaxNodes,
+			FailureRestarts: s.Failures, MaxFailureRestarts: s.Limits.MaxFailures,
+			ChangeRestarts: s.Changes, MaxChangeRestarts: s.Limits.MaxChanges,
+		},
+		Members: []statusMember{}, Waiting: []statusNode{}, Others: []statusNode{}, Failures: st.Failures,
+	}
+	if s.Phase == rendezvous.PhaseRunning {
+		r.MasterAddr, r.MasterPort = s.MasterAddr, s.MasterPort
+	}
+	if r.Failures == nil {
+		r.Failures = []rendezvous.Failure{}
+	}
+	alive := make(map[string]bool, len(st.Nodes))
+	for _, n := range st.Nodes {
+		alive[n.ID] = true
+	}
+	placed := map[string]bool{}
+	if st.Exists && st.Roster.Round == s.Round {
+		first := 0
+		for i, m := range st.Roster.Members {
+			r.Members = append(r.Members, statusMember{NodeRank: i, FirstRank: first, statusNode: nodeOf(m), Alive: alive[m.ID]})
+			first += m.NProc
+			placed[m.ID] = true
+			if alive[m.ID] {
+				r.Counts.Alive++
+			}
+		}
+		r.Counts.Workers = first
+	}
+	for _, m := range st.Waiting {
+		r.Waiting = append(r.Waiting, nodeOf(m))
+		placed[m.ID] = true
+	}
+	for _, m := range st.Nodes {
+		if !placed[m.ID] {
+			r.Others = append(r.Others, nodeOf(m))
+		}
+	}
+	r.Counts.Members = len(r.Members)
+	r.Counts.Lost = r.Counts.Members - r.Counts.Alive
+	r.Counts.Registered = len(st.Nodes)
+	r.Counts.Waiting = len(r.Waiting)
+	r.Counts.Others = len(r.Others)
+	r.Counts.Failures = len(r.Failures)
+	return r
+}
+
+// Bounds that keep gorun status's text on one screen whatever the job's
+// size: at most about 40 lines of at most about 120 columns (a failure
+// line may be longer: it names the worker and its error's first line).
+const (
+	tableMembers   = 16  // members listed one per line, in a table; more are summarized
+	listedWaiting  = 4   // waiting nodes listed one per line; more are summarized
+	hostlistColumn = 100 // the longest hostlist written on one line
+)
+
+// writeStatus prints st for people, on one screen whatever the job's size
+// (see statusDescription).
 func writeStatus(w io.Writer, st etcdstore.Status, now time.Time) {
 	if !st.Started {
 		fmt.Fprintf(w, "run %s: no rendezvous on this etcd (no agent of this run id has started, or its keys expired)\n", st.RunID)
@@ -101,38 +264,157 @@ func writeStatus(w io.Writer, st etcdstore.Status, now time.Time) {
 		fmt.Fprintf(w, "%s: starting, no round yet\n", run)
 		return
 	}
-	s := st.State
+	r := newStatusReport(st)
 	ago := func(t time.Time) string { return now.Sub(t).Round(time.Second).String() + " ago" }
-	fmt.Fprintf(w, "%s: round %d %s since %s (%s)\n", run, s.Round, s.Phase, s.Since.Format("15:04:05"), ago(s.Since))
-	if s.Result != "" {
-		fmt.Fprintf(w, "result: %s\n", s.Result)
+	fmt.Fprintf(w, "%s: round %d %s since %s (%s)\n", run, r.Round, r.Phase, r.Since.Format("15:04:05"), ago(r.Since))
+	writeHeader(w, r)
+	elided := writeMembers(w, r, ago)
+	elided = writeWaiting(w, r, ago) || elided
+	if len(r.Others) > 0 {
+		label := "others not in the round"
+		if r.Phase == rendezvous.PhaseJoinable {
+			label = "registered, not waiting"
+		}
+		elided = writeHosts(w, label, hostsOf(r.Others)) || elided
 	}
-	if s.Reason != "" {
-		fmt.Fprintf(w, "reason: %s\n", s.Reason)
+	writeFailures(w, r.Failures)
+	if elided || len(r.Failures) > shownFailures {
+		fmt.Fprintln(w, "all members, waiting nodes and failures: gorun status --json")
 	}
+}
+
+// writeHeader prints the lines about the round after the first one: its
+// result, why it opened, the budgets, the master and the counts.
+func writeHeader(w io.Writer, r statusReport) {
+	if r.Result != "" {
+		fmt.Fprintf(w, "result: %s\n", r.Result)
+	}
+	if r.Reason != "" {
+		fmt.Fprintf(w, "reason: %s\n", r.Reason)
+	}
+	b := r.Budgets
 	fmt.Fprintf(w, "nodes: %d..%d; restarts used: %d of %d after worker failures, %d of %d after membership changes\n",
-		s.Limits.MinNodes, s.Limits.MaxNodes, s.Failures, s.Limits.MaxFailures, s.Changes, s.Limits.MaxChanges)
-	if s.Phase == rendezvous.PhaseRunning {
-		fmt.Fprintf(w, "master: %s:%d\n", s.MasterAddr, s.MasterPort)
+		b.MinNodes, b.MaxNodes, b.FailureRestarts, b.MaxFailureRestarts, b.ChangeRestarts, b.MaxChangeRestarts)
+	if r.Phase == rendezvous.PhaseRunning {
+		fmt.Fprintf(w, "master: %s:%d\n", r.MasterAddr, r.MasterPort)
 	}
-	alive := map[string]bool{}
-	for _, n := range st.Nodes {
-		alive[n.ID] = true
+	c := r.Counts
+	switch r.Phase {
+	case rendezvous.PhaseJoinable:
+		fmt.Fprintf(w, "members: none yet (round %d is joinable)\n", r.Round)
+		fmt.Fprintf(w, "agents: %d with a live lease; %d waiting for the next round\n", c.Registered, c.Waiting)
+		return
+	case rendezvous.PhaseClosed:
+		fmt.Fprintf(w, "members: %d nodes, %d workers; %d still registered\n", c.Members, c.Workers, c.Alive)
+	default:
+		fmt.Fprintf(w, "members: %d nodes, %d workers; %d alive, %d lost\n", c.Members, c.Workers, c.Alive, c.Lost)
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE RANK\tHOST\tADDR\tWORKERS\tALIVE\tSINCE")
-	var members []rendezvous.Member
-	if st.Roster.Round == s.Round {
-		members = st.Roster.Members
+	fmt.Fprintf(w, "agents: %d with a live lease; %d waiting for the next round, %d others not in the round\n",
+		c.Registered, c.Waiting, c.Others)
+}
+
+// writeMembers prints the round's members: a table when they are few,
+// else their hosts and the lost ones as hostlists. It reports whether it
+// left any out.
+func writeMembers(w io.Writer, r statusReport, ago func(time.Time) string) (elided bool) {
+	if len(r.Members) <= tableMembers {
+		if len(r.Members) > 0 {
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NODE RANK\tHOST\tADDR\tWORKERS\tALIVE\tSINCE")
+			for _, m := range r.Members {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%v\t%s\n", m.NodeRank, m.Host, m.Addr, m.NProc, m.Alive, ago(m.Since))
+			}
+			tw.Flush()
+		}
+	} else {
+		hosts := make([]string, 0, len(r.Members))
+		var lost []string
+		for _, m := range r.Members {
+			hosts = append(hosts, m.Host)
+			if !m.Alive {
+				lost = append(lost, m.Host)
+			}
+		}
+		elided = writeHosts(w, "member hosts", hosts)
+		if r.Phase == rendezvous.PhaseRunning && len(lost) > 0 {
+			elided = writeHosts(w, "lost", lost) || elided
+		}
 	}
-	for i, m := range members {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%v\t%s\n", i, m.Host, m.Addr, m.NProc, alive[m.ID], ago(m.Since))
+	return elided
+}
+
+// writeWaiting prints the waiting nodes, one a line when they are few,
+// else as a hostlist. It reports whether it left any out.
+func writeWaiting(w io.Writer, r statusReport, ago func(time.Time) string) (elided bool) {
+	if len(r.Waiting) > listedWaiting {
+		return writeHosts(w, "waiting", hostsOf(r.Waiting))
 	}
-	tw.Flush()
-	for _, m := range st.Waiting {
+	for _, m := range r.Waiting {
 		fmt.Fprintf(w, "waiting: %s (%s, %d workers) since %s\n", m.Host, m.Addr, m.NProc, ago(m.Since))
 	}
-	writeFailures(w, st.Failures)
+	return false
+}
+
+func hostsOf(nodes []statusNode) []string {
+	hosts := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		hosts = append(hosts, n.Host)
+	}
+	return hosts
+}
+
+// writeHosts prints one line "label (N): HOSTLIST", the hosts sorted and
+// compressed as a SLURM hostlist, cut to about hostlistColumn columns
+// with "... N more". It reports whether it cut the list.
+func writeHosts(w io.Writer, label string, hosts []string) (elided bool) {
+	list, shown := shortHostlist(hosts, hostlistColumn)
+	more := ""
+	if shown < len(hosts) {
+		more = fmt.Sprintf(" ... %d more", len(hosts)-shown)
+	}
+	fmt.Fprintf(w, "%s (%d): %s%s\n", label, len(hosts), list, more)
+	return shown < len(hosts)
+}
+
+// shortHostlist sorts hosts (names with the same prefix by their trailing
+// number) and compresses them as a SLURM hostlist of at most width bytes:
+// the longest first part of the sorted hosts that fits, but at least one
+// host. It returns the hostlist and how many hosts it holds.
+func shortHostlist(hosts []string, width int) (string, int) {
+	sorted := slices.Clone(hosts)
+	slices.SortFunc(sorted, compareHosts)
+	if list := slurm.CompressHostlist(sorted); len(list) <= width {
+		return list, len(sorted)
+	}
+	// A hostlist of more hosts is rarely shorter: search the most that fit.
+	n := sort.Search(len(sorted), func(k int) bool {
+		return len(slurm.CompressHostlist(sorted[:k+1])) > width
+	})
+	n = max(n, 1)
+	return slurm.CompressHostlist(sorted[:n]), n
+}
+
+// compareHosts orders host names by the text before their trailing
+// number, then by that number's value (node9 before node10), then as
+// plain strings.
+func compareHosts(a, b string) int {
+	ap, an := splitTrailingNumber(a)
+	bp, bn := splitTrailingNumber(b)
+	if c := strings.Compare(ap, bp); c != 0 {
+		return c
+	}
+	an, bn = strings.TrimLeft(an, "0"), strings.TrimLeft(bn, "0")
+	return cmp.Or(cmp.Compare(len(an), len(bn)), strings.Compare(an, bn), strings.Compare(a, b))
+}
+
+// splitTrailingNumber splits host into the text before its trailing
+// decimal digits and those digits ("" when there are none).
+func splitTrailingNumber(host string) (prefix, digits string) {
+	i := len(host)
+	for i > 0 && host[i-1] >= '0' && host[i-1] <= '9' {
+		i--
+	}
+	return host[:i], host[i:]
 }
 
 // shownFailures is how many failures gorun status lists: the first, then
