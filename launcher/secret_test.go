@@ -102,7 +102,9 @@ func TestResolveRendezvousCredentials(t *testing.T) {
 		}
 		return out
 	}
-	endpoint := func(o *Options) { o.NNodes, o.RdzvBackend, o.RdzvEndpoint, o.RdzvID = "2", "etcd", "10.0.0.1:2379", "j" }
+	endpoint := func(o *Options) {
+		o.NNodes, o.RdzvBackend, o.RdzvEndpoint, o.RdzvID = "2", "etcd", "10.0.0.1:2379", "j"
+	}
 	tests := []struct {
 		name     string
 		env      map[string]string
@@ -111,7 +113,9 @@ func TestResolveRendezvousCredentials(t *testing.T) {
 	}{
 		{"embedded under SLURM", withSecret(slurmStep()), nil, "gorun"},
 		{"an endpoint", withSecret(nil), endpoint, "gorun"},
-		{"a c10d endpoint", withSecret(nil), func(o *Options) { o.NNodes, o.RdzvBackend, o.RdzvEndpoint, o.RdzvID = "2", "c10d", "10.0.0.1:29400", "j" }, "gorun"},
+		{"a c10d endpoint", withSecret(nil), func(o *Options) {
+			o.NNodes, o.RdzvBackend, o.RdzvEndpoint, o.RdzvID = "2", "c10d", "10.0.0.1:29400", "j"
+		}, "gorun"},
 		{"--rdzv-conf user", withSecret(nil), func(o *Options) { endpoint(o); o.RdzvConf = "user=alice,password=pw" }, "alice"},
 		{"--rdzv-conf cert", withSecret(nil), func(o *Options) { endpoint(o); o.RdzvConf = "cert=c.pem,key=k.pem" }, ""},
 		{"no secret", slurmStep(), nil, ""},

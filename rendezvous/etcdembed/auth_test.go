@@ -27,7 +27,7 @@ func dial(t *testing.T, endpoints []string, user, password string) (*clientv3.Cl
 	return cli, nil
 }
 
-func newSecret(t *testing.T) jobsecret.Secret {
+func newSecret(t testing.TB) jobsecret.Secret {
 	s, err := jobsecret.New()
 	require.NoError(t, err)
 	return s
@@ -154,5 +154,38 @@ func TestServerClusterAuth(t *testing.T) {
 	ctx := testCtx(t)
 	for _, cfg := range cfgs {
 		requireGuarded(t, ctx, []string{"http://" + cfg.ClientAddr}, secret)
+	}
+}
+
+// BenchmarkConnect measures what an agent's connection costs a member:
+// a client built and its first Get, with the secret's credentials (one
+// login: a bcrypt check and a raft entry) and, for comparison, without
+// authentication.
+func BenchmarkConnect(b *testing.B) {
+	for _, withSecret := range []bool{false, true} {
+		name := "no-auth"
+		if withSecret {
+			name = "secret"
+		}
+		b.Run(name, func(b *testing.B) {
+			cfg := fastServer(b)
+			var user, password string
+			if withSecret {
+				cfg.Secret = newSecret(b)
+				user, password = Credentials(cfg.Secret)
+			}
+			s, err := Start(context.Background(), cfg)
+			require.NoError(b, err)
+			defer s.Close()
+			ctx := context.Background()
+			b.ResetTimer()
+			for range b.N {
+				cli, err := clientv3.New(clientv3.Config{Endpoints: s.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(), Username: user, Password: password})
+				require.NoError(b, err)
+				_, err = cli.Get(ctx, AuthPrefix+"x")
+				require.NoError(b, err)
+				require.NoError(b, cli.Close())
+			}
+		})
 	}
 }

@@ -32,7 +32,7 @@ import (
 // etcd's own servers leave a few goroutines winding down; etcdtest knows which.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, etcdtest.GoleakOptions()...) }
 
-func fastServer(t *testing.T) Config {
+func fastServer(t testing.TB) Config {
 	ports, err := etcdtest.FreePorts(2)
 	require.NoError(t, err)
 	return Config{
