@@ -173,7 +173,7 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 			}
 			return elastic.Outcome{ExitCode: 1}, fmt.Errorf("embedded etcd on %s: %w", m.Host, err)
 		}
-		log.Info().Strs("endpoints", server.Endpoints()).Msg("hosting an embedded etcd member")
+		log.Info().Strs("endpoints", server.Endpoints()).Bool("auth", !cfg.Secret.IsZero()).Msg("hosting an embedded etcd member")
 		defer func() { err = errors.Join(err, closeWithin(server.Close, serverCloseTimeout, log)) }()
 		hosting = true
 	}
