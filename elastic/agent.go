@@ -150,9 +150,10 @@ type Agent struct {
 	state State
 	log   zerolog.Logger
 
-	kill    chan struct{} // closed at a second stop signal
-	passOn  chan syscall.Signal
-	badEdge error // the first transition not in the table: a bug, returned by Run
+	kill     chan struct{} // closed at a second stop signal
+	passOn   chan syscall.Signal
+	badEdge  error // the first transition not in the table: a bug, returned by Run
+	observed bool  // spec.Observer was given: workers report progress to it
 
 	workerPIDs sync.Map // pid -> struct{}: this round's workers, for the timer server
 	timedOut   sync.Map // pid -> filetimer.Expiry: workers whose watchdog timer expired
@@ -173,11 +174,12 @@ func New(spec Spec, rdzv Rendezvous) (*Agent, error) {
 	if spec.Report == nil {
 		spec.Report = io.Discard
 	}
-	if spec.Observer == nil {
+	observed := spec.Observer != nil
+	if !observed {
 		spec.Observer = nopObserver{}
 	}
 	return &Agent{
-		spec: spec, rdzv: rdzv, log: spec.Log.With().Str("component", "agent").Logger(),
+		spec: spec, observed: observed, rdzv: rdzv, log: spec.Log.With().Str("component", "agent").Logger(),
 		kill: make(chan struct{}), passOn: make(chan syscall.Signal, 4),
 	}, nil
 }

@@ -136,8 +136,7 @@ func (a *Agent) startWorkers(sink *workerlog.Sink, r rendezvous.Round) ([]*worke
 // wantsHeartbeats says whether workers get a heartbeat pipe: to judge
 // hangs, or to report their progress to an observer.
 func (a *Agent) wantsHeartbeats() bool {
-	_, nop := a.spec.Observer.(nopObserver)
-	return a.spec.HeartbeatTimeout > 0 || !nop
+	return a.spec.HeartbeatTimeout > 0 || a.observed
 }
 
 // stopAll sends sig to every worker's process group, waits TermTimeout for
