@@ -175,12 +175,13 @@ func TestWorkerFigures(t *testing.T) {
 				"gorun_worker_heartbeat_age_seconds": 0},
 		},
 		{
-			name: "exited",
+			name: "exited: its figures stay, its heartbeat age goes",
 			events: func(m *Metrics) {
 				m.WorkerStarted(w)
+				m.WorkerProgress(w, heartbeat.Unreported(4))
 				m.WorkerExited(w, 1)
 			},
-			want: map[string]float64{"gorun_worker_exit_code": 1},
+			want: map[string]float64{"gorun_worker_step": 4, "gorun_worker_exit_code": 1},
 		},
 		{
 			name: "restarted: a new process forgets the old one's exit",

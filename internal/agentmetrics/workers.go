@@ -26,7 +26,7 @@ var (
 	mfuDesc = prometheus.NewDesc("gorun_worker_mfu_ratio",
 		"Model FLOPs utilisation the worker last reported (0..1).", workerLabels, nil)
 	ageDesc = prometheus.NewDesc("gorun_worker_heartbeat_age_seconds",
-		"Time since the worker's last heartbeat arrived.", workerLabels, nil)
+		"Time since the running worker's last heartbeat arrived.", workerLabels, nil)
 	exitDesc = prometheus.NewDesc("gorun_worker_exit_code",
 		"Exit code of the worker's last process (128+N for signal N).", workerLabels, nil)
 )
@@ -123,7 +123,7 @@ func (c *workerCollector) Collect(ch chan<- prometheus.Metric) {
 				gauge(f.d, f.v)
 			}
 		}
-		if !s.lastBeat.IsZero() {
+		if !s.lastBeat.IsZero() && s.exitCode == nil { // an ended worker is not late
 			gauge(ageDesc, now.Sub(s.lastBeat).Seconds())
 		}
 		if s.exitCode != nil {
