@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/gorun/gorun/elastic"
+	"github.com/gorun/gorun/internal/agentmetrics"
 	"github.com/gorun/gorun/internal/filetimer"
 	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/internal/proc"
@@ -119,6 +120,13 @@ func Run(ctx context.Context, l *Launch, rt Runtime) (elastic.Outcome, error) {
 		errorDir = tmp
 	}
 	spec := l.AgentSpec(rt, errorDir)
+	if l.MetricsAddr != "" {
+		stop, err := serveMetrics(l, rt.Log, &spec)
+		if err != nil {
+			return elastic.Outcome{ExitCode: 1}, err
+		}
+		defer stop()
+	}
 	if v, _ := lookupEnv(l.Environ, filetimer.EnableEnv); v == "1" {
 		// torchrun's watchdog: serve torch's FileTimerClient on a FIFO the
 		// workers learn from TORCHELASTIC_TIMER_FILE.
@@ -149,6 +157,27 @@ func Run(ctx context.Context, l *Launch, rt Runtime) (elastic.Outcome, error) {
 		return elastic.Outcome{ExitCode: 1}, err
 	}
 	return agent.Run(ctx)
+}
+
+// serveMetrics serves the agent's Prometheus metrics at l.MetricsAddr
+// and makes them spec's observer; the returned func stops serving.
+func serveMetrics(l *Launch, log zerolog.Logger, spec *elastic.Spec) (func(), error) {
+	m, err := agentmetrics.New(agentmetrics.Config{RunID: l.RunID, Node: l.Host})
+	if err != nil {
+		return nil, err
+	}
+	srv, err := agentmetrics.Serve(l.MetricsAddr, m.Handler())
+	if err != nil {
+		return nil, err
+	}
+	log = log.With().Str("component", "metrics").Logger()
+	log.Info().Str("addr", srv.Addr().String()).Msg("serving Prometheus metrics at /metrics")
+	spec.Observer = m
+	return func() {
+		if err := srv.Close(); err != nil {
+			log.Warn().Err(err).Msg("stopping the metrics server")
+		}
+	}, nil
 }
 
 // runElastic runs the agent over the etcd rendezvous. With an embedded
