@@ -118,6 +118,7 @@ func NewApp() *cli.App {
 			},
 			benchCommand(),
 			statusCommand(),
+			metricsCommand(),
 			rendezvousCommand(),
 			estimateCommand(),
 			ckptCommand(),

@@ -173,11 +173,11 @@ func parseTrailingFlags(c *cli.Context) ([]string, error) {
 		return args, nil
 	}
 	isBool := map[string]bool{}
-	known := map[string]bool{}
+	names := map[string][]string{} // every name of the flag a name belongs to
 	for _, f := range c.Command.Flags {
 		_, b := f.(*cli.BoolFlag)
 		for _, name := range f.Names() {
-			known[name] = true
+			names[name] = f.Names()
 			isBool[name] = b
 		}
 	}
@@ -193,8 +193,8 @@ func parseTrailingFlags(c *cli.Context) ([]string, error) {
 			continue
 		}
 		name, value, hasValue := strings.Cut(strings.TrimLeft(arg, "-"), "=")
-		if !known[name] {
-			return nil, fmt.Errorf("unknown flag --%s (gorun estimate --help lists the flags)", name)
+		if names[name] == nil {
+			return nil, fmt.Errorf("unknown flag --%s (%s --help lists the flags)", name, c.Command.HelpName)
 		}
 		switch {
 		case hasValue:
@@ -206,8 +206,11 @@ func parseTrailingFlags(c *cli.Context) ([]string, error) {
 		default:
 			return nil, fmt.Errorf("flag --%s needs a value", name)
 		}
-		if err := c.Set(name, value); err != nil {
-			return nil, fmt.Errorf("--%s=%s: %w", name, value, err)
+		// Set every alias: the flag set holds one value per name.
+		for _, alias := range names[name] {
+			if err := c.Set(alias, value); err != nil {
+				return nil, fmt.Errorf("--%s=%s: %w", name, value, err)
+			}
 		}
 	}
 	return positional, nil

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +29,7 @@ func noGoEnv(t *testing.T) []string {
 // TestExampleRunsWithoutGo: examples/train.toml, copied alone to an empty
 // directory, plans and trains on two workers from the gorun binary with
 // no Go on the machine's PATH and no $GOROOT: it reads the built-in corpus.
+// gorun metrics plot draws the run's metrics as PNG and SVG.
 func TestExampleRunsWithoutGo(t *testing.T) {
 	dir := t.TempDir()
 	example, err := os.ReadFile(filepath.Join(moduleRoot, "examples", "train.toml"))
@@ -61,5 +63,18 @@ func TestExampleRunsWithoutGo(t *testing.T) {
 	}
 	if recs := readMetrics(t, filepath.Join(dir, "metrics.jsonl")); len(recs) != 20 || recs[19].WorldSize != 2 {
 		t.Errorf("metrics: %d records (want 20) of world size %v", len(recs), recs)
+	}
+	run("metrics", "plot", "metrics.jsonl", "-o", "loss.png")
+	run("metrics", "plot", "metrics.jsonl", "-o", "loss.svg")
+	f, err := os.Open(filepath.Join(dir, "loss.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if img, err := png.Decode(f); err != nil || img.Bounds().Dx() != 800 || img.Bounds().Dy() != 600 {
+		t.Errorf("loss.png: %v, want an 800 x 600 PNG", err)
+	}
+	if svg, err := os.ReadFile(filepath.Join(dir, "loss.svg")); err != nil || !bytes.Contains(svg, []byte("<svg")) {
+		t.Errorf("loss.svg: %v, want an SVG image", err)
 	}
 }
