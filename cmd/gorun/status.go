@@ -33,6 +33,8 @@ func statusCommand() *cli.Command {
 			stringFlag("", "rdzv-id", "", "run id (default: SLURM_JOB_ID)"),
 			stringFlag("", "rdzv-conf", "", "TLS and auth: cacert, cert, key, user, password; connect_timeout"),
 			&cli.BoolFlag{Name: "json", Usage: "print the whole status (every member, waiting node and failure) as one JSON object; fields below"},
+			&cli.BoolFlag{Name: "watch", Aliases: []string{"w"}, Usage: "show the status until Ctrl-C: redrawn every --interval on a terminal, else printed again (plain lines under a time line) each time it changes"},
+			&cli.DurationFlag{Name: "interval", Value: 2 * time.Second, Usage: "how often --watch reads the status"},
 		},
 		Action: statusAction,
 	}
@@ -70,11 +72,23 @@ func statusAction(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(err.Error(), exitUsage)
 	}
+	var watch *statusWatch
+	if c.Bool("watch") {
+		if c.Bool("json") {
+			return cli.Exit("status: --watch and --json do not go together: --json is one report for scripts", exitUsage)
+		}
+		if watch, err = newStatusWatch(runID, c.App.Writer, c.Duration("interval")); err != nil {
+			return cli.Exit(err.Error(), exitUsage)
+		}
+	}
 	client, err := etcdstore.Dial(c.Context, cfg)
 	if err != nil {
 		return err
 	}
 	defer client.Close()
+	if watch != nil {
+		return watch.Run(c.Context, client)
+	}
 	st, err := etcdstore.ReadStatus(c.Context, client, runID)
 	if err != nil {
 		return err
