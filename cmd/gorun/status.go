@@ -108,6 +108,8 @@ func statusAction(c *cli.Context) error {
 // statusDescription is `gorun status --help`'s description: what the text
 // shows and the --json fields, which scripts may rely on.
 const statusDescription = `Reads the job's keys on its etcd without taking part in the job (no lease, no writes).
+With --watch it reads them every --interval until Ctrl-C: redrawn on a terminal, else printed
+again under a time line each time the status changed.
 
 The text fits one screen whatever the job's size: the round, its phase and why it opened, the
 budgets, the master, counts of members (alive, lost), agents and waiting nodes, then the members:

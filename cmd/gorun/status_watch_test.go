@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"syscall"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/internal/etcdtest"
 	"github.com/gorun/gorun/rendezvous"
@@ -108,4 +110,75 @@ func TestStatusWatchBadFlags(t *testing.T) {
 	code, _, stderr = run(t, nil, append(base, "--json")...)
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, stderr, "--watch and --json do not go together")
+}
+
+// openPTY opens a pseudo-terminal pair: the terminal side gorun writes
+// to, and the side the test reads what it shows from.
+func openPTY(t *testing.T) (term, screen *os.File) {
+	t.Helper()
+	fd, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	require.NoError(t, err)
+	screen = os.NewFile(uintptr(fd), "/dev/ptmx")
+	t.Cleanup(func() { screen.Close() })
+	require.NoError(t, unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0))
+	n, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
+	require.NoError(t, err)
+	term, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { term.Close() })
+	return term, screen
+}
+
+// On a terminal gorun status --watch clears the screen and redraws the
+// status at every interval, changed or not, and stops on SIGTERM.
+func TestStatusWatchRedrawsATerminal(t *testing.T) {
+	srv := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	term, screen := openPTY(t)
+	require.True(t, isTerminal(term))
+	shown := make(chan string)
+	go func() {
+		defer close(shown)
+		buf := make([]byte, 4096)
+		for {
+			n, err := screen.Read(buf)
+			if n > 0 {
+				shown <- string(buf[:n])
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	app := NewApp()
+	app.Writer, app.ErrWriter = term, term
+	done := make(chan int, 1)
+	go func() {
+		done <- exitCode(app, app.RunContext(ctx, []string{"gorun", "status", "--watch", "--interval=10ms",
+			"--rdzv-endpoint", strings.Join(srv.Endpoints(), ","), "--rdzv-id", "job"}))
+	}()
+	var screenful strings.Builder
+	for strings.Count(screenful.String(), clearScreen) < 3 {
+		select {
+		case s := <-shown:
+			screenful.WriteString(s)
+		case <-ctx.Done():
+			t.Fatalf("fewer than 3 redraws in time: %q", screenful.String())
+		}
+	}
+	require.Contains(t, screenful.String(), clearScreen+"run job: no rendezvous on this etcd")
+	require.Contains(t, screenful.String(), "every 10ms; Ctrl-C to stop")
+
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+	go func() {
+		for range shown { // keep the terminal drained until the test ends
+		}
+	}()
+	select {
+	case code := <-done:
+		require.Equal(t, 0, code, "SIGTERM is a clean stop")
+	case <-ctx.Done():
+		t.Fatal("gorun status --watch did not stop on SIGTERM")
+	}
 }
