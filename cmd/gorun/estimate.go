@@ -29,7 +29,7 @@ func estimateCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "nodes", Value: 1, Usage: "nodes N"},
 			&cli.IntFlag{Name: "nproc-per-node", Aliases: []string{"nproc_per_node"}, Usage: "GPUs (processes) per node P", DefaultText: "1 for a train.toml, else 8"},
-			&cli.StringSliceFlag{Name: "set", Usage: "override a train.toml value: section.key=value (repeatable)"},
+			setFlag(),
 			&cli.Float64Flag{Name: "params", Usage: "parameter count, e.g. 7e9"},
 			&cli.IntFlag{Name: "layers", Usage: "transformer layers L"},
 			&cli.IntFlag{Name: "hidden", Usage: "hidden size h"},
@@ -65,7 +65,7 @@ func estimateAction(c *cli.Context) error {
 			}
 		}
 		path := args[0]
-		cfg, err := config.Load(path, c.StringSlice("set"))
+		cfg, err := config.Load(path, setsOf(c))
 		if err != nil {
 			return cli.Exit(err.Error(), exitUsage)
 		}
@@ -93,7 +93,7 @@ func estimateAction(c *cli.Context) error {
 		if len(missing) > 0 {
 			return cli.Exit(fmt.Sprintf("estimate: missing %s (give a train.toml, or --params --layers --hidden --heads --seq --batch)", strings.Join(missing, ", ")), exitUsage)
 		}
-		if len(c.StringSlice("set")) > 0 {
+		if len(setsOf(c)) > 0 {
 			return cli.Exit("estimate: --set needs a train.toml", exitUsage)
 		}
 		m = estimate.Model{Params: c.Float64("params"), Layers: c.Int("layers"), Hidden: c.Int("hidden"),
