@@ -94,7 +94,11 @@ type Spec struct {
 	// failing within HealthyAfter of their start (a first failure restarts
 	// at once); nil is an exponential back-off from 100 ms to 5 s.
 	NewBackOff func() backoff.BackOff
-	Log        zerolog.Logger
+	// Observer, when not nil, is told of the agent's states, rounds,
+	// restarts and workers (metrics). With one, every worker gets a
+	// heartbeat pipe, also without a HeartbeatTimeout.
+	Observer Observer
+	Log      zerolog.Logger
 }
 
 // Validate reports what makes spec unusable.
@@ -146,9 +150,10 @@ type Agent struct {
 	state State
 	log   zerolog.Logger
 
-	kill    chan struct{} // closed at a second stop signal
-	passOn  chan syscall.Signal
-	badEdge error // the first transition not in the table: a bug, returned by Run
+	kill     chan struct{} // closed at a second stop signal
+	passOn   chan syscall.Signal
+	badEdge  error // the first transition not in the table: a bug, returned by Run
+	observed bool  // spec.Observer was given: workers report progress to it
 
 	workerPIDs sync.Map // pid -> struct{}: this round's workers, for the timer server
 	timedOut   sync.Map // pid -> filetimer.Expiry: workers whose watchdog timer expired
@@ -169,8 +174,12 @@ func New(spec Spec, rdzv Rendezvous) (*Agent, error) {
 	if spec.Report == nil {
 		spec.Report = io.Discard
 	}
+	observed := spec.Observer != nil
+	if !observed {
+		spec.Observer = nopObserver{}
+	}
 	return &Agent{
-		spec: spec, rdzv: rdzv, log: spec.Log.With().Str("component", "agent").Logger(),
+		spec: spec, observed: observed, rdzv: rdzv, log: spec.Log.With().Str("component", "agent").Logger(),
 		kill: make(chan struct{}), passOn: make(chan syscall.Signal, 4),
 	}, nil
 }
@@ -190,6 +199,7 @@ func (a *Agent) transition(to State, fields ...any) {
 		ev = ev.Fields(fields)
 	}
 	ev.Msg("agent state")
+	a.spec.Observer.StateChanged(a.state, to)
 	a.state = to
 }
 
@@ -294,8 +304,10 @@ const abandonTimeout = 10 * time.Second
 func (a *Agent) rounds(ctx context.Context) (Outcome, error) {
 	pacer := newRestartPacer(a.spec.NewBackOff())
 	var last rendezvous.Round
+	ranOne := false // last is a round this node ran
 	for {
 		a.transition(StateRendezvous)
+		joined := time.Now()
 		round, err := a.rdzv.Next(ctx)
 		var closed *rendezvous.ClosedError
 		switch {
@@ -306,7 +318,11 @@ func (a *Agent) rounds(ctx context.Context) (Outcome, error) {
 		case err != nil:
 			return a.abandon(last, err)
 		}
-		last = round
+		a.spec.Observer.RoundStarted(round, time.Since(joined))
+		if ranOne {
+			a.spec.Observer.Restarted(restartOf(last, round))
+		}
+		last, ranOne = round, true
 		a.transition(StateRunning, "round", round.Number, "node_rank", round.NodeRank, "nodes", round.NumNodes,
 			"world_size", round.WorldSize, "master", fmt.Sprintf("%s:%d", round.MasterAddr, round.MasterPort))
 		started := time.Now()

@@ -116,6 +116,10 @@ func runRole(role string) int {
 		waitFor(syscall.SIGUSR1)
 		time.Sleep(time.Duration(rank) * 50 * time.Millisecond)
 		return ExitRequeue
+	case "report-then-wait": // reports step 1 with figures, then waits for SIGTERM
+		heartbeat.FromEnv(os.LookupEnv).Report(heartbeat.Progress{Step: 1, Loss: 2.5, TokensPerS: 100, MFU: 0.5})
+		waitFor(syscall.SIGTERM)
+		return 0
 	case "slow-no-beats": // never reports: never judged hung
 		time.Sleep(500 * time.Millisecond)
 		return 0

@@ -79,6 +79,7 @@ func (m *roundMonitor) watchWorkers() {
 	for i, w := range m.workers {
 		go func() {
 			<-w.process.Done()
+			m.a.spec.Observer.WorkerExited(w.contract, w.process.Result().ExitCode)
 			m.exited <- i
 		}()
 		if w.heartbeat != nil {

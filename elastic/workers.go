@@ -25,7 +25,7 @@ type worker struct {
 	contract  distenv.Worker
 	process   *proc.Process
 	logs      *workerlog.Worker
-	heartbeat *heartbeat.Pipe                 // nil without a heartbeat timeout
+	heartbeat *heartbeat.Pipe                 // nil without a heartbeat timeout or an observer
 	hung      atomic.Pointer[heartbeat.Stall] // its heartbeats stopped
 	judged    atomic.Bool                     // the agent named it the culprit of a hang and acted on it
 	suspect   atomic.Bool                     // judged, found stopped or stuck in the kernel
@@ -106,7 +106,7 @@ func (a *Agent) startWorkers(sink *workerlog.Sink, r rendezvous.Round) ([]*worke
 			Stdout: logs.Stdout(), Stderr: logs.Stderr(), Guard: a.spec.Guard,
 		}
 		var beat *heartbeat.Pipe
-		if a.spec.HeartbeatTimeout > 0 {
+		if a.wantsHeartbeats() {
 			if beat, err = heartbeat.NewPipe(); err != nil {
 				logs.Close()
 				return workers, err
@@ -123,10 +123,20 @@ func (a *Agent) startWorkers(sink *workerlog.Sink, r rendezvous.Round) ([]*worke
 			return workers, fmt.Errorf("start rank %d: %w", c.Rank, err)
 		}
 		a.workerPIDs.Store(p.PID(), struct{}{})
+		a.spec.Observer.WorkerStarted(c)
+		if beat != nil {
+			beat.OnBeat(func(prog heartbeat.Progress) { a.spec.Observer.WorkerProgress(c, prog) })
+		}
 		a.log.Debug().Int("rank", c.Rank).Int("local_rank", local).Int("pid", p.PID()).Msg("worker started")
 		workers = append(workers, &worker{contract: c, process: p, logs: logs, heartbeat: beat})
 	}
 	return workers, nil
+}
+
+// wantsHeartbeats says whether workers get a heartbeat pipe: to judge
+// hangs, or to report their progress to an observer.
+func (a *Agent) wantsHeartbeats() bool {
+	return a.spec.HeartbeatTimeout > 0 || a.observed
 }
 
 // stopAll sends sig to every worker's process group, waits TermTimeout for

@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +33,7 @@ type Options struct {
 	NodeName         string        // host name this node announces; "" is SLURMD_NODENAME or the host name
 	LocalAddr        string        // address other nodes reach this node at; "" is the node name
 	JobSecretFile    string        // file holding the job secret (else GORUN_JOB_SECRET; see resolveSecret)
+	MetricsAddr      string        // HOST:PORT the agent serves Prometheus /metrics on; "": none
 	Entrypoint       string
 	Args             []string
 }
@@ -84,6 +86,22 @@ func ParseRdzvConf(s string) (map[string]string, error) {
 		conf[k] = strings.TrimSpace(v)
 	}
 	return conf, nil
+}
+
+// checkMetricsAddr wants --metrics-addr as HOST:PORT (HOST may be empty
+// or 0.0.0.0 for every interface, PORT 0 for a free one), or "".
+func checkMetricsAddr(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return usagef("--metrics-addr=%s: want HOST:PORT, e.g. 0.0.0.0:9400: %v", addr, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return usagef("--metrics-addr=%s: port %q is not 0-65535", addr, port)
+	}
+	return nil
 }
 
 // splitHostPort splits HOST[:PORT]; port is 0 when absent.

@@ -37,8 +37,11 @@ type Rendezvous struct {
 	NodeID     string                 `json:"node_id,omitempty"` // unique per agent process
 	Conf       map[string]string      `json:"conf,omitempty"`
 	Client     etcdstore.ClientConfig `json:"-"`
-	Timing     RendezvousTiming       `json:"timing"`
-	Limits     rendezvous.Limits      `json:"limits"`
+	// Auth says how this agent authenticates to etcd when the job
+	// secret does it (resolveSecret); else --rdzv-conf says.
+	Auth   string            `json:"auth,omitempty"`
+	Timing RendezvousTiming  `json:"timing"`
+	Limits rendezvous.Limits `json:"limits"`
 }
 
 // RendezvousTiming are the etcd rendezvous's clocks (--rdzv-conf).

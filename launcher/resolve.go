@@ -96,6 +96,7 @@ type Launch struct {
 	MaxRestarts  int               `json:"max_restarts"`
 	TermTimeout  Duration          `json:"term_timeout"`
 	Heartbeat    Duration          `json:"heartbeat_timeout,omitempty"`
+	MetricsAddr  string            `json:"metrics_addr,omitempty"` // Prometheus /metrics of this agent
 	Command      []string          `json:"command"`
 	LogDir       string            `json:"log_dir,omitempty"`
 	Redirects    workerlog.StdSpec `json:"-"`
@@ -141,6 +142,7 @@ func Resolve(opts Options, host Host) (*Launch, error) {
 		MaxRestarts: opts.MaxRestarts,
 		TermTimeout: Duration(opts.TermTimeout),
 		Heartbeat:   Duration(opts.HeartbeatTimeout),
+		MetricsAddr: opts.MetricsAddr,
 		LogDir:      opts.LogDir,
 		Environ:     host.Environ,
 	}
@@ -149,6 +151,9 @@ func Resolve(opts Options, host Host) (*Launch, error) {
 	}
 	if opts.HeartbeatTimeout < 0 {
 		return nil, usagef("--heartbeat-timeout=%s: want a duration of 0 (off) or more", opts.HeartbeatTimeout)
+	}
+	if err := checkMetricsAddr(opts.MetricsAddr); err != nil {
+		return nil, err
 	}
 	if opts.TermTimeout < 0 {
 		return nil, usagef("--term-timeout=%s: want a duration of 0 or more", opts.TermTimeout)

@@ -279,6 +279,9 @@ func TestResolve(t *testing.T) {
 		{"--heartbeat-timeout wins over train.toml", opts(func(o *Options) { o.Entrypoint, o.HeartbeatTimeout = "train.toml", 5*time.Second }), nil, nil, func(t *testing.T, l *Launch) {
 			require.Equal(t, Duration(5*time.Second), l.Heartbeat)
 		}},
+		{"--metrics-addr", opts(func(o *Options) { o.MetricsAddr = "0.0.0.0:9400" }), nil, nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, "0.0.0.0:9400", l.MetricsAddr)
+		}},
 		{"PYTHON picks the interpreter", opts(nil), map[string]string{"PYTHON": "/usr/bin/python3"}, nil, func(t *testing.T, l *Launch) {
 			require.Equal(t, "/usr/bin/python3", l.Command[0])
 		}},
@@ -340,6 +343,8 @@ func TestResolveErrors(t *testing.T) {
 		{"bad redirects", opts(func(o *Options) { o.Redirects = "7" }), nil, "--redirects"},
 		{"bad ranks filter", opts(func(o *Options) { o.LocalRanksFilter = "0,x" }), nil, "--local-ranks-filter"},
 		{"negative restarts", opts(func(o *Options) { o.MaxRestarts = -1 }), nil, "--max-restarts=-1"},
+		{"metrics addr without port", opts(func(o *Options) { o.MetricsAddr = "0.0.0.0" }), nil, "--metrics-addr=0.0.0.0: want HOST:PORT"},
+		{"metrics addr with a bad port", opts(func(o *Options) { o.MetricsAddr = "127.0.0.1:http" }), nil, `port "http" is not 0-65535`},
 		{"node id outside nodes", opts(nil), withEnv(func(e map[string]string) { e["SLURM_NODEID"] = "3" }), "SLURM_NODEID"},
 		{"malformed nodelist", opts(nil), withEnv(func(e map[string]string) { e["SLURM_STEP_NODELIST"] = "node[3-" }), "SLURM_STEP_NODELIST"},
 		{"two tasks per node", opts(nil), withEnv(func(e map[string]string) { e["SLURM_STEP_TASKS_PER_NODE"] = "2(x3)" }), "--ntasks-per-node=1"},

@@ -11,9 +11,12 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/gorun/gorun/elastic"
+	"github.com/gorun/gorun/internal/agentmetrics"
 	"github.com/gorun/gorun/internal/filetimer"
+	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/internal/proc"
 	"github.com/gorun/gorun/internal/workerlog"
 	"github.com/gorun/gorun/rendezvous"
@@ -117,6 +120,13 @@ func Run(ctx context.Context, l *Launch, rt Runtime) (elastic.Outcome, error) {
 		errorDir = tmp
 	}
 	spec := l.AgentSpec(rt, errorDir)
+	if l.MetricsAddr != "" {
+		stop, err := serveMetrics(l, rt.Log, &spec)
+		if err != nil {
+			return elastic.Outcome{ExitCode: 1}, err
+		}
+		defer stop()
+	}
 	if v, _ := lookupEnv(l.Environ, filetimer.EnableEnv); v == "1" {
 		// torchrun's watchdog: serve torch's FileTimerClient on a FIFO the
 		// workers learn from TORCHELASTIC_TIMER_FILE.
@@ -149,6 +159,27 @@ func Run(ctx context.Context, l *Launch, rt Runtime) (elastic.Outcome, error) {
 	return agent.Run(ctx)
 }
 
+// serveMetrics serves the agent's Prometheus metrics at l.MetricsAddr
+// and makes them spec's observer; the returned func stops serving.
+func serveMetrics(l *Launch, log zerolog.Logger, spec *elastic.Spec) (func(), error) {
+	m, err := agentmetrics.New(agentmetrics.Config{RunID: l.RunID, Node: l.Host})
+	if err != nil {
+		return nil, err
+	}
+	srv, err := agentmetrics.Serve(l.MetricsAddr, m.Handler())
+	if err != nil {
+		return nil, err
+	}
+	log = log.With().Str("component", "metrics").Logger()
+	log.Info().Str("addr", srv.Addr().String()).Msg("serving Prometheus metrics at /metrics")
+	spec.Observer = m
+	return func() {
+		if err := srv.Close(); err != nil {
+			log.Warn().Err(err).Msg("stopping the metrics server")
+		}
+	}, nil
+}
+
 // runElastic runs the agent over the etcd rendezvous. With an embedded
 // plan (SLURM's first nodes, or a c10d endpoint), this node may host an
 // etcd member first; it keeps it up until the other nodes have left (or
@@ -159,7 +190,11 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 	hosting := false // this node runs an embedded etcd member the others may still need
 	if r.Embedded != nil && r.Member != nil {
 		m := *r.Member
-		server, err := etcdembed.Start(ctx, r.Embedded.ServerConfig(m, l.RunID, scratchDir(os.Getenv), log))
+		cfg := r.Embedded.ServerConfig(m, l.RunID, scratchDir(os.Getenv), log)
+		if r.Auth != "" {
+			cfg.Secret = l.Secret // the agents' credentials come from it
+		}
+		server, err := etcdembed.Start(ctx, cfg)
 		if err != nil {
 			if r.Hosting != "" {
 				err = fmt.Errorf("%w (%s; agents sharing a machine: give each its own --local-addr, or --rdzv-conf %s=false to all but one)",
@@ -167,11 +202,11 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 			}
 			return elastic.Outcome{ExitCode: 1}, fmt.Errorf("embedded etcd on %s: %w", m.Host, err)
 		}
-		log.Info().Strs("endpoints", server.Endpoints()).Msg("hosting an embedded etcd member")
+		log.Info().Strs("endpoints", server.Endpoints()).Bool("auth", !cfg.Secret.IsZero()).Msg("hosting an embedded etcd member")
 		defer func() { err = errors.Join(err, closeWithin(server.Close, serverCloseTimeout, log)) }()
 		hosting = true
 	}
-	client, err := etcdstore.Dial(ctx, r.Client)
+	client, err := dialRendezvous(ctx, r, log)
 	if err != nil {
 		return elastic.Outcome{ExitCode: 1}, err
 	}
@@ -234,6 +269,31 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 		leaveBy = time.Now().Add(lingerWhenStopped)
 	}
 	return out, err
+}
+
+// dialRendezvous connects to r's etcd. When the job secret gives the
+// credentials, a refusal says so, and an etcd that gorun does not embed
+// and that turns out to have no authentication is worth a warning: any
+// user who reaches it can read and change the job's keys.
+func dialRendezvous(ctx context.Context, r Rendezvous, log zerolog.Logger) (*clientv3.Client, error) {
+	client, err := etcdstore.Dial(ctx, r.Client)
+	if err != nil {
+		if r.Auth != "" && etcdstore.CredentialsRefused(err) {
+			err = fmt.Errorf("%w (authenticating with the %s: does this etcd run with the same %s? for an etcd gorun does not run, give --rdzv-conf %s=,%s=)",
+				err, r.Auth, jobsecret.EnvVar, etcdstore.ConfUser, etcdstore.ConfPassword)
+		}
+		return nil, err
+	}
+	if r.Auth == "" || r.Embedded != nil {
+		return client, nil
+	}
+	actx, cancel := context.WithTimeout(ctx, r.Client.DialTimeout+etcdstore.DefaultDialTimeout)
+	defer cancel()
+	if st, err := client.AuthStatus(actx); err == nil && !st.Enabled {
+		log.Warn().Strs("endpoints", r.Endpoints).Msg("the rendezvous etcd does not authenticate: any user who reaches it can read and change this job's keys " +
+			"(start gorun rendezvous serve with the job secret, or give an etcd with TLS and users --rdzv-conf)")
+	}
+	return client, nil
 }
 
 // PlanEnv fills WorkerEnv: the full environment of each local worker.

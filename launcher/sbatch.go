@@ -32,6 +32,10 @@ type Sbatch struct {
 	// peers often fail before its lease expires, which spends a restart),
 	// else gorun's own default.
 	MaxRestarts int
+	// MetricsPort, when not 0, makes every node's gorun serve its
+	// Prometheus metrics on all of the node's interfaces at this port
+	// (--metrics-addr=0.0.0.0:PORT); one gorun per node, so one port fits all.
+	MetricsPort int
 	GorunFlags  []string // more gorun flags, put before the entrypoint
 	Env         []string // KEY=VALUE exported before srun
 	RenderedBy  string   // the command that rendered the script, for its header
@@ -59,6 +63,8 @@ func (s Sbatch) Validate() error {
 		return usagef("sbatch: no gorun binary: give --gorun PATH")
 	case s.MaxRestarts < -1:
 		return usagef("sbatch: --max-restarts=%d: want 0 or more", s.MaxRestarts)
+	case s.MetricsPort < 0 || s.MetricsPort > 65535:
+		return usagef("sbatch: --metrics-port=%d: want a port 1-65535", s.MetricsPort)
 	}
 	if s.NProcPerNode != "" {
 		switch strings.ToLower(s.NProcPerNode) {
@@ -145,6 +151,9 @@ func (s Sbatch) Render() (string, error) {
 	}
 	if restarts > 0 {
 		argv = append(argv, fmt.Sprintf("--max-restarts=%d", restarts))
+	}
+	if s.MetricsPort > 0 {
+		argv = append(argv, fmt.Sprintf("--metrics-addr=0.0.0.0:%d", s.MetricsPort))
 	}
 	argv = append(argv, s.GorunFlags...)
 	argv = append(argv, s.Entrypoint)

@@ -92,6 +92,11 @@ func TestSbatchRender(t *testing.T) {
 			want: []string{`srun --ntasks-per-node=1 --no-kill --kill-on-bad-exit=0 /opt/bin/gorun --nproc-per-node=4 --max-restarts=5 train.py "$@"`},
 		},
 		{
+			name: "metrics on every node at one port",
+			spec: sbatchSpec(func(s *Sbatch) { s.MetricsPort = 9400 }),
+			want: []string{`srun --ntasks-per-node=1 --no-kill --kill-on-bad-exit=0 /opt/bin/gorun --nproc-per-node=4 --metrics-addr=0.0.0.0:9400 train.py "$@"`},
+		},
+		{
 			name: "explicit zero restarts on an elastic range",
 			spec: sbatchSpec(func(s *Sbatch) { s.Nodes, s.MinNodes, s.MaxRestarts = 3, 2, 0 }),
 			not:  []string{"--max-restarts"},
@@ -162,6 +167,7 @@ func TestSbatchValidate(t *testing.T) {
 		{"zero time", func(s *Sbatch) { s.Time = "0" }, "--time"},
 		{"no gorun", func(s *Sbatch) { s.Gorun = "" }, "--gorun"},
 		{"negative restarts", func(s *Sbatch) { s.MaxRestarts = -2 }, "--max-restarts=-2"},
+		{"metrics port out of range", func(s *Sbatch) { s.MetricsPort = 70000 }, "--metrics-port=70000"},
 		{"space in partition", func(s *Sbatch) { s.Partition = "a b" }, "--partition"},
 		{"newline in job name", func(s *Sbatch) { s.JobName = "a\n#SBATCH --x" }, "--job-name"},
 		{"bad env", func(s *Sbatch) { s.Env = []string{"1X=2"} }, "--env"},

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/gorun/gorun/internal/jobsecret"
+	"github.com/gorun/gorun/rendezvous/etcdembed"
 	"github.com/gorun/gorun/rendezvous/etcdstore"
 )
 
@@ -21,36 +22,89 @@ const UnauthenticatedWarning = "no job secret (GORUN_JOB_SECRET or --job-secret-
 	"so any user who can reach its nodes and knows its run id can join it as a worker or disturb it. " +
 	"Use gorun sbatch (it makes one per job), or export GORUN_JOB_SECRET=$(gorun job-secret) before srun"
 
+// GivenSecret returns the job secret the user gave: GORUN_JOB_SECRET
+// (read through lookup), or the file of --job-secret-file (file; ""
+// for none), and where it came from. Neither gives the zero Secret and
+// source ""; both, or a malformed value or file, is an error naming
+// the variable or the flag (never the value).
+func GivenSecret(lookup func(string) (string, bool), file string) (secret jobsecret.Secret, source string, err error) {
+	fromEnv, err := jobsecret.FromEnv(lookup)
+	switch {
+	case err != nil:
+		return jobsecret.Secret{}, "", err
+	case !fromEnv.IsZero() && file != "":
+		return jobsecret.Secret{}, "", fmt.Errorf("%s is set and --job-secret-file=%s is given: give one of them", jobsecret.EnvVar, file)
+	case !fromEnv.IsZero():
+		return fromEnv, secretFromEnv, nil
+	case file != "":
+		if secret, err = jobsecret.ReadFile(file); err != nil {
+			return jobsecret.Secret{}, "", fmt.Errorf("--job-secret-file: %w", err)
+		}
+		return secret, secretFromFile + " " + file, nil
+	}
+	return jobsecret.Secret{}, "", nil
+}
+
 // resolveSecret picks the job secret: GORUN_JOB_SECRET, else
 // --job-secret-file, else a fresh one for a launch of one node (no other
 // agent needs to know it). A launch of several nodes without one runs
-// unauthenticated. The secret reaches every worker in GORUN_JOB_SECRET.
+// unauthenticated. The secret reaches every worker in GORUN_JOB_SECRET;
+// a given one (or any, for an embedded etcd) opens the etcd rendezvous
+// (secureRendezvous).
 func (l *Launch) resolveSecret(opts Options, host Host) error {
-	fromEnv, err := jobsecret.FromEnv(host.Lookup)
+	secret, source, err := GivenSecret(host.Lookup, opts.JobSecretFile)
 	if err != nil {
 		return usagef("%v", err)
 	}
 	switch {
-	case !fromEnv.IsZero() && opts.JobSecretFile != "":
-		return usagef("%s is set and --job-secret-file=%s is given: give one of them", jobsecret.EnvVar, opts.JobSecretFile)
-	case !fromEnv.IsZero():
-		l.Secret, l.SecretSource = fromEnv, secretFromEnv
-	case opts.JobSecretFile != "":
-		if l.Secret, err = jobsecret.ReadFile(opts.JobSecretFile); err != nil {
-			return usagef("--job-secret-file: %v", err)
-		}
-		l.SecretSource = secretFromFile + " " + opts.JobSecretFile
+	case !secret.IsZero():
+		l.Secret, l.SecretSource = secret, source
+		l.secureRendezvous()
 	case l.MaxNodes == 1:
 		if l.Secret, err = jobsecret.New(); err != nil {
 			return err
 		}
 		l.SecretSource = secretNew
+		if l.Rendezvous.Embedded != nil {
+			l.secureRendezvous() // its own etcd; another etcd cannot know this secret
+		}
 	default:
 		l.SecretSource = "none"
 		return nil
 	}
 	l.Environ = setEnv(l.Environ, jobsecret.EnvVar, l.Secret.Encode())
 	return nil
+}
+
+// secureRendezvous gives the etcd rendezvous the job secret's
+// credentials (etcdembed.Credentials) unless --rdzv-conf gives a user or
+// a client certificate, which an external etcd may need.
+func (l *Launch) secureRendezvous() {
+	r := &l.Rendezvous
+	if r.Backend != BackendEtcd {
+		return
+	}
+	var ok bool
+	if r.Client, ok = SecretCredentials(r.Client, l.Secret); ok {
+		r.Auth = rdzvAuthSecret
+	}
+}
+
+// rdzvAuthSecret is Rendezvous.Auth when the job secret opens the
+// rendezvous.
+const rdzvAuthSecret = "job secret (etcd user " + etcdembed.AuthUser + ")"
+
+// SecretCredentials returns cfg with the user and password of secret
+// (etcdembed.Credentials): what an etcd that gorun runs with that secret
+// (embedded, or gorun rendezvous serve) asks for. An etcd without
+// authentication ignores them. cfg is returned as it is, with false, when
+// secret is zero or cfg has a user or a client certificate of its own.
+func SecretCredentials(cfg etcdstore.ClientConfig, secret jobsecret.Secret) (etcdstore.ClientConfig, bool) {
+	if secret.IsZero() || cfg.User != "" || cfg.Cert != "" {
+		return cfg, false
+	}
+	cfg.User, cfg.Password = etcdembed.Credentials(secret)
+	return cfg, true
 }
 
 // Unauthenticated reports whether l runs without a job secret.

@@ -89,3 +89,55 @@ func TestRedact(t *testing.T) {
 	require.Contains(t, string(out), `HOME=/home/alice`)
 	require.Contains(t, string(out), `"job_secret":"GORUN_JOB_SECRET"`)
 }
+
+// Which etcd rendezvous the job secret opens: gorun's (embedded, c10d,
+// or an endpoint such as gorun rendezvous serve) unless --rdzv-conf
+// names a user or a client certificate; never an etcd another agent
+// cannot know the secret of.
+func TestResolveRendezvousCredentials(t *testing.T) {
+	withSecret := func(env map[string]string) map[string]string {
+		out := map[string]string{jobsecret.EnvVar: testSecret}
+		for k, v := range env {
+			out[k] = v
+		}
+		return out
+	}
+	endpoint := func(o *Options) {
+		o.NNodes, o.RdzvBackend, o.RdzvEndpoint, o.RdzvID = "2", "etcd", "10.0.0.1:2379", "j"
+	}
+	tests := []struct {
+		name     string
+		env      map[string]string
+		mod      func(*Options)
+		wantUser string // "": the secret gives no credentials
+	}{
+		{"embedded under SLURM", withSecret(slurmStep()), nil, "gorun"},
+		{"an endpoint", withSecret(nil), endpoint, "gorun"},
+		{"a c10d endpoint", withSecret(nil), func(o *Options) {
+			o.NNodes, o.RdzvBackend, o.RdzvEndpoint, o.RdzvID = "2", "c10d", "10.0.0.1:29400", "j"
+		}, "gorun"},
+		{"--rdzv-conf user", withSecret(nil), func(o *Options) { endpoint(o); o.RdzvConf = "user=alice,password=pw" }, "alice"},
+		{"--rdzv-conf cert", withSecret(nil), func(o *Options) { endpoint(o); o.RdzvConf = "cert=c.pem,key=k.pem" }, ""},
+		{"no secret", slurmStep(), nil, ""},
+		{"static", withSecret(nil), func(o *Options) { o.NNodes, o.NodeRank, o.MasterAddr, o.MasterPort = "2", 0, "head", 29500 }, ""},
+		{"a one-node secret and an endpoint", nil, func(o *Options) { endpoint(o); o.NNodes = "1" }, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := Resolve(opts(tc.mod), fakeHost(tc.env))
+			require.NoError(t, err)
+			r := l.Rendezvous
+			require.Equal(t, tc.wantUser, r.Client.User)
+			if tc.wantUser != "gorun" {
+				require.Empty(t, r.Auth)
+				return
+			}
+			require.Equal(t, "job secret (etcd user gorun)", r.Auth)
+			require.Regexp(t, "^[0-9a-f]{64}$", r.Client.Password)
+			require.NotContains(t, r.Client.Password, testSecret)
+			out, err := json.Marshal(l)
+			require.NoError(t, err)
+			require.NotContains(t, string(out), r.Client.Password, "the plan never shows the password")
+		})
+	}
+}

@@ -47,7 +47,7 @@ func (v *agentView) run(ctx context.Context, store Store) {
 // again whenever the watch breaks.
 func followKey(ctx context.Context, store Store, key string, apply func(kv KV, present bool)) {
 	for ctx.Err() == nil {
-		kvs, rev, err := store.List(ctx, key)
+		kvs, rev, err := store.List(ctx, key, 0)
 		if err != nil {
 			select {
 			case <-time.After(100 * time.Millisecond):

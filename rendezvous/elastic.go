@@ -229,7 +229,7 @@ func (e *Elastic) formError(ctx context.Context, st State) error {
 	if st.Phase == PhaseJoinable {
 		// Only now, on the way out, does this agent read the other
 		// nodes' keys: to say who came.
-		joined, _, err := e.store.List(ctx, roundPrefix(st.Round)+"join/")
+		joined, _, err := e.store.List(ctx, roundPrefix(st.Round)+"join/", 0)
 		if err == nil && len(joined) < lim.MinNodes {
 			var hosts []string
 			for _, kv := range joined {
@@ -342,7 +342,7 @@ func (e *Elastic) recordLost(ctx context.Context, round int, members, lost []Mem
 		f := Failure{Host: m.Host, NodeRank: -1, Rank: -1, ExitCode: 137, Signal: "node lost", Time: time.Now(), Attempt: round,
 			Ranks: ranksOf(members, m.ID),
 			Error: fmt.Sprintf("node %s stopped answering: its lease expired (the node died, or was cut off)", m.Host)}
-		if err := e.put(ctx, fmt.Sprintf("%s%08d/node-%s", prefixFail, round, m.ID), f, false); err != nil {
+		if err := e.put(ctx, fmt.Sprintf("%s%08d/0-node-%s", prefixFail, round, m.ID), f, false); err != nil {
 			return err
 		}
 	}
@@ -396,15 +396,11 @@ func (e *Elastic) await(ctx context.Context, changed <-chan struct{}) error {
 	}
 }
 
-// Failures returns every worker failure any node reported, first first.
+// Failures returns the first failures any node reported, first first:
+// every agent reads them when the job failed, so it reads a bounded number
+// whatever the job's size (see failureKey).
 func (e *Elastic) Failures(ctx context.Context) ([]Failure, error) {
-	return ListFailures(ctx, e.store)
-}
-
-// ListFailures returns the failures reported in a job, first first (see
-// OrderFailures).
-func ListFailures(ctx context.Context, store Store) ([]Failure, error) {
-	kvs, _, err := store.List(ctx, prefixFail)
+	kvs, _, err := e.store.List(ctx, prefixFail, MaxListedFailures)
 	if err != nil {
 		return nil, err
 	}

@@ -10,10 +10,22 @@ import (
 )
 
 // failureKey is where failure f of round is kept; a later report of the
-// same worker overwrites it and keeps its first revision.
+// same worker overwrites it and keeps its first revision. Keys sort
+// roughly in OrderFailures' order — round, then lost nodes and failed
+// agents (0-), workers that failed on their own (1-), workers that name a
+// lost peer (2-, the bulk when a node dies in a large job) — so that the
+// first MaxListedFailures keys hold the first failures.
 func failureKey(round int, f Failure) string {
-	return fmt.Sprintf("%s%08d/%08d", prefixFail, round, f.Rank)
+	class := 1
+	if f.LostPeer != nil && *f.LostPeer != f.Rank {
+		class = 2
+	}
+	return fmt.Sprintf("%s%08d/%d-%08d", prefixFail, round, class, f.Rank)
 }
+
+// MaxListedFailures is how many failure reports an agent reads when the
+// job failed, to print the first: the first in key order (see failureKey).
+const MaxListedFailures = 64
 
 // OrderFailures sorts failures first first, by cause and not by any
 // host's clock: round by round, and within a round, nodes lost and agents
@@ -112,7 +124,7 @@ func (e *Elastic) Abandon(ctx context.Context, f Failure) error {
 	if p := snap.placement; p.Round == snap.state.Round && p.Member {
 		f.NodeRank = p.NodeRank
 	}
-	if err := e.put(ctx, fmt.Sprintf("%s%08d/agent-%s", prefixFail, f.Attempt, e.cfg.Self.ID), f, false); err != nil {
+	if err := e.put(ctx, fmt.Sprintf("%s%08d/0-agent-%s", prefixFail, f.Attempt, e.cfg.Self.ID), f, false); err != nil {
 		return err
 	}
 	for {

@@ -81,7 +81,7 @@ func testFinishedRunIsKeptThenReplaced(t *testing.T, eps []string) {
 	require.NoError(t, a.rdzv.Close())
 	require.NoError(t, b.rdzv.Close())
 	require.NoError(t, etcdstore.RetainIfDeserted(ctx, client, entry.Incarnation))
-	requireRetained(entry.Prefix() + "failures/00000000/00000001")
+	requireRetained(entry.Prefix() + "failures/00000000/1-00000001")
 	requireRetained(etcdstore.JobPrefix("again") + "current")
 
 	status, err := etcdstore.ReadStatus(ctx, client, "again")

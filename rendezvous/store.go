@@ -61,9 +61,9 @@ func IsPrefix(keyOrPrefix string) bool {
 // deleted) again, with the value last put. Calls made in the meantime
 // are retried until etcd answers or the store's patience runs out.
 type Store interface {
-	// List returns the key, or every key under the prefix, and the
-	// store's revision.
-	List(ctx context.Context, keyOrPrefix string) ([]KV, int64, error)
+	// List returns the key, or the keys under the prefix in key order
+	// (the first limit of them; 0: all), and the store's revision.
+	List(ctx context.Context, keyOrPrefix string, limit int) ([]KV, int64, error)
 	// Txn puts every write (unleased), all or none, if key guard's
 	// revision is still rev (0: it must not exist), and reports whether
 	// it did; with guard "" it always does. At most MaxTxnWrites writes.

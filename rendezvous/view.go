@@ -52,7 +52,7 @@ func (v *view) clearLocked() {
 // again whenever the watch breaks.
 func (v *view) run(ctx context.Context, store Store) {
 	for ctx.Err() == nil {
-		kvs, rev, err := store.List(ctx, "")
+		kvs, rev, err := store.List(ctx, "", 0)
 		if err != nil {
 			select {
 			case <-time.After(100 * time.Millisecond):

@@ -8,16 +8,21 @@ export PATH=/usr/local/go/bin:$PATH
 # Debian packages the tests use: real PyTorch (CPU) for the DDP tests and the
 # launch benchmark, slurm-client's scontrol for the hostlist comparison,
 # etcd-server's etcd 3.4 (/usr/bin/etcd) for the cross-version etcd tests,
+# etcd-client's etcdctl for the rendezvous auth tests (a client without the
+# job secret is refused),
 # slurm-wlm (slurmctld, slurmd), munge and iproute2's ss for the real SLURM
-# cluster of test/slurm. A test whose dependency is missing skips, except when
+# cluster of test/slurm, prometheus (prometheus, promtool) for the metrics
+# tests. A test whose dependency is missing skips, except when
 # CI=true (CI sets it): then it fails, so that a broken set-up cannot pass.
 need=()
 /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || need+=(python3-torch)
 command -v scontrol >/dev/null 2>&1 || need+=(slurm-client)
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 command -v slurmctld >/dev/null 2>&1 || need+=(slurm-wlm)
 command -v munged >/dev/null 2>&1 || need+=(munge)
 command -v ss >/dev/null 2>&1 || need+=(iproute2)
+{ command -v prometheus && command -v promtool; } >/dev/null 2>&1 || need+=(prometheus)
 if ((${#need[@]})); then
   echo "== apt-get install ${need[*]}"
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi

@@ -143,10 +143,10 @@ type countingStore struct {
 	view   *viewCounts
 }
 
-func (s countingStore) List(ctx context.Context, prefix string) ([]rendezvous.KV, int64, error) {
+func (s countingStore) List(ctx context.Context, prefix string, limit int) ([]rendezvous.KV, int64, error) {
 	s.counts.Lists.Add(1)
 	s.view.Lists.Add(1)
-	return s.Store.List(ctx, prefix)
+	return s.Store.List(ctx, prefix, limit)
 }
 
 func (s countingStore) Txn(ctx context.Context, guard string, rev int64, writes ...rendezvous.KV) (bool, error) {

@@ -94,6 +94,7 @@ func launchFlags() []cli.Flag {
 		stringFlag(catOutput, "redirects", "", "streams sent only to the log files: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank 0:1,1:2"),
 		stringFlag(catOutput, "tee", "", "streams sent to the log files as well as the console (the default with --log-dir)"),
 		stringFlag(catOutput, "local-ranks-filter", "", "local ranks shown on the console, e.g. 0,2 (default: all)"),
+		stringFlag(catOutput, "metrics-addr", "", "serve this agent's Prometheus metrics at http://HOST:PORT/metrics (e.g. 0.0.0.0:9400; port 0: a free one, logged): job and round state, restarts, node losses, rendezvous time, per worker step, loss, tokens/s, MFU, heartbeat age, exit code"),
 		stringFlag(catOutput, "log-format", "auto", "gorun's own log lines: auto (console on a terminal, else JSON), console, json"),
 		stringFlag(catOutput, "log-level", "info", "debug, info, warn, error"),
 	}
@@ -168,7 +169,7 @@ func options(c *cli.Context) launcher.Options {
 		Tee: c.String("tee"), Redirects: c.String("redirects"), LocalRanksFilter: c.String("local-ranks-filter"),
 		NoPython: c.Bool("no-python"), TermTimeout: c.Duration("term-timeout"), NodeName: c.String("node-name"),
 		LocalAddr: c.String("local-addr"), HeartbeatTimeout: c.Duration("heartbeat-timeout"),
-		JobSecretFile: c.String("job-secret-file"),
+		JobSecretFile: c.String("job-secret-file"), MetricsAddr: c.String("metrics-addr"),
 	}
 	if len(args) > 0 {
 		opts.Entrypoint, opts.Args = args[0], args[1:]

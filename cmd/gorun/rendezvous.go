@@ -13,6 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/rendezvous/etcdembed"
 )
 
@@ -32,7 +33,8 @@ func rendezvousServeCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run an etcd v3 member for gorun agents (--rdzv-endpoint) until SIGTERM or SIGINT",
-		UsageText: "gorun rendezvous serve --listen HOST:PORT --data-dir DIR [--peer-listen HOST:PORT] [--name N] [--initial-cluster NAME=HOST:PORT,...]\n" +
+		UsageText: "gorun rendezvous serve --listen HOST:PORT --data-dir DIR [--peer-listen HOST:PORT] [--name N] [--initial-cluster NAME=HOST:PORT,...] [--job-secret-file FILE]\n" +
+			"   with a job secret (GORUN_JOB_SECRET or --job-secret-file), only agents holding it may read or write\n" +
 			"   three members: run on each of a, b, c (same --initial-cluster)\n" +
 			"   gorun rendezvous serve --name a --listen a:2379 --data-dir /var/lib/gorun-etcd --initial-cluster a=a:2380,b=b:2380,c=c:2380",
 		Flags: []cli.Flag{
@@ -41,6 +43,7 @@ func rendezvousServeCommand() *cli.Command {
 			&cli.StringFlag{Name: "peer-listen", Usage: "HOST:PORT for the other members (default: the --listen host, port + 1; or this member's entry of --initial-cluster)"},
 			&cli.StringFlag{Name: "name", Usage: "member name (default: the host name)"},
 			&cli.StringFlag{Name: "initial-cluster", Usage: "NAME=HOST:PORT,... peer address of every member, this one included (default: this member alone)"},
+			&cli.StringFlag{Name: "job-secret-file", Usage: "FILE (mode 600) holding the job secret, else GORUN_JOB_SECRET: etcd then lets in only agents holding it (every member needs the same one)"},
 		},
 		Action:          rendezvousServeAction,
 		HideHelpCommand: true,
@@ -107,6 +110,11 @@ func serveConfig(c *cli.Context) (etcdembed.Config, error) {
 	if err := cfg.Validate(); err != nil {
 		return cfg, errors.New(strings.TrimPrefix(err.Error(), "rendezvous: server: "))
 	}
+	secret, _, err := launcher.GivenSecret(os.LookupEnv, c.String("job-secret-file"))
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Secret = secret
 	return cfg, nil
 }
 
@@ -127,8 +135,12 @@ func rendezvousServeAction(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(err.Error(), 1)
 	}
+	auth := "no authentication: anyone who reaches it may read and change every key (give GORUN_JOB_SECRET or --job-secret-file)"
+	if !cfg.Secret.IsZero() {
+		auth = "only for holders of the job secret"
+	}
 	for _, ep := range server.Endpoints() {
-		fmt.Fprintf(c.App.Writer, "gorun rendezvous: serving etcd v3 at %s\n", ep)
+		fmt.Fprintf(c.App.Writer, "gorun rendezvous: serving etcd v3 at %s, %s\n", ep, auth)
 	}
 	var serveErr error
 	select {

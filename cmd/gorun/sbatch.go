@@ -26,7 +26,7 @@ func sbatchCommand() *cli.Command {
 		Name:  "sbatch",
 		Usage: "print a SLURM batch script that runs ENTRYPOINT with one gorun per node",
 		UsageText: "gorun sbatch ENTRYPOINT --nodes N (--gpus-per-node G | --nproc-per-node P) --time T\n" +
-			"    [--min-nodes M] [--partition P] [--job-name J] [--output DIR] [--gorun PATH] [--env K=V ...]\n" +
+			"    [--min-nodes M] [--partition P] [--job-name J] [--output DIR] [--metrics-port PORT] [--gorun PATH] [--env K=V ...]\n" +
 			"    [-- more gorun flags] > job.sbatch\n" +
 			"sbatch job.sbatch [ENTRYPOINT args...]",
 		Description: "The script asks for N nodes with one task each, --requeue, --no-kill (the job outlives a\n" +
@@ -45,6 +45,7 @@ func sbatchCommand() *cli.Command {
 			&cli.StringFlag{Name: "job-name", Destination: &spec.JobName, Aliases: []string{"job_name", "J"}, Usage: "job name (default: the entrypoint's name)"},
 			&cli.StringFlag{Name: "output", Destination: &spec.OutputDir, Aliases: []string{"o"}, Usage: "directory of the job's output file %x-%j.out (default: where sbatch runs)"},
 			&cli.IntFlag{Name: "max-restarts", Destination: &spec.MaxRestarts, Aliases: []string{"max_restarts"}, Value: -1, Usage: "gorun --max-restarts", DefaultText: "with --min-nodes M, N-M: a dying node's peers often fail before it is noticed as gone"},
+			&cli.IntFlag{Name: "metrics-port", Destination: &spec.MetricsPort, Aliases: []string{"metrics_port"}, Usage: "every node's gorun serves Prometheus metrics at http://NODE:PORT/metrics (--metrics-addr=0.0.0.0:PORT)"},
 			&cli.StringFlag{Name: "gorun", Destination: &spec.Gorun, Usage: "gorun binary on the nodes (default: this binary's absolute path)"},
 			&cli.GenericFlag{Name: "env", Value: env, Usage: "export K=V in the script before srun (repeatable)"},
 		},
@@ -150,6 +151,7 @@ func renderedBy(s launcher.Sbatch) string {
 	if s.MaxRestarts >= 0 {
 		args = append(args, "--max-restarts", strconv.Itoa(s.MaxRestarts))
 	}
+	add("--metrics-port", strconv.Itoa(s.MetricsPort))
 	add("--gorun", s.Gorun)
 	for _, kv := range s.Env {
 		add("--env", kv)

@@ -32,6 +32,7 @@ func statusCommand() *cli.Command {
 			stringFlag("", "rdzv-endpoint", "", "etcd HOST:PORT[,...] (default inside a SLURM job: its embedded etcd)"),
 			stringFlag("", "rdzv-id", "", "run id (default: SLURM_JOB_ID)"),
 			stringFlag("", "rdzv-conf", "", "TLS and auth: cacert, cert, key, user, password; connect_timeout"),
+			stringFlag("", "job-secret-file", "", "file (mode 600) holding the job secret, for an etcd gorun runs with one (embedded, gorun rendezvous serve); else GORUN_JOB_SECRET"),
 			&cli.BoolFlag{Name: "json", Usage: "print the whole status (every member, waiting node and failure) as one JSON object; fields below"},
 			&cli.BoolFlag{Name: "watch", Aliases: []string{"w"}, Usage: "show the status until Ctrl-C: redrawn every --interval on a terminal, else printed again (plain lines under a time line) each time it changes"},
 			&cli.DurationFlag{Name: "interval", Value: 2 * time.Second, Usage: "how often --watch reads the status"},
@@ -72,6 +73,11 @@ func statusAction(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(err.Error(), exitUsage)
 	}
+	secret, _, err := launcher.GivenSecret(os.LookupEnv, c.String("job-secret-file"))
+	if err != nil {
+		return cli.Exit("status: "+err.Error(), exitUsage)
+	}
+	cfg, _ = launcher.SecretCredentials(cfg, secret)
 	var watch *statusWatch
 	if c.Bool("watch") {
 		if c.Bool("json") {

@@ -112,13 +112,13 @@ func workerAction(c *cli.Context) error {
 
 func runWorker(sigs *workerSignals, c *cli.Context, cfg config.Config, w distenv.Worker, secret jobsecret.Secret) (err error) {
 	ctx := sigs.ctx
-	beat := heartbeat.FromEnv(os.LookupEnv) // nil (no-op) unless the agent watches for hangs
+	beat := heartbeat.FromEnv(os.LookupEnv) // nil (no-op) unless the agent watches for hangs or exports metrics
 	var ck *resume.Checkpointer             // set before Run, the only caller of AfterStep
 	t, err := trainer.New(ctx, trainer.Config{Train: cfg, Worker: w, Threads: c.Int("threads"),
 		Secret: secret, CommLog: c.App.ErrWriter,
 		Metrics: c.String("metrics"), Log: c.App.Writer,
 		AfterStep: func(_ *trainer.Trainer, rec metrics.Record) error {
-			beat.Beat(rec.Step)
+			beat.Report(progressOf(rec))
 			return ck.AfterStep(ctx, rec)
 		}})
 	if err != nil {
@@ -160,6 +160,16 @@ func runWorker(sigs *workerSignals, c *cli.Context, cfg config.Config, w distenv
 		return dumpParams(dir, w.Rank, t.State().Params)
 	}
 	return nil
+}
+
+// progressOf is the heartbeat of a step's record; an MFU of 0 (the
+// trainer knows no peak for its threads) is not reported.
+func progressOf(rec metrics.Record) heartbeat.Progress {
+	p := heartbeat.Progress{Step: rec.Step, Loss: rec.Loss, TokensPerS: rec.TokensPerS, MFU: rec.MFU}
+	if rec.MFU == 0 {
+		p.MFU = math.NaN()
+	}
+	return p
 }
 
 // workerEnv reads the environment contract; a process with WORLD_SIZE=1

@@ -65,7 +65,17 @@ type Server struct {
 	timers map[timerKey]timer
 	wake   chan struct{}
 	done   chan struct{}
+	closed sync.Once
+	errs   error // of the first Close
 }
+
+// Bounds on what a worker can make the server hold: a line of the protocol
+// is about 100 bytes; a longer one is skipped whole. Timers past maxTimers
+// are ignored until some are released or fire.
+const (
+	maxLine   = 4 << 10
+	maxTimers = 1 << 16
+)
 
 // Serve creates the FIFO at path (it must not exist) and serves it until
 // ctx ends or Close. Only processes for which owns returns true are ever
@@ -95,36 +105,59 @@ func (s *Server) Path() string { return s.path }
 // Expired reports the workers the server signalled.
 func (s *Server) Expired() <-chan Expiry { return s.expired }
 
-// Close stops serving and removes the FIFO.
+// Close stops serving and removes the FIFO. It may be called more than
+// once, from any goroutine; later calls return the first one's error.
 func (s *Server) Close() error {
-	select {
-	case <-s.done:
-	default:
+	s.closed.Do(func() {
 		close(s.done)
-	}
-	return errors.Join(s.fifo.Close(), os.Remove(s.path))
+		s.errs = errors.Join(s.fifo.Close(), os.Remove(s.path))
+	})
+	return s.errs
 }
 
+// read takes requests from the FIFO until it is closed. A malformed line,
+// or one longer than maxLine, is skipped; the next line is read as usual.
 func (s *Server) read() {
-	sc := bufio.NewScanner(s.fifo)
-	for sc.Scan() {
-		var r request
-		if json.Unmarshal(sc.Bytes(), &r) != nil || r.PID <= 0 || !s.owns(r.PID) {
+	rd := bufio.NewReaderSize(s.fifo, maxLine)
+	for {
+		line, err := rd.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			for errors.Is(err, bufio.ErrBufferFull) { // the rest of an over-long line
+				_, err = rd.ReadSlice('\n')
+			}
+			if err != nil {
+				return
+			}
 			continue
 		}
-		key := timerKey{r.PID, r.ScopeID}
-		s.mu.Lock()
-		if r.ExpirationTime < 0 {
-			delete(s.timers, key)
-		} else {
-			sec := int64(r.ExpirationTime)
-			s.timers[key] = timer{at: time.Unix(sec, int64((r.ExpirationTime-float64(sec))*1e9)), signal: syscall.Signal(r.Signal)}
+		if err != nil {
+			return
 		}
-		s.mu.Unlock()
-		select {
-		case s.wake <- struct{}{}:
-		default:
-		}
+		s.take(line)
+	}
+}
+
+// take applies one line of the protocol.
+func (s *Server) take(line []byte) {
+	var r request
+	if json.Unmarshal(line, &r) != nil || r.PID <= 0 || !s.owns(r.PID) {
+		return
+	}
+	key := timerKey{r.PID, r.ScopeID}
+	s.mu.Lock()
+	switch _, known := s.timers[key]; {
+	case r.ExpirationTime < 0:
+		delete(s.timers, key)
+	case !known && len(s.timers) >= maxTimers:
+		// Too many scopes open at once: ignore new ones.
+	default:
+		sec := int64(r.ExpirationTime)
+		s.timers[key] = timer{at: time.Unix(sec, int64((r.ExpirationTime-float64(sec))*1e9)), signal: syscall.Signal(r.Signal)}
+	}
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
 	}
 }
 

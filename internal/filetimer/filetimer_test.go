@@ -1,6 +1,7 @@
 package filetimer
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -65,4 +66,43 @@ func TestExpiredTimerKillsItsWorker(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A line far over the protocol's size, or garbage, is skipped: the server
+// goes on serving the next line (it used to stop for good).
+func TestLongOrGarbageLinesAreSkipped(t *testing.T) {
+	worker := exec.Command("sleep", "30")
+	require.NoError(t, worker.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- worker.Wait() }()
+	t.Cleanup(func() { _ = worker.Process.Kill(); <-exited })
+	path := filepath.Join(t.TempDir(), "timer")
+	srv, err := Serve(context.Background(), path, func(pid int) bool { return pid == worker.Process.Pid })
+	require.NoError(t, err)
+	defer srv.Close()
+
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.Write(append(bytes.Repeat([]byte("x"), 1<<20), '\n'))
+	require.NoError(t, err)
+	_, err = f.Write([]byte("not json\n{\"pid\": \n"))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	send(t, path, worker.Process.Pid, "after_garbage", float64(time.Now().UnixNano())/1e9, int(syscall.SIGKILL))
+	e := <-srv.Expired()
+	require.Equal(t, "after_garbage", e.Scope)
+	<-exited
+	exited <- nil // for the cleanup
+}
+
+// Close may be called twice, concurrently: one closes, both return.
+func TestCloseTwice(t *testing.T) {
+	srv, err := Serve(context.Background(), filepath.Join(t.TempDir(), "timer"), func(int) bool { return false })
+	require.NoError(t, err)
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- srv.Close() }()
+	}
+	require.NoError(t, <-errs)
+	require.NoError(t, <-errs)
 }

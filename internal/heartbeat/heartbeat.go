@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 )
@@ -28,6 +27,7 @@ type Pipe struct {
 	mu       sync.Mutex
 	lastStep int
 	lastBeat time.Time
+	onBeat   func(Progress)
 }
 
 // NewPipe makes the pipe; give WorkerEnd to the worker as its first extra
@@ -57,22 +57,29 @@ func (s Stall) String() string {
 	return fmt.Sprintf("no progress for %s after step %d (heartbeat timeout)", s.Silent.Round(time.Millisecond), s.LastStep)
 }
 
+// OnBeat makes Watch call f with every heartbeat's progress, from
+// Watch's goroutine, as it arrives: f must not block. Call it before
+// Watch.
+func (p *Pipe) OnBeat(f func(Progress)) { p.onBeat = f }
+
 // Watch reads heartbeats until the worker's end closes or ctx ends, and
 // sends one Stall when, after a first heartbeat, none arrives within
-// timeout. The channel closes when Watch is done. It closes the read end.
+// timeout; a timeout of 0 or less never judges a stall (the beats still
+// reach OnBeat). The channel closes when Watch is done. It closes the
+// read end.
 func (p *Pipe) Watch(ctx context.Context, timeout time.Duration) <-chan Stall {
 	out := make(chan Stall, 1)
-	beats := make(chan int, 16)
+	beats := make(chan Progress, 16)
 	go func() {
 		defer close(beats)
 		sc := bufio.NewScanner(p.r)
 		for sc.Scan() {
-			step, err := strconv.Atoi(strings.TrimSpace(sc.Text()))
+			prog, err := ParseLine(sc.Text())
 			if err != nil {
 				continue
 			}
 			select {
-			case beats <- step:
+			case beats <- prog:
 			default: // the watcher is behind: a newer beat follows
 			}
 		}
@@ -83,14 +90,19 @@ func (p *Pipe) Watch(ctx context.Context, timeout time.Duration) <-chan Stall {
 		var timer <-chan time.Time
 		for {
 			select {
-			case step, ok := <-beats:
+			case prog, ok := <-beats:
 				if !ok {
 					return
 				}
 				p.mu.Lock()
-				p.lastStep, p.lastBeat = step, time.Now()
+				p.lastStep, p.lastBeat = prog.Step, time.Now()
 				p.mu.Unlock()
-				timer = time.After(timeout)
+				if p.onBeat != nil {
+					p.onBeat(prog)
+				}
+				if timeout > 0 {
+					timer = time.After(timeout)
+				}
 			case <-timer:
 				p.mu.Lock()
 				out <- Stall{LastStep: p.lastStep, Silent: time.Since(p.lastBeat)}
@@ -126,10 +138,16 @@ func FromEnv(lookup func(string) (string, bool)) *Beater {
 // Beat reports that step is done. Errors are ignored: an agent that went
 // away has its own way of stopping the worker.
 func (b *Beater) Beat(step int) {
+	b.Report(Unreported(step))
+}
+
+// Report reports that p.Step is done, with the figures of p that are
+// set. Errors are ignored, as Beat's.
+func (b *Beater) Report(p Progress) {
 	if b == nil {
 		return
 	}
-	_, _ = b.f.WriteString(strconv.Itoa(step) + "\n")
+	_, _ = b.f.WriteString(p.Line())
 }
 
 // LastBeat is when the worker's last heartbeat arrived (zero before the

@@ -20,6 +20,8 @@ import (
 	"github.com/rs/zerolog"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/gorun/gorun/internal/jobsecret"
 )
 
 // ClusterTokenPrefix starts every cluster token gorun makes: an embedded
@@ -69,6 +71,16 @@ type Config struct {
 	StartTimeout time.Duration
 	// UnsafeNoFsync skips fsync: for tests only, a crash loses data.
 	UnsafeNoFsync bool
+	// Secret, when set, turns on etcd's authentication before Start
+	// returns: only the user and password Credentials(Secret) gives may
+	// read or write, and only keys under AuthPrefix. Every member of a
+	// cluster must have the same Secret; a data dir keeps the secret it
+	// was first started with. Passwords are hashed with bcrypt's minimum
+	// cost (they are 256-bit keys, slow hashing adds nothing but CPU per
+	// agent) and a token lives a day without use, so an agent
+	// authenticates once per connection. The zero Secret: no
+	// authentication, anyone who reaches the port may do anything.
+	Secret jobsecret.Secret `json:"-"`
 	// Log receives etcd's own warnings and errors (component=etcd); its
 	// info and debug logs are dropped. The zero Logger drops everything.
 	Log zerolog.Logger
@@ -154,7 +166,8 @@ type Server struct {
 // Host names in the addresses are resolved to their first IPv4 address.
 // It gives up, stops the member and returns an error when ctx ends, when
 // cfg.StartTimeout passes, or when etcd fails to start (a port in use, a
-// data dir of another cluster). It does not retry.
+// data dir of another cluster), or when it cannot turn on or confirm the
+// authentication cfg.Secret asks for. It does not retry.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -177,12 +190,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.etcd = e
 	timeout := cmp.Or(cfg.StartTimeout, DefaultStartTimeout)
+	deadline := time.Now().Add(timeout)
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	var fail error
 	select {
 	case <-e.Server.ReadyNotify():
-		return s, nil
+		if fail = s.secure(ctx, cfg, deadline); fail == nil {
+			return s, nil
+		}
 	case err := <-e.Err():
 		fail = fmt.Errorf("rendezvous: etcd member %s failed while starting: %w", cfg.Name, err)
 	case <-e.Server.StopNotify():
@@ -194,6 +210,20 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		fail = fmt.Errorf("rendezvous: etcd member %s: start: %w", cfg.Name, ctx.Err())
 	}
 	return nil, errors.Join(fail, s.Close())
+}
+
+// secure turns on the authentication cfg.Secret asks for (enableAuth),
+// giving up when ctx ends or at deadline.
+func (s *Server) secure(ctx context.Context, cfg Config, deadline time.Time) error {
+	if cfg.Secret.IsZero() {
+		return nil
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	if err := enableAuth(ctx, s.etcd.Server, cfg.Secret); err != nil {
+		return fmt.Errorf("%w (etcd member %s)", err, cfg.Name)
+	}
+	return nil
 }
 
 // embedConfig translates cfg into etcd's configuration, resolving host
@@ -251,6 +281,8 @@ func embedConfig(ctx context.Context, cfg Config, closing *atomic.Bool) (*embed.
 	e.QuotaBackendBytes = serverQuotaBytes
 	e.UnsafeNoFsync = cfg.UnsafeNoFsync
 	e.EnableGRPCGateway = false
+	e.BcryptCost = bcryptCost
+	e.AuthTokenTTL = tokenTTL
 	e.Logger = "zap"
 	e.LogLevel = "warn"
 	e.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(zerologCore{

@@ -24,6 +24,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gorun/gorun/internal/etcdtest"
+	"github.com/gorun/gorun/internal/jobsecret"
 )
 
 // fastServer is a single-member Config on free loopback ports with
@@ -31,7 +32,7 @@ import (
 // etcd's own servers leave a few goroutines winding down; etcdtest knows which.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, etcdtest.GoleakOptions()...) }
 
-func fastServer(t *testing.T) Config {
+func fastServer(t testing.TB) Config {
 	ports, err := etcdtest.FreePorts(2)
 	require.NoError(t, err)
 	return Config{
@@ -191,6 +192,9 @@ func TestResolveIPv4(t *testing.T) {
 // memberEnv carries a Config to TestServerMemberProcess.
 const memberEnv = "GORUN_TEST_ETCD_MEMBER"
 
+// memberSecretEnv carries its Config.Secret (hex; empty: none).
+const memberSecretEnv = "GORUN_TEST_ETCD_SECRET"
+
 // TestServerMemberProcess is not a test: it is the body of the child
 // processes TestServerClusterSurvivesMemberLoss starts, one etcd member
 // each, serving until its stdin closes.
@@ -203,6 +207,13 @@ func TestServerMemberProcess(t *testing.T) {
 	if err := json.Unmarshal([]byte(spec), &cfg); err != nil {
 		fmt.Println("bad spec:", err)
 		os.Exit(3)
+	}
+	if hex := os.Getenv(memberSecretEnv); hex != "" {
+		var err error
+		if cfg.Secret, err = jobsecret.Parse(hex); err != nil {
+			fmt.Println("bad secret:", err)
+			os.Exit(3)
+		}
 	}
 	s, err := Start(context.Background(), cfg)
 	if err != nil {
@@ -262,30 +273,27 @@ func freeOn(hosts []string, ports []int) bool {
 	return true
 }
 
-// A three-member embedded cluster on three loopback "nodes", each
-// member its own process: SIGKILL one (a node
-// crash) and the other two still serve Put and Get.
-func TestServerClusterSurvivesMemberLoss(t *testing.T) {
-	hosts := []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"}
-	scratch := t.TempDir()
-	cfgs := clusterOn(t, hosts, scratch)
+// memberChild is a member run by TestServerMemberProcess in a child process.
+type memberChild struct {
+	cmd   *exec.Cmd
+	stdin interface{ Close() error }
+	out   *bufio.Reader
+	done  chan struct{}
+}
 
-	type child struct {
-		cmd   *exec.Cmd
-		stdin interface{ Close() error }
-		out   *bufio.Reader
-		done  chan struct{}
-	}
-	children := make([]*child, len(cfgs))
-	var endpoints []string
+// startMembers starts one child process per member of cfgs (with test
+// timings and secret), all at once, and returns once each said it is
+// ready. Cleanup stops them (closing stdin), killing one that does not
+// exit in time.
+func startMembers(t *testing.T, cfgs []Config, secret jobsecret.Secret) []*memberChild {
+	children := make([]*memberChild, len(cfgs))
 	for i, cfg := range cfgs {
-		endpoints = append(endpoints, cfg.ClientAddr)
 		cfg.Heartbeat, cfg.ElectionTimeout, cfg.UnsafeNoFsync = 50*time.Millisecond, 500*time.Millisecond, true
 		cfg.StartTimeout = 20 * time.Second
 		spec, err := json.Marshal(cfg)
 		require.NoError(t, err)
 		cmd := exec.Command(os.Args[0], "-test.run=^TestServerMemberProcess$", "-test.count=1")
-		cmd.Env = append(os.Environ(), memberEnv+"="+string(spec))
+		cmd.Env = append(os.Environ(), memberEnv+"="+string(spec), memberSecretEnv+"="+secret.Encode())
 		cmd.Stderr = os.Stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		stdin, err := cmd.StdinPipe()
@@ -293,7 +301,7 @@ func TestServerClusterSurvivesMemberLoss(t *testing.T) {
 		stdout, err := cmd.StdoutPipe()
 		require.NoError(t, err)
 		require.NoError(t, cmd.Start())
-		c := &child{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout), done: make(chan struct{})}
+		c := &memberChild{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout), done: make(chan struct{})}
 		children[i] = c
 		t.Cleanup(func() {
 			_ = c.stdin.Close()
@@ -308,12 +316,28 @@ func TestServerClusterSurvivesMemberLoss(t *testing.T) {
 	for i, c := range children {
 		line, err := c.out.ReadString('\n')
 		require.NoError(t, err, "member %d said %q", i, line)
-		require.True(t, strings.HasPrefix(line, "ready http://"+hosts[i]+":"), "member %d said %q", i, line)
+		require.True(t, strings.HasPrefix(line, "ready http://"+cfgs[i].ClientAddr), "member %d said %q", i, line)
 		go func() {
 			_, _ = c.out.WriteTo(os.Stdout)
 			_ = c.cmd.Wait()
 			close(c.done)
 		}()
+	}
+	return children
+}
+
+// A three-member embedded cluster on three loopback "nodes", each
+// member its own process: SIGKILL one (a node
+// crash) and the other two still serve Put and Get.
+func TestServerClusterSurvivesMemberLoss(t *testing.T) {
+	hosts := []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"}
+	scratch := t.TempDir()
+	cfgs := clusterOn(t, hosts, scratch)
+
+	children := startMembers(t, cfgs, jobsecret.Secret{})
+	var endpoints []string
+	for _, cfg := range cfgs {
+		endpoints = append(endpoints, cfg.ClientAddr)
 	}
 
 	cli := etcdtest.NewClient(t, endpoints...)

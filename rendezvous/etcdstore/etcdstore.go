@@ -82,10 +82,14 @@ func rangeOf(keyOrPrefix string) []clientv3.OpOption {
 	return nil
 }
 
-func (s *etcdStore) List(ctx context.Context, keyOrPrefix string) ([]rendezvous.KV, int64, error) {
+func (s *etcdStore) List(ctx context.Context, keyOrPrefix string, limit int) ([]rendezvous.KV, int64, error) {
+	opts := rangeOf(keyOrPrefix)
+	if limit > 0 {
+		opts = append(opts, clientv3.WithLimit(int64(limit)))
+	}
 	var resp *clientv3.GetResponse
 	err := retry(ctx, s.patience, func(ctx context.Context) (err error) {
-		resp, err = s.kv.Get(ctx, keyOrPrefix, rangeOf(keyOrPrefix)...)
+		resp, err = s.kv.Get(ctx, keyOrPrefix, opts...)
 		return err
 	})
 	if err != nil {

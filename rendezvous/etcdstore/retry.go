@@ -81,6 +81,11 @@ func transient(err error) bool {
 	return code == codes.Unavailable || code == codes.DeadlineExceeded || code == codes.Aborted
 }
 
+// CredentialsRefused says whether err (from Dial or a call) is etcd
+// refusing this client's user, password or permissions: retrying with the
+// same ones cannot help.
+func CredentialsRefused(err error) bool { return refusedCredentials(err) }
+
 // refusedCredentials says whether etcd refused this client's user,
 // password or permissions.
 func refusedCredentials(err error) bool {

@@ -105,7 +105,7 @@ func matches(key, keyOrPrefix string) bool {
 }
 
 // List implements rendezvous.Store.
-func (s *Store) List(ctx context.Context, keyOrPrefix string) ([]rendezvous.KV, int64, error) {
+func (s *Store) List(ctx context.Context, keyOrPrefix string, limit int) ([]rendezvous.KV, int64, error) {
 	s.b.mu.Lock()
 	defer s.b.mu.Unlock()
 	var out []rendezvous.KV
@@ -113,6 +113,10 @@ func (s *Store) List(ctx context.Context, keyOrPrefix string) ([]rendezvous.KV, 
 		if matches(k, keyOrPrefix) {
 			out = append(out, kv)
 		}
+	}
+	slices.SortFunc(out, func(a, b rendezvous.KV) int { return strings.Compare(a.Key, b.Key) })
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
 	}
 	return out, s.b.rev, ctx.Err()
 }

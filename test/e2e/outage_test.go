@@ -85,11 +85,20 @@ func TestEtcdFrozenUnderAHealthyJob(t *testing.T) {
 	t.Logf("etcd frozen for %s (lease TTL %s)", time.Since(frozen).Round(time.Millisecond), ttl)
 	waitStderr(t, agents, "etcd session re-established", 30*time.Second)
 	waitStderr(t, agents, "etcd outage over", 30*time.Second)
+	// Most leases expired in the freeze; etcd may still have held one
+	// whose keep-alive it took before its revocation (etcd revokes
+	// expired leases asynchronously once it runs again): kept is right
+	// then. Either way the session is back and nothing restarted.
+	renewed := 0
 	for _, a := range agents {
-		if !strings.Contains(a.stderr.String(), "expired: a new lease") {
-			t.Errorf("%s: its lease was not renewed (did etcd not expire it?):\n%s", a.name, tail(a.stderr.String(), 20))
+		switch log := a.stderr.String(); {
+		case strings.Contains(log, "expired: a new lease"):
+			renewed++
+		case !strings.Contains(log, `"lease":"kept"`):
+			t.Errorf("%s: its session was neither kept nor renewed:\n%s", a.name, tail(log, 20))
 		}
 	}
+	t.Logf("%d of 3 leases expired in the freeze and were renewed", renewed)
 
 	if err := os.WriteFile(filepath.Join(out, "release"), nil, 0o644); err != nil {
 		t.Fatal(err)
