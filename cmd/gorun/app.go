@@ -119,6 +119,7 @@ func NewApp() *cli.App {
 			},
 			benchCommand(),
 			statusCommand(),
+			metricsCommand(),
 			rendezvousCommand(),
 			estimateCommand(),
 			ckptCommand(),

@@ -29,7 +29,7 @@ func estimateCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "nodes", Value: 1, Usage: "nodes N"},
 			&cli.IntFlag{Name: "nproc-per-node", Aliases: []string{"nproc_per_node"}, Usage: "GPUs (processes) per node P", DefaultText: "1 for a train.toml, else 8"},
-			&cli.StringSliceFlag{Name: "set", Usage: "override a train.toml value: section.key=value (repeatable)"},
+			setFlag(),
 			&cli.Float64Flag{Name: "params", Usage: "parameter count, e.g. 7e9"},
 			&cli.IntFlag{Name: "layers", Usage: "transformer layers L"},
 			&cli.IntFlag{Name: "hidden", Usage: "hidden size h"},
@@ -65,7 +65,7 @@ func estimateAction(c *cli.Context) error {
 			}
 		}
 		path := args[0]
-		cfg, err := config.Load(path, c.StringSlice("set"))
+		cfg, err := config.Load(path, setsOf(c))
 		if err != nil {
 			return cli.Exit(err.Error(), exitUsage)
 		}
@@ -93,7 +93,7 @@ func estimateAction(c *cli.Context) error {
 		if len(missing) > 0 {
 			return cli.Exit(fmt.Sprintf("estimate: missing %s (give a train.toml, or --params --layers --hidden --heads --seq --batch)", strings.Join(missing, ", ")), exitUsage)
 		}
-		if len(c.StringSlice("set")) > 0 {
+		if len(setsOf(c)) > 0 {
 			return cli.Exit("estimate: --set needs a train.toml", exitUsage)
 		}
 		m = estimate.Model{Params: c.Float64("params"), Layers: c.Int("layers"), Hidden: c.Int("hidden"),
@@ -173,11 +173,11 @@ func parseTrailingFlags(c *cli.Context) ([]string, error) {
 		return args, nil
 	}
 	isBool := map[string]bool{}
-	known := map[string]bool{}
+	names := map[string][]string{} // every name of the flag a name belongs to
 	for _, f := range c.Command.Flags {
 		_, b := f.(*cli.BoolFlag)
 		for _, name := range f.Names() {
-			known[name] = true
+			names[name] = f.Names()
 			isBool[name] = b
 		}
 	}
@@ -193,8 +193,8 @@ func parseTrailingFlags(c *cli.Context) ([]string, error) {
 			continue
 		}
 		name, value, hasValue := strings.Cut(strings.TrimLeft(arg, "-"), "=")
-		if !known[name] {
-			return nil, fmt.Errorf("unknown flag --%s (gorun estimate --help lists the flags)", name)
+		if names[name] == nil {
+			return nil, fmt.Errorf("unknown flag --%s (%s --help lists the flags)", name, c.Command.HelpName)
 		}
 		switch {
 		case hasValue:
@@ -206,8 +206,11 @@ func parseTrailingFlags(c *cli.Context) ([]string, error) {
 		default:
 			return nil, fmt.Errorf("flag --%s needs a value", name)
 		}
-		if err := c.Set(name, value); err != nil {
-			return nil, fmt.Errorf("--%s=%s: %w", name, value, err)
+		// Set every alias: the flag set holds one value per name.
+		for _, alias := range names[name] {
+			if err := c.Set(alias, value); err != nil {
+				return nil, fmt.Errorf("--%s=%s: %w", name, value, err)
+			}
 		}
 	}
 	return positional, nil

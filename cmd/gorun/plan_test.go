@@ -11,11 +11,13 @@ import (
 	"github.com/gorun/gorun/internal/jobsecret"
 )
 
-// `gorun plan` resolves a train.toml as the run does: with $GOROOT unset,
-// examples/train.toml's data files still expand.
+// `gorun plan` resolves a train.toml as the run does: with $GOROOT unset
+// and no go command on PATH, examples/train.toml reads the built-in
+// corpus and plans.
 func TestPlanTrainTomlWithoutGOROOT(t *testing.T) {
 	t.Setenv("GOROOT", "")
 	require.NoError(t, os.Unsetenv("GOROOT"))
+	t.Setenv("PATH", t.TempDir())
 	toml, err := filepath.Abs(filepath.Join("..", "..", "examples", "train.toml"))
 	require.NoError(t, err)
 	code, stdout, stderr := run(t, nil, "plan", "--nproc-per-node=2", toml)

@@ -34,6 +34,8 @@ func statusCommand() *cli.Command {
 			stringFlag("", "rdzv-conf", "", "TLS and auth: cacert, cert, key, user, password; connect_timeout"),
 			stringFlag("", "job-secret-file", "", "file (mode 600) holding the job secret, for an etcd gorun runs with one (embedded, gorun rendezvous serve); else GORUN_JOB_SECRET"),
 			&cli.BoolFlag{Name: "json", Usage: "print the whole status (every member, waiting node and failure) as one JSON object; fields below"},
+			&cli.BoolFlag{Name: "watch", Aliases: []string{"w"}, Usage: "show the status until Ctrl-C: redrawn every --interval on a terminal, else printed again (plain lines under a time line) each time it changes"},
+			&cli.DurationFlag{Name: "interval", Value: 2 * time.Second, Usage: "how often --watch reads the status"},
 		},
 		Action: statusAction,
 	}
@@ -76,11 +78,23 @@ func statusAction(c *cli.Context) error {
 		return cli.Exit("status: "+err.Error(), exitUsage)
 	}
 	cfg, _ = launcher.SecretCredentials(cfg, secret)
+	var watch *statusWatch
+	if c.Bool("watch") {
+		if c.Bool("json") {
+			return cli.Exit("status: --watch and --json do not go together: --json is one report for scripts", exitUsage)
+		}
+		if watch, err = newStatusWatch(runID, c.App.Writer, c.Duration("interval")); err != nil {
+			return cli.Exit(err.Error(), exitUsage)
+		}
+	}
 	client, err := etcdstore.Dial(c.Context, cfg)
 	if err != nil {
 		return err
 	}
 	defer client.Close()
+	if watch != nil {
+		return watch.Run(c.Context, client)
+	}
 	st, err := etcdstore.ReadStatus(c.Context, client, runID)
 	if err != nil {
 		return err
@@ -100,6 +114,8 @@ func statusAction(c *cli.Context) error {
 // statusDescription is `gorun status --help`'s description: what the text
 // shows and the --json fields, which scripts may rely on.
 const statusDescription = `Reads the job's keys on its etcd without taking part in the job (no lease, no writes).
+With --watch it reads them every --interval until Ctrl-C: redrawn on a terminal, else printed
+again under a time line each time the status changed.
 
 The text fits one screen whatever the job's size: the round, its phase and why it opened, the
 budgets, the master, counts of members (alive, lost), agents and waiting nodes, then the members:

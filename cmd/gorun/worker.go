@@ -48,7 +48,7 @@ func workerCommand() *cli.Command {
 			"it exits 143 at once. SIGINT and SIGHUP, or a second SIGTERM (2 s or more after the first: SLURM\n" +
 			"delivers one to every process of a step while gorun passes it on too), stop at once.",
 		Flags: []cli.Flag{
-			&cli.StringSliceFlag{Name: "set", Usage: "override a train.toml value: section.key=value (repeatable)"},
+			setFlag(),
 			&cli.StringFlag{Name: "metrics", Usage: "JSON-lines metrics file, instead of train.metrics ({rank} gives each rank a file)"},
 			&cli.IntFlag{Name: "threads", Usage: "kernel goroutines of this worker", DefaultText: "CPUs / LOCAL_WORLD_SIZE"},
 			&cli.StringFlag{Name: "dump-params", Hidden: true, Usage: "write this rank's final parameter slice to DIR/rank-N.bin"},
@@ -60,14 +60,12 @@ func workerCommand() *cli.Command {
 func workerAction(c *cli.Context) error {
 	args, err := parseTrailingFlags(c)
 	if err != nil {
-		// parseTrailingFlags was written for estimate and says so.
-		msg := strings.ReplaceAll(err.Error(), "gorun estimate --help", "gorun worker --help")
-		return cli.Exit("worker: "+msg, exitUsage)
+		return cli.Exit("worker: "+err.Error(), exitUsage)
 	}
 	if len(args) != 1 {
 		return cli.Exit("worker: give one train.toml: gorun worker train.toml [--set section.key=value ...]", exitUsage)
 	}
-	cfg, err := config.Load(args[0], c.StringSlice("set"))
+	cfg, err := config.Load(args[0], setsOf(c))
 	if err != nil {
 		return cli.Exit(err.Error(), exitUsage)
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/gorun/gorun/trainer/data"
 )
 
 // Vocab is the number of tokens the model knows: it reads bytes.
@@ -37,8 +39,9 @@ type Model struct {
 
 // Data is [data]: the text the model reads.
 type Data struct {
-	// Files are glob patterns (with ** and {a,b}); after Load they are
-	// absolute with $VARS expanded.
+	// Files are glob patterns (with ** and {a,b}) or data.Builtin, the
+	// corpus built into gorun; after Load the patterns are absolute with
+	// $VARS expanded. Empty (or left out) means data.Builtin.
 	Files []string `toml:"files"`
 }
 
@@ -106,7 +109,7 @@ const (
 func Default() Config {
 	c := Config{
 		Model: Model{Layers: 2, DModel: 64, Heads: 4, Context: 64},
-		Data:  Data{Files: []string{"$GOROOT/src/**/*.go"}},
+		Data:  Data{Files: []string{data.Builtin}},
 		Train: Train{Steps: 200, GlobalBatch: 32, MicroBatch: 8, Seed: 1, LogEvery: 10, Metrics: "metrics.jsonl"},
 		Optim: Optim{LR: 3e-3, MinLR: 3e-4, Warmup: 20, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8,
 			WeightDecay: 0.1, GradClip: 1.0},

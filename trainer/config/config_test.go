@@ -20,7 +20,7 @@ heads = 4
 context = 64          # tokens (bytes) per sequence
 
 [data]
-files = ["$GOROOT/src/**/*.go"]   # globs; $VARS expanded; any text
+files = ["builtin:corpus"]   # globs ($VARS expanded; any text), or the text built into gorun
 
 [train]
 steps = 200           # optimizer steps for the whole run
@@ -58,7 +58,7 @@ func TestDesignExampleIsTheDefault(t *testing.T) {
 	d, err := Parse("/runs/a/train.toml", nil, nil)
 	require.NoError(t, err)
 	require.Equal(t, d, c)
-	require.Equal(t, []string{"/go/src/**/*.go"}, c.Data.Files)
+	require.Equal(t, []string{"builtin:corpus"}, c.Data.Files)
 	require.Equal(t, "/runs/a/ckpt", c.Checkpoint.Dir)
 	require.Equal(t, "/runs/a/metrics.jsonl", c.Train.Metrics)
 	require.Equal(t, 2, c.Model.Layers)
@@ -89,7 +89,7 @@ func TestGOROOTDefaultsToTheBuild(t *testing.T) {
 	}
 	t.Setenv("GOROOT", "")
 	require.NoError(t, os.Unsetenv("GOROOT"))
-	c, err := Parse("train.toml", nil, nil)
+	c, err := Parse("train.toml", []byte("[data]\nfiles = [\"$GOROOT/src/**/*.go\"]\n"), nil)
 	require.NoError(t, err)
 	require.Equal(t, filepath.Join(runtime.GOROOT(), "src/**/*.go"), c.Data.Files[0]) //nolint:staticcheck
 }
@@ -115,6 +115,28 @@ func TestDefaultGoRoot(t *testing.T) {
 		require.NoError(t, err)
 		require.DirExists(t, filepath.Join(root, "src", "fmt"))
 	}
+}
+
+// data.files names the built-in corpus, or leaves it out, or is empty:
+// all three are the built-in corpus with the same hash, on a machine
+// without $GOROOT; an unknown built-in name is an error.
+func TestBuiltinCorpus(t *testing.T) {
+	t.Setenv("GOROOT", "")
+	require.NoError(t, os.Unsetenv("GOROOT"))
+	t.Setenv("PATH", t.TempDir()) // no go command to ask
+	var hashes []string
+	for _, doc := range []string{"", "[data]\nfiles = []\n", "[data]\nfiles = [\"builtin:corpus\"]\n"} {
+		c, err := Parse("/r/train.toml", []byte(doc), nil)
+		require.NoError(t, err, doc)
+		require.Equal(t, []string{"builtin:corpus"}, c.Data.Files, doc)
+		hashes = append(hashes, c.Hash())
+	}
+	require.Equal(t, []string{hashes[0], hashes[0], hashes[0]}, hashes)
+	c, err := Parse("/r/train.toml", nil, []string{`data.files=["builtin:corpus", "extra/*.txt"]`})
+	require.NoError(t, err)
+	require.Equal(t, []string{"builtin:corpus", "/r/extra/*.txt"}, c.Data.Files)
+	_, err = Parse("train.toml", []byte("[data]\nfiles = [\"builtin:poems\"]\n"), nil)
+	require.EqualError(t, err, `train.toml:2: data.files = ["builtin:poems"]: unknown built-in corpus "builtin:poems": the one built in is "builtin:corpus"`)
 }
 
 func TestMetricsEmptyMeansNone(t *testing.T) {
@@ -171,7 +193,6 @@ func TestMalformed(t *testing.T) {
 		{"micro alone", "[train]\nmicro_batch = 5\n", "train.toml:2: train.micro_batch = 5: must divide train.global_batch = 32"},
 		{"micro zero", "[train]\nmicro_batch = 0\n", "train.toml:2: train.micro_batch = 0: must be at least 1"},
 		{"log_every zero", "[train]\nlog_every = 0\n", "train.toml:2: train.log_every = 0: must be at least 1"},
-		{"files empty", "[data]\nfiles = []\n", "train.toml:2: data.files = []: must name at least one file or glob"},
 		{"files empty pattern", "[data]\nfiles = [\"a\", \"\"]\n", "train.toml:2: data.files = [\"a\", \"\"]: an empty pattern matches nothing"},
 		{"files unset var", "[data]\nfiles = [\"$GORUN_TEST_UNSET/*.txt\"]\n", "train.toml:2: data.files = [\"$GORUN_TEST_UNSET/*.txt\"]: $GORUN_TEST_UNSET is not set in the environment"},
 		{"dotted keys", "model.heads = 3\n", "train.toml:1: model.heads = 3: must divide model.d_model = 64"},
@@ -227,7 +248,6 @@ func TestSetErrors(t *testing.T) {
 		{"bad array", []string{"data.files=[1]"}, "--set data.files=[1]: data.files: want an array of strings, got a TOML integer"},
 		{"newline", []string{"train.steps=5\n[model]\nlayers = 0"}, `--set "train.steps=5\n[model]\nlayers = 0": the value must fit on one line`},
 		{"steps below warmup", []string{"train.steps=5"}, "--set train.steps=5: must be at least optim.warmup = 20"},
-		{"files empty", []string{"data.files=[]"}, "--set data.files=[]: must name at least one file or glob"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -327,10 +347,13 @@ func TestHash(t *testing.T) {
 		require.NoError(t, err)
 		require.NotEqual(t, base.Hash(), c.Hash(), s)
 	}
-	t.Setenv("GOROOT", "/elsewhere")
-	other, err := Parse("/a/train.toml", []byte(design), nil)
+	goroot := []string{`data.files=["$GOROOT/src/**/*.go"]`}
+	here, err := Parse("/a/train.toml", []byte(design), goroot)
 	require.NoError(t, err)
-	require.Equal(t, base.Hash(), other.Hash(), "the hash takes data.files as written")
+	t.Setenv("GOROOT", "/elsewhere")
+	other, err := Parse("/a/train.toml", []byte(design), goroot)
+	require.NoError(t, err)
+	require.Equal(t, here.Hash(), other.Hash(), "the hash takes data.files as written")
 }
 
 func TestErrorsAreOneLine(t *testing.T) {

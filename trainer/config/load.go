@@ -18,6 +18,8 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
+
+	"github.com/gorun/gorun/trainer/data"
 )
 
 // Error is one problem with a train.toml, printed on one line as
@@ -54,25 +56,27 @@ func (e *Error) Error() string {
 // string), and validates the result. Relative paths (checkpoint.dir,
 // train.metrics, data.files) are made absolute against the file's
 // directory, and $VARS in data.files are expanded ($GOROOT defaults to the
-// Go root gorun was built with). Every error is an *Error on one line that
+// Go root gorun was built with); data.files left empty become
+// [data.Builtin], the corpus built into gorun, and that name is kept as
+// it is. Every error is an *Error on one line that
 // names the file and line, or the --set, and the key.
 func Load(path string, sets []string) (Config, error) {
-	data, err := os.ReadFile(path)
+	doc, err := os.ReadFile(path)
 	if err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
-	return Parse(path, data, sets)
+	return Parse(path, doc, sets)
 }
 
-// Parse is Load on the contents data of a file called name: name is used in
+// Parse is Load on the contents doc of a file called name: name is used in
 // errors and its directory anchors relative paths.
-func Parse(name string, data []byte, sets []string) (Config, error) {
+func Parse(name string, doc []byte, sets []string) (Config, error) {
 	c := Default()
-	if err := decode(data, &c); err != nil {
+	if err := decode(doc, &c); err != nil {
 		return Config{}, fileError(name, err)
 	}
 	origins := map[string]origin{}
-	for key, line := range keyLines(data) {
+	for key, line := range keyLines(doc) {
 		origins[key] = origin{where: fmt.Sprintf("%s:%d", name, line), rank: 1}
 	}
 	for i, set := range sets {
@@ -81,6 +85,9 @@ func Parse(name string, data []byte, sets []string) (Config, error) {
 			return Config{}, err
 		}
 		origins[key] = origin{where: "--set " + set, rank: 2 + i}
+	}
+	if len(c.Data.Files) == 0 {
+		c.Data.Files = []string{data.Builtin}
 	}
 	c.rawFiles = slices.Clone(c.Data.Files)
 	where := func(key string) string {
@@ -103,6 +110,9 @@ func Parse(name string, data []byte, sets []string) (Config, error) {
 		dir = abs
 	}
 	for i, pattern := range c.Data.Files {
+		if data.IsBuiltin(pattern) {
+			continue
+		}
 		expanded, err := expand(pattern)
 		if err != nil {
 			return Config{}, &Error{Where: where("data.files"), Key: "data.files", Value: formatValue(c, "data.files"), Msg: err.Error()}
@@ -123,8 +133,8 @@ type origin struct {
 }
 
 // decode decodes a TOML document strictly onto c.
-func decode(data []byte, c *Config) error {
-	return toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields().Decode(c)
+func decode(doc []byte, c *Config) error {
+	return toml.NewDecoder(bytes.NewReader(doc)).DisallowUnknownFields().Decode(c)
 }
 
 var typeMismatch = regexp.MustCompile(`^cannot decode TOML (.+?) into `)
@@ -212,10 +222,10 @@ func applySet(c *Config, set string) (string, error) {
 
 // keyLines maps every "section.key" of a TOML document to the line it is
 // set on. The document has decoded already, so it parses.
-func keyLines(data []byte) map[string]int {
+func keyLines(doc []byte) map[string]int {
 	lines := map[string]int{}
 	var p unstable.Parser
-	p.Reset(data)
+	p.Reset(doc)
 	var table []string
 	var visit func(prefix []string, n *unstable.Node)
 	visit = func(prefix []string, n *unstable.Node) {

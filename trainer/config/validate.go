@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/gorun/gorun/trainer/data"
 )
 
 // Limits on the model's shape: far beyond what the embedded trainer can
@@ -64,12 +66,12 @@ func (c Config) problem() []blame {
 		func() []blame { return atLeast("model.context", m.Context, 1) },
 		func() []blame { return atMost("model.context", m.Context, maxContext) },
 		func() []blame {
-			if len(c.Data.Files) == 0 {
-				return []blame{{"data.files", "must name at least one file or glob"}}
-			}
 			for _, f := range c.Data.Files {
 				if f == "" {
 					return []blame{{"data.files", "an empty pattern matches nothing"}}
+				}
+				if _, ok := data.BuiltinText(f); data.IsBuiltin(f) && !ok {
+					return []blame{{"data.files", fmt.Sprintf("unknown built-in corpus %q: the one built in is %q", f, data.Builtin)}}
 				}
 			}
 			return nil

@@ -98,8 +98,25 @@ func TestLoad(t *testing.T) {
 	require.EqualError(t, err, `data: load: no file matches "`+filepath.Join(dir, "*.rst")+`"`)
 	_, err = Load([]string{filepath.Join(dir, "e/*.txt")})
 	require.EqualError(t, err, `data: load: the files matching "`+filepath.Join(dir, "e/*.txt")+`" are empty`)
-	_, err = Load(nil)
-	require.Error(t, err)
+}
+
+// The built-in corpus loads with no file on disk, alone (named, or no
+// patterns at all) or with files; an unknown built-in name is an error.
+func TestLoadBuiltin(t *testing.T) {
+	for _, patterns := range [][]string{nil, {Builtin}, {Builtin, Builtin}} {
+		d, err := Load(patterns)
+		require.NoError(t, err)
+		require.Equal(t, []string{Builtin}, d.Files())
+		require.Greater(t, d.Len(), 300_000, "a few hundred KB")
+		require.Contains(t, string(d.Bytes()), "package trainer")
+	}
+	dir := tree(t, map[string]string{"a.txt": "extra"})
+	d, err := Load([]string{filepath.Join(dir, "a.txt"), Builtin})
+	require.NoError(t, err)
+	require.Equal(t, []string{filepath.Join(dir, "a.txt"), Builtin}, d.Files(), "sorted by name")
+	require.True(t, bytes.HasPrefix(d.Bytes(), []byte("extra\npackage ")))
+	_, err = Load([]string{"builtin:poems"})
+	require.EqualError(t, err, `data: load: unknown built-in corpus "builtin:poems": the one built in is "builtin:corpus"`)
 }
 
 func TestSampleIsAPureFunction(t *testing.T) {

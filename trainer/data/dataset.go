@@ -21,37 +21,26 @@ type Dataset struct {
 
 // Load reads every regular file matching the glob patterns (see Glob),
 // sorted by path with duplicates dropped, and concatenates them with a
-// '\n' between files. A pattern that matches no file, and text that comes
-// to zero bytes, are errors that name the patterns.
+// '\n' between files. The pattern Builtin stands for the corpus built
+// into gorun (listed as the file "builtin:corpus"), and no patterns at
+// all mean it alone. A pattern that matches no file, an unknown
+// "builtin:" name, and text that comes to zero bytes are errors that name
+// the patterns.
 func Load(patterns []string) (*Dataset, error) {
 	if len(patterns) == 0 {
-		return nil, fmt.Errorf("data: load: no file patterns")
+		patterns = []string{Builtin}
 	}
-	seen := map[string]bool{}
-	var files []string
-	for _, p := range patterns {
-		matches, err := Glob(p)
-		if err != nil {
-			return nil, fmt.Errorf("data: load: %w", err)
-		}
-		if len(matches) == 0 {
-			return nil, fmt.Errorf("data: load: no file matches %q", p)
-		}
-		for _, m := range matches {
-			if !seen[m] {
-				seen[m] = true
-				files = append(files, m)
-			}
-		}
+	files, err := match(patterns)
+	if err != nil {
+		return nil, fmt.Errorf("data: load: %w", err)
 	}
-	slices.Sort(files)
 	var total int64
 	for _, f := range files {
-		st, err := os.Stat(f)
+		size, err := sizeOf(f)
 		if err != nil {
 			return nil, fmt.Errorf("data: load: %w", err)
 		}
-		total += st.Size() + 1
+		total += size + 1
 		if total > maxBytes {
 			return nil, fmt.Errorf("data: load: %s match more than %d GiB of text; every rank holds it all in memory: narrow the globs", strings.Join(quote(patterns), ", "), maxBytes>>30)
 		}
@@ -61,7 +50,10 @@ func Load(patterns []string) (*Dataset, error) {
 		if i > 0 {
 			text = append(text, '\n')
 		}
-		var err error
+		if builtin, ok := BuiltinText(f); ok {
+			text = append(text, builtin...)
+			continue
+		}
 		if text, err = appendFile(text, f); err != nil {
 			return nil, fmt.Errorf("data: load: %w", err)
 		}
@@ -70,6 +62,51 @@ func Load(patterns []string) (*Dataset, error) {
 		return nil, fmt.Errorf("data: load: the files matching %s are empty", strings.Join(quote(patterns), ", "))
 	}
 	return &Dataset{text: text, files: files}, nil
+}
+
+// match lists the files (and built-in corpora) the patterns name, sorted,
+// each once.
+func match(patterns []string) ([]string, error) {
+	seen := map[string]bool{}
+	var files []string
+	for _, p := range patterns {
+		var matches []string
+		switch {
+		case IsBuiltin(p):
+			if _, ok := BuiltinText(p); !ok {
+				return nil, fmt.Errorf("unknown built-in corpus %q: the one built in is %q", p, Builtin)
+			}
+			matches = []string{p}
+		default:
+			var err error
+			if matches, err = Glob(p); err != nil {
+				return nil, err
+			}
+			if len(matches) == 0 {
+				return nil, fmt.Errorf("no file matches %q", p)
+			}
+		}
+		for _, m := range matches {
+			if !seen[m] {
+				seen[m] = true
+				files = append(files, m)
+			}
+		}
+	}
+	slices.Sort(files)
+	return files, nil
+}
+
+// sizeOf is the size in bytes of a file, or of a built-in corpus.
+func sizeOf(file string) (int64, error) {
+	if builtin, ok := BuiltinText(file); ok {
+		return int64(len(builtin)), nil
+	}
+	st, err := os.Stat(file)
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
 }
 
 // appendFile appends the contents of the file at path to buf, reading
