@@ -43,6 +43,7 @@ type Model struct {
 	dtmp    []float32 // [n, d]
 	d4      []float32 // [n, 4d]
 	dlogits []float32 // [n, v]
+	ones    []float32 // [n] all 1: summing rows is a product with it
 }
 
 // normActs is what a layer norm keeps for its backward pass besides its input.
@@ -104,6 +105,10 @@ func New(cfg Config, microBatch int, eng *kernels.Engine) (*Model, error) {
 		dtmp:    f(n * d),
 		d4:      f(n * 4 * d),
 		dlogits: f(n * cfg.Vocab),
+		ones:    f(n),
+	}
+	for i := range m.ones {
+		m.ones[i] = 1
 	}
 	for i := 0; i <= cfg.Layers; i++ {
 		m.xs = append(m.xs, f(n*d))
@@ -230,21 +235,21 @@ func (m *Model) Backward(params, grads []float32, scale float32) {
 	for l := len(m.blocks) - 1; l >= 0; l-- {
 		a, bw, bg, in := &m.blocks[l], &w.blocks[l], &g.blocks[l], m.xs[l]
 		// MLP branch: dx += d(ln_2 ∘ c_fc ∘ gelu ∘ c_proj)ᵀ dx; afterwards dx = dL/dx2.
-		linearBackward(m.eng, m.prof, m.d4, bg.mlpw, bg.mlpb, m.dx, a.gelu, bw.mlpw, n, 4*d, d)
+		m.linearBackward(m.d4, bg.mlpw, bg.mlpb, m.dx, a.gelu, bw.mlpw, n, 4*d, d)
 		geluBackward(m.par, m.d4, a.tanh, a.fc)
 		m.prof.Lap(profile.Elementwise)
-		linearBackward(m.eng, m.prof, m.dtmp, bg.fcw, bg.fcb, m.d4, a.ln2.out, bw.fcw, n, d, 4*d)
+		m.linearBackward(m.dtmp, bg.fcw, bg.fcb, m.d4, a.ln2.out, bw.fcw, n, d, 4*d)
 		layerNormBackward(m.par.eng, m.dx, bg.ln2w, bg.ln2b, m.dtmp, a.x2, a.ln2.mean, a.ln2.rstd, bw.ln2w, n, d)
 		m.prof.Lap(profile.Elementwise)
 		// Attention branch; afterwards dx = dL/d(block input).
-		linearBackward(m.eng, m.prof, m.dtmp, bg.projw, bg.projb, m.dx, a.y, bw.projw, n, d, d)
+		m.linearBackward(m.dtmp, bg.projw, bg.projb, m.dx, a.y, bw.projw, n, d, d)
 		toHeads(m.yh, m.dtmp, d, 0, dm)
 		attentionBackward(m.par, m.dq, m.dk, m.dv, m.dp, m.yh, a.att, a.q, a.k, a.v, dm)
 		fromHeads(m.qkv, m.dq, 3*d, 0, dm)
 		fromHeads(m.qkv, m.dk, 3*d, d, dm)
 		fromHeads(m.qkv, m.dv, 3*d, 2*d, dm)
 		m.prof.Lap(profile.Attention)
-		linearBackward(m.eng, m.prof, m.dtmp, bg.attnw, bg.attnb, m.qkv, a.ln1.out, bw.attnw, n, d, 3*d)
+		m.linearBackward(m.dtmp, bg.attnw, bg.attnb, m.qkv, a.ln1.out, bw.attnw, n, d, 3*d)
 		layerNormBackward(m.par.eng, m.dx, bg.ln1w, bg.ln1b, m.dtmp, in, a.ln1.mean, a.ln1.rstd, bw.ln1w, n, d)
 		m.prof.Lap(profile.Elementwise)
 	}
