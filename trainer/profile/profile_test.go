@@ -56,3 +56,19 @@ func TestSummaryTable(t *testing.T) {
 		require.Contains(t, out, p.String())
 	}
 }
+
+// BenchmarkLap is the cost of one lap with profiling on (a clock read);
+// BenchmarkLapOff the cost with it off (a nil check).
+func BenchmarkLap(b *testing.B) {
+	tm := NewTimer(time.Now())
+	for range b.N {
+		tm.Lap(GEMM)
+	}
+}
+
+func BenchmarkLapOff(b *testing.B) {
+	var tm *Timer
+	for range b.N {
+		tm.Lap(GEMM)
+	}
+}
