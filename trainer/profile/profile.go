@@ -67,7 +67,7 @@ func NewTimer(start time.Time) *Timer {
 }
 
 // Lap adds the time since the previous lap (or the start of the step) to
-// phase p.
+// phase p, which must be one of the phases (GEMM..Waiting).
 func (t *Timer) Lap(p Phase) {
 	if t == nil {
 		return
@@ -94,8 +94,8 @@ func (t *Timer) EndStep(now time.Time) Step {
 
 // Summary adds up the steps of a run.
 type Summary struct {
-	Steps int
-	Sum   Step
+	Steps int  // steps added
+	Sum   Step // their phase times and wall times, added up
 }
 
 // Add adds one step.
