@@ -18,6 +18,7 @@ import (
 	"github.com/gorun/gorun/trainer/metrics"
 	"github.com/gorun/gorun/trainer/model"
 	"github.com/gorun/gorun/trainer/optim"
+	"github.com/gorun/gorun/trainer/profile"
 )
 
 // Config is what one rank needs to train.
@@ -51,6 +52,10 @@ type Config struct {
 	// that step (the hook for saving checkpoints). An error stops Run with
 	// that error.
 	AfterStep func(*Trainer, metrics.Record) error
+	// Profile times the phases of every step (see package profile): each
+	// metrics record carries them, Result.Profile adds them up, and rank 0
+	// writes that summary to Log at the end of Run.
+	Profile bool
 }
 
 // Trainer is one rank of a training run: the model, this rank's slice of
@@ -90,6 +95,9 @@ type Result struct {
 	Steps      int     // optimizer steps this Run took
 	Loss       float64 // mean loss of the last step over the world
 	TokensPerS float64 // whole-job tokens per second over this Run
+	// Profile is this rank's phase times added up over the Run; nil
+	// unless Config.Profile.
+	Profile *profile.Summary
 }
 
 // New prepares rank cfg.Worker.Rank: it loads the data, builds the model
@@ -262,6 +270,11 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	var res Result
 	start := time.Now()
 	lastRecord, lastLog, stepsAtLog := start, start, 0
+	var prof *profile.Timer // nil, and every lap a no-op, unless profiling
+	if t.cfg.Profile {
+		prof, res.Profile = profile.NewTimer(start), &profile.Summary{}
+	}
+	t.model.SetProfile(prof)
 	for t.state.Step < tc.Steps {
 		if err := ctx.Err(); err != nil {
 			return res, t.runErr(ctx, err)
@@ -272,24 +285,31 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 		for micro := range accum {
 			first := t.batch.MicroFirst(int64(step), rank, micro)
 			t.dataset.Samples(tc.Seed, first, window, t.tokens)
+			prof.Lap(profile.Waiting)
 			lossSum += float64(t.model.Forward(t.params, t.tokens))
 			t.model.Backward(t.params, t.grads, scale)
 		}
 		if err := t.groups.ReduceGrads(t.grads, t.owned); err != nil {
 			return res, t.runErr(ctx, err)
 		}
-		loss, sumSquares, err := t.groups.Stats(lossSum/float64(accum), optim.SumSquares(t.owned))
+		prof.Lap(profile.Collectives)
+		ownedSquares := optim.SumSquares(t.owned)
+		prof.Lap(profile.Optimizer)
+		loss, sumSquares, err := t.groups.Stats(lossSum/float64(accum), ownedSquares)
 		if err != nil {
 			return res, t.runErr(ctx, err)
 		}
+		prof.Lap(profile.Collectives)
 		clip := optim.ClipFactor(sumSquares, t.optim.GradClip)
 		lr, err := optim.Update(t.optim, &t.state, t.params[t.lo:t.hi], t.owned, t.decay, clip)
 		if err != nil {
 			return res, fmt.Errorf("trainer: step %d: %w", step+1, err)
 		}
+		prof.Lap(profile.Optimizer)
 		if err := t.groups.GatherParams(t.params); err != nil {
 			return res, t.runErr(ctx, err)
 		}
+		prof.Lap(profile.Collectives)
 
 		now := time.Now()
 		res.Steps++
@@ -298,6 +318,11 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 		rec := metrics.Record{Step: step + 1, Time: now, Loss: loss, LR: lr,
 			TokensPerS: tokPerS, MFU: t.mfu(tokPerS), WorldSize: t.plan.WorldSize(),
 			Rank: rank, ElapsedS: now.Sub(start).Seconds(), GradNorm: math.Sqrt(sumSquares)}
+		if prof != nil {
+			st := prof.EndStep(now)
+			rec.Profile = &st
+			res.Profile.Add(st)
+		}
 		lastRecord = now
 		if err := t.metrics.Write(rec); err != nil {
 			return res, fmt.Errorf("trainer: step %d: %w", step+1, err)
@@ -318,6 +343,11 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	}
 	if d := time.Since(start).Seconds(); res.Steps > 0 && d > 0 {
 		res.TokensPerS = tokensPerStep * float64(res.Steps) / d
+	}
+	if res.Profile != nil && res.Steps > 0 {
+		if err := res.Profile.WriteTable(logTo); err != nil {
+			return res, fmt.Errorf("trainer: %w", err)
+		}
 	}
 	// Every rank leaves together, so none takes another's goodbye for a
 	// death while the last all-gather drains.

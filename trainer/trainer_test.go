@@ -1,9 +1,14 @@
 package trainer
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +22,7 @@ import (
 	"github.com/gorun/gorun/trainer/config"
 	"github.com/gorun/gorun/trainer/data"
 	"github.com/gorun/gorun/trainer/metrics"
+	"github.com/gorun/gorun/trainer/profile"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -47,6 +53,8 @@ type rankRun struct {
 	snapshot State     // the State after step runOpts.snapshotAt
 	state    State     // the State at the end
 	err      error     // from New or Run
+	result   Result    // from Run
+	log      *bytes.Buffer
 }
 
 // runOpts varies an in-process run.
@@ -55,6 +63,7 @@ type runOpts struct {
 	snapshotAt int     // step after which rankRun.snapshot is taken
 	stopRank   int     // rank whose context is cancelled after step stopAt
 	stopAt     int     // 0: no rank is stopped
+	profile    bool    // Config.Profile
 }
 
 // runWorld trains cfg on size ranks (perNode to a node), each in its own
@@ -66,12 +75,14 @@ func runWorld(t *testing.T, cfg config.Config, size, perNode int, o runOpts) []r
 	out := make([]rankRun, size)
 	errs := testutil.OnRanks(size, func(r int) error {
 		res := &out[r]
+		res.log = &bytes.Buffer{}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		w := distenv.Worker{Rank: r, WorldSize: size, LocalRank: r % perNode, LocalWorldSize: perNode,
 			GroupRank: r / perNode, GroupWorldSize: size / perNode, MasterAddr: "127.0.0.1", MasterPort: port,
 			RunID: "trainer-test"}
 		c := Config{Train: cfg, Worker: w, Threads: 1, Dataset: ds, CommTimeout: 10 * time.Second,
+			Profile: o.profile, Log: res.log,
 			AfterStep: func(tr *Trainer, rec metrics.Record) error {
 				res.losses = append(res.losses, rec.Loss)
 				res.mfus = append(res.mfus, rec.MFU)
@@ -93,7 +104,7 @@ func runWorld(t *testing.T, cfg config.Config, size, perNode int, o runOpts) []r
 				return err
 			}
 		}
-		_, err = tr.Run(ctx)
+		res.result, err = tr.Run(ctx)
 		res.state = copyState(tr.State())
 		return err
 	})
@@ -229,6 +240,87 @@ func TestPeerStopNamesIt(t *testing.T) {
 	var pe *comm.PeerError
 	require.ErrorAs(t, runs[1].err, &pe)
 	require.Equal(t, 3, pe.Rank, "rank 1 shares its replica group with rank 3")
+}
+
+// TestProfile: with Config.Profile every metrics record carries a profile
+// whose phases are non-negative and add up to the step time (the record's
+// tokens_per_s agrees with it), and rank 0 ends with a table naming every
+// phase; without it records carry none.
+func TestProfile(t *testing.T) {
+	tests := []struct {
+		name          string
+		mode          string
+		size, perNode int
+		profile       bool
+	}{
+		{"one process", config.ModeDDP, 1, 1, true},
+		{"fsdp on 2 ranks", config.ModeFSDP, 2, 2, true},
+		{"off", config.ModeDDP, 1, 1, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := tinyConfig(t, "parallel.mode="+tc.mode, "train.metrics='"+filepath.Join(dir, "m{rank}.jsonl")+"'")
+			runs := runWorld(t, cfg, tc.size, tc.perNode, runOpts{profile: tc.profile})
+			tokensPerStep := float64(cfg.Train.GlobalBatch * cfg.Model.Context)
+			for r, run := range runs {
+				require.NoError(t, run.err, "rank %d", r)
+				recs := readRecords(t, filepath.Join(dir, fmt.Sprintf("m%d.jsonl", r)))
+				require.Len(t, recs, cfg.Train.Steps)
+				if !tc.profile {
+					require.NotContains(t, recs[0], "profile")
+					require.Nil(t, run.result.Profile)
+					require.NotContains(t, run.log.String(), "profile:")
+					continue
+				}
+				for _, rec := range recs {
+					prof, ok := rec["profile"].(map[string]any)
+					require.True(t, ok, "step %v has a profile object: %v", rec["step"], rec)
+					stepS := prof["step_s"].(float64)
+					require.Greater(t, stepS, 0.0)
+					require.InEpsilon(t, tokensPerStep/rec["tokens_per_s"].(float64), stepS, 1e-6, "step_s is the step the record's tokens/s measures")
+					var sum float64
+					for p := range profile.NumPhases {
+						v, ok := prof[p.String()+"_s"].(float64)
+						require.True(t, ok, "phase %v in %v", p, prof)
+						require.GreaterOrEqual(t, v, 0.0, "phase %v", p)
+						sum += v
+					}
+					require.LessOrEqual(t, sum, stepS*(1+1e-9)+1e-9, "the phases fit in the step")
+					require.Greater(t, prof["gemm_s"].(float64), 0.0)
+				}
+				require.Equal(t, cfg.Train.Steps, run.result.Profile.Steps)
+				if tc.size > 1 {
+					require.Greater(t, recs[0]["profile"].(map[string]any)["collectives_s"].(float64), 0.0)
+				}
+			}
+			if !tc.profile {
+				return
+			}
+			table := runs[0].log.String()
+			require.Contains(t, table, fmt.Sprintf("profile: %d steps", cfg.Train.Steps))
+			for p := range profile.NumPhases {
+				require.Regexp(t, `(?m)^`+p.String()+`\s`, table)
+			}
+			for _, run := range runs[1:] {
+				require.NotContains(t, run.log.String(), "profile:", "only rank 0 writes the table")
+			}
+		})
+	}
+}
+
+// readRecords decodes the JSON lines of a metrics file.
+func readRecords(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var recs []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &rec), "line %q", line)
+		recs = append(recs, rec)
+	}
+	return recs
 }
 
 func TestNewErrors(t *testing.T) {

@@ -34,11 +34,14 @@ func workerCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "worker",
 		Usage:     "run one rank of the embedded trainer (gorun starts these for a train.toml entrypoint)",
-		UsageText: "gorun worker train.toml [--set section.key=value ...] [--metrics PATH] [--threads N]",
+		UsageText: "gorun worker train.toml [--set section.key=value ...] [--metrics PATH] [--threads N] [--profile]",
 		Description: "Reads the torchrun environment contract (RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,\n" +
 			"MASTER_PORT, ...). Outside gorun or torchrun, WORLD_SIZE=1 alone trains in this process.\n" +
 			"Threads default to the CPUs available divided by LOCAL_WORLD_SIZE; OMP_NUM_THREADS is not\n" +
 			"read (gorun sets it to 1 for PyTorch's sake).\n\n" +
+			"--profile times the phases of every step (gemm, attention, elementwise, optimizer, collectives,\n" +
+			"waiting): each metrics record gets a \"profile\" object in seconds, and rank 0 ends with a table of\n" +
+			"each phase's share. gorun train.toml --profile passes it to every worker.\n\n" +
 			"Checkpoints ([checkpoint] dir, every, keep, async): on start every worker resumes from the newest\n" +
 			"valid checkpoint in checkpoint.dir (any world size or mode; a corrupt one is skipped for the one\n" +
 			"before, and the log says why), and refuses one saved with another model, data, seed, global batch\n" +
@@ -51,6 +54,7 @@ func workerCommand() *cli.Command {
 			setFlag(),
 			&cli.StringFlag{Name: "metrics", Usage: "JSON-lines metrics file, instead of train.metrics ({rank} gives each rank a file)"},
 			&cli.IntFlag{Name: "threads", Usage: "kernel goroutines of this worker", DefaultText: "CPUs / LOCAL_WORLD_SIZE"},
+			&cli.BoolFlag{Name: "profile", Usage: "time the phases of every step into the metrics records and a summary table"},
 			&cli.StringFlag{Name: "dump-params", Hidden: true, Usage: "write this rank's final parameter slice to DIR/rank-N.bin"},
 		},
 		Action: workerAction,
@@ -115,7 +119,7 @@ func runWorker(sigs *workerSignals, c *cli.Context, cfg config.Config, w distenv
 	beat := heartbeat.FromEnv(os.LookupEnv) // nil (no-op) unless the agent watches for hangs or exports metrics
 	var ck *resume.Checkpointer             // set before Run, the only caller of AfterStep
 	t, err := trainer.New(ctx, trainer.Config{Train: cfg, Worker: w, Threads: c.Int("threads"),
-		Secret: secret, CommLog: c.App.ErrWriter,
+		Secret: secret, CommLog: c.App.ErrWriter, Profile: c.Bool("profile"),
 		Metrics: c.String("metrics"), Log: c.App.Writer,
 		AfterStep: func(_ *trainer.Trainer, rec metrics.Record) error {
 			beat.Report(progressOf(rec))

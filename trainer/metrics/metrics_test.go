@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gorun/gorun/trainer/profile"
 )
 
 func TestProgressLine(t *testing.T) {
@@ -206,3 +208,19 @@ func TestKeepBeforeUnreadable(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+func TestWriterProfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "metrics.jsonl")
+	w, err := Open(path, 0, 1)
+	require.NoError(t, err)
+	st := profile.Step{Total: 500 * time.Millisecond}
+	st.Phases[profile.GEMM] = 300 * time.Millisecond
+	st.Phases[profile.Waiting] = 200 * time.Millisecond
+	require.NoError(t, w.Write(Record{Step: 1, Profile: &st}))
+	require.NoError(t, w.Write(Record{Step: 2}))
+	require.NoError(t, w.Close())
+	lines := readLines(t, path)
+	require.Equal(t, map[string]any{"gemm_s": 0.3, "attention_s": 0.0, "elementwise_s": 0.0, "optimizer_s": 0.0,
+		"collectives_s": 0.0, "waiting_s": 0.2, "step_s": 0.5}, lines[0]["profile"])
+	require.NotContains(t, lines[1], "profile", "a record without a profile has no profile key")
+}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gorun/gorun/trainer/profile"
 )
 
 // RankPlaceholder in a metrics path is replaced by the rank, which gives
@@ -41,6 +43,11 @@ type Record struct {
 	// ValLoss is the loss on the held-out bytes; 0 or NaN leaves it out
 	// of the line.
 	ValLoss float64
+	// Profile is where the step's time went; nil leaves it out of the
+	// line. It is written as "profile":{"gemm_s":0.21,"attention_s":0.05,
+	// ...,"waiting_s":0.01,"step_s":0.31}, one key per phase in seconds
+	// and the step's wall time, which the phases add up to.
+	Profile *profile.Step
 }
 
 // appendJSON appends r as one JSON object and a newline.
@@ -71,7 +78,25 @@ func (r Record) appendJSON(b []byte) []byte {
 	if !math.IsNaN(r.ValLoss) && r.ValLoss != 0 {
 		b = num(b, "val_loss", r.ValLoss)
 	}
+	if r.Profile != nil {
+		b = appendProfile(b, r.Profile)
+	}
 	return append(b, "}\n"...)
+}
+
+// appendProfile appends p as the "profile" object of a record.
+func appendProfile(b []byte, p *profile.Step) []byte {
+	b = append(b, `,"profile":{`...)
+	for ph := range profile.NumPhases {
+		if ph > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `"`+ph.String()+`_s":`...)
+		b = strconv.AppendFloat(b, p.Phases[ph].Seconds(), 'g', -1, 64)
+	}
+	b = append(b, `,"step_s":`...)
+	b = strconv.AppendFloat(b, p.Total.Seconds(), 'g', -1, 64)
+	return append(b, '}')
 }
 
 // Writer appends Records to a JSON-lines file, one whole line per write

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/gorun/gorun/trainer/kernels"
+	"github.com/gorun/gorun/trainer/profile"
 )
 
 // Model runs the forward and backward passes of one micro-batch. It owns the activation and
@@ -21,7 +22,8 @@ type Model struct {
 	layout Layout
 	dm     dims
 	eng    *kernels.Engine
-	par    pool // row- and head-parallel work outside the matrix products
+	par    pool           // row- and head-parallel work outside the matrix products
+	prof   *profile.Timer // nil: no profiling
 
 	inputs, targets []byte
 	xs              [][]float32 // residual stream: xs[0] embeddings, xs[l+1] output of block l
@@ -41,6 +43,7 @@ type Model struct {
 	dtmp    []float32 // [n, d]
 	d4      []float32 // [n, 4d]
 	dlogits []float32 // [n, v]
+	ones    []float32 // [n] all 1: summing rows is a product with it
 }
 
 // normActs is what a layer norm keeps for its backward pass besides its input.
@@ -102,6 +105,10 @@ func New(cfg Config, microBatch int, eng *kernels.Engine) (*Model, error) {
 		dtmp:    f(n * d),
 		d4:      f(n * 4 * d),
 		dlogits: f(n * cfg.Vocab),
+		ones:    f(n),
+	}
+	for i := range m.ones {
+		m.ones[i] = 1
 	}
 	for i := 0; i <= cfg.Layers; i++ {
 		m.xs = append(m.xs, f(n*d))
@@ -114,6 +121,11 @@ func New(cfg Config, microBatch int, eng *kernels.Engine) (*Model, error) {
 	}
 	return m, nil
 }
+
+// SetProfile makes Forward and Backward lap t after each operation, so
+// that t attributes their time to the phases (GEMM, attention,
+// elementwise); nil turns that off.
+func (m *Model) SetProfile(t *profile.Timer) { m.prof = t }
 
 // Layout is the parameter layout the model reads.
 func (m *Model) Layout() Layout { return m.layout }
@@ -149,30 +161,44 @@ func (m *Model) Forward(params []float32, tokens []byte) float32 {
 	n, d := dm.n, dm.d
 
 	embedForward(m.xs[0], w.wte, w.wpe, m.inputs, dm.t, d)
+	m.prof.Lap(profile.Elementwise)
 	for l := range m.blocks {
 		a, bw, in, out := &m.blocks[l], &w.blocks[l], m.xs[l], m.xs[l+1]
 		// Attention: x2 = in + c_proj(attn(c_attn(ln_1(in)))).
 		layerNormForward(m.par, a.ln1.out, a.ln1.mean, a.ln1.rstd, in, bw.ln1w, bw.ln1b, n, d)
+		m.prof.Lap(profile.Elementwise)
 		linearForward(m.eng, m.qkv, a.ln1.out, bw.attnw, bw.attnb, n, d, 3*d)
+		m.prof.Lap(profile.GEMM)
 		toHeads(a.q, m.qkv, 3*d, 0, dm)
 		toHeads(a.k, m.qkv, 3*d, d, dm)
 		toHeads(a.v, m.qkv, 3*d, 2*d, dm)
 		attentionForward(m.par, m.yh, a.att, a.q, a.k, a.v, dm)
 		fromHeads(a.y, m.yh, d, 0, dm)
+		m.prof.Lap(profile.Attention)
 		linearForward(m.eng, a.x2, a.y, bw.projw, bw.projb, n, d, d)
+		m.prof.Lap(profile.GEMM)
 		addTo(a.x2, in)
 		// MLP: out = x2 + c_proj(gelu(c_fc(ln_2(x2)))).
 		layerNormForward(m.par, a.ln2.out, a.ln2.mean, a.ln2.rstd, a.x2, bw.ln2w, bw.ln2b, n, d)
+		m.prof.Lap(profile.Elementwise)
 		linearForward(m.eng, a.fc, a.ln2.out, bw.fcw, bw.fcb, n, d, 4*d)
+		m.prof.Lap(profile.GEMM)
 		geluForward(m.par, a.gelu, a.tanh, a.fc)
+		m.prof.Lap(profile.Elementwise)
 		linearForward(m.eng, out, a.gelu, bw.mlpw, bw.mlpb, n, 4*d, d)
+		m.prof.Lap(profile.GEMM)
 		addTo(out, a.x2)
+		m.prof.Lap(profile.Elementwise)
 	}
 	last := m.xs[len(m.xs)-1]
 	layerNormForward(m.par, m.lnf.out, m.lnf.mean, m.lnf.rstd, last, w.lnfw, w.lnfb, n, d)
+	m.prof.Lap(profile.Elementwise)
 	m.eng.MatMul(m.probs, m.lnf.out, w.wte, n, dm.v, d, false, true, false) // logits = ln_f(x)·wteᵀ
+	m.prof.Lap(profile.GEMM)
 	m.forwarded = true
-	return crossEntropyForward(m.par, m.probs, m.rowLoss, m.targets, n, dm.v)
+	loss := crossEntropyForward(m.par, m.probs, m.rowLoss, m.targets, n, dm.v)
+	m.prof.Lap(profile.Elementwise)
+	return loss
 }
 
 // Backward adds to grads[:Layout().Size] scale times the gradient of the loss of the last
@@ -195,32 +221,40 @@ func (m *Model) Backward(params, grads []float32, scale float32) {
 	// Logits and the tied output projection: logits = xf·wteᵀ, so
 	// dxf = dlogits·wte and dwte += dlogitsᵀ·xf.
 	crossEntropyBackward(m.dlogits, m.probs, m.targets, n, v, scale)
+	m.prof.Lap(profile.Elementwise)
 	m.eng.MatMul(m.dtmp, m.dlogits, w.wte, n, d, v, false, false, false)
 	m.eng.MatMul(g.wte, m.dlogits, m.lnf.out, v, d, n, true, false, true)
+	m.prof.Lap(profile.GEMM)
 	clear(m.dx)
 	last := m.xs[len(m.xs)-1]
 	layerNormBackward(m.par.eng, m.dx, g.lnfw, g.lnfb, m.dtmp, last, m.lnf.mean, m.lnf.rstd, w.lnfw, n, d)
+	m.prof.Lap(profile.Elementwise)
 
 	// Blocks, last first. On entry to each, dx = dL/d(block output). A residual connection
 	// passes dx through unchanged, and each branch adds its own gradient to it.
 	for l := len(m.blocks) - 1; l >= 0; l-- {
 		a, bw, bg, in := &m.blocks[l], &w.blocks[l], &g.blocks[l], m.xs[l]
 		// MLP branch: dx += d(ln_2 ∘ c_fc ∘ gelu ∘ c_proj)ᵀ dx; afterwards dx = dL/dx2.
-		linearBackward(m.eng, m.d4, bg.mlpw, bg.mlpb, m.dx, a.gelu, bw.mlpw, n, 4*d, d)
+		m.linearBackward(m.d4, bg.mlpw, bg.mlpb, m.dx, a.gelu, bw.mlpw, n, 4*d, d)
 		geluBackward(m.par, m.d4, a.tanh, a.fc)
-		linearBackward(m.eng, m.dtmp, bg.fcw, bg.fcb, m.d4, a.ln2.out, bw.fcw, n, d, 4*d)
+		m.prof.Lap(profile.Elementwise)
+		m.linearBackward(m.dtmp, bg.fcw, bg.fcb, m.d4, a.ln2.out, bw.fcw, n, d, 4*d)
 		layerNormBackward(m.par.eng, m.dx, bg.ln2w, bg.ln2b, m.dtmp, a.x2, a.ln2.mean, a.ln2.rstd, bw.ln2w, n, d)
+		m.prof.Lap(profile.Elementwise)
 		// Attention branch; afterwards dx = dL/d(block input).
-		linearBackward(m.eng, m.dtmp, bg.projw, bg.projb, m.dx, a.y, bw.projw, n, d, d)
+		m.linearBackward(m.dtmp, bg.projw, bg.projb, m.dx, a.y, bw.projw, n, d, d)
 		toHeads(m.yh, m.dtmp, d, 0, dm)
 		attentionBackward(m.par, m.dq, m.dk, m.dv, m.dp, m.yh, a.att, a.q, a.k, a.v, dm)
 		fromHeads(m.qkv, m.dq, 3*d, 0, dm)
 		fromHeads(m.qkv, m.dk, 3*d, d, dm)
 		fromHeads(m.qkv, m.dv, 3*d, 2*d, dm)
-		linearBackward(m.eng, m.dtmp, bg.attnw, bg.attnb, m.qkv, a.ln1.out, bw.attnw, n, d, 3*d)
+		m.prof.Lap(profile.Attention)
+		m.linearBackward(m.dtmp, bg.attnw, bg.attnb, m.qkv, a.ln1.out, bw.attnw, n, d, 3*d)
 		layerNormBackward(m.par.eng, m.dx, bg.ln1w, bg.ln1b, m.dtmp, in, a.ln1.mean, a.ln1.rstd, bw.ln1w, n, d)
+		m.prof.Lap(profile.Elementwise)
 	}
 	embedBackward(g.wte, g.wpe, m.dx, m.inputs, dm.t, d)
+	m.prof.Lap(profile.Elementwise)
 }
 
 // addTo adds src to dst elementwise.
