@@ -2,6 +2,7 @@ package elastic
 
 import (
 	"context"
+	"slices"
 	"syscall"
 	"time"
 
@@ -163,12 +164,23 @@ func (m *roundMonitor) onRoundEnd(end rendezvous.End, ok bool) *roundResult {
 		return nil
 	}
 	m.a.transition(StateStopping, "reason", end.Reason)
-	if failures := m.stopAll(syscall.SIGTERM); len(failures) > 0 {
+	failures := m.stopAll(syscall.SIGTERM)
+	if m.requeue != nil || slices.ContainsFunc(failures, isRequeue) {
+		// The workers were stopping to be requeued (SLURM's --signal) when
+		// the round ended: most likely a node whose workers stopped first
+		// left. The job is to be requeued, not re-formed without it.
+		return &roundResult{requeue: true}
+	}
+	if len(failures) > 0 {
 		writeFailureTable(m.a.spec.Report, failures, len(m.workers)-len(failures))
 		m.blame(failures)
 	}
 	return &roundResult{ended: &end}
 }
+
+// isRequeue says whether f is a worker that checkpointed on request and
+// stopped (ExitRequeue), not a failure.
+func isRequeue(f rendezvous.Failure) bool { return f.Signal == "" && f.ExitCode == ExitRequeue }
 
 // onStall: worker i sent no heartbeat for HeartbeatTimeout. A hung worker
 // holds every other in a collective, so all stop beating together: a

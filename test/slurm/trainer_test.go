@@ -287,6 +287,9 @@ func TestSbatchTrainerRequeue(t *testing.T) {
 	// SLURM 22.05 holds a requeued job back (it ran again 2m27s after the
 	// requeue without this); make it eligible now.
 	c.MustRun(t, "scontrol", "update", "JobId="+id, "StartTime=now")
+	// Right after the requeue scontrol may still show the first run's end
+	// (FAILED): wait for the second run's own first step before its end.
+	waitMetrics(t, metrics, "a step after the requeue", 3*time.Minute, func(r metricsRecord) bool { return r.Step > at })
 	job = c.WaitJob(t, id, 3*time.Minute, "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
 	t.Logf("requeued to ended %s: JobState %s ExitCode %s Restarts %s", time.Since(requeued).Round(100*time.Millisecond), job["JobState"], job["ExitCode"], job["Restarts"])
 	output := readFile(t, job["StdOut"])
