@@ -280,6 +280,12 @@ func TestSbatchTrainerRequeue(t *testing.T) {
 	require.Less(t, at, steps)
 
 	c.WaitNoJobProcs(t, 15*time.Second)
+	// slurmd revokes a job's credential when it ends and refuses a launch
+	// whose credential was made in the same second ("Job credential
+	// revoked"): requeue only once the clock is past the end's second.
+	ended, err := time.ParseInLocation("2006-01-02T15:04:05", job["EndTime"], time.Local)
+	require.NoError(t, err, "EndTime %q", job["EndTime"])
+	time.Sleep(time.Until(ended.Add(2 * time.Second)))
 	out, code := c.Run(t, commandTimeout, "scontrol", "requeue", id)
 	t.Logf("scontrol requeue %s: exit %d %s", id, code, strings.TrimSpace(out))
 	require.Equal(t, 0, code)
