@@ -95,6 +95,7 @@ func (v *view) applyLocked(ev Event) {
 		var st State
 		if !ev.Deleted && json.Unmarshal(ev.Value, &st) == nil {
 			v.state, v.stateRev = st, ev.Rev
+			v.forgetRoundsBefore(st.Round)
 		} else if ev.Deleted {
 			v.state, v.stateRev = State{}, 0
 		}
@@ -166,6 +167,24 @@ func (v *view) applyLocked(ev Event) {
 			} else {
 				v.stalls[round][id] = ev.Create
 			}
+		}
+	}
+}
+
+// forgetRoundsBefore drops what the view holds of rounds before round:
+// the aggregator reads only the state's round, and a long job of thousands
+// of nodes would otherwise keep every round's joiners in memory.
+func (v *view) forgetRoundsBefore(round int) {
+	forgetBefore(v.joined, round)
+	forgetBefore(v.done, round)
+	forgetBefore(v.stalls, round)
+}
+
+// forgetBefore deletes the entries of m for rounds before round.
+func forgetBefore[V any](m map[int]V, round int) {
+	for r := range m {
+		if r < round {
+			delete(m, r)
 		}
 	}
 }
