@@ -5,8 +5,8 @@
 // Each agent keeps a short window of compute times per local rank
 // (Window, Tracker), publishes its ranks' medians as one small Report per
 // node, and any reader of every node's Report (an agent, gorun status)
-// names the ranks whose median is at least Factor times the job's
-// median (Find).
+// names the ranks whose median is at least Factor times the median of
+// their peers' (Find).
 package straggler
 
 import (
@@ -21,8 +21,8 @@ import (
 // WindowSize is how many of the latest steps a Window keeps.
 const WindowSize = 10
 
-// Factor is how many times the job's median step compute a rank's median
-// must reach to be named a straggler.
+// Factor is how many times its peers' median step compute a rank's
+// median must reach to be named a straggler.
 const Factor = 1.5
 
 // Window is the compute times of a rank's latest WindowSize steps. The
@@ -90,7 +90,7 @@ func (r Report) Encode() []byte {
 	return b
 }
 
-// Straggler is a rank whose median step compute is Ratio times the job's.
+// Straggler is a rank whose median step compute is Ratio times its peers'.
 type Straggler struct {
 	Rank  int
 	Node  string
@@ -98,35 +98,62 @@ type Straggler struct {
 }
 
 // String says it as an operator reads it, e.g. "rank 3 on node-b, 1.9x
-// the median step compute".
+// the median step compute" (of the other ranks).
 func (s Straggler) String() string {
 	return fmt.Sprintf("rank %d on %s, %.1fx the median step compute", s.Rank, s.Node, s.Ratio)
 }
 
 // Find names the ranks of reports whose median compute is at least
-// Factor times the median of every rank's; it needs at least two ranks
-// with a positive job median, and returns them by rank.
+// Factor times the median of their peers' (every other rank's), so that
+// one slow rank stands out even in a job of two; it needs at least two
+// ranks, and returns them by rank.
 func Find(reports []Report) []Straggler {
-	var all []float64
+	type ranked struct {
+		RankCompute
+		node string
+	}
+	var all []ranked
 	for _, r := range reports {
 		for _, rc := range r.Ranks {
-			all = append(all, rc.ComputeS)
+			all = append(all, ranked{rc, r.Node})
 		}
 	}
-	job := median(all)
-	if len(all) < 2 || !(job > 0) {
+	if len(all) < 2 {
 		return nil
 	}
+	sort.Slice(all, func(i, j int) bool { return all[i].ComputeS < all[j].ComputeS })
+	sorted := make([]float64, len(all))
+	for i, r := range all {
+		sorted[i] = r.ComputeS
+	}
 	var out []Straggler
-	for _, r := range reports {
-		for _, rc := range r.Ranks {
-			if ratio := rc.ComputeS / job; ratio >= Factor {
-				out = append(out, Straggler{Rank: rc.Rank, Node: r.Node, Ratio: ratio})
-			}
+	for i, r := range all {
+		peers := medianWithout(sorted, i)
+		if !(peers > 0) {
+			continue
+		}
+		if ratio := r.ComputeS / peers; ratio >= Factor {
+			out = append(out, Straggler{Rank: r.Rank, Node: r.node, Ratio: ratio})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Rank < out[j].Rank })
 	return out
+}
+
+// medianWithout is the median of sorted (ascending, at least two
+// values) without its element at index skip.
+func medianWithout(sorted []float64, skip int) float64 {
+	at := func(k int) float64 { // k-th value of the rest
+		if k >= skip {
+			k++
+		}
+		return sorted[k]
+	}
+	n := len(sorted) - 1
+	if n%2 == 1 {
+		return at(n / 2)
+	}
+	return (at(n/2-1) + at(n/2)) / 2
 }
 
 // Tracker keeps a Window per local rank of this node's workers. It is

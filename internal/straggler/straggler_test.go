@@ -42,11 +42,21 @@ func TestFind(t *testing.T) {
 	}{
 		{name: "none reported"},
 		{name: "one rank has no peers", reports: []Report{{Node: "node-a", Ranks: []RankCompute{{0, 1}}}}},
+		{
+			name:    "a job of two: the slow one only",
+			reports: []Report{{Node: "node-a", Ranks: []RankCompute{{0, 0.1}}}, {Node: "node-b", Ranks: []RankCompute{{1, 0.2}}}},
+			want:    []string{"rank 1 on node-b, 2.0x the median step compute"},
+		},
+		{
+			name:    "peers that report no compute name none",
+			reports: []Report{{Node: "a", Ranks: []RankCompute{{0, 0}, {1, 0}, {2, 0.5}}}},
+		},
 		{name: "healthy job", reports: []Report{nodeA, {Node: "node-b", Ranks: []RankCompute{{2, 0.12}, {3, 0.10}}}}},
 		{
 			name:    "one slow rank",
 			reports: []Report{nodeA, {Node: "node-b", Ranks: []RankCompute{{2, 0.10}, {3, 0.19}}}},
-			want:    []string{"rank 3 on node-b, 1.8x the median step compute"},
+			want:    []string{"rank 3 on node-b, 1.9x the median step compute"}, // 0.19 / its peers' 0.10
+
 		},
 		{
 			name:    "at the factor exactly",
