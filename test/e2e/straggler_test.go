@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/gorun/gorun/internal/etcdtest"
+	"github.com/gorun/gorun/rendezvous/etcdstore"
 )
 
 // stragglerWait bounds how long gorun status may take to name a worker
@@ -20,9 +23,11 @@ const stragglerWait = 20 * time.Second
 // TestStatusNamesTheStraggler: a 2-node job of the embedded trainer runs
 // over etcd, 2 workers on node-a and 1 on node-b; node-b's worker is slowed to half speed (stopped and
 // continued by signals, half of every 20 ms); gorun status names exactly
-// that rank as the straggler, and no other.
+// that rank as the straggler, and no other; before the slowdown it names
+// none.
 func TestStatusNamesTheStraggler(t *testing.T) {
-	endpoint := etcdtest.Start(t).Endpoints()[0]
+	srv := etcdtest.Start(t)
+	endpoint := srv.Endpoints()[0]
 	toml := trainerToml(t)
 	// A model big enough that a step outlasts many stop/continue periods.
 	sets := []string{"--set", "model.layers=2", "--set", "model.d_model=64", "--set", "model.heads=2", "--set", "model.context=64",
@@ -43,6 +48,10 @@ func TestStatusNamesTheStraggler(t *testing.T) {
 		}
 	}()
 	pid, rank := awaitWorker(t, agents[1], 60*time.Second)
+	awaitStats(t, srv.Client(t), 2, 60*time.Second)
+	if named := stragglers(t, endpoint); len(named) > 0 {
+		t.Fatalf("before any slowdown gorun status names %q", named)
+	}
 
 	stop := halfSpeed(pid)
 	defer stop()
@@ -59,6 +68,25 @@ func TestStatusNamesTheStraggler(t *testing.T) {
 	t.Logf("gorun status named %v, %s after rank %d was slowed", named, time.Since(slowed).Round(time.Millisecond), rank)
 	if len(named) != 1 || !strings.HasPrefix(named[0], want) {
 		t.Fatalf("gorun status names %q, want only %q...", named, want)
+	}
+}
+
+// awaitStats polls until nodes agents published their ranks' step
+// compute; it fails t after d.
+func awaitStats(t *testing.T, cli *clientv3.Client, nodes int, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := cli.Get(ctx, etcdstore.Incarnation{RunID: "straggler"}.Prefix()+etcdstore.PrefixStats, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		cancel()
+		if err == nil && resp.Count >= int64(nodes) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v, fewer than %d agents published their step compute (%v)", d, nodes, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
