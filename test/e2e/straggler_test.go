@@ -21,10 +21,10 @@ import (
 const stragglerWait = 20 * time.Second
 
 // TestStatusNamesTheStraggler: a 2-node job of the embedded trainer runs
-// over etcd, 2 workers on node-a and 1 on node-b; node-b's worker is slowed to half speed (stopped and
-// continued by signals, half of every 20 ms); gorun status names exactly
-// that rank as the straggler, and no other; before the slowdown it names
-// none.
+// over etcd, 2 workers on node-a and 1 on node-b. Once both agents
+// published their ranks' step compute, gorun status names no straggler;
+// then node-b's worker is slowed to half speed (stopped and continued by
+// signals, 10 ms each), and gorun status names exactly that rank.
 func TestStatusNamesTheStraggler(t *testing.T) {
 	srv := etcdtest.Start(t)
 	endpoint := srv.Endpoints()[0]
