@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -117,7 +118,7 @@ func runRole(role string) int {
 		time.Sleep(time.Duration(rank) * 50 * time.Millisecond)
 		return ExitRequeue
 	case "report-then-wait": // reports step 1 with figures, then waits for SIGTERM
-		heartbeat.FromEnv(os.LookupEnv).Report(heartbeat.Progress{Step: 1, Loss: 2.5, TokensPerS: 100, MFU: 0.5})
+		heartbeat.FromEnv(os.LookupEnv).Report(heartbeat.Progress{Step: 1, Loss: 2.5, TokensPerS: 100, MFU: 0.5, ComputeS: math.NaN()})
 		waitFor(syscall.SIGTERM)
 		return 0
 	case "slow-no-beats": // never reports: never judged hung

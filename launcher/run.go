@@ -18,6 +18,7 @@ import (
 	"github.com/gorun/gorun/internal/filetimer"
 	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/internal/proc"
+	"github.com/gorun/gorun/internal/straggler"
 	"github.com/gorun/gorun/internal/workerlog"
 	"github.com/gorun/gorun/rendezvous"
 	"github.com/gorun/gorun/rendezvous/etcdembed"
@@ -259,11 +260,21 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 			log.Warn().Err(err).Msg("the run's keys stay in etcd until its run id starts again")
 		}
 	}()
+	tracker := straggler.NewTracker()
+	observeStragglers(&spec, tracker)
 	agent, err := elastic.New(spec, rdzv)
 	if err != nil {
 		return elastic.Outcome{ExitCode: 1}, err
 	}
+	statsCtx, stopStats := context.WithCancel(ctx)
+	statsDone := make(chan struct{})
+	go func() {
+		defer close(statsDone)
+		publishStats(statsCtx, store, r.NodeID, l.Host, tracker, rt.Log.With().Str("component", "stragglers").Logger())
+	}()
 	out, err = agent.Run(ctx)
+	stopStats()
+	<-statsDone
 	leaveBy = time.Now().Add(lingerForOthers)
 	if out.Signal != nil {
 		leaveBy = time.Now().Add(lingerWhenStopped)

@@ -289,16 +289,20 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 			lossSum += float64(t.model.Forward(t.params, t.tokens))
 			t.model.Backward(t.params, t.grads, scale)
 		}
+		collStart := time.Now()
 		if err := t.groups.ReduceGrads(t.grads, t.owned); err != nil {
 			return res, t.runErr(ctx, err)
 		}
+		inCollectives := time.Since(collStart)
 		prof.Lap(profile.Collectives)
 		ownedSquares := optim.SumSquares(t.owned)
 		prof.Lap(profile.Optimizer)
+		collStart = time.Now()
 		loss, sumSquares, err := t.groups.Stats(lossSum/float64(accum), ownedSquares)
 		if err != nil {
 			return res, t.runErr(ctx, err)
 		}
+		inCollectives += time.Since(collStart)
 		prof.Lap(profile.Collectives)
 		clip := optim.ClipFactor(sumSquares, t.optim.GradClip)
 		lr, err := optim.Update(t.optim, &t.state, t.params[t.lo:t.hi], t.owned, t.decay, clip)
@@ -306,18 +310,21 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 			return res, fmt.Errorf("trainer: step %d: %w", step+1, err)
 		}
 		prof.Lap(profile.Optimizer)
+		collStart = time.Now()
 		if err := t.groups.GatherParams(t.params); err != nil {
 			return res, t.runErr(ctx, err)
 		}
 		prof.Lap(profile.Collectives)
 
 		now := time.Now()
+		inCollectives += now.Sub(collStart)
 		res.Steps++
 		res.Loss = loss
 		tokPerS := tokensPerStep / now.Sub(lastRecord).Seconds()
 		rec := metrics.Record{Step: step + 1, Time: now, Loss: loss, LR: lr,
 			TokensPerS: tokPerS, MFU: t.mfu(tokPerS), WorldSize: t.plan.WorldSize(),
-			Rank: rank, ElapsedS: now.Sub(start).Seconds(), GradNorm: math.Sqrt(sumSquares)}
+			Rank: rank, ElapsedS: now.Sub(start).Seconds(), GradNorm: math.Sqrt(sumSquares),
+			Compute: now.Sub(lastRecord) - inCollectives}
 		if prof != nil {
 			st := prof.EndStep(now)
 			rec.Profile = &st

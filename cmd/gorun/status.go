@@ -14,6 +14,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gorun/gorun/internal/straggler"
 	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/rendezvous"
 	"github.com/gorun/gorun/rendezvous/etcdstore"
@@ -120,7 +121,7 @@ again under a time line each time the status changed.
 The text fits one screen whatever the job's size: the round, its phase and why it opened, the
 budgets, the master, counts of members (alive, lost), agents and waiting nodes, then the members:
 a table for up to 16 members, else their hosts as SLURM hostlists (node[0001-4096]) with the lost
-ones named, the waiting nodes likewise, and the job's first failure with the latest ones. Lists
+ones named, the waiting nodes likewise, the stragglers, and the job's first failure with the latest ones. Lists
 too long for one line end in "... N more": --json has them all.
 
 --json prints one object:
@@ -134,7 +135,9 @@ too long for one line end in "... N more": --json has them all.
            since, alive (its agent's lease lives)
   waiting: agents waiting for the next round: id, host, addr, nproc, since
   others:  agents with a live lease, neither members nor waiting: id, host, addr, nproc, since
-  failures: every failure report, first first (the fields of the agents' reports)`
+  failures: every failure report, first first (the fields of the agents' reports)
+  stragglers: ranks whose median step compute (last 10 steps) is at least 1.5x the job's median,
+           e.g. "rank 3 on node-b, 1.9x the median step compute"; the embedded trainer only`
 
 // statusReport is a job's status as `gorun status` shows it, computed
 // from what etcdstore.ReadStatus read; the text and the --json output are
@@ -159,6 +162,10 @@ type statusReport struct {
 	Waiting     []statusNode         `json:"waiting"`
 	Others      []statusNode         `json:"others"`
 	Failures    []rendezvous.Failure `json:"failures"`
+	// Stragglers are the ranks whose median step compute is at least
+	// straggler.Factor times the job's, as the agents last published it
+	// (embedded trainer only: other workers report no timing).
+	Stragglers []string `json:"stragglers"`
 }
 
 // statusBudgets are the job's node bounds and its two restart budgets,
@@ -259,7 +266,40 @@ func newStatusReport(st etcdstore.Status) statusReport {
 	r.Counts.Waiting = len(r.Waiting)
 	r.Counts.Others = len(r.Others)
 	r.Counts.Failures = len(r.Failures)
+	r.Stragglers = stragglersOf(st.Stats)
 	return r
+}
+
+// stragglersOf names the stragglers among the agents' published
+// reports (see straggler.Find); a report that does not decode is left
+// out.
+func stragglersOf(stats map[string][]byte) []string {
+	var reports []straggler.Report
+	for _, v := range stats {
+		if rep, err := straggler.ParseReport(v); err == nil {
+			reports = append(reports, rep)
+		}
+	}
+	names := []string{}
+	for _, s := range straggler.Find(reports) {
+		names = append(names, s.String())
+	}
+	return names
+}
+
+// shownStragglers is how many stragglers gorun status lists.
+const shownStragglers = 4
+
+// writeStragglers prints one line per straggler, at most shownStragglers
+// and a count of the rest.
+func writeStragglers(w io.Writer, stragglers []string) {
+	for i, s := range stragglers {
+		if i == shownStragglers {
+			fmt.Fprintf(w, "  ... %d more stragglers\n", len(stragglers)-shownStragglers)
+			return
+		}
+		fmt.Fprintln(w, "straggler: "+s)
+	}
 }
 
 // Bounds that keep gorun status's text on one screen whatever the job's
@@ -292,6 +332,7 @@ func writeStatus(w io.Writer, st etcdstore.Status, now time.Time) {
 	writeHeader(w, r)
 	elided := writeMembers(w, r, ago)
 	elided = writeWaiting(w, r, ago) || elided
+	writeStragglers(w, r.Stragglers)
 	if len(r.Others) > 0 {
 		label := "others not in the round"
 		if r.Phase == rendezvous.PhaseJoinable {

@@ -169,7 +169,8 @@ func runWorker(sigs *workerSignals, c *cli.Context, cfg config.Config, w distenv
 // progressOf is the heartbeat of a step's record; an MFU of 0 (the
 // trainer knows no peak for its threads) is not reported.
 func progressOf(rec metrics.Record) heartbeat.Progress {
-	p := heartbeat.Progress{Step: rec.Step, Loss: rec.Loss, TokensPerS: rec.TokensPerS, MFU: rec.MFU}
+	p := heartbeat.Progress{Step: rec.Step, Loss: rec.Loss, TokensPerS: rec.TokensPerS, MFU: rec.MFU,
+		ComputeS: rec.Compute.Seconds()}
 	if rec.MFU == 0 {
 		p.MFU = math.NaN()
 	}

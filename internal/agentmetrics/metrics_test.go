@@ -66,7 +66,7 @@ func aJob(m *Metrics, clock *fixedClock) {
 	m.StateChanged(elastic.StateRendezvous, elastic.StateRunning)
 	for local := range 2 {
 		m.WorkerStarted(workerOf(0, local))
-		m.WorkerProgress(workerOf(0, local), heartbeat.Progress{Step: 10, Loss: 2.5, TokensPerS: 1000, MFU: 0.25})
+		m.WorkerProgress(workerOf(0, local), heartbeat.Progress{Step: 10, Loss: 2.5, TokensPerS: 1000, MFU: 0.25, ComputeS: 0.5})
 	}
 	m.WorkerExited(workerOf(0, 1), 137)
 	m.StateChanged(elastic.StateRunning, elastic.StateStopping)
@@ -76,7 +76,7 @@ func aJob(m *Metrics, clock *fixedClock) {
 	m.StateChanged(elastic.StateRendezvous, elastic.StateRunning)
 	m.WorkerStarted(workerOf(1, 0))
 	m.WorkerStarted(workerOf(1, 1))
-	m.WorkerProgress(workerOf(0, 0), heartbeat.Progress{Step: 99, Loss: 9, TokensPerS: 9, MFU: 0.9}) // the old round's: ignored
+	m.WorkerProgress(workerOf(0, 0), heartbeat.Progress{Step: 99, Loss: 9, TokensPerS: 9, MFU: 0.9, ComputeS: 9}) // the old round's: ignored
 	m.WorkerProgress(workerOf(1, 0), heartbeat.Unreported(12))
 	clock.t = clock.t.Add(4 * time.Second)
 }
@@ -159,16 +159,29 @@ func TestWorkerFigures(t *testing.T) {
 			name: "full heartbeat",
 			events: func(m *Metrics) {
 				m.WorkerStarted(w)
-				m.WorkerProgress(w, heartbeat.Progress{Step: 3, Loss: 4.5, TokensPerS: 200, MFU: 0.5})
+				m.WorkerProgress(w, heartbeat.Progress{Step: 3, Loss: 4.5, TokensPerS: 200, MFU: 0.5, ComputeS: 0.25})
 			},
 			want: map[string]float64{"gorun_worker_step": 3, "gorun_worker_loss": 4.5, "gorun_worker_tokens_per_second": 200,
-				"gorun_worker_mfu_ratio": 0.5, "gorun_worker_heartbeat_age_seconds": 0},
+				"gorun_worker_mfu_ratio": 0.5, "gorun_worker_step_compute_seconds": 0.25, "gorun_worker_heartbeat_age_seconds": 0},
+		},
+		{
+			name: "step compute is the median of the latest steps",
+			events: func(m *Metrics) {
+				m.WorkerStarted(w)
+				for i, c := range []float64{0.1, 0.9, 0.2} {
+					p := heartbeat.Unreported(i + 1)
+					p.ComputeS = c
+					m.WorkerProgress(w, p)
+				}
+				m.WorkerProgress(w, heartbeat.Unreported(4)) // no figure: no change
+			},
+			want: map[string]float64{"gorun_worker_step": 4, "gorun_worker_step_compute_seconds": 0.2, "gorun_worker_heartbeat_age_seconds": 0},
 		},
 		{
 			name: "a step-only heartbeat keeps the figures before it",
 			events: func(m *Metrics) {
 				m.WorkerStarted(w)
-				m.WorkerProgress(w, heartbeat.Progress{Step: 3, Loss: 4.5, TokensPerS: 200, MFU: math.NaN()})
+				m.WorkerProgress(w, heartbeat.Progress{Step: 3, Loss: 4.5, TokensPerS: 200, MFU: math.NaN(), ComputeS: math.NaN()})
 				m.WorkerProgress(w, heartbeat.Unreported(4))
 			},
 			want: map[string]float64{"gorun_worker_step": 4, "gorun_worker_loss": 4.5, "gorun_worker_tokens_per_second": 200,

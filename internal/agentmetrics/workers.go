@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorun/gorun/internal/distenv"
 	"github.com/gorun/gorun/internal/heartbeat"
+	"github.com/gorun/gorun/internal/straggler"
 )
 
 // workerLabels label every per-worker series (run_id and node come from
@@ -27,6 +28,8 @@ var (
 		"Model FLOPs utilisation the worker last reported (0..1).", workerLabels, nil)
 	ageDesc = prometheus.NewDesc("gorun_worker_heartbeat_age_seconds",
 		"Time since the running worker's last heartbeat arrived.", workerLabels, nil)
+	computeDesc = prometheus.NewDesc("gorun_worker_step_compute_seconds",
+		"Median over the worker's last 10 steps of its step time minus its wait in collectives (embedded trainer only).", workerLabels, nil)
 	exitDesc = prometheus.NewDesc("gorun_worker_exit_code",
 		"Exit code of the worker's last process (128+N for signal N).", workerLabels, nil)
 )
@@ -39,6 +42,7 @@ type workerState struct {
 	loss       float64
 	tokensPerS float64
 	mfu        float64
+	compute    straggler.Window
 	lastBeat   time.Time // zero: no heartbeat yet
 	exitCode   *int      // nil: running
 }
@@ -80,6 +84,7 @@ func (c *workerCollector) progress(w distenv.Worker, p heartbeat.Progress) {
 		return
 	}
 	s.step, s.lastBeat = float64(p.Step), c.now()
+	s.compute.Add(p.ComputeS)
 	for _, f := range []struct {
 		to *float64
 		v  float64
@@ -100,7 +105,7 @@ func (c *workerCollector) exited(w distenv.Worker, code int) {
 
 // Describe sends the descriptions of every per-worker series.
 func (c *workerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{stepDesc, lossDesc, tokensDesc, mfuDesc, ageDesc, exitDesc} {
+	for _, d := range []*prometheus.Desc{stepDesc, lossDesc, tokensDesc, mfuDesc, computeDesc, ageDesc, exitDesc} {
 		ch <- d
 	}
 }
@@ -118,7 +123,7 @@ func (c *workerCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, f := range []struct {
 			d *prometheus.Desc
 			v float64
-		}{{stepDesc, s.step}, {lossDesc, s.loss}, {tokensDesc, s.tokensPerS}, {mfuDesc, s.mfu}} {
+		}{{stepDesc, s.step}, {lossDesc, s.loss}, {tokensDesc, s.tokensPerS}, {mfuDesc, s.mfu}, {computeDesc, s.compute.Median()}} {
 			if !math.IsNaN(f.v) {
 				gauge(f.d, f.v)
 			}

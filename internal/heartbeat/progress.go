@@ -11,7 +11,7 @@ import (
 // when the worker knows them, that step's figures. A heartbeat is one
 // line on the pipe: the step, then optional key=value fields,
 //
-//	12 loss=3.41 tokens_per_s=5123.4 mfu=0.31
+//	12 loss=3.41 tokens_per_s=5123.4 mfu=0.31 compute_s=0.27
 //
 // A line of only the step (what any program, e.g. a PyTorch script, can
 // write) is a heartbeat without figures; fields an agent does not know
@@ -21,11 +21,15 @@ type Progress struct {
 	Loss       float64 // NaN: not reported
 	TokensPerS float64 // whole job, tokens per second; NaN: not reported
 	MFU        float64 // model FLOPs utilisation, 0..1; NaN: not reported
+	// ComputeS is the step's wall time minus this rank's wait in
+	// collectives, in seconds: what a slow rank has more of than its
+	// peers. NaN: not reported.
+	ComputeS float64
 }
 
 // Unreported is a Progress of step with no figures.
 func Unreported(step int) Progress {
-	return Progress{Step: step, Loss: math.NaN(), TokensPerS: math.NaN(), MFU: math.NaN()}
+	return Progress{Step: step, Loss: math.NaN(), TokensPerS: math.NaN(), MFU: math.NaN(), ComputeS: math.NaN()}
 }
 
 // progressFields names the optional fields of a heartbeat line.
@@ -36,6 +40,7 @@ var progressFields = []struct {
 	{"loss", func(p *Progress) *float64 { return &p.Loss }},
 	{"tokens_per_s", func(p *Progress) *float64 { return &p.TokensPerS }},
 	{"mfu", func(p *Progress) *float64 { return &p.MFU }},
+	{"compute_s", func(p *Progress) *float64 { return &p.ComputeS }},
 }
 
 // Line is p as one heartbeat line, newline included; figures that are

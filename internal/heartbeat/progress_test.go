@@ -16,11 +16,13 @@ func TestParseLine(t *testing.T) {
 		want Progress
 		err  string
 	}{
-		{line: "12", want: Progress{Step: 12, Loss: nan, TokensPerS: nan, MFU: nan}},
-		{line: " 12 \n", want: Progress{Step: 12, Loss: nan, TokensPerS: nan, MFU: nan}},
-		{line: "12 loss=3.41 tokens_per_s=5123.4 mfu=0.31", want: Progress{Step: 12, Loss: 3.41, TokensPerS: 5123.4, MFU: 0.31}},
-		{line: "12 loss=2 future=7 bare", want: Progress{Step: 12, Loss: 2, TokensPerS: nan, MFU: nan}},
-		{line: "12 loss=NaN", want: Progress{Step: 12, Loss: nan, TokensPerS: nan, MFU: nan}},
+		{line: "12", want: Progress{Step: 12, Loss: nan, TokensPerS: nan, MFU: nan, ComputeS: nan}},
+		{line: " 12 \n", want: Progress{Step: 12, Loss: nan, TokensPerS: nan, MFU: nan, ComputeS: nan}},
+		{line: "12 loss=3.41 tokens_per_s=5123.4 mfu=0.31", want: Progress{Step: 12, Loss: 3.41, TokensPerS: 5123.4, MFU: 0.31, ComputeS: nan}},
+		{line: "12 compute_s=0.27", want: Progress{Step: 12, Loss: nan, TokensPerS: nan, MFU: nan, ComputeS: 0.27}},
+		{line: "12 compute_s=slow", err: `line "12 compute_s=slow": compute_s`},
+		{line: "12 loss=2 future=7 bare", want: Progress{Step: 12, Loss: 2, TokensPerS: nan, MFU: nan, ComputeS: nan}},
+		{line: "12 loss=NaN", want: Progress{Step: 12, Loss: nan, TokensPerS: nan, MFU: nan, ComputeS: nan}},
 		{line: "", err: "empty line"},
 		{line: "step 12", err: `line "step 12": step`},
 		{line: "12 loss=high", err: `line "12 loss=high": loss`},
@@ -41,8 +43,8 @@ func TestParseLine(t *testing.T) {
 func TestLineRoundTrips(t *testing.T) {
 	for _, p := range []Progress{
 		Unreported(0),
-		{Step: 7, Loss: 1.25, TokensPerS: 1e6, MFU: 0.5},
-		{Step: 8, Loss: 0, TokensPerS: math.NaN(), MFU: 0},
+		{Step: 7, Loss: 1.25, TokensPerS: 1e6, MFU: 0.5, ComputeS: 0.125},
+		{Step: 8, Loss: 0, TokensPerS: math.NaN(), MFU: 0, ComputeS: math.NaN()},
 	} {
 		got, err := ParseLine(p.Line())
 		require.NoError(t, err)
@@ -63,7 +65,7 @@ func TestWatchReportsBeats(t *testing.T) {
 	stalls := p.Watch(context.Background(), 0)
 	b := &Beater{f: p.WorkerEnd()} // the worker's side, in this process
 	b.Beat(1)
-	b.Report(Progress{Step: 2, Loss: 3.5, TokensPerS: 100, MFU: math.NaN()})
+	b.Report(Progress{Step: 2, Loss: 3.5, TokensPerS: 100, MFU: math.NaN(), ComputeS: math.NaN()})
 	require.NoError(t, p.CloseWorkerEnd())
 	_, stalled := <-stalls
 	require.False(t, stalled)

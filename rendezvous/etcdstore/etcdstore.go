@@ -251,6 +251,11 @@ func AwaitDeparture(ctx context.Context, client *clientv3.Client, inc Incarnatio
 	}
 }
 
+// PrefixStats is where, under an incarnation's prefix, each agent keeps
+// one leased key (PrefixStats + its node id) with its ranks' median step
+// compute (a straggler.Report), rewritten every few seconds.
+const PrefixStats = "stats/"
+
 // Status is a job's rendezvous as `gorun status` shows it: the run id's
 // current incarnation.
 type Status struct {
@@ -266,6 +271,9 @@ type Status struct {
 	Nodes       []rendezvous.Member  `json:"nodes"`   // agents with a live lease
 	Waiting     []rendezvous.Member  `json:"waiting"` // agents waiting for the next round
 	Failures    []rendezvous.Failure `json:"failures"`
+	// Stats is every live agent's PrefixStats value, by node id: raw,
+	// for the reader that knows its format (package straggler).
+	Stats map[string][]byte `json:"-"`
 }
 
 // ReadStatus reads the current incarnation of run runID without taking
@@ -282,7 +290,7 @@ func ReadStatus(ctx context.Context, client *clientv3.Client, runID string) (Sta
 	for _, key := range []string{rendezvous.KeyState, rendezvous.KeyRoster} {
 		gets = append(gets, clientv3.OpGet(key))
 	}
-	for _, prefix := range []string{rendezvous.PrefixNodes, rendezvous.PrefixWait, rendezvous.PrefixFail} {
+	for _, prefix := range []string{rendezvous.PrefixNodes, rendezvous.PrefixWait, rendezvous.PrefixFail, PrefixStats} {
 		gets = append(gets, clientv3.OpGet(prefix, clientv3.WithPrefix()))
 	}
 	resp, err := incarnationKV(client, in).Txn(ctx).Then(gets...).Commit()
@@ -311,6 +319,11 @@ func ReadStatus(ctx context.Context, client *clientv3.Client, runID string) (Sta
 				}
 			case strings.HasPrefix(key, rendezvous.PrefixFail):
 				failures = append(failures, rendezvous.KV{Key: key, Value: kv.Value, Rev: kv.ModRevision, Create: kv.CreateRevision})
+			case strings.HasPrefix(key, PrefixStats):
+				if st.Stats == nil {
+					st.Stats = map[string][]byte{}
+				}
+				st.Stats[strings.TrimPrefix(key, PrefixStats)] = kv.Value
 			}
 		}
 	}

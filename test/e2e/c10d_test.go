@@ -43,6 +43,16 @@ func freePortPair(t *testing.T, host string) int {
 // workerOn returns the pid and RANK of one worker of agent p.
 func workerOn(t *testing.T, p *gorunProc) (pid, rank int) {
 	t.Helper()
+	pid, rank, ok := findWorker(p)
+	if !ok {
+		t.Fatalf("%s: no worker found", p.name)
+	}
+	return pid, rank
+}
+
+// findWorker returns the pid and RANK of one worker of agent p, if it
+// has one running.
+func findWorker(p *gorunProc) (pid, rank int, ok bool) {
 	parent := strconv.Itoa(p.cmd.Process.Pid)
 	for _, l := range listMarked(p.marker) {
 		pid, _ := strconv.Atoi(strings.Fields(l)[0])
@@ -58,12 +68,11 @@ func workerOn(t *testing.T, p *gorunProc) (pid, rank int) {
 		for _, kv := range bytes.Split(env, []byte{0}) {
 			if v, ok := bytes.CutPrefix(kv, []byte("RANK=")); ok {
 				rank, _ = strconv.Atoi(string(v))
-				return pid, rank
+				return pid, rank, true
 			}
 		}
 	}
-	t.Fatalf("%s: no worker found", p.name)
-	return 0, 0
+	return 0, 0, false
 }
 
 // torchrun's recipe with gorun in its place: --rdzv-backend=c10d at the

@@ -48,6 +48,11 @@ type Record struct {
 	// ...,"waiting_s":0.01,"step_s":0.31}, one key per phase in seconds
 	// and the step's wall time, which the phases add up to.
 	Profile *profile.Step
+	// Compute is the step's wall time minus this rank's wait in the
+	// step's collectives (waits for slower peers included): a slow rank
+	// computes longer, its peers wait longer. It is not written to the
+	// line (the profile has the phases); the heartbeat carries it.
+	Compute time.Duration
 }
 
 // appendJSON appends r as one JSON object and a newline.

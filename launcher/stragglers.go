@@ -1,0 +1,146 @@
+package launcher
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gorun/gorun/elastic"
+	"github.com/gorun/gorun/internal/distenv"
+	"github.com/gorun/gorun/internal/heartbeat"
+	"github.com/gorun/gorun/internal/straggler"
+	"github.com/gorun/gorun/rendezvous"
+	"github.com/gorun/gorun/rendezvous/etcdstore"
+)
+
+// statsEvery is how often an agent publishes its ranks' median step
+// compute and looks for stragglers among every node's.
+const statsEvery = 2 * time.Second
+
+// trackingObserver feeds the workers' step compute times to a
+// straggler.Tracker and passes everything on to next (when not nil).
+type trackingObserver struct {
+	next    elastic.Observer
+	tracker *straggler.Tracker
+}
+
+// observeStragglers makes spec's observer also feed tracker.
+func observeStragglers(spec *elastic.Spec, tracker *straggler.Tracker) {
+	spec.Observer = trackingObserver{next: spec.Observer, tracker: tracker}
+}
+
+func (o trackingObserver) StateChanged(from, to elastic.State) {
+	if o.next != nil {
+		o.next.StateChanged(from, to)
+	}
+}
+
+func (o trackingObserver) RoundStarted(r rendezvous.Round, formed time.Duration) {
+	if o.next != nil {
+		o.next.RoundStarted(r, formed)
+	}
+}
+
+func (o trackingObserver) Restarted(cause elastic.RestartCause, nodesLost int) {
+	if o.next != nil {
+		o.next.Restarted(cause, nodesLost)
+	}
+}
+
+func (o trackingObserver) WorkerStarted(w distenv.Worker) {
+	o.tracker.Started(w.LocalRank, w.Rank)
+	if o.next != nil {
+		o.next.WorkerStarted(w)
+	}
+}
+
+func (o trackingObserver) WorkerProgress(w distenv.Worker, p heartbeat.Progress) {
+	o.tracker.Add(w.LocalRank, w.Rank, p.ComputeS)
+	if o.next != nil {
+		o.next.WorkerProgress(w, p)
+	}
+}
+
+func (o trackingObserver) WorkerExited(w distenv.Worker, exitCode int) {
+	if o.next != nil {
+		o.next.WorkerExited(w, exitCode)
+	}
+}
+
+// publishStats puts this node's straggler.Report under its leased stats
+// key every statsEvery until ctx ends, and logs once each of its ranks
+// that becomes (or stops being) a straggler of the whole job. A failed
+// write or read is logged and tried again at the next tick.
+func publishStats(ctx context.Context, store rendezvous.Store, nodeID, host string, tracker *straggler.Tracker, log zerolog.Logger) {
+	tick := time.NewTicker(statsEvery)
+	defer tick.Stop()
+	slow := map[int]bool{} // this node's ranks named last time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		own := tracker.Report(host)
+		if len(own.Ranks) == 0 {
+			continue
+		}
+		if err := store.Put(ctx, etcdstore.PrefixStats+nodeID, own.Encode(), true); err != nil {
+			if ctx.Err() == nil {
+				log.Warn().Err(err).Msg("publishing this node's step compute")
+			}
+			continue
+		}
+		kvs, _, err := store.List(ctx, etcdstore.PrefixStats, 0)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn().Err(err).Msg("reading the job's step compute")
+			}
+			continue
+		}
+		slow = logStragglers(log, own, straggler.Find(decodeReports(kvs)), slow)
+	}
+}
+
+// logStragglers logs this node's ranks among found that were not named
+// before, and those named before that no longer are; it returns the
+// ranks named now.
+func logStragglers(log zerolog.Logger, own straggler.Report, found []straggler.Straggler, before map[int]bool) map[int]bool {
+	mine := map[int]bool{}
+	for _, rc := range own.Ranks {
+		mine[rc.Rank] = true
+	}
+	now := map[int]bool{}
+	for _, s := range found {
+		if !mine[s.Rank] {
+			continue
+		}
+		now[s.Rank] = true
+		if !before[s.Rank] {
+			log.Warn().Int("rank", s.Rank).Float64("ratio", s.Ratio).Msg("straggler: " + s.String())
+		}
+	}
+	for rank := range before {
+		if !now[rank] {
+			log.Info().Int("rank", rank).Msg("rank no longer a straggler")
+		}
+	}
+	return now
+}
+
+// decodeReports decodes every stats key's Report, skipping any that do
+// not decode (a newer agent's, or a torn write).
+func decodeReports(kvs []rendezvous.KV) []straggler.Report {
+	var out []straggler.Report
+	for _, kv := range kvs {
+		if !strings.HasPrefix(kv.Key, etcdstore.PrefixStats) {
+			continue
+		}
+		if r, err := straggler.ParseReport(kv.Value); err == nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}
