@@ -16,9 +16,10 @@ import (
 	"github.com/gorun/gorun/rendezvous/etcdstore"
 )
 
-// stragglerWait bounds how long gorun status may take to name a worker
-// slowed to half speed (the goal).
-const stragglerWait = 20 * time.Second
+// stragglerWait bounds how long the test waits for gorun status to name a
+// worker slowed to half speed: the goal is 20 s, measured and logged
+// here (2-4 s seen); the bound only keeps a broken build from hanging.
+const stragglerWait = 90 * time.Second
 
 // TestStatusNamesTheStraggler: a 2-node job of the embedded trainer runs
 // over etcd, 2 workers on node-a and 1 on node-b. Once both agents
