@@ -49,15 +49,20 @@ func runRole(role string) int {
 	rank, _ := strconv.Atoi(os.Getenv("RANK"))
 	restart, _ := strconv.Atoi(os.Getenv("TORCHELASTIC_RESTART_COUNT"))
 	fmt.Printf("rank %d of %s started\n", rank, os.Getenv("WORLD_SIZE"))
-	waitFor := func(sig os.Signal) {
+	// listen catches sig from now on; the function it returns says
+	// "ready" and waits for it.
+	listen := func(sig os.Signal) (wait func()) {
 		ch := make(chan os.Signal, 1)
 		signal.Notify(ch, sig)
-		fmt.Println("ready")
-		select {
-		case <-ch:
-		case <-time.After(60 * time.Second):
+		return func() {
+			fmt.Println("ready")
+			select {
+			case <-ch:
+			case <-time.After(60 * time.Second):
+			}
 		}
 	}
+	waitFor := func(sig os.Signal) { listen(sig)() }
 	kind, args, _ := strings.Cut(role, ":")
 	var arg1, arg2 int
 	fmt.Sscanf(args, "%d:%d", &arg1, &arg2)
@@ -118,8 +123,10 @@ func runRole(role string) int {
 		time.Sleep(time.Duration(rank) * 50 * time.Millisecond)
 		return ExitRequeue
 	case "report-then-wait": // reports step 1 with figures, then waits for SIGTERM
+		// Catch SIGTERM before reporting: the test sends it once it saw the report.
+		wait := listen(syscall.SIGTERM)
 		heartbeat.FromEnv(os.LookupEnv).Report(heartbeat.Progress{Step: 1, Loss: 2.5, TokensPerS: 100, MFU: 0.5, ComputeS: math.NaN()})
-		waitFor(syscall.SIGTERM)
+		wait()
 		return 0
 	case "slow-no-beats": // never reports: never judged hung
 		time.Sleep(500 * time.Millisecond)
