@@ -129,7 +129,9 @@ func startProc(t *testing.T, name, bin string, extraEnv []string, args ...string
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = moduleRoot
-	cmd.Env = buildEnv(append([]string{"PYTHON=" + defaultPython(), markerEnv + "=" + p.marker}, extraEnv...))
+	// TMPDIR: a killed agent cannot remove its embedded etcd's data dir (over 100 MB) or its
+	// error files; the test's temporary directory goes with the test.
+	cmd.Env = buildEnv(append([]string{"PYTHON=" + defaultPython(), markerEnv + "=" + p.marker, "TMPDIR=" + t.TempDir()}, extraEnv...))
 	cmd.Stdout = p.stdout
 	cmd.Stderr = p.stderr
 	// On timeout or cleanup: ask gorun to stop (it must forward to its
