@@ -238,10 +238,13 @@ func (t *Trainer) transfer(d decision, held []Holding) (slice, int64, error) {
 			if err != nil {
 				return slice{}, 0, fmt.Errorf("receive state from rank %d: %w", src, err)
 			}
-			received += int64(len(msg))
-			if !t.unpack(pieces, msg, out) && bad < 0 {
-				bad = src
+			if !t.unpack(pieces, msg, out) {
+				if bad < 0 {
+					bad = src
+				}
+				continue
 			}
+			received += int64(len(msg) - crcLen)
 		}
 	}
 	if err := t.agreeIntact(bad); err != nil {
@@ -282,11 +285,14 @@ func between(pieces []piece, src, dst int) []piece {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// crcLen is the length of the checksum that ends every message.
+const crcLen = 4
+
 // pack is the message that sends pieces from held: each piece's
 // parameters, m and v as little-endian float32, then the CRC-32C of all
 // of it.
 func (t *Trainer) pack(pieces []piece, held []Holding) []byte {
-	size := 4
+	size := crcLen
 	for _, p := range pieces {
 		size += 12 * (p.Hi - p.Lo)
 	}
@@ -308,15 +314,15 @@ func (t *Trainer) pack(pieces []piece, held []Holding) []byte {
 // unpack checks msg (see pack) and copies its pieces into out; false
 // when its length or checksum is wrong.
 func (t *Trainer) unpack(pieces []piece, msg []byte, out slice) bool {
-	size := 4
+	size := crcLen
 	for _, p := range pieces {
 		size += 12 * (p.Hi - p.Lo)
 	}
 	if len(msg) != size {
 		return false
 	}
-	body := msg[:size-4]
-	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(msg[size-4:]) {
+	body := msg[:size-crcLen]
+	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(msg[size-crcLen:]) {
 		return false
 	}
 	for _, p := range pieces {

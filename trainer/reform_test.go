@@ -259,3 +259,117 @@ func withoutTook(r Recovery) Recovery {
 	r.Took = 0
 	return r
 }
+
+// atBoundary stops every first-world rank after step 10 (a new round
+// between steps).
+func atBoundary(_, step int, _ context.CancelFunc) error {
+	if step == 10 {
+		return errBoundary
+	}
+	return nil
+}
+
+// TestReformChangesLayout: the world grows or shrinks at a step boundary
+// or after a loss, with fresh workers taking their whole slice from
+// peers and shard sizes that change, so that ranks fetch ranges from
+// holders whose slices were cut otherwise; the end is allclose to the
+// fault-free run on the first world.
+func TestReformChangesLayout(t *testing.T) {
+	vanish3 := func(old, step int, cancel context.CancelFunc) error {
+		if old == 3 && step == 10 {
+			cancel()
+		}
+		return nil
+	}
+	tests := []struct {
+		name string
+		mode string
+		sc   scenario
+	}{
+		{"hsdp 2x2 grows to 3x2", config.ModeHSDP, scenario{first: 4, firstPerNode: 2, second: 6, secondPerNae: 2,
+			procs: []process{{0, 0}, {1, 1}, {2, 2}, {3, 3}, {-1, 4}, {-1, 5}}, afterStep: atBoundary}},
+		{"fsdp 1x2 grows to 1x3, the fresh rank in the middle", config.ModeFSDP, scenario{first: 2, firstPerNode: 2, second: 3, secondPerNae: 3,
+			procs: []process{{0, 0}, {1, 2}, {-1, 1}}, afterStep: atBoundary}},
+		{"hsdp 2x2 loses a rank and becomes 1x3", config.ModeHSDP, scenario{first: 4, firstPerNode: 2, second: 3, secondPerNae: 3,
+			procs: []process{{0, 0}, {1, 1}, {2, 2}, {3, -1}}, afterStep: vanish3}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.sc.cfg = reformConfig(t, tc.mode)
+			n := modelSize(t, tc.sc.cfg)
+			out := play(t, tc.sc)
+			var fetched int64
+			for i, o := range out {
+				p := tc.sc.procs[i]
+				if p.next < 0 {
+					continue
+				}
+				require.NoError(t, o.err, "process %d", i)
+				require.Equal(t, RecoveryPeers, o.rec.Source, "process %d", i)
+				require.EqualValues(t, 10, o.rec.Step, "process %d", i)
+				require.Zero(t, o.rec.Redone)
+				if p.old < 0 {
+					whole := 12 * int64(min(o.state.Hi, n)-o.state.Lo)
+					require.Equal(t, whole, o.rec.Received, "a fresh rank receives its whole slice (12 bytes an element)")
+					require.Equal(t, []int{11, 12, 13, 14, 15, 16, 17, 18, 19, 20}, o.steps, "fresh rank %d", p.next)
+				}
+				fetched += o.rec.Received
+			}
+			require.Positive(t, fetched)
+			requireAllClose(t, statesOf(out), faultFree(t, tc.sc.cfg, tc.sc.first, tc.sc.firstPerNode), n)
+		})
+	}
+}
+
+// TestReformRollsBackADivergedStep: ranks that differ by one optimizer
+// update go back to the last step every rank completed, made to happen
+// deterministically by fault hooks; the world keeps its layout, so the
+// end is bit for bit the fault-free run's, and every step is recorded
+// once.
+func TestReformRollsBackADivergedStep(t *testing.T) {
+	tests := []struct {
+		name   string
+		setup  func(old int, tr *Trainer)
+		redone int
+	}{
+		{"only rank 0 applied update 11", func(old int, tr *Trainer) {
+			if old != 0 {
+				tr.hooks.beforeUpdate = failAt(11)
+			}
+		}, 0},
+		{"replica 1 applied update 11 but did not gather; replica 0 completed step 11", func(old int, tr *Trainer) {
+			if old >= 2 {
+				tr.hooks.beforeGather = failAt(11)
+			}
+		}, 1},
+	}
+	cfg := reformConfig(t, config.ModeHSDP)
+	want := faultFree(t, cfg, 4, 2)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			out := play(t, scenario{cfg: cfg, first: 4, firstPerNode: 2, second: 4, secondPerNae: 2,
+				procs: []process{{0, 0}, {1, 1}, {2, 2}, {3, 3}}, setup: tc.setup, metrics: filepath.Join(dir, "m{rank}.jsonl")})
+			for i, o := range out {
+				require.Error(t, o.firstErr, "rank %d", i)
+				require.NoError(t, o.err, "rank %d", i)
+				require.Equal(t, Recovery{Source: RecoveryPeers, Step: 10, Redone: tc.redone}, withoutTook(o.rec), "rank %d", i)
+				require.Equal(t, want[i], o.state, "rank %d: bit for bit the fault-free run", i)
+				recs := readRecords(t, filepath.Join(dir, fmt.Sprintf("m%d.jsonl", i)))
+				require.Len(t, recs, 20, "rank %d: every step once", i)
+				for k, rec := range recs {
+					require.EqualValues(t, k+1, rec["step"], "rank %d", i)
+				}
+			}
+		})
+	}
+}
+
+func failAt(step int) func(int) error {
+	return func(s int) error {
+		if s == step {
+			return errInjected
+		}
+		return nil
+	}
+}
