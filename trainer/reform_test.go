@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -371,5 +372,114 @@ func failAt(step int) func(int) error {
 			return errInjected
 		}
 		return nil
+	}
+}
+
+// TestExchangeWithoutCover: when no step is held in full, every rank gets
+// RecoveryNone and a Trainer as New made it.
+func TestExchangeWithoutCover(t *testing.T) {
+	cfg := reformConfig(t, config.ModeFSDP)
+	fresh, err := New(context.Background(), Config{Train: cfg, Worker: distenv.Worker{WorldSize: 1, LocalWorldSize: 1},
+		Threads: 1, Dataset: text()})
+	require.NoError(t, err)
+	want := copyState(fresh.State())
+	require.NoError(t, fresh.Close())
+
+	t.Run("fsdp 1x2 loses rank 1", func(t *testing.T) {
+		out := play(t, scenario{cfg: cfg, first: 2, firstPerNode: 2, second: 1, secondPerNae: 1,
+			procs: []process{{0, 0}, {1, -1}},
+			afterStep: func(old, step int, cancel context.CancelFunc) error {
+				if old == 1 && step == 5 {
+					cancel()
+				}
+				return nil
+			}})
+		requirePeerError(t, out[0].firstErr, "rank 0")
+		require.NoError(t, out[0].err)
+		require.Equal(t, Recovery{Source: RecoveryNone}, withoutTook(out[0].rec))
+		require.Len(t, out[0].steps, 5+20, "the second Run starts from step 0")
+	})
+	t.Run("a fresh job", func(t *testing.T) {
+		port := testutil.FreePort(t)
+		errs := testutil.OnRanks(2, func(r int) error {
+			tr, err := New(context.Background(), Config{Train: cfg, Threads: 1, Dataset: text(), CommTimeout: 30 * time.Second,
+				Worker: distenv.Worker{Rank: r, WorldSize: 2, LocalRank: r, LocalWorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: port, RunID: "fresh"}})
+			if err != nil {
+				return err
+			}
+			defer tr.Close()
+			rec, err := tr.Exchange(context.Background(), nil)
+			if err != nil {
+				return err
+			}
+			if rec.Source != RecoveryNone {
+				return fmt.Errorf("source %v, want none", rec.Source)
+			}
+			s := tr.State()
+			if s.Step != 0 || !slices.Equal(s.Params, want.Params[s.Lo:s.Hi]) {
+				return fmt.Errorf("rank %d is not as New made it", r)
+			}
+			return nil
+		})
+		testutil.RequireRanks(t, errs)
+	})
+}
+
+// TestExchangeDetectsCorruption: a payload changed after its checksum
+// was taken fails the exchange on every rank, naming the sender, and no
+// rank installs anything.
+func TestExchangeDetectsCorruption(t *testing.T) {
+	cfg := reformConfig(t, config.ModeFSDP)
+	out := play(t, scenario{cfg: cfg, first: 2, firstPerNode: 2, second: 3, secondPerNae: 3,
+		procs: []process{{0, 0}, {1, 2}, {-1, 1}}, afterStep: atBoundary,
+		setup: func(old int, tr *Trainer) {
+			if old == 0 {
+				tr.hooks.corrupt = func(b []byte) { b[0] ^= 1 }
+			}
+		}})
+	require.ErrorContains(t, out[2].err, "state from rank 0 fails its crc32c checksum", "the fresh rank 1 receives from rank 0")
+	for _, o := range out[:2] {
+		require.ErrorContains(t, o.err, "rank 1 received from rank 0 fails its crc32c checksum")
+	}
+}
+
+// TestReformKeepsStateAfterAnError: a world that the batch does not
+// split over is refused with the sizes that work, and the state stays
+// for the next Reform.
+func TestReformKeepsStateAfterAnError(t *testing.T) {
+	cfg := reformConfig(t, config.ModeDDP)
+	one := distenv.Worker{WorldSize: 1, LocalWorldSize: 1}
+	tr, err := New(context.Background(), Config{Train: cfg, Worker: one, Threads: 1, Dataset: text(),
+		AfterStep: func(_ *Trainer, rec metrics.Record) error {
+			if rec.Step == 3 {
+				return errBoundary
+			}
+			return nil
+		}})
+	require.NoError(t, err)
+	defer tr.Close()
+	_, err = tr.Run(context.Background())
+	require.ErrorIs(t, err, errBoundary)
+	_, err = tr.Reform(context.Background(), distenv.Worker{WorldSize: 5, LocalWorldSize: 5, MasterAddr: "127.0.0.1", MasterPort: 1}, nil)
+	require.ErrorContains(t, err, "world sizes that work: 1, 2, 3, 4, 6, 12")
+	rec, err := tr.Reform(context.Background(), one, nil)
+	require.NoError(t, err)
+	require.Equal(t, Recovery{Source: RecoveryPeers, Step: 3}, withoutTook(rec))
+}
+
+// BenchmarkRollbackCopy is the per-step cost of the rollback copy: the
+// owned parameters, m and v of examples/train.toml's model in one
+// process, copied once (compare BenchmarkStep's time per step).
+func BenchmarkRollbackCopy(b *testing.B) {
+	cfg, err := config.Parse("/nowhere/train.toml", []byte("[data]\nfiles = [\"unused.txt\"]\n"), []string{"train.metrics=''"})
+	require.NoError(b, err)
+	tr, err := New(context.Background(), Config{Train: cfg, Worker: distenv.Worker{WorldSize: 1, LocalWorldSize: 1},
+		Threads: 1, Dataset: text()})
+	require.NoError(b, err)
+	defer tr.Close()
+	owned := tr.params[tr.lo:tr.hi]
+	b.SetBytes(int64(12 * len(owned)))
+	for b.Loop() {
+		tr.rollback.keep(tr.state.Step, owned, tr.state.M, tr.state.V)
 	}
 }
