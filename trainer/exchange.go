@@ -110,8 +110,8 @@ func (t *Trainer) exchange(ctx context.Context, extra []Holding) (Recovery, erro
 		stop := context.AfterFunc(ctx, func() { _ = t.world.Close() })
 		defer stop()
 	}
-	held, done := t.holdings()
-	held = append(held, extra...)
+	own, done := t.holdings()
+	held := slices.Concat(own, extra)
 	mine := announcement{Done: int64(done), Lo: t.lo, Hi: t.hi}
 	for i, h := range held {
 		mine.Offers = append(mine.Offers, offer{Step: h.Step, Lo: h.Lo, Hi: h.Hi, Extra: i >= len(held)-len(extra)})

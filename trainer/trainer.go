@@ -261,7 +261,8 @@ func (t *Trainer) Layout() model.Layout { return t.model.Layout() }
 // World is this rank's connection to the others, nil in a world of one
 // rank. Callers may create groups of their own on it (every rank the same
 // groups in the same order, e.g. for checkpointing alongside training) but
-// must not close it: Close does, and Run does when its ctx ends.
+// must not close it: Close does, and Run does when its ctx ends. Reform
+// replaces it with the next world's (groups made on the old one are gone).
 func (t *Trainer) World() *comm.World { return t.world }
 
 // Step is the number of optimizer steps done.
