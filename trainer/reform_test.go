@@ -35,10 +35,10 @@ type process struct{ old, next int }
 // scenario is a run in a first world that breaks, then goes on in a
 // second one made of the survivors and any fresh workers.
 type scenario struct {
-	cfg                  config.Config
-	first, firstPerNode  int
-	second, secondPerNae int
-	procs                []process
+	cfg                   config.Config
+	first, firstPerNode   int
+	second, secondPerNode int
+	procs                 []process
 	// afterStep is every first-world rank's AfterStep on top of the
 	// bookkeeping; cancel vanishes that rank (its Run closes its world).
 	afterStep func(old, step int, cancel context.CancelFunc) error
@@ -80,7 +80,7 @@ func play(t *testing.T, sc scenario) []outcome {
 		cfg := Config{Train: sc.cfg, Threads: 1, Dataset: ds, CommTimeout: 30 * time.Second, Metrics: sc.metrics}
 		var w2 distenv.Worker
 		if p.next >= 0 {
-			w2 = worker(p.next, sc.second, sc.secondPerNae, ports[1], 1)
+			w2 = worker(p.next, sc.second, sc.secondPerNode, ports[1], 1)
 		}
 		if p.old < 0 {
 			firstDone.Wait()
@@ -233,7 +233,7 @@ func requirePeerError(t *testing.T, err error, who string) {
 func TestReformAfterReplicaLoss(t *testing.T) {
 	cfg := reformConfig(t, config.ModeHSDP)
 	dir := t.TempDir()
-	sc := scenario{cfg: cfg, first: 6, firstPerNode: 2, second: 4, secondPerNae: 2,
+	sc := scenario{cfg: cfg, first: 6, firstPerNode: 2, second: 4, secondPerNode: 2,
 		procs:   []process{{0, 0}, {1, 1}, {2, 2}, {3, 3}, {4, -1}, {5, -1}},
 		metrics: filepath.Join(dir, "m{rank}.jsonl"),
 		afterStep: func(old, step int, cancel context.CancelFunc) error {
@@ -287,11 +287,11 @@ func TestReformChangesLayout(t *testing.T) {
 		mode string
 		sc   scenario
 	}{
-		{"hsdp 2x2 grows to 3x2", config.ModeHSDP, scenario{first: 4, firstPerNode: 2, second: 6, secondPerNae: 2,
+		{"hsdp 2x2 grows to 3x2", config.ModeHSDP, scenario{first: 4, firstPerNode: 2, second: 6, secondPerNode: 2,
 			procs: []process{{0, 0}, {1, 1}, {2, 2}, {3, 3}, {-1, 4}, {-1, 5}}, afterStep: atBoundary}},
-		{"fsdp 1x2 grows to 1x3, the fresh rank in the middle", config.ModeFSDP, scenario{first: 2, firstPerNode: 2, second: 3, secondPerNae: 3,
+		{"fsdp 1x2 grows to 1x3, the fresh rank in the middle", config.ModeFSDP, scenario{first: 2, firstPerNode: 2, second: 3, secondPerNode: 3,
 			procs: []process{{0, 0}, {1, 2}, {-1, 1}}, afterStep: atBoundary}},
-		{"hsdp 2x2 loses a rank and becomes 1x3", config.ModeHSDP, scenario{first: 4, firstPerNode: 2, second: 3, secondPerNae: 3,
+		{"hsdp 2x2 loses a rank and becomes 1x3", config.ModeHSDP, scenario{first: 4, firstPerNode: 2, second: 3, secondPerNode: 3,
 			procs: []process{{0, 0}, {1, 1}, {2, 2}, {3, -1}}, afterStep: vanish3}},
 	}
 	for _, tc := range tests {
@@ -349,7 +349,7 @@ func TestReformRollsBackADivergedStep(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			out := play(t, scenario{cfg: cfg, first: 4, firstPerNode: 2, second: 4, secondPerNae: 2,
+			out := play(t, scenario{cfg: cfg, first: 4, firstPerNode: 2, second: 4, secondPerNode: 2,
 				procs: []process{{0, 0}, {1, 1}, {2, 2}, {3, 3}}, setup: tc.setup, metrics: filepath.Join(dir, "m{rank}.jsonl")})
 			for i, o := range out {
 				require.Error(t, o.firstErr, "rank %d", i)
@@ -386,7 +386,7 @@ func TestExchangeWithoutCover(t *testing.T) {
 	require.NoError(t, fresh.Close())
 
 	t.Run("fsdp 1x2 loses rank 1", func(t *testing.T) {
-		out := play(t, scenario{cfg: cfg, first: 2, firstPerNode: 2, second: 1, secondPerNae: 1,
+		out := play(t, scenario{cfg: cfg, first: 2, firstPerNode: 2, second: 1, secondPerNode: 1,
 			procs: []process{{0, 0}, {1, -1}},
 			afterStep: func(old, step int, cancel context.CancelFunc) error {
 				if old == 1 && step == 5 {
@@ -430,7 +430,7 @@ func TestExchangeWithoutCover(t *testing.T) {
 // rank installs anything.
 func TestExchangeDetectsCorruption(t *testing.T) {
 	cfg := reformConfig(t, config.ModeFSDP)
-	out := play(t, scenario{cfg: cfg, first: 2, firstPerNode: 2, second: 3, secondPerNae: 3,
+	out := play(t, scenario{cfg: cfg, first: 2, firstPerNode: 2, second: 3, secondPerNode: 3,
 		procs: []process{{0, 0}, {1, 2}, {-1, 1}}, afterStep: atBoundary,
 		setup: func(old int, tr *Trainer) {
 			if old == 0 {
