@@ -69,7 +69,9 @@ type Trainer struct {
 	batch   data.Batch
 	dataset *data.Dataset
 	model   *model.Model
-	eng     *kernels.Engine
+	// modelCfg is the model's shape, for re-initializing the parameters.
+	modelCfg model.Config
+	eng      *kernels.Engine
 	// peakGFLOPS is the fp32 FMA peak of eng's threads, measured once in
 	// New; flopsPerToken the model FLOPs of one training token. Together
 	// they give every record its MFU.
@@ -88,6 +90,24 @@ type Trainer struct {
 	decay  []bool    // weight-decay mask of the owned slice
 	tokens []byte    // one micro batch
 	lo, hi int       // the owned slice of params
+
+	// rollback holds the owned state as it was before the last optimizer
+	// update, so that a rank that applied the update of a step its peers
+	// did not finish can go back one step (see Exchange).
+	rollback rollback
+	// live says the owned state is a step of this run worth offering to
+	// an exchange: set when Run starts, by Restore and by an Exchange that
+	// recovered; a Trainer as New made it holds nothing.
+	live bool
+	// done is the last step this rank completed: its parameters gathered
+	// again and its record written (meaningful when live).
+	done int
+	// carried is what this rank held before the last Reform re-laid its
+	// buffers out, until an Exchange settles it; nil when the buffers
+	// themselves are what it holds.
+	carried *carried
+	// hooks inject faults in tests; the zero value injects none.
+	hooks hooks
 }
 
 // Result sums up a finished Run.
@@ -109,25 +129,10 @@ type Result struct {
 // do not come; the error names the peer. Close the Trainer when done.
 func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	w := cfg.Worker
-	if w.WorldSize < 1 || w.Rank < 0 || w.Rank >= w.WorldSize {
-		return nil, fmt.Errorf("trainer: rank %d outside world size %d", w.Rank, w.WorldSize)
-	}
 	tc := cfg.Train
-	replicas, shards, err := tc.Parallel.Layout(w.WorldSize, max(1, w.LocalWorldSize))
-	if err != nil {
-		return nil, fmt.Errorf("trainer: %w", err)
-	}
-	plan, err := hsdp.NewPlan(w.Rank, w.WorldSize, shards)
-	if err != nil {
-		return nil, fmt.Errorf("trainer: %w", err)
-	}
-	if plan.Replicas != replicas {
-		return nil, fmt.Errorf("trainer: layout %d x %d does not make world size %d", replicas, shards, w.WorldSize)
-	}
-	if _, err := tc.Accumulation(w.WorldSize); err != nil {
-		return nil, fmt.Errorf("trainer: %w", err)
-	}
-	batch, err := data.NewBatch(tc.Train.GlobalBatch, tc.Train.MicroBatch, w.WorldSize)
+	mc := model.Config{Layers: tc.Model.Layers, DModel: tc.Model.DModel, Heads: tc.Model.Heads,
+		Context: tc.Model.Context, Vocab: config.Vocab}
+	geo, err := geometryFor(tc, w, model.NewLayout(mc))
 	if err != nil {
 		return nil, fmt.Errorf("trainer: %w", err)
 	}
@@ -148,38 +153,18 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 		threads = DefaultThreads(w.LocalWorldSize)
 	}
 	eng := kernels.New(threads)
-	mc := model.Config{Layers: tc.Model.Layers, DModel: tc.Model.DModel, Heads: tc.Model.Heads,
-		Context: tc.Model.Context, Vocab: config.Vocab}
 	m, err := model.New(mc, tc.Train.MicroBatch, eng)
 	if err != nil {
 		return nil, fmt.Errorf("trainer: %w", err)
 	}
-	layout := m.Layout()
-	n := layout.PaddedSize(plan.Shards)
 	t := &Trainer{
-		cfg: cfg, plan: plan, batch: batch, dataset: ds, model: m, eng: eng, optim: oc,
+		cfg: cfg, modelCfg: mc, dataset: ds, model: m, eng: eng, optim: oc,
 		peakGFLOPS: eng.MeasurePeak(), flopsPerToken: mc.TrainFLOPsPerToken(),
-		params: make([]float32, n), grads: make([]float32, n), tokens: make([]byte, m.TokensLen()),
+		tokens: make([]byte, m.TokensLen()),
 	}
+	t.setGeometry(geo)
 	model.Init(mc, t.params, tc.Train.Seed)
-	t.lo, t.hi = plan.Owned(n)
-	t.decay = layout.DecayMask(n)[t.lo:t.hi]
-	t.state = optim.NewState(t.hi - t.lo)
-	if plan.Shards == 1 {
-		t.owned = t.grads
-	} else {
-		t.owned = make([]float32, t.hi-t.lo)
-	}
-
-	if w.WorldSize > 1 {
-		cc := comm.ConfigFrom(w, cfg.Secret)
-		cc.Timeout, cc.Log = cfg.CommTimeout, cfg.CommLog
-		if t.world, err = comm.Connect(ctx, cc); err != nil {
-			return nil, fmt.Errorf("trainer: connect rank %d of %d: %w", w.Rank, w.WorldSize, err)
-		}
-	}
-	if t.groups, err = hsdp.Join(t.world, plan); err != nil {
-		t.closeWorld()
+	if t.world, t.groups, err = connectWorld(ctx, cfg, w, geo.plan); err != nil {
 		return nil, fmt.Errorf("trainer: %w", err)
 	}
 	t.metricsPattern = cfg.Metrics
@@ -187,6 +172,84 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 		t.metricsPattern = tc.Train.Metrics
 	}
 	return t, nil
+}
+
+// geometry is what depends on the world: this rank's plan, the batch
+// split, the padded buffer length and the slice this rank owns.
+type geometry struct {
+	plan   hsdp.Plan
+	batch  data.Batch
+	n      int // padded length of the flat buffers
+	lo, hi int // this rank's slice
+}
+
+// geometryFor checks that tc's layout and batch fit w's world and
+// returns the geometry of w's rank.
+func geometryFor(tc config.Config, w distenv.Worker, layout model.Layout) (geometry, error) {
+	if w.WorldSize < 1 || w.Rank < 0 || w.Rank >= w.WorldSize {
+		return geometry{}, fmt.Errorf("rank %d outside world size %d", w.Rank, w.WorldSize)
+	}
+	replicas, shards, err := tc.Parallel.Layout(w.WorldSize, max(1, w.LocalWorldSize))
+	if err != nil {
+		return geometry{}, err
+	}
+	plan, err := hsdp.NewPlan(w.Rank, w.WorldSize, shards)
+	if err != nil {
+		return geometry{}, err
+	}
+	if plan.Replicas != replicas {
+		return geometry{}, fmt.Errorf("layout %d x %d does not make world size %d", replicas, shards, w.WorldSize)
+	}
+	if _, err := tc.Accumulation(w.WorldSize); err != nil {
+		return geometry{}, err
+	}
+	batch, err := data.NewBatch(tc.Train.GlobalBatch, tc.Train.MicroBatch, w.WorldSize)
+	if err != nil {
+		return geometry{}, err
+	}
+	n := layout.PaddedSize(plan.Shards)
+	lo, hi := plan.Owned(n)
+	return geometry{plan: plan, batch: batch, n: n, lo: lo, hi: hi}, nil
+}
+
+// setGeometry adopts geo with fresh buffers: zero parameters, zero AdamW
+// state at step 0, no rollback copy, and nothing held for an exchange.
+func (t *Trainer) setGeometry(geo geometry) {
+	t.plan, t.batch, t.lo, t.hi = geo.plan, geo.batch, geo.lo, geo.hi
+	t.params = make([]float32, geo.n)
+	t.grads = make([]float32, geo.n)
+	t.decay = t.model.Layout().DecayMask(geo.n)[geo.lo:geo.hi]
+	t.state = optim.NewState(geo.hi - geo.lo)
+	if geo.plan.Shards == 1 {
+		t.owned = t.grads
+	} else {
+		t.owned = make([]float32, geo.hi-geo.lo)
+	}
+	t.rollback = rollback{}
+	t.live, t.done = false, 0
+}
+
+// connectWorld connects rank w.Rank to w's world (none for a world of
+// one rank) and joins plan's groups on it, waiting for every rank up to
+// cfg.CommTimeout or until ctx ends.
+func connectWorld(ctx context.Context, cfg Config, w distenv.Worker, plan hsdp.Plan) (*comm.World, *hsdp.Groups, error) {
+	var world *comm.World
+	if w.WorldSize > 1 {
+		cc := comm.ConfigFrom(w, cfg.Secret)
+		cc.Timeout, cc.Log = cfg.CommTimeout, cfg.CommLog
+		var err error
+		if world, err = comm.Connect(ctx, cc); err != nil {
+			return nil, nil, fmt.Errorf("connect rank %d of %d: %w", w.Rank, w.WorldSize, err)
+		}
+	}
+	groups, err := hsdp.Join(world, plan)
+	if err != nil {
+		if world != nil {
+			_ = world.Close()
+		}
+		return nil, nil, err
+	}
+	return world, groups, nil
 }
 
 // Plan is this rank's place in the replicas x shards world.
@@ -198,7 +261,8 @@ func (t *Trainer) Layout() model.Layout { return t.model.Layout() }
 // World is this rank's connection to the others, nil in a world of one
 // rank. Callers may create groups of their own on it (every rank the same
 // groups in the same order, e.g. for checkpointing alongside training) but
-// must not close it: Close does, and Run does when its ctx ends.
+// must not close it: Close does, and Run does when its ctx ends. Reform
+// replaces it with the next world's (groups made on the old one are gone).
 func (t *Trainer) World() *comm.World { return t.world }
 
 // Step is the number of optimizer steps done.
@@ -244,8 +308,17 @@ func orNone(s string) string {
 // (see metrics.Open), so that each step is recorded once.
 // When ctx ends Run closes the world, so that no rank waits on a peer,
 // and returns ctx's error; a peer that dies or stalls makes it return an
-// error naming that peer's rank. After an error the Trainer is unusable.
+// error naming that peer's rank (a *comm.PeerError in its chain).
+//
+// After such an error, or an AfterStep error, the Trainer keeps the state
+// of the last step every rank completed (see Exchange): Reform it into
+// the next world and Run again, or Close it. After any other error it is
+// unusable.
 func (t *Trainer) Run(ctx context.Context) (Result, error) {
+	if t.groups == nil {
+		return Result{}, errors.New("trainer: run: no world to run in (the last Reform failed)")
+	}
+	t.live = true
 	if t.world != nil {
 		stop := context.AfterFunc(ctx, func() { _ = t.world.Close() })
 		defer stop()
@@ -305,11 +378,18 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 		inCollectives += time.Since(collStart)
 		prof.Lap(profile.Collectives)
 		clip := optim.ClipFactor(sumSquares, t.optim.GradClip)
+		if err := t.hooks.before(t.hooks.beforeUpdate, step+1); err != nil {
+			return res, err
+		}
+		t.rollback.keep(t.state.Step, t.params[t.lo:t.hi], t.state.M, t.state.V)
 		lr, err := optim.Update(t.optim, &t.state, t.params[t.lo:t.hi], t.owned, t.decay, clip)
 		if err != nil {
 			return res, fmt.Errorf("trainer: step %d: %w", step+1, err)
 		}
 		prof.Lap(profile.Optimizer)
+		if err := t.hooks.before(t.hooks.beforeGather, step+1); err != nil {
+			return res, err
+		}
 		collStart = time.Now()
 		if err := t.groups.GatherParams(t.params); err != nil {
 			return res, t.runErr(ctx, err)
@@ -334,6 +414,7 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 		if err := t.metrics.Write(rec); err != nil {
 			return res, fmt.Errorf("trainer: step %d: %w", step+1, err)
 		}
+		t.done = step + 1
 		if metrics.ShouldLog(step+1, tc.LogEvery, tc.Steps) {
 			tokPerS := tokensPerStep * float64(res.Steps-stepsAtLog) / now.Sub(lastLog).Seconds()
 			p := metrics.Progress{Step: step + 1, Steps: tc.Steps, Loss: loss, LR: lr,
@@ -372,10 +453,8 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 // openMetrics (re)opens the metrics file for a run that goes on from the
 // current step.
 func (t *Trainer) openMetrics() error {
-	if t.metrics != nil {
-		if err := t.metrics.Close(); err != nil {
-			return fmt.Errorf("trainer: %w", err)
-		}
+	if err := t.closeMetrics(); err != nil {
+		return err
 	}
 	w, err := metrics.Open(t.metricsPattern, t.cfg.Worker.Rank, t.state.Step+1)
 	if err != nil {
@@ -402,6 +481,19 @@ func (t *Trainer) Close() error {
 		err = t.metrics.Close()
 	}
 	return errors.Join(err, t.closeWorld())
+}
+
+// closeMetrics closes the metrics file, if open.
+func (t *Trainer) closeMetrics() error {
+	if t.metrics == nil {
+		return nil
+	}
+	err := t.metrics.Close()
+	t.metrics = nil
+	if err != nil {
+		return fmt.Errorf("trainer: %w", err)
+	}
+	return nil
 }
 
 func (t *Trainer) closeWorld() error {

@@ -1,0 +1,88 @@
+package trainer
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestDecide(t *testing.T) {
+	live := func(step int64, lo, hi int) offer { return offer{Step: step, Lo: lo, Hi: hi} }
+	extra := func(step int64, lo, hi int) offer { return offer{Step: step, Lo: lo, Hi: hi, Extra: true} }
+	tests := []struct {
+		name string
+		all  []announcement
+		want decision
+	}{
+		{"nobody holds anything", []announcement{{Done: -1, Lo: 0, Hi: 6}, {Done: -1, Lo: 6, Hi: 12}},
+			decision{Source: RecoveryNone}},
+		{"a lost slice", []announcement{{Done: 4, Lo: 0, Hi: 12, Offers: []offer{live(4, 0, 6)}}},
+			decision{Source: RecoveryNone}},
+		{"survivors keep their slices", []announcement{
+			{Done: 10, Lo: 0, Hi: 6, Offers: []offer{live(10, 0, 6), live(9, 0, 6)}},
+			{Done: 10, Lo: 6, Hi: 12, Offers: []offer{live(10, 6, 12), live(9, 6, 12)}}},
+			decision{Source: RecoveryPeers, Step: 10, Pieces: []piece{{0, 0, 0, 6, 0}, {1, 1, 6, 12, 0}}}},
+		{"a rank that completed one step more rolls back", []announcement{
+			{Done: 11, Lo: 0, Hi: 6, Offers: []offer{live(11, 0, 6), live(10, 0, 6)}},
+			{Done: 10, Lo: 6, Hi: 12, Offers: []offer{live(11, 6, 12), live(10, 6, 12)}}},
+			decision{Source: RecoveryPeers, Step: 10, Redone: 1, Pieces: []piece{{0, 0, 0, 6, 1}, {1, 1, 6, 12, 1}}}},
+		{"a fresh rank takes its slice from two holders", []announcement{
+			{Done: 10, Lo: 0, Hi: 4, Offers: []offer{live(10, 0, 6)}},
+			{Done: -1, Lo: 4, Hi: 8},
+			{Done: 10, Lo: 8, Hi: 12, Offers: []offer{live(10, 6, 12)}}},
+			decision{Source: RecoveryPeers, Step: 10, Pieces: []piece{
+				{0, 0, 0, 4, 0}, {0, 1, 4, 6, 0}, {2, 1, 6, 8, 0}, {2, 2, 8, 12, 0}}}},
+		{"two fresh ranks are served by two replicas", []announcement{
+			{Done: 3, Lo: 0, Hi: 12, Offers: []offer{live(3, 0, 12)}},
+			{Done: 3, Lo: 0, Hi: 12, Offers: []offer{live(3, 0, 12)}},
+			{Done: -1, Lo: 0, Hi: 12}, {Done: -1, Lo: 0, Hi: 12}},
+			decision{Source: RecoveryPeers, Step: 3, Pieces: []piece{
+				{0, 0, 0, 12, 0}, {1, 1, 0, 12, 0}, {0, 2, 0, 12, 0}, {1, 3, 0, 12, 0}}}},
+		{"padding past the model needs no holder", []announcement{
+			{Done: 2, Lo: 0, Hi: 14, Offers: []offer{live(2, 0, 12)}}},
+			decision{Source: RecoveryPeers, Step: 2, Pieces: []piece{{0, 0, 0, 12, 0}}}},
+		{"memory copies fill a lost slice", []announcement{
+			{Done: 7, Lo: 0, Hi: 12, Offers: []offer{live(7, 0, 6), extra(6, 0, 6), extra(6, 6, 12)}}},
+			decision{Source: RecoveryMemory, Step: 6, Redone: 1, Pieces: []piece{{0, 0, 0, 6, 1}, {0, 0, 6, 12, 2}}}},
+		{"memory copies are not used when live state covers", []announcement{
+			{Done: 7, Lo: 0, Hi: 6, Offers: []offer{live(7, 0, 6), extra(7, 6, 12)}},
+			{Done: 7, Lo: 6, Hi: 12, Offers: []offer{live(7, 6, 12), extra(7, 0, 6)}}},
+			decision{Source: RecoveryPeers, Step: 7, Pieces: []piece{{0, 0, 0, 6, 0}, {1, 1, 6, 12, 0}}}},
+		{"step 5 is held in full, but rank 1 never completed it", []announcement{
+			{Done: 5, Lo: 0, Hi: 12, Offers: []offer{live(5, 0, 12), live(4, 0, 12)}},
+			{Done: 4, Lo: 0, Hi: 12, Offers: []offer{live(5, 0, 12), live(4, 0, 12)}}},
+			decision{Source: RecoveryPeers, Step: 4, Redone: 1, Pieces: []piece{{0, 0, 0, 12, 1}, {1, 1, 0, 12, 1}}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, decide(tc.all, 12))
+		})
+	}
+}
+
+func TestAnnouncementWire(t *testing.T) {
+	a := announcement{Done: 7, Lo: 3, Hi: 9, Offers: []offer{{Step: 7, Lo: 0, Hi: 6}, {Step: 6, Lo: 6, Hi: 12, Extra: true}}}
+	got, err := decodeAnnouncement(a.encode())
+	require.NoError(t, err)
+	require.Equal(t, a, got)
+	empty := announcement{Done: -1}
+	got, err = decodeAnnouncement(empty.encode())
+	require.NoError(t, err)
+	require.Equal(t, empty, got)
+
+	tests := []struct {
+		name string
+		b    []byte
+	}{
+		{"short", a.encode()[:30]},
+		{"trailing bytes", append(a.encode(), 0)},
+		{"backwards range", announcement{Done: 1, Lo: 5, Hi: 2}.encode()},
+		{"bad offer", announcement{Done: 1, Offers: []offer{{Step: -3}}}.encode()},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := decodeAnnouncement(tc.b)
+			require.ErrorIs(t, err, errMalformed)
+		})
+	}
+}

@@ -1,0 +1,65 @@
+package trainer
+
+import "fmt"
+
+// rollback is a copy of this rank's owned parameters and AdamW moments
+// taken just before an optimizer update: the state after step Step. It
+// lets a rank that applied the update of a step that not every rank
+// finished offer the step before, which every rank holds.
+//
+// Why one step is enough. Let done(r) be the last step rank r completed
+// (parameters gathered again, record written, AfterStep returned nil)
+// and live(r) the step its owned state is at; done(r) <= live(r) <=
+// done(r)+1, since a rank applies one update per step. A rank applies
+// the update of step j only after the Stats all-gather of step j
+// completed on it, and that needs every rank's contribution to it, which
+// a rank sends only once it completed step j-1. So if any rank has
+// live = j, every rank has done >= j-1. With m = min over ranks of done:
+// no rank has applied update m+2 (else every done >= m+1), so every
+// done and every live is m or m+1; ranks differ by at most one completed
+// step. Each rank holds step m: its live state (live = m) or this copy
+// (live = m+1, the copy taken before update m+1).
+type rollback struct {
+	valid        bool
+	step         int
+	params, m, v []float32
+}
+
+// keep copies the owned state at step before its next update.
+func (r *rollback) keep(step int, params, m, v []float32) {
+	n := len(params)
+	if cap(r.params) < n {
+		r.params, r.m, r.v = make([]float32, n), make([]float32, n), make([]float32, n)
+	}
+	r.params, r.m, r.v = r.params[:n], r.m[:n], r.v[:n]
+	copy(r.params, params)
+	copy(r.m, m)
+	copy(r.v, v)
+	r.step, r.valid = step, true
+}
+
+// hooks inject faults at fixed points of a step, on the ranks a test
+// chooses, so that tests make ranks diverge deterministically. nil hooks
+// do nothing.
+type hooks struct {
+	// beforeUpdate runs after the step's Stats, before this rank applies
+	// the optimizer update; an error stops Run without the update.
+	beforeUpdate func(step int) error
+	// beforeGather runs after the update, before the parameters are
+	// gathered again; an error stops Run with the update applied.
+	beforeGather func(step int) error
+	// corrupt changes a payload this rank sends in an exchange, after its
+	// checksum was taken.
+	corrupt func(payload []byte)
+}
+
+// before runs hook, if set, for step and wraps its error.
+func (h hooks) before(hook func(int) error, step int) error {
+	if hook == nil {
+		return nil
+	}
+	if err := hook(step); err != nil {
+		return fmt.Errorf("trainer: step %d: %w", step, err)
+	}
+	return nil
+}
