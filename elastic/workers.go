@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -44,7 +45,34 @@ func (w *worker) endedOnItsOwn() bool {
 	case "Z", "X":
 		return true
 	}
-	return false
+	return procExiting(w.process.PID())
+}
+
+// pfExiting is the kernel's PF_EXITING task flag: the process is in
+// exit. It is set before the process's files are closed, so a peer that
+// saw its connections break (and failed for that, a victim) finds the
+// cause already exiting: the order is causal, not a race with the reaper.
+const pfExiting = 0x4
+
+// procExiting reports whether process pid is exiting (PF_EXITING in the
+// flags of /proc/<pid>/stat); false when it cannot be read.
+func procExiting(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return false
+	}
+	// After the command: state ppid pgrp session tty_nr tpgid flags ...
+	f := strings.Fields(s[i+1:])
+	if len(f) < 7 {
+		return false
+	}
+	flags, err := strconv.ParseUint(f[6], 10, 64)
+	return err == nil && flags&pfExiting != 0
 }
 
 // procState is the one-letter state of process pid ("R", "S", "D", "T",
