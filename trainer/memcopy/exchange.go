@@ -41,7 +41,7 @@ func decodeHeader(b []byte) (header, error) {
 	return h, nil
 }
 
-// Verdicts, one byte per member, all-gathered once the data moved.
+// Verdicts, one byte per rank, all-gathered once the data moved.
 const (
 	verdictOK       byte = iota
 	verdictChecksum      // the received bytes failed their crc32c
@@ -50,7 +50,7 @@ const (
 
 // exchange sends generation i's own snapshot to the buddy, receives the
 // reverse buddy's into the generation, verifies it and agrees with every
-// member on whether the step is complete everywhere. It holds no lock
+// rank of the world on whether the step is complete everywhere. It holds no lock
 // while data moves: Snapshot does not touch generation i until it ended,
 // and Copies reads only the generations it names.
 func (k *Keeper) exchange(i int) error {
@@ -89,7 +89,7 @@ func (k *Keeper) exchange(i int) error {
 		k.pending = i
 		k.mu.Unlock()
 	}
-	all, err := k.g.AllGatherBytes([]byte{verdict})
+	all, err := k.all.AllGatherBytes([]byte{verdict})
 	if err != nil {
 		return k.fail(step, err)
 	}
@@ -111,25 +111,24 @@ func (k *Keeper) fail(step int64, err error) error {
 	return fmt.Errorf("memcopy: exchange of step %d: %w", step, err)
 }
 
-// rejections says which members rejected what they received ("" when
-// none did): member j of the ring receives from member j-1.
+// rejections says which ranks rejected what they received ("" when none
+// did): rank r receives from rank r - perNode.
 func (k *Keeper) rejections(verdicts [][]byte) string {
-	ring := k.g.Ranks()
 	var why []string
-	for j, v := range verdicts {
+	for r, v := range verdicts {
 		if len(v) == 1 && v[0] == verdictOK {
 			continue
 		}
-		from := ring[(j+len(ring)-1)%len(ring)]
+		from := (r - k.perNode + len(verdicts)) % len(verdicts)
 		switch {
 		case len(v) != 1:
-			why = append(why, fmt.Sprintf("rank %d sent a verdict of %d bytes", ring[j], len(v)))
+			why = append(why, fmt.Sprintf("rank %d sent a verdict of %d bytes", r, len(v)))
 		case v[0] == verdictChecksum:
-			why = append(why, fmt.Sprintf("the copy rank %d received from rank %d failed its crc32c check", ring[j], from))
+			why = append(why, fmt.Sprintf("the copy rank %d received from rank %d failed its crc32c check", r, from))
 		case v[0] == verdictStep:
-			why = append(why, fmt.Sprintf("the copy rank %d received from rank %d is of another step", ring[j], from))
+			why = append(why, fmt.Sprintf("the copy rank %d received from rank %d is of another step", r, from))
 		default:
-			why = append(why, fmt.Sprintf("rank %d sent verdict %d", ring[j], v[0]))
+			why = append(why, fmt.Sprintf("rank %d sent verdict %d", r, v[0]))
 		}
 	}
 	return strings.Join(why, "; ")

@@ -36,8 +36,8 @@ func (c Copy) validate() error {
 // damaged header cannot make a rank allocate without limit.
 const maxElems = 1 << 31
 
-// ErrRejected marks an exchange in which some member received a copy that
-// failed its crc32c check or was of another step. Every member sees the
+// ErrRejected marks an exchange in which some rank received a copy that
+// failed its crc32c check or was of another step. Every rank sees the
 // same verdict and drops that step's copies alike; the Keeper goes on.
 var ErrRejected = errors.New("memcopy: a copy was rejected")
 
@@ -51,13 +51,15 @@ var ErrClosed = errors.New("memcopy: keeper closed")
 //
 // Each snapshot is one exchange over a ring of the ranks with this local
 // rank, one per node in node order: a header and the data move one step
-// around the ring (comm.Group.Shift), each member checks the crc32c of
-// what it received, and then every member learns every member's verdict
-// (an all-gather). Invariant: a member keeps a step as committed only
-// when every member reported a verified copy of that step; so when any
-// member committed step s, every member holds a complete, verified pair of
-// step s, committed or pending (see Copies). The own snapshot is kept
-// with the held copy of its step, never alone.
+// around the ring (comm.Group.Shift), each rank checks the crc32c of what
+// it received, and then every rank of the world learns every rank's
+// verdict (an all-gather over a group of all ranks of the Keeper's own).
+// Invariant: a rank keeps a step as committed only when every rank of the
+// world reported a verified copy of that step; so when any rank committed
+// step s, every rank holds a complete, verified pair of step s, committed
+// or pending (see Copies), and the state of every shard at step s
+// survives the loss of any one node. The own snapshot is kept with the
+// held copy of its step, never alone.
 //
 // Memory: two generations of one own snapshot and one held copy each (the
 // committed one and the one in flight): four shard-sized buffers of three
@@ -66,8 +68,10 @@ var ErrClosed = errors.New("memcopy: keeper closed")
 // Snapshot, Wait and Close are called by one goroutine (the training
 // loop); Copies is safe at any time from any goroutine.
 type Keeper struct {
-	g           *comm.Group // nil: a world of one node, own snapshots only
+	g           *comm.Group // the ring of this local rank; nil: a world of one node, own snapshots only
+	all         *comm.Group // every rank, for the verdicts
 	rank        int
+	perNode     int
 	buddy, from int // global ranks: where snapshots go, where held copies come from; -1: none
 	table       *crc32.Table
 
@@ -96,8 +100,8 @@ type generation struct {
 // at the same point (after the trainer made its groups, if both make
 // groups on w). Ranks must be numbered node by node, localWorldSize per
 // node (node = rank / localWorldSize), as the launcher numbers them. It
-// makes one group on w, the ranks of this local rank in node order, and
-// waits for its ring neighbours within w's timeout. In a world of one node
+// makes two groups on w, the ranks of this local rank in node order, then
+// every rank, and waits for their ring neighbours within w's timeout. In a world of one node
 // there is no other node to hold a copy: the Keeper then keeps only its
 // own snapshots (Copies returns no held copy) and sends nothing.
 func New(w *comm.World, localWorldSize int) (*Keeper, error) {
@@ -105,7 +109,7 @@ func New(w *comm.World, localWorldSize int) (*Keeper, error) {
 	if localWorldSize < 1 || size%localWorldSize != 0 {
 		return nil, fmt.Errorf("memcopy: new: local world size %d does not divide world size %d", localWorldSize, size)
 	}
-	k := &Keeper{rank: rank, buddy: -1, from: -1, committed: -1, pending: -1,
+	k := &Keeper{rank: rank, perNode: localWorldSize, buddy: -1, from: -1, committed: -1, pending: -1,
 		table: crc32.MakeTable(crc32.Castagnoli), lastStep: -1}
 	nodes := size / localWorldSize
 	if nodes == 1 {
@@ -118,6 +122,13 @@ func New(w *comm.World, localWorldSize int) (*Keeper, error) {
 	g, err := w.Group(ring)
 	if err != nil {
 		return nil, fmt.Errorf("memcopy: new: group %v: %w", ring, err)
+	}
+	all := make([]int, size)
+	for r := range all {
+		all[r] = r
+	}
+	if k.all, err = w.Group(all); err != nil {
+		return nil, fmt.Errorf("memcopy: new: group of all ranks: %w", err)
 	}
 	k.g = g
 	k.buddy = (rank + localWorldSize) % size
@@ -142,7 +153,7 @@ func (k *Keeper) From() int { return k.from }
 // that makes no progress fails). If that exchange failed, Snapshot returns
 // its error and starts nothing: after a group failure (a *comm.PeerError
 // in the chain: the World is broken) for good; after a rejected copy
-// (ErrRejected, which every member returns alike) once, and the next
+// (ErrRejected, which every rank returns alike) once, and the next
 // Snapshot goes on. Bad input is an error that starts nothing.
 func (k *Keeper) Snapshot(c Copy) error {
 	if err := c.validate(); err != nil {
@@ -211,10 +222,11 @@ func (k *Keeper) Wait() error {
 // Copies returns the complete, verified copies this rank holds, newest
 // step first, each step as a pair: this rank's own snapshot, then the
 // copy of rank From()'s shard (without it in a world of one node). It
-// returns at most two steps: the newest step whose exchange every member
+// returns at most two steps: the newest step whose exchange every rank
 // confirmed (committed) and, when a failure cut the confirmation short,
 // the newer step this rank itself received and verified (pending: whether
-// every member has it is for the caller's exchange to find out). A copy
+// every rank has it is for the caller's exchange to find out). By the
+// invariant on Keeper, some step is held by every surviving rank. A copy
 // whose transfer did not complete or whose checksum failed is never
 // returned. Copies stay valid after the World broke and after Close; their
 // slices alias the Keeper's buffers until the next Snapshot (which reuses
