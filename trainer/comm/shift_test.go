@@ -62,12 +62,12 @@ func TestShift(t *testing.T) {
 	}
 }
 
-// A member that expects another length than its predecessor sends fails
-// the shift, naming a peer; a group of one copies.
+// Members that expect another length than their predecessors send fail
+// the shift, naming the peer; a group of one copies.
 func TestShiftBadInput(t *testing.T) {
 	worlds := startWorld(t, 2, nil)
 	errs := testutil.OnRanks(2, func(r int) error {
-		return worlds[r].All().Shift(make([]byte, 8), make([]byte, 8+r))
+		return worlds[r].All().Shift(make([]byte, 8+r), make([]byte, 8+r)) // each expects its own length
 	})
 	for r, err := range errs {
 		var pe *PeerError
