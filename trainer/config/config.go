@@ -75,12 +75,23 @@ type Parallel struct {
 	ShardSize int    `toml:"shard_size"` // 0: the number of workers per node
 }
 
-// Checkpoint is [checkpoint]: where and how often to save.
+// Checkpoint is [checkpoint]: where and how often to save, to disk and
+// to other ranks' memory.
 type Checkpoint struct {
 	Dir   string `toml:"dir"`   // absolute after Load
 	Every int    `toml:"every"` // steps between saves; 0 saves only at the end
 	Keep  int    `toml:"keep"`  // newest checkpoints kept
 	Async bool   `toml:"async"` // write in the background
+	// Memory keeps memory copies (package trainer/memcopy): after a
+	// completed step each rank sends its shard of the parameters and of
+	// AdamW to a buddy rank on the next node, in the background, so that a
+	// layout without a surviving replica (fsdp across nodes) recovers from
+	// memory after the loss of one node. Off by default. It changes no
+	// math, so it stays out of the config hash.
+	Memory bool `toml:"memory"`
+	// MemoryEvery is the number of steps between memory copies (1: every
+	// step). A recovery from memory redoes up to MemoryEvery steps.
+	MemoryEvery int `toml:"memory_every"`
 }
 
 // Elastic is what the agent (gorun) reads from the config, not the
@@ -114,7 +125,7 @@ func Default() Config {
 		Optim: Optim{LR: 3e-3, MinLR: 3e-4, Warmup: 20, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8,
 			WeightDecay: 0.1, GradClip: 1.0},
 		Parallel:   Parallel{Mode: ModeHSDP},
-		Checkpoint: Checkpoint{Dir: "ckpt", Every: 50, Keep: 3},
+		Checkpoint: Checkpoint{Dir: "ckpt", Every: 50, Keep: 3, MemoryEvery: 1},
 	}
 	c.rawFiles = c.Data.Files
 	return c

@@ -188,6 +188,9 @@ func TestMalformed(t *testing.T) {
 		{"keep zero", "[checkpoint]\nkeep = 0\n", "train.toml:2: checkpoint.keep = 0: must be at least 1"},
 		{"every negative", "[checkpoint]\nevery = -1\n", "train.toml:2: checkpoint.every = -1: must be at least 0"},
 		{"dir empty", "[checkpoint]\ndir = \"\"\n", "train.toml:2: checkpoint.dir = \"\": must name a directory"},
+		{"memory_every zero", "[checkpoint]\nmemory = true\nmemory_every = 0\n", "train.toml:3: checkpoint.memory_every = 0: must be at least 1"},
+		{"memory not a bool", "[checkpoint]\nmemory = 1\n", "train.toml:2: checkpoint.memory: want true or false, got a TOML integer"},
+		{"memory misspelt", "[checkpoint]\nmemroy = true\n", "train.toml:2: unknown key checkpoint.memroy ([checkpoint] has dir, every, keep, async, memory, memory_every)"},
 		{"batch not divisible", "[train]\nglobal_batch = 30\n", "train.toml:2: train.global_batch = 30: must be a multiple of train.micro_batch = 8"},
 		{"micro not dividing", "[train]\nglobal_batch = 32\nmicro_batch = 5\n", "train.toml:2: train.global_batch = 32: must be a multiple of train.micro_batch = 5"},
 		{"micro alone", "[train]\nmicro_batch = 5\n", "train.toml:2: train.micro_batch = 5: must divide train.global_batch = 32"},
@@ -248,6 +251,8 @@ func TestSetErrors(t *testing.T) {
 		{"bad array", []string{"data.files=[1]"}, "--set data.files=[1]: data.files: want an array of strings, got a TOML integer"},
 		{"newline", []string{"train.steps=5\n[model]\nlayers = 0"}, `--set "train.steps=5\n[model]\nlayers = 0": the value must fit on one line`},
 		{"steps below warmup", []string{"train.steps=5"}, "--set train.steps=5: must be at least optim.warmup = 20"},
+		{"memory_every negative", []string{"checkpoint.memory_every=-1"}, "--set checkpoint.memory_every=-1: must be at least 1"},
+		{"memory not a bool", []string{"checkpoint.memory=yes"}, "--set checkpoint.memory=yes: checkpoint.memory: want true or false"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -261,6 +266,31 @@ func TestSetErrors(t *testing.T) {
 
 // A --set relation with a value from the file points at the --set, and a
 // value from the file at its line when the --set is fine.
+// TestMemoryCopies: [checkpoint] memory is off by default, every step
+// when on, and memory_every sets its period (file or --set).
+func TestMemoryCopies(t *testing.T) {
+	cases := []struct {
+		name, doc string
+		sets      []string
+		memory    bool
+		every     int
+	}{
+		{"default", design, nil, false, 1},
+		{"on", "[checkpoint]\nmemory = true\n", nil, true, 1},
+		{"on every 5", "[checkpoint]\nmemory = true\nmemory_every = 5\n", nil, true, 5},
+		{"set", design, []string{"checkpoint.memory=true", "checkpoint.memory_every=3"}, true, 3},
+		{"off, period kept", "[checkpoint]\nmemory_every = 2\n", nil, false, 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse("/r/train.toml", []byte(tc.doc), tc.sets)
+			require.NoError(t, err)
+			require.Equal(t, tc.memory, c.Checkpoint.Memory)
+			require.Equal(t, tc.every, c.Checkpoint.MemoryEvery)
+		})
+	}
+}
+
 func TestBlameFileOverDefault(t *testing.T) {
 	_, err := Parse("t.toml", []byte("[model]\n\nheads = 8\nd_model = 60\n"), nil)
 	require.EqualError(t, err, "t.toml:3: model.heads = 8: must divide model.d_model = 60")
@@ -335,7 +365,8 @@ func TestHash(t *testing.T) {
 	require.Equal(t, base.Hash(), moved.Hash(), "moving the run keeps the hash")
 	require.Len(t, base.Hash(), 64)
 
-	same := []string{"train.steps=400", "train.micro_batch=4", "parallel.mode=ddp", "checkpoint.keep=9", "train.log_every=1"}
+	same := []string{"train.steps=400", "train.micro_batch=4", "parallel.mode=ddp", "checkpoint.keep=9", "train.log_every=1",
+		"checkpoint.memory=true", "checkpoint.memory_every=5"}
 	for _, s := range same {
 		c, err := Parse("/a/train.toml", []byte(design), []string{s})
 		require.NoError(t, err)

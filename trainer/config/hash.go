@@ -11,7 +11,7 @@ import (
 // and the toml's directory), train.seed, train.global_batch and [optim].
 // Checkpoints record it; a run resumes only from a checkpoint whose hash
 // matches. Steps, micro batch, logging, parallel layout and checkpointing
-// leave it alone, so a run may be extended or resharded.
+// (memory copies included) leave it alone, so a run may be extended or resharded.
 func (c Config) Hash() string {
 	files := c.rawFiles
 	if files == nil {

@@ -1,0 +1,286 @@
+package memcopy
+
+import (
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"sync"
+
+	"github.com/gorun/gorun/trainer/comm"
+)
+
+// Copy is the state of elements [Lo, Hi) of the padded flat buffers after
+// Step optimizer steps: the parameters and AdamW's two moments, each
+// Hi-Lo long.
+type Copy struct {
+	Step         int64
+	Lo, Hi       int
+	Params, M, V []float32
+}
+
+// validate checks that c describes its elements consistently.
+func (c Copy) validate() error {
+	n := c.Hi - c.Lo
+	switch {
+	case c.Lo < 0 || n < 0:
+		return fmt.Errorf("elements [%d, %d): want 0 <= lo <= hi", c.Lo, c.Hi)
+	case n > maxElems:
+		return fmt.Errorf("elements [%d, %d): more than %d", c.Lo, c.Hi, maxElems)
+	case len(c.Params) != n || len(c.M) != n || len(c.V) != n:
+		return fmt.Errorf("elements [%d, %d) but %d params, %d m, %d v", c.Lo, c.Hi, len(c.Params), len(c.M), len(c.V))
+	}
+	return nil
+}
+
+// maxElems bounds one copy (three float32 arrays of it: 24 GiB), so that a
+// damaged header cannot make a rank allocate without limit.
+const maxElems = 1 << 31
+
+// ErrRejected marks an exchange in which some rank received a copy that
+// failed its crc32c check or was of another step. Every rank sees the
+// same verdict and drops that step's copies alike; the Keeper goes on.
+var ErrRejected = errors.New("memcopy: a copy was rejected")
+
+// ErrClosed is returned by Snapshot after Close.
+var ErrClosed = errors.New("memcopy: keeper closed")
+
+// Keeper keeps this rank's memory copies: its own snapshot of its shard
+// and the copy of the shard of its reverse buddy, rank - localWorldSize
+// (mod world), the rank at the same local rank on the previous node. Its
+// snapshots go to its buddy, rank + localWorldSize (mod world).
+//
+// Each snapshot is one exchange over a ring of the ranks with this local
+// rank, one per node in node order: a header and the data move one step
+// around the ring (comm.Group.Shift), each rank checks the crc32c of what
+// it received, and then every rank of the world learns every rank's
+// verdict (an all-gather over a group of all ranks of the Keeper's own).
+// Invariant: a rank keeps a step as committed only when every rank of the
+// world reported a verified copy of that step; so when any rank committed
+// step s, every rank holds a complete, verified pair of step s, committed
+// or pending (see Copies), and the state of every shard at step s
+// survives the loss of any one node. The own snapshot is kept with the
+// held copy of its step, never alone.
+//
+// Memory: two generations of one own snapshot and one held copy each (the
+// committed one and the one in flight): four shard-sized buffers of three
+// arrays.
+//
+// Snapshot, Wait and Close are called by one goroutine (the training
+// loop); Copies is safe at any time from any goroutine.
+type Keeper struct {
+	g           *comm.Group // the ring of this local rank; nil: a world of one node, own snapshots only
+	all         *comm.Group // every rank, for the verdicts
+	rank        int
+	perNode     int
+	buddy, from int // global ranks: where snapshots go, where held copies come from; -1: none
+	table       *crc32.Table
+
+	mu        sync.Mutex
+	gens      [2]generation
+	committed int           // index into gens, -1: none
+	pending   int           // index into gens, -1: none
+	running   chan struct{} // closed when the exchange in flight ends; nil: none started
+	last      error         // of the latest exchange
+	broken    bool          // the group failed: no exchange any more
+	closed    bool
+	lastStep  int64
+
+	// tamper, when set (tests only), damages the bytes this rank received
+	// before it checks them.
+	tamper func(received []byte)
+}
+
+// generation is one own snapshot and the copy held for the same step.
+type generation struct {
+	own, held       Copy
+	ownBuf, heldBuf []float32 // params | m | v
+}
+
+// New makes rank w.Rank()'s Keeper: a collective, every rank of w calls it
+// at the same point (after the trainer made its groups, if both make
+// groups on w). Ranks must be numbered node by node, localWorldSize per
+// node (node = rank / localWorldSize), as the launcher numbers them. It
+// makes two groups on w, the ranks of this local rank in node order, then
+// every rank, and waits for their ring neighbours within w's timeout. In a world of one node
+// there is no other node to hold a copy: the Keeper then keeps only its
+// own snapshots (Copies returns no held copy) and sends nothing.
+func New(w *comm.World, localWorldSize int) (*Keeper, error) {
+	size, rank := w.Size(), w.Rank()
+	if localWorldSize < 1 || size%localWorldSize != 0 {
+		return nil, fmt.Errorf("memcopy: new: local world size %d does not divide world size %d", localWorldSize, size)
+	}
+	k := &Keeper{rank: rank, perNode: localWorldSize, buddy: -1, from: -1, committed: -1, pending: -1,
+		table: crc32.MakeTable(crc32.Castagnoli), lastStep: -1}
+	nodes := size / localWorldSize
+	if nodes == 1 {
+		return k, nil
+	}
+	ring := make([]int, nodes)
+	for node := range ring {
+		ring[node] = node*localWorldSize + rank%localWorldSize
+	}
+	g, err := w.Group(ring)
+	if err != nil {
+		return nil, fmt.Errorf("memcopy: new: group %v: %w", ring, err)
+	}
+	all := make([]int, size)
+	for r := range all {
+		all[r] = r
+	}
+	if k.all, err = w.Group(all); err != nil {
+		return nil, fmt.Errorf("memcopy: new: group of all ranks: %w", err)
+	}
+	k.g = g
+	k.buddy = (rank + localWorldSize) % size
+	k.from = (rank - localWorldSize + size) % size
+	return k, nil
+}
+
+// Buddy is the global rank this rank's snapshots go to, -1 in a world of
+// one node.
+func (k *Keeper) Buddy() int { return k.buddy }
+
+// From is the global rank whose copies this rank holds, -1 in a world of
+// one node.
+func (k *Keeper) From() int { return k.from }
+
+// Snapshot takes c, the state of this rank's shard after a completed step,
+// into a buffer of the Keeper's (c may change once it returns) and starts
+// sending it to the buddy rank in the background; it returns without
+// waiting for the transfer. Every rank of the world must snapshot the same
+// steps, in increasing order. If the previous exchange is still running,
+// Snapshot first waits for it (within the World's timeout: a collective
+// that makes no progress fails). If that exchange failed, Snapshot returns
+// its error and starts nothing: after a group failure (a *comm.PeerError
+// in the chain: the World is broken) for good; after a rejected copy
+// (ErrRejected, which every rank returns alike) once, and the next
+// Snapshot goes on. Bad input is an error that starts nothing.
+func (k *Keeper) Snapshot(c Copy) error {
+	if err := c.validate(); err != nil {
+		return fmt.Errorf("memcopy: snapshot of step %d: %w", c.Step, err)
+	}
+	k.waitRunning()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	switch {
+	case k.closed:
+		return ErrClosed
+	case k.last != nil:
+		err := k.last
+		if !k.broken {
+			k.last = nil
+		}
+		return err
+	case c.Step <= k.lastStep:
+		return fmt.Errorf("memcopy: snapshot of step %d: not after step %d, the last snapshot", c.Step, k.lastStep)
+	}
+	k.lastStep = c.Step
+	i := 0
+	if k.committed == 0 {
+		i = 1
+	}
+	gen := &k.gens[i]
+	gen.fill(c)
+	if k.g == nil {
+		k.committed = i
+		return nil
+	}
+	done := make(chan struct{})
+	k.running = done
+	go func() {
+		defer close(done)
+		err := k.exchange(i)
+		k.mu.Lock()
+		k.last = err
+		k.mu.Unlock()
+	}()
+	return nil
+}
+
+// waitRunning waits for the exchange in flight, if any.
+func (k *Keeper) waitRunning() {
+	k.mu.Lock()
+	running := k.running
+	k.mu.Unlock()
+	if running != nil {
+		<-running
+	}
+}
+
+// Wait waits for the exchange in flight, if any, and returns the error of
+// the latest exchange: nil, an error wrapping ErrRejected, or the group's
+// failure (a *comm.PeerError, or comm.ErrClosed, in its chain). It ends
+// when the exchange does: at once when the World fails or is closed, else
+// within the World's timeout of the last progress.
+func (k *Keeper) Wait() error {
+	k.waitRunning()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.last
+}
+
+// Copies returns the complete, verified copies this rank holds, newest
+// step first, each step as a pair: this rank's own snapshot, then the
+// copy of rank From()'s shard (without it in a world of one node). It
+// returns at most two steps: the newest step whose exchange every rank
+// confirmed (committed) and, when a failure cut the confirmation short,
+// the newer step this rank itself received and verified (pending: whether
+// every rank has it is for the caller's exchange to find out). By the
+// invariant on Keeper, some step is held by every surviving rank. A copy
+// whose transfer did not complete or whose checksum failed is never
+// returned. Copies stay valid after the World broke and after Close; their
+// slices alias the Keeper's buffers until the next Snapshot (which reuses
+// the older generation), so take them when no Snapshot follows, or copy
+// them.
+func (k *Keeper) Copies() []Copy {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []Copy
+	for _, i := range []int{k.pending, k.committed} {
+		if i < 0 {
+			continue
+		}
+		out = append(out, k.gens[i].own)
+		if k.g != nil {
+			out = append(out, k.gens[i].held)
+		}
+	}
+	return out
+}
+
+// Close waits for the exchange in flight (to abandon it, close or break
+// the World first: it then ends at once) and makes later Snapshots fail
+// with ErrClosed; Copies stays valid. The group's connections belong to
+// the World and go with it. Close returns nil; closing twice is harmless.
+func (k *Keeper) Close() error {
+	k.waitRunning()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.closed = true
+	return nil
+}
+
+// fill copies c into the generation's own buffer and forgets its held copy.
+func (gen *generation) fill(c Copy) {
+	n := c.Hi - c.Lo
+	gen.ownBuf = grow(gen.ownBuf, 3*n)
+	gen.own = split(c.Step, c.Lo, c.Hi, gen.ownBuf)
+	copy(gen.own.Params, c.Params)
+	copy(gen.own.M, c.M)
+	copy(gen.own.V, c.V)
+	gen.held = Copy{}
+}
+
+// split views buf (3 x (hi-lo) long) as the params, m and v of a Copy.
+func split(step int64, lo, hi int, buf []float32) Copy {
+	n := hi - lo
+	return Copy{Step: step, Lo: lo, Hi: hi, Params: buf[:n:n], M: buf[n : 2*n : 2*n], V: buf[2*n : 3*n : 3*n]}
+}
+
+// grow returns buf resliced to n, or a new slice when it is too small.
+func grow(buf []float32, n int) []float32 {
+	if cap(buf) < n {
+		return make([]float32, n)
+	}
+	return buf[:n]
+}
