@@ -44,6 +44,7 @@ type Model struct {
 	d4      []float32 // [n, 4d]
 	dlogits []float32 // [n, v]
 	ones    []float32 // [n] all 1: summing rows is a product with it
+	keyBias []float32 // [d]: the key part of c_attn's bias gradient, kept across its backward
 }
 
 // normActs is what a layer norm keeps for its backward pass besides its input.
@@ -106,6 +107,7 @@ func New(cfg Config, microBatch int, eng *kernels.Engine) (*Model, error) {
 		d4:      f(n * 4 * d),
 		dlogits: f(n * cfg.Vocab),
 		ones:    f(n),
+		keyBias: f(d),
 	}
 	for i := range m.ones {
 		m.ones[i] = 1
@@ -249,12 +251,32 @@ func (m *Model) Backward(params, grads []float32, scale float32) {
 		fromHeads(m.qkv, m.dk, 3*d, d, dm)
 		fromHeads(m.qkv, m.dv, 3*d, 2*d, dm)
 		m.prof.Lap(profile.Attention)
-		m.linearBackward(m.dtmp, bg.attnw, bg.attnb, m.qkv, a.ln1.out, bw.attnw, n, d, 3*d)
+		m.attnInputBackward(bg.attnw, bg.attnb, a.ln1.out, bw.attnw)
 		layerNormBackward(m.par.eng, m.dx, bg.ln1w, bg.ln1b, m.dtmp, in, a.ln1.mean, a.ln1.rstd, bw.ln1w, n, d)
 		m.prof.Lap(profile.Elementwise)
 	}
 	embedBackward(g.wte, g.wpe, m.dx, m.inputs, dm.t, d)
 	m.prof.Lap(profile.Elementwise)
+}
+
+// attnInputBackward is the backward of c_attn: it takes the gradient of its output in m.qkv
+// ([n, 3d]: q, k, v) and its input in, writes dL/din into m.dtmp and adds the gradients of the
+// weights into gw and of the bias into gb, except for the key part of the bias, gb[d:2d], whose
+// gradient is exactly 0 and is left as it was.
+//
+// It is exactly 0 in exact arithmetic: a key bias b adds q_i·b to every score of query i, and
+// softmax ignores a constant added to a whole row, so the loss does not depend on b. In the
+// backward, each row of dS sums to 0 (sum_j P[i,j] (dP[i,j] - sum_k P[i,k] dP[i,k]) = 0), so
+// db = sum_j dk_j = sum_i q_i sum_j dS[i,j] = 0. Computed in float32 it is rounding noise
+// (~1e-9) whose value depends on the order of the sums, hence on the world size; AdamW divides
+// it by its own root mean square and turns it into steps of the learning rate's size, so runs
+// on different world sizes would drift apart on those elements. Leaving it at 0 keeps the
+// parameter layout (checkpoints and PyTorch's c_attn.bias) and makes the result exact.
+func (m *Model) attnInputBackward(gw, gb, in, w []float32) {
+	n, d := m.dm.n, m.dm.d
+	copy(m.keyBias, gb[d:2*d])
+	m.linearBackward(m.dtmp, gw, gb, m.qkv, in, w, n, d, 3*d)
+	copy(gb[d:2*d], m.keyBias)
 }
 
 // addTo adds src to dst elementwise.

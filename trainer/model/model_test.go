@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -296,6 +298,41 @@ func TestBackwardAccumulates(t *testing.T) {
 		require.InDelta(t, 2*one[i], twice[i], 1e-6+1e-5*math.Abs(float64(one[i])), i)
 	}
 	require.Equal(t, []float32{0, 0, 0}, one[m.Layout().Size:], "padding untouched")
+}
+
+// TestKeyBiasGetsNoGradient checks that the key part of every c_attn bias gradient is exactly
+// 0, not rounding noise (its gradient is exactly 0: softmax ignores a constant added to
+// every key's score) while it adds to the query and value parts, and that the loss does not
+// move when the key bias does, which is why 0 is right.
+func TestKeyBiasGetsNoGradient(t *testing.T) {
+	cfg := Config{Layers: 2, DModel: 16, Heads: 4, Context: 8, Vocab: 256}
+	m, err := New(cfg, 3, kernels.New(2))
+	require.NoError(t, err)
+	d := cfg.DModel
+	p := noisyParams(cfg, 5, 0.2)
+	tok := randomTokens(m.TokensLen(), 256, 6)
+	loss := m.Forward(p, tok)
+	g := make([]float32, m.Layout().Size)
+	m.Backward(p, g, 1)
+	moved := slices.Clone(p)
+	for _, ti := range m.Layout().Tensors {
+		if !strings.HasSuffix(ti.Name, "attn.c_attn.bias") {
+			continue
+		}
+		bias := g[ti.Offset : ti.Offset+ti.Len()]
+		for _, part := range []struct {
+			name   string
+			lo, hi int
+		}{{"query", 0, d}, {"value", 2 * d, 3 * d}} {
+			require.True(t, slices.ContainsFunc(bias[part.lo:part.hi], func(x float32) bool { return x != 0 }),
+				"%s: %s part gets a gradient", ti.Name, part.name)
+		}
+		require.Equal(t, make([]float32, d), bias[d:2*d], "%s: key part exactly 0", ti.Name)
+		for i := ti.Offset + d; i < ti.Offset+2*d; i++ {
+			moved[i] += 0.5
+		}
+	}
+	require.InEpsilon(t, loss, m.Forward(moved, tok), 1e-5, "the loss does not depend on the key bias")
 }
 
 // TestDeterministic runs the same micro-batch on two models with the same thread count and
