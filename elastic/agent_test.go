@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/gorun/gorun/internal/etcdtest"
 	"github.com/gorun/gorun/internal/heartbeat"
 	"github.com/gorun/gorun/internal/testutil"
 	"github.com/gorun/gorun/internal/workerlog"
@@ -32,7 +33,7 @@ func TestMain(m *testing.M) {
 	if role, ok := os.LookupEnv(roleVar); ok {
 		os.Exit(runRole(role))
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, etcdtest.GoleakOptions()...)
 }
 
 // runRole is a worker's life. Roles:
