@@ -129,6 +129,16 @@ func runRole(role string) int {
 		heartbeat.FromEnv(os.LookupEnv).Report(heartbeat.Progress{Step: 1, Loss: 2.5, TokensPerS: 100, MFU: 0.5, ComputeS: math.NaN()})
 		wait()
 		return 0
+	case "beat-then-await": // rank 1 reports step 1, says it awaits a round (lost peer 0), waits
+		b := heartbeat.FromEnv(os.LookupEnv)
+		if rank != 1 {
+			waitFor(syscall.SIGTERM)
+			return 0
+		}
+		b.Beat(1)
+		b.Await(1, 0)
+		time.Sleep(60 * time.Second)
+		return 0
 	case "slow-no-beats": // never reports: never judged hung
 		time.Sleep(500 * time.Millisecond)
 		return 0
@@ -390,4 +400,21 @@ func TestAgentRequeue(t *testing.T) {
 	require.True(t, out.Requeue)
 	require.Equal(t, 0, out.Restarts, "a requeue spends no restart")
 	require.Contains(t, h.report.String(), "requeue the job to resume")
+}
+
+// A worker that awaits a new round is not judged hung while it waits;
+// when no round comes within AwaitTimeout it is reported as failed, as
+// a victim of the peer it lost.
+func TestAgentAwaitBound(t *testing.T) {
+	h := newHarness(t, "beat-then-await", 2)
+	h.spec.InPlace = true
+	h.spec.HeartbeatTimeout = time.Second // would fire first if the wait were judged
+	h.spec.AwaitTimeout = 3 * time.Second
+	out, _ := h.run(t)
+	require.Equal(t, 128+int(syscall.SIGTERM), out.ExitCode, "report:\n%s", h.report)
+	f := out.Failures[0]
+	require.Equal(t, 1, f.Rank)
+	require.Contains(t, f.Error, "awaited a new round for 3s after step 1")
+	require.NotContains(t, f.Error, "heartbeat timeout")
+	require.Equal(t, 0, *f.LostPeer)
 }
