@@ -81,34 +81,30 @@ func randomRunID() (string, error) {
 // Launch is everything this node will do, resolved: `gorun plan` prints it
 // as JSON and the agent runs it.
 type Launch struct {
-	RunID        string     `json:"run_id"`
-	Host         string     `json:"host"`
-	Addr         string     `json:"addr"`      // where other nodes and workers reach this node (--local-addr)
-	NodeRank     int        `json:"node_rank"` // static: this node's rank; etcd: the preferred rank, -1 for join order
-	MinNodes     int        `json:"min_nodes"`
-	MaxNodes     int        `json:"max_nodes"`
-	NProcPerNode int        `json:"nproc_per_node"`
-	NProcSource  string     `json:"nproc_source"`
-	MasterAddr   string     `json:"master_addr"`
-	MasterPort   int        `json:"master_port"`
-	Rendezvous   Rendezvous `json:"rendezvous"`
-	Role         string     `json:"role"`
-	MaxRestarts  int        `json:"max_restarts"`
-	TermTimeout  Duration   `json:"term_timeout"`
-	Heartbeat    Duration   `json:"heartbeat_timeout,omitempty"`
-	MetricsAddr  string     `json:"metrics_addr,omitempty"` // Prometheus /metrics of this agent
-	// InPlace keeps the workers across a membership change (a node lost
-	// or joining) instead of restarting them: train.toml entrypoints (the
-	// embedded trainer speaks the heartbeat channel), never scripts.
-	InPlace   bool              `json:"in_place"`
-	Command   []string          `json:"command"`
-	LogDir    string            `json:"log_dir,omitempty"`
-	Redirects workerlog.StdSpec `json:"-"`
-	Tee       workerlog.StdSpec `json:"-"`
-	ShowRanks []int             `json:"local_ranks_filter,omitempty"`
-	GPUs      []string          `json:"gpus,omitempty"`
-	GPUSource string            `json:"gpu_source,omitempty"`
-	SLURM     *slurm.Job        `json:"slurm,omitempty"`
+	RunID        string            `json:"run_id"`
+	Host         string            `json:"host"`
+	Addr         string            `json:"addr"`      // where other nodes and workers reach this node (--local-addr)
+	NodeRank     int               `json:"node_rank"` // static: this node's rank; etcd: the preferred rank, -1 for join order
+	MinNodes     int               `json:"min_nodes"`
+	MaxNodes     int               `json:"max_nodes"`
+	NProcPerNode int               `json:"nproc_per_node"`
+	NProcSource  string            `json:"nproc_source"`
+	MasterAddr   string            `json:"master_addr"`
+	MasterPort   int               `json:"master_port"`
+	Rendezvous   Rendezvous        `json:"rendezvous"`
+	Role         string            `json:"role"`
+	MaxRestarts  int               `json:"max_restarts"`
+	TermTimeout  Duration          `json:"term_timeout"`
+	Heartbeat    Duration          `json:"heartbeat_timeout,omitempty"`
+	MetricsAddr  string            `json:"metrics_addr,omitempty"` // Prometheus /metrics of this agent
+	Command      []string          `json:"command"`
+	LogDir       string            `json:"log_dir,omitempty"`
+	Redirects    workerlog.StdSpec `json:"-"`
+	Tee          workerlog.StdSpec `json:"-"`
+	ShowRanks    []int             `json:"local_ranks_filter,omitempty"`
+	GPUs         []string          `json:"gpus,omitempty"`
+	GPUSource    string            `json:"gpu_source,omitempty"`
+	SLURM        *slurm.Job        `json:"slurm,omitempty"`
 	// Workers are this node's workers for the first attempt; later
 	// attempts differ only in restart count and error file.
 	Workers []distenv.Worker `json:"workers"`
@@ -123,6 +119,10 @@ type Launch struct {
 	Secret jobsecret.Secret `json:"-"`
 	// SecretSource says where Secret came from, or "none".
 	SecretSource string `json:"job_secret"`
+	// InPlace keeps the workers across a membership change (a node lost
+	// or joining) instead of restarting them: train.toml entrypoints (the
+	// embedded trainer speaks the heartbeat channel), never scripts.
+	InPlace bool `json:"in_place"`
 }
 
 // Duration prints as "30s" in JSON.
