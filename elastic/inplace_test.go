@@ -244,3 +244,31 @@ func TestInPlaceScaleUp(t *testing.T) {
 		require.Equal(t, 128+int(syscall.SIGTERM), n.stop().ExitCode)
 	}
 }
+
+// adopt tells live kept workers their new contracts, and refuses workers
+// of which one ended meanwhile (the agent then starts fresh ones).
+func TestAdopt(t *testing.T) {
+	dir := t.TempDir()
+	spec := Spec{RunID: "job", Host: "a", LocalWorkers: 2, Command: []string{"sh", "-c", channelWorker},
+		Environ: append(os.Environ(), "DIR="+dir, "AGENT=a"), TermTimeout: 5 * time.Second, ErrorDir: t.TempDir(),
+		InPlace: true, Logs: workerlog.Config{Stdout: &testutil.SyncBuffer{}, Stderr: &testutil.SyncBuffer{}}}
+	a, err := New(spec, &rendezvous.Static{})
+	require.NoError(t, err)
+	workers, err := a.startRound(rendezvous.Round{NumNodes: 1, WorldSize: 2})
+	require.NoError(t, err)
+	defer func() {
+		a.stopAll(workers, syscall.SIGTERM)
+		a.release(workers)
+	}()
+	waitFiles(t, dir, "pids", 1, "a")
+
+	next := rendezvous.Round{Number: 1, NodeRank: 1, NumNodes: 2, FirstRank: 2, WorldSize: 4}
+	require.NoError(t, a.adopt(next, workers))
+	waitFiles(t, dir, "rounds", 1, "a")
+	require.Equal(t, 3, workers[1].contract.Rank)
+	require.Equal(t, 1, workers[1].started.Rank, "the contract it started with is kept")
+
+	require.NoError(t, workers[0].process.Signal(syscall.SIGKILL))
+	<-workers[0].process.Done()
+	require.ErrorContains(t, a.adopt(next, workers), "rank 2 ended while the round changed")
+}
