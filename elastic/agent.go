@@ -50,6 +50,9 @@ type Rendezvous interface {
 	Succeeded(ctx context.Context, r rendezvous.Round) (rendezvous.End, error)
 	// Failures returns every failure reported in the job, first first.
 	Failures(ctx context.Context) ([]rendezvous.Failure, error)
+	// RecordRecovery keeps an in-place recovery for gorun status; the
+	// agent of node rank 0 of the new round calls it once per recovery.
+	RecordRecovery(ctx context.Context, rec rendezvous.Recovery) error
 }
 
 // Spec is what the agent runs on its node.
@@ -98,8 +101,25 @@ type Spec struct {
 	// restarts and workers (metrics). With one, every worker gets a
 	// heartbeat pipe, also without a HeartbeatTimeout.
 	Observer Observer
-	Log      zerolog.Logger
+	// InPlace keeps the workers across a round change that only changed
+	// the membership (a node lost, or one joining: rendezvous.End.Cause
+	// is CauseMembership) when every local worker is alive: they get
+	// their contract in the new round over their heartbeat channel
+	// instead of a restart. A worker failure, a hang or a closed job
+	// stop them all as without it. For workers that speak the channel
+	// (the embedded trainer), never for scripts.
+	InPlace bool
+	// AwaitTimeout bounds how long a worker that said it awaits a new
+	// round (an await line: its world broke) waits for one: then it is
+	// reported as failed. 0 is DefaultAwaitTimeout; the launcher gives
+	// the lease TTL plus the join timeout, the longest a round change
+	// may take.
+	AwaitTimeout time.Duration
+	Log          zerolog.Logger
 }
+
+// DefaultAwaitTimeout is Spec.AwaitTimeout when it is 0.
+const DefaultAwaitTimeout = 2 * time.Minute
 
 // Validate reports what makes spec unusable.
 func (s *Spec) Validate() error {
@@ -112,6 +132,8 @@ func (s *Spec) Validate() error {
 		return fmt.Errorf("elastic: max restarts %d < 0", s.MaxRestarts)
 	case s.ErrorDir == "":
 		return errors.New("elastic: no directory for worker error files")
+	case s.AwaitTimeout < 0:
+		return fmt.Errorf("elastic: await timeout %s < 0", s.AwaitTimeout)
 	}
 	return nil
 }
@@ -157,6 +179,12 @@ type Agent struct {
 
 	workerPIDs sync.Map // pid -> struct{}: this round's workers, for the timer server
 	timedOut   sync.Map // pid -> filetimer.Expiry: workers whose watchdog timer expired
+
+	// Worker events, for the monitor of whichever round runs: they
+	// outlive a round when the workers are kept in place.
+	exits   chan *worker    // a worker's process ended
+	awaits  chan *worker    // a worker awaits a new round
+	resumed chan resumption // a kept worker's first progress in its new round
 }
 
 // New returns an agent for spec that forms rounds with rdzv.
@@ -174,6 +202,9 @@ func New(spec Spec, rdzv Rendezvous) (*Agent, error) {
 	if spec.Report == nil {
 		spec.Report = io.Discard
 	}
+	if spec.AwaitTimeout == 0 {
+		spec.AwaitTimeout = DefaultAwaitTimeout
+	}
 	observed := spec.Observer != nil
 	if !observed {
 		spec.Observer = nopObserver{}
@@ -181,6 +212,8 @@ func New(spec Spec, rdzv Rendezvous) (*Agent, error) {
 	return &Agent{
 		spec: spec, observed: observed, rdzv: rdzv, log: spec.Log.With().Str("component", "agent").Logger(),
 		kill: make(chan struct{}), passOn: make(chan syscall.Signal, 4),
+		exits: make(chan *worker), awaits: make(chan *worker, 4*spec.LocalWorkers),
+		resumed: make(chan resumption, spec.LocalWorkers),
 	}, nil
 }
 
@@ -304,7 +337,17 @@ const abandonTimeout = 10 * time.Second
 func (a *Agent) rounds(ctx context.Context) (Outcome, error) {
 	pacer := newRestartPacer(a.spec.NewBackOff())
 	var last rendezvous.Round
-	ranOne := false // last is a round this node ran
+	ranOne := false     // last is a round this node ran
+	var kept *reforming // the workers kept in place from the round before
+	defer func() {
+		if kept != nil { // the job ended while the round changed
+			sig := syscall.SIGTERM
+			if ctx.Err() != nil {
+				sig = stoppedBy(ctx)
+			}
+			a.discard(kept.workers, sig, "the job ended while the round changed")
+		}
+	}()
 	for {
 		a.transition(StateRendezvous)
 		joined := time.Now()
@@ -319,14 +362,21 @@ func (a *Agent) rounds(ctx context.Context) (Outcome, error) {
 			return a.abandon(last, err)
 		}
 		a.spec.Observer.RoundStarted(round, time.Since(joined))
-		if ranOne {
+		inPlace := a.takeOver(round, kept)
+		switch {
+		case inPlace != nil:
+			a.spec.Observer.RecoveredInPlace(round)
+		case ranOne:
 			a.spec.Observer.Restarted(restartOf(last, round))
 		}
+		kept = nil
 		last, ranOne = round, true
 		a.transition(StateRunning, "round", round.Number, "node_rank", round.NodeRank, "nodes", round.NumNodes,
-			"world_size", round.WorldSize, "master", fmt.Sprintf("%s:%d", round.MasterAddr, round.MasterPort))
+			"world_size", round.WorldSize, "master", fmt.Sprintf("%s:%d", round.MasterAddr, round.MasterPort),
+			"in_place", inPlace != nil)
 		started := time.Now()
-		res, err := a.runRound(ctx, round)
+		res, err := a.runRound(ctx, round, inPlace)
+		kept = res.kept
 		if err != nil {
 			return a.abandon(round, err)
 		}
@@ -363,6 +413,21 @@ func (a *Agent) rounds(ctx context.Context) (Outcome, error) {
 			return a.stopped(ctx, round), nil
 		}
 	}
+}
+
+// takeOver hands the workers kept from the round before (nil: none) to
+// round r. It returns them, told their new contracts, or nil after
+// stopping them when one of them ended meanwhile or could not be told:
+// then fresh workers start, as after any restart.
+func (a *Agent) takeOver(r rendezvous.Round, kept *reforming) *reforming {
+	if kept == nil {
+		return nil
+	}
+	if err := a.adopt(r, kept.workers); err != nil {
+		a.discard(kept.workers, syscall.SIGTERM, err.Error())
+		return nil
+	}
+	return kept
 }
 
 // abandon ends the agent for its own error err after it joined the job:

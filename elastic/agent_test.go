@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/gorun/gorun/internal/etcdtest"
 	"github.com/gorun/gorun/internal/heartbeat"
 	"github.com/gorun/gorun/internal/testutil"
 	"github.com/gorun/gorun/internal/workerlog"
@@ -32,7 +33,7 @@ func TestMain(m *testing.M) {
 	if role, ok := os.LookupEnv(roleVar); ok {
 		os.Exit(runRole(role))
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, etcdtest.GoleakOptions()...)
 }
 
 // runRole is a worker's life. Roles:
@@ -127,6 +128,16 @@ func runRole(role string) int {
 		wait := listen(syscall.SIGTERM)
 		heartbeat.FromEnv(os.LookupEnv).Report(heartbeat.Progress{Step: 1, Loss: 2.5, TokensPerS: 100, MFU: 0.5, ComputeS: math.NaN()})
 		wait()
+		return 0
+	case "beat-then-await": // rank 1 reports step 1, says it awaits a round (lost peer 0), waits
+		b := heartbeat.FromEnv(os.LookupEnv)
+		if rank != 1 {
+			waitFor(syscall.SIGTERM)
+			return 0
+		}
+		b.Beat(1)
+		b.Await(1, 0)
+		time.Sleep(60 * time.Second)
 		return 0
 	case "slow-no-beats": // never reports: never judged hung
 		time.Sleep(500 * time.Millisecond)
@@ -389,4 +400,21 @@ func TestAgentRequeue(t *testing.T) {
 	require.True(t, out.Requeue)
 	require.Equal(t, 0, out.Restarts, "a requeue spends no restart")
 	require.Contains(t, h.report.String(), "requeue the job to resume")
+}
+
+// A worker that awaits a new round is not judged hung while it waits;
+// when no round comes within AwaitTimeout it is reported as failed, as
+// a victim of the peer it lost.
+func TestAgentAwaitBound(t *testing.T) {
+	h := newHarness(t, "beat-then-await", 2)
+	h.spec.InPlace = true
+	h.spec.HeartbeatTimeout = time.Second // would fire first if the wait were judged
+	h.spec.AwaitTimeout = 3 * time.Second
+	out, _ := h.run(t)
+	require.Equal(t, 128+int(syscall.SIGTERM), out.ExitCode, "report:\n%s", h.report)
+	f := out.Failures[0]
+	require.Equal(t, 1, f.Rank)
+	require.Contains(t, f.Error, "awaited a new round for 3s after step 1")
+	require.NotContains(t, f.Error, "heartbeat timeout")
+	require.Equal(t, 0, *f.LostPeer)
 }

@@ -43,6 +43,9 @@ func (a *Agent) failure(w *worker, r rendezvous.Round, signal syscall.Signal) re
 	}
 	var msg string
 	msg, f.LostPeer = readErrorFile(w.contract.ErrorFile)
+	if msg == "" && w.started.ErrorFile != w.contract.ErrorFile { // a kept worker may still use its first one
+		msg, f.LostPeer = readErrorFile(w.started.ErrorFile)
+	}
 	if msg == "" {
 		msg = lastLines(strings.Join(w.logs.Tail(), "\n"), 5)
 	}
@@ -56,6 +59,14 @@ func (a *Agent) failure(w *worker, r rendezvous.Round, signal syscall.Signal) re
 		}
 		msg = strings.TrimSpace(stall.String() + what + "\n" + msg)
 		f.LostPeer = nil // blamed for the hang, not a victim of a lost peer
+	}
+	if aw := w.abandoned.Load(); aw != nil {
+		msg = strings.TrimSpace(fmt.Sprintf("awaited a new round for %s after step %d (its world broke, lost peer %d): none came\n%s",
+			a.spec.AwaitTimeout, aw.Step, aw.LostPeer, msg))
+		if aw.LostPeer >= 0 {
+			peer := aw.LostPeer
+			f.LostPeer = &peer
+		}
 	}
 	if msg == "" {
 		msg = "(no error file, no stderr output)"

@@ -2,6 +2,7 @@ package elastic
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"syscall"
 	"time"
@@ -17,44 +18,68 @@ type roundResult struct {
 	failures []rendezvous.Failure // this node's workers that failed
 	ended    *rendezvous.End      // the round ended elsewhere first
 	requeue  bool                 // the workers checkpointed on request and stopped
+	kept     *reforming           // the workers still run, kept for the next round
+}
+
+// reforming is workers kept alive from a round that ended for a
+// membership change, on their way into the next round.
+type reforming struct {
+	workers  []*worker
+	end      rendezvous.End
+	endedAt  time.Time // when this node saw the round end
+	lastStep int       // the last step its workers reported before, -1: none
 }
 
 // blameTimeout bounds the report of a culprit before the agent acts on
 // it: the rendezvous must not keep a hung worker alive.
 const blameTimeout = 5 * time.Second
 
-// runRound starts this node's workers for round r and watches them until
-// they all succeeded, one failed (then the others are stopped), the round
-// ended elsewhere, or ctx ended (a stop signal: then all are stopped with
+// runRound runs this node's part of round r: with the workers of
+// inPlace, kept from the round before and already told r's contracts, or
+// else with fresh workers it starts. It watches them until they all
+// succeeded, one failed (then the others are stopped), the round ended
+// elsewhere (then they are stopped, or kept for the next round: see
+// Spec.InPlace), or ctx ended (a stop signal: then all are stopped with
 // it). It fails only when the workers could not be started.
-func (a *Agent) runRound(ctx context.Context, r rendezvous.Round) (roundResult, error) {
-	cfg := a.spec.Logs
-	cfg.Host, cfg.RunID, cfg.Attempt = a.spec.Host, a.spec.RunID, r.Number
-	sink, err := workerlog.New(cfg)
-	if err != nil {
+func (a *Agent) runRound(ctx context.Context, r rendezvous.Round, inPlace *reforming) (res roundResult, err error) {
+	var workers []*worker
+	if inPlace != nil {
+		workers = inPlace.workers
+	} else if workers, err = a.startRound(r); err != nil {
 		return roundResult{}, err
 	}
-	workers, err := a.startWorkers(sink, r)
 	defer func() {
-		for _, w := range workers {
-			w.logs.Close()
-			a.workerPIDs.Delete(w.process.PID())
-			a.timedOut.Delete(w.process.PID())
+		if res.kept == nil {
+			a.release(workers)
 		}
 	}()
-	if err != nil {
-		a.stopAll(workers, syscall.SIGTERM)
-		return roundResult{}, err
-	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	m := &roundMonitor{
 		a: a, ctx: ctx, watchCtx: watchCtx, round: r, workers: workers, running: len(workers),
-		exited: make(chan int, len(workers)), stalled: make(chan int, len(workers)), verdict: make(chan bool, 1),
-		roundEnd: a.rdzv.Watch(watchCtx, r),
+		stalled: make(chan int, len(workers)), verdict: make(chan bool, 1),
+		roundEnd: a.rdzv.Watch(watchCtx, r), recovering: inPlace,
 	}
 	m.watchWorkers()
 	return m.run(), nil
+}
+
+// startRound starts fresh workers for round r; when not all of them
+// start, it stops and releases those that did.
+func (a *Agent) startRound(r rendezvous.Round) ([]*worker, error) {
+	cfg := a.spec.Logs
+	cfg.Host, cfg.RunID, cfg.Attempt = a.spec.Host, a.spec.RunID, r.Number
+	sink, err := workerlog.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	workers, err := a.startWorkers(sink, r)
+	if err != nil {
+		a.stopAll(workers, syscall.SIGTERM)
+		a.release(workers)
+		return nil, err
+	}
+	return workers, nil
 }
 
 // roundMonitor follows one round's workers on this node: one method per
@@ -67,23 +92,31 @@ type roundMonitor struct {
 	workers  []*worker
 	running  int // workers not yet reaped
 
-	exited   chan int              // index of a reaped worker
 	stalled  chan int              // index of a worker whose heartbeats stopped
 	verdict  chan bool             // the rendezvous's answer to a stall with no culprit here
 	roundEnd <-chan rendezvous.End // the round ended elsewhere
 	requeue  <-chan time.Time      // set once a worker stopped to be requeued
 	judging  bool                  // a hang is being judged: later stalls are the same hang
+	// awaitOver is set while a worker awaits a new round: when it fires,
+	// the workers still awaiting count as failed.
+	awaitOver <-chan time.Time
+	// recovering, in a round whose workers were kept in place, is where
+	// they came from, until their first progress in this round.
+	recovering *reforming
 }
 
-// watchWorkers turns each worker's end and heartbeat stall into events.
+// watchWorkers turns each worker's heartbeat stall into an event (the
+// agent follows their ends: Agent.exits), and starts the await bound for
+// kept workers that still await their new world.
 func (m *roundMonitor) watchWorkers() {
 	for i, w := range m.workers {
-		go func() {
-			<-w.process.Done()
-			m.a.spec.Observer.WorkerExited(w.contract, w.process.Result().ExitCode)
-			m.exited <- i
-		}()
-		if w.heartbeat != nil {
+		if w.heartbeat == nil {
+			continue
+		}
+		if _, ok := w.heartbeat.Awaiting(); ok && m.awaitOver == nil {
+			m.awaitOver = time.After(m.a.spec.AwaitTimeout)
+		}
+		{
 			go func() {
 				if stall, ok := <-w.heartbeat.Watch(m.watchCtx, m.a.spec.HeartbeatTimeout); ok {
 					w.hung.Store(&stall)
@@ -99,8 +132,16 @@ func (m *roundMonitor) run() roundResult {
 	for m.running > 0 {
 		var done *roundResult
 		select {
-		case i := <-m.exited:
-			done = m.onExit(i)
+		case w := <-m.a.exits:
+			if i := slices.Index(m.workers, w); i >= 0 {
+				done = m.onExit(i)
+			}
+		case w := <-m.a.awaits:
+			m.onAwait(w)
+		case <-m.awaitOver:
+			done = m.onAwaitOver()
+		case r := <-m.a.resumed:
+			m.onResumed(r)
 		case <-m.requeue:
 			done = m.onRequeueGraceOver()
 		case end, ok := <-m.roundEnd:
@@ -163,6 +204,14 @@ func (m *roundMonitor) onRoundEnd(end rendezvous.End, ok bool) *roundResult {
 		m.roundEnd = nil
 		return nil
 	}
+	if m.keepable(end) {
+		m.a.transition(StateReforming, "reason", end.Reason, "cause", "membership")
+		kept := &reforming{workers: m.workers, end: end, endedAt: time.Now(), lastStep: -1}
+		for _, w := range m.workers {
+			kept.lastStep = max(kept.lastStep, w.heartbeat.LastStep())
+		}
+		return &roundResult{ended: &end, kept: kept}
+	}
 	m.a.transition(StateStopping, "reason", end.Reason)
 	failures := m.stopAll(syscall.SIGTERM)
 	if m.requeue != nil || slices.ContainsFunc(failures, isRequeue) {
@@ -176,6 +225,96 @@ func (m *roundMonitor) onRoundEnd(end rendezvous.End, ok bool) *roundResult {
 		m.blame(failures)
 	}
 	return &roundResult{ended: &end}
+}
+
+// keepable says whether the workers go on into the next round in place:
+// the round ended for a membership change only, in-place recovery is on,
+// and every worker here is alive, with a channel to be told its new
+// contract, and not being judged or stopped for a requeue.
+func (m *roundMonitor) keepable(end rendezvous.End) bool {
+	if !m.a.spec.InPlace || end.Closed || end.Cause != rendezvous.CauseMembership ||
+		m.requeue != nil || m.judging || m.running != len(m.workers) {
+		return false
+	}
+	for _, w := range m.workers {
+		if w.heartbeat == nil || w.endedOnItsOwn() || w.hung.Load() != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// onAwait: worker w says its world broke and it awaits a new round. The
+// round change is the rendezvous's (the lease decides who is gone); the
+// agent only bounds the wait (Spec.AwaitTimeout).
+func (m *roundMonitor) onAwait(w *worker) {
+	if slices.Index(m.workers, w) < 0 {
+		return
+	}
+	aw, ok := w.heartbeat.Awaiting()
+	if !ok {
+		return // it went on already
+	}
+	m.a.log.Info().Int("rank", w.contract.Rank).Int("step", aw.Step).Int("lost_peer", aw.LostPeer).Msg("worker awaits a new round")
+	if m.awaitOver == nil {
+		m.awaitOver = time.After(m.a.spec.AwaitTimeout)
+	}
+}
+
+// onAwaitOver: workers awaited a new round for AwaitTimeout and none
+// came. Those still awaiting count as failed, as a hung worker does: the
+// others stop and the round ends with their failure.
+func (m *roundMonitor) onAwaitOver() *roundResult {
+	m.awaitOver = nil
+	var over []*worker
+	for _, w := range m.workers {
+		if aw, ok := w.heartbeat.Awaiting(); ok && !w.endedOnItsOwn() {
+			w.abandoned.Store(&aw)
+			over = append(over, w)
+		}
+	}
+	if len(over) == 0 {
+		return nil
+	}
+	m.a.transition(StateStopping, "reason", "no new round came for a worker that awaited one", "rank", over[0].contract.Rank,
+		"waited", m.a.spec.AwaitTimeout.String())
+	var blamed []rendezvous.Failure
+	for _, w := range over {
+		blamed = append(blamed, m.a.failure(w, m.round, syscall.SIGTERM))
+	}
+	m.blame(blamed)
+	failures := append(blamed, m.stopAll(syscall.SIGTERM)...)
+	writeFailureTable(m.a.spec.Report, failures, len(m.workers)-len(failures))
+	return &roundResult{failures: failures}
+}
+
+// onResumed: the first progress of a kept worker in its new round ends
+// the in-place recovery: it is logged, and kept by node rank 0 for gorun
+// status.
+func (m *roundMonitor) onResumed(r resumption) {
+	from := m.recovering
+	if from == nil || slices.Index(m.workers, r.w) < 0 {
+		return
+	}
+	m.recovering = nil
+	for _, w := range m.workers {
+		w.resuming.Store(false)
+	}
+	rec := rendezvous.Recovery{
+		Round: m.round.Number, Host: m.a.spec.Host, Reason: from.end.Reason, Lost: from.end.Lost,
+		Nodes: m.round.NumNodes, Workers: m.round.WorldSize, AtStep: from.lastStep,
+		StepsLost: max(0, from.lastStep-(r.step-1)), Seconds: r.at.Sub(from.endedAt).Seconds(), Time: r.at,
+	}
+	m.a.log.Info().Int("round", rec.Round).Int("steps_lost", rec.StepsLost).Float64("seconds", rec.Seconds).Msg(rec.String())
+	if m.round.NodeRank != 0 {
+		return
+	}
+	fmt.Fprintf(m.a.spec.Report, "gorun: %s\n", rec)
+	ctx, cancel := context.WithTimeout(m.ctx, blameTimeout)
+	defer cancel()
+	if err := m.a.rdzv.RecordRecovery(ctx, rec); err != nil {
+		m.a.log.Warn().Err(err).Msg("keeping the in-place recovery for gorun status")
+	}
 }
 
 // isRequeue says whether f is a worker that checkpointed on request and

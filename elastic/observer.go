@@ -21,7 +21,11 @@ type Observer interface {
 	// Restarted: a round replaced the one this node ran before, for
 	// cause; nodesLost is how many fewer nodes it has (0 when none).
 	Restarted(cause RestartCause, nodesLost int)
-	// WorkerStarted: worker w of the current round started.
+	// RecoveredInPlace: round r took over this node's workers from the
+	// round before, in place: no restart (Spec.InPlace).
+	RecoveredInPlace(r rendezvous.Round)
+	// WorkerStarted: worker w of the current round started, or was kept
+	// into it in place (w is then its new contract).
 	WorkerStarted(w distenv.Worker)
 	// WorkerProgress: worker w sent a heartbeat.
 	WorkerProgress(w distenv.Worker, p heartbeat.Progress)
@@ -67,6 +71,7 @@ type nopObserver struct{}
 func (nopObserver) StateChanged(State, State)                         {}
 func (nopObserver) RoundStarted(rendezvous.Round, time.Duration)      {}
 func (nopObserver) Restarted(RestartCause, int)                       {}
+func (nopObserver) RecoveredInPlace(rendezvous.Round)                 {}
 func (nopObserver) WorkerStarted(distenv.Worker)                      {}
 func (nopObserver) WorkerProgress(distenv.Worker, heartbeat.Progress) {}
 func (nopObserver) WorkerExited(distenv.Worker, int)                  {}

@@ -34,6 +34,9 @@ func (r *recorder) RoundStarted(round rendezvous.Round, _ time.Duration) {
 }
 func (r *recorder) Restarted(cause RestartCause, lost int) { r.add("restart %s lost %d", cause, lost) }
 func (r *recorder) WorkerStarted(w distenv.Worker)         { r.add("start rank %d", w.Rank) }
+func (r *recorder) RecoveredInPlace(round rendezvous.Round) {
+	r.add("in place round %d nodes %d", round.Number, round.NumNodes)
+}
 func (r *recorder) WorkerProgress(w distenv.Worker, p heartbeat.Progress) {
 	r.add("progress rank %d: %s", w.Rank, p.Line())
 }

@@ -6,8 +6,9 @@ import "fmt"
 type State int
 
 // The agent's states. Init -> Rendezvous -> Running, then Succeeded, or
-// Stopping -> Rendezvous (restart) or Failed; transitions lists every
-// edge.
+// Stopping -> Rendezvous (restart) or Failed, or Reforming -> Rendezvous
+// (the workers kept in place across a membership change); transitions
+// lists every edge.
 const (
 	StateInit State = iota
 	StateRendezvous
@@ -15,6 +16,7 @@ const (
 	StateStopping
 	StateSucceeded
 	StateFailed
+	StateReforming // the round ended for a membership change; the workers run on into the next
 )
 
 func (s State) String() string {
@@ -31,6 +33,8 @@ func (s State) String() string {
 		return "succeeded"
 	case StateFailed:
 		return "failed"
+	case StateReforming:
+		return "reforming"
 	}
 	return "unknown"
 }
@@ -41,9 +45,13 @@ var transitions = map[State][]State{
 	// A round runs; the job closed (or a signal came) while waiting.
 	StateRendezvous: {StateRunning, StateSucceeded, StateFailed},
 	// Workers stop for a reason; they all succeeded and the job closed or
-	// a new round opened; the agent itself failed.
-	StateRunning:  {StateStopping, StateSucceeded, StateRendezvous, StateFailed},
+	// a new round opened; the agent itself failed; the round ended for a
+	// membership change and the workers are kept (in place).
+	StateRunning:  {StateStopping, StateSucceeded, StateRendezvous, StateFailed, StateReforming},
 	StateStopping: {StateRendezvous, StateSucceeded, StateFailed},
+	// The kept workers' next round: rejoin. (The job closing or a stop
+	// signal is seen in the rendezvous, which stops them.)
+	StateReforming: {StateRendezvous},
 }
 
 // checkTransition reports an edge the agent must never take: a bug.

@@ -21,15 +21,40 @@ import (
 // SIGQUIT before it is killed.
 const StackDumpGrace = 3 * time.Second
 
-// worker is one running worker of a round.
+// worker is one running worker process: of one round, or of several
+// when it is kept in place across rounds.
 type worker struct {
+	// contract is its place in the current round: set by the agent's
+	// round loop only (current is the copy other goroutines read).
 	contract  distenv.Worker
+	started   distenv.Worker // the contract it was started with (its environment)
+	current   atomic.Pointer[distenv.Worker]
 	process   *proc.Process
 	logs      *workerlog.Worker
-	heartbeat *heartbeat.Pipe                 // nil without a heartbeat timeout or an observer
+	heartbeat *heartbeat.Pipe                 // nil unless the agent judges hangs, reports progress or keeps workers in place
 	hung      atomic.Pointer[heartbeat.Stall] // its heartbeats stopped
 	judged    atomic.Bool                     // the agent named it the culprit of a hang and acted on it
 	suspect   atomic.Bool                     // judged, found stopped or stuck in the kernel
+	// abandoned is the await of a worker that waited for a new round
+	// longer than the agent's bound: it is reported as failed.
+	abandoned atomic.Pointer[heartbeat.Await]
+	// resuming is set while the agent waits for the first progress of a
+	// kept worker in its new round.
+	resuming atomic.Bool
+	released chan struct{} // closed once the agent is done with the worker
+}
+
+// setContract makes c the worker's place in the current round.
+func (w *worker) setContract(c distenv.Worker) {
+	w.contract = c
+	w.current.Store(&c)
+}
+
+// resumption is the first progress of a kept worker in its new round.
+type resumption struct {
+	w    *worker
+	step int
+	at   time.Time
 }
 
 // endedOnItsOwn reports whether w's process has ended (reaped, or a
@@ -152,19 +177,104 @@ func (a *Agent) startWorkers(sink *workerlog.Sink, r rendezvous.Round) ([]*worke
 		}
 		a.workerPIDs.Store(p.PID(), struct{}{})
 		a.spec.Observer.WorkerStarted(c)
+		w := &worker{started: c, process: p, logs: logs, heartbeat: beat, released: make(chan struct{})}
+		w.setContract(c)
 		if beat != nil {
-			beat.OnBeat(func(prog heartbeat.Progress) { a.spec.Observer.WorkerProgress(c, prog) })
+			beat.OnBeat(func(prog heartbeat.Progress) { a.onProgress(w, prog) })
+			beat.OnAwait(func(heartbeat.Await) {
+				select {
+				case a.awaits <- w:
+				default: // the monitor checks every worker when its bound is over
+				}
+			})
 		}
+		go a.followExit(w)
 		a.log.Debug().Int("rank", c.Rank).Int("local_rank", local).Int("pid", p.PID()).Msg("worker started")
-		workers = append(workers, &worker{contract: c, process: p, logs: logs, heartbeat: beat})
+		workers = append(workers, w)
 	}
 	return workers, nil
 }
 
-// wantsHeartbeats says whether workers get a heartbeat pipe: to judge
-// hangs, or to report their progress to an observer.
+// onProgress passes a worker's heartbeat on to the observer and, for the
+// first one of a kept worker in its new round, to the monitor.
+func (a *Agent) onProgress(w *worker, prog heartbeat.Progress) {
+	a.spec.Observer.WorkerProgress(*w.current.Load(), prog)
+	if w.resuming.CompareAndSwap(true, false) {
+		select {
+		case a.resumed <- resumption{w: w, step: prog.Step, at: time.Now()}:
+		default:
+		}
+	}
+}
+
+// followExit tells the observer and the monitor of the round (whichever
+// round it is then) that w's process ended.
+func (a *Agent) followExit(w *worker) {
+	<-w.process.Done()
+	a.spec.Observer.WorkerExited(*w.current.Load(), w.process.Result().ExitCode)
+	select {
+	case a.exits <- w:
+	case <-w.released:
+	}
+}
+
+// release ends the agent's part in workers whose processes are reaped:
+// their log files, channels and timer entries.
+func (a *Agent) release(workers []*worker) {
+	for _, w := range workers {
+		w.logs.Close()
+		if w.heartbeat != nil {
+			_ = w.heartbeat.Close()
+		}
+		a.workerPIDs.Delete(w.process.PID())
+		a.timedOut.Delete(w.process.PID())
+		close(w.released)
+	}
+}
+
+// discard stops kept workers that cannot go on into the next round and
+// releases them; why says why, for the log.
+func (a *Agent) discard(workers []*worker, sig syscall.Signal, why string) {
+	a.log.Warn().Str("reason", why).Int("workers", len(workers)).Msg("stopping the workers kept in place: fresh workers start instead")
+	a.stopAll(workers, sig)
+	a.release(workers)
+}
+
+// adopt gives the workers kept from the round before their contracts in
+// round r over their channels. It fails, sending nothing more, when one
+// of them ended meanwhile or cannot be told: the caller then stops them
+// all and starts fresh workers.
+func (a *Agent) adopt(r rendezvous.Round, kept []*worker) error {
+	if len(kept) != a.spec.LocalWorkers {
+		return fmt.Errorf("%d workers kept, %d wanted", len(kept), a.spec.LocalWorkers)
+	}
+	for _, w := range kept {
+		if w.endedOnItsOwn() {
+			return fmt.Errorf("rank %d ended while the round changed: %s", w.contract.Rank, w.process.Result())
+		}
+	}
+	for local, w := range kept {
+		c := a.spec.Contract(r, local)
+		if err := os.MkdirAll(filepath.Dir(c.ErrorFile), 0o755); err != nil {
+			return fmt.Errorf("error file of rank %d: %w", c.Rank, err)
+		}
+		_ = os.Remove(c.ErrorFile)
+		w.resuming.Store(true)
+		if err := w.heartbeat.SendRound(c); err != nil {
+			return err
+		}
+		a.log.Debug().Int("rank", c.Rank).Int("was", w.contract.Rank).Int("pid", w.process.PID()).Msg("worker kept in place")
+		w.setContract(c)
+		a.spec.Observer.WorkerStarted(c)
+	}
+	return nil
+}
+
+// wantsHeartbeats says whether workers get a heartbeat channel: to judge
+// hangs, to report their progress to an observer, or to be kept in place
+// across rounds.
 func (a *Agent) wantsHeartbeats() bool {
-	return a.spec.HeartbeatTimeout > 0 || a.observed
+	return a.spec.HeartbeatTimeout > 0 || a.observed || a.spec.InPlace
 }
 
 // stopAll sends sig to every worker's process group, waits TermTimeout for

@@ -119,6 +119,10 @@ type Launch struct {
 	Secret jobsecret.Secret `json:"-"`
 	// SecretSource says where Secret came from, or "none".
 	SecretSource string `json:"job_secret"`
+	// InPlace keeps the workers across a membership change (a node lost
+	// or joining) instead of restarting them: train.toml entrypoints (the
+	// embedded trainer speaks the heartbeat channel), never scripts.
+	InPlace bool `json:"in_place"`
 }
 
 // Duration prints as "30s" in JSON.
@@ -494,5 +498,6 @@ func (l *Launch) readTrainConfig(opts Options, host Host) error {
 	if opts.HeartbeatTimeout == 0 {
 		l.Heartbeat = Duration(cfg.Elastic.Heartbeat())
 	}
+	l.InPlace = true
 	return nil
 }

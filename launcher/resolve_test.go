@@ -275,6 +275,7 @@ func TestResolve(t *testing.T) {
 		{"train.toml runs the embedded trainer", opts(func(o *Options) { o.Entrypoint, o.Args = "train.toml", []string{"--set", "train.steps=50"} }), nil, nil, func(t *testing.T, l *Launch) {
 			require.Equal(t, []string{"/opt/gorun", "worker", "train.toml", "--set", "train.steps=50"}, l.Command)
 			require.Equal(t, Duration(45*time.Second), l.Heartbeat, "[elastic] heartbeat_timeout")
+			require.True(t, l.InPlace, "the embedded trainer recovers in place")
 		}},
 		{"--heartbeat-timeout wins over train.toml", opts(func(o *Options) { o.Entrypoint, o.HeartbeatTimeout = "train.toml", 5*time.Second }), nil, nil, func(t *testing.T, l *Launch) {
 			require.Equal(t, Duration(5*time.Second), l.Heartbeat)
@@ -284,6 +285,7 @@ func TestResolve(t *testing.T) {
 		}},
 		{"PYTHON picks the interpreter", opts(nil), map[string]string{"PYTHON": "/usr/bin/python3"}, nil, func(t *testing.T, l *Launch) {
 			require.Equal(t, "/usr/bin/python3", l.Command[0])
+			require.False(t, l.InPlace, "a script is restarted, never kept")
 		}},
 	}
 	for _, tc := range tests {

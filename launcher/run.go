@@ -96,6 +96,14 @@ func (l *Launch) AgentSpec(rt Runtime, errorDir string) elastic.Spec {
 	if !l.gpusInherited() {
 		spec.VisibleGPUs = l.GPUs
 	}
+	// Every worker of a train.toml job gets the heartbeat channel
+	// (Spec.InPlace implies it). A worker waits for its next round at
+	// most as long as the round change may take: the lease TTL for a
+	// node to count as lost, then the join timeout for the round to form.
+	spec.InPlace = l.InPlace
+	if l.Rendezvous.Backend == BackendEtcd {
+		spec.AwaitTimeout = l.Rendezvous.Timing.LeaseTTL.Std() + l.Rendezvous.Timing.JoinTimeout.Std()
+	}
 	return spec
 }
 

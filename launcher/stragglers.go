@@ -49,6 +49,12 @@ func (o trackingObserver) Restarted(cause elastic.RestartCause, nodesLost int) {
 	}
 }
 
+func (o trackingObserver) RecoveredInPlace(r rendezvous.Round) {
+	if o.next != nil {
+		o.next.RecoveredInPlace(r)
+	}
+}
+
 func (o trackingObserver) WorkerStarted(w distenv.Worker) {
 	o.tracker.Started(w.LocalRank, w.Rank)
 	if o.next != nil {

@@ -252,11 +252,12 @@ func (a *aggregator) commit(ctx context.Context, rev int64, from, next State, ro
 // missingAreLost). It reports whether it found one.
 func (a *aggregator) reopenIfMembersLeft(ctx context.Context, snap snapshot) (bool, error) {
 	e, st := a.e, snap.state
-	var gone []string
+	var gone, hosts []string
 	var lost []Member
 	for i, m := range snap.roster.Members {
 		if !snap.alive[m.ID] {
 			gone = append(gone, fmt.Sprintf("%s (node %d)", m.Host, i))
+			hosts = append(hosts, m.Host)
 			lost = append(lost, m)
 		}
 	}
@@ -267,7 +268,11 @@ func (a *aggregator) reopenIfMembersLeft(ctx context.Context, snap snapshot) (bo
 	if err := e.recordLost(ctx, st.Round, snap.roster.Members, lost); err != nil {
 		return true, err
 	}
-	return true, e.cas(ctx, snap.stateRev, st, st.Next(CauseMembership, reason, e.cfg.Limits, time.Now()))
+	next := st.Next(CauseMembership, reason, e.cfg.Limits, time.Now())
+	if next.Phase == PhaseJoinable {
+		next.Lost = hosts
+	}
+	return true, e.cas(ctx, snap.stateRev, st, next)
 }
 
 // reopenIfWaiting opens the next round when nodes wait to join and the

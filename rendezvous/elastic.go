@@ -33,6 +33,13 @@ type End struct {
 	Closed bool   // the job is over (Result says how); else a new round is open
 	Result string // when Closed
 	Reason string // why the round ended
+	// Cause is why the next round opened, when it is open: CauseMembership
+	// (a node was lost or is waiting to join), which leaves every worker
+	// elsewhere intact, or CauseFailure (a worker failed somewhere).
+	Cause Cause
+	// Lost names the nodes whose loss opened the next round, when they
+	// are known (CauseMembership).
+	Lost []string
 }
 
 // Config is one agent's part in an elastic job.
@@ -281,7 +288,7 @@ func roundOver(st State, r Round) (End, bool) {
 	case st.Phase == PhaseClosed:
 		return End{Closed: true, Result: st.Result, Reason: st.Reason}, true
 	case st.Round != r.Number:
-		return End{Reason: st.Reason}, true
+		return End{Reason: st.Reason, Cause: st.Cause, Lost: st.Lost}, true
 	}
 	return End{}, false
 }
@@ -405,4 +412,10 @@ func (e *Elastic) Failures(ctx context.Context) ([]Failure, error) {
 		return nil, err
 	}
 	return decodeFailures(kvs), nil
+}
+
+// RecordRecovery keeps rec in etcd (one unleased key per recovery, read by
+// gorun status): call it once per in-place recovery, from one node.
+func (e *Elastic) RecordRecovery(ctx context.Context, rec Recovery) error {
+	return e.put(ctx, fmt.Sprintf("%s%08d", prefixKept, rec.Round), rec, false)
 }

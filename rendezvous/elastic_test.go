@@ -130,6 +130,8 @@ func TestNodeLossOpensNextRound(t *testing.T) {
 		require.False(t, end.Closed)
 		require.Contains(t, end.Reason, "node c (node")
 		require.Contains(t, end.Reason, "left")
+		require.Equal(t, rendezvous.CauseMembership, end.Cause, "a node loss leaves the other workers intact")
+		require.Equal(t, []string{"c"}, end.Lost)
 	}
 	second := nextAll(t, nodes[0], nodes[1])
 	requireConsistent(t, second, 2)
@@ -154,6 +156,8 @@ func TestWaitingNodeScalesUp(t *testing.T) {
 	}()
 	end := <-watch
 	require.Contains(t, end.Reason, "node c waiting to join")
+	require.Equal(t, rendezvous.CauseMembership, end.Cause)
+	require.Empty(t, end.Lost)
 	rounds := nextAll(t, a, bb)
 	<-done
 	require.NoError(t, cErr)
@@ -171,6 +175,7 @@ func TestFailureBudget(t *testing.T) {
 	end, err := bb.rdzv.Failed(ctx, r[1], []rendezvous.Failure{fail})
 	require.NoError(t, err)
 	require.False(t, end.Closed)
+	require.Equal(t, rendezvous.CauseFailure, end.Cause, "a worker failure restarts everyone")
 
 	r = nextAll(t, a, bb)
 	require.Equal(t, 1, r[0].Number)

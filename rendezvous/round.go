@@ -104,3 +104,30 @@ func (f Failure) String() string {
 	}
 	return fmt.Sprintf("rank %d on %s (node %d): %s at %s: %s", f.Rank, f.Host, f.NodeRank, f.How(), f.Time.Format("15:04:05.000"), first)
 }
+
+// Recovery is one in-place recovery: a round that ended for a membership
+// change, whose survivors kept their workers into the next round instead
+// of restarting them, as node rank 0 of the new round saw it.
+type Recovery struct {
+	Round     int       `json:"round"`  // the round the workers were kept into
+	Host      string    `json:"host"`   // the node that recorded it
+	Reason    string    `json:"reason"` // why the round before ended
+	Lost      []string  `json:"lost,omitempty"`
+	Nodes     int       `json:"nodes"`   // nodes of the new round
+	Workers   int       `json:"workers"` // workers of the new round
+	AtStep    int       `json:"at_step"` // the last step reported before the change (this node's workers)
+	StepsLost int       `json:"steps_lost"`
+	Seconds   float64   `json:"seconds"` // from the round's end to the first progress after it
+	Time      time.Time `json:"time"`
+}
+
+// String is the recovery's log line, e.g. "round 3: node c lost at step
+// 41; in place on 2 nodes (4 workers), 0 steps lost, 1.2 s".
+func (r Recovery) String() string {
+	what := r.Reason
+	if len(r.Lost) > 0 {
+		what = "node " + strings.Join(r.Lost, ", ") + " lost"
+	}
+	return fmt.Sprintf("round %d: %s at step %d; in place on %d nodes (%d workers), %d steps lost, %.1f s",
+		r.Round, what, r.AtStep, r.Nodes, r.Workers, r.StepsLost, r.Seconds)
+}

@@ -69,6 +69,9 @@ type State struct {
 	// worker failure can be charged to a node loss instead once a lost
 	// node of the round before (the Roster still holds it) is seen gone.
 	Cause Cause `json:"cause"`
+	// Lost are the hosts whose loss opened this round, when that is its
+	// cause.
+	Lost []string `json:"lost,omitempty"`
 	// Judge, in a running round whose every member stalled with no
 	// culprit of its own, is the member that names the culprit: the
 	// first to report its stall.
@@ -231,6 +234,7 @@ func (s State) Reattribute(previous Roster, alive map[string]bool) (State, []Mem
 	s.Failures = max(0, s.Failures-1)
 	s.Changes++
 	s.Cause = CauseMembership
+	s.Lost = hosts
 	s.Reason = fmt.Sprintf("node %s left (its lease expired); its peers' workers failed first", strings.Join(hosts, ", "))
 	return s, lost
 }

@@ -19,6 +19,7 @@ type Static struct {
 	restarts int
 	revision int64 // reports so far: the order of failures, as etcd's revision is for Elastic
 	failures []Failure
+	kept     []Recovery
 }
 
 // Next returns the fixed round at once, numbered by the restarts so far.
@@ -102,4 +103,19 @@ func (s *Static) Failures(context.Context) ([]Failure, error) {
 	out := slices.Clone(s.failures)
 	OrderFailures(out)
 	return out, nil
+}
+
+// RecordRecovery keeps rec on this node (Recoveries).
+func (s *Static) RecordRecovery(_ context.Context, rec Recovery) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.kept = append(s.kept, rec)
+	return nil
+}
+
+// Recoveries returns the in-place recoveries recorded on this node.
+func (s *Static) Recoveries() []Recovery {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.kept)
 }

@@ -224,6 +224,7 @@ const (
 	prefixNodes = "nodes/"   // nodes/<id>: Member, leased: the node's liveness
 	prefixWait  = "waiting/" // waiting/<id>: Member, leased: a node waiting for a round
 	prefixFail  = "failures/"
+	prefixKept  = "inplace/" // inplace/<round>: Recovery, unleased: one per in-place recovery
 )
 
 func placeKey(bucket int) string { return fmt.Sprintf("%s%02d", prefixPlace, bucket) }

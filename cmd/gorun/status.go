@@ -129,13 +129,18 @@ too long for one line end in "... N more": --json has them all.
   round, phase (joinable, running, closed), since, result, reason, master_addr, master_port
   budgets: min_nodes, max_nodes, failure_restarts, max_failure_restarts,
            change_restarts, max_change_restarts
-  counts: members, workers, alive, lost, registered, waiting, others, failures
+  counts: members, workers, alive, lost, registered, waiting, others, failures,
+          in_place (in-place recoveries: membership changes whose workers were kept, not restarted;
+          they still count in change_restarts, the budget they use)
   members: the round's members in node-rank order (none while it is joinable):
            node_rank, first_rank (global rank of its local rank 0), id, host, addr, nproc,
            since, alive (its agent's lease lives)
   waiting: agents waiting for the next round: id, host, addr, nproc, since
   others:  agents with a live lease, neither members nor waiting: id, host, addr, nproc, since
   failures: every failure report, first first (the fields of the agents' reports)
+  recoveries: every in-place recovery, first first: round, host (node rank 0 that recorded it),
+           reason, lost (hosts), nodes, workers, at_step, steps_lost, seconds (round end to the
+           first progress after it), time
   stragglers: ranks whose median step compute (last 10 steps) is at least 1.5x the job's median,
            e.g. "rank 3 on node-b, 1.9x the median step compute"; the embedded trainer only`
 
@@ -162,6 +167,9 @@ type statusReport struct {
 	Waiting     []statusNode         `json:"waiting"`
 	Others      []statusNode         `json:"others"`
 	Failures    []rendezvous.Failure `json:"failures"`
+	// Recoveries are the in-place recoveries: rounds that kept the
+	// workers instead of restarting them, first first.
+	Recoveries []rendezvous.Recovery `json:"recoveries"`
 	// Stragglers are the ranks whose median step compute is at least
 	// straggler.Factor times the job's, as the agents last published it
 	// (embedded trainer only: other workers report no timing).
@@ -190,6 +198,7 @@ type statusCounts struct {
 	Waiting    int `json:"waiting"`
 	Others     int `json:"others"`
 	Failures   int `json:"failures"`
+	InPlace    int `json:"in_place"` // in-place recoveries: not restarts
 }
 
 // statusNode is one agent as the report lists it.
@@ -266,6 +275,11 @@ func newStatusReport(st etcdstore.Status) statusReport {
 	r.Counts.Waiting = len(r.Waiting)
 	r.Counts.Others = len(r.Others)
 	r.Counts.Failures = len(r.Failures)
+	r.Recoveries = st.Recoveries
+	if r.Recoveries == nil {
+		r.Recoveries = []rendezvous.Recovery{}
+	}
+	r.Counts.InPlace = len(r.Recoveries)
 	r.Stragglers = stragglersOf(st.Stats)
 	return r
 }
@@ -358,6 +372,9 @@ func writeHeader(w io.Writer, r statusReport) {
 	b := r.Budgets
 	fmt.Fprintf(w, "nodes: %d..%d; restarts used: %d of %d after worker failures, %d of %d after membership changes\n",
 		b.MinNodes, b.MaxNodes, b.FailureRestarts, b.MaxFailureRestarts, b.ChangeRestarts, b.MaxChangeRestarts)
+	if n := len(r.Recoveries); n > 0 {
+		fmt.Fprintf(w, "in-place recoveries (workers kept, not restarted): %d; last: %s\n", n, r.Recoveries[n-1])
+	}
 	if r.Phase == rendezvous.PhaseRunning {
 		fmt.Fprintf(w, "master: %s:%d\n", r.MasterAddr, r.MasterPort)
 	}

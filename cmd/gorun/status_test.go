@@ -256,7 +256,7 @@ func TestStatusJSON(t *testing.T) {
 	require.Len(t, got.Waiting, 5)
 	require.Len(t, got.Others, 2)
 	require.Len(t, got.Failures, 10)
-	require.Equal(t, map[string]int{"members": 17, "workers": 136, "alive": 15, "lost": 2, "registered": 22, "waiting": 5, "others": 2, "failures": 10}, got.Counts)
+	require.Equal(t, map[string]int{"members": 17, "workers": 136, "alive": 15, "lost": 2, "registered": 22, "waiting": 5, "others": 2, "failures": 10, "in_place": 0}, got.Counts)
 	require.Equal(t, map[string]int{"min_nodes": 2, "max_nodes": 8192, "failure_restarts": 2, "max_failure_restarts": 5, "change_restarts": 1, "max_change_restarts": 10}, got.Budgets)
 
 	// Every field is documented in the help.
@@ -290,4 +290,28 @@ func TestStatusJSONEmptyLists(t *testing.T) {
 		require.NoError(t, err)
 		require.Contains(t, string(out), `"members":[],"waiting":[],"others":[],"failures":[]`)
 	}
+}
+
+// In-place recoveries are counted apart from restarts, the last one
+// described, in the text and in --json.
+func TestStatusInPlaceRecoveries(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	st := syntheticStatus(3, 0, 0, 0, now)
+	st.Recoveries = []rendezvous.Recovery{
+		{Round: 1, Host: "node0001", Lost: []string{"node0004"}, Nodes: 3, Workers: 24, AtStep: 12, Seconds: 0.8},
+		{Round: 3, Host: "node0001", Lost: []string{"c"}, Nodes: 2, Workers: 4, AtStep: 41, Seconds: 1.2},
+	}
+	var b strings.Builder
+	writeStatus(&b, st, now)
+	require.Contains(t, b.String(), "in-place recoveries (workers kept, not restarted): 2; last: round 3: node c lost at step 41; in place on 2 nodes (4 workers), 0 steps lost, 1.2 s\n")
+
+	out, err := json.Marshal(newStatusReport(st))
+	require.NoError(t, err)
+	var got struct {
+		Counts     map[string]int        `json:"counts"`
+		Recoveries []rendezvous.Recovery `json:"recoveries"`
+	}
+	require.NoError(t, json.Unmarshal(out, &got))
+	require.Equal(t, 2, got.Counts["in_place"])
+	require.Equal(t, st.Recoveries, got.Recoveries)
 }

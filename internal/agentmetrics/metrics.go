@@ -39,7 +39,7 @@ func (c Config) Validate() error {
 // agentStates are the values of gorun_agent_state's state label.
 var agentStates = []elastic.State{
 	elastic.StateInit, elastic.StateRendezvous, elastic.StateRunning,
-	elastic.StateStopping, elastic.StateSucceeded, elastic.StateFailed,
+	elastic.StateStopping, elastic.StateSucceeded, elastic.StateFailed, elastic.StateReforming,
 }
 
 // Metrics is one agent's metrics: an elastic.Observer whose events
@@ -54,6 +54,7 @@ type Metrics struct {
 	nodeRank   prometheus.Gauge
 	restarts   *prometheus.CounterVec
 	nodeLosses prometheus.Counter
+	inPlace    prometheus.Counter
 	rendezvous prometheus.Histogram
 	workers    *workerCollector
 }
@@ -86,6 +87,8 @@ func New(cfg Config) (*Metrics, error) {
 			[]string{"cause"}),
 		nodeLosses: prometheus.NewCounter(prometheus.CounterOpts{Name: "gorun_node_losses_total",
 			Help: "Nodes the job lost, as the rounds this node ran shrank."}),
+		inPlace: prometheus.NewCounter(prometheus.CounterOpts{Name: "gorun_in_place_recoveries_total",
+			Help: "Rounds that took over this node's workers in place after a membership change, instead of restarting them (not counted in gorun_restarts_total)."}),
 		rendezvous: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gorun_rendezvous_duration_seconds",
 			Help:    "How long this node waited in the rendezvous for each of its rounds to form.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 4, 9)}),
@@ -99,7 +102,7 @@ func New(cfg Config) (*Metrics, error) {
 		m.restarts.WithLabelValues(c.String())
 	}
 	labelled := prometheus.WrapRegistererWith(prometheus.Labels{"run_id": cfg.RunID, "node": cfg.Node}, m.reg)
-	for _, c := range []prometheus.Collector{m.state, m.round, m.nodes, m.worldSize, m.nodeRank, m.restarts, m.nodeLosses, m.rendezvous, m.workers} {
+	for _, c := range []prometheus.Collector{m.state, m.round, m.nodes, m.worldSize, m.nodeRank, m.restarts, m.nodeLosses, m.inPlace, m.rendezvous, m.workers} {
 		if err := labelled.Register(c); err != nil {
 			return nil, err
 		}
@@ -140,6 +143,9 @@ func (m *Metrics) Restarted(cause elastic.RestartCause, nodesLost int) {
 	m.restarts.WithLabelValues(cause.String()).Inc()
 	m.nodeLosses.Add(float64(nodesLost))
 }
+
+// RecoveredInPlace counts an in-place recovery.
+func (m *Metrics) RecoveredInPlace(rendezvous.Round) { m.inPlace.Inc() }
 
 // WorkerStarted makes w the worker of its local rank, with no figures yet.
 func (m *Metrics) WorkerStarted(w distenv.Worker) { m.workers.started(w) }

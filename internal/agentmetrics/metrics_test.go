@@ -78,6 +78,10 @@ func aJob(m *Metrics, clock *fixedClock) {
 	m.WorkerStarted(workerOf(1, 1))
 	m.WorkerProgress(workerOf(0, 0), heartbeat.Progress{Step: 99, Loss: 9, TokensPerS: 9, MFU: 0.9, ComputeS: 9}) // the old round's: ignored
 	m.WorkerProgress(workerOf(1, 0), heartbeat.Unreported(12))
+	m.StateChanged(elastic.StateRunning, elastic.StateReforming)
+	m.StateChanged(elastic.StateReforming, elastic.StateRendezvous)
+	m.RecoveredInPlace(rendezvous.Round{Number: 2, NodeRank: 1, NumNodes: 2, WorldSize: 4})
+	m.StateChanged(elastic.StateRendezvous, elastic.StateRunning)
 	clock.t = clock.t.Add(4 * time.Second)
 }
 
@@ -115,6 +119,8 @@ func TestSeries(t *testing.T) {
 		`gorun_restarts_total{cause="membership_change",node="a",run_id="7"} 1`,
 		`gorun_restarts_total{cause="worker_failure",node="a",run_id="7"} 0`,
 		`gorun_node_losses_total{node="a",run_id="7"} 1`,
+		`gorun_in_place_recoveries_total{node="a",run_id="7"} 1`,
+		`gorun_agent_state{node="a",run_id="7",state="reforming"} 0`,
 		`gorun_rendezvous_duration_seconds_count{node="a",run_id="7"} 2`,
 		`gorun_rendezvous_duration_seconds_sum{node="a",run_id="7"} 4.5`,
 		`gorun_worker_step{local_rank="0",node="a",rank="2",run_id="7"} 12`,

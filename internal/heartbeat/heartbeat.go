@@ -1,5 +1,9 @@
-// Package heartbeat carries a worker's progress to its agent over a pipe,
-// so the agent can tell a hung worker from a slow one without polling.
+// Package heartbeat is the channel between a worker and its agent: one
+// Unix socket pair whose worker end is the worker's descriptor 3. The
+// worker reports progress on it (so the agent can tell a hung worker from
+// a slow one without polling) and says when it awaits a new round; the
+// agent sends it its contract in the next round, so a worker can be kept
+// across rounds (in-place recovery).
 package heartbeat
 
 import (
@@ -10,9 +14,13 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gorun/gorun/internal/distenv"
 )
 
-// EnvVar names the file descriptor a worker writes its heartbeats to. The
+// EnvVar names the file descriptor of a worker's end of the channel. The
 // agent sets it; a worker that never writes is never judged hung.
 const EnvVar = "GORUN_HEARTBEAT_FD"
 
@@ -20,32 +28,71 @@ const EnvVar = "GORUN_HEARTBEAT_FD"
 // of exec.Cmd.ExtraFiles.
 const WorkerFD = 3
 
-// Pipe is one worker's heartbeat channel, agent side.
+// sendTimeout bounds SendRound: a worker that never reads its channel
+// must not block the agent once the socket's buffer is full.
+const sendTimeout = 5 * time.Second
+
+// Pipe is one worker's channel, agent side. It lives as long as the
+// worker, across rounds: Watch follows it for one round, Close ends it.
 type Pipe struct {
-	r, w *os.File
+	agent  *os.File // the agent's end: progress in, rounds out
+	worker *os.File // the worker's end, until CloseWorkerEnd
+
+	start sync.Once
+	done  chan struct{} // closed when the worker's end is closed everywhere, or at Close
 
 	mu       sync.Mutex
 	lastStep int
 	lastBeat time.Time
+	beats    int64         // progress lines read
+	awaiting *Await        // the worker awaits a round: set by an await line, cleared by progress
+	wake     chan struct{} // closed (and replaced) at each line read
 	onBeat   func(Progress)
+	onAwait  func(Await)
+
+	sendMu    sync.Mutex
+	closeOnce sync.Once
 }
 
-// NewPipe makes the pipe; give WorkerEnd to the worker as its first extra
-// file and close it here once the worker started (CloseWorkerEnd).
+// NewPipe makes the channel; give WorkerEnd to the worker as its first
+// extra file and close it here once the worker started (CloseWorkerEnd).
+// Neither end leaks into other processes the agent starts (close on
+// exec), except the worker end where it is given.
 func NewPipe() (*Pipe, error) {
-	r, w, err := os.Pipe()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("heartbeat: %w", err)
+		return nil, fmt.Errorf("heartbeat: socket pair: %w", err)
 	}
-	return &Pipe{r: r, w: w, lastStep: -1}, nil
+	// The agent's end is non-blocking, so that Go's poller serves it and
+	// reads and writes take deadlines; the worker's stays blocking, as a
+	// plain program (a shell, a PyTorch script) expects.
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, fmt.Errorf("heartbeat: socket pair: %w", err)
+	}
+	return &Pipe{
+		agent: os.NewFile(uintptr(fds[0]), "heartbeat-agent"), worker: os.NewFile(uintptr(fds[1]), "heartbeat"),
+		lastStep: -1, done: make(chan struct{}), wake: make(chan struct{}),
+	}, nil
 }
 
-// WorkerEnd is the write end, for the worker.
-func (p *Pipe) WorkerEnd() *os.File { return p.w }
+// WorkerEnd is the worker's end, to give to the worker.
+func (p *Pipe) WorkerEnd() *os.File { return p.worker }
 
-// CloseWorkerEnd closes the agent's copy of the write end, so the read end
-// sees end of file when the worker (and its children) are gone.
-func (p *Pipe) CloseWorkerEnd() error { return p.w.Close() }
+// CloseWorkerEnd closes the agent's copy of the worker's end, so the
+// agent's end sees end of file when the worker (and its children) are
+// gone.
+func (p *Pipe) CloseWorkerEnd() error { return p.worker.Close() }
+
+// Close ends the channel on the agent's side: Watch returns, SendRound
+// fails, and the worker reads end of file. It is safe to call more than
+// once.
+func (p *Pipe) Close() error {
+	var err error
+	p.closeOnce.Do(func() { err = p.agent.Close() })
+	return err
+}
 
 // Stall says a worker made no progress for too long.
 type Stall struct {
@@ -57,56 +104,98 @@ func (s Stall) String() string {
 	return fmt.Sprintf("no progress for %s after step %d (heartbeat timeout)", s.Silent.Round(time.Millisecond), s.LastStep)
 }
 
-// OnBeat makes Watch call f with every heartbeat's progress, from
-// Watch's goroutine, as it arrives: f must not block. Call it before
-// Watch.
+// OnBeat makes the pipe call f with every heartbeat's progress, from its
+// reading goroutine, as it arrives: f must not block. Call it before the
+// first Watch.
 func (p *Pipe) OnBeat(f func(Progress)) { p.onBeat = f }
 
-// Watch reads heartbeats until the worker's end closes or ctx ends, and
-// sends one Stall when, after a first heartbeat, none arrives within
-// timeout; a timeout of 0 or less never judges a stall (the beats still
-// reach OnBeat). The channel closes when Watch is done. It closes the
-// read end.
-func (p *Pipe) Watch(ctx context.Context, timeout time.Duration) <-chan Stall {
-	out := make(chan Stall, 1)
-	beats := make(chan Progress, 16)
-	go func() {
-		defer close(beats)
-		sc := bufio.NewScanner(p.r)
-		for sc.Scan() {
-			prog, err := ParseLine(sc.Text())
-			if err != nil {
-				continue
-			}
-			select {
-			case beats <- prog:
-			default: // the watcher is behind: a newer beat follows
-			}
+// OnAwait makes the pipe call f with every await line, from its reading
+// goroutine, as it arrives: f must not block. Call it before the first
+// Watch.
+func (p *Pipe) OnAwait(f func(Await)) { p.onAwait = f }
+
+// read reads the worker's lines until its end closes or Close.
+func (p *Pipe) read() {
+	defer close(p.done)
+	sc := bufio.NewScanner(p.agent)
+	for sc.Scan() {
+		p.handle(sc.Text())
+	}
+}
+
+// handle takes one line from the worker; a line that is neither progress
+// nor an await is ignored, as a newer worker may send others.
+func (p *Pipe) handle(line string) {
+	if a, ok, err := ParseAwait(line); ok {
+		if err != nil {
+			return
 		}
-	}()
+		p.mu.Lock()
+		p.awaiting = &a
+		p.mu.Unlock()
+		if p.onAwait != nil {
+			p.onAwait(a)
+		}
+		p.notify()
+		return
+	}
+	prog, err := ParseLine(line)
+	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	p.lastStep, p.lastBeat, p.awaiting = prog.Step, time.Now(), nil
+	p.beats++
+	p.mu.Unlock()
+	if p.onBeat != nil {
+		p.onBeat(prog)
+	}
+	p.notify()
+}
+
+// notify wakes Watch, after the callbacks saw the line.
+func (p *Pipe) notify() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	close(p.wake)
+	p.wake = make(chan struct{})
+}
+
+// Watch follows the worker for one round, until the worker's end closes
+// or ctx ends (the channel itself stays open for the next round), and
+// sends one Stall when, after a heartbeat in this Watch, none arrives
+// within timeout. A worker that awaits a round (an await line) is not
+// judged until its next heartbeat, which starts the timer again. A
+// timeout of 0 or less never judges a stall (the lines still reach
+// OnBeat and OnAwait). The channel closes when Watch is done.
+func (p *Pipe) Watch(ctx context.Context, timeout time.Duration) <-chan Stall {
+	p.start.Do(func() { go p.read() })
+	out := make(chan Stall, 1)
 	go func() {
 		defer close(out)
-		defer p.r.Close()
+		p.mu.Lock()
+		seen := p.beats
+		p.mu.Unlock()
 		var timer <-chan time.Time
 		for {
+			p.mu.Lock()
+			wake, beats, awaiting := p.wake, p.beats, p.awaiting != nil
+			p.mu.Unlock()
+			switch {
+			case awaiting:
+				timer = nil
+			case beats != seen && timeout > 0:
+				timer = time.After(timeout)
+			}
+			seen = beats
 			select {
-			case prog, ok := <-beats:
-				if !ok {
-					return
-				}
-				p.mu.Lock()
-				p.lastStep, p.lastBeat = prog.Step, time.Now()
-				p.mu.Unlock()
-				if p.onBeat != nil {
-					p.onBeat(prog)
-				}
-				if timeout > 0 {
-					timer = time.After(timeout)
-				}
+			case <-wake:
 			case <-timer:
 				p.mu.Lock()
 				out <- Stall{LastStep: p.lastStep, Silent: time.Since(p.lastBeat)}
 				p.mu.Unlock()
+				return
+			case <-p.done:
 				return
 			case <-ctx.Done():
 				return
@@ -116,13 +205,61 @@ func (p *Pipe) Watch(ctx context.Context, timeout time.Duration) <-chan Stall {
 	return out
 }
 
-// Beater is the worker side: Beat after each step. A nil Beater (no agent
-// listening) does nothing.
+// Awaiting returns the worker's await when it waits for a round (it
+// wrote an await line and no progress since).
+func (p *Pipe) Awaiting() (Await, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.awaiting == nil {
+		return Await{}, false
+	}
+	return *p.awaiting, true
+}
+
+// LastStep is the last step the worker reported, -1 before the first.
+func (p *Pipe) LastStep() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lastStep
+}
+
+// SendRound gives the worker its contract w in the next round (a round
+// line). It fails when the worker's end is gone, the channel is closed,
+// or the worker has not read its channel for so long that the line does
+// not fit within sendTimeout.
+func (p *Pipe) SendRound(w distenv.Worker) error {
+	line, err := RoundLine(w)
+	if err != nil {
+		return err
+	}
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	if err := p.agent.SetWriteDeadline(time.Now().Add(sendTimeout)); err != nil {
+		return fmt.Errorf("heartbeat: send round to rank %d: %w", w.Rank, err)
+	}
+	if _, err := p.agent.WriteString(line); err != nil {
+		return fmt.Errorf("heartbeat: send round to rank %d: %w", w.Rank, err)
+	}
+	return nil
+}
+
+// LastBeat is when the worker's last heartbeat arrived (zero before the
+// first), on this host's clock.
+func (p *Pipe) LastBeat() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lastBeat
+}
+
+// Beater is the worker side of the channel. A nil Beater (no agent
+// listening) does nothing, and has no rounds.
 type Beater struct {
 	f *os.File
 }
 
 // FromEnv returns the Beater the agent set up, or nil when there is none.
+// The descriptor is made non-blocking, so that Rounds can stop reading
+// when its context ends.
 func FromEnv(lookup func(string) (string, bool)) *Beater {
 	v, ok := lookup(EnvVar)
 	if !ok {
@@ -132,6 +269,14 @@ func FromEnv(lookup func(string) (string, bool)) *Beater {
 	if err != nil || fd < 0 {
 		return nil
 	}
+	return beaterOn(fd)
+}
+
+// beaterOn is the Beater on descriptor fd, made non-blocking; a
+// descriptor that refuses stays blocking (Rounds then ends only at end of
+// file).
+func beaterOn(fd int) *Beater {
+	_ = unix.SetNonblock(fd, true)
 	return &Beater{f: os.NewFile(uintptr(fd), "heartbeat")}
 }
 
@@ -150,10 +295,43 @@ func (b *Beater) Report(p Progress) {
 	_, _ = b.f.WriteString(p.Line())
 }
 
-// LastBeat is when the worker's last heartbeat arrived (zero before the
-// first), on this host's clock.
-func (p *Pipe) LastBeat() time.Time {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.lastBeat
+// Await tells the agent that the worker's world broke after step step
+// completed, losing peer rank lostPeer (-1: unknown), and that it waits
+// for its contract in the next round (Rounds) rather than exit: the
+// agent does not judge it hung while it waits. Errors are ignored, as
+// Beat's.
+func (b *Beater) Await(step, lostPeer int) {
+	if b == nil {
+		return
+	}
+	_, _ = b.f.WriteString(Await{Step: step, LostPeer: lostPeer}.Line())
+}
+
+// Rounds delivers the contracts the agent sends for the next rounds, in
+// order. The channel closes when the agent's end closes (the agent is
+// gone) or ctx ends; lines that are not round lines are skipped. Call it
+// once. A nil Beater returns nil (a channel that never delivers).
+func (b *Beater) Rounds(ctx context.Context) <-chan distenv.Worker {
+	if b == nil {
+		return nil
+	}
+	out := make(chan distenv.Worker, 1)
+	go func() {
+		defer close(out)
+		stop := context.AfterFunc(ctx, func() { _ = b.f.SetReadDeadline(time.Now()) })
+		defer stop()
+		sc := bufio.NewScanner(b.f)
+		for sc.Scan() {
+			w, ok, err := ParseRound(sc.Text())
+			if !ok || err != nil {
+				continue
+			}
+			select {
+			case out <- w:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
 }

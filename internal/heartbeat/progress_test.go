@@ -63,6 +63,7 @@ func TestWatchReportsBeats(t *testing.T) {
 	var got []Progress
 	p.OnBeat(func(prog Progress) { got = append(got, prog) })
 	stalls := p.Watch(context.Background(), 0)
+	defer p.Close()
 	b := &Beater{f: p.WorkerEnd()} // the worker's side, in this process
 	b.Beat(1)
 	b.Report(Progress{Step: 2, Loss: 3.5, TokensPerS: 100, MFU: math.NaN(), ComputeS: math.NaN()})

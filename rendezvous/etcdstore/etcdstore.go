@@ -271,6 +271,9 @@ type Status struct {
 	Nodes       []rendezvous.Member  `json:"nodes"`   // agents with a live lease
 	Waiting     []rendezvous.Member  `json:"waiting"` // agents waiting for the next round
 	Failures    []rendezvous.Failure `json:"failures"`
+	// Recoveries are the job's in-place recoveries, first first: rounds
+	// that kept the workers instead of restarting them.
+	Recoveries []rendezvous.Recovery `json:"recoveries"`
 	// Stats is every live agent's PrefixStats value, by node id: raw,
 	// for the reader that knows its format (package straggler).
 	Stats map[string][]byte `json:"-"`
@@ -290,7 +293,7 @@ func ReadStatus(ctx context.Context, client *clientv3.Client, runID string) (Sta
 	for _, key := range []string{rendezvous.KeyState, rendezvous.KeyRoster} {
 		gets = append(gets, clientv3.OpGet(key))
 	}
-	for _, prefix := range []string{rendezvous.PrefixNodes, rendezvous.PrefixWait, rendezvous.PrefixFail, PrefixStats} {
+	for _, prefix := range []string{rendezvous.PrefixNodes, rendezvous.PrefixWait, rendezvous.PrefixFail, PrefixStats, rendezvous.PrefixKept} {
 		gets = append(gets, clientv3.OpGet(prefix, clientv3.WithPrefix()))
 	}
 	resp, err := incarnationKV(client, in).Txn(ctx).Then(gets...).Commit()
@@ -298,7 +301,7 @@ func ReadStatus(ctx context.Context, client *clientv3.Client, runID string) (Sta
 		return Status{}, fmt.Errorf("rendezvous: read run %s (incarnation %d): %w", runID, in.Number, err)
 	}
 	st := Status{RunID: runID, Started: true, Incarnation: in.Number, Generation: in.Generation, Roster: rendezvous.Roster{Round: -1}}
-	var failures []rendezvous.KV
+	var failures, kept []rendezvous.KV
 	for _, r := range resp.Responses {
 		for _, kv := range r.GetResponseRange().Kvs {
 			key := string(kv.Key)
@@ -319,6 +322,8 @@ func ReadStatus(ctx context.Context, client *clientv3.Client, runID string) (Sta
 				}
 			case strings.HasPrefix(key, rendezvous.PrefixFail):
 				failures = append(failures, rendezvous.KV{Key: key, Value: kv.Value, Rev: kv.ModRevision, Create: kv.CreateRevision})
+			case strings.HasPrefix(key, rendezvous.PrefixKept):
+				kept = append(kept, rendezvous.KV{Key: key, Value: kv.Value})
 			case strings.HasPrefix(key, PrefixStats):
 				if st.Stats == nil {
 					st.Stats = map[string][]byte{}
@@ -329,5 +334,6 @@ func ReadStatus(ctx context.Context, client *clientv3.Client, runID string) (Sta
 	}
 	sort.Slice(st.Nodes, func(i, j int) bool { return st.Nodes[i].Host < st.Nodes[j].Host })
 	st.Failures = rendezvous.DecodeFailures(failures)
+	st.Recoveries = rendezvous.DecodeRecoveries(kept)
 	return st, nil
 }

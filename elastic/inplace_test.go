@@ -1,0 +1,274 @@
+package elastic
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/gorun/gorun/internal/etcdtest"
+	"github.com/gorun/gorun/internal/heartbeat"
+	"github.com/gorun/gorun/internal/testutil"
+	"github.com/gorun/gorun/internal/workerlog"
+	"github.com/gorun/gorun/rendezvous"
+	"github.com/gorun/gorun/rendezvous/etcdstore"
+)
+
+// channelWorker is a shell worker that speaks the heartbeat channel as
+// the embedded trainer does: it appends its pid to pids.<agent>.<local
+// rank> (a restart adds a line), reports step 1, and then appends every
+// round line it gets to rounds.<agent>.<local rank> and reports the next
+// step, until its channel closes.
+const channelWorker = `echo $$ >> "$DIR/pids.$AGENT.$LOCAL_RANK"
+step=1
+echo $step >&3
+while read -r line <&3; do
+  case "$line" in round*)
+    echo "$line" >> "$DIR/rounds.$AGENT.$LOCAL_RANK"
+    step=$((step+1))
+    echo $step >&3;;
+  esac
+done`
+
+const inPlaceTTL = 2 * time.Second
+
+// etcdAgent is one node of a job over real etcd: an agent whose etcd
+// client the test can close, as a dead node's goes silent.
+type etcdAgent struct {
+	name    string
+	client  *clientv3.Client
+	agent   *Agent
+	signals chan os.Signal
+	report  *testutil.SyncBuffer
+	cancel  context.CancelFunc
+	done    chan Outcome
+}
+
+// startEtcdAgent starts agent name (2 workers of channelWorker) of job
+// runID on eps; lastCall is the rendezvous's last call.
+func startEtcdAgent(t *testing.T, eps []string, runID, name, dir string, lastCall time.Duration) *etcdAgent {
+	t.Helper()
+	client := etcdtest.NewClient(t, eps...)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	entry, err := etcdstore.Enter(ctx, client, runID, 0)
+	require.NoError(t, err)
+	store, err := etcdstore.New(ctx, client, entry.Incarnation, inPlaceTTL)
+	require.NoError(t, err)
+	rdzv, err := rendezvous.Join(ctx, store, rendezvous.Config{
+		Self:     rendezvous.Member{ID: name + "-id", Host: name, Addr: "127.0.0.1", Preferred: -1, NProc: 2},
+		Limits:   rendezvous.Limits{MinNodes: 2, MaxNodes: 3, MaxFailures: 3, MaxChanges: 3},
+		LastCall: lastCall, JoinTimeout: 30 * time.Second, LeaseTTL: inPlaceTTL,
+		FreePort: func(string) (int, error) { return 29500, nil }, Log: zerolog.Nop(),
+	})
+	require.NoError(t, err)
+	n := &etcdAgent{name: name, client: client, signals: make(chan os.Signal, 4), report: &testutil.SyncBuffer{}, cancel: cancel, done: make(chan Outcome, 1)}
+	out := &testutil.SyncBuffer{}
+	n.agent, err = New(Spec{
+		RunID: runID, Host: name, LocalWorkers: 2, Role: "default",
+		Command: []string{"sh", "-c", channelWorker}, Environ: append(os.Environ(), "DIR="+dir, "AGENT="+name),
+		TermTimeout: 5 * time.Second, ErrorDir: t.TempDir(), Report: n.report, Signals: n.signals,
+		Logs:    workerlog.Config{Stdout: out, Stderr: out, TailLines: 20},
+		InPlace: true,
+		Log:     zerolog.New(zerolog.NewTestWriter(t)).With().Str("node", name).Logger(),
+	}, rdzv)
+	require.NoError(t, err)
+	go func() {
+		o, _ := n.agent.Run(ctx)
+		n.done <- o
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-n.done
+		_ = rdzv.Close()
+	})
+	return n
+}
+
+// stop stops n as SIGTERM does and returns its outcome.
+func (n *etcdAgent) stop() Outcome {
+	n.signals <- syscall.SIGTERM
+	o := <-n.done
+	n.done <- o // for the cleanup
+	return o
+}
+
+// lines are the lines of file, none when it does not exist (yet).
+func lines(file string) []string {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(strings.TrimSpace(string(data)))
+}
+
+// roundLines are the contracts a worker got over its channel.
+func roundLines(t *testing.T, file string) []int {
+	data, _ := os.ReadFile(file)
+	var sizes []int
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if w, ok, err := heartbeat.ParseRound(l); ok && err == nil {
+			sizes = append(sizes, w.WorldSize)
+		}
+	}
+	return sizes
+}
+
+// waitFiles waits until every worker of agents wrote want lines (at
+// least) to its file kind.<agent>.<local rank>.
+func waitFiles(t *testing.T, dir, kind string, want int, agents ...string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, a := range agents {
+			for local := range 2 {
+				if len(lines(filepath.Join(dir, fmt.Sprintf("%s.%s.%d", kind, a, local)))) < want {
+					return false
+				}
+			}
+		}
+		return true
+	}, 90*time.Second, 20*time.Millisecond, "%s files of %v", kind, agents)
+}
+
+// pids are the pids each worker of agent wrote, by local rank.
+func pids(dir, agent string) [][]string {
+	var out [][]string
+	for local := range 2 {
+		out = append(out, lines(filepath.Join(dir, fmt.Sprintf("pids.%s.%d", agent, local))))
+	}
+	return out
+}
+
+// killNode makes n's node die: its etcd client goes silent (its lease
+// expires after the TTL), its workers are SIGKILLed, its agent stops.
+func killNode(t *testing.T, dir string, n *etcdAgent) {
+	t.Helper()
+	require.NoError(t, n.client.Close())
+	for _, p := range pids(dir, n.name) {
+		pid, err := strconv.Atoi(p[len(p)-1])
+		require.NoError(t, err)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	n.cancel()
+}
+
+// A node lost: the survivors' workers go on in place. Their processes
+// are the same, each got the new round's contract (world size 4) over
+// its channel, none was restarted, node rank 0 logs the recovery and
+// gorun status finds it.
+func TestInPlaceNodeLoss(t *testing.T) {
+	eps := etcdtest.Start(t).Endpoints()
+	dir := t.TempDir()
+	a := startEtcdAgent(t, eps, "job", "a", dir, time.Minute)
+	b := startEtcdAgent(t, eps, "job", "b", dir, time.Minute)
+	c := startEtcdAgent(t, eps, "job", "c", dir, time.Minute)
+	waitFiles(t, dir, "pids", 1, "a", "b", "c")
+	before := [][][]string{pids(dir, "a"), pids(dir, "b")}
+
+	killNode(t, dir, c)
+	waitFiles(t, dir, "rounds", 1, "a", "b")
+	require.Equal(t, before, [][][]string{pids(dir, "a"), pids(dir, "b")}, "the survivors' workers are the same processes, none restarted")
+	for _, n := range []string{"a", "b"} {
+		for local := range 2 {
+			require.Equal(t, []int{4}, roundLines(t, filepath.Join(dir, fmt.Sprintf("rounds.%s.%d", n, local))))
+		}
+	}
+	require.Eventually(t, func() bool {
+		return strings.Contains(a.report.String()+b.report.String(), "node c lost at step 1; in place on 2 nodes (4 workers), 0 steps lost")
+	}, 30*time.Second, 20*time.Millisecond, "reports: %q %q", a.report, b.report)
+	st, err := etcdstore.ReadStatus(context.Background(), etcdtest.NewClient(t, eps...), "job")
+	require.NoError(t, err)
+	require.Len(t, st.Recoveries, 1)
+	require.Equal(t, []string{"c"}, st.Recoveries[0].Lost)
+	require.Equal(t, 0, st.State.Failures, "a node loss spends no worker-failure restart")
+
+	for _, n := range []*etcdAgent{a, b} {
+		require.Equal(t, 128+int(syscall.SIGTERM), n.stop().ExitCode)
+	}
+}
+
+// A worker that dies is still a worker failure: every worker of every
+// node restarts, none is kept.
+func TestInPlaceWorkerFailureRestartsAll(t *testing.T) {
+	eps := etcdtest.Start(t).Endpoints()
+	dir := t.TempDir()
+	a := startEtcdAgent(t, eps, "job", "a", dir, 100*time.Millisecond)
+	b := startEtcdAgent(t, eps, "job", "b", dir, 100*time.Millisecond)
+	waitFiles(t, dir, "pids", 1, "a", "b")
+	pid, err := strconv.Atoi(pids(dir, "a")[1][0])
+	require.NoError(t, err)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+
+	waitFiles(t, dir, "pids", 2, "a", "b")
+	for _, n := range []string{"a", "b"} {
+		for local := range 2 {
+			require.Empty(t, roundLines(t, filepath.Join(dir, fmt.Sprintf("rounds.%s.%d", n, local))), "no worker is kept after a worker failure")
+		}
+	}
+	for _, n := range []*etcdAgent{a, b} {
+		require.Equal(t, 128+int(syscall.SIGTERM), n.stop().ExitCode)
+	}
+}
+
+// A node joining a running job: the running nodes keep their workers
+// (told world size 6), the new node starts its own.
+func TestInPlaceScaleUp(t *testing.T) {
+	eps := etcdtest.Start(t).Endpoints()
+	dir := t.TempDir()
+	a := startEtcdAgent(t, eps, "job", "a", dir, 100*time.Millisecond)
+	b := startEtcdAgent(t, eps, "job", "b", dir, 100*time.Millisecond)
+	waitFiles(t, dir, "pids", 1, "a", "b")
+	before := [][][]string{pids(dir, "a"), pids(dir, "b")}
+
+	c := startEtcdAgent(t, eps, "job", "c", dir, 100*time.Millisecond)
+	waitFiles(t, dir, "rounds", 1, "a", "b")
+	waitFiles(t, dir, "pids", 1, "c")
+	require.Equal(t, before, [][][]string{pids(dir, "a"), pids(dir, "b")}, "the running nodes' workers are kept")
+	for _, n := range []string{"a", "b"} {
+		for local := range 2 {
+			require.Equal(t, []int{6}, roundLines(t, filepath.Join(dir, fmt.Sprintf("rounds.%s.%d", n, local))))
+		}
+	}
+	for local := range 2 {
+		require.Len(t, pids(dir, "c")[local], 1)
+	}
+	for _, n := range []*etcdAgent{a, b, c} {
+		require.Equal(t, 128+int(syscall.SIGTERM), n.stop().ExitCode)
+	}
+}
+
+// adopt tells live kept workers their new contracts, and refuses workers
+// of which one ended meanwhile (the agent then starts fresh ones).
+func TestAdopt(t *testing.T) {
+	dir := t.TempDir()
+	spec := Spec{RunID: "job", Host: "a", LocalWorkers: 2, Command: []string{"sh", "-c", channelWorker},
+		Environ: append(os.Environ(), "DIR="+dir, "AGENT=a"), TermTimeout: 5 * time.Second, ErrorDir: t.TempDir(),
+		InPlace: true, Logs: workerlog.Config{Stdout: &testutil.SyncBuffer{}, Stderr: &testutil.SyncBuffer{}}}
+	a, err := New(spec, &rendezvous.Static{})
+	require.NoError(t, err)
+	workers, err := a.startRound(rendezvous.Round{NumNodes: 1, WorldSize: 2})
+	require.NoError(t, err)
+	defer func() {
+		a.stopAll(workers, syscall.SIGTERM)
+		a.release(workers)
+	}()
+	waitFiles(t, dir, "pids", 1, "a")
+
+	next := rendezvous.Round{Number: 1, NodeRank: 1, NumNodes: 2, FirstRank: 2, WorldSize: 4}
+	require.NoError(t, a.adopt(next, workers))
+	waitFiles(t, dir, "rounds", 1, "a")
+	require.Equal(t, 3, workers[1].contract.Rank)
+	require.Equal(t, 1, workers[1].started.Rank, "the contract it started with is kept")
+
+	require.NoError(t, workers[0].process.Signal(syscall.SIGKILL))
+	<-workers[0].process.Done()
+	require.ErrorContains(t, a.adopt(next, workers), "rank 2 ended while the round changed")
+}

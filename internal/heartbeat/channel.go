@@ -1,0 +1,79 @@
+package heartbeat
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/gorun/gorun/internal/distenv"
+)
+
+// Await is what an await line says: the worker's world broke after step
+// Step completed, it lost peer rank LostPeer (-1: unknown), and it waits
+// for its contract in the next round instead of exiting. One line,
+//
+//	await 41 peer=5
+type Await struct {
+	Step     int
+	LostPeer int
+}
+
+// Line is a as one line of the channel, newline included.
+func (a Await) Line() string { return fmt.Sprintf("await %d peer=%d\n", a.Step, a.LostPeer) }
+
+// awaitWord and roundWord start the channel's lines that are not progress.
+const (
+	awaitWord = "await"
+	roundWord = "round"
+)
+
+// ParseAwait reads an await line (with or without its newline); ok is
+// false when line is not one. A missing peer field is -1 (unknown); a
+// malformed step or peer is an error.
+func ParseAwait(line string) (a Await, ok bool, err error) {
+	fields := strings.Fields(line)
+	if len(fields) == 0 || fields[0] != awaitWord {
+		return Await{}, false, nil
+	}
+	if len(fields) < 2 {
+		return Await{}, true, fmt.Errorf("heartbeat: line %q: no step", line)
+	}
+	a = Await{LostPeer: -1}
+	if a.Step, err = strconv.Atoi(fields[1]); err != nil {
+		return Await{}, true, fmt.Errorf("heartbeat: line %q: step: %w", line, err)
+	}
+	for _, kv := range fields[2:] {
+		if v, found := strings.CutPrefix(kv, "peer="); found {
+			if a.LostPeer, err = strconv.Atoi(v); err != nil {
+				return Await{}, true, fmt.Errorf("heartbeat: line %q: peer: %w", line, err)
+			}
+		}
+	}
+	return a, true, nil
+}
+
+// RoundLine is the agent's line giving a worker its contract w in the
+// next round: "round " and w as JSON, newline included.
+func RoundLine(w distenv.Worker) (string, error) {
+	data, err := json.Marshal(w)
+	if err != nil {
+		return "", fmt.Errorf("heartbeat: round line of rank %d: %w", w.Rank, err)
+	}
+	return roundWord + " " + string(data) + "\n", nil
+}
+
+// ParseRound reads a round line (with or without its newline); ok is
+// false when line is not one, and a round line whose contract is not
+// JSON of a distenv.Worker is an error (fields it does not know are
+// ignored, so a newer agent may add some).
+func ParseRound(line string) (w distenv.Worker, ok bool, err error) {
+	rest, found := strings.CutPrefix(strings.TrimSpace(line), roundWord+" ")
+	if !found {
+		return distenv.Worker{}, false, nil
+	}
+	if err := json.Unmarshal([]byte(rest), &w); err != nil {
+		return distenv.Worker{}, true, fmt.Errorf("heartbeat: round line: %w", err)
+	}
+	return w, true, nil
+}
