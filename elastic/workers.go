@@ -2,6 +2,7 @@ package elastic
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -198,7 +199,11 @@ func (a *Agent) startWorkers(sink *workerlog.Sink, r rendezvous.Round) ([]*worke
 // onProgress passes a worker's heartbeat on to the observer and, for the
 // first one of a kept worker in its new round, to the monitor.
 func (a *Agent) onProgress(w *worker, prog heartbeat.Progress) {
-	a.spec.Observer.WorkerProgress(*w.current.Load(), prog)
+	c := *w.current.Load()
+	a.spec.Observer.WorkerProgress(c, prog)
+	if !math.IsNaN(prog.Round) && int(prog.Round) != c.RestartCount {
+		return // a step of the round before, finished after the agent sent the new one
+	}
 	if w.resuming.CompareAndSwap(true, false) {
 		select {
 		case a.resumed <- resumption{w: w, step: prog.Step, at: time.Now()}:
@@ -267,6 +272,7 @@ func (a *Agent) adopt(r rendezvous.Round, kept []*worker) error {
 		w.setContract(c)
 		a.spec.Observer.WorkerStarted(c)
 	}
+	a.log.Info().Int("round", r.Number).Int("workers", len(kept)).Int("world_size", r.WorldSize).Msg("sent the new round to its workers")
 	return nil
 }
 

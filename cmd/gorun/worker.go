@@ -116,61 +116,51 @@ func workerAction(c *cli.Context) error {
 
 func runWorker(sigs *workerSignals, c *cli.Context, cfg config.Config, w distenv.Worker, secret jobsecret.Secret) (err error) {
 	ctx := sigs.ctx
-	beat := heartbeat.FromEnv(os.LookupEnv) // nil (no-op) unless the agent watches for hangs or exports metrics
-	var ck *resume.Checkpointer             // set before Run, the only caller of AfterStep
-	t, err := trainer.New(ctx, trainer.Config{Train: cfg, Worker: w, Threads: c.Int("threads"),
+	beat := heartbeat.FromEnv(os.LookupEnv) // nil (no-op) unless the agent gave the worker a channel
+	s := &session{ctx: ctx, cfg: cfg, worker: w, log: c.App.Writer, stop: &sigs.stop, term: sigs.term, beat: beat,
+		rounds: beat.Rounds(ctx), waitRound: comm.DefaultTimeout}
+	s.t, err = trainer.New(ctx, trainer.Config{Train: cfg, Worker: w, Threads: c.Int("threads"),
 		Secret: secret, CommLog: c.App.ErrWriter, Profile: c.Bool("profile"),
-		Metrics: c.String("metrics"), Log: c.App.Writer,
-		AfterStep: func(_ *trainer.Trainer, rec metrics.Record) error {
-			beat.Report(progressOf(rec))
-			return ck.AfterStep(ctx, rec)
-		}})
+		Metrics: c.String("metrics"), Log: c.App.Writer, AfterStep: s.afterStep})
 	if err != nil {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
 		return err
 	}
-	defer func() { err = errors.Join(err, t.Close()) }()
+	defer func() { err = errors.Join(err, s.close()) }()
 	if w.Rank == 0 {
-		fmt.Fprintln(c.App.Writer, t.Describe())
+		fmt.Fprintln(c.App.Writer, s.t.Describe())
 	}
-	// Checkpoints: resume from the newest valid one, then save from
-	// AfterStep every checkpoint.every steps, at the last step and when a
-	// signal asks (sigs.stop).
-	if ck, err = resume.New(t, resume.Config{Train: cfg, Log: c.App.Writer, Stop: &sigs.stop}); err != nil {
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
-		}
-		return err
-	}
-	// Deferred after t.Close, so it runs first: a background save still uses the World.
-	defer func() { err = errors.Join(err, ck.Close()) }()
-	if _, err := ck.Resume(ctx); err != nil {
+	// Checkpoints: resume from live peers (a job re-forming around this
+	// worker) or the newest valid checkpoint, then save from AfterStep
+	// every checkpoint.every steps, at the last step and when a signal
+	// asks (sigs.stop).
+	if err := s.start(); err != nil {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
 		return err
 	}
 	sigs.saving.Store(true)
-	res, err := t.Run(ctx)
+	res, err := s.run()
 	if err != nil {
 		return err
 	}
-	if w.Rank == 0 {
+	if s.t.Plan().Rank == 0 {
 		fmt.Fprintf(c.App.Writer, "trainer: done: %d steps, last loss %.4f, %.0f tokens/s\n", res.Steps, res.Loss, res.TokensPerS)
 	}
 	if dir := c.String("dump-params"); dir != "" {
-		return dumpParams(dir, w.Rank, t.State().Params)
+		return dumpParams(dir, s.t.Plan().Rank, s.t.State().Params)
 	}
 	return nil
 }
 
-// progressOf is the heartbeat of a step's record; an MFU of 0 (the
-// trainer knows no peak for its threads) is not reported.
-func progressOf(rec metrics.Record) heartbeat.Progress {
+// progressOf is the heartbeat of a step's record made in round; an MFU
+// of 0 (the trainer knows no peak for its threads) is not reported.
+func progressOf(rec metrics.Record, round int) heartbeat.Progress {
 	p := heartbeat.Progress{Step: rec.Step, Loss: rec.Loss, TokensPerS: rec.TokensPerS, MFU: rec.MFU,
-		ComputeS: rec.Compute.Seconds()}
+		ComputeS: rec.Compute.Seconds(), Round: float64(round)}
 	if rec.MFU == 0 {
 		p.MFU = math.NaN()
 	}
@@ -228,6 +218,10 @@ type workerSignals struct {
 	saving atomic.Bool
 	// terminated is set by the first SIGTERM.
 	terminated atomic.Bool
+	// term is closed by the first SIGTERM that asks for a save: a worker
+	// that cannot reach a step boundary (its world broke and it awaits the
+	// next round) stops at once instead.
+	term chan struct{}
 }
 
 // watchSignals starts watching the signals the agent forwards: SIGUSR1
@@ -238,7 +232,7 @@ type workerSignals struct {
 // cancels ctx.
 func watchSignals(parent context.Context) (*workerSignals, func()) {
 	ctx, cancel := context.WithCancelCause(parent)
-	ws := &workerSignals{ctx: ctx}
+	ws := &workerSignals{ctx: ctx, term: make(chan struct{})}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
 	done := make(chan struct{})
@@ -256,6 +250,7 @@ func watchSignals(parent context.Context) (*workerSignals, func()) {
 				case sig == syscall.SIGTERM && ws.saving.Load() && !ws.terminated.Load():
 					ws.terminated.Store(true)
 					ws.stop.Request(resume.StopTerminate)
+					close(ws.term)
 					deadline = time.After(termSaveTimeout)
 					firstTerm = time.Now()
 				case sig == syscall.SIGTERM && time.Since(firstTerm) < duplicateSignalWindow:

@@ -25,11 +25,15 @@ type Progress struct {
 	// collectives, in seconds: what a slow rank has more of than its
 	// peers. NaN: not reported.
 	ComputeS float64
+	// Round is the round (TORCHELASTIC_RESTART_COUNT) the worker made the
+	// step in: a worker kept in place across rounds reports its first step
+	// in the new one by it. NaN: not reported.
+	Round float64
 }
 
 // Unreported is a Progress of step with no figures.
 func Unreported(step int) Progress {
-	return Progress{Step: step, Loss: math.NaN(), TokensPerS: math.NaN(), MFU: math.NaN(), ComputeS: math.NaN()}
+	return Progress{Step: step, Loss: math.NaN(), TokensPerS: math.NaN(), MFU: math.NaN(), ComputeS: math.NaN(), Round: math.NaN()}
 }
 
 // progressFields names the optional fields of a heartbeat line.
@@ -41,6 +45,7 @@ var progressFields = []struct {
 	{"tokens_per_s", func(p *Progress) *float64 { return &p.TokensPerS }},
 	{"mfu", func(p *Progress) *float64 { return &p.MFU }},
 	{"compute_s", func(p *Progress) *float64 { return &p.ComputeS }},
+	{"round", func(p *Progress) *float64 { return &p.Round }},
 }
 
 // Line is p as one heartbeat line, newline included; figures that are

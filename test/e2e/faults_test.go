@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -38,6 +39,12 @@ type faultJob struct {
 	metrics  string
 	nnodes   string
 	agents   []*gorunProc
+	// sets are --set overrides after faultSets; steps is the run's
+	// train.steps when they change it (0: faultSets' 40); lastCall is the
+	// rendezvous's last_call_timeout in seconds (0: 10).
+	sets     []string
+	steps    int
+	lastCall int
 }
 
 func newFaultJob(t *testing.T, toml, endpoint, runID, root, nnodes string) *faultJob {
@@ -50,9 +57,9 @@ func (j *faultJob) start(name string, extra ...string) *gorunProc {
 	j.t.Helper()
 	args := []string{"--nnodes=" + j.nnodes, "--nproc-per-node=2", "--rdzv-backend=etcd", "--rdzv-endpoint=" + j.endpoint,
 		"--rdzv-id=" + j.runID, "--node-name=" + name, "--local-addr=127.0.0.1", "--max-restarts=5", "--term-timeout=5s",
-		"--rdzv-conf=lease_ttl=2,last_call_timeout=10,join_timeout=60"}
+		fmt.Sprintf("--rdzv-conf=lease_ttl=2,last_call_timeout=%d,join_timeout=60", cmp.Or(j.lastCall, 10))}
 	args = append(append(args, extra...), j.toml)
-	args = append(append(args, faultSets...), "--set", fmt.Sprintf("checkpoint.dir=%q", j.dir), "--metrics", j.metrics)
+	args = append(append(append(args, faultSets...), j.sets...), "--set", fmt.Sprintf("checkpoint.dir=%q", j.dir), "--metrics", j.metrics)
 	p := startGorun(j.t, name, nil, args...)
 	j.agents = append(j.agents, p)
 	return p
@@ -153,7 +160,7 @@ func firstNew(before, now []trainerRecord) (trainerRecord, bool) {
 }
 
 // finish waits for the agents that were not killed: each must exit 0, rank 0 must have logged
-// step 40 last, and no process of the run may be left (gorunProc.wait checks).
+// the last step (40 unless j.steps) last, and no process of the run may be left (gorunProc.wait checks).
 func (j *faultJob) finish(killed ...*gorunProc) {
 	j.t.Helper()
 	for _, a := range j.agents {
@@ -166,8 +173,9 @@ func (j *faultJob) finish(killed ...*gorunProc) {
 			j.t.Errorf("%s: exit %d, want 0", a.name, r.ExitCode)
 		}
 	}
-	if recs := j.records(); len(recs) == 0 || recs[len(recs)-1].Step != 40 {
-		j.t.Fatalf("%s: the run did not end with step 40", j.runID)
+	last := cmp.Or(j.steps, 40)
+	if recs := j.records(); len(recs) == 0 || recs[len(recs)-1].Step != last {
+		j.t.Fatalf("%s: the run did not end with step %d", j.runID, last)
 	}
 }
 
@@ -227,7 +235,7 @@ func (j *faultJob) workers() []worker {
 
 // pause stops (SIGSTOP) every worker of the job and returns them: the job cannot step past
 // the fault the test injects next, however fast this machine trains. The test continues them
-// with resume or resumeOnceSignalled.
+// with resume or resumeOnceRoundSent.
 func (j *faultJob) pause() []worker {
 	j.t.Helper()
 	ws := j.workers()
@@ -247,45 +255,6 @@ func resume(ws []worker, except ...int) {
 			_ = syscall.Kill(w.pid, syscall.SIGCONT)
 		}
 	}
-}
-
-// resumeOnceSignalled continues paused workers once each has a SIGTERM or SIGKILL pending, or is
-// gone: their agents ended the round, so no paused worker steps on in the old one.
-func (j *faultJob) resumeOnceSignalled(ws []worker) {
-	j.t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for _, w := range ws {
-		for !signalledOrGone(w.pid) {
-			if time.Now().After(deadline) {
-				resume(ws)
-				j.t.Fatalf("%s: rank %d (pid %d) was not signalled within 90 s", j.runID, w.rank, w.pid)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
-	resume(ws)
-}
-
-// signalledOrGone says whether process pid has SIGTERM or SIGKILL pending, or has ended.
-func signalledOrGone(pid int) bool {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return true
-	}
-	const term, kill = 1 << (syscall.SIGTERM - 1), 1 << (syscall.SIGKILL - 1)
-	for _, l := range strings.Split(string(status), "\n") {
-		if l, ok := strings.CutPrefix(l, "State:"); ok && strings.HasPrefix(strings.TrimSpace(l), "Z") {
-			return true
-		}
-		for _, field := range []string{"ShdPnd:", "SigPnd:"} {
-			if v, ok := strings.CutPrefix(l, field); ok {
-				if mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64); err == nil && mask&(term|kill) != 0 {
-					return true
-				}
-			}
-		}
-	}
-	return false
 }
 
 // requireFirstFailure: gorun status counts restarts restarts after worker failures and its first
@@ -486,12 +455,13 @@ func TestFaults(t *testing.T) {
 			t.Fatal("no step 17 at world size 4 within 60 s of the node loss")
 		}
 		// Paused, the job cannot finish at world size 4 before node-d joins: the workers go on
-		// only once their agents ended the round for node-d.
+		// only once their agents sent them the round with node-d (they re-form in place).
 		paused := j.pause()
+		survivors := slices.Clone(j.agents[:2])
 		ended := j.roundsEnded()
 		at := time.Now()
 		j.start("node-d")
-		j.resumeOnceSignalled(paused)
+		j.resumeOnceRoundSent(paused, survivors)
 		row := j.observe("a node comes back (scale up 4 -> 6 workers)", at, rec.Step, ended)
 		j.finish(victim)
 		if recs := j.records(); recs[len(recs)-1].WorldSize != 6 {

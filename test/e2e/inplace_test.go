@@ -1,0 +1,251 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/checkpoint"
+	"github.com/gorun/gorun/internal/etcdtest"
+)
+
+// inPlaceSets: 80 steps and a checkpoint only at the end, so a job that loses or gains a node
+// mid-way has nothing on disk to go back to: whatever it goes on from came from memory.
+var inPlaceSets = []string{"--set", "train.steps=80", "--set", "checkpoint.every=0"}
+
+// allClose is issue 12's exactness: every tensor of the final checkpoint element-wise within
+// numpy.allclose(rtol=1e-5, atol=1e-6) of a fault-free run's.
+var allClose = checkpoint.Tolerance{RTol: 1e-5, ATol: 1e-6}
+
+// requireAllClose fails t unless got's newest checkpoint is allClose to ref's, and says by how
+// much they differ.
+func requireAllClose(t *testing.T, ref, got string) string {
+	t.Helper()
+	rep, err := checkpoint.CompareDirs(context.Background(), got, ref, allClose)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worst := 0.0
+	for _, tr := range rep.Tensors {
+		if !tr.Close {
+			t.Errorf("%s: tensor %s not within %v of %s: max |diff| %.3g", got, tr.Name, allClose, ref, tr.MaxAbs)
+		}
+		worst = max(worst, tr.MaxAbs)
+	}
+	return fmt.Sprintf("allclose (rtol 1e-5, atol 1e-6), max |diff| %.1e", worst)
+}
+
+// requireEachStepOnce fails t unless rank 0's metrics hold steps 1..last, each once, in order.
+func requireEachStepOnce(t *testing.T, j *faultJob) {
+	t.Helper()
+	recs := j.records()
+	for i, r := range recs {
+		if r.Step != i+1 {
+			t.Fatalf("%s: metrics record %d is step %d: want each of steps 1..%d once, in order", j.runID, i+1, r.Step, j.steps)
+		}
+	}
+	if len(recs) != j.steps {
+		t.Fatalf("%s: %d metrics records, want %d", j.runID, len(recs), j.steps)
+	}
+}
+
+// pidsOf lists the worker pids of the given agents, sorted.
+func (j *faultJob) pidsOf(agents ...*gorunProc) []int {
+	var pids []int
+	for _, w := range j.workers() {
+		if slices.Contains(agents, w.agent) {
+			pids = append(pids, w.pid)
+		}
+	}
+	slices.Sort(pids)
+	return pids
+}
+
+// observeWorldSize measures a membership change made at the moment at, when rank 0 had logged
+// step atStep: the time to the first metrics record at worldSize (a step finished by the new
+// world), and the step it went on after. It also returns the pids of keep's workers at that
+// moment.
+func (j *faultJob) observeWorldSize(scenario string, at time.Time, atStep, worldSize int, keep ...*gorunProc) (faultRow, []int) {
+	j.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		recs := j.records()
+		if i := slices.IndexFunc(recs, func(r trainerRecord) bool { return r.WorldSize == worldSize && r.Step > atStep-2 }); i >= 0 {
+			took := time.Since(at)
+			pids := j.pidsOf(keep...)
+			last := recs[i-1].Step // recorded before the change (the redone step, if any, was dropped)
+			return faultRow{Scenario: scenario, Detect: took, Resume: took, AtStep: max(atStep, last), FromStep: recs[i].Step - 1}, pids
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	for _, a := range j.agents {
+		j.t.Logf("%s stdout:\n%s\n%s stderr:\n%s", a.name, tailLines(a.stdout.String(), 30), a.name, tailLines(a.stderr.String(), 40))
+	}
+	j.t.Fatalf("%s: no step at world size %d within 90 s", scenario, worldSize)
+	return faultRow{}, nil
+}
+
+// stdoutOf is every agent's stdout (the workers' output, prefixed).
+func (j *faultJob) stdoutOf() string {
+	var b strings.Builder
+	for _, a := range j.agents {
+		b.WriteString(a.stdout.String())
+	}
+	return b.String()
+}
+
+// requireNoCheckpointRead fails t if a worker read a checkpoint back.
+func requireNoCheckpointRead(t *testing.T, j *faultJob) {
+	t.Helper()
+	if out := j.stdoutOf(); strings.Contains(out, "resuming at step") {
+		t.Errorf("%s: a checkpoint was read back:\n%s", j.runID, out)
+	}
+}
+
+// TestInPlace is issue 12 on real processes over a real etcd: a train.toml job that loses a node,
+// or gains one, goes on in place — the surviving workers keep their processes and their state,
+// the newcomers take theirs from peers' memory, no checkpoint is read (there is none but the
+// final one) — and ends allclose to a fault-free run with each step recorded once. The measured
+// rows are logged for the README's fault matrix.
+func TestInPlace(t *testing.T) {
+	toml := trainerToml(t)
+	root := t.TempDir()
+	endpoint := etcdtest.Start(t).Endpoints()[0]
+	var rows []faultRow
+	t.Cleanup(func() {
+		var s []string
+		for _, r := range rows {
+			s = append(s, r.String())
+		}
+		t.Logf("in-place rows of the fault matrix:\n%s", strings.Join(s, "\n"))
+	})
+	job := func(runID, nnodes string, sets ...string) *faultJob {
+		j := newFaultJob(t, toml, endpoint, runID, root, nnodes)
+		j.sets, j.steps, j.lastCall = append(append([]string(nil), inPlaceSets...), sets...), 80, 1
+		return j
+	}
+	run := func(j *faultJob, nodes ...string) *faultJob {
+		for _, n := range nodes {
+			j.start(n)
+		}
+		return j
+	}
+	fsdp := []string{"--set", "parallel.mode=fsdp", "--set", "checkpoint.memory=true"}
+
+	// Fault-free references.
+	ref6 := run(job("ip-ref6", "3"), "node-a", "node-b", "node-c")
+	ref6.finish()
+	ref4 := run(job("ip-ref4", "2"), "node-a", "node-b")
+	ref4.finish()
+	refFSDP := run(job("ip-ref-fsdp", "2", fsdp...), "node-a", "node-b")
+	refFSDP.finish()
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	t.Run("node lost", func(t *testing.T) {
+		j := run(job("ip-node-lost", "2:3"), "node-a", "node-b", "node-c")
+		j.t = t
+		rec := j.waitStep(40)
+		paused := j.pause()
+		survivors, victim := j.agents[:2], j.agents[2]
+		before := j.pidsOf(survivors...)
+		at := time.Now()
+		if err := victim.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		resume(paused) // its workers die with it: no step completes without them
+		row, after := j.observeWorldSize("kill -9 of a node, in place (no periodic checkpoint)", at, rec.Step, 4, survivors...)
+		j.finish(victim)
+		if !slices.Equal(before, after) {
+			t.Errorf("the survivors' workers changed: pids %v before the loss, %v after", before, after)
+		}
+		requireNoCheckpointRead(t, j)
+		requireEachStepOnce(t, j)
+		row.Result = "same worker processes, no checkpoint read, finished at world size 4, " + requireAllClose(t, ref6.dir, j.dir)
+		rows = append(rows, row)
+	})
+
+	t.Run("node joins", func(t *testing.T) {
+		j := run(job("ip-node-joins", "2:3"), "node-a", "node-b")
+		j.t = t
+		rec := j.waitStep(40)
+		paused := j.pause()
+		before := j.pidsOf(j.agents...)
+		survivors := slices.Clone(j.agents)
+		at := time.Now()
+		j.start("node-c")
+		// Paused, the job cannot finish at world size 4 before node-c joins: the workers go on
+		// once their agents sent them the new round.
+		j.resumeOnceRoundSent(paused, survivors)
+		row, after := j.observeWorldSize("a node joins, in place (scale up 4 -> 6 workers)", at, rec.Step, 6, survivors...)
+		j.finish()
+		if !slices.Equal(before, after) {
+			t.Errorf("the first two nodes' workers changed: pids %v before node-c joined, %v after", before, after)
+		}
+		requireNoCheckpointRead(t, j)
+		requireEachStepOnce(t, j)
+		if out := j.stdoutOf(); !strings.Contains(out, "from peers") {
+			t.Errorf("no worker says it took its state from peers:\n%s", out)
+		}
+		row.Result = "same worker processes, newcomers' state from peers, finished at world size 6, " + requireAllClose(t, ref4.dir, j.dir)
+		rows = append(rows, row)
+	})
+
+	t.Run("fsdp node lost, memory copy", func(t *testing.T) {
+		j := run(job("ip-fsdp-memory", "1:2", fsdp...), "node-a", "node-b")
+		j.t = t
+		rec := j.waitStep(40)
+		paused := j.pause()
+		survivor, victim := j.agents[0], j.agents[1]
+		before := j.pidsOf(survivor)
+		at := time.Now()
+		if err := victim.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		resume(paused)
+		row, after := j.observeWorldSize("kill -9 of a node of an fsdp job across 2 nodes, in place from the memory copies", at, rec.Step, 2, survivor)
+		j.finish(victim)
+		if !slices.Equal(before, after) {
+			t.Errorf("the survivor's workers changed: pids %v before the loss, %v after", before, after)
+		}
+		requireNoCheckpointRead(t, j)
+		requireEachStepOnce(t, j)
+		if out := j.stdoutOf(); !strings.Contains(out, "from memory") {
+			t.Errorf("no worker says it took its state from the memory copies:\n%s", out)
+		}
+		row.Result = "same worker processes, the lost shards from the buddies' memory copies, finished at world size 2, " +
+			requireAllClose(t, refFSDP.dir, j.dir)
+		rows = append(rows, row)
+	})
+}
+
+// resumeOnceRoundSent continues paused workers once the agents of nodes sent their workers a new
+// round over the channel (their log says so), so that no paused worker steps on in the old one
+// for long: it stops at its next step boundary.
+func (j *faultJob) resumeOnceRoundSent(ws []worker, nodes []*gorunProc) {
+	j.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for _, a := range nodes {
+		for !strings.Contains(a.stderr.String(), roundSentMessage) {
+			if time.Now().After(deadline) {
+				resume(ws)
+				j.t.Fatalf("%s: %s did not send its workers a new round within 90 s", j.runID, a.name)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	resume(ws)
+}
+
+// roundSentMessage is what an agent logs when it sent its kept workers a new round.
+const roundSentMessage = "sent the new round to its workers"
+
+// tailLines is the last n lines of s.
+func tailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
