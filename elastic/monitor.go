@@ -26,7 +26,7 @@ type roundResult struct {
 type reforming struct {
 	workers  []*worker
 	end      rendezvous.End
-	endedAt  time.Time // when this node saw the round end
+	endedAt  time.Time // when this node's first worker saw its world break, else when this node saw the round end
 	lastStep int       // the last step its workers reported before, -1: none
 }
 
@@ -209,6 +209,11 @@ func (m *roundMonitor) onRoundEnd(end rendezvous.End, ok bool) *roundResult {
 		kept := &reforming{workers: m.workers, end: end, endedAt: time.Now(), lastStep: -1}
 		for _, w := range m.workers {
 			kept.lastStep = max(kept.lastStep, w.heartbeat.LastStep())
+			// A worker that saw its world break awaited since then: the
+			// recovery is timed from the failure, not from the lease's expiry.
+			if aw, ok := w.heartbeat.Awaiting(); ok && aw.At.Before(kept.endedAt) {
+				kept.endedAt = aw.At
+			}
 		}
 		return &roundResult{ended: &end, kept: kept}
 	}

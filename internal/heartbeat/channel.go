@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gorun/gorun/internal/distenv"
 )
@@ -17,6 +18,9 @@ import (
 type Await struct {
 	Step     int
 	LostPeer int
+	// At is when the agent received the line (not part of it); zero on
+	// the worker side.
+	At time.Time
 }
 
 // Line is a as one line of the channel, newline included.

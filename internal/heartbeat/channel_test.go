@@ -96,7 +96,10 @@ func TestChannelRoundTrip(t *testing.T) {
 
 	b.Beat(7)
 	b.Await(7, 2)
-	require.Equal(t, Await{Step: 7, LostPeer: 2}, <-awaits)
+	got := <-awaits
+	require.False(t, got.At.IsZero(), "the agent stamps when it received the await")
+	got.At = time.Time{}
+	require.Equal(t, Await{Step: 7, LostPeer: 2}, got)
 	a, ok := p.Awaiting()
 	require.True(t, ok)
 	require.Equal(t, 7, a.Step)
@@ -143,7 +146,9 @@ func TestChannelWithChildProcess(t *testing.T) {
 	p.OnAwait(func(a Await) { awaits <- a })
 	const timeout = 50 * time.Millisecond
 	stalls := p.Watch(context.Background(), timeout)
-	require.Equal(t, Await{Step: 1, LostPeer: 2}, <-awaits)
+	aw := <-awaits
+	aw.At = time.Time{}
+	require.Equal(t, Await{Step: 1, LostPeer: 2}, aw)
 
 	// A wrong timer would fire now: give it the chance before the round.
 	time.Sleep(3 * timeout)

@@ -130,6 +130,7 @@ func (p *Pipe) handle(line string) {
 		if err != nil {
 			return
 		}
+		a.At = time.Now()
 		p.mu.Lock()
 		p.awaiting = &a
 		p.mu.Unlock()

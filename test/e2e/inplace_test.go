@@ -165,6 +165,12 @@ func TestInPlace(t *testing.T) {
 		}
 		requireNoCheckpointRead(t, j)
 		requireEachStepOnce(t, j)
+		st := j.status()
+		if !strings.Contains(st, "in-place recoveries (workers kept, not restarted): 1; last: round 1: node "+victim.name+" lost at step") ||
+			!strings.Contains(st, "restarts used: 0 of 5 after worker failures") {
+			t.Errorf("gorun status does not count one in-place recovery for the loss of %s and no restart:\n%s", victim.name, st)
+		}
+		t.Logf("status after the loss:\n%s", st)
 		row.Result = "same worker processes, no checkpoint read, finished at world size 4, " + requireAllClose(t, ref6.dir, j.dir)
 		rows = append(rows, row)
 	})
