@@ -42,14 +42,19 @@ func workerCommand() *cli.Command {
 			"--profile times the phases of every step (gemm, attention, elementwise, optimizer, collectives,\n" +
 			"waiting): each metrics record gets a \"profile\" object in seconds, and rank 0 ends with a table of\n" +
 			"each phase's share. gorun train.toml --profile passes it to every worker.\n\n" +
-			"Checkpoints ([checkpoint] dir, every, keep, async): on start every worker resumes from the newest\n" +
+			"Checkpoints ([checkpoint] dir, every, keep, async, memory, memory_every): on start every worker resumes from the newest\n" +
 			"valid checkpoint in checkpoint.dir (any world size or mode; a corrupt one is skipped for the one\n" +
 			"before, and the log says why), and refuses one saved with another model, data, seed, global batch\n" +
 			"or optimizer. SIGUSR1 or SIGUSR2 (SLURM's --signal warning, passed on by gorun) makes every worker\n" +
 			"save at the next step boundary and exit 75 (EX_TEMPFAIL: checkpointed, requeue me). SIGTERM does\n" +
 			"the same if the save can finish within 20 s, then exits 143; otherwise (a peer gone, a slow step)\n" +
 			"it exits 143 at once. SIGINT and SIGHUP, or a second SIGTERM (2 s or more after the first: SLURM\n" +
-			"delivers one to every process of a step while gorun passes it on too), stop at once.",
+			"delivers one to every process of a step while gorun passes it on too), stop at once.\n\n" +
+			"In place: under a gorun agent, when a node is lost or joins, the worker is not restarted: its\n" +
+			"world breaks (or the agent's new round arrives between steps), it waits for the new round's\n" +
+			"contract on its channel (fd 3), re-forms its groups, takes what its new slice lacks from live\n" +
+			"peers (or, with [checkpoint] memory = true, from the buddies' memory copies), and goes on from the\n" +
+			"last step every rank completed; only when no live state covers the model does it read a checkpoint.",
 		Flags: []cli.Flag{
 			setFlag(),
 			&cli.StringFlag{Name: "metrics", Usage: "JSON-lines metrics file, instead of train.metrics ({rank} gives each rank a file)"},
