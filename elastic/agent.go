@@ -365,7 +365,7 @@ func (a *Agent) rounds(ctx context.Context) (Outcome, error) {
 		inPlace := a.takeOver(round, kept)
 		switch {
 		case inPlace != nil:
-			a.spec.Observer.RecoveredInPlace(round)
+			a.spec.Observer.RecoveredInPlace(round, len(inPlace.end.Lost))
 		case ranOne:
 			a.spec.Observer.Restarted(restartOf(last, round))
 		}

@@ -23,7 +23,7 @@ type Observer interface {
 	Restarted(cause RestartCause, nodesLost int)
 	// RecoveredInPlace: round r took over this node's workers from the
 	// round before, in place: no restart (Spec.InPlace).
-	RecoveredInPlace(r rendezvous.Round)
+	RecoveredInPlace(r rendezvous.Round, nodesLost int)
 	// WorkerStarted: worker w of the current round started, or was kept
 	// into it in place (w is then its new contract).
 	WorkerStarted(w distenv.Worker)
@@ -71,7 +71,7 @@ type nopObserver struct{}
 func (nopObserver) StateChanged(State, State)                         {}
 func (nopObserver) RoundStarted(rendezvous.Round, time.Duration)      {}
 func (nopObserver) Restarted(RestartCause, int)                       {}
-func (nopObserver) RecoveredInPlace(rendezvous.Round)                 {}
+func (nopObserver) RecoveredInPlace(rendezvous.Round, int)            {}
 func (nopObserver) WorkerStarted(distenv.Worker)                      {}
 func (nopObserver) WorkerProgress(distenv.Worker, heartbeat.Progress) {}
 func (nopObserver) WorkerExited(distenv.Worker, int)                  {}

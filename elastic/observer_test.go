@@ -34,7 +34,7 @@ func (r *recorder) RoundStarted(round rendezvous.Round, _ time.Duration) {
 }
 func (r *recorder) Restarted(cause RestartCause, lost int) { r.add("restart %s lost %d", cause, lost) }
 func (r *recorder) WorkerStarted(w distenv.Worker)         { r.add("start rank %d", w.Rank) }
-func (r *recorder) RecoveredInPlace(round rendezvous.Round) {
+func (r *recorder) RecoveredInPlace(round rendezvous.Round, _ int) {
 	r.add("in place round %d nodes %d", round.Number, round.NumNodes)
 }
 func (r *recorder) WorkerProgress(w distenv.Worker, p heartbeat.Progress) {

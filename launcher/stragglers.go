@@ -49,9 +49,9 @@ func (o trackingObserver) Restarted(cause elastic.RestartCause, nodesLost int) {
 	}
 }
 
-func (o trackingObserver) RecoveredInPlace(r rendezvous.Round) {
+func (o trackingObserver) RecoveredInPlace(r rendezvous.Round, nodesLost int) {
 	if o.next != nil {
-		o.next.RecoveredInPlace(r)
+		o.next.RecoveredInPlace(r, nodesLost)
 	}
 }
 

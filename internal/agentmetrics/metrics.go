@@ -144,8 +144,11 @@ func (m *Metrics) Restarted(cause elastic.RestartCause, nodesLost int) {
 	m.nodeLosses.Add(float64(nodesLost))
 }
 
-// RecoveredInPlace counts an in-place recovery.
-func (m *Metrics) RecoveredInPlace(rendezvous.Round) { m.inPlace.Inc() }
+// RecoveredInPlace counts an in-place recovery, and the nodes it lost.
+func (m *Metrics) RecoveredInPlace(_ rendezvous.Round, nodesLost int) {
+	m.inPlace.Inc()
+	m.nodeLosses.Add(float64(nodesLost))
+}
 
 // WorkerStarted makes w the worker of its local rank, with no figures yet.
 func (m *Metrics) WorkerStarted(w distenv.Worker) { m.workers.started(w) }

@@ -80,7 +80,7 @@ func aJob(m *Metrics, clock *fixedClock) {
 	m.WorkerProgress(workerOf(1, 0), heartbeat.Unreported(12))
 	m.StateChanged(elastic.StateRunning, elastic.StateReforming)
 	m.StateChanged(elastic.StateReforming, elastic.StateRendezvous)
-	m.RecoveredInPlace(rendezvous.Round{Number: 2, NodeRank: 1, NumNodes: 2, WorldSize: 4})
+	m.RecoveredInPlace(rendezvous.Round{Number: 2, NodeRank: 1, NumNodes: 2, WorldSize: 4}, 0) // a node joined: none lost
 	m.StateChanged(elastic.StateRendezvous, elastic.StateRunning)
 	clock.t = clock.t.Add(4 * time.Second)
 }
