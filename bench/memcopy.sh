@@ -12,12 +12,14 @@
 # and sends it in the background to its buddy rank on the other node (trainer/memcopy); the next
 # snapshot waits for that transfer, so a transfer slower than a step shows up in the step time.
 # For each parallel mode of MODES (default "fsdp hsdp") the two settings alternate REPS times (order
-# swapped every repetition). Each run trains STEPS steps; the first SKIP are left out. The table has,
-# per mode and setting, the median tokens/s and ms per step over the timed steps (whole job, rank 0's
-# metrics.jsonl), the median of the ratios of adjacent pairs' step times true/false (robust to a
-# shared machine's drifting load; the spread column, min..max of those ratios, says how much is noise),
-# the bytes each rank sends per copy (3 x 4 bytes x its shard: parameters of the trainer's first line
-# over its shards, padded) and the rate that takes at the measured step time.
+# swapped every repetition). Each run trains STEPS steps; the first SKIP are left out. A run's time per
+# step is the median, over the blocks of EVERY timed steps (one copy each), of a block's time per step
+# (rank 0's metrics.jsonl, whole job: the copy's hook runs between two records). The table has, per mode
+# and setting, the median over the runs of that time and its tokens/s; the median of the ratios of
+# adjacent pairs' times true/false (robust to a shared machine's drifting load; the spread column,
+# min..max of those ratios, says how much is noise); the bytes each rank sends per copy (3 x 4 bytes x
+# its shard: the parameters of the trainer's first line over its shards, padded) and the rate per rank
+# that makes at the measured step time.
 #
 #   bench/memcopy.sh                           # MODES="fsdp hsdp" REPS=5 STEPS=100 SKIP=10 NPROC=1
 #   REPS=5 EVERY=5 bench/memcopy.sh            # a copy every 5 steps
@@ -55,6 +57,7 @@ trap 'exit 143' TERM
 die() { echo "memcopy.sh: $*" >&2; exit 1; }
 for v in REPS STEPS NPROC THREADS EVERY; do [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"; done
 [[ "$SKIP" =~ ^[0-9]+$ ]] && (( SKIP < STEPS )) || die "SKIP must be an integer below STEPS, got '$SKIP'"
+(( STEPS - SKIP >= EVERY )) || die "STEPS - SKIP ($((STEPS - SKIP))) must hold at least one block of EVERY ($EVERY) steps"
 for m in $MODES; do [[ $m == fsdp || $m == hsdp ]] || die "bad mode '$m': want fsdp or hsdp"; done
 [[ -f $TOML ]] || die "TOML: no file $TOML"
 TOML=$(cd "$(dirname "$TOML")" && pwd)/$(basename "$TOML")
@@ -107,13 +110,18 @@ run() {
     die "gorun $mode memory=$memory failed (exit $rc)"
   fi
   grep -m1 'trainer: [0-9]* parameters' "$tmp/log.0" >"$tmp/head.$mode" || die "no trainer line in node 0's log"
-  awk -v skip="$SKIP" -v steps="$STEPS" -v tps="$(tokens_per_step)" \
+  awk -v skip="$SKIP" -v steps="$STEPS" -v every="$EVERY" -v tps="$(tokens_per_step)" \
     -v ms="$tmp/ms.$mode.$memory" -v tok="$tmp/tok.$mode.$memory" '
     { match($0, /"step":[0-9]+/); s = substr($0, RSTART + 7, RLENGTH - 7) + 0
       match($0, /"elapsed_s":[0-9.e+-]+/); e[s] = substr($0, RSTART + 12, RLENGTH - 12) + 0 }
     END {
       if (!(steps in e) || (skip > 0 && !(skip in e)) || tps <= 0) exit 1
-      dt = (e[steps] - e[skip]) / (steps - skip)
+      # The median over blocks of EVERY steps (one copy each) of the time per step: robust to
+      # another process taking the CPU for a while, and each block pays for its copy.
+      n = 0
+      for (s = skip; s + every <= steps; s += every) d[++n] = (e[s + every] - e[s]) / every
+      for (i = 2; i <= n; i++) for (j = i; j > 1 && d[j - 1] > d[j]; j--) { x = d[j]; d[j] = d[j - 1]; d[j - 1] = x }
+      dt = (n % 2) ? d[(n + 1) / 2] : (d[n / 2] + d[n / 2 + 1]) / 2
       printf "%.3f\n", 1000 * dt >>ms
       printf "%.1f\n", tps / dt >>tok
     }' "$tmp/m.jsonl" || die "no steps $SKIP and $STEPS in $tmp/m.jsonl, or no batch in node 0's trainer line"
