@@ -46,6 +46,18 @@ func text() *data.Dataset {
 		strings.Repeat("func main() { fmt.Println(\"hello, world\") }\n", 40)))
 }
 
+// datasetOf is the text cfg trains on in a test: its built-in corpus when
+// data.files names one (examples/train.toml), else text().
+func datasetOf(t *testing.T, cfg config.Config) *data.Dataset {
+	t.Helper()
+	if len(cfg.Data.Files) == 0 || !data.IsBuiltin(cfg.Data.Files[0]) {
+		return text()
+	}
+	ds, err := data.Load(cfg.Data.Files)
+	require.NoError(t, err)
+	return ds
+}
+
 // rankRun is what one rank of an in-process run left behind.
 type rankRun struct {
 	losses   []float64 // mean loss of each step Run took
@@ -71,7 +83,7 @@ type runOpts struct {
 func runWorld(t *testing.T, cfg config.Config, size, perNode int, o runOpts) []rankRun {
 	t.Helper()
 	port := testutil.FreePort(t)
-	ds := text()
+	ds := datasetOf(t, cfg)
 	out := make([]rankRun, size)
 	errs := testutil.OnRanks(size, func(r int) error {
 		res := &out[r]
