@@ -95,8 +95,8 @@ type Trainer struct {
 	owned64 []float64
 	owned   []float32
 	decay   []bool // weight-decay mask of the owned slice
-	tokens []byte    // one micro batch
-	lo, hi int       // the owned slice of params
+	tokens  []byte // one micro batch
+	lo, hi  int    // the owned slice of params
 
 	// rollback holds the owned state as it was before the last optimizer
 	// update, so that a rank that applied the update of a step its peers
