@@ -62,7 +62,7 @@ func play(t *testing.T, sc scenario) []outcome {
 	t.Helper()
 	ports, err := testutil.FreePorts(2)
 	require.NoError(t, err)
-	ds := text()
+	ds := datasetOf(t, sc.cfg)
 	worker := func(rank, size, perNode, port, round int) distenv.Worker {
 		return distenv.Worker{Rank: rank, WorldSize: size, LocalRank: rank % perNode, LocalWorldSize: perNode,
 			GroupRank: rank / perNode, GroupWorldSize: size / perNode, MasterAddr: "127.0.0.1", MasterPort: port,
@@ -285,35 +285,45 @@ func sameBits(t *testing.T, got, want []State, n int) bool {
 	return slices.Equal(gp, wp) && slices.Equal(gm, wm) && slices.Equal(gv, wv)
 }
 
-// TestReformAfterReplicaLoss: HSDP 3 replicas x 2 shards; at step 10 the
-// two ranks of replica 2 vanish; the survivors' Run fails naming a peer,
-// they Reform into a 2 x 2 world and finish. Nothing is fetched (every
-// survivor keeps its slice), every step is recorded once, and the end is
-// allclose to the fault-free 3 x 2 run.
+// TestReformAfterReplicaLoss: HSDP 3 replicas x 2 shards; at step 10 (12
+// for examples/train.toml's model) the two ranks of replica 2 vanish; the
+// survivors' Run fails naming a peer, they Reform into a 2 x 2 world and
+// finish. Nothing is fetched (every survivor keeps its slice), every step
+// is recorded once, and the end is allclose to the fault-free 3 x 2 run.
 func TestReformAfterReplicaLoss(t *testing.T) {
-	cfg := reformConfig(t, config.ModeHSDP)
-	dir := t.TempDir()
-	sc := scenario{cfg: cfg, first: 6, firstPerNode: 2, second: 4, secondPerNode: 2,
-		procs:   []process{{0, 0}, {1, 1}, {2, 2}, {3, 3}, {4, -1}, {5, -1}},
-		metrics: filepath.Join(dir, "m{rank}.jsonl"),
-		afterStep: func(old, step int, cancel context.CancelFunc) error {
-			if old >= 4 && step == 10 {
-				cancel()
+	tests := []struct {
+		name   string
+		config func(t *testing.T, mode string) config.Config
+		lostAt int
+	}{{"tiny", reformConfig, 10}, {"example", exampleConfig, 12}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.config(t, config.ModeHSDP)
+			dir := t.TempDir()
+			sc := scenario{cfg: cfg, first: 6, firstPerNode: 2, second: 4, secondPerNode: 2,
+				procs:   []process{{0, 0}, {1, 1}, {2, 2}, {3, 3}, {4, -1}, {5, -1}},
+				metrics: filepath.Join(dir, "m{rank}.jsonl"),
+				afterStep: func(old, step int, cancel context.CancelFunc) error {
+					if old >= 4 && step == tc.lostAt {
+						cancel()
+					}
+					return nil
+				}}
+			out := play(t, sc)
+			for i, o := range out[:4] {
+				requirePeerError(t, o.firstErr, fmt.Sprintf("survivor %d", i))
+				require.NoError(t, o.err, "survivor %d", i)
+				require.Equal(t, Recovery{Source: RecoveryPeers, Step: int64(tc.lostAt)}, withoutTook(o.rec), "survivor %d", i)
+				recs := readRecords(t, filepath.Join(dir, fmt.Sprintf("m%d.jsonl", i)))
+				require.Len(t, recs, cfg.Train.Steps, "rank %d: every step once", i)
+				for k, rec := range recs {
+					require.EqualValues(t, k+1, rec["step"], "rank %d", i)
+				}
 			}
-			return nil
-		}}
-	out := play(t, sc)
-	for i, o := range out[:4] {
-		requirePeerError(t, o.firstErr, fmt.Sprintf("survivor %d", i))
-		require.NoError(t, o.err, "survivor %d", i)
-		require.Equal(t, Recovery{Source: RecoveryPeers, Step: 10}, withoutTook(o.rec), "survivor %d", i)
-		recs := readRecords(t, filepath.Join(dir, fmt.Sprintf("m%d.jsonl", i)))
-		require.Len(t, recs, 20, "rank %d: every step once", i)
-		for k, rec := range recs {
-			require.EqualValues(t, k+1, rec["step"], "rank %d", i)
-		}
+			requireAllClose(t, statesOf(out), faultFree(t, cfg, 6, 2), modelSize(t, cfg))
+			requireAllClose(t, statesOf(out), faultFree(t, cfg, 4, 2), modelSize(t, cfg))
+		})
 	}
-	requireAllClose(t, statesOf(out), faultFree(t, cfg, 6, 2), modelSize(t, cfg))
 }
 
 func withoutTook(r Recovery) Recovery {
