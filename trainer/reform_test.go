@@ -62,7 +62,7 @@ func play(t *testing.T, sc scenario) []outcome {
 	t.Helper()
 	ports, err := testutil.FreePorts(2)
 	require.NoError(t, err)
-	ds := text()
+	ds := datasetOf(t, sc.cfg)
 	worker := func(rank, size, perNode, port, round int) distenv.Worker {
 		return distenv.Worker{Rank: rank, WorldSize: size, LocalRank: rank % perNode, LocalWorldSize: perNode,
 			GroupRank: rank / perNode, GroupWorldSize: size / perNode, MasterAddr: "127.0.0.1", MasterPort: port,
@@ -230,51 +230,100 @@ func requirePeerError(t *testing.T, err error, who string) {
 	require.ErrorAs(t, err, &pe, "%s", who)
 }
 
-// TestWorldSizeDoesNotMatter: fault-free HSDP runs with the same global
-// batch on 1, 2, 4 and 6 ranks end allclose to each other, params and
-// AdamW's m and v, at the default eps: the world size changes only the
-// order in which gradients are summed. This is what lets a run that
-// changes world size mid-way end allclose to a fault-free one.
+// exampleConfig is examples/train.toml's model and optimizer (lr 1e-2,
+// eps 1e-8) for 30 steps of a global batch of 48 in micro batches of 4,
+// which splits over 1, 2, 3, 4, 6 and 12 ranks.
+func exampleConfig(t *testing.T, mode string) config.Config {
+	t.Helper()
+	cfg, err := config.Load(filepath.Join("..", "examples", "train.toml"), []string{"parallel.mode=" + mode,
+		"train.steps=30", "train.global_batch=48", "train.micro_batch=4", "train.metrics=''"})
+	require.NoError(t, err)
+	return cfg
+}
+
+// TestWorldSizeDoesNotMatter: fault-free runs with the same global batch
+// on 1, 2, 4 and 6 ranks, HSDP (2 ranks a node) and FSDP, end allclose to
+// each other, params and AdamW's m and v, at the default eps: the world
+// size changes only where each micro batch's gradient is computed, and the
+// step's gradient is their sum in float64 rounded once (see Run). This is
+// what lets a run that changes world size mid-way end allclose to a
+// fault-free one. The tiny model runs 20 steps, examples/train.toml's 30
+// at lr 1e-2, where AdamW turns any rounding noise in tiny gradients into
+// steps of the learning rate's size.
 func TestWorldSizeDoesNotMatter(t *testing.T) {
-	cfg := reformConfig(t, config.ModeHSDP)
-	n := modelSize(t, cfg)
-	want := faultFree(t, cfg, 1, 1)
-	for _, w := range []struct{ size, perNode int }{{2, 2}, {4, 2}, {6, 2}} {
-		t.Run(fmt.Sprintf("%dx%d", w.size/w.perNode, w.perNode), func(t *testing.T) {
-			requireAllClose(t, faultFree(t, cfg, w.size, w.perNode), want, n)
+	models := []struct {
+		name   string
+		config func(t *testing.T, mode string) config.Config
+	}{{"tiny", reformConfig}, {"example", exampleConfig}}
+	for _, m := range models {
+		t.Run(m.name, func(t *testing.T) {
+			n := modelSize(t, m.config(t, config.ModeHSDP))
+			want := faultFree(t, m.config(t, config.ModeHSDP), 1, 1)
+			for _, tc := range []struct {
+				mode          string
+				size, perNode int
+			}{
+				{config.ModeHSDP, 2, 2}, {config.ModeHSDP, 4, 2}, {config.ModeHSDP, 6, 2},
+				{config.ModeFSDP, 2, 2}, {config.ModeFSDP, 4, 4}, {config.ModeFSDP, 6, 6},
+			} {
+				t.Run(fmt.Sprintf("%s %d ranks", tc.mode, tc.size), func(t *testing.T) {
+					got := faultFree(t, m.config(t, tc.mode), tc.size, tc.perNode)
+					requireAllClose(t, got, want, n)
+					t.Logf("bit-identical to one rank: %v", sameBits(t, got, want, n))
+				})
+			}
 		})
 	}
 }
 
-// TestReformAfterReplicaLoss: HSDP 3 replicas x 2 shards; at step 10 the
-// two ranks of replica 2 vanish; the survivors' Run fails naming a peer,
-// they Reform into a 2 x 2 world and finish. Nothing is fetched (every
-// survivor keeps its slice), every step is recorded once, and the end is
-// allclose to the fault-free 3 x 2 run.
+// sameBits says whether the params, m and v of got and want are the same
+// bits, element for element.
+func sameBits(t *testing.T, got, want []State, n int) bool {
+	t.Helper()
+	gp, gm, gv := assemble(t, got, n)
+	wp, wm, wv := assemble(t, want, n)
+	return slices.Equal(gp, wp) && slices.Equal(gm, wm) && slices.Equal(gv, wv)
+}
+
+// TestReformAfterReplicaLoss: HSDP 3 replicas x 2 shards; at step 10 (12
+// for examples/train.toml's model) the two ranks of replica 2 vanish; the
+// survivors' Run fails naming a peer, they Reform into a 2 x 2 world and
+// finish. Nothing is fetched (every survivor keeps its slice), every step
+// is recorded once, and the end is allclose to the fault-free 3 x 2 run.
 func TestReformAfterReplicaLoss(t *testing.T) {
-	cfg := reformConfig(t, config.ModeHSDP)
-	dir := t.TempDir()
-	sc := scenario{cfg: cfg, first: 6, firstPerNode: 2, second: 4, secondPerNode: 2,
-		procs:   []process{{0, 0}, {1, 1}, {2, 2}, {3, 3}, {4, -1}, {5, -1}},
-		metrics: filepath.Join(dir, "m{rank}.jsonl"),
-		afterStep: func(old, step int, cancel context.CancelFunc) error {
-			if old >= 4 && step == 10 {
-				cancel()
+	tests := []struct {
+		name   string
+		config func(t *testing.T, mode string) config.Config
+		lostAt int
+	}{{"tiny", reformConfig, 10}, {"example", exampleConfig, 12}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.config(t, config.ModeHSDP)
+			dir := t.TempDir()
+			sc := scenario{cfg: cfg, first: 6, firstPerNode: 2, second: 4, secondPerNode: 2,
+				procs:   []process{{0, 0}, {1, 1}, {2, 2}, {3, 3}, {4, -1}, {5, -1}},
+				metrics: filepath.Join(dir, "m{rank}.jsonl"),
+				afterStep: func(old, step int, cancel context.CancelFunc) error {
+					if old >= 4 && step == tc.lostAt {
+						cancel()
+					}
+					return nil
+				}}
+			out := play(t, sc)
+			for i, o := range out[:4] {
+				requirePeerError(t, o.firstErr, fmt.Sprintf("survivor %d", i))
+				require.NoError(t, o.err, "survivor %d", i)
+				require.Equal(t, Recovery{Source: RecoveryPeers, Step: int64(tc.lostAt)}, withoutTook(o.rec), "survivor %d", i)
+				recs := readRecords(t, filepath.Join(dir, fmt.Sprintf("m%d.jsonl", i)))
+				require.Len(t, recs, cfg.Train.Steps, "rank %d: every step once", i)
+				for k, rec := range recs {
+					require.EqualValues(t, k+1, rec["step"], "rank %d", i)
+				}
 			}
-			return nil
-		}}
-	out := play(t, sc)
-	for i, o := range out[:4] {
-		requirePeerError(t, o.firstErr, fmt.Sprintf("survivor %d", i))
-		require.NoError(t, o.err, "survivor %d", i)
-		require.Equal(t, Recovery{Source: RecoveryPeers, Step: 10}, withoutTook(o.rec), "survivor %d", i)
-		recs := readRecords(t, filepath.Join(dir, fmt.Sprintf("m%d.jsonl", i)))
-		require.Len(t, recs, 20, "rank %d: every step once", i)
-		for k, rec := range recs {
-			require.EqualValues(t, k+1, rec["step"], "rank %d", i)
-		}
+			requireAllClose(t, statesOf(out), faultFree(t, cfg, 6, 2), modelSize(t, cfg))
+			requireAllClose(t, statesOf(out), faultFree(t, cfg, 4, 2), modelSize(t, cfg))
+		})
 	}
-	requireAllClose(t, statesOf(out), faultFree(t, cfg, 6, 2), modelSize(t, cfg))
 }
 
 func withoutTook(r Recovery) Recovery {

@@ -85,11 +85,18 @@ type Trainer struct {
 	metrics        *metrics.Writer
 
 	params []float32 // the full padded flat buffer, gathered before every step
-	grads  []float32 // the full gradient buffer this rank accumulates
-	owned  []float32 // this rank's slice of the reduced gradients
-	decay  []bool    // weight-decay mask of the owned slice
-	tokens []byte    // one micro batch
-	lo, hi int       // the owned slice of params
+	// unit is the gradient of one micro batch, the unit of the global
+	// batch (see accumulate); sum is the float64 sum of this rank's units;
+	// owned64 is this rank's slice of sum reduced over the world (sum
+	// itself with one shard); owned is that, over the units, in float32:
+	// the step's gradient.
+	unit    []float32
+	sum     []float64
+	owned64 []float64
+	owned   []float32
+	decay   []bool // weight-decay mask of the owned slice
+	tokens  []byte // one micro batch
+	lo, hi  int    // the owned slice of params
 
 	// rollback holds the owned state as it was before the last optimizer
 	// update, so that a rank that applied the update of a step its peers
@@ -217,14 +224,16 @@ func geometryFor(tc config.Config, w distenv.Worker, layout model.Layout) (geome
 func (t *Trainer) setGeometry(geo geometry) {
 	t.plan, t.batch, t.lo, t.hi = geo.plan, geo.batch, geo.lo, geo.hi
 	t.params = make([]float32, geo.n)
-	t.grads = make([]float32, geo.n)
+	t.unit = make([]float32, geo.n)
+	t.sum = make([]float64, geo.n)
 	t.decay = t.model.Layout().DecayMask(geo.n)[geo.lo:geo.hi]
 	t.state = optim.NewState(geo.hi - geo.lo)
 	if geo.plan.Shards == 1 {
-		t.owned = t.grads
+		t.owned64 = t.sum
 	} else {
-		t.owned = make([]float32, geo.hi-geo.lo)
+		t.owned64 = make([]float64, geo.hi-geo.lo)
 	}
+	t.owned = make([]float32, geo.hi-geo.lo)
 	t.rollback = rollback{}
 	t.live, t.done = false, 0
 }
@@ -336,7 +345,7 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 		return Result{}, t.runErr(ctx, err)
 	}
 	accum := t.batch.Accumulation()
-	scale := float32(float64(tc.MicroBatch) / float64(tc.GlobalBatch))
+	units := tc.GlobalBatch / tc.MicroBatch
 	window := t.cfg.Train.Model.Context + 1
 	tokensPerStep := float64(tc.GlobalBatch * t.cfg.Train.Model.Context)
 
@@ -353,21 +362,25 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 			return res, t.runErr(ctx, err)
 		}
 		step := t.state.Step
-		clear(t.grads)
+		clear(t.sum)
 		var lossSum float64
 		for micro := range accum {
 			first := t.batch.MicroFirst(int64(step), rank, micro)
 			t.dataset.Samples(tc.Seed, first, window, t.tokens)
 			prof.Lap(profile.Waiting)
 			lossSum += float64(t.model.Forward(t.params, t.tokens))
-			t.model.Backward(t.params, t.grads, scale)
+			clear(t.unit)
+			t.model.Backward(t.params, t.unit, 1)
+			accumulate(t.sum, t.unit)
+			prof.Lap(profile.Elementwise)
 		}
 		collStart := time.Now()
-		if err := t.groups.ReduceGrads(t.grads, t.owned); err != nil {
+		if err := t.groups.ReduceGrads(t.sum, t.owned64); err != nil {
 			return res, t.runErr(ctx, err)
 		}
 		inCollectives := time.Since(collStart)
 		prof.Lap(profile.Collectives)
+		roundMean(t.owned, t.owned64, units)
 		ownedSquares := optim.SumSquares(t.owned)
 		prof.Lap(profile.Optimizer)
 		collStart = time.Now()

@@ -46,6 +46,18 @@ func text() *data.Dataset {
 		strings.Repeat("func main() { fmt.Println(\"hello, world\") }\n", 40)))
 }
 
+// datasetOf is the text cfg trains on in a test: its built-in corpus when
+// data.files names one (examples/train.toml), else text().
+func datasetOf(t *testing.T, cfg config.Config) *data.Dataset {
+	t.Helper()
+	if len(cfg.Data.Files) == 0 || !data.IsBuiltin(cfg.Data.Files[0]) {
+		return text()
+	}
+	ds, err := data.Load(cfg.Data.Files)
+	require.NoError(t, err)
+	return ds
+}
+
 // rankRun is what one rank of an in-process run left behind.
 type rankRun struct {
 	losses   []float64 // mean loss of each step Run took
@@ -71,7 +83,7 @@ type runOpts struct {
 func runWorld(t *testing.T, cfg config.Config, size, perNode int, o runOpts) []rankRun {
 	t.Helper()
 	port := testutil.FreePort(t)
-	ds := text()
+	ds := datasetOf(t, cfg)
 	out := make([]rankRun, size)
 	errs := testutil.OnRanks(size, func(r int) error {
 		res := &out[r]
@@ -370,3 +382,40 @@ func BenchmarkStep(b *testing.B) {
 }
 
 var errStop = errors.New("enough steps")
+
+// BenchmarkStepWorld is optimizer steps of examples/train.toml's model
+// (global batch 32, micro batch 8) on 1 and 2 ranks in this process, one
+// thread each, over loopback and shared memory; it reports whole-job
+// tokens per second from the step records, the first step left out.
+func BenchmarkStepWorld(b *testing.B) {
+	for _, ranks := range []int{1, 2} {
+		b.Run(fmt.Sprintf("ranks=%d", ranks), func(b *testing.B) {
+			cfg, err := config.Parse("/nowhere/train.toml", []byte("[data]\nfiles = [\"unused.txt\"]\n"),
+				[]string{"train.metrics=''", "optim.warmup=1", fmt.Sprintf("train.steps=%d", b.N+1)})
+			require.NoError(b, err)
+			port := testutil.FreePort(b)
+			var first, last time.Time
+			testutil.RequireRanks(b, testutil.OnRanks(ranks, func(r int) error {
+				w := distenv.Worker{Rank: r, WorldSize: ranks, LocalRank: r, LocalWorldSize: ranks,
+					GroupWorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: port, RunID: "bench"}
+				tr, err := New(context.Background(), Config{Train: cfg, Worker: w, Threads: 1, Dataset: text(),
+					CommTimeout: time.Minute, AfterStep: func(_ *Trainer, rec metrics.Record) error {
+						if r == 0 && rec.Step == 1 {
+							first = rec.Time
+						}
+						if r == 0 && rec.Step == b.N+1 {
+							last = rec.Time
+						}
+						return nil
+					}})
+				if err != nil {
+					return err
+				}
+				defer tr.Close()
+				_, err = tr.Run(context.Background())
+				return err
+			}))
+			b.ReportMetric(float64(b.N*cfg.Train.GlobalBatch*cfg.Model.Context)/last.Sub(first).Seconds(), "tokens/s")
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -74,6 +75,26 @@ func requireClose(t *testing.T, want []float64, got []float32, msg string) {
 	}
 }
 
+// requireClose64 is requireClose for sums made in float64: of a few
+// float32 values, they are exact but for the last bits.
+func requireClose64(t *testing.T, want, got []float64, msg string) {
+	t.Helper()
+	require.Len(t, got, len(want), msg)
+	for i := range want {
+		if d := want[i] - got[i]; abs(d) > 1e-14*(1+abs(want[i])) {
+			require.FailNow(t, "sum differs", "%s: element %d is %g, want %g", msg, i, got[i], want[i])
+		}
+	}
+}
+
+func widen(f []float32) []float64 {
+	w := make([]float64, len(f))
+	for i, v := range f {
+		w[i] = float64(v)
+	}
+	return w
+}
+
 func abs(x float64) float64 {
 	if x < 0 {
 		return -x
@@ -139,6 +160,35 @@ func testGroupCollectives(t *testing.T, worlds []*World, groups []*Group, n int)
 		}))
 		for r := range size {
 			requireClose(t, full[r*n:(r+1)*n], outs[r], fmt.Sprintf("member %d", r))
+		}
+	})
+
+	t.Run(fmt.Sprintf("allreduce64/n=%d", n), func(t *testing.T) {
+		bufs := make([][]float64, size)
+		testutil.RequireRanks(t, testutil.OnRanks(size, func(r int) error {
+			bufs[r] = widen(data[r])
+			return groups[r].AllReduce64(bufs[r])
+		}))
+		for r := range size {
+			requireClose64(t, sum, bufs[r], fmt.Sprintf("member %d", r))
+			require.Equal(t, bufs[0], bufs[r], "member %d is not bit-identical to member 0", r)
+		}
+	})
+
+	t.Run(fmt.Sprintf("reducescatter64/n=%d", n*size), func(t *testing.T) {
+		in32, full := inputs(size, n*size, uint64(n)+2)
+		outs := make([][]float64, size)
+		testutil.RequireRanks(t, testutil.OnRanks(size, func(r int) error {
+			in := widen(in32[r])
+			outs[r] = make([]float64, n)
+			err := groups[r].ReduceScatter64(in, outs[r])
+			if err == nil && !slices.Equal(widen(in32[r]), in) {
+				err = fmt.Errorf("reducescatter64 changed its input")
+			}
+			return err
+		}))
+		for r := range size {
+			requireClose64(t, full[r*n:(r+1)*n], outs[r], fmt.Sprintf("member %d", r))
 		}
 	})
 

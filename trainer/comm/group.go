@@ -25,8 +25,8 @@ type Group struct {
 
 	mu      sync.Mutex
 	seq     uint32
-	tmp     []float32    // one received chunk, before it is added
-	scratch [2][]float32 // reduce-scatter partial sums
+	tmp     []byte    // one received chunk, before it is added
+	scratch [2][]byte // reduce-scatter partial sums (8-byte aligned)
 }
 
 // Size is the number of members.
@@ -45,6 +45,8 @@ const (
 	opAllGather
 	opBroadcast
 	opBarrier
+	opAllReduce64
+	opReduceScatter64
 )
 
 func opName(op uint32) string {
@@ -59,6 +61,10 @@ func opName(op uint32) string {
 		return "broadcast"
 	case opBarrier:
 		return "barrier"
+	case opAllReduce64:
+		return "allreduce64"
+	case opReduceScatter64:
+		return "reducescatter64"
 	}
 	return fmt.Sprintf("op%d", op)
 }
@@ -125,7 +131,17 @@ func mod(a, n int) int { return ((a % n) + n) % n }
 // of additions is fixed by the ring, so every member gets bit-identical
 // sums. buf must have the same length on every member.
 func (g *Group) AllReduce(buf []float32) error {
-	const op = "allreduce"
+	return allReduce(g, "allreduce", opAllReduce, buf, sum32)
+}
+
+// AllReduce64 is AllReduce in float64 (twice the bytes on the wire): sums
+// of float32 values made in it keep about 29 more bits, so the order of
+// the additions almost never shows once they are rounded to float32.
+func (g *Group) AllReduce64(buf []float64) error {
+	return allReduce(g, "allreduce64", opAllReduce64, buf, sum64)
+}
+
+func allReduce[T float32 | float64](g *Group, op string, code uint32, buf []T, sum func(dst, a, b []byte)) error {
 	if err := g.begin(op); err != nil {
 		return err
 	}
@@ -140,7 +156,7 @@ func (g *Group) AllReduce(buf []float32) error {
 		rlo, rhi := block(len(buf), n, mod(i-s-1, n))
 		st := step{send: bytesOf(buf[slo:shi]), sendAfter: s - 1, recvAfter: -1}
 		if s < n-1 {
-			st.sumDst, st.sumSrc = buf[rlo:rhi], buf[rlo:rhi]
+			st.sumDst, st.sumSrc, st.sum = bytesOf(buf[rlo:rhi]), bytesOf(buf[rlo:rhi]), sum
 		} else {
 			st.recvInto = bytesOf(buf[rlo:rhi])
 			if s+1-n >= 0 {
@@ -149,7 +165,7 @@ func (g *Group) AllReduce(buf []float32) error {
 		}
 		steps = append(steps, st)
 	}
-	return g.ring(op, header{op: opAllReduce, n: uint64(len(buf))}, steps)
+	return g.ring(op, header{op: code, n: uint64(len(buf))}, steps)
 }
 
 // ReduceScatter sums in element-wise over the members and leaves in out
@@ -157,7 +173,15 @@ func (g *Group) AllReduce(buf []float32) error {
 // Size()*len(out) on every member; in is not changed; in and out must not
 // overlap.
 func (g *Group) ReduceScatter(in, out []float32) error {
-	const op = "reducescatter"
+	return reduceScatter(g, "reducescatter", opReduceScatter, in, out, sum32)
+}
+
+// ReduceScatter64 is ReduceScatter in float64 (see AllReduce64).
+func (g *Group) ReduceScatter64(in, out []float64) error {
+	return reduceScatter(g, "reducescatter64", opReduceScatter64, in, out, sum64)
+}
+
+func reduceScatter[T float32 | float64](g *Group, op string, code uint32, in, out []T, sum func(dst, a, b []byte)) error {
 	if len(in) != g.Size()*len(out) {
 		return fmt.Errorf("comm: %s: len(in) = %d, want group size %d x len(out) %d", op, len(in), g.Size(), len(out))
 	}
@@ -170,23 +194,24 @@ func (g *Group) ReduceScatter(in, out []float32) error {
 		copy(out, in)
 		return nil
 	}
-	blk := func(k int) []float32 { return in[k*m : (k+1)*m] }
+	blk := func(k int) []byte { return bytesOf(in[k*m : (k+1)*m]) }
+	size := len(bytesOf(out))
 	for k := range g.scratch {
-		if cap(g.scratch[k]) < m {
-			g.scratch[k] = make([]float32, m)
+		if cap(g.scratch[k]) < size {
+			g.scratch[k] = bytesOf(make([]float64, (size+7)/8))
 		}
-		g.scratch[k] = g.scratch[k][:m]
+		g.scratch[k] = g.scratch[k][:size]
 	}
 	steps := make([]step, 0, n-1)
 	for s := 0; s < n-1; s++ {
-		st := step{sendAfter: s - 1, recvAfter: -1, sumSrc: blk(mod(i-s-2, n))}
+		st := step{sendAfter: s - 1, recvAfter: -1, sumSrc: blk(mod(i-s-2, n)), sum: sum}
 		if s == 0 {
-			st.send = bytesOf(blk(mod(i-1, n)))
+			st.send = blk(mod(i-1, n))
 		} else {
-			st.send = bytesOf(g.scratch[(s-1)%2])
+			st.send = g.scratch[(s-1)%2]
 		}
 		if s == n-2 {
-			st.sumDst = out
+			st.sumDst = bytesOf(out)
 		} else {
 			st.sumDst = g.scratch[s%2]
 			if s >= 2 {
@@ -195,7 +220,7 @@ func (g *Group) ReduceScatter(in, out []float32) error {
 		}
 		steps = append(steps, st)
 	}
-	return g.ring(op, header{op: opReduceScatter, n: uint64(len(in))}, steps)
+	return g.ring(op, header{op: code, n: uint64(len(in))}, steps)
 }
 
 // AllGather concatenates every member's in, in group order, into out.

@@ -1,9 +1,17 @@
 package comm
 
+// sum32 adds the float32s of b to those of a into dst (the bytes of
+// float32s, see add).
+func sum32(dst, a, b []byte) { add(floatsOf[float32](dst), floatsOf[float32](a), floatsOf[float32](b)) }
+
+// sum64 adds the float64s of b to those of a into dst (the bytes of
+// float64s, see add).
+func sum64(dst, a, b []byte) { add(floatsOf[float64](dst), floatsOf[float64](a), floatsOf[float64](b)) }
+
 // add sets dst[i] = a[i] + b[i]. dst may alias a. The loop is unrolled so
 // the compiler drops bounds checks; the order of additions per element is
 // one, so results are the same on every machine.
-func add(dst, a, b []float32) {
+func add[T float32 | float64](dst, a, b []T) {
 	n := len(dst)
 	a, b = a[:n], b[:n]
 	i := 0

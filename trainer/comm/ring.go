@@ -25,15 +25,18 @@ const seqLimit = 64 << 10
 type step struct {
 	send      []byte // sent to next; empty: nothing
 	sendAfter int    // chunk j is sent after chunk j of this step's receive finished; -1: at once
-	// Received bytes either land in recvInto, or are added: sumDst = sumSrc + received.
+	// Received bytes either land in recvInto, or are added element-wise
+	// by sum: sumDst = sumSrc + received, all three the bytes of float32s
+	// or float64s.
 	recvInto       []byte
-	sumDst, sumSrc []float32
+	sumDst, sumSrc []byte
+	sum            func(dst, a, b []byte)
 	recvAfter      int // chunk j is received after chunk j of this step's send left; -1: at once
 }
 
 func (s *step) recvLen() int {
 	if s.sumDst != nil {
-		return 4 * len(s.sumDst)
+		return len(s.sumDst)
 	}
 	return len(s.recvInto)
 }
@@ -43,11 +46,11 @@ func chunks(n int) int { return (n + chunkBytes - 1) / chunkBytes }
 func chunk(b []byte, j int) []byte { return b[j*chunkBytes : min(len(b), (j+1)*chunkBytes)] }
 
 // bytesOf views f as its bytes, in the machine's order (all ranks share it).
-func bytesOf(f []float32) []byte {
+func bytesOf[T float32 | float64](f []T) []byte {
 	if len(f) == 0 {
 		return nil
 	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(f))), 4*len(f))
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(f))), int(unsafe.Sizeof(f[0]))*len(f))
 }
 
 // linkError is a failure on the link to one neighbor.
@@ -220,9 +223,8 @@ func (g *Group) recvShm(st *step, j, n int, stopped *atomic.Bool) *linkError {
 	if st.sumDst == nil {
 		copy(chunk(st.recvInto, j), slot)
 	} else {
-		lo := j * chunkBytes / 4
-		hi := lo + n/4
-		add(st.sumDst[lo:hi], st.sumSrc[lo:hi], floatsOf(slot))
+		lo := j * chunkBytes
+		st.sum(st.sumDst[lo:lo+n], st.sumSrc[lo:lo+n], slot)
 	}
 	if err := g.io(g.prev, true, []byte{1}, stopped); err != nil {
 		return &linkError{g.prevRank, err}
@@ -230,12 +232,13 @@ func (g *Group) recvShm(st *step, j, n int, stopped *atomic.Bool) *linkError {
 	return nil
 }
 
-// floatsOf views b (4-byte aligned, a multiple of 4 long) as float32s.
-func floatsOf(b []byte) []float32 {
+// floatsOf views b (aligned to T, a multiple of T's size long) as Ts.
+func floatsOf[T float32 | float64](b []byte) []T {
 	if len(b) == 0 {
 		return nil
 	}
-	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/4)
+	var x T
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/int(unsafe.Sizeof(x)))
 }
 
 // recvChunk receives chunk j of st and stores or adds it.
@@ -247,14 +250,14 @@ func (g *Group) recvChunk(st *step, j int, stopped *atomic.Bool) *linkError {
 	if st.sumDst == nil {
 		err = g.io(g.prev, false, chunk(st.recvInto, j), stopped)
 	} else {
-		lo := j * chunkBytes / 4
-		hi := min(len(st.sumDst), lo+chunkBytes/4)
-		if cap(g.tmp) < hi-lo {
-			g.tmp = make([]float32, chunkBytes/4)
+		lo := j * chunkBytes
+		hi := min(len(st.sumDst), lo+chunkBytes)
+		if g.tmp == nil {
+			g.tmp = bytesOf(make([]float64, chunkBytes/8)) // aligned for either kind
 		}
 		tmp := g.tmp[:hi-lo]
-		if err = g.io(g.prev, false, bytesOf(tmp), stopped); err == nil {
-			add(st.sumDst[lo:hi], st.sumSrc[lo:hi], tmp)
+		if err = g.io(g.prev, false, tmp, stopped); err == nil {
+			st.sum(st.sumDst[lo:hi], st.sumSrc[lo:hi], tmp)
 		}
 	}
 	if err != nil {

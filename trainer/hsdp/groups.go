@@ -70,24 +70,27 @@ func (g *Groups) GatherParams(full []float32) error {
 
 // ReduceGrads sums the full gradient buffers of every rank and leaves this
 // rank's slice of the sum in owned: a reduce-scatter in the shard group,
-// then an all-reduce of the slice in the replica group. It does not
-// scale: callers fold 1/(replicas x shards x micro steps) into the
-// gradients they accumulate. len(owned) must be len(full)/Shards; with one
-// shard, owned may be full itself. full is left as it was, except that
-// with one shard and owned == full the sum is made in place.
-func (g *Groups) ReduceGrads(full, owned []float32) error {
+// then an all-reduce of the slice in the replica group, both in float64.
+// Sums of float32 gradients made in float64 keep about 29 bits more than
+// float32 does, so the order of the additions, which depends on the
+// layout, almost never shows once they are rounded to float32: any
+// layout gives the same bits. It does not scale. len(owned) must be
+// len(full)/Shards; with one shard, owned may be full itself. full is
+// left as it was, except that with one shard and owned == full the sum is
+// made in place.
+func (g *Groups) ReduceGrads(full, owned []float64) error {
 	if len(owned)*g.plan.Shards != len(full) {
 		return fmt.Errorf("hsdp: reduce gradients: owned slice of %d elements, want %d/%d", len(owned), len(full), g.plan.Shards)
 	}
 	if g.shard != nil {
-		if err := g.shard.ReduceScatter(full, owned); err != nil {
+		if err := g.shard.ReduceScatter64(full, owned); err != nil {
 			return fmt.Errorf("hsdp: reduce gradients in shard group: %w", err)
 		}
 	} else if len(owned) > 0 && &owned[0] != &full[0] {
 		copy(owned, full)
 	}
 	if g.replica != nil {
-		if err := g.replica.AllReduce(owned); err != nil {
+		if err := g.replica.AllReduce64(owned); err != nil {
 			return fmt.Errorf("hsdp: reduce gradients in replica group: %w", err)
 		}
 	}

@@ -105,31 +105,32 @@ func each(t *testing.T, groups []*Groups, f func(r int, g *Groups) error) {
 }
 
 // TestStep: reduce, statistics and gather over every layout of 4 ranks give
-// what one process computes, and every replica of a slice gets the same bits.
+// what one process computes, and every replica of a slice gets the same bits;
+// the reduced gradients rounded to float32 are the same bits in every layout.
 func TestStep(t *testing.T) {
 	const world, n = 4, 4 * 1000
 	for _, shards := range []int{1, 2, 4} {
 		t.Run(fmt.Sprintf("%dx%d", world/shards, shards), func(t *testing.T) {
 			groups := connect(t, world, shards)
 			rng := rand.New(rand.NewPCG(1, uint64(shards)))
-			grads := make([][]float32, world)
+			grads := make([][]float64, world)
 			sum := make([]float64, n)
 			for r := range grads {
-				grads[r] = make([]float32, n)
+				grads[r] = make([]float64, n)
 				for i := range grads[r] {
-					grads[r][i] = float32(rng.NormFloat64())
-					sum[i] += float64(grads[r][i])
+					grads[r][i] = float64(float32(rng.NormFloat64()))
+					sum[i] += grads[r][i]
 				}
 			}
 			var norm2 float64
 			for _, s := range sum {
 				norm2 += s * s
 			}
-			owned := make([][]float32, world)
+			owned := make([][]float64, world)
 			losses := make([]float64, world)
 			norms := make([]float64, world)
 			each(t, groups, func(r int, g *Groups) error {
-				owned[r] = make([]float32, n/shards)
+				owned[r] = make([]float64, n/shards)
 				if err := g.ReduceGrads(grads[r], owned[r]); err != nil {
 					return err
 				}
@@ -144,7 +145,8 @@ func TestStep(t *testing.T) {
 			for r, g := range groups {
 				lo, hi := g.Plan().Owned(n)
 				for i := lo; i < hi; i++ {
-					require.InDelta(t, sum[i], float64(owned[r][i-lo]), 1e-5, "rank %d element %d", r, i)
+					require.InDelta(t, sum[i], owned[r][i-lo], 1e-12, "rank %d element %d", r, i)
+					require.Equal(t, float32(sum[i]), float32(owned[r][i-lo]), "rank %d element %d, rounded", r, i)
 				}
 				peer := g.Plan().ReplicaGroup()[0]
 				require.Equal(t, owned[peer], owned[r], "rank %d and its replica %d", r, peer)
@@ -181,9 +183,9 @@ func TestJoinErrors(t *testing.T) {
 	require.NoError(t, err)
 	g, err := Join(nil, solo)
 	require.NoError(t, err)
-	buf := []float32{1, 2}
+	buf := []float64{1, 2}
 	require.NoError(t, g.ReduceGrads(buf, buf))
-	require.NoError(t, g.GatherParams(buf))
+	require.NoError(t, g.GatherParams([]float32{1, 2}))
 	loss, ss, err := g.Stats(3, 4)
 	require.NoError(t, err)
 	require.Equal(t, []float64{3, 4}, []float64{loss, ss})

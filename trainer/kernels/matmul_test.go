@@ -77,6 +77,9 @@ func requireClose(t *testing.T, want, got []float32, k int) {
 	}
 }
 
+// TestMatMulMatchesNaive: every kernel on 1 to 4 goroutines computes
+// what the naive product does, and the same bits whatever the number of
+// goroutines (a micro batch's gradient must not depend on it).
 func TestMatMulMatchesNaive(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	// Enough to split rows, columns and both over 3 and 4 goroutines.
@@ -91,6 +94,7 @@ func TestMatMulMatchesNaive(t *testing.T) {
 			want := append([]float32(nil), c0...)
 			naiveMatMul(want, a, b, s.m, s.n, s.k, op.transA, op.transB, op.acc)
 			for _, kern := range testKernels() {
+				var oneThread []float32
 				for _, threads := range []int{1, 2, 3, 4} {
 					if threads > 2 && !splitShapes[s] {
 						continue
@@ -102,6 +106,11 @@ func TestMatMulMatchesNaive(t *testing.T) {
 						got := append([]float32(nil), c0...)
 						e.MatMul(got, a, b, s.m, s.n, s.k, op.transA, op.transB, op.acc)
 						requireClose(t, want, got, s.k)
+						if threads == 1 {
+							oneThread = got
+						} else if oneThread != nil {
+							require.Equal(t, oneThread, got, "the threads split C, never k: the same bits as one thread")
+						}
 					})
 				}
 			}

@@ -336,7 +336,8 @@ func TestKeyBiasGetsNoGradient(t *testing.T) {
 }
 
 // TestDeterministic runs the same micro-batch on two models with the same thread count and
-// requires bit-identical losses and gradients; a different thread count must agree closely.
+// requires bit-identical losses and gradients, and so must a different thread count: the
+// trainer relies on a micro batch's gradient being the same bits on any rank.
 func TestDeterministic(t *testing.T) {
 	cfg := Config{Layers: 2, DModel: 32, Heads: 4, Context: 16, Vocab: 256}
 	p := noisyParams(cfg, 3, 0.05)
@@ -354,10 +355,8 @@ func TestDeterministic(t *testing.T) {
 	require.Equal(t, math.Float32bits(l1), math.Float32bits(l2))
 	require.Equal(t, g1, g2)
 	l3, g3 := run(1)
-	require.InEpsilon(t, l1, l3, 1e-6)
-	for i := range g1 {
-		require.InDelta(t, g1[i], g3[i], 1e-6+1e-4*math.Abs(float64(g1[i])))
-	}
+	require.Equal(t, math.Float32bits(l1), math.Float32bits(l3))
+	require.Equal(t, g1, g3)
 }
 
 // TestKernelsAgree runs the same micro-batch with every micro-kernel the CPU runs (the widest
