@@ -142,9 +142,15 @@ func (s *session) resumeFrom(rec trainer.Recovery, what string) error {
 // run trains to the end, re-forming in place each time the agent sends
 // a new round: at a step boundary when one is pending, or after the
 // world broke (a peer is gone) once the agent's contract arrives.
+//
+// The Result is the last Run's, with Steps counting the steps of every
+// Run of this process.
 func (s *session) run() (trainer.Result, error) {
+	steps := 0
 	for {
 		res, err := s.t.Run(s.ctx)
+		steps += res.Steps
+		res.Steps = steps
 		if err == nil {
 			return res, nil
 		}
