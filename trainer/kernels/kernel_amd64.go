@@ -116,6 +116,40 @@ func kernelsForCPU() []*microKernel {
 	return append(ks, goKernel())
 }
 
+// avx512BF16Kernel is the 12×32 AVX512_BF16 GEMM kernel (VDPBF16PS).
+func avx512BF16Kernel() *bf16Kernel {
+	return &bf16Kernel{
+		name: "avx512bf16-12x32",
+		mr:   12, nr: 32,
+		mc: 144, kc: 512, nc: 3072,
+		tile: func(pairs int, a, b []uint32, c []float32, ldc int, accum bool) {
+			// The assembly reads pairs*12 pairs of a, pairs*32 of b and a
+			// 12×32 tile of c.
+			_ = a[pairs*12-1]
+			_ = b[pairs*32-1]
+			_ = c[11*ldc+31]
+			kernelBF16(pairs, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc, boolInt(accum))
+		},
+		peak: func(rounds int) int {
+			dotLoopBF16(rounds)
+			return rounds * 1536
+		},
+	}
+}
+
+// hasAVX512BF16 reports whether the CPU and OS run the AVX512_BF16
+// kernel: AVX-512F on zmm registers and VDPBF16PS.
+func hasAVX512BF16() bool { return hasAVX512() && cpu.X86.HasAVX512BF16 }
+
+// bf16KernelsForCPU lists every bf16 GEMM kernel this CPU runs, fastest
+// first.
+func bf16KernelsForCPU() []*bf16Kernel {
+	if hasAVX512BF16() {
+		return []*bf16Kernel{avx512BF16Kernel(), goBF16Kernel()}
+	}
+	return []*bf16Kernel{goBF16Kernel()}
+}
+
 // avxTranspose is goTranspose with whole blocks of columns of 6, 12, 16
 // and 32 rows done in assembly.
 func avxTranspose(dst, src []float32, w, ld, kc int) {

@@ -3528,3 +3528,1432 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// func kernelBF16(kc int, a *uint32, b *uint32, c *float32, ldc int, accum int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·kernelBF16(SB), NOSPLIT, $0-48
+	MOVQ       kc+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	VPXORD     Z0, Z0, Z0
+	VPXORD     Z1, Z1, Z1
+	VPXORD     Z2, Z2, Z2
+	VPXORD     Z3, Z3, Z3
+	VPXORD     Z4, Z4, Z4
+	VPXORD     Z5, Z5, Z5
+	VPXORD     Z6, Z6, Z6
+	VPXORD     Z7, Z7, Z7
+	VPXORD     Z8, Z8, Z8
+	VPXORD     Z9, Z9, Z9
+	VPXORD     Z10, Z10, Z10
+	VPXORD     Z11, Z11, Z11
+	VPXORD     Z12, Z12, Z12
+	VPXORD     Z13, Z13, Z13
+	VPXORD     Z14, Z14, Z14
+	VPXORD     Z15, Z15, Z15
+	VPXORD     Z16, Z16, Z16
+	VPXORD     Z17, Z17, Z17
+	VPXORD     Z18, Z18, Z18
+	VPXORD     Z19, Z19, Z19
+	VPXORD     Z20, Z20, Z20
+	VPXORD     Z21, Z21, Z21
+	VPXORD     Z22, Z22, Z22
+	VPXORD     Z23, Z23, Z23
+	MOVQ       BX, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Z24
+	VMOVUPS      64(DX), Z25
+	VBROADCASTSS (CX), Z26
+
+	// VDPBF16PS Z24, Z26, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x2e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z26, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x2e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 4(CX), Z27
+
+	// VDPBF16PS Z24, Z27, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x26
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z27, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x26
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 8(CX), Z28
+
+	// VDPBF16PS Z24, Z28, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x1e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z28, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x1e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 12(CX), Z29
+
+	// VDPBF16PS Z24, Z29, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x16
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z29, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x16
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VBROADCASTSS 16(CX), Z30
+
+	// VDPBF16PS Z24, Z30, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z30, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 20(CX), Z31
+
+	// VDPBF16PS Z24, Z31, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z31, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 24(CX), Z26
+
+	// VDPBF16PS Z24, Z26, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x2e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z26, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x2e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 28(CX), Z27
+
+	// VDPBF16PS Z24, Z27, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x26
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z27, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x26
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VBROADCASTSS 32(CX), Z28
+
+	// VDPBF16PS Z24, Z28, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x1e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z28, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x1e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 36(CX), Z29
+
+	// VDPBF16PS Z24, Z29, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x16
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z29, Z19
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x16
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 40(CX), Z30
+
+	// VDPBF16PS Z24, Z30, Z20
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z30, Z21
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 44(CX), Z31
+
+	// VDPBF16PS Z24, Z31, Z22
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z31, Z23
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VMOVUPS      128(DX), Z24
+	VMOVUPS      192(DX), Z25
+	VBROADCASTSS 48(CX), Z26
+
+	// VDPBF16PS Z24, Z26, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x2e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z26, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x2e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 52(CX), Z27
+
+	// VDPBF16PS Z24, Z27, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x26
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z27, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x26
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 56(CX), Z28
+
+	// VDPBF16PS Z24, Z28, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x1e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z28, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x1e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 60(CX), Z29
+
+	// VDPBF16PS Z24, Z29, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x16
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z29, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x16
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VBROADCASTSS 64(CX), Z30
+
+	// VDPBF16PS Z24, Z30, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z30, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 68(CX), Z31
+
+	// VDPBF16PS Z24, Z31, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z31, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 72(CX), Z26
+
+	// VDPBF16PS Z24, Z26, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x2e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z26, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x2e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 76(CX), Z27
+
+	// VDPBF16PS Z24, Z27, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x26
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z27, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x26
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VBROADCASTSS 80(CX), Z28
+
+	// VDPBF16PS Z24, Z28, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x1e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z28, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x1e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 84(CX), Z29
+
+	// VDPBF16PS Z24, Z29, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x16
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z29, Z19
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x16
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 88(CX), Z30
+
+	// VDPBF16PS Z24, Z30, Z20
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z30, Z21
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 92(CX), Z31
+
+	// VDPBF16PS Z24, Z31, Z22
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z31, Z23
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VMOVUPS      256(DX), Z24
+	VMOVUPS      320(DX), Z25
+	VBROADCASTSS 96(CX), Z26
+
+	// VDPBF16PS Z24, Z26, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x2e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z26, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x2e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 100(CX), Z27
+
+	// VDPBF16PS Z24, Z27, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x26
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z27, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x26
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 104(CX), Z28
+
+	// VDPBF16PS Z24, Z28, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x1e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z28, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x1e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 108(CX), Z29
+
+	// VDPBF16PS Z24, Z29, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x16
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z29, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x16
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VBROADCASTSS 112(CX), Z30
+
+	// VDPBF16PS Z24, Z30, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z30, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 116(CX), Z31
+
+	// VDPBF16PS Z24, Z31, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z31, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 120(CX), Z26
+
+	// VDPBF16PS Z24, Z26, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x2e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z26, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x2e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 124(CX), Z27
+
+	// VDPBF16PS Z24, Z27, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x26
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z27, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x26
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VBROADCASTSS 128(CX), Z28
+
+	// VDPBF16PS Z24, Z28, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x1e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z28, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x1e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 132(CX), Z29
+
+	// VDPBF16PS Z24, Z29, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x16
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z29, Z19
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x16
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 136(CX), Z30
+
+	// VDPBF16PS Z24, Z30, Z20
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z30, Z21
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 140(CX), Z31
+
+	// VDPBF16PS Z24, Z31, Z22
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z31, Z23
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VMOVUPS      384(DX), Z24
+	VMOVUPS      448(DX), Z25
+	VBROADCASTSS 144(CX), Z26
+
+	// VDPBF16PS Z24, Z26, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x2e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z26, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x2e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 148(CX), Z27
+
+	// VDPBF16PS Z24, Z27, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x26
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z27, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x26
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 152(CX), Z28
+
+	// VDPBF16PS Z24, Z28, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x1e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z28, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x1e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 156(CX), Z29
+
+	// VDPBF16PS Z24, Z29, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x16
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z29, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x16
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VBROADCASTSS 160(CX), Z30
+
+	// VDPBF16PS Z24, Z30, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z30, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 164(CX), Z31
+
+	// VDPBF16PS Z24, Z31, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z31, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 168(CX), Z26
+
+	// VDPBF16PS Z24, Z26, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x2e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z26, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x2e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 172(CX), Z27
+
+	// VDPBF16PS Z24, Z27, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x26
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z27, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x26
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VBROADCASTSS 176(CX), Z28
+
+	// VDPBF16PS Z24, Z28, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x1e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z28, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x1e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 180(CX), Z29
+
+	// VDPBF16PS Z24, Z29, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x16
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z29, Z19
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x16
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 184(CX), Z30
+
+	// VDPBF16PS Z24, Z30, Z20
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z30, Z21
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 188(CX), Z31
+
+	// VDPBF16PS Z24, Z31, Z22
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z31, Z23
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf9
+	ADDQ $0x000000c0, CX
+	ADDQ $0x00000200, DX
+	SUBQ $0x04, AX
+	JMP  loop
+
+tail:
+	TESTQ        AX, AX
+	JE           done
+	VMOVUPS      (DX), Z24
+	VMOVUPS      64(DX), Z25
+	VBROADCASTSS (CX), Z26
+
+	// VDPBF16PS Z24, Z26, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x2e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z26, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x2e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 4(CX), Z27
+
+	// VDPBF16PS Z24, Z27, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x26
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z27, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x26
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 8(CX), Z28
+
+	// VDPBF16PS Z24, Z28, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x1e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z28, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x1e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 12(CX), Z29
+
+	// VDPBF16PS Z24, Z29, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x16
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z29, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x16
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VBROADCASTSS 16(CX), Z30
+
+	// VDPBF16PS Z24, Z30, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z30, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 20(CX), Z31
+
+	// VDPBF16PS Z24, Z31, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z31, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 24(CX), Z26
+
+	// VDPBF16PS Z24, Z26, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x2e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z26, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x2e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 28(CX), Z27
+
+	// VDPBF16PS Z24, Z27, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x26
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z27, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x26
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VBROADCASTSS 32(CX), Z28
+
+	// VDPBF16PS Z24, Z28, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x1e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z28, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x1e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 36(CX), Z29
+
+	// VDPBF16PS Z24, Z29, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x16
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z29, Z19
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x16
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 40(CX), Z30
+
+	// VDPBF16PS Z24, Z30, Z20
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z30, Z21
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 44(CX), Z31
+
+	// VDPBF16PS Z24, Z31, Z22
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z31, Z23
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf9
+	ADDQ $0x00000030, CX
+	ADDQ $0x00000080, DX
+	DECQ AX
+	JMP  tail
+
+done:
+	MOVQ   accum+40(FP), AX
+	TESTQ  AX, AX
+	JE     store
+	MOVQ   BX, DI
+	VADDPS (DI), Z0, Z0
+	VADDPS 64(DI), Z1, Z1
+	ADDQ   SI, DI
+	VADDPS (DI), Z2, Z2
+	VADDPS 64(DI), Z3, Z3
+	ADDQ   SI, DI
+	VADDPS (DI), Z4, Z4
+	VADDPS 64(DI), Z5, Z5
+	ADDQ   SI, DI
+	VADDPS (DI), Z6, Z6
+	VADDPS 64(DI), Z7, Z7
+	ADDQ   SI, DI
+	VADDPS (DI), Z8, Z8
+	VADDPS 64(DI), Z9, Z9
+	ADDQ   SI, DI
+	VADDPS (DI), Z10, Z10
+	VADDPS 64(DI), Z11, Z11
+	ADDQ   SI, DI
+	VADDPS (DI), Z12, Z12
+	VADDPS 64(DI), Z13, Z13
+	ADDQ   SI, DI
+	VADDPS (DI), Z14, Z14
+	VADDPS 64(DI), Z15, Z15
+	ADDQ   SI, DI
+	VADDPS (DI), Z16, Z16
+	VADDPS 64(DI), Z17, Z17
+	ADDQ   SI, DI
+	VADDPS (DI), Z18, Z18
+	VADDPS 64(DI), Z19, Z19
+	ADDQ   SI, DI
+	VADDPS (DI), Z20, Z20
+	VADDPS 64(DI), Z21, Z21
+	ADDQ   SI, DI
+	VADDPS (DI), Z22, Z22
+	VADDPS 64(DI), Z23, Z23
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	VMOVUPS Z11, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z12, (BX)
+	VMOVUPS Z13, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z14, (BX)
+	VMOVUPS Z15, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z16, (BX)
+	VMOVUPS Z17, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z18, (BX)
+	VMOVUPS Z19, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z20, (BX)
+	VMOVUPS Z21, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z22, (BX)
+	VMOVUPS Z23, 64(BX)
+	VZEROUPPER
+	RET
+
+// func dotLoopBF16(n int)
+// Requires: AVX, AVX512F
+TEXT ·dotLoopBF16(SB), NOSPLIT, $0-8
+	MOVQ   n+0(FP), AX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	VPXORD Z25, Z25, Z25
+
+loop:
+	TESTQ AX, AX
+	JE    done
+
+	// VDPBF16PS Z24, Z25, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z25, Z1
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc9
+
+	// VDPBF16PS Z24, Z25, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z25, Z3
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd9
+
+	// VDPBF16PS Z24, Z25, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z25, Z5
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe9
+
+	// VDPBF16PS Z24, Z25, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z25, Z7
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf9
+
+	// VDPBF16PS Z24, Z25, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z25, Z9
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc9
+
+	// VDPBF16PS Z24, Z25, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z25, Z11
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd9
+
+	// VDPBF16PS Z24, Z25, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z25, Z13
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe9
+
+	// VDPBF16PS Z24, Z25, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z25, Z15
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf9
+
+	// VDPBF16PS Z24, Z25, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z25, Z17
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc9
+
+	// VDPBF16PS Z24, Z25, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z25, Z19
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd9
+
+	// VDPBF16PS Z24, Z25, Z20
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z25, Z21
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe9
+
+	// VDPBF16PS Z24, Z25, Z22
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z25, Z23
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf9
+	DECQ AX
+	JMP  loop
+
+done:
+	VZEROUPPER
+	RET

@@ -131,3 +131,13 @@ func maxSumAVX512(x *float32, n int) (mx float32, sum float32)
 
 // scaleAVX512 multiplies x[i] by s for i < n, a multiple of 16.
 func scaleAVX512(x *float32, n int, s float32)
+
+// kernelBF16 computes the 12×32 fp32 tile at c (row stride ldc floats) as the
+// product of the packed panels a (kc pairs × 12) and b (kc pairs × 32) of bf16
+// pairs, the even k in the low half of each uint32; it adds the product to
+// the tile when accum != 0 and overwrites it otherwise. It needs AVX512_BF16.
+func kernelBF16(kc int, a *uint32, b *uint32, c *float32, ldc int, accum int)
+
+// dotLoopBF16 runs n rounds of 24 independent 16-lane bf16 pair dot products
+// (VDPBF16PS, 1536 flops a round) on registers only. It needs AVX512_BF16.
+func dotLoopBF16(n int)
