@@ -103,13 +103,22 @@ func AvailableBF16() []string {
 // NaN.
 func roundBF16(f float32) uint32 {
 	b := math.Float32bits(f)
-	switch {
-	case b&0x7f800000 == 0:
-		return b & 0x80000000
-	case b&0x7fffffff > 0x7f800000:
-		return (b | 0x00400000) & 0xffff0000
+	if e := b & 0x7f800000; e == 0 || e == 0x7f800000 {
+		return roundSpecialBF16(b)
 	}
 	return (b + 0x7fff + (b>>16)&1) & 0xffff0000
+}
+
+// roundSpecialBF16 is roundBF16 of the fp32 bits b of a zero, subnormal,
+// infinity or NaN.
+func roundSpecialBF16(b uint32) uint32 {
+	if b&0x7f800000 == 0 {
+		return b & 0x80000000
+	}
+	if b&0x007fffff != 0 {
+		return (b | 0x00400000) & 0xffff0000
+	}
+	return b
 }
 
 // pairBF16 packs even and odd, rounded to bf16, into one uint32: even in
