@@ -55,6 +55,12 @@ type bf16Kernel struct {
 	// pairs packed groups of mr pairs, and b, pairs groups of nr; it adds
 	// to the tile when accum and overwrites it otherwise.
 	tile func(pairs int, a, b []uint32, c []float32, ldc int, accum bool)
+	// packRows packs rows ≤ w rows of kc k at src as packRowPairs does;
+	// scratch has room for w×⌈kc/2⌉ pairs.
+	packRows func(dst []uint32, src []float32, ld, rows, w, kc int, scratch []uint32)
+	// packCols packs cols ≤ w columns of kc k at src as packColPairs
+	// does.
+	packCols func(dst []uint32, src []float32, ld, cols, w, kc int)
 	// peak runs rounds of a register-only multiply-add loop with the
 	// kernel's instructions and returns the flops it did.
 	peak func(rounds int) int
@@ -63,7 +69,8 @@ type bf16Kernel struct {
 // goBF16Kernel is the portable bf16 kernel: the products of the rounded
 // inputs in fp32, in VDPBF16PS's order, slowly.
 func goBF16Kernel() *bf16Kernel {
-	return &bf16Kernel{name: "go-bf16-6x16", mr: 6, nr: 16, mc: 96, kc: 512, nc: 3072, tile: goTileBF16, peak: goPeak}
+	return &bf16Kernel{name: "go-bf16-6x16", mr: 6, nr: 16, mc: 96, kc: 512, nc: 3072, tile: goTileBF16,
+		packRows: goPackRows, packCols: packColPairs, peak: goPeak}
 }
 
 // WithPrecision returns an Engine with e's threads and fp32 kernels whose
@@ -163,11 +170,12 @@ func goTileBF16(pairs int, a, b []uint32, c []float32, ldc int, accum bool) {
 	}
 }
 
-// bf16Bufs are one goroutine's buffers of a bf16 product: packed panels
-// and an fp32 edge tile.
+// bf16Bufs are one goroutine's buffers of a bf16 product: packed panels,
+// an fp32 edge tile and the packers' scratch.
 type bf16Bufs struct {
-	pairs []uint32
-	tile  []float32
+	pairs   []uint32
+	tile    []float32
+	scratch []uint32
 }
 
 // gemmBF16 is MatMul on bf16 inputs for m, n, k > 0, split over the
@@ -200,10 +208,10 @@ func (e *Engine) gemmBlockBF16(c, a, b []float32, m, n, k, i0, i1, j0, j1 int, t
 	ncMax := min(kern.nc, ceilDiv(j1-j0, nr)*nr)
 	bSize := ncMax / nr * panelStride(nr, maxPairs)
 	aSize := mcMax / mr * panelStride(mr, maxPairs)
-	bufs := e.bf16Bufs(aSize+bSize, mr*nr)
+	bufs := e.bf16Bufs(aSize+bSize, mr*nr, max(mr, nr)*maxPairs)
 	defer e.packBF16.Put(bufs)
 	packed := alignedPairs(bufs.pairs, aSize+bSize)
-	ap, bp, tile := packed[:aSize], packed[aSize:], bufs.tile
+	ap, bp, tile, scratch := packed[:aSize], packed[aSize:], bufs.tile, bufs.scratch
 
 	for jc := j0; jc < j1; jc += kern.nc {
 		ncb := min(kern.nc, j1-jc)
@@ -216,9 +224,9 @@ func (e *Engine) gemmBlockBF16(c, a, b []float32, m, n, k, i0, i1, j0, j1 int, t
 			for q := range nPanels {
 				j := jc + q*nr
 				if transB {
-					packRowPairs(bp[q*sb:], b[j*k+pc:], k, min(nr, jc+ncb-j), nr, kcb)
+					kern.packRows(bp[q*sb:], b[j*k+pc:], k, min(nr, jc+ncb-j), nr, kcb, scratch)
 				} else {
-					packColPairs(bp[q*sb:], b[pc*n+j:], n, min(nr, jc+ncb-j), nr, kcb)
+					kern.packCols(bp[q*sb:], b[pc*n+j:], n, min(nr, jc+ncb-j), nr, kcb)
 				}
 			}
 			for ic := i0; ic < i1; ic += kern.mc {
@@ -226,9 +234,9 @@ func (e *Engine) gemmBlockBF16(c, a, b []float32, m, n, k, i0, i1, j0, j1 int, t
 				for q := range ceilDiv(mcb, mr) {
 					i := ic + q*mr
 					if transA {
-						packColPairs(ap[q*sa:], a[pc*m+i:], m, min(mr, ic+mcb-i), mr, kcb)
+						kern.packCols(ap[q*sa:], a[pc*m+i:], m, min(mr, ic+mcb-i), mr, kcb)
 					} else {
-						packRowPairs(ap[q*sa:], a[i*k+pc:], k, min(mr, ic+mcb-i), mr, kcb)
+						kern.packRows(ap[q*sa:], a[i*k+pc:], k, min(mr, ic+mcb-i), mr, kcb, scratch)
 					}
 				}
 				for q := range nPanels {
@@ -285,6 +293,11 @@ func packRowPairs(dst []uint32, src []float32, ld, rows, w, kc int) {
 	clearPanelEdge(dst, rows, w)
 }
 
+// goPackRows is the packRows of goBF16Kernel: packRowPairs, no scratch.
+func goPackRows(dst []uint32, src []float32, ld, rows, w, kc int, _ []uint32) {
+	packRowPairs(dst, src, ld, rows, w, kc)
+}
+
 // packColPairs packs cols ≤ w floats of each of kc rows at src (row
 // stride ld) as one panel of bf16 pairs: dst[w*(p/2)+r] holds src[p*ld+r]
 // and src[(p+1)*ld+r] for even p; a last odd row pairs with zero, and
@@ -318,12 +331,12 @@ func clearPanelEdge(dst []uint32, used, w int) {
 }
 
 // bf16Bufs returns buffers from the Engine's pool with room for n pairs
-// aligned to a cache line and a tile of tile floats.
-func (e *Engine) bf16Bufs(n, tile int) *bf16Bufs {
-	if b, ok := e.packBF16.Get().(*bf16Bufs); ok && len(b.pairs) >= n+16 && len(b.tile) >= tile {
+// aligned to a cache line, a tile of tile floats and scratch pairs.
+func (e *Engine) bf16Bufs(n, tile, scratch int) *bf16Bufs {
+	if b, ok := e.packBF16.Get().(*bf16Bufs); ok && len(b.pairs) >= n+16 && len(b.tile) >= tile && len(b.scratch) >= scratch {
 		return b
 	}
-	return &bf16Bufs{pairs: make([]uint32, n+16), tile: make([]float32, tile)}
+	return &bf16Bufs{pairs: make([]uint32, n+16), tile: make([]float32, tile), scratch: make([]uint32, scratch)}
 }
 
 // alignedPairs is aligned for uint32 buffers.

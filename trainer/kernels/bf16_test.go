@@ -139,3 +139,65 @@ func TestPeakBF16(t *testing.T) {
 		require.Positive(t, e.PeakGFLOPS(10e6), kern.name)
 	}
 }
+
+// specialFloats is n random floats of every kind the bf16 rounding treats
+// apart: ordinary values and ties of both signs, subnormals, zeros,
+// infinities, NaNs with payloads high and low, and values that round up
+// to infinity.
+func specialFloats(r *rand.Rand, n int) []float32 {
+	kinds := []func() uint32{
+		func() uint32 { return math.Float32bits(r.Float32()*8 - 4) },
+		func() uint32 { return r.Uint32()&0xffff0000 | 0x8000 },                         // a tie
+		func() uint32 { return r.Uint32() & 0x807fffff },                                // subnormal or zero
+		func() uint32 { return r.Uint32()&0x80000000 | 0x7f800000 },                     // infinity
+		func() uint32 { return 0x7f800000 | r.Uint32()&0x807fffff | 1 },                 // NaN
+		func() uint32 { return r.Uint32()&0x80000000 | 0x7f7f8000 | r.Uint32()&0x7fff }, // to infinity
+		func() uint32 { return r.Uint32() },
+	}
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = math.Float32frombits(kinds[r.IntN(len(kinds))]())
+	}
+	return s
+}
+
+// TestPackBF16MatchesPortable: every bf16 kernel's packers write the same
+// bits as the portable packRowPairs and packColPairs, for full and edge
+// panels, odd and even kc, on every kind of float.
+func TestPackBF16MatchesPortable(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, kern := range bf16KernelsForCPU() {
+		for _, w := range []int{kern.mr, kern.nr} {
+			for _, used := range []int{w, w - 1, 1} {
+				for _, kc := range []int{1, 2, 7, 31, 32, 33, 64, 128, 161, 512} {
+					name := fmt.Sprintf("%s/w%d/used%d/kc%d", kern.name, w, used, kc)
+					t.Run(name, func(t *testing.T) {
+						pairs := ceilDiv(kc, 2)
+						rowsLd, colsLd := kc+3, w+5
+						rowSrc := specialFloats(r, (used-1)*rowsLd+kc)
+						colSrc := specialFloats(r, (kc-1)*colsLd+used)
+
+						want, got := garbage(w*pairs), garbage(w*pairs)
+						packRowPairs(want, rowSrc, rowsLd, used, w, kc)
+						kern.packRows(got, rowSrc, rowsLd, used, w, kc, make([]uint32, w*pairs))
+						require.Equal(t, want, got, "packRows")
+
+						want, got = garbage(w*pairs), garbage(w*pairs)
+						packColPairs(want, colSrc, colsLd, used, w, kc)
+						kern.packCols(got, colSrc, colsLd, used, w, kc)
+						require.Equal(t, want, got, "packCols")
+					})
+				}
+			}
+		}
+	}
+}
+
+// garbage is n uint32 that no packer writes, so a skipped entry shows.
+func garbage(n int) []uint32 {
+	s := make([]uint32, n)
+	for i := range s {
+		s[i] = 0xdeadbeef
+	}
+	return s
+}

@@ -130,6 +130,8 @@ func avx512BF16Kernel() *bf16Kernel {
 			_ = c[11*ldc+31]
 			kernelBF16(pairs, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc, boolInt(accum))
 		},
+		packRows: avxPackRowPairs,
+		packCols: avxPackColPairs,
 		peak: func(rounds int) int {
 			dotLoopBF16(rounds)
 			return rounds * 1536
@@ -148,6 +150,61 @@ func bf16KernelsForCPU() []*bf16Kernel {
 		return []*bf16Kernel{avx512BF16Kernel(), goBF16Kernel()}
 	}
 	return []*bf16Kernel{goBF16Kernel()}
+}
+
+// avxPackRowPairs is packRowPairs with whole panels of 12 and 32 rows
+// done in assembly: each row rounded by cvtPairsBF16 into scratch (its
+// pairs in order), then the w×⌈kc/2⌉ pairs transposed as avxTranspose
+// moves floats. A row's last kc%32 floats round in Go.
+func avxPackRowPairs(dst []uint32, src []float32, ld, rows, w, kc int, scratch []uint32) {
+	whole := kc / 32 * 32
+	if rows != w || (w != 12 && w != 32) || whole == 0 {
+		packRowPairs(dst, src, ld, rows, w, kc)
+		return
+	}
+	pairs := ceilDiv(kc, 2)
+	s := scratch[:w*pairs]
+	for r := range w {
+		row, out := src[r*ld:][:kc], s[r*pairs:][:pairs]
+		cvtPairsBF16(unsafe.SliceData(out), unsafe.SliceData(row), whole)
+		for p := whole / 2; p < kc/2; p++ {
+			out[p] = pairBF16(row[2*p], row[2*p+1])
+		}
+		if kc%2 == 1 {
+			out[pairs-1] = pairBF16(row[kc-1], 0)
+		}
+	}
+	avxTranspose(pairsAsFloats(dst[:w*pairs]), pairsAsFloats(s), w, pairs, pairs)
+}
+
+// avxPackColPairs is packColPairs with whole panels of 12 and 32
+// columns done in assembly (packCols12BF16, packCols32BF16); a last odd
+// row pairs with zero in Go.
+func avxPackColPairs(dst []uint32, src []float32, ld, cols, w, kc int) {
+	pairs := kc / 2
+	if cols != w || (w != 12 && w != 32) || pairs == 0 {
+		packColPairs(dst, src, ld, cols, w, kc)
+		return
+	}
+	_ = dst[w*ceilDiv(kc, 2)-1]
+	_ = src[(2*pairs-1)*ld+w-1]
+	if w == 12 {
+		packCols12BF16(unsafe.SliceData(dst), unsafe.SliceData(src), ld, pairs)
+	} else {
+		packCols32BF16(unsafe.SliceData(dst), unsafe.SliceData(src), ld, pairs)
+	}
+	if kc%2 == 1 {
+		d, even := dst[w*pairs:][:w], src[(kc-1)*ld:][:w]
+		for r, v := range even {
+			d[r] = pairBF16(v, 0)
+		}
+	}
+}
+
+// pairsAsFloats is p's memory seen as floats, for routines that only
+// move 32-bit values.
+func pairsAsFloats(p []uint32) []float32 {
+	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(p))), len(p))
 }
 
 // avxTranspose is goTranspose with whole blocks of columns of 6, 12, 16

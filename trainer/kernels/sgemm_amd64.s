@@ -4957,3 +4957,151 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// func cvtPairsBF16(dst *uint32, src *float32, n int)
+// Requires: AVX, AVX512F
+TEXT ·cvtPairsBF16(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), AX
+	MOVQ src+8(FP), CX
+	MOVQ n+16(FP), DX
+	SHRQ $0x05, DX
+
+loop:
+	TESTQ   DX, DX
+	JE      done
+	VMOVUPS (CX), Z0
+	VMOVUPS 64(CX), Z1
+
+	// VCVTNE2PS2BF16 Z0, Z1, Z2
+	BYTE      $0x62
+	BYTE      $0xf2
+	BYTE      $0x77
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xd0
+	VMOVDQU32 Z2, (AX)
+	ADDQ      $0x00000080, CX
+	ADDQ      $0x40, AX
+	DECQ      DX
+	JMP       loop
+
+done:
+	VZEROUPPER
+	RET
+
+DATA bf16interleave<>+0(SB)/2, $0x0000
+DATA bf16interleave<>+2(SB)/2, $0x0010
+DATA bf16interleave<>+4(SB)/2, $0x0001
+DATA bf16interleave<>+6(SB)/2, $0x0011
+DATA bf16interleave<>+8(SB)/2, $0x0002
+DATA bf16interleave<>+10(SB)/2, $0x0012
+DATA bf16interleave<>+12(SB)/2, $0x0003
+DATA bf16interleave<>+14(SB)/2, $0x0013
+DATA bf16interleave<>+16(SB)/2, $0x0004
+DATA bf16interleave<>+18(SB)/2, $0x0014
+DATA bf16interleave<>+20(SB)/2, $0x0005
+DATA bf16interleave<>+22(SB)/2, $0x0015
+DATA bf16interleave<>+24(SB)/2, $0x0006
+DATA bf16interleave<>+26(SB)/2, $0x0016
+DATA bf16interleave<>+28(SB)/2, $0x0007
+DATA bf16interleave<>+30(SB)/2, $0x0017
+DATA bf16interleave<>+32(SB)/2, $0x0008
+DATA bf16interleave<>+34(SB)/2, $0x0018
+DATA bf16interleave<>+36(SB)/2, $0x0009
+DATA bf16interleave<>+38(SB)/2, $0x0019
+DATA bf16interleave<>+40(SB)/2, $0x000a
+DATA bf16interleave<>+42(SB)/2, $0x001a
+DATA bf16interleave<>+44(SB)/2, $0x000b
+DATA bf16interleave<>+46(SB)/2, $0x001b
+DATA bf16interleave<>+48(SB)/2, $0x000c
+DATA bf16interleave<>+50(SB)/2, $0x001c
+DATA bf16interleave<>+52(SB)/2, $0x000d
+DATA bf16interleave<>+54(SB)/2, $0x001d
+DATA bf16interleave<>+56(SB)/2, $0x000e
+DATA bf16interleave<>+58(SB)/2, $0x001e
+DATA bf16interleave<>+60(SB)/2, $0x000f
+DATA bf16interleave<>+62(SB)/2, $0x001f
+GLOBL bf16interleave<>(SB), RODATA|NOPTR, $64
+
+// func packCols12BF16(dst *uint32, src *float32, ld int, pairs int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL
+TEXT ·packCols12BF16(SB), NOSPLIT, $0-32
+	MOVQ      dst+0(FP), AX
+	MOVQ      src+8(FP), CX
+	MOVQ      ld+16(FP), DX
+	MOVQ      pairs+24(FP), BX
+	SHLQ      $0x02, DX
+	VMOVDQU32 bf16interleave<>+0(SB), Z31
+	MOVL      $0x00000fff, SI
+	KMOVW     SI, K1
+
+loop:
+	TESTQ     BX, BX
+	JE        done
+	VMOVUPS.Z (CX), K1, Z0
+	VMOVUPS.Z (CX)(DX*1), K1, Z1
+
+	// VCVTNE2PS2BF16 Z0, Z1, Z2
+	BYTE          $0x62
+	BYTE          $0xf2
+	BYTE          $0x77
+	BYTE          $0x48
+	BYTE          $0x72
+	BYTE          $0xd0
+	VPERMW        Z2, Z31, Z3
+	VMOVDQU32     Y3, (AX)
+	VEXTRACTI32X4 $0x02, Z3, 32(AX)
+	LEAQ          (CX)(DX*2), CX
+	ADDQ          $0x30, AX
+	DECQ          BX
+	JMP           loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func packCols32BF16(dst *uint32, src *float32, ld int, pairs int)
+// Requires: AVX, AVX512BW, AVX512F
+TEXT ·packCols32BF16(SB), NOSPLIT, $0-32
+	MOVQ      dst+0(FP), AX
+	MOVQ      src+8(FP), CX
+	MOVQ      ld+16(FP), DX
+	MOVQ      pairs+24(FP), BX
+	SHLQ      $0x02, DX
+	VMOVDQU32 bf16interleave<>+0(SB), Z31
+
+loop:
+	TESTQ   BX, BX
+	JE      done
+	VMOVUPS (CX), Z0
+	VMOVUPS (CX)(DX*1), Z1
+
+	// VCVTNE2PS2BF16 Z0, Z1, Z2
+	BYTE      $0x62
+	BYTE      $0xf2
+	BYTE      $0x77
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xd0
+	VPERMW    Z2, Z31, Z3
+	VMOVDQU32 Z3, (AX)
+	VMOVUPS   64(CX), Z4
+	VMOVUPS   64(CX)(DX*1), Z5
+
+	// VCVTNE2PS2BF16 Z4, Z5, Z6
+	BYTE      $0x62
+	BYTE      $0xf2
+	BYTE      $0x57
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xf4
+	VPERMW    Z6, Z31, Z7
+	VMOVDQU32 Z7, 64(AX)
+	LEAQ      (CX)(DX*2), CX
+	ADDQ      $0x80, AX
+	DECQ      BX
+	JMP       loop
+
+done:
+	VZEROUPPER
+	RET

@@ -141,3 +141,21 @@ func kernelBF16(kc int, a *uint32, b *uint32, c *float32, ldc int, accum int)
 // dotLoopBF16 runs n rounds of 24 independent 16-lane bf16 pair dot products
 // (VDPBF16PS, 1536 flops a round) on registers only. It needs AVX512_BF16.
 func dotLoopBF16(n int)
+
+// cvtPairsBF16 rounds the n floats at src (n a multiple of 32) to bf16 (to
+// nearest even, subnormals to zero) and stores them in order at dst: dst[i]
+// holds src[2i] in its low half and src[2i+1] in its high half. It needs
+// AVX512_BF16.
+func cvtPairsBF16(dst *uint32, src *float32, n int)
+
+// packCols12BF16 packs pairs pairs of rows of 12 floats at src (row stride ld
+// floats), rounded to bf16 (to nearest even, subnormals to zero), into dst:
+// dst[12*p+r] holds src[2p*ld+r] in its low half and src[(2p+1)*ld+r] in
+// its high half. It needs AVX512_BF16.
+func packCols12BF16(dst *uint32, src *float32, ld int, pairs int)
+
+// packCols32BF16 packs pairs pairs of rows of 32 floats at src (row stride ld
+// floats), rounded to bf16 (to nearest even, subnormals to zero), into dst:
+// dst[32*p+r] holds src[2p*ld+r] in its low half and src[(2p+1)*ld+r] in
+// its high half. It needs AVX512_BF16.
+func packCols32BF16(dst *uint32, src *float32, ld int, pairs int)

@@ -41,6 +41,10 @@ func main() {
 	vecMath()
 	tileKernel(bf16Tile, aPacked)
 	dotLoopBF16()
+	cvtPairsBF16()
+	interleave := interleaveWords()
+	packColsBF16(12, interleave)
+	packColsBF16(32, interleave)
 	Generate()
 }
 
