@@ -64,6 +64,9 @@ type bf16Kernel struct {
 	// peak runs rounds of a register-only multiply-add loop with the
 	// kernel's instructions and returns the flops it did.
 	peak func(rounds int) int
+	// narrow, when not nil, runs the products of at most narrow.nr
+	// columns, with the same bits.
+	narrow *bf16Kernel
 }
 
 // goBF16Kernel is the portable bf16 kernel: the products of the rounded
@@ -182,7 +185,11 @@ type bf16Bufs struct {
 // goroutines as gemm does: by blocks of C, so that every element is the
 // same sum whatever the number of goroutines.
 func (e *Engine) gemmBF16(c, a, b []float32, m, n, k int, transA, transB, acc bool) {
-	mr, nr := e.bf.mr, e.bf.nr
+	kern := e.bf
+	if kern.narrow != nil && n <= kern.narrow.nr {
+		kern = kern.narrow
+	}
+	mr, nr := kern.mr, kern.nr
 	threads := e.threads
 	if m*n*k < e.minParallel {
 		threads = 1
@@ -192,16 +199,15 @@ func (e *Engine) gemmBF16(c, a, b []float32, m, n, k int, transA, transB, acc bo
 	parallel(tm*tn, func(t int) {
 		r0, r1 := part(mPanels, tm, t/tn)
 		q0, q1 := part(nPanels, tn, t%tn)
-		e.gemmBlockBF16(c, a, b, m, n, k, r0*mr, min(r1*mr, m), q0*nr, min(q1*nr, n), transA, transB, acc)
+		e.gemmBlockBF16(kern, c, a, b, m, n, k, r0*mr, min(r1*mr, m), q0*nr, min(q1*nr, n), transA, transB, acc)
 	})
 }
 
 // gemmBlockBF16 computes rows i0..i1 and columns j0..j1 of C as gemmBF16
-// does, on the calling goroutine: for each kc×nc block of op(B) and each
+// does, with kern, on the calling goroutine: for each kc×nc block of op(B) and each
 // mc×kc block of op(A), both packed as bf16 pairs, the kernel runs over
 // the tiles; edge tiles go through a scratch tile.
-func (e *Engine) gemmBlockBF16(c, a, b []float32, m, n, k, i0, i1, j0, j1 int, transA, transB, acc bool) {
-	kern := e.bf
+func (e *Engine) gemmBlockBF16(kern *bf16Kernel, c, a, b []float32, m, n, k, i0, i1, j0, j1 int, transA, transB, acc bool) {
 	mr, nr := kern.mr, kern.nr
 	maxPairs := ceilDiv(min(k, kern.kc), 2)
 	mcMax := min(kern.mc, ceilDiv(i1-i0, mr)*mr)

@@ -61,6 +61,22 @@ func bf16Engine(threads int, kern *bf16Kernel) *Engine {
 	return e
 }
 
+// bf16TestKernels is every bf16 kernel the CPU runs, and each that has a
+// narrow one once more without it, so that its own tile runs on every
+// shape.
+func bf16TestKernels() []*bf16Kernel {
+	var ks []*bf16Kernel
+	for _, k := range bf16KernelsForCPU() {
+		ks = append(ks, k)
+		if k.narrow != nil {
+			alone := *k
+			alone.name, alone.narrow = k.name+"-alone", nil
+			ks = append(ks, &alone, k.narrow)
+		}
+	}
+	return ks
+}
+
 // TestMatMulBF16MatchesReference: every bf16 kernel on 1 to 3 goroutines
 // computes the fp32 product of the bf16-rounded inputs, up to the order
 // of the fp32 sums; the same bits whatever the number of goroutines; and
@@ -68,7 +84,7 @@ func bf16Engine(threads int, kern *bf16Kernel) *Engine {
 // sums it copies.
 func TestMatMulBF16MatchesReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	shapes := append(testShapes, shape{200, 70, 1100}, shape{13, 3200, 40})
+	shapes := append(testShapes, shape{200, 70, 1100}, shape{13, 3200, 40}, shape{150, 16, 1100}, shape{64, 16, 64})
 	for _, s := range shapes {
 		a, b := randSlice(r, s.m*s.k), randSlice(r, s.k*s.n)
 		c0 := randSlice(r, s.m*s.n)
@@ -78,7 +94,7 @@ func TestMatMulBF16MatchesReference(t *testing.T) {
 			want := append([]float32(nil), c0...)
 			naiveMatMul(want, roundedBF16(a), roundedBF16(b), s.m, s.n, s.k, op.transA, op.transB, op.acc)
 			var first []float32
-			for _, kern := range bf16KernelsForCPU() {
+			for _, kern := range bf16TestKernels() {
 				for _, threads := range []int{1, 3} {
 					name := fmt.Sprintf("%dx%dx%d/ta=%v,tb=%v,acc=%v/%s/t%d", s.m, s.n, s.k, op.transA, op.transB, op.acc, kern.name, threads)
 					t.Run(name, func(t *testing.T) {
@@ -166,7 +182,7 @@ func specialFloats(r *rand.Rand, n int) []float32 {
 // panels, odd and even kc, on every kind of float.
 func TestPackBF16MatchesPortable(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
-	for _, kern := range bf16KernelsForCPU() {
+	for _, kern := range bf16TestKernels() {
 		for _, w := range []int{kern.mr, kern.nr} {
 			for _, used := range []int{w, w - 1, 1} {
 				for _, kc := range []int{1, 2, 7, 31, 32, 33, 64, 128, 161, 512} {

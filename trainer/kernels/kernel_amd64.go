@@ -136,6 +136,32 @@ func avx512BF16Kernel() *bf16Kernel {
 			dotLoopBF16(rounds)
 			return rounds * 1536
 		},
+		narrow: avx512BF16NarrowKernel(),
+	}
+}
+
+// avx512BF16NarrowKernel is the 12×16 AVX512_BF16 kernel the 12×32 one
+// hands products of at most 16 columns to: the same sums in the same
+// order, so the same bits.
+func avx512BF16NarrowKernel() *bf16Kernel {
+	return &bf16Kernel{
+		name: "avx512bf16-12x16",
+		mr:   12, nr: 16,
+		mc: 144, kc: 512, nc: 3072,
+		tile: func(pairs int, a, b []uint32, c []float32, ldc int, accum bool) {
+			// The assembly reads pairs*12 pairs of a, pairs*16 of b and a
+			// 12×16 tile of c.
+			_ = a[pairs*12-1]
+			_ = b[pairs*16-1]
+			_ = c[11*ldc+15]
+			kernelBF16Narrow(pairs, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc, boolInt(accum))
+		},
+		packRows: avxPackRowPairs,
+		packCols: avxPackColPairs,
+		peak: func(rounds int) int {
+			dotLoopBF16(rounds)
+			return rounds * 1536
+		},
 	}
 }
 
@@ -152,13 +178,13 @@ func bf16KernelsForCPU() []*bf16Kernel {
 	return []*bf16Kernel{goBF16Kernel()}
 }
 
-// avxPackRowPairs is packRowPairs with whole panels of 12 and 32 rows
+// avxPackRowPairs is packRowPairs with whole panels of 12, 16 and 32 rows
 // done in assembly: each row rounded by cvtPairsBF16 into scratch (its
 // pairs in order), then the w×⌈kc/2⌉ pairs transposed as avxTranspose
 // moves floats. A row's last kc%32 floats round in Go.
 func avxPackRowPairs(dst []uint32, src []float32, ld, rows, w, kc int, scratch []uint32) {
 	whole := kc / 32 * 32
-	if rows != w || (w != 12 && w != 32) || whole == 0 {
+	if rows != w || (w != 12 && w != 16 && w != 32) || whole == 0 {
 		packRowPairs(dst, src, ld, rows, w, kc)
 		return
 	}
@@ -177,21 +203,25 @@ func avxPackRowPairs(dst []uint32, src []float32, ld, rows, w, kc int, scratch [
 	avxTranspose(pairsAsFloats(dst[:w*pairs]), pairsAsFloats(s), w, pairs, pairs)
 }
 
-// avxPackColPairs is packColPairs with whole panels of 12 and 32
-// columns done in assembly (packCols12BF16, packCols32BF16); a last odd
-// row pairs with zero in Go.
+// avxPackColPairs is packColPairs with whole panels of 12, 16 and 32
+// columns done in assembly (packCols12BF16, packCols16BF16,
+// packCols32BF16); a last odd row pairs with zero in Go.
 func avxPackColPairs(dst []uint32, src []float32, ld, cols, w, kc int) {
 	pairs := kc / 2
-	if cols != w || (w != 12 && w != 32) || pairs == 0 {
+	if cols != w || (w != 12 && w != 16 && w != 32) || pairs == 0 {
 		packColPairs(dst, src, ld, cols, w, kc)
 		return
 	}
 	_ = dst[w*ceilDiv(kc, 2)-1]
 	_ = src[(2*pairs-1)*ld+w-1]
-	if w == 12 {
-		packCols12BF16(unsafe.SliceData(dst), unsafe.SliceData(src), ld, pairs)
-	} else {
-		packCols32BF16(unsafe.SliceData(dst), unsafe.SliceData(src), ld, pairs)
+	d, s := unsafe.SliceData(dst), unsafe.SliceData(src)
+	switch w {
+	case 12:
+		packCols12BF16(d, s, ld, pairs)
+	case 16:
+		packCols16BF16(d, s, ld, pairs)
+	default:
+		packCols32BF16(d, s, ld, pairs)
 	}
 	if kc%2 == 1 {
 		d, even := dst[w*pairs:][:w], src[(kc-1)*ld:][:w]

@@ -4725,6 +4725,681 @@ store:
 	VZEROUPPER
 	RET
 
+// func kernelBF16Narrow(kc int, a *uint32, b *uint32, c *float32, ldc int, accum int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·kernelBF16Narrow(SB), NOSPLIT, $0-48
+	MOVQ       kc+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	VPXORD     Z0, Z0, Z0
+	VPXORD     Z1, Z1, Z1
+	VPXORD     Z2, Z2, Z2
+	VPXORD     Z3, Z3, Z3
+	VPXORD     Z4, Z4, Z4
+	VPXORD     Z5, Z5, Z5
+	VPXORD     Z6, Z6, Z6
+	VPXORD     Z7, Z7, Z7
+	VPXORD     Z8, Z8, Z8
+	VPXORD     Z9, Z9, Z9
+	VPXORD     Z10, Z10, Z10
+	VPXORD     Z11, Z11, Z11
+	MOVQ       BX, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 60(DI)
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Z12
+	VBROADCASTSS (CX), Z13
+
+	// VDPBF16PS Z12, Z13, Z0
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc4
+	VBROADCASTSS 4(CX), Z14
+
+	// VDPBF16PS Z12, Z14, Z1
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcc
+	VBROADCASTSS 8(CX), Z15
+
+	// VDPBF16PS Z12, Z15, Z2
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xd4
+	VBROADCASTSS 12(CX), Z16
+
+	// VDPBF16PS Z12, Z16, Z3
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdc
+	VBROADCASTSS 16(CX), Z17
+
+	// VDPBF16PS Z12, Z17, Z4
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe4
+	VBROADCASTSS 20(CX), Z18
+
+	// VDPBF16PS Z12, Z18, Z5
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x6e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VBROADCASTSS 24(CX), Z19
+
+	// VDPBF16PS Z12, Z19, Z6
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf4
+	VBROADCASTSS 28(CX), Z20
+
+	// VDPBF16PS Z12, Z20, Z7
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x5e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfc
+	VBROADCASTSS 32(CX), Z21
+
+	// VDPBF16PS Z12, Z21, Z8
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc4
+	VBROADCASTSS 36(CX), Z22
+
+	// VDPBF16PS Z12, Z22, Z9
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x4e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcc
+	VBROADCASTSS 40(CX), Z23
+
+	// VDPBF16PS Z12, Z23, Z10
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd4
+	VBROADCASTSS 44(CX), Z24
+
+	// VDPBF16PS Z12, Z24, Z11
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x3e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdc
+	VMOVUPS      64(DX), Z12
+	VBROADCASTSS 48(CX), Z13
+
+	// VDPBF16PS Z12, Z13, Z0
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc4
+	VBROADCASTSS 52(CX), Z14
+
+	// VDPBF16PS Z12, Z14, Z1
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcc
+	VBROADCASTSS 56(CX), Z15
+
+	// VDPBF16PS Z12, Z15, Z2
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xd4
+	VBROADCASTSS 60(CX), Z16
+
+	// VDPBF16PS Z12, Z16, Z3
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdc
+	VBROADCASTSS 64(CX), Z17
+
+	// VDPBF16PS Z12, Z17, Z4
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe4
+	VBROADCASTSS 68(CX), Z18
+
+	// VDPBF16PS Z12, Z18, Z5
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x6e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VBROADCASTSS 72(CX), Z19
+
+	// VDPBF16PS Z12, Z19, Z6
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf4
+	VBROADCASTSS 76(CX), Z20
+
+	// VDPBF16PS Z12, Z20, Z7
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x5e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfc
+	VBROADCASTSS 80(CX), Z21
+
+	// VDPBF16PS Z12, Z21, Z8
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc4
+	VBROADCASTSS 84(CX), Z22
+
+	// VDPBF16PS Z12, Z22, Z9
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x4e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcc
+	VBROADCASTSS 88(CX), Z23
+
+	// VDPBF16PS Z12, Z23, Z10
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd4
+	VBROADCASTSS 92(CX), Z24
+
+	// VDPBF16PS Z12, Z24, Z11
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x3e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdc
+	VMOVUPS      128(DX), Z12
+	VBROADCASTSS 96(CX), Z13
+
+	// VDPBF16PS Z12, Z13, Z0
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc4
+	VBROADCASTSS 100(CX), Z14
+
+	// VDPBF16PS Z12, Z14, Z1
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcc
+	VBROADCASTSS 104(CX), Z15
+
+	// VDPBF16PS Z12, Z15, Z2
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xd4
+	VBROADCASTSS 108(CX), Z16
+
+	// VDPBF16PS Z12, Z16, Z3
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdc
+	VBROADCASTSS 112(CX), Z17
+
+	// VDPBF16PS Z12, Z17, Z4
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe4
+	VBROADCASTSS 116(CX), Z18
+
+	// VDPBF16PS Z12, Z18, Z5
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x6e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VBROADCASTSS 120(CX), Z19
+
+	// VDPBF16PS Z12, Z19, Z6
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf4
+	VBROADCASTSS 124(CX), Z20
+
+	// VDPBF16PS Z12, Z20, Z7
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x5e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfc
+	VBROADCASTSS 128(CX), Z21
+
+	// VDPBF16PS Z12, Z21, Z8
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc4
+	VBROADCASTSS 132(CX), Z22
+
+	// VDPBF16PS Z12, Z22, Z9
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x4e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcc
+	VBROADCASTSS 136(CX), Z23
+
+	// VDPBF16PS Z12, Z23, Z10
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd4
+	VBROADCASTSS 140(CX), Z24
+
+	// VDPBF16PS Z12, Z24, Z11
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x3e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdc
+	VMOVUPS      192(DX), Z12
+	VBROADCASTSS 144(CX), Z13
+
+	// VDPBF16PS Z12, Z13, Z0
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc4
+	VBROADCASTSS 148(CX), Z14
+
+	// VDPBF16PS Z12, Z14, Z1
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcc
+	VBROADCASTSS 152(CX), Z15
+
+	// VDPBF16PS Z12, Z15, Z2
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xd4
+	VBROADCASTSS 156(CX), Z16
+
+	// VDPBF16PS Z12, Z16, Z3
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdc
+	VBROADCASTSS 160(CX), Z17
+
+	// VDPBF16PS Z12, Z17, Z4
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe4
+	VBROADCASTSS 164(CX), Z18
+
+	// VDPBF16PS Z12, Z18, Z5
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x6e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VBROADCASTSS 168(CX), Z19
+
+	// VDPBF16PS Z12, Z19, Z6
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf4
+	VBROADCASTSS 172(CX), Z20
+
+	// VDPBF16PS Z12, Z20, Z7
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x5e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfc
+	VBROADCASTSS 176(CX), Z21
+
+	// VDPBF16PS Z12, Z21, Z8
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc4
+	VBROADCASTSS 180(CX), Z22
+
+	// VDPBF16PS Z12, Z22, Z9
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x4e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcc
+	VBROADCASTSS 184(CX), Z23
+
+	// VDPBF16PS Z12, Z23, Z10
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd4
+	VBROADCASTSS 188(CX), Z24
+
+	// VDPBF16PS Z12, Z24, Z11
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xdc
+	ADDQ $0x000000c0, CX
+	ADDQ $0x00000100, DX
+	SUBQ $0x04, AX
+	JMP  loop
+
+tail:
+	TESTQ        AX, AX
+	JE           done
+	VMOVUPS      (DX), Z12
+	VBROADCASTSS (CX), Z13
+
+	// VDPBF16PS Z12, Z13, Z0
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc4
+	VBROADCASTSS 4(CX), Z14
+
+	// VDPBF16PS Z12, Z14, Z1
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcc
+	VBROADCASTSS 8(CX), Z15
+
+	// VDPBF16PS Z12, Z15, Z2
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xd4
+	VBROADCASTSS 12(CX), Z16
+
+	// VDPBF16PS Z12, Z16, Z3
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdc
+	VBROADCASTSS 16(CX), Z17
+
+	// VDPBF16PS Z12, Z17, Z4
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe4
+	VBROADCASTSS 20(CX), Z18
+
+	// VDPBF16PS Z12, Z18, Z5
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x6e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VBROADCASTSS 24(CX), Z19
+
+	// VDPBF16PS Z12, Z19, Z6
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf4
+	VBROADCASTSS 28(CX), Z20
+
+	// VDPBF16PS Z12, Z20, Z7
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x5e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfc
+	VBROADCASTSS 32(CX), Z21
+
+	// VDPBF16PS Z12, Z21, Z8
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc4
+	VBROADCASTSS 36(CX), Z22
+
+	// VDPBF16PS Z12, Z22, Z9
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x4e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcc
+	VBROADCASTSS 40(CX), Z23
+
+	// VDPBF16PS Z12, Z23, Z10
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd4
+	VBROADCASTSS 44(CX), Z24
+
+	// VDPBF16PS Z12, Z24, Z11
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xdc
+	ADDQ $0x00000030, CX
+	ADDQ $0x00000040, DX
+	DECQ AX
+	JMP  tail
+
+done:
+	MOVQ   accum+40(FP), AX
+	TESTQ  AX, AX
+	JE     store
+	MOVQ   BX, DI
+	VADDPS (DI), Z0, Z0
+	ADDQ   SI, DI
+	VADDPS (DI), Z1, Z1
+	ADDQ   SI, DI
+	VADDPS (DI), Z2, Z2
+	ADDQ   SI, DI
+	VADDPS (DI), Z3, Z3
+	ADDQ   SI, DI
+	VADDPS (DI), Z4, Z4
+	ADDQ   SI, DI
+	VADDPS (DI), Z5, Z5
+	ADDQ   SI, DI
+	VADDPS (DI), Z6, Z6
+	ADDQ   SI, DI
+	VADDPS (DI), Z7, Z7
+	ADDQ   SI, DI
+	VADDPS (DI), Z8, Z8
+	ADDQ   SI, DI
+	VADDPS (DI), Z9, Z9
+	ADDQ   SI, DI
+	VADDPS (DI), Z10, Z10
+	ADDQ   SI, DI
+	VADDPS (DI), Z11, Z11
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z5, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z7, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z9, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z11, (BX)
+	VZEROUPPER
+	RET
+
 // func dotLoopBF16(n int)
 // Requires: AVX, AVX512F
 TEXT ·dotLoopBF16(SB), NOSPLIT, $0-8
@@ -5055,6 +5730,40 @@ loop:
 	ADDQ          $0x30, AX
 	DECQ          BX
 	JMP           loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func packCols16BF16(dst *uint32, src *float32, ld int, pairs int)
+// Requires: AVX, AVX512BW, AVX512F
+TEXT ·packCols16BF16(SB), NOSPLIT, $0-32
+	MOVQ      dst+0(FP), AX
+	MOVQ      src+8(FP), CX
+	MOVQ      ld+16(FP), DX
+	MOVQ      pairs+24(FP), BX
+	SHLQ      $0x02, DX
+	VMOVDQU32 bf16interleave<>+0(SB), Z31
+
+loop:
+	TESTQ   BX, BX
+	JE      done
+	VMOVUPS (CX), Z0
+	VMOVUPS (CX)(DX*1), Z1
+
+	// VCVTNE2PS2BF16 Z0, Z1, Z2
+	BYTE      $0x62
+	BYTE      $0xf2
+	BYTE      $0x77
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xd0
+	VPERMW    Z2, Z31, Z3
+	VMOVDQU32 Z3, (AX)
+	LEAQ      (CX)(DX*2), CX
+	ADDQ      $0x40, AX
+	DECQ      BX
+	JMP       loop
 
 done:
 	VZEROUPPER

@@ -138,6 +138,12 @@ func scaleAVX512(x *float32, n int, s float32)
 // the tile when accum != 0 and overwrites it otherwise. It needs AVX512_BF16.
 func kernelBF16(kc int, a *uint32, b *uint32, c *float32, ldc int, accum int)
 
+// kernelBF16Narrow computes the 12×16 fp32 tile at c (row stride ldc floats) as the
+// product of the packed panels a (kc pairs × 12) and b (kc pairs × 16) of bf16
+// pairs, the even k in the low half of each uint32; it adds the product to
+// the tile when accum != 0 and overwrites it otherwise. It needs AVX512_BF16.
+func kernelBF16Narrow(kc int, a *uint32, b *uint32, c *float32, ldc int, accum int)
+
 // dotLoopBF16 runs n rounds of 24 independent 16-lane bf16 pair dot products
 // (VDPBF16PS, 1536 flops a round) on registers only. It needs AVX512_BF16.
 func dotLoopBF16(n int)
@@ -153,6 +159,12 @@ func cvtPairsBF16(dst *uint32, src *float32, n int)
 // dst[12*p+r] holds src[2p*ld+r] in its low half and src[(2p+1)*ld+r] in
 // its high half. It needs AVX512_BF16.
 func packCols12BF16(dst *uint32, src *float32, ld int, pairs int)
+
+// packCols16BF16 packs pairs pairs of rows of 16 floats at src (row stride ld
+// floats), rounded to bf16 (to nearest even, subnormals to zero), into dst:
+// dst[16*p+r] holds src[2p*ld+r] in its low half and src[(2p+1)*ld+r] in
+// its high half. It needs AVX512_BF16.
+func packCols16BF16(dst *uint32, src *float32, ld int, pairs int)
 
 // packCols32BF16 packs pairs pairs of rows of 32 floats at src (row stride ld
 // floats), rounded to bf16 (to nearest even, subnormals to zero), into dst:

@@ -16,6 +16,12 @@ import (
 var bf16Tile = tileSpec{name: "kernelBF16", mr: mr512, nvec: 2, lanes: 16,
 	regs: avx512Tile.regs, zero: avx512Tile.zero, madd: vdpbf16ps, pairs: true}
 
+// bf16NarrowTile is bf16Tile one vector wide, 12×16, for products of at
+// most 16 columns (the attention heads' P·v and gradients), where the
+// 12×32 tile would compute half its columns for nothing.
+var bf16NarrowTile = tileSpec{name: "kernelBF16Narrow", mr: mr512, nvec: 1, lanes: 16,
+	regs: avx512Tile.regs, zero: avx512Tile.zero, madd: vdpbf16ps, pairs: true}
+
 // vdpbf16ps emits VDPBF16PS acc, x, b (Intel order: acc += the dot
 // products of the bf16 pairs of x and b, lane by lane, in fp32). Neither
 // Go's assembler nor avo knows AVX512_BF16, so it goes out as its EVEX
@@ -116,7 +122,7 @@ func interleaveWords() Mem {
 	return table
 }
 
-// packColsBF16 emits packCols{w}BF16 for w = 12 or 32: it packs pairs of
+// packColsBF16 emits packCols{w}BF16 for w = 12, 16 or 32: it packs pairs of
 // rows of a w-column panel as bf16 pairs, each pair of rows converted by
 // one VCVTNE2PS2BF16 (even row low, odd row high) and interleaved by one
 // VPERMW.

@@ -40,10 +40,12 @@ func main() {
 	copyPanels(32)
 	vecMath()
 	tileKernel(bf16Tile, aPacked)
+	tileKernel(bf16NarrowTile, aPacked)
 	dotLoopBF16()
 	cvtPairsBF16()
 	interleave := interleaveWords()
 	packColsBF16(12, interleave)
+	packColsBF16(16, interleave)
 	packColsBF16(32, interleave)
 	Generate()
 }
