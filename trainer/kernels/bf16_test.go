@@ -185,7 +185,7 @@ func TestPackBF16MatchesPortable(t *testing.T) {
 	for _, kern := range bf16TestKernels() {
 		for _, w := range []int{kern.mr, kern.nr} {
 			for _, used := range []int{w, w - 1, 1} {
-				for _, kc := range []int{1, 2, 7, 31, 32, 33, 64, 128, 161, 512} {
+				for _, kc := range []int{1, 2, 7, 16, 17, 31, 32, 33, 48, 64, 128, 161, 512} {
 					name := fmt.Sprintf("%s/w%d/used%d/kc%d", kern.name, w, used, kc)
 					t.Run(name, func(t *testing.T) {
 						pairs := ceilDiv(kc, 2)

@@ -181,9 +181,9 @@ func bf16KernelsForCPU() []*bf16Kernel {
 // avxPackRowPairs is packRowPairs with whole panels of 12, 16 and 32 rows
 // done in assembly: each row rounded by cvtPairsBF16 into scratch (its
 // pairs in order), then the w×⌈kc/2⌉ pairs transposed as avxTranspose
-// moves floats. A row's last kc%32 floats round in Go.
+// moves floats. A row's last kc%16 floats round in Go.
 func avxPackRowPairs(dst []uint32, src []float32, ld, rows, w, kc int, scratch []uint32) {
-	whole := kc / 32 * 32
+	whole := kc / 16 * 16
 	if rows != w || (w != 12 && w != 16 && w != 32) || whole == 0 {
 		packRowPairs(dst, src, ld, rows, w, kc)
 		return

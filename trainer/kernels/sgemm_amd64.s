@@ -5634,16 +5634,15 @@ done:
 	RET
 
 // func cvtPairsBF16(dst *uint32, src *float32, n int)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, AVX512VL
 TEXT ·cvtPairsBF16(SB), NOSPLIT, $0-24
 	MOVQ dst+0(FP), AX
 	MOVQ src+8(FP), CX
 	MOVQ n+16(FP), DX
-	SHRQ $0x05, DX
 
 loop:
-	TESTQ   DX, DX
-	JE      done
+	CMPQ    DX, $0x20
+	JL      half
 	VMOVUPS (CX), Z0
 	VMOVUPS 64(CX), Z1
 
@@ -5657,8 +5656,23 @@ loop:
 	VMOVDQU32 Z2, (AX)
 	ADDQ      $0x00000080, CX
 	ADDQ      $0x40, AX
-	DECQ      DX
+	SUBQ      $0x20, DX
 	JMP       loop
+
+half:
+	TESTQ   DX, DX
+	JE      done
+	VMOVUPS (CX), Z0
+	VPXORD  Z1, Z1, Z1
+
+	// VCVTNE2PS2BF16 Z0, Z1, Z2
+	BYTE      $0x62
+	BYTE      $0xf2
+	BYTE      $0x77
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xd0
+	VMOVDQU32 Y2, (AX)
 
 done:
 	VZEROUPPER

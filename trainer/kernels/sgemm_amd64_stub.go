@@ -148,7 +148,7 @@ func kernelBF16Narrow(kc int, a *uint32, b *uint32, c *float32, ldc int, accum i
 // (VDPBF16PS, 1536 flops a round) on registers only. It needs AVX512_BF16.
 func dotLoopBF16(n int)
 
-// cvtPairsBF16 rounds the n floats at src (n a multiple of 32) to bf16 (to
+// cvtPairsBF16 rounds the n floats at src (n a multiple of 16) to bf16 (to
 // nearest even, subnormals to zero) and stores them in order at dst: dst[i]
 // holds src[2i] in its low half and src[2i+1] in its high half. It needs
 // AVX512_BF16.

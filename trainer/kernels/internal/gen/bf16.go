@@ -79,13 +79,14 @@ func encodeEVEX512(pp, op byte, dst, src1, src2 int) []byte {
 	return []byte{0x62, p0, p1, p2, op, modrm}
 }
 
-// cvtPairsBF16 emits cvtPairsBF16: n floats, a multiple of 32, rounded to
+// cvtPairsBF16 emits cvtPairsBF16: n floats, a multiple of 16, rounded to
 // bf16 in order, so that each uint32 of the result is the pair of two
-// consecutive floats, the even one in its low half.
+// consecutive floats, the even one in its low half: 32 floats a
+// VCVTNE2PS2BF16, and a last 16 with zeros for the high half.
 func cvtPairsBF16() {
 	TEXT("cvtPairsBF16", NOSPLIT, "func(dst *uint32, src *float32, n int)")
 	Doc(
-		"cvtPairsBF16 rounds the n floats at src (n a multiple of 32) to bf16 (to",
+		"cvtPairsBF16 rounds the n floats at src (n a multiple of 16) to bf16 (to",
 		"nearest even, subnormals to zero) and stores them in order at dst: dst[i]",
 		"holds src[2i] in its low half and src[2i+1] in its high half. It needs",
 		"AVX512_BF16.",
@@ -93,18 +94,24 @@ func cvtPairsBF16() {
 	dst := Load(Param("dst"), GP64())
 	src := Load(Param("src"), GP64())
 	n := Load(Param("n"), GP64())
-	SHRQ(U8(5), n)
 	Label("loop")
-	TESTQ(n, n)
-	JE(LabelRef("done"))
+	CMPQ(n, U8(32))
+	JL(LabelRef("half"))
 	VMOVUPS(Mem{Base: src}, Z0)
 	VMOVUPS(Mem{Base: src, Disp: 64}, Z1)
 	vcvtne2ps2bf16(Z0, Z1, Z2)
 	VMOVDQU32(Z2, Mem{Base: dst})
 	ADDQ(U32(128), src)
 	ADDQ(U8(64), dst)
-	DECQ(n)
+	SUBQ(U8(32), n)
 	JMP(LabelRef("loop"))
+	Label("half")
+	TESTQ(n, n)
+	JE(LabelRef("done"))
+	VMOVUPS(Mem{Base: src}, Z0)
+	VPXORD(Z1, Z1, Z1)
+	vcvtne2ps2bf16(Z0, Z1, Z2)
+	VMOVDQU32(Y2, Mem{Base: dst})
 	Label("done")
 	VZEROUPPER()
 	RET()
