@@ -18,12 +18,14 @@
 # libopenblas0-pthread; a copy `apt-get download` fetches and unpacks under OPENBLAS_CACHE (default
 # ~/.cache/gorun-bench/openblas), which needs no root and leaves the system's BLAS alternatives alone.
 # The header says which libblas torch loaded; OPENBLAS=reference runs torch on whatever libblas.so.3
-# the system has and says so.
+# the system has and says so. PRECISION=bf16 runs gorun's matrix products on bf16 inputs
+# ([train] precision; its mfu is then against the bf16 peak); torch stays fp32.
 #
 #   bench/trainer.sh                              # THREADS="1 2" REPS=3 STEPS=25 SKIP=5
 #   THREADS="1 2 4" REPS=5 bench/trainer.sh
 #   TORCH_LD_LIBRARY_PATH=/opt/openblas/lib bench/trainer.sh   # PyTorch over another libblas.so.3
 #   LAYERS=4 DMODEL=128 CONTEXT=128 GLOBAL=16 MICRO=16 bench/trainer.sh  # issue 13's bench model
+#   PRECISION=bf16 bench/trainer.sh                # gorun's GEMMs in bf16 (AVX512_BF16 or slow Go)
 #   GORUN_BIN=/path/to/gorun PYTHON=/path/to/python3 bench/trainer.sh
 set -euo pipefail
 
@@ -35,6 +37,7 @@ GOAL=${GOAL:-1.0}
 PYTHON=${PYTHON:-/usr/bin/python3}
 LAYERS=${LAYERS:-2} DMODEL=${DMODEL:-64} HEADS=${HEADS:-4} CONTEXT=${CONTEXT:-64} GLOBAL=${GLOBAL:-32} MICRO=${MICRO:-8}
 OPENBLAS=${OPENBLAS:-}
+PRECISION=${PRECISION:-fp32}
 OPENBLAS_CACHE=${OPENBLAS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gorun-bench/openblas}
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -46,6 +49,7 @@ die() { echo "trainer.sh: $*" >&2; exit 1; }
 for v in REPS STEPS LAYERS DMODEL HEADS CONTEXT GLOBAL MICRO; do [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"; done
 [[ "$SKIP" =~ ^[0-9]+$ ]] && (( SKIP < STEPS )) || die "SKIP must be an integer below STEPS, got '$SKIP'"
 for n in $THREADS; do [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "bad thread count '$n'"; done
+[[ "$PRECISION" == fp32 || "$PRECISION" == bf16 ]] || die "PRECISION must be fp32 or bf16, got '$PRECISION'"
 "$PYTHON" -c 'import torch, numpy' 2>/dev/null || die "$PYTHON cannot import torch and numpy (apt-get install python3-torch)"
 
 # openblas_dir prints the directory of OpenBLAS's libblas.so.3 for torch (see the header).
@@ -93,6 +97,7 @@ global_batch = $GLOBAL
 micro_batch = $MICRO
 log_every = 1000000
 metrics = ""
+precision = "$PRECISION"
 
 [optim]
 lr = 1e-2
@@ -140,6 +145,7 @@ if [[ "$OPENBLAS" != reference && "$blas" != *openblas* ]]; then
   die "torch did not load OpenBLAS ($blas): fix TORCH_LD_LIBRARY_PATH, or OPENBLAS=reference to measure anyway"
 fi
 echo "trainer throughput: ${LAYERS} layers, d_model $DMODEL, $HEADS heads, context $CONTEXT, batch $GLOBAL (micro $MICRO);"
+echo "  gorun precision $PRECISION (torch fp32);"
 echo "  steps $((SKIP + 1))..$STEPS timed, $REPS reps, medians; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "  gorun $(cd "$root" && git describe --always --dirty 2>/dev/null || echo '?'); $blas"
 echo

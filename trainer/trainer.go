@@ -159,7 +159,14 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	if threads <= 0 {
 		threads = DefaultThreads(w.LocalWorldSize)
 	}
+	prec, err := kernels.ParsePrecision(tc.Train.Precision)
+	if err != nil {
+		return nil, fmt.Errorf("trainer: %w", err)
+	}
 	eng := kernels.New(threads)
+	if prec != kernels.FP32 {
+		eng = eng.WithPrecision(prec)
+	}
 	m, err := model.New(mc, tc.Train.MicroBatch, eng)
 	if err != nil {
 		return nil, fmt.Errorf("trainer: %w", err)

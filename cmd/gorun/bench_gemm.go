@@ -41,19 +41,24 @@ type gemmRow struct {
 	CPUGFLOPS  float64 `json:"cpu_gflops"`
 	CPUPctPeak float64 `json:"cpu_pct_peak"`
 	Kernel     string  `json:"kernel"`
+	// Precision is the inputs' format, fp32 or bf16 (whose peak is
+	// VDPBF16PS's, twice the FMA's).
+	Precision string `json:"precision"`
 }
 
-// benchGemmCommand is `gorun bench gemm`: the trainer's fp32 matrix
-// products in GFLOP/s beside the machine's FMA peak, measured in one run.
+// benchGemmCommand is `gorun bench gemm`: the trainer's matrix products
+// (fp32, and bf16 where the CPU has AVX512_BF16) in GFLOP/s beside the
+// machine's peak for each, measured in one run.
 func benchGemmCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "gemm",
-		Usage: "GFLOP/s of the trainer's fp32 matrix products beside the FMA peak",
+		Usage: "GFLOP/s of the trainer's matrix products (fp32, and bf16 where the CPU runs it) beside the peak",
 		Description: "Times kernels.MatMul on square products (--sizes) and the transformer's shapes\n" +
 			"(--shapes, MxNxK with an optional :nn/:tn/:nt/:tt for transA/transB) on each thread\n" +
-			"count and micro-kernel (--kernels: each ISA the CPU runs, widest first), and an FMA\n" +
-			"loop on registers with that kernel's instructions for its peak, each the best of\n" +
-			"--runs timings. Every row names the kernel (ISA) it used.\n" +
+			"count and micro-kernel (--kernels: each ISA the CPU runs, widest first, then the bf16\n" +
+			"kernel if the CPU has AVX512_BF16), and a multiply-add loop on registers with that\n" +
+			"kernel's instructions (FMA, or VDPBF16PS for bf16) for its peak, each the best of\n" +
+			"--runs timings. Every row names the kernel (ISA) and precision it used.\n" +
 			"GFLOP/s is by the wall clock; the cpu columns divide by the process's CPU time\n" +
 			"(times the threads), which load from other processes changes less.",
 		Flags: []cli.Flag{
@@ -62,8 +67,8 @@ func benchGemmCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "shapes", Value: cli.NewStringSlice(
 				"512x256x64", "512x64x256", "512x256x64:nt", "512x64x256:nt", "256x64x512:tn", "64x256x512:tn",
 			), Usage: "other products, MxNxK[:ops] with ops nn, tn, nt or tt"},
-			&cli.StringSliceFlag{Name: "kernels", Usage: "micro-kernels to measure (default: every SIMD one this CPU runs, else the portable one); " +
-				"this CPU runs " + strings.Join(kernels.Available(), ", ")},
+			&cli.StringSliceFlag{Name: "kernels", Usage: "micro-kernels to measure (default: every SIMD one this CPU runs, fp32 and bf16, else the portable fp32 one); " +
+				"this CPU runs " + strings.Join(allKernels(), ", ")},
 			&cli.IntFlag{Name: "runs", Value: 10, Usage: "timings of each product and of the peak loop; the best counts"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per measurement instead of a table"},
 		},
@@ -133,14 +138,16 @@ func benchGemmAction(c *cli.Context) error {
 
 // benchKernels returns the micro-kernels to measure: the names asked
 // for, each checked against what the CPU runs, or by default every SIMD
-// kernel (the portable one only when there is none).
+// kernel, fp32 then bf16 (the portable fp32 one only when there is no
+// SIMD fp32 kernel).
 func benchKernels(asked []string) ([]string, error) {
-	avail := kernels.Available()
+	avail := allKernels()
 	if len(asked) == 0 {
-		if len(avail) > 1 {
-			return avail[:len(avail)-1], nil
+		fp32, bf16 := kernels.Available(), kernels.AvailableBF16()
+		if len(fp32) > 1 {
+			fp32 = fp32[:len(fp32)-1]
 		}
-		return avail, nil
+		return append(fp32, bf16[:len(bf16)-1]...), nil
 	}
 	for _, k := range asked {
 		if !slices.Contains(avail, k) {
@@ -148,6 +155,11 @@ func benchKernels(asked []string) ([]string, error) {
 		}
 	}
 	return asked, nil
+}
+
+// allKernels names every fp32 and bf16 micro-kernel this CPU runs.
+func allKernels() []string {
+	return append(kernels.Available(), kernels.AvailableBF16()...)
 }
 
 // benchOneKernel emits the FMA peak row of e's kernel and thread count,
@@ -166,12 +178,14 @@ func benchOneKernel(e *kernels.Engine, shapes []gemmShape, runs int, emit func(g
 		})
 		peak, cpuPeak = max(peak, g), max(cpuPeak, cpu)
 	}
-	if err := emit(gemmRow{Peak: true, Threads: t, GFLOPS: peak, PctPeak: 100, CPUGFLOPS: cpuPeak, CPUPctPeak: 100, Kernel: e.Kernel()}); err != nil {
+	prec := e.Precision().String()
+	if err := emit(gemmRow{Peak: true, Threads: t, GFLOPS: peak, PctPeak: 100, CPUGFLOPS: cpuPeak, CPUPctPeak: 100, Kernel: e.Kernel(), Precision: prec}); err != nil {
 		return err
 	}
 	for _, sh := range shapes {
 		wall, cpu := timeGemm(e, sh, runs)
-		row := gemmRow{gemmShape: sh, Threads: t, GFLOPS: wall, PctPeak: 100 * wall / peak, CPUGFLOPS: cpu, CPUPctPeak: 100 * cpu / cpuPeak, Kernel: e.Kernel()}
+		row := gemmRow{gemmShape: sh, Threads: t, GFLOPS: wall, PctPeak: 100 * wall / peak, CPUGFLOPS: cpu, CPUPctPeak: 100 * cpu / cpuPeak,
+			Kernel: e.Kernel(), Precision: prec}
 		if err := emit(row); err != nil {
 			return err
 		}
@@ -259,14 +273,18 @@ func processCPU() time.Duration {
 }
 
 func printGemmTable(w io.Writer, rows []gemmRow, runs int) {
-	fmt.Fprintf(w, "best of %d timings; %% peak is of the FMA loop of the row's kernel on as many threads; cpu columns by process CPU time × threads\n", runs)
-	fmt.Fprintf(w, "%-22s %-14s %7s %9s %7s %9s %7s\n", "product (m×n×k op)", "kernel", "threads", "GFLOP/s", "% peak", "cpu", "% peak")
+	fmt.Fprintf(w, "best of %d timings; %% peak is of the multiply-add loop (FMA; VDPBF16PS for bf16) of the row's kernel on as many threads; "+
+		"cpu columns by process CPU time × threads\n", runs)
+	fmt.Fprintf(w, "%-22s %-16s %7s %9s %7s %9s %7s\n", "product (m×n×k op)", "kernel", "threads", "GFLOP/s", "% peak", "cpu", "% peak")
 	for _, r := range rows {
 		name := "FMA peak"
+		if r.Precision == kernels.BF16.String() {
+			name = "VDPBF16PS peak"
+		}
 		if !r.Peak {
 			ops := map[bool]string{false: "n", true: "t"}
 			name = fmt.Sprintf("%d×%d×%d %s%s", r.M, r.N, r.K, ops[r.TransA], ops[r.TransB])
 		}
-		fmt.Fprintf(w, "%-22s %-14s %7d %9.1f %6.0f%% %9.1f %6.0f%%\n", name, r.Kernel, r.Threads, r.GFLOPS, r.PctPeak, r.CPUGFLOPS, r.CPUPctPeak)
+		fmt.Fprintf(w, "%-22s %-16s %7d %9.1f %6.0f%% %9.1f %6.0f%%\n", name, r.Kernel, r.Threads, r.GFLOPS, r.PctPeak, r.CPUGFLOPS, r.CPUPctPeak)
 	}
 }

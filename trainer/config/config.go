@@ -55,6 +55,10 @@ type Train struct {
 	// Metrics is the JSON-lines file rank 0 writes ("" for none; a
 	// "{rank}" in it gives every rank its own file). Absolute after Load.
 	Metrics string `toml:"metrics"`
+	// Precision is the input format of the matrix products, PrecisionFP32
+	// or PrecisionBF16; parameters, optimizer state, gradients and every
+	// other operation stay fp32 either way.
+	Precision string `toml:"precision"`
 }
 
 // Optim is [optim]: AdamW with linear warmup, then cosine decay to MinLR.
@@ -108,6 +112,17 @@ func (e Elastic) Heartbeat() time.Duration {
 	return d
 }
 
+// Precisions of train.precision.
+const (
+	// PrecisionFP32 multiplies fp32 inputs: every run of the same config
+	// gives the same bits whatever its world size.
+	PrecisionFP32 = "fp32"
+	// PrecisionBF16 rounds the inputs of every matrix product, forward
+	// and backward, to bfloat16 and accumulates in fp32 (mixed precision
+	// with fp32 master weights and AdamW state).
+	PrecisionBF16 = "bf16"
+)
+
 // Parallel modes.
 const (
 	ModeHSDP = "hsdp"
@@ -121,7 +136,7 @@ func Default() Config {
 	c := Config{
 		Model: Model{Layers: 2, DModel: 64, Heads: 4, Context: 64},
 		Data:  Data{Files: []string{data.Builtin}},
-		Train: Train{Steps: 200, GlobalBatch: 32, MicroBatch: 8, Seed: 1, LogEvery: 10, Metrics: "metrics.jsonl"},
+		Train: Train{Steps: 200, GlobalBatch: 32, MicroBatch: 8, Seed: 1, LogEvery: 10, Metrics: "metrics.jsonl", Precision: PrecisionFP32},
 		Optim: Optim{LR: 3e-3, MinLR: 3e-4, Warmup: 20, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8,
 			WeightDecay: 0.1, GradClip: 1.0},
 		Parallel:   Parallel{Mode: ModeHSDP},

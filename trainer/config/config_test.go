@@ -64,6 +64,7 @@ func TestDesignExampleIsTheDefault(t *testing.T) {
 	require.Equal(t, 2, c.Model.Layers)
 	require.InDelta(t, 3e-3, c.Optim.LR, 0)
 	require.Equal(t, ModeHSDP, c.Parallel.Mode)
+	require.Equal(t, PrecisionFP32, c.Train.Precision)
 	require.NoError(t, c.Validate())
 }
 
@@ -156,7 +157,7 @@ func TestMalformed(t *testing.T) {
 	}{
 		{"negative steps", "[train]\nsteps = -5\n", "train.toml:2: train.steps = -5: must be at least 1"},
 		{"zero steps", "\n\n[train]\n\nsteps = 0 # none\n", "train.toml:5: train.steps = 0: must be at least 1"},
-		{"unknown key", "[train]\nsteps = 5\nstepz = 6\n", "train.toml:3: unknown key train.stepz ([train] has steps, global_batch, micro_batch, seed, log_every, metrics)"},
+		{"unknown key", "[train]\nsteps = 5\nstepz = 6\n", "train.toml:3: unknown key train.stepz ([train] has steps, global_batch, micro_batch, seed, log_every, metrics, precision)"},
 		{"unknown section", "[modle]\nlayers = 2\n", "train.toml:1: unknown section [modle] (the sections are model, data, train, optim, parallel, checkpoint, elastic)"},
 		{"top-level key", "steps = 2\n", "train.toml:1: unknown key steps outside any section (the sections are model, data, train, optim, parallel, checkpoint, elastic)"},
 		{"wrong type string", "[model]\nlayers = \"two\"\n", "train.toml:2: model.layers: want an integer, got a TOML string"},
@@ -184,6 +185,8 @@ func TestMalformed(t *testing.T) {
 		{"weight decay negative", "[optim]\nweight_decay = -0.1\n", "train.toml:2: optim.weight_decay = -0.1: must be a finite number at least 0"},
 		{"grad clip inf", "[optim]\ngrad_clip = inf\n", "train.toml:2: optim.grad_clip = +Inf: must be a finite number at least 0"},
 		{"mode", "[parallel]\nmode = \"zero3\"\n", "train.toml:2: parallel.mode = \"zero3\": must be hsdp, fsdp or ddp"},
+		{"precision", "[train]\nprecision = \"fp16\"\n", "train.toml:2: train.precision = \"fp16\": must be fp32 or bf16"},
+		{"precision not a string", "[train]\nprecision = 16\n", "train.toml:2: train.precision: want a string, got a TOML integer"},
 		{"shard size", "[parallel]\nshard_size = -2\n", "train.toml:2: parallel.shard_size = -2: must be at least 0"},
 		{"keep zero", "[checkpoint]\nkeep = 0\n", "train.toml:2: checkpoint.keep = 0: must be at least 1"},
 		{"every negative", "[checkpoint]\nevery = -1\n", "train.toml:2: checkpoint.every = -1: must be at least 0"},
@@ -215,7 +218,7 @@ func TestSet(t *testing.T) {
 	t.Setenv("GOROOT", "/go")
 	c, err := Parse("/r/train.toml", []byte(design), []string{
 		"train.steps=20", "parallel.mode=fsdp", `data.files=["a.txt", "b/*.txt"]`, "optim.lr=1e-2",
-		"checkpoint.async=true", `train.metrics="out/m.jsonl"`, "train.seed = 7",
+		"checkpoint.async=true", `train.metrics="out/m.jsonl"`, "train.seed = 7", `train.precision="bf16"`,
 	})
 	require.NoError(t, err)
 	require.Equal(t, 20, c.Train.Steps)
@@ -225,6 +228,7 @@ func TestSet(t *testing.T) {
 	require.True(t, c.Checkpoint.Async)
 	require.Equal(t, "/r/out/m.jsonl", c.Train.Metrics)
 	require.Equal(t, uint64(7), c.Train.Seed)
+	require.Equal(t, PrecisionBF16, c.Train.Precision)
 
 	// The last --set wins.
 	c, err = Parse("/r/train.toml", nil, []string{"train.steps=20", "train.steps=30"})
@@ -238,7 +242,7 @@ func TestSetErrors(t *testing.T) {
 		sets []string
 		want string
 	}{
-		{"unknown key", []string{"train.stepz=5"}, "--set train.stepz=5: unknown key train.stepz ([train] has steps, global_batch, micro_batch, seed, log_every, metrics)"},
+		{"unknown key", []string{"train.stepz=5"}, "--set train.stepz=5: unknown key train.stepz ([train] has steps, global_batch, micro_batch, seed, log_every, metrics, precision)"},
 		{"unknown section", []string{"trian.steps=5"}, "--set trian.steps=5: unknown key trian.steps (the sections are model, data, train, optim, parallel, checkpoint, elastic)"},
 		{"no dot", []string{"steps=5"}, "--set steps=5: want section.key=value, e.g. --set train.steps=20"},
 		{"no value", []string{"train.steps"}, "--set train.steps: want section.key=value, e.g. --set train.steps=20"},
@@ -246,6 +250,7 @@ func TestSetErrors(t *testing.T) {
 		{"string for integer", []string{`train.steps="5"`}, `--set train.steps="5": train.steps: want an integer, got a TOML string`},
 		{"bad value", []string{"train.steps=-5"}, "--set train.steps=-5: must be at least 1"},
 		{"bad mode", []string{"parallel.mode=zero"}, "--set parallel.mode=zero: must be hsdp, fsdp or ddp"},
+		{"bad precision", []string{"train.precision=fp8"}, "--set train.precision=fp8: must be fp32 or bf16"},
 		{"relation blames the set", []string{"model.d_model=66"}, "--set model.d_model=66: must be a multiple of model.heads = 4"},
 		{"later set is blamed", []string{"model.heads=5", "model.d_model=66"}, "--set model.d_model=66: must be a multiple of model.heads = 5"},
 		{"bad array", []string{"data.files=[1]"}, "--set data.files=[1]: data.files: want an array of strings, got a TOML integer"},

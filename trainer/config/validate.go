@@ -90,6 +90,12 @@ func (c Config) problem() []blame {
 		},
 		func() []blame { return atLeast("train.log_every", t.LogEvery, 1) },
 		func() []blame {
+			if t.Precision != PrecisionFP32 && t.Precision != PrecisionBF16 {
+				return []blame{{"train.precision", "must be fp32 or bf16"}}
+			}
+			return nil
+		},
+		func() []blame {
 			if !(o.LR > 0) || math.IsInf(o.LR, 0) {
 				return []blame{{"optim.lr", "must be a finite number above 0"}}
 			}

@@ -116,6 +116,127 @@ func kernelsForCPU() []*microKernel {
 	return append(ks, goKernel())
 }
 
+// avx512BF16Kernel is the 12×32 AVX512_BF16 GEMM kernel (VDPBF16PS).
+func avx512BF16Kernel() *bf16Kernel {
+	return &bf16Kernel{
+		name: "avx512bf16-12x32",
+		mr:   12, nr: 32,
+		mc: 144, kc: 512, nc: 3072,
+		tile: func(pairs int, a, b []uint32, c []float32, ldc int, accum bool) {
+			// The assembly reads pairs*12 pairs of a, pairs*32 of b and a
+			// 12×32 tile of c.
+			_ = a[pairs*12-1]
+			_ = b[pairs*32-1]
+			_ = c[11*ldc+31]
+			kernelBF16(pairs, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc, boolInt(accum))
+		},
+		packRows: avxPackRowPairs,
+		packCols: avxPackColPairs,
+		peak: func(rounds int) int {
+			dotLoopBF16(rounds)
+			return rounds * 1536
+		},
+		narrow: avx512BF16NarrowKernel(),
+	}
+}
+
+// avx512BF16NarrowKernel is the 12×16 AVX512_BF16 kernel the 12×32 one
+// hands products of at most 16 columns to: the same sums in the same
+// order, so the same bits.
+func avx512BF16NarrowKernel() *bf16Kernel {
+	return &bf16Kernel{
+		name: "avx512bf16-12x16",
+		mr:   12, nr: 16,
+		mc: 144, kc: 512, nc: 3072,
+		tile: func(pairs int, a, b []uint32, c []float32, ldc int, accum bool) {
+			// The assembly reads pairs*12 pairs of a, pairs*16 of b and a
+			// 12×16 tile of c.
+			_ = a[pairs*12-1]
+			_ = b[pairs*16-1]
+			_ = c[11*ldc+15]
+			kernelBF16Narrow(pairs, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc, boolInt(accum))
+		},
+		packRows: avxPackRowPairs,
+		packCols: avxPackColPairs,
+		peak: func(rounds int) int {
+			dotLoopBF16(rounds)
+			return rounds * 1536
+		},
+	}
+}
+
+// hasAVX512BF16 reports whether the CPU and OS run the AVX512_BF16
+// kernel: AVX-512F on zmm registers and VDPBF16PS.
+func hasAVX512BF16() bool { return hasAVX512() && cpu.X86.HasAVX512BF16 }
+
+// bf16KernelsForCPU lists every bf16 GEMM kernel this CPU runs, fastest
+// first.
+func bf16KernelsForCPU() []*bf16Kernel {
+	if hasAVX512BF16() {
+		return []*bf16Kernel{avx512BF16Kernel(), goBF16Kernel()}
+	}
+	return []*bf16Kernel{goBF16Kernel()}
+}
+
+// avxPackRowPairs is packRowPairs with whole panels of 12, 16 and 32 rows
+// done in assembly: each row rounded by cvtPairsBF16 into scratch (its
+// pairs in order), then the w×⌈kc/2⌉ pairs transposed as avxTranspose
+// moves floats. A row's last kc%16 floats round in Go.
+func avxPackRowPairs(dst []uint32, src []float32, ld, rows, w, kc int, scratch []uint32) {
+	whole := kc / 16 * 16
+	if rows != w || (w != 12 && w != 16 && w != 32) || whole == 0 {
+		packRowPairs(dst, src, ld, rows, w, kc)
+		return
+	}
+	pairs := ceilDiv(kc, 2)
+	s := scratch[:w*pairs]
+	for r := range w {
+		row, out := src[r*ld:][:kc], s[r*pairs:][:pairs]
+		cvtPairsBF16(unsafe.SliceData(out), unsafe.SliceData(row), whole)
+		for p := whole / 2; p < kc/2; p++ {
+			out[p] = pairBF16(row[2*p], row[2*p+1])
+		}
+		if kc%2 == 1 {
+			out[pairs-1] = pairBF16(row[kc-1], 0)
+		}
+	}
+	avxTranspose(pairsAsFloats(dst[:w*pairs]), pairsAsFloats(s), w, pairs, pairs)
+}
+
+// avxPackColPairs is packColPairs with whole panels of 12, 16 and 32
+// columns done in assembly (packCols12BF16, packCols16BF16,
+// packCols32BF16); a last odd row pairs with zero in Go.
+func avxPackColPairs(dst []uint32, src []float32, ld, cols, w, kc int) {
+	pairs := kc / 2
+	if cols != w || (w != 12 && w != 16 && w != 32) || pairs == 0 {
+		packColPairs(dst, src, ld, cols, w, kc)
+		return
+	}
+	_ = dst[w*ceilDiv(kc, 2)-1]
+	_ = src[(2*pairs-1)*ld+w-1]
+	d, s := unsafe.SliceData(dst), unsafe.SliceData(src)
+	switch w {
+	case 12:
+		packCols12BF16(d, s, ld, pairs)
+	case 16:
+		packCols16BF16(d, s, ld, pairs)
+	default:
+		packCols32BF16(d, s, ld, pairs)
+	}
+	if kc%2 == 1 {
+		d, even := dst[w*pairs:][:w], src[(kc-1)*ld:][:w]
+		for r, v := range even {
+			d[r] = pairBF16(v, 0)
+		}
+	}
+}
+
+// pairsAsFloats is p's memory seen as floats, for routines that only
+// move 32-bit values.
+func pairsAsFloats(p []uint32) []float32 {
+	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(p))), len(p))
+}
+
 // avxTranspose is goTranspose with whole blocks of columns of 6, 12, 16
 // and 32 rows done in assembly.
 func avxTranspose(dst, src []float32, w, ld, kc int) {

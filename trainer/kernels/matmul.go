@@ -27,6 +27,10 @@ type Engine struct {
 	// packB holds buffers for packed blocks of op(B), packA per-goroutine
 	// buffers for packed blocks of op(A) and an edge tile.
 	packB, packA sync.Pool
+	// bf, when not nil, runs the products on bf16 inputs (see BF16);
+	// packBF16 holds its per-goroutine buffers.
+	bf       *bf16Kernel
+	packBF16 sync.Pool
 }
 
 // New returns an Engine that splits work over threads goroutines
@@ -37,14 +41,23 @@ func New(threads int) *Engine {
 
 // NewWithKernel is New with the micro-kernel named kernel, one of
 // Available(): to measure or test a narrower ISA than the widest the CPU
-// has. It fails when this CPU (or build) does not run that kernel.
+// has. A bf16 kernel, one of AvailableBF16(), gives a BF16 Engine with
+// that GEMM kernel and New's fp32 kernels. It fails when this CPU (or
+// build) does not run that kernel.
 func NewWithKernel(threads int, kernel string) (*Engine, error) {
 	for _, k := range kernelsForCPU() {
 		if k.name == kernel {
 			return newEngine(threads, k), nil
 		}
 	}
-	return nil, fmt.Errorf("kernels: micro-kernel %q: this CPU runs only %v", kernel, Available())
+	for _, k := range bf16KernelsForCPU() {
+		if k.name == kernel {
+			e := New(threads)
+			e.bf = k
+			return e, nil
+		}
+	}
+	return nil, fmt.Errorf("kernels: micro-kernel %q: this CPU runs only %v", kernel, append(Available(), AvailableBF16()...))
 }
 
 // Available names the micro-kernels this CPU runs, the fastest (widest
@@ -62,20 +75,32 @@ func newEngine(threads int, kern *microKernel) *Engine {
 	return &Engine{threads: max(threads, 1), kern: kern, minParallel: parallelWork, minPacked: packedWork}
 }
 
-// WithThreads returns an Engine with e's micro-kernel that splits work
-// over threads goroutines (at least 1), sharing nothing with e.
-func (e *Engine) WithThreads(threads int) *Engine { return newEngine(threads, e.kern) }
+// WithThreads returns an Engine with e's micro-kernels and precision
+// that splits work over threads goroutines (at least 1), sharing nothing
+// with e.
+func (e *Engine) WithThreads(threads int) *Engine {
+	n := newEngine(threads, e.kern)
+	n.bf = e.bf
+	return n
+}
 
 // Threads is the number of goroutines a product may use.
 func (e *Engine) Threads() int { return e.threads }
 
-// Kernel names the micro-kernel the Engine runs, such as "avx512-12x32",
-// "avx2-fma-6x16" or the portable "go-6x16".
-func (e *Engine) Kernel() string { return e.kern.name }
+// Kernel names the GEMM micro-kernel the Engine runs, such as
+// "avx512-12x32", "avx2-fma-6x16" or the portable "go-6x16", or for a
+// BF16 Engine "avx512bf16-12x32" or "go-bf16-6x16".
+func (e *Engine) Kernel() string {
+	if e.bf != nil {
+		return e.bf.name
+	}
+	return e.kern.name
+}
 
 // MatMul computes C = op(A)·op(B), or C += op(A)·op(B) when acc, for
 // row-major fp32 matrices. op(A) is m×k: A is stored m×k, or k×m when
 // transA. op(B) is k×n: B is stored k×n, or n×k when transB. C is m×n.
+// A BF16 Engine rounds the elements of op(A) and op(B) to bf16 first.
 // It panics when a dimension is negative or a slice is shorter than its
 // shape says: that is a bug in the caller, not bad input.
 func (e *Engine) MatMul(c, a, b []float32, m, n, k int, transA, transB, acc bool) {
@@ -88,6 +113,8 @@ func (e *Engine) MatMul(c, a, b []float32, m, n, k int, transA, transB, acc bool
 		if !acc {
 			clear(c[:m*n])
 		}
+	case e.bf != nil:
+		e.gemmBF16(c, a, b, m, n, k, transA, transB, acc)
 	case m*n*k < e.minPacked:
 		smallMatMul(c, a, b, m, n, k, transA, transB, acc)
 	default:

@@ -7,10 +7,10 @@ import (
 )
 
 // PeakGFLOPS runs the Engine's multiply-add loop (fused multiply-adds on
-// registers only, with the micro-kernel's instructions) on Threads
-// goroutines for about d and returns the fp32 GFLOP/s they reached
-// together: the ceiling MatMul's speed is measured against. It returns 0
-// when d is not positive.
+// registers only, with the micro-kernel's instructions; for a BF16 Engine
+// its bf16 kernel's dot products) on Threads goroutines for about d and
+// returns the GFLOP/s they reached together: the ceiling MatMul's speed
+// is measured against. It returns 0 when d is not positive.
 func (e *Engine) PeakGFLOPS(d time.Duration) float64 {
 	if d <= 0 {
 		return 0
@@ -22,7 +22,7 @@ func (e *Engine) PeakGFLOPS(d time.Duration) float64 {
 	for t := range e.threads {
 		wg.Go(func() {
 			for time.Since(start) < d {
-				flops[t] += e.kern.peak(rounds)
+				flops[t] += e.peakLoop(rounds)
 			}
 		})
 	}
@@ -43,7 +43,8 @@ const (
 )
 
 // MeasurePeak is the fp32 FMA peak of the Engine's threads with its
-// kernel's instructions, in GFLOP/s: the multiply-add loop runs on Threads
+// kernel's instructions (for a BF16 Engine, the peak of its bf16 kernel's
+// dot-product instruction), in GFLOP/s: the multiply-add loop runs on Threads
 // goroutines, each locked to its OS thread for peakEach of that thread's
 // CPU time, and the rates (flops per CPU second) add up; the best of
 // peakRuns such runs counts. Timing each thread by its own CPU time makes
@@ -75,7 +76,7 @@ func (e *Engine) cpuPeak(d time.Duration) float64 {
 			}
 			flops, used := 0, time.Duration(0)
 			for used < d {
-				flops += e.kern.peak(rounds)
+				flops += e.peakLoop(rounds)
 				t1, _ := threadCPU()
 				used = t1 - t0
 			}
@@ -91,4 +92,13 @@ func (e *Engine) cpuPeak(d time.Duration) float64 {
 		total += r
 	}
 	return total
+}
+
+// peakLoop runs rounds of the multiply-add loop of the kernel that runs
+// the Engine's products and returns the flops it did.
+func (e *Engine) peakLoop(rounds int) int {
+	if e.bf != nil {
+		return e.bf.peak(rounds)
+	}
+	return e.kern.peak(rounds)
 }

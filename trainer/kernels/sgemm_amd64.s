@@ -3528,3 +3528,2303 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// func kernelBF16(kc int, a *uint32, b *uint32, c *float32, ldc int, accum int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·kernelBF16(SB), NOSPLIT, $0-48
+	MOVQ       kc+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	VPXORD     Z0, Z0, Z0
+	VPXORD     Z1, Z1, Z1
+	VPXORD     Z2, Z2, Z2
+	VPXORD     Z3, Z3, Z3
+	VPXORD     Z4, Z4, Z4
+	VPXORD     Z5, Z5, Z5
+	VPXORD     Z6, Z6, Z6
+	VPXORD     Z7, Z7, Z7
+	VPXORD     Z8, Z8, Z8
+	VPXORD     Z9, Z9, Z9
+	VPXORD     Z10, Z10, Z10
+	VPXORD     Z11, Z11, Z11
+	VPXORD     Z12, Z12, Z12
+	VPXORD     Z13, Z13, Z13
+	VPXORD     Z14, Z14, Z14
+	VPXORD     Z15, Z15, Z15
+	VPXORD     Z16, Z16, Z16
+	VPXORD     Z17, Z17, Z17
+	VPXORD     Z18, Z18, Z18
+	VPXORD     Z19, Z19, Z19
+	VPXORD     Z20, Z20, Z20
+	VPXORD     Z21, Z21, Z21
+	VPXORD     Z22, Z22, Z22
+	VPXORD     Z23, Z23, Z23
+	MOVQ       BX, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Z24
+	VMOVUPS      64(DX), Z25
+	VBROADCASTSS (CX), Z26
+
+	// VDPBF16PS Z24, Z26, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x2e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z26, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x2e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 4(CX), Z27
+
+	// VDPBF16PS Z24, Z27, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x26
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z27, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x26
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 8(CX), Z28
+
+	// VDPBF16PS Z24, Z28, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x1e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z28, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x1e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 12(CX), Z29
+
+	// VDPBF16PS Z24, Z29, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x16
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z29, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x16
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VBROADCASTSS 16(CX), Z30
+
+	// VDPBF16PS Z24, Z30, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z30, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 20(CX), Z31
+
+	// VDPBF16PS Z24, Z31, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z31, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 24(CX), Z26
+
+	// VDPBF16PS Z24, Z26, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x2e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z26, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x2e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 28(CX), Z27
+
+	// VDPBF16PS Z24, Z27, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x26
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z27, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x26
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VBROADCASTSS 32(CX), Z28
+
+	// VDPBF16PS Z24, Z28, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x1e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z28, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x1e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 36(CX), Z29
+
+	// VDPBF16PS Z24, Z29, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x16
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z29, Z19
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x16
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 40(CX), Z30
+
+	// VDPBF16PS Z24, Z30, Z20
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z30, Z21
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 44(CX), Z31
+
+	// VDPBF16PS Z24, Z31, Z22
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z31, Z23
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VMOVUPS      128(DX), Z24
+	VMOVUPS      192(DX), Z25
+	VBROADCASTSS 48(CX), Z26
+
+	// VDPBF16PS Z24, Z26, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x2e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z26, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x2e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 52(CX), Z27
+
+	// VDPBF16PS Z24, Z27, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x26
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z27, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x26
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 56(CX), Z28
+
+	// VDPBF16PS Z24, Z28, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x1e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z28, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x1e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 60(CX), Z29
+
+	// VDPBF16PS Z24, Z29, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x16
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z29, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x16
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VBROADCASTSS 64(CX), Z30
+
+	// VDPBF16PS Z24, Z30, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z30, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 68(CX), Z31
+
+	// VDPBF16PS Z24, Z31, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z31, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 72(CX), Z26
+
+	// VDPBF16PS Z24, Z26, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x2e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z26, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x2e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 76(CX), Z27
+
+	// VDPBF16PS Z24, Z27, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x26
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z27, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x26
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VBROADCASTSS 80(CX), Z28
+
+	// VDPBF16PS Z24, Z28, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x1e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z28, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x1e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 84(CX), Z29
+
+	// VDPBF16PS Z24, Z29, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x16
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z29, Z19
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x16
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 88(CX), Z30
+
+	// VDPBF16PS Z24, Z30, Z20
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z30, Z21
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 92(CX), Z31
+
+	// VDPBF16PS Z24, Z31, Z22
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z31, Z23
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VMOVUPS      256(DX), Z24
+	VMOVUPS      320(DX), Z25
+	VBROADCASTSS 96(CX), Z26
+
+	// VDPBF16PS Z24, Z26, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x2e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z26, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x2e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 100(CX), Z27
+
+	// VDPBF16PS Z24, Z27, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x26
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z27, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x26
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 104(CX), Z28
+
+	// VDPBF16PS Z24, Z28, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x1e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z28, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x1e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 108(CX), Z29
+
+	// VDPBF16PS Z24, Z29, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x16
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z29, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x16
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VBROADCASTSS 112(CX), Z30
+
+	// VDPBF16PS Z24, Z30, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z30, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 116(CX), Z31
+
+	// VDPBF16PS Z24, Z31, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z31, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 120(CX), Z26
+
+	// VDPBF16PS Z24, Z26, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x2e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z26, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x2e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 124(CX), Z27
+
+	// VDPBF16PS Z24, Z27, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x26
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z27, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x26
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VBROADCASTSS 128(CX), Z28
+
+	// VDPBF16PS Z24, Z28, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x1e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z28, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x1e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 132(CX), Z29
+
+	// VDPBF16PS Z24, Z29, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x16
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z29, Z19
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x16
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 136(CX), Z30
+
+	// VDPBF16PS Z24, Z30, Z20
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z30, Z21
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 140(CX), Z31
+
+	// VDPBF16PS Z24, Z31, Z22
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z31, Z23
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VMOVUPS      384(DX), Z24
+	VMOVUPS      448(DX), Z25
+	VBROADCASTSS 144(CX), Z26
+
+	// VDPBF16PS Z24, Z26, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x2e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z26, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x2e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 148(CX), Z27
+
+	// VDPBF16PS Z24, Z27, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x26
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z27, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x26
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 152(CX), Z28
+
+	// VDPBF16PS Z24, Z28, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x1e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z28, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x1e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 156(CX), Z29
+
+	// VDPBF16PS Z24, Z29, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x16
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z29, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x16
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VBROADCASTSS 160(CX), Z30
+
+	// VDPBF16PS Z24, Z30, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z30, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 164(CX), Z31
+
+	// VDPBF16PS Z24, Z31, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z31, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 168(CX), Z26
+
+	// VDPBF16PS Z24, Z26, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x2e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z26, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x2e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 172(CX), Z27
+
+	// VDPBF16PS Z24, Z27, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x26
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z27, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x26
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VBROADCASTSS 176(CX), Z28
+
+	// VDPBF16PS Z24, Z28, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x1e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z28, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x1e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 180(CX), Z29
+
+	// VDPBF16PS Z24, Z29, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x16
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z29, Z19
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x16
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 184(CX), Z30
+
+	// VDPBF16PS Z24, Z30, Z20
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z30, Z21
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 188(CX), Z31
+
+	// VDPBF16PS Z24, Z31, Z22
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z31, Z23
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf9
+	ADDQ $0x000000c0, CX
+	ADDQ $0x00000200, DX
+	SUBQ $0x04, AX
+	JMP  loop
+
+tail:
+	TESTQ        AX, AX
+	JE           done
+	VMOVUPS      (DX), Z24
+	VMOVUPS      64(DX), Z25
+	VBROADCASTSS (CX), Z26
+
+	// VDPBF16PS Z24, Z26, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x2e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z26, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x2e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 4(CX), Z27
+
+	// VDPBF16PS Z24, Z27, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x26
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z27, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x26
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 8(CX), Z28
+
+	// VDPBF16PS Z24, Z28, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x1e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z28, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x1e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 12(CX), Z29
+
+	// VDPBF16PS Z24, Z29, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x16
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z29, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x16
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VBROADCASTSS 16(CX), Z30
+
+	// VDPBF16PS Z24, Z30, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z30, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 20(CX), Z31
+
+	// VDPBF16PS Z24, Z31, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z31, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 24(CX), Z26
+
+	// VDPBF16PS Z24, Z26, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x2e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z26, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x2e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 28(CX), Z27
+
+	// VDPBF16PS Z24, Z27, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x26
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z27, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x26
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VBROADCASTSS 32(CX), Z28
+
+	// VDPBF16PS Z24, Z28, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x1e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z28, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x1e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VBROADCASTSS 36(CX), Z29
+
+	// VDPBF16PS Z24, Z29, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x16
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z29, Z19
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x16
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VBROADCASTSS 40(CX), Z30
+
+	// VDPBF16PS Z24, Z30, Z20
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z30, Z21
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VBROADCASTSS 44(CX), Z31
+
+	// VDPBF16PS Z24, Z31, Z22
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z31, Z23
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf9
+	ADDQ $0x00000030, CX
+	ADDQ $0x00000080, DX
+	DECQ AX
+	JMP  tail
+
+done:
+	MOVQ   accum+40(FP), AX
+	TESTQ  AX, AX
+	JE     store
+	MOVQ   BX, DI
+	VADDPS (DI), Z0, Z0
+	VADDPS 64(DI), Z1, Z1
+	ADDQ   SI, DI
+	VADDPS (DI), Z2, Z2
+	VADDPS 64(DI), Z3, Z3
+	ADDQ   SI, DI
+	VADDPS (DI), Z4, Z4
+	VADDPS 64(DI), Z5, Z5
+	ADDQ   SI, DI
+	VADDPS (DI), Z6, Z6
+	VADDPS 64(DI), Z7, Z7
+	ADDQ   SI, DI
+	VADDPS (DI), Z8, Z8
+	VADDPS 64(DI), Z9, Z9
+	ADDQ   SI, DI
+	VADDPS (DI), Z10, Z10
+	VADDPS 64(DI), Z11, Z11
+	ADDQ   SI, DI
+	VADDPS (DI), Z12, Z12
+	VADDPS 64(DI), Z13, Z13
+	ADDQ   SI, DI
+	VADDPS (DI), Z14, Z14
+	VADDPS 64(DI), Z15, Z15
+	ADDQ   SI, DI
+	VADDPS (DI), Z16, Z16
+	VADDPS 64(DI), Z17, Z17
+	ADDQ   SI, DI
+	VADDPS (DI), Z18, Z18
+	VADDPS 64(DI), Z19, Z19
+	ADDQ   SI, DI
+	VADDPS (DI), Z20, Z20
+	VADDPS 64(DI), Z21, Z21
+	ADDQ   SI, DI
+	VADDPS (DI), Z22, Z22
+	VADDPS 64(DI), Z23, Z23
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	VMOVUPS Z11, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z12, (BX)
+	VMOVUPS Z13, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z14, (BX)
+	VMOVUPS Z15, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z16, (BX)
+	VMOVUPS Z17, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z18, (BX)
+	VMOVUPS Z19, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z20, (BX)
+	VMOVUPS Z21, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z22, (BX)
+	VMOVUPS Z23, 64(BX)
+	VZEROUPPER
+	RET
+
+// func kernelBF16Narrow(kc int, a *uint32, b *uint32, c *float32, ldc int, accum int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·kernelBF16Narrow(SB), NOSPLIT, $0-48
+	MOVQ       kc+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	VPXORD     Z0, Z0, Z0
+	VPXORD     Z1, Z1, Z1
+	VPXORD     Z2, Z2, Z2
+	VPXORD     Z3, Z3, Z3
+	VPXORD     Z4, Z4, Z4
+	VPXORD     Z5, Z5, Z5
+	VPXORD     Z6, Z6, Z6
+	VPXORD     Z7, Z7, Z7
+	VPXORD     Z8, Z8, Z8
+	VPXORD     Z9, Z9, Z9
+	VPXORD     Z10, Z10, Z10
+	VPXORD     Z11, Z11, Z11
+	MOVQ       BX, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 60(DI)
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Z12
+	VBROADCASTSS (CX), Z13
+
+	// VDPBF16PS Z12, Z13, Z0
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc4
+	VBROADCASTSS 4(CX), Z14
+
+	// VDPBF16PS Z12, Z14, Z1
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcc
+	VBROADCASTSS 8(CX), Z15
+
+	// VDPBF16PS Z12, Z15, Z2
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xd4
+	VBROADCASTSS 12(CX), Z16
+
+	// VDPBF16PS Z12, Z16, Z3
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdc
+	VBROADCASTSS 16(CX), Z17
+
+	// VDPBF16PS Z12, Z17, Z4
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe4
+	VBROADCASTSS 20(CX), Z18
+
+	// VDPBF16PS Z12, Z18, Z5
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x6e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VBROADCASTSS 24(CX), Z19
+
+	// VDPBF16PS Z12, Z19, Z6
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf4
+	VBROADCASTSS 28(CX), Z20
+
+	// VDPBF16PS Z12, Z20, Z7
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x5e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfc
+	VBROADCASTSS 32(CX), Z21
+
+	// VDPBF16PS Z12, Z21, Z8
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc4
+	VBROADCASTSS 36(CX), Z22
+
+	// VDPBF16PS Z12, Z22, Z9
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x4e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcc
+	VBROADCASTSS 40(CX), Z23
+
+	// VDPBF16PS Z12, Z23, Z10
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd4
+	VBROADCASTSS 44(CX), Z24
+
+	// VDPBF16PS Z12, Z24, Z11
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x3e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdc
+	VMOVUPS      64(DX), Z12
+	VBROADCASTSS 48(CX), Z13
+
+	// VDPBF16PS Z12, Z13, Z0
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc4
+	VBROADCASTSS 52(CX), Z14
+
+	// VDPBF16PS Z12, Z14, Z1
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcc
+	VBROADCASTSS 56(CX), Z15
+
+	// VDPBF16PS Z12, Z15, Z2
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xd4
+	VBROADCASTSS 60(CX), Z16
+
+	// VDPBF16PS Z12, Z16, Z3
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdc
+	VBROADCASTSS 64(CX), Z17
+
+	// VDPBF16PS Z12, Z17, Z4
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe4
+	VBROADCASTSS 68(CX), Z18
+
+	// VDPBF16PS Z12, Z18, Z5
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x6e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VBROADCASTSS 72(CX), Z19
+
+	// VDPBF16PS Z12, Z19, Z6
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf4
+	VBROADCASTSS 76(CX), Z20
+
+	// VDPBF16PS Z12, Z20, Z7
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x5e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfc
+	VBROADCASTSS 80(CX), Z21
+
+	// VDPBF16PS Z12, Z21, Z8
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc4
+	VBROADCASTSS 84(CX), Z22
+
+	// VDPBF16PS Z12, Z22, Z9
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x4e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcc
+	VBROADCASTSS 88(CX), Z23
+
+	// VDPBF16PS Z12, Z23, Z10
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd4
+	VBROADCASTSS 92(CX), Z24
+
+	// VDPBF16PS Z12, Z24, Z11
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x3e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdc
+	VMOVUPS      128(DX), Z12
+	VBROADCASTSS 96(CX), Z13
+
+	// VDPBF16PS Z12, Z13, Z0
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc4
+	VBROADCASTSS 100(CX), Z14
+
+	// VDPBF16PS Z12, Z14, Z1
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcc
+	VBROADCASTSS 104(CX), Z15
+
+	// VDPBF16PS Z12, Z15, Z2
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xd4
+	VBROADCASTSS 108(CX), Z16
+
+	// VDPBF16PS Z12, Z16, Z3
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdc
+	VBROADCASTSS 112(CX), Z17
+
+	// VDPBF16PS Z12, Z17, Z4
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe4
+	VBROADCASTSS 116(CX), Z18
+
+	// VDPBF16PS Z12, Z18, Z5
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x6e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VBROADCASTSS 120(CX), Z19
+
+	// VDPBF16PS Z12, Z19, Z6
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf4
+	VBROADCASTSS 124(CX), Z20
+
+	// VDPBF16PS Z12, Z20, Z7
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x5e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfc
+	VBROADCASTSS 128(CX), Z21
+
+	// VDPBF16PS Z12, Z21, Z8
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc4
+	VBROADCASTSS 132(CX), Z22
+
+	// VDPBF16PS Z12, Z22, Z9
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x4e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcc
+	VBROADCASTSS 136(CX), Z23
+
+	// VDPBF16PS Z12, Z23, Z10
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd4
+	VBROADCASTSS 140(CX), Z24
+
+	// VDPBF16PS Z12, Z24, Z11
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x3e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdc
+	VMOVUPS      192(DX), Z12
+	VBROADCASTSS 144(CX), Z13
+
+	// VDPBF16PS Z12, Z13, Z0
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc4
+	VBROADCASTSS 148(CX), Z14
+
+	// VDPBF16PS Z12, Z14, Z1
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcc
+	VBROADCASTSS 152(CX), Z15
+
+	// VDPBF16PS Z12, Z15, Z2
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xd4
+	VBROADCASTSS 156(CX), Z16
+
+	// VDPBF16PS Z12, Z16, Z3
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdc
+	VBROADCASTSS 160(CX), Z17
+
+	// VDPBF16PS Z12, Z17, Z4
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe4
+	VBROADCASTSS 164(CX), Z18
+
+	// VDPBF16PS Z12, Z18, Z5
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x6e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VBROADCASTSS 168(CX), Z19
+
+	// VDPBF16PS Z12, Z19, Z6
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf4
+	VBROADCASTSS 172(CX), Z20
+
+	// VDPBF16PS Z12, Z20, Z7
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x5e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfc
+	VBROADCASTSS 176(CX), Z21
+
+	// VDPBF16PS Z12, Z21, Z8
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc4
+	VBROADCASTSS 180(CX), Z22
+
+	// VDPBF16PS Z12, Z22, Z9
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x4e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcc
+	VBROADCASTSS 184(CX), Z23
+
+	// VDPBF16PS Z12, Z23, Z10
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd4
+	VBROADCASTSS 188(CX), Z24
+
+	// VDPBF16PS Z12, Z24, Z11
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xdc
+	ADDQ $0x000000c0, CX
+	ADDQ $0x00000100, DX
+	SUBQ $0x04, AX
+	JMP  loop
+
+tail:
+	TESTQ        AX, AX
+	JE           done
+	VMOVUPS      (DX), Z12
+	VBROADCASTSS (CX), Z13
+
+	// VDPBF16PS Z12, Z13, Z0
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc4
+	VBROADCASTSS 4(CX), Z14
+
+	// VDPBF16PS Z12, Z14, Z1
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcc
+	VBROADCASTSS 8(CX), Z15
+
+	// VDPBF16PS Z12, Z15, Z2
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xd4
+	VBROADCASTSS 12(CX), Z16
+
+	// VDPBF16PS Z12, Z16, Z3
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdc
+	VBROADCASTSS 16(CX), Z17
+
+	// VDPBF16PS Z12, Z17, Z4
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe4
+	VBROADCASTSS 20(CX), Z18
+
+	// VDPBF16PS Z12, Z18, Z5
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x6e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VBROADCASTSS 24(CX), Z19
+
+	// VDPBF16PS Z12, Z19, Z6
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf4
+	VBROADCASTSS 28(CX), Z20
+
+	// VDPBF16PS Z12, Z20, Z7
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x5e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfc
+	VBROADCASTSS 32(CX), Z21
+
+	// VDPBF16PS Z12, Z21, Z8
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc4
+	VBROADCASTSS 36(CX), Z22
+
+	// VDPBF16PS Z12, Z22, Z9
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x4e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcc
+	VBROADCASTSS 40(CX), Z23
+
+	// VDPBF16PS Z12, Z23, Z10
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd4
+	VBROADCASTSS 44(CX), Z24
+
+	// VDPBF16PS Z12, Z24, Z11
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xdc
+	ADDQ $0x00000030, CX
+	ADDQ $0x00000040, DX
+	DECQ AX
+	JMP  tail
+
+done:
+	MOVQ   accum+40(FP), AX
+	TESTQ  AX, AX
+	JE     store
+	MOVQ   BX, DI
+	VADDPS (DI), Z0, Z0
+	ADDQ   SI, DI
+	VADDPS (DI), Z1, Z1
+	ADDQ   SI, DI
+	VADDPS (DI), Z2, Z2
+	ADDQ   SI, DI
+	VADDPS (DI), Z3, Z3
+	ADDQ   SI, DI
+	VADDPS (DI), Z4, Z4
+	ADDQ   SI, DI
+	VADDPS (DI), Z5, Z5
+	ADDQ   SI, DI
+	VADDPS (DI), Z6, Z6
+	ADDQ   SI, DI
+	VADDPS (DI), Z7, Z7
+	ADDQ   SI, DI
+	VADDPS (DI), Z8, Z8
+	ADDQ   SI, DI
+	VADDPS (DI), Z9, Z9
+	ADDQ   SI, DI
+	VADDPS (DI), Z10, Z10
+	ADDQ   SI, DI
+	VADDPS (DI), Z11, Z11
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z5, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z7, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z9, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z11, (BX)
+	VZEROUPPER
+	RET
+
+// func dotLoopBF16(n int)
+// Requires: AVX, AVX512F
+TEXT ·dotLoopBF16(SB), NOSPLIT, $0-8
+	MOVQ   n+0(FP), AX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	VPXORD Z25, Z25, Z25
+
+loop:
+	TESTQ AX, AX
+	JE    done
+
+	// VDPBF16PS Z24, Z25, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z25, Z1
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc9
+
+	// VDPBF16PS Z24, Z25, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z25, Z3
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd9
+
+	// VDPBF16PS Z24, Z25, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z25, Z5
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe9
+
+	// VDPBF16PS Z24, Z25, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z25, Z7
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf9
+
+	// VDPBF16PS Z24, Z25, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z25, Z9
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc9
+
+	// VDPBF16PS Z24, Z25, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z25, Z11
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd9
+
+	// VDPBF16PS Z24, Z25, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z25, Z13
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe9
+
+	// VDPBF16PS Z24, Z25, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z25, Z15
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf9
+
+	// VDPBF16PS Z24, Z25, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z25, Z25, Z17
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc9
+
+	// VDPBF16PS Z24, Z25, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z25, Z25, Z19
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd9
+
+	// VDPBF16PS Z24, Z25, Z20
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z25, Z25, Z21
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe9
+
+	// VDPBF16PS Z24, Z25, Z22
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z25, Z25, Z23
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf9
+	DECQ AX
+	JMP  loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func cvtPairsBF16(dst *uint32, src *float32, n int)
+// Requires: AVX, AVX512F, AVX512VL
+TEXT ·cvtPairsBF16(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), AX
+	MOVQ src+8(FP), CX
+	MOVQ n+16(FP), DX
+
+loop:
+	CMPQ    DX, $0x20
+	JL      half
+	VMOVUPS (CX), Z0
+	VMOVUPS 64(CX), Z1
+
+	// VCVTNE2PS2BF16 Z0, Z1, Z2
+	BYTE      $0x62
+	BYTE      $0xf2
+	BYTE      $0x77
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xd0
+	VMOVDQU32 Z2, (AX)
+	ADDQ      $0x00000080, CX
+	ADDQ      $0x40, AX
+	SUBQ      $0x20, DX
+	JMP       loop
+
+half:
+	TESTQ   DX, DX
+	JE      done
+	VMOVUPS (CX), Z0
+	VPXORD  Z1, Z1, Z1
+
+	// VCVTNE2PS2BF16 Z0, Z1, Z2
+	BYTE      $0x62
+	BYTE      $0xf2
+	BYTE      $0x77
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xd0
+	VMOVDQU32 Y2, (AX)
+
+done:
+	VZEROUPPER
+	RET
+
+DATA bf16interleave<>+0(SB)/2, $0x0000
+DATA bf16interleave<>+2(SB)/2, $0x0010
+DATA bf16interleave<>+4(SB)/2, $0x0001
+DATA bf16interleave<>+6(SB)/2, $0x0011
+DATA bf16interleave<>+8(SB)/2, $0x0002
+DATA bf16interleave<>+10(SB)/2, $0x0012
+DATA bf16interleave<>+12(SB)/2, $0x0003
+DATA bf16interleave<>+14(SB)/2, $0x0013
+DATA bf16interleave<>+16(SB)/2, $0x0004
+DATA bf16interleave<>+18(SB)/2, $0x0014
+DATA bf16interleave<>+20(SB)/2, $0x0005
+DATA bf16interleave<>+22(SB)/2, $0x0015
+DATA bf16interleave<>+24(SB)/2, $0x0006
+DATA bf16interleave<>+26(SB)/2, $0x0016
+DATA bf16interleave<>+28(SB)/2, $0x0007
+DATA bf16interleave<>+30(SB)/2, $0x0017
+DATA bf16interleave<>+32(SB)/2, $0x0008
+DATA bf16interleave<>+34(SB)/2, $0x0018
+DATA bf16interleave<>+36(SB)/2, $0x0009
+DATA bf16interleave<>+38(SB)/2, $0x0019
+DATA bf16interleave<>+40(SB)/2, $0x000a
+DATA bf16interleave<>+42(SB)/2, $0x001a
+DATA bf16interleave<>+44(SB)/2, $0x000b
+DATA bf16interleave<>+46(SB)/2, $0x001b
+DATA bf16interleave<>+48(SB)/2, $0x000c
+DATA bf16interleave<>+50(SB)/2, $0x001c
+DATA bf16interleave<>+52(SB)/2, $0x000d
+DATA bf16interleave<>+54(SB)/2, $0x001d
+DATA bf16interleave<>+56(SB)/2, $0x000e
+DATA bf16interleave<>+58(SB)/2, $0x001e
+DATA bf16interleave<>+60(SB)/2, $0x000f
+DATA bf16interleave<>+62(SB)/2, $0x001f
+GLOBL bf16interleave<>(SB), RODATA|NOPTR, $64
+
+// func packCols12BF16(dst *uint32, src *float32, ld int, pairs int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL
+TEXT ·packCols12BF16(SB), NOSPLIT, $0-32
+	MOVQ      dst+0(FP), AX
+	MOVQ      src+8(FP), CX
+	MOVQ      ld+16(FP), DX
+	MOVQ      pairs+24(FP), BX
+	SHLQ      $0x02, DX
+	VMOVDQU32 bf16interleave<>+0(SB), Z31
+	MOVL      $0x00000fff, SI
+	KMOVW     SI, K1
+
+loop:
+	TESTQ     BX, BX
+	JE        done
+	VMOVUPS.Z (CX), K1, Z0
+	VMOVUPS.Z (CX)(DX*1), K1, Z1
+
+	// VCVTNE2PS2BF16 Z0, Z1, Z2
+	BYTE          $0x62
+	BYTE          $0xf2
+	BYTE          $0x77
+	BYTE          $0x48
+	BYTE          $0x72
+	BYTE          $0xd0
+	VPERMW        Z2, Z31, Z3
+	VMOVDQU32     Y3, (AX)
+	VEXTRACTI32X4 $0x02, Z3, 32(AX)
+	LEAQ          (CX)(DX*2), CX
+	ADDQ          $0x30, AX
+	DECQ          BX
+	JMP           loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func packCols16BF16(dst *uint32, src *float32, ld int, pairs int)
+// Requires: AVX, AVX512BW, AVX512F
+TEXT ·packCols16BF16(SB), NOSPLIT, $0-32
+	MOVQ      dst+0(FP), AX
+	MOVQ      src+8(FP), CX
+	MOVQ      ld+16(FP), DX
+	MOVQ      pairs+24(FP), BX
+	SHLQ      $0x02, DX
+	VMOVDQU32 bf16interleave<>+0(SB), Z31
+
+loop:
+	TESTQ   BX, BX
+	JE      done
+	VMOVUPS (CX), Z0
+	VMOVUPS (CX)(DX*1), Z1
+
+	// VCVTNE2PS2BF16 Z0, Z1, Z2
+	BYTE      $0x62
+	BYTE      $0xf2
+	BYTE      $0x77
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xd0
+	VPERMW    Z2, Z31, Z3
+	VMOVDQU32 Z3, (AX)
+	LEAQ      (CX)(DX*2), CX
+	ADDQ      $0x40, AX
+	DECQ      BX
+	JMP       loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func packCols32BF16(dst *uint32, src *float32, ld int, pairs int)
+// Requires: AVX, AVX512BW, AVX512F
+TEXT ·packCols32BF16(SB), NOSPLIT, $0-32
+	MOVQ      dst+0(FP), AX
+	MOVQ      src+8(FP), CX
+	MOVQ      ld+16(FP), DX
+	MOVQ      pairs+24(FP), BX
+	SHLQ      $0x02, DX
+	VMOVDQU32 bf16interleave<>+0(SB), Z31
+
+loop:
+	TESTQ   BX, BX
+	JE      done
+	VMOVUPS (CX), Z0
+	VMOVUPS (CX)(DX*1), Z1
+
+	// VCVTNE2PS2BF16 Z0, Z1, Z2
+	BYTE      $0x62
+	BYTE      $0xf2
+	BYTE      $0x77
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xd0
+	VPERMW    Z2, Z31, Z3
+	VMOVDQU32 Z3, (AX)
+	VMOVUPS   64(CX), Z4
+	VMOVUPS   64(CX)(DX*1), Z5
+
+	// VCVTNE2PS2BF16 Z4, Z5, Z6
+	BYTE      $0x62
+	BYTE      $0xf2
+	BYTE      $0x57
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xf4
+	VPERMW    Z6, Z31, Z7
+	VMOVDQU32 Z7, 64(AX)
+	LEAQ      (CX)(DX*2), CX
+	ADDQ      $0x80, AX
+	DECQ      BX
+	JMP       loop
+
+done:
+	VZEROUPPER
+	RET

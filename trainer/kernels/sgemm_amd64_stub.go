@@ -131,3 +131,43 @@ func maxSumAVX512(x *float32, n int) (mx float32, sum float32)
 
 // scaleAVX512 multiplies x[i] by s for i < n, a multiple of 16.
 func scaleAVX512(x *float32, n int, s float32)
+
+// kernelBF16 computes the 12×32 fp32 tile at c (row stride ldc floats) as the
+// product of the packed panels a (kc pairs × 12) and b (kc pairs × 32) of bf16
+// pairs, the even k in the low half of each uint32; it adds the product to
+// the tile when accum != 0 and overwrites it otherwise. It needs AVX512_BF16.
+func kernelBF16(kc int, a *uint32, b *uint32, c *float32, ldc int, accum int)
+
+// kernelBF16Narrow computes the 12×16 fp32 tile at c (row stride ldc floats) as the
+// product of the packed panels a (kc pairs × 12) and b (kc pairs × 16) of bf16
+// pairs, the even k in the low half of each uint32; it adds the product to
+// the tile when accum != 0 and overwrites it otherwise. It needs AVX512_BF16.
+func kernelBF16Narrow(kc int, a *uint32, b *uint32, c *float32, ldc int, accum int)
+
+// dotLoopBF16 runs n rounds of 24 independent 16-lane bf16 pair dot products
+// (VDPBF16PS, 1536 flops a round) on registers only. It needs AVX512_BF16.
+func dotLoopBF16(n int)
+
+// cvtPairsBF16 rounds the n floats at src (n a multiple of 16) to bf16 (to
+// nearest even, subnormals to zero) and stores them in order at dst: dst[i]
+// holds src[2i] in its low half and src[2i+1] in its high half. It needs
+// AVX512_BF16.
+func cvtPairsBF16(dst *uint32, src *float32, n int)
+
+// packCols12BF16 packs pairs pairs of rows of 12 floats at src (row stride ld
+// floats), rounded to bf16 (to nearest even, subnormals to zero), into dst:
+// dst[12*p+r] holds src[2p*ld+r] in its low half and src[(2p+1)*ld+r] in
+// its high half. It needs AVX512_BF16.
+func packCols12BF16(dst *uint32, src *float32, ld int, pairs int)
+
+// packCols16BF16 packs pairs pairs of rows of 16 floats at src (row stride ld
+// floats), rounded to bf16 (to nearest even, subnormals to zero), into dst:
+// dst[16*p+r] holds src[2p*ld+r] in its low half and src[(2p+1)*ld+r] in
+// its high half. It needs AVX512_BF16.
+func packCols16BF16(dst *uint32, src *float32, ld int, pairs int)
+
+// packCols32BF16 packs pairs pairs of rows of 32 floats at src (row stride ld
+// floats), rounded to bf16 (to nearest even, subnormals to zero), into dst:
+// dst[32*p+r] holds src[2p*ld+r] in its low half and src[(2p+1)*ld+r] in
+// its high half. It needs AVX512_BF16.
+func packCols32BF16(dst *uint32, src *float32, ld int, pairs int)

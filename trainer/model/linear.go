@@ -24,6 +24,6 @@ func (m *Model) linearBackward(gin, gw, gb, g, in, w []float32, n, din, dout int
 	m.eng.MatMul(gin, g, w, n, din, dout, false, false, false)
 	m.eng.MatMul(gw, g, in, dout, din, n, true, false, true)
 	m.prof.Lap(profile.GEMM)
-	m.eng.MatMul(gb, m.ones[:n], g, 1, dout, n, false, false, true)
+	m.sum.MatMul(gb, m.ones[:n], g, 1, dout, n, false, false, true)
 	m.prof.Lap(profile.Elementwise)
 }

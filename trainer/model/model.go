@@ -22,8 +22,9 @@ type Model struct {
 	layout Layout
 	dm     dims
 	eng    *kernels.Engine
-	par    pool           // row- and head-parallel work outside the matrix products
-	prof   *profile.Timer // nil: no profiling
+	sum    *kernels.Engine // eng, fp32: the bias gradients' column sums are reductions, never bf16
+	par    pool            // row- and head-parallel work outside the matrix products
+	prof   *profile.Timer  // nil: no profiling
 
 	inputs, targets []byte
 	xs              [][]float32 // residual stream: xs[0] embeddings, xs[l+1] output of block l
@@ -90,6 +91,7 @@ func New(cfg Config, microBatch int, eng *kernels.Engine) (*Model, error) {
 		layout:  NewLayout(cfg),
 		dm:      dm,
 		eng:     eng,
+		sum:     eng,
 		par:     pool{threads: eng.Threads(), eng: eng.WithThreads(1)},
 		inputs:  make([]byte, n),
 		targets: make([]byte, n),
@@ -111,6 +113,9 @@ func New(cfg Config, microBatch int, eng *kernels.Engine) (*Model, error) {
 	}
 	for i := range m.ones {
 		m.ones[i] = 1
+	}
+	if eng.Precision() != kernels.FP32 {
+		m.sum = eng.WithPrecision(kernels.FP32)
 	}
 	for i := 0; i <= cfg.Layers; i++ {
 		m.xs = append(m.xs, f(n*d))

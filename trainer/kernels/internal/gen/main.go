@@ -39,6 +39,14 @@ func main() {
 	copyPanels(12)
 	copyPanels(32)
 	vecMath()
+	tileKernel(bf16Tile, aPacked)
+	tileKernel(bf16NarrowTile, aPacked)
+	dotLoopBF16()
+	cvtPairsBF16()
+	interleave := interleaveWords()
+	packColsBF16(12, interleave)
+	packColsBF16(16, interleave)
+	packColsBF16(32, interleave)
 	Generate()
 }
 
@@ -297,6 +305,10 @@ type tileSpec struct {
 	lanes int
 	regs  []VecPhysical // accumulators, then the row of b, then broadcasts
 	zero  func(r VecPhysical)
+	// madd emits acc += b·x, lane by lane; nil is VFMADD231PS.
+	madd func(b, x, acc VecPhysical)
+	// pairs: a and b hold bf16 pairs (uint32) and a step is two of k.
+	pairs bool
 }
 
 var (
@@ -318,6 +330,16 @@ func tileKernel(spec tileSpec, layout aLayout) {
 	tile := fmt.Sprintf("%d×%d", mr, nr)
 	switch layout {
 	case aPacked:
+		if spec.pairs {
+			TEXT(spec.name, NOSPLIT, "func(kc int, a, b *uint32, c *float32, ldc int, accum int)")
+			Doc(
+				fmt.Sprintf("%s computes the %s fp32 tile at c (row stride ldc floats) as the", spec.name, tile),
+				fmt.Sprintf("product of the packed panels a (kc pairs × %d) and b (kc pairs × %d) of bf16", mr, nr),
+				"pairs, the even k in the low half of each uint32; it adds the product to",
+				"the tile when accum != 0 and overwrites it otherwise. It needs AVX512_BF16.",
+			)
+			break
+		}
 		TEXT(spec.name, NOSPLIT, "func(kc int, a, b, c *float32, ldc int, accum int)")
 		Doc(
 			fmt.Sprintf("%s computes the %s tile at c (row stride ldc floats) as the", spec.name, tile),
@@ -414,7 +436,11 @@ func tileKernel(spec tileSpec, layout aLayout) {
 			x := bc[i%len(bc)]
 			VBROADCASTSS(aAt(u, i), x)
 			for v, r := range bv {
-				VFMADD231PS(r, x, acc[spec.nvec*i+v])
+				if spec.madd != nil {
+					spec.madd(r, x, acc[spec.nvec*i+v])
+				} else {
+					VFMADD231PS(r, x, acc[spec.nvec*i+v])
+				}
 			}
 		}
 		if layout == aColumns {
