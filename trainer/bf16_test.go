@@ -8,11 +8,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gorun/gorun/trainer/config"
+	"github.com/gorun/gorun/trainer/kernels"
 )
 
 // TestBF16TrainsLikeFP32 trains examples/train.toml's model on one
-// process for its 300 steps (100 with -short), in fp32 and with bf16
-// GEMMs, for seeds 1 and 2, and requires the mean loss of the last ten
+// process for its 300 steps, in fp32 and with bf16
+// GEMMs, for seeds 1 and 2, on a CPU with AVX512_BF16 (the portable
+// kernel gives the same bits, tested in package kernels, but would take
+// a quarter of an hour here), and requires the mean loss of the last ten
 // steps with bf16 at most 1 % above fp32's. One-sided on purpose: the
 // issue asks that bf16 lose nothing, and the rounding noise of bf16 can
 // also let a run leave the early loss plateau sooner. With seed 1 it does
@@ -20,10 +23,10 @@ import (
 // worse one); with seed 2 they end 0.03 % apart (2.8326, 2.8318). Both
 // are logged.
 func TestBF16TrainsLikeFP32(t *testing.T) {
-	steps := 300
-	if testing.Short() {
-		steps = 100
+	if !kernels.BF16InHardware() {
+		t.Skip("this CPU has no AVX512_BF16: 1200 steps on the portable bf16 kernel take too long for a test")
 	}
+	const steps = 300
 	lastTen := func(seed int, precision string) float64 {
 		cfg, err := config.Load(filepath.Join("..", "examples", "train.toml"), []string{
 			fmt.Sprintf("train.steps=%d", steps), fmt.Sprintf("train.seed=%d", seed), "train.metrics=''",

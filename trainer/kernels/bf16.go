@@ -97,6 +97,11 @@ func (e *Engine) Precision() Precision {
 	return FP32
 }
 
+// BF16InHardware reports whether this CPU multiplies bf16 in hardware
+// (AVX512_BF16); without it bf16 products run on the portable kernel:
+// the same bits, many times slower.
+func BF16InHardware() bool { return len(bf16KernelsForCPU()) > 1 }
+
 // AvailableBF16 names the bf16 GEMM kernels this CPU runs, the fastest
 // first and the portable "go-bf16-6x16" last; NewWithKernel takes them too.
 func AvailableBF16() []string {
