@@ -194,17 +194,8 @@ func (e *Engine) gemmBF16(c, a, b []float32, m, n, k int, transA, transB, acc bo
 	if kern.narrow != nil && n <= kern.narrow.nr {
 		kern = kern.narrow
 	}
-	mr, nr := kern.mr, kern.nr
-	threads := e.threads
-	if m*n*k < e.minParallel {
-		threads = 1
-	}
-	mPanels, nPanels := ceilDiv(m, mr), ceilDiv(n, nr)
-	tm, tn := split(threads, mPanels, nPanels)
-	parallel(tm*tn, func(t int) {
-		r0, r1 := part(mPanels, tm, t/tn)
-		q0, q1 := part(nPanels, tn, t%tn)
-		e.gemmBlockBF16(kern, c, a, b, m, n, k, r0*mr, min(r1*mr, m), q0*nr, min(q1*nr, n), transA, transB, acc)
+	e.forBlocks(m, n, k, kern.mr, kern.nr, func(i0, i1, j0, j1 int) {
+		e.gemmBlockBF16(kern, c, a, b, m, n, k, i0, i1, j0, j1, transA, transB, acc)
 	})
 }
 

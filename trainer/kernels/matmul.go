@@ -155,7 +155,17 @@ func smallMatMul(c, a, b []float32, m, n, k int, transA, transB, acc bool) {
 // shared op(B) (or op(A)) once per goroutine.
 func (e *Engine) gemm(c, a, b []float32, m, n, k int, transA, transB, acc bool) {
 	kern := e.kern.forShape(m, n)
-	mr, nr := kern.mr, kern.nr
+	e.forBlocks(m, n, k, kern.mr, kern.nr, func(i0, i1, j0, j1 int) {
+		e.gemmBlock(kern, c, a, b, m, n, k, i0, i1, j0, j1, transA, transB, acc)
+	})
+}
+
+// forBlocks splits an m×n product over k (in tiles of mr×nr) into
+// disjoint blocks of C, one per goroutine — rows when there are enough,
+// else columns; one goroutine under minParallel — and calls block with
+// each block's rows i0..i1 and columns j0..j1. A block never splits k,
+// so every element is the same sum whatever the number of goroutines.
+func (e *Engine) forBlocks(m, n, k, mr, nr int, block func(i0, i1, j0, j1 int)) {
 	threads := e.threads
 	if m*n*k < e.minParallel {
 		threads = 1
@@ -165,7 +175,7 @@ func (e *Engine) gemm(c, a, b []float32, m, n, k int, transA, transB, acc bool) 
 	parallel(tm*tn, func(t int) {
 		r0, r1 := part(mPanels, tm, t/tn)
 		q0, q1 := part(nPanels, tn, t%tn)
-		e.gemmBlock(kern, c, a, b, m, n, k, r0*mr, min(r1*mr, m), q0*nr, min(q1*nr, n), transA, transB, acc)
+		block(r0*mr, min(r1*mr, m), q0*nr, min(q1*nr, n))
 	})
 }
 
