@@ -189,26 +189,8 @@ func packColsBF16(w int, interleave Mem) {
 // zmm registers, 16 lanes × 2 pairs × 2 flops each, 1536 flops a round:
 // the AVX512_BF16 peak as fmaLoopAVX512 measures the fp32 one.
 func dotLoopBF16() {
-	TEXT("dotLoopBF16", NOSPLIT, "func(n int)")
-	Doc(
+	peakLoop512("dotLoopBF16", []string{
 		"dotLoopBF16 runs n rounds of 24 independent 16-lane bf16 pair dot products",
 		"(VDPBF16PS, 1536 flops a round) on registers only. It needs AVX512_BF16.",
-	)
-	n := Load(Param("n"), GP64())
-	acc := []VecPhysical{Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15,
-		Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23}
-	for _, r := range append(acc, Z24, Z25) {
-		VPXORD(r, r, r)
-	}
-	Label("loop")
-	TESTQ(n, n)
-	JE(LabelRef("done"))
-	for i, r := range acc {
-		vdpbf16ps([]VecPhysical{Z24, Z25}[i%2], Z25, r)
-	}
-	DECQ(n)
-	JMP(LabelRef("loop"))
-	Label("done")
-	VZEROUPPER()
-	RET()
+	}, vdpbf16ps)
 }

@@ -499,11 +499,18 @@ func tileKernel(spec tileSpec, layout aLayout) {
 // held in zmm registers, 768 floating-point operations a round: enough
 // chains to fill two FMA units of latency 4 and more.
 func fmaLoop512() {
-	TEXT("fmaLoopAVX512", NOSPLIT, "func(n int)")
-	Doc(
+	peakLoop512("fmaLoopAVX512", []string{
 		"fmaLoopAVX512 runs n rounds of 24 independent 16-wide fused multiply-adds",
 		"(768 flops a round) on registers only.",
-	)
+	}, func(b, x, acc VecPhysical) { VFMADD231PS(b, x, acc) })
+}
+
+// peakLoop512 emits the function name(n int) with doc: n rounds of 24
+// independent accumulations op(b, x, acc) into Z0..Z23 from Z24 and Z25,
+// registers only: the loop a peak is measured with.
+func peakLoop512(name string, doc []string, op func(b, x, acc VecPhysical)) {
+	TEXT(name, NOSPLIT, "func(n int)")
+	Doc(doc...)
 	n := Load(Param("n"), GP64())
 	acc := []VecPhysical{Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15,
 		Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23}
@@ -514,7 +521,7 @@ func fmaLoop512() {
 	TESTQ(n, n)
 	JE(LabelRef("done"))
 	for i, r := range acc {
-		VFMADD231PS([]VecPhysical{Z24, Z25}[i%2], Z25, r)
+		op([]VecPhysical{Z24, Z25}[i%2], Z25, r)
 	}
 	DECQ(n)
 	JMP(LabelRef("loop"))
