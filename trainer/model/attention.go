@@ -2,9 +2,6 @@ package model
 
 import (
 	"math"
-	"sync"
-
-	"github.com/gorun/gorun/trainer/kernels"
 )
 
 // Causal multi-head self-attention. The c_attn projection (d -> 3d) and c_proj (d -> d) are
@@ -50,41 +47,6 @@ func fromHeads(dst, src []float32, stride, off int, dm dims) {
 			}
 		}
 	}
-}
-
-// pool runs independent work items on up to threads goroutines, item i always on goroutine
-// i mod threads, and returns when all are done. eng is single-threaded, for products inside
-// an item, so the goroutines do not multiply.
-type pool struct {
-	threads int
-	eng     *kernels.Engine
-}
-
-func (p pool) forEach(n int, fn func(i int)) {
-	w := min(p.threads, n)
-	if w <= 1 {
-		for i := 0; i < n; i++ {
-			fn(i)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	for g := 0; g < w; g++ {
-		wg.Go(func() {
-			for i := g; i < n; i += w {
-				fn(i)
-			}
-		})
-	}
-	wg.Wait()
-}
-
-// forRows splits rows 0..n-1 into up to threads contiguous ranges and runs fn on each, one
-// goroutine per range. Callers only use it for row-independent work, so the result does not
-// depend on the split.
-func (p pool) forRows(n int, fn func(lo, hi int)) {
-	w := max(min(p.threads, n/16), 1) // at least 16 rows a goroutine
-	p.forEach(w, func(i int) { fn(i*n/w, (i+1)*n/w) })
 }
 
 // attentionForward computes y (laid out [b, h, t, hd]) from q, k, v (same layout) and keeps
