@@ -92,7 +92,7 @@ func New(cfg Config, microBatch int, eng *kernels.Engine) (*Model, error) {
 		dm:      dm,
 		eng:     eng,
 		sum:     eng,
-		par:     pool{threads: eng.Threads(), eng: eng.WithThreads(1)},
+		par:     pool{threads: eng.Threads(), team: eng, eng: eng.WithThreads(1)},
 		inputs:  make([]byte, n),
 		targets: make([]byte, n),
 		lnf:     norm(),

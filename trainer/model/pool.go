@@ -1,37 +1,17 @@
 package model
 
-import (
-	"sync"
-
-	"github.com/gorun/gorun/trainer/kernels"
-)
+import "github.com/gorun/gorun/trainer/kernels"
 
 // pool runs independent work items on up to threads goroutines, item i always on goroutine
 // i mod threads, and returns when all are done. eng is single-threaded, for products inside
 // an item, so the goroutines do not multiply.
 type pool struct {
 	threads int
+	team    *kernels.Engine // runs the items: its ForEach
 	eng     *kernels.Engine
 }
 
-func (p pool) forEach(n int, fn func(i int)) {
-	w := min(p.threads, n)
-	if w <= 1 {
-		for i := 0; i < n; i++ {
-			fn(i)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	for g := 0; g < w; g++ {
-		wg.Go(func() {
-			for i := g; i < n; i += w {
-				fn(i)
-			}
-		})
-	}
-	wg.Wait()
-}
+func (p pool) forEach(n int, fn func(i int)) { p.team.ForEach(n, fn) }
 
 // forRows splits rows 0..n-1 into up to threads contiguous ranges and runs fn on each, one
 // goroutine per range. Callers only use it for row-independent work, so the result does not
