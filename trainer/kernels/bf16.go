@@ -77,12 +77,13 @@ func goBF16Kernel() *bf16Kernel {
 }
 
 // WithPrecision returns an Engine with e's threads and fp32 kernels whose
-// matrix products take their inputs in p, sharing nothing with e. For
+// matrix products take their inputs in p, sharing only its threads with e. For
 // BF16 it uses the fastest bf16 kernel this CPU runs: AVX512_BF16 where
 // present, else the portable one, which gives the same results much more
 // slowly.
 func (e *Engine) WithPrecision(p Precision) *Engine {
 	n := newEngine(e.threads, e.kern)
+	n.team = e.team // one set of threads: products of both precisions do not compete for the cores
 	if p == BF16 {
 		n.bf = bf16KernelsForCPU()[0]
 	}

@@ -31,6 +31,8 @@ type Engine struct {
 	// packBF16 holds its per-goroutine buffers.
 	bf       *bf16Kernel
 	packBF16 sync.Pool
+	// team runs the parallel regions when threads > 1 (see team).
+	team *team
 }
 
 // New returns an Engine that splits work over threads goroutines
@@ -72,7 +74,11 @@ func Available() []string {
 
 // newEngine returns an Engine with the micro-kernel kern.
 func newEngine(threads int, kern *microKernel) *Engine {
-	return &Engine{threads: max(threads, 1), kern: kern, minParallel: parallelWork, minPacked: packedWork}
+	e := &Engine{threads: max(threads, 1), kern: kern, minParallel: parallelWork, minPacked: packedWork}
+	if e.threads > 1 {
+		e.team = newTeam(e.threads)
+	}
+	return e
 }
 
 // WithThreads returns an Engine with e's micro-kernels and precision
@@ -172,7 +178,7 @@ func (e *Engine) forBlocks(m, n, k, mr, nr int, block func(i0, i1, j0, j1 int)) 
 	}
 	mPanels, nPanels := ceilDiv(m, mr), ceilDiv(n, nr)
 	tm, tn := split(threads, mPanels, nPanels)
-	parallel(tm*tn, func(t int) {
+	e.run(tm*tn, func(t int) {
 		r0, r1 := part(mPanels, tm, t/tn)
 		q0, q1 := part(nPanels, tn, t%tn)
 		block(r0*mr, min(r1*mr, m), q0*nr, min(q1*nr, n))
@@ -382,21 +388,6 @@ func split(threads, mPanels, nPanels int) (tm, tn int) {
 // part is the range of the t-th of parts near-equal parts of 0..total.
 func part(total, parts, t int) (lo, hi int) {
 	return t * total / parts, (t + 1) * total / parts
-}
-
-// parallel runs f(0..threads-1) on threads goroutines, f(0) on the
-// caller's, and returns when all have returned.
-func parallel(threads int, f func(t int)) {
-	if threads == 1 {
-		f(0)
-		return
-	}
-	var wg sync.WaitGroup
-	for t := 1; t < threads; t++ {
-		wg.Go(func() { f(t) })
-	}
-	f(0)
-	wg.Wait()
 }
 
 // getBuf returns a buffer from pool with room for n floats aligned to a

@@ -11,7 +11,11 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// An idle team lets go of its goroutines within ~20 ms by itself (TestIdleTeamLetsGoOfItsGoroutines);
+// goleak need not wait for them.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/gorun/gorun/trainer/kernels.(*team).work"))
+}
 
 // testKernels is every kernel the CPU runs, and each that has a narrow
 // alternative once more without it, so that its own tile runs on every
