@@ -107,27 +107,34 @@ func (e *Engine) bandProduct(kern *microKernel, pr band) {
 	}
 	for i0 := 0; i0 < m; i0 += mr {
 		i1 := min(i0+mr, m)
-		p0, p1 := pr.span(i0, i1)
+		// A last partial tile, when there is a whole tile's rows, runs as the tile of the
+		// last mr rows, reading A directly; only its rows from i0 are kept. Its span may
+		// start earlier, which adds only exact zeros of A (0 for j > i).
+		first := i0
+		if i1-i0 < mr && m >= mr && direct != nil {
+			first = m - mr
+		}
+		p0, p1 := pr.span(first, i1)
 		kc := p1 - p0
 		if kc <= 0 {
 			continue
 		}
-		full := i1-i0 == mr
-		var aTile []float32 // op(A)'s rows i0..i1, terms p0..p1, for direct
+		full := i1-first == mr
+		var aTile []float32 // op(A)'s rows first..i1, terms p0..p1, for direct
 		switch {
 		case full && direct != nil && pr.transA:
-			aTile = pr.a[p0*m+i0:]
+			aTile = pr.a[p0*m+first:]
 		case full && direct != nil:
-			aTile = pr.a[i0*k+p0:]
+			aTile = pr.a[first*k+p0:]
 		default:
-			kern.packA(ap, pr.a, m, k, i0, i1-i0, p0, kc, sa, pr.transA)
+			kern.packA(ap, pr.a, m, k, first, i1-first, p0, kc, sa, pr.transA)
 		}
 		for q := range ceilDiv(min(pr.cols(i1), n), nr) {
 			j := q * nr
 			nrb := min(nr, n-j)
 			bq := bp[q*sb+p0*nr:][:nr*kc]
 			out, ldc := pr.c[i0*n+j:], n
-			edge := !full || nrb < nr
+			edge := first != i0 || !full || nrb < nr
 			if edge {
 				out, ldc = tile, nr
 			}
@@ -137,8 +144,8 @@ func (e *Engine) bandProduct(kern *microKernel, pr band) {
 				kern.tile(kc, ap, bq, out, ldc, false)
 			}
 			if edge {
-				for r := range i1 - i0 {
-					copy(pr.c[(i0+r)*n+j:][:nrb], tile[r*nr:][:nrb])
+				for r := i0; r < i1; r++ {
+					copy(pr.c[r*n+j:][:nrb], tile[(r-first)*nr:][:nrb])
 				}
 			}
 		}
