@@ -2,6 +2,8 @@ package model
 
 import (
 	"math"
+
+	"github.com/gorun/gorun/trainer/kernels"
 )
 
 // Causal multi-head self-attention. The c_attn projection (d -> 3d) and c_proj (d -> d) are
@@ -50,24 +52,42 @@ func fromHeads(dst, src []float32, stride, off int, dm dims) {
 }
 
 // attentionForward computes y (laid out [b, h, t, hd]) from q, k, v (same layout) and keeps
-// the probabilities P in att ([b, h, t, t]) for the backward pass.
+// the probabilities P in att ([b, h, t, t]) for the backward pass. The products skip what the
+// causal mask makes 0 (kernels.Engine.CausalScores and CausalApply).
 func attentionForward(p pool, y, att, q, k, v []float32, dm dims) {
 	t, hd := dm.t, dm.hd
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	p.forEach(dm.b*dm.h, func(i int) {
-		qi, ki, vi := q[i*t*hd:(i+1)*t*hd], k[i*t*hd:(i+1)*t*hd], v[i*t*hd:(i+1)*t*hd]
+		m := i * t * hd
+		qi, ki, vi := q[m:m+t*hd], k[m:m+t*hd], v[m:m+t*hd]
 		pi := att[i*t*t : (i+1)*t*t]
-		p.eng.MatMul(pi, qi, ki, t, t, hd, false, true, false) // q·kᵀ
-		for r := 0; r < t; r++ {
-			row := pi[r*t : (r+1)*t]
-			// scale > 0, so the largest scaled score is the largest score scaled (rounding
-			// is monotonic).
-			mx := p.eng.Max(row[:r+1]) * scale
-			p.eng.Scale(row[:r+1], 1/p.eng.ExpSum(row[:r+1], row[:r+1], scale, mx))
-			clear(row[r+1:])
+		p.eng.CausalScores(pi, qi, ki, t, hd) // q·kᵀ, lower triangle
+		for r := range t {
+			softmaxRow(p.eng, pi[r*t:(r+1)*t], r+1, scale)
 		}
-		p.eng.MatMul(y[i*t*hd:(i+1)*t*hd], pi, vi, t, hd, t, false, false, false) // P·v
+		p.eng.CausalApply(y[m:m+t*hd], pi, vi, t, hd) // P·v
 	})
+}
+
+// softmaxVector is the length the softmax of a row rounds its live elements up to, so the
+// vector kernels (16 or 8 lanes) leave no elements to their scalar tails.
+const softmaxVector = 16
+
+// softmaxRow turns row, of which the first live elements are unmasked scores, into the
+// probabilities softmax(scale · row[:live]) followed by zeros. The masked elements up to the
+// next multiple of softmaxVector are set to -Inf and go through the kernels with the live
+// ones: their exponential is clamped to about 1e-38, which does not change a sum of at least
+// 1 (the largest score's term) by more than its last bit, and they are zeroed afterwards.
+func softmaxRow(eng *kernels.Engine, row []float32, live int, scale float32) {
+	span := row[:min((live+softmaxVector-1)/softmaxVector*softmaxVector, len(row))]
+	for j := live; j < len(span); j++ {
+		span[j] = float32(math.Inf(-1))
+	}
+	// scale > 0, so the largest scaled score is the largest score scaled (rounding is
+	// monotonic).
+	mx := eng.Max(span) * scale
+	eng.Scale(span, 1/eng.ExpSum(span, span, scale, mx))
+	clear(row[live:])
 }
 
 // attentionBackward takes dy = dL/dy ([b, h, t, hd]) and writes dq, dk, dv. dp ([b, h, t, t])
@@ -76,6 +96,8 @@ func attentionForward(p pool, y, att, q, k, v []float32, dm dims) {
 //	dP = dy·vᵀ,  dv = Pᵀ·dy
 //	dS[i, j] = s · P[i, j] (dP[i, j] - sum_k P[i, k] dP[i, k])   (softmax backward; 0 where masked)
 //	dq = dS·k,   dk = dSᵀ·q
+//
+// dP is needed, and computed, only on and below the diagonal.
 func attentionBackward(p pool, dq, dk, dv, dp, dy, att, q, k, v []float32, dm dims) {
 	t, hd := dm.t, dm.hd
 	scale := float32(1 / math.Sqrt(float64(hd)))
@@ -83,21 +105,40 @@ func attentionBackward(p pool, dq, dk, dv, dp, dy, att, q, k, v []float32, dm di
 		m := i * t * hd
 		qi, ki, vi, dyi := q[m:m+t*hd], k[m:m+t*hd], v[m:m+t*hd], dy[m:m+t*hd]
 		pi, dpi := att[i*t*t:(i+1)*t*t], dp[i*t*t:(i+1)*t*t]
-		p.eng.MatMul(dpi, dyi, vi, t, t, hd, false, true, false)          // dP = dy·vᵀ
-		p.eng.MatMul(dv[m:m+t*hd], pi, dyi, t, hd, t, true, false, false) // dv = Pᵀ·dy
-		for r := 0; r < t; r++ {
-			pr, dr := pi[r*t:(r+1)*t], dpi[r*t:(r+1)*t]
-			var s float64
-			for j := 0; j <= r; j++ {
-				s += float64(pr[j] * dr[j])
-			}
-			sf := float32(s)
-			for j := 0; j <= r; j++ {
-				dr[j] = scale * pr[j] * (dr[j] - sf)
-			}
-			clear(dr[r+1:])
+		p.eng.CausalScores(dpi, dyi, vi, t, hd)          // dP = dy·vᵀ
+		p.eng.CausalApplyT(dv[m:m+t*hd], pi, dyi, t, hd) // dv = Pᵀ·dy
+		for r := range t {
+			softmaxBackwardRow(dpi[r*t:(r+1)*t], pi[r*t:(r+1)*t], r+1, scale)
 		}
-		p.eng.MatMul(dq[m:m+t*hd], dpi, ki, t, hd, t, false, false, false) // dq = dS·k
-		p.eng.MatMul(dk[m:m+t*hd], dpi, qi, t, hd, t, true, false, false)  // dk = dSᵀ·q
+		p.eng.CausalApply(dq[m:m+t*hd], dpi, ki, t, hd)  // dq = dS·k
+		p.eng.CausalApplyT(dk[m:m+t*hd], dpi, qi, t, hd) // dk = dSᵀ·q
 	})
+}
+
+// softmaxBackwardRow turns row d of dP into row dS, given row pr of P of which the first live
+// elements are unmasked: d[j] = scale · pr[j] (d[j] - sum_k pr[k] d[k]) for j < live, and 0
+// past it. The sum runs in eight interleaved float32 partial sums, in a fixed order.
+func softmaxBackwardRow(d, pr []float32, live int, scale float32) {
+	pr, dl := pr[:live], d[:live]
+	var s0, s1, s2, s3, s4, s5, s6, s7 float32
+	j := 0
+	for ; j+8 <= live; j += 8 {
+		p, x := pr[j:j+8:j+8], dl[j:j+8:j+8]
+		s0 += p[0] * x[0]
+		s1 += p[1] * x[1]
+		s2 += p[2] * x[2]
+		s3 += p[3] * x[3]
+		s4 += p[4] * x[4]
+		s5 += p[5] * x[5]
+		s6 += p[6] * x[6]
+		s7 += p[7] * x[7]
+	}
+	for ; j < live; j++ {
+		s0 += pr[j] * dl[j]
+	}
+	s := ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+	for j, p := range pr {
+		dl[j] = scale * p * (dl[j] - s)
+	}
+	clear(d[live:])
 }
