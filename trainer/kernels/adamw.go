@@ -47,8 +47,7 @@ func (e *Engine) AdamW(params, m, v, grads []float32, decay []bool, s AdamWStep)
 			n, len(m), len(v), len(grads), len(decay)))
 	}
 	update := adamwKernel(e.kern)
-	e.ForEach(ceilDiv(n, adamwChunk), func(c int) {
-		lo, hi := c*adamwChunk, min(n, (c+1)*adamwChunk)
+	e.ForChunks(n, adamwChunk, func(lo, hi int) {
 		var d []bool
 		if decay != nil {
 			d = decay[lo:hi]
