@@ -41,15 +41,9 @@ func BenchmarkOptimizerPhase(b *testing.B) {
 			{"roundMean3", func() { roundMean(e, owned, sum, 3) }},
 			{"sumSquares", func() { optim.SumSquares(e, owned) }},
 			{"keep", func() { rb.keep(e, 0, params, st.M, st.V) }},
-			{"keepInUpdate", func() {
-				st.Step = 0
-				if _, err := optim.Update(e, cfg, &st, params, unit, decay, 0.9, rb.start(params, st.M, st.V)); err != nil {
-					b.Fatal(err)
-				}
-			}},
 			{"update", func() {
 				st.Step = 0
-				if _, err := optim.Update(e, cfg, &st, params, unit, decay, 0.9, nil); err != nil {
+				if _, err := optim.Update(e, cfg, &st, params, unit, decay, 0.9); err != nil {
 					b.Fatal(err)
 				}
 			}},

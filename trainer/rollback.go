@@ -32,31 +32,18 @@ type rollback struct {
 // keep copies the owned state at step before its next update, on e's
 // threads.
 func (r *rollback) keep(e *kernels.Engine, step int, params, m, v []float32) {
-	e.ForChunks(len(params), bufferChunk, r.start(params, m, v))
-	r.commit(step)
-}
-
-// start readies the buffers for a copy of the owned state, marks the copy
-// not valid, and returns the function that copies elements [lo, hi) of
-// it. Once it ran on every element, commit marks the copy valid: keep
-// does both, and the trainer runs it as optim.Update's before hook, on
-// each chunk as it comes into cache.
-func (r *rollback) start(params, m, v []float32) func(lo, hi int) {
 	n := len(params)
 	if cap(r.params) < n {
 		r.params, r.m, r.v = make([]float32, n), make([]float32, n), make([]float32, n)
 	}
 	r.params, r.m, r.v = r.params[:n], r.m[:n], r.v[:n]
-	r.valid = false
-	return func(lo, hi int) {
+	e.ForChunks(n, bufferChunk, func(lo, hi int) {
 		copy(r.params[lo:hi], params[lo:hi])
 		copy(r.m[lo:hi], m[lo:hi])
 		copy(r.v[lo:hi], v[lo:hi])
-	}
+	})
+	r.step, r.valid = step, true
 }
-
-// commit marks the copy start began, now complete, as the state at step.
-func (r *rollback) commit(step int) { r.step, r.valid = step, true }
 
 // hooks inject faults at fixed points of a step, on the ranks a test
 // chooses, so that tests make ranks diverge deterministically. nil hooks

@@ -401,13 +401,11 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 		if err := t.hooks.before(t.hooks.beforeUpdate, step+1); err != nil {
 			return res, err
 		}
-		owned, kept := t.params[t.lo:t.hi], t.state.Step
-		keep := t.rollback.start(owned, t.state.M, t.state.V)
-		lr, err := optim.Update(t.eng, t.optim, &t.state, owned, t.owned, t.decay, clip, keep)
+		t.rollback.keep(t.eng, t.state.Step, t.params[t.lo:t.hi], t.state.M, t.state.V)
+		lr, err := optim.Update(t.eng, t.optim, &t.state, t.params[t.lo:t.hi], t.owned, t.decay, clip)
 		if err != nil {
 			return res, fmt.Errorf("trainer: step %d: %w", step+1, err)
 		}
-		t.rollback.commit(kept)
 		prof.Lap(profile.Optimizer)
 		if err := t.hooks.before(t.hooks.beforeGather, step+1); err != nil {
 			return res, err

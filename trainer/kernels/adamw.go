@@ -38,12 +38,9 @@ type adamwFunc func(params, m, v, grads []float32, decay []bool, s *AdamWStep)
 // Elements are independent and every kernel computes exactly this, so the
 // bits do not depend on the kernel, the thread count or how a caller
 // splits the buffer. The buffer is split over the Engine's threads in
-// chunks of a fixed size; before, when not nil, runs on each chunk
-// [lo, hi) just before its update, on the goroutine that updates it (to
-// copy the chunk while it comes into cache, say). grads is left
-// unchanged. It panics when the lengths differ: that is a bug in the
-// caller.
-func (e *Engine) AdamW(params, m, v, grads []float32, decay []bool, s AdamWStep, before func(lo, hi int)) {
+// chunks of a fixed size. grads is left unchanged. It panics when the
+// lengths differ: that is a bug in the caller.
+func (e *Engine) AdamW(params, m, v, grads []float32, decay []bool, s AdamWStep) {
 	n := len(params)
 	if len(m) != n || len(v) != n || len(grads) != n || (decay != nil && len(decay) != n) {
 		panic(fmt.Sprintf("kernels: AdamW with len(params)=%d len(m)=%d len(v)=%d len(grads)=%d len(decay)=%d",
@@ -51,9 +48,6 @@ func (e *Engine) AdamW(params, m, v, grads []float32, decay []bool, s AdamWStep,
 	}
 	update := adamwKernel(e.kern)
 	e.ForChunks(n, adamwChunk, func(lo, hi int) {
-		if before != nil {
-			before(lo, hi)
-		}
 		var d []bool
 		if decay != nil {
 			d = decay[lo:hi]

@@ -99,11 +99,11 @@ func TestAdamWKernelsAgree(t *testing.T) {
 							got := want.clone()
 							for _, s := range adamwSteps[:3] {
 								goAdamW(want.params, want.m, want.v, want.grads, want.decay, &s)
-								e.AdamW(got.params, got.m, got.v, got.grads, got.decay, s, nil)
+								e.AdamW(got.params, got.m, got.v, got.grads, got.decay, s)
 							}
 							s := adamwSteps[3]
 							goAdamW(want.params, want.m, want.v, want.grads, want.decay, &s)
-							e.AdamW(got.params, got.m, got.v, got.grads, got.decay, s, nil)
+							e.AdamW(got.params, got.m, got.v, got.grads, got.decay, s)
 							requireSameBits(t, want.params, got.params, "params")
 							requireSameBits(t, want.m, got.m, "m")
 							requireSameBits(t, want.v, got.v, "v")
@@ -134,7 +134,7 @@ func TestAdamWSpecialValues(t *testing.T) {
 		t.Run(kern.name, func(t *testing.T) {
 			want, got := base.clone(), base.clone()
 			goAdamW(want.params, want.m, want.v, want.grads, want.decay, &adamwSteps[1])
-			newEngine(1, kern).AdamW(got.params, got.m, got.v, got.grads, got.decay, adamwSteps[1], nil)
+			newEngine(1, kern).AdamW(got.params, got.m, got.v, got.grads, got.decay, adamwSteps[1])
 			requireSameBits(t, want.params, got.params, "params")
 			requireSameBits(t, want.m, got.m, "m")
 			requireSameBits(t, want.v, got.v, "v")
@@ -155,10 +155,10 @@ func TestAdamWKernelPerISA(t *testing.T) {
 func TestAdamWPanicsOnLengths(t *testing.T) {
 	e := New(1)
 	require.PanicsWithValue(t, "kernels: AdamW with len(params)=2 len(m)=2 len(v)=2 len(grads)=1 len(decay)=0", func() {
-		e.AdamW(make([]float32, 2), make([]float32, 2), make([]float32, 2), make([]float32, 1), nil, adamwSteps[0], nil)
+		e.AdamW(make([]float32, 2), make([]float32, 2), make([]float32, 2), make([]float32, 1), nil, adamwSteps[0])
 	})
 	require.PanicsWithValue(t, "kernels: AdamW with len(params)=2 len(m)=2 len(v)=2 len(grads)=2 len(decay)=3", func() {
-		e.AdamW(make([]float32, 2), make([]float32, 2), make([]float32, 2), make([]float32, 2), make([]bool, 3), adamwSteps[0], nil)
+		e.AdamW(make([]float32, 2), make([]float32, 2), make([]float32, 2), make([]float32, 2), make([]bool, 3), adamwSteps[0])
 	})
 }
 
@@ -172,28 +172,10 @@ func BenchmarkAdamW(b *testing.B) {
 			e := newEngine(threads, kern)
 			b.Run(fmt.Sprintf("%s/threads=%d", kern.name, threads), func(b *testing.B) {
 				for b.Loop() {
-					e.AdamW(s.params, s.m, s.v, s.grads, s.decay, adamwSteps[0], nil)
+					e.AdamW(s.params, s.m, s.v, s.grads, s.decay, adamwSteps[0])
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(s.params)), "ns/elem")
 			})
 		}
 	}
-}
-
-// TestAdamWBefore checks that AdamW calls before once on every chunk,
-// each before that chunk changes.
-func TestAdamWBefore(t *testing.T) {
-	r := rand.New(rand.NewPCG(39, 40))
-	n := 2*adamwChunk + 5
-	s := newAdamWState(r, n, true, false)
-	old := append([]float32(nil), s.params...)
-	kept := make([]float32, n)
-	calls := make([]int, 3)
-	New(2).AdamW(s.params, s.m, s.v, s.grads, s.decay, adamwSteps[0], func(lo, hi int) {
-		calls[lo/adamwChunk]++
-		copy(kept[lo:hi], s.params[lo:hi])
-	})
-	require.Equal(t, []int{1, 1, 1}, calls)
-	require.Equal(t, old, kept)
-	require.NotEqual(t, old, s.params)
 }

@@ -35,7 +35,7 @@ func TestOverfitsOneBatch(t *testing.T) {
 		clear(grads)
 		m.Backward(params, grads, 1)
 		clip := optim.ClipFactor(optim.SumSquares(eng, grads), oc.GradClip)
-		_, err := optim.Update(eng, oc, &st, params, grads, decay, clip, nil)
+		_, err := optim.Update(eng, oc, &st, params, grads, decay, clip)
 		require.NoError(t, err)
 		loss = m.Forward(params, tokens)
 		if step%25 == 0 {

@@ -58,13 +58,11 @@ func ClipFactor(sumSquares, maxNorm float64) float32 {
 //	p -= lr * (m / (1-Beta1^t)) / (sqrt(v / (1-Beta2^t)) + Eps)
 //
 // The update runs on e (kernels.Engine.AdamW): vector instructions where the CPU has them,
-// split over e's threads in chunks. Elements are independent and every kernel computes exactly
-// this, so any split of the buffer over ranks or threads gives the same bits. before, when not
-// nil, runs on each chunk [lo, hi) of the buffer just before its update, on the goroutine that
-// updates it: a caller that keeps a copy of the state takes it there, while the chunk comes
-// into cache. Update leaves grads unchanged and returns an error, changing nothing, when the
-// lengths of params, grads, decay, st.M and st.V differ.
-func Update(e *kernels.Engine, c Config, st *State, params, grads []float32, decay []bool, clip float32, before func(lo, hi int)) (float64, error) {
+// split over e's threads. Elements are independent and every kernel computes exactly this, so
+// any split of the buffer over ranks or threads gives the same bits. Update leaves grads
+// unchanged and returns an error, changing nothing, when the lengths of params, grads, decay,
+// st.M and st.V differ.
+func Update(e *kernels.Engine, c Config, st *State, params, grads []float32, decay []bool, clip float32) (float64, error) {
 	n := len(params)
 	if len(grads) != n || len(st.M) != n || len(st.V) != n || (decay != nil && len(decay) != n) {
 		return 0, fmt.Errorf("optim: update: lengths differ: params %d, grads %d, m %d, v %d, decay %d",
@@ -75,6 +73,6 @@ func Update(e *kernels.Engine, c Config, st *State, params, grads []float32, dec
 	t := float64(st.Step)
 	e.AdamW(params, st.M, st.V, grads, decay, kernels.AdamWStep{
 		LR: lr, Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, Shrink: 1 - lr*c.WeightDecay,
-		BC1: 1 - math.Pow(c.Beta1, t), BC2: 1 - math.Pow(c.Beta2, t), Clip: float64(clip)}, before)
+		BC1: 1 - math.Pow(c.Beta1, t), BC2: 1 - math.Pow(c.Beta2, t), Clip: float64(clip)})
 	return lr, nil
 }

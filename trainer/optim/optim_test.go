@@ -106,7 +106,7 @@ func TestUpdateOneStepByHand(t *testing.T) {
 	grads := []float32{0.1, -0.3, 0, 2}
 	decay := []bool{true, true, true, false}
 	st := NewState(4)
-	lr, err := Update(kernels.New(1), constant, &st, params, grads, decay, 1, nil)
+	lr, err := Update(kernels.New(1), constant, &st, params, grads, decay, 1)
 	require.NoError(t, err)
 	require.Equal(t, 0.01, lr)
 	require.Equal(t, 1, st.Step)
@@ -134,11 +134,11 @@ func TestUpdateMatchesTorch(t *testing.T) {
 	params := []float32{1, -2, 0.5, 0.25, -0.75}
 	decay := []bool{true, true, true, false, false}
 	st := NewState(5)
-	_, err := Update(kernels.New(1), constant, &st, params, []float32{0.1, -0.3, 0, 2, -0.5}, decay, 1, nil)
+	_, err := Update(kernels.New(1), constant, &st, params, []float32{0.1, -0.3, 0, 2, -0.5}, decay, 1)
 	require.NoError(t, err)
 	require.InDeltaSlice(t, []float64{0.9890000009999999, -1.9880000003333334, 0.4995,
 		0.24000000005, -0.7400000002}, to64(params), 1e-7)
-	_, err = Update(kernels.New(1), constant, &st, params, []float32{-0.2, 0.4, 1e-3, 1, 0.5}, decay, 0.5, nil)
+	_, err = Update(kernels.New(1), constant, &st, params, []float32{-0.2, 0.4, 1e-3, 1, 0.5}, decay, 0.5)
 	require.NoError(t, err)
 	require.InDeltaSlice(t, []float64{0.988537316735842, -1.9845597554172119, 0.4916511052343891,
 		0.23160029519815808, -0.7373163057875828}, to64(params), 1e-6)
@@ -161,11 +161,11 @@ func TestUpdateSplitsOverRanks(t *testing.T) {
 	split := append([]float32(nil), params...)
 	lo, hi := NewState(40), NewState(n-40)
 	for range 3 {
-		_, err := Update(kernels.New(2), trainToml, &ws, whole, grads, decay, 0.7, nil)
+		_, err := Update(kernels.New(2), trainToml, &ws, whole, grads, decay, 0.7)
 		require.NoError(t, err)
-		_, err = Update(kernels.New(2), trainToml, &lo, split[:40], grads[:40], decay[:40], 0.7, nil)
+		_, err = Update(kernels.New(2), trainToml, &lo, split[:40], grads[:40], decay[:40], 0.7)
 		require.NoError(t, err)
-		_, err = Update(kernels.New(2), trainToml, &hi, split[40:], grads[40:], decay[40:], 0.7, nil)
+		_, err = Update(kernels.New(2), trainToml, &hi, split[40:], grads[40:], decay[40:], 0.7)
 		require.NoError(t, err)
 	}
 	require.Equal(t, whole, split)
@@ -176,9 +176,9 @@ func TestUpdateSplitsOverRanks(t *testing.T) {
 func TestUpdateRejectsMismatchedLengths(t *testing.T) {
 	st := NewState(3)
 	params := []float32{1, 2, 3}
-	_, err := Update(kernels.New(2), trainToml, &st, params, []float32{1, 2}, nil, 1, nil)
+	_, err := Update(kernels.New(2), trainToml, &st, params, []float32{1, 2}, nil, 1)
 	require.ErrorContains(t, err, "lengths differ: params 3, grads 2")
-	_, err = Update(kernels.New(2), trainToml, &st, params, []float32{1, 2, 3}, []bool{true}, 1, nil)
+	_, err = Update(kernels.New(2), trainToml, &st, params, []float32{1, 2, 3}, []bool{true}, 1)
 	require.ErrorContains(t, err, "decay 1")
 	require.Equal(t, []float32{1, 2, 3}, params)
 	require.Zero(t, st.Step)
@@ -253,7 +253,7 @@ func TestUpdateMatchesScalarBits(t *testing.T) {
 							clip = 0.137
 						}
 						scalarUpdate(trainToml, &wst, want, grads, decay, clip)
-						_, err := Update(e, trainToml, &gst, got, grads, decay, clip, nil)
+						_, err := Update(e, trainToml, &gst, got, grads, decay, clip)
 						require.NoError(t, err)
 					}
 					require.Equal(t, wst.Step, gst.Step)
