@@ -1,5 +1,7 @@
 package trainer
 
+import "github.com/gorun/gorun/trainer/kernels"
+
 // The step's gradient does not depend on the world size or the layout.
 // The global batch is a fixed sequence of units of micro_batch samples
 // (data.Batch.MicroFirst: which samples a unit holds depends only on its
@@ -14,20 +16,48 @@ package trainer
 // float32 the order did show, as rounding noise that AdamW (eps 1e-8)
 // turns into steps of the learning rate's size where gradients are tiny.
 
-// accumulate adds unit to sum element-wise, in float64.
-func accumulate(sum []float64, unit []float32) {
+// bufferChunk is how many elements one item of the per-step buffer work
+// (accumulate, roundMean, zero, rollback.keep) covers on the engine's
+// threads: elementwise work, so any split gives the same bits.
+const bufferChunk = 1 << 15
+
+// accumulate adds unit to sum element-wise, in float64, on e's threads.
+func accumulate(e *kernels.Engine, sum []float64, unit []float32) {
 	sum = sum[:len(unit)]
-	for i, g := range unit {
-		sum[i] += float64(g)
-	}
+	e.ForChunks(len(unit), bufferChunk, func(lo, hi int) {
+		s := sum[lo:hi]
+		for i, g := range unit[lo:hi] {
+			s[i] += float64(g)
+		}
+	})
 }
 
 // roundMean sets dst[i] to sum[i]/units rounded to float32: the mean of
-// the units' gradients, the step's gradient of the mean loss.
-func roundMean(dst []float32, sum []float64, units int) {
+// the units' gradients, the step's gradient of the mean loss. It runs on
+// e's threads. When units is a power of two it multiplies by 1/units
+// instead: the reciprocal is exact, so the product is the quotient's bits.
+func roundMean(e *kernels.Engine, dst []float32, sum []float64, units int) {
 	sum = sum[:len(dst)]
 	n := float64(units)
-	for i, s := range sum {
-		dst[i] = float32(s / n)
+	if units&(units-1) == 0 {
+		inv := 1 / n
+		e.ForChunks(len(dst), bufferChunk, func(lo, hi int) {
+			d := dst[lo:hi]
+			for i, s := range sum[lo:hi] {
+				d[i] = float32(s * inv)
+			}
+		})
+		return
 	}
+	e.ForChunks(len(dst), bufferChunk, func(lo, hi int) {
+		d := dst[lo:hi]
+		for i, s := range sum[lo:hi] {
+			d[i] = float32(s / n)
+		}
+	})
+}
+
+// zero sets every element of x to zero, on e's threads.
+func zero[T float32 | float64](e *kernels.Engine, x []T) {
+	e.ForChunks(len(x), bufferChunk, func(lo, hi int) { clear(x[lo:hi]) })
 }

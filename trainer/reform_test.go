@@ -550,6 +550,6 @@ func BenchmarkRollbackCopy(b *testing.B) {
 	owned := tr.params[tr.lo:tr.hi]
 	b.SetBytes(int64(12 * len(owned)))
 	for b.Loop() {
-		tr.rollback.keep(tr.state.Step, owned, tr.state.M, tr.state.V)
+		tr.rollback.keep(tr.eng, tr.state.Step, owned, tr.state.M, tr.state.V)
 	}
 }

@@ -1,6 +1,10 @@
 package trainer
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/gorun/gorun/trainer/kernels"
+)
 
 // rollback is a copy of this rank's owned parameters and AdamW moments
 // taken just before an optimizer update: the state after step Step. It
@@ -25,16 +29,19 @@ type rollback struct {
 	params, m, v []float32
 }
 
-// keep copies the owned state at step before its next update.
-func (r *rollback) keep(step int, params, m, v []float32) {
+// keep copies the owned state at step before its next update, on e's
+// threads.
+func (r *rollback) keep(e *kernels.Engine, step int, params, m, v []float32) {
 	n := len(params)
 	if cap(r.params) < n {
 		r.params, r.m, r.v = make([]float32, n), make([]float32, n), make([]float32, n)
 	}
 	r.params, r.m, r.v = r.params[:n], r.m[:n], r.v[:n]
-	copy(r.params, params)
-	copy(r.m, m)
-	copy(r.v, v)
+	e.ForChunks(n, bufferChunk, func(lo, hi int) {
+		copy(r.params[lo:hi], params[lo:hi])
+		copy(r.m[lo:hi], m[lo:hi])
+		copy(r.v[lo:hi], v[lo:hi])
+	})
 	r.step, r.valid = step, true
 }
 

@@ -369,16 +369,16 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 			return res, t.runErr(ctx, err)
 		}
 		step := t.state.Step
-		clear(t.sum)
+		zero(t.eng, t.sum)
 		var lossSum float64
 		for micro := range accum {
 			first := t.batch.MicroFirst(int64(step), rank, micro)
 			t.dataset.Samples(tc.Seed, first, window, t.tokens)
 			prof.Lap(profile.Waiting)
 			lossSum += float64(t.model.Forward(t.params, t.tokens))
-			clear(t.unit)
+			zero(t.eng, t.unit)
 			t.model.Backward(t.params, t.unit, 1)
-			accumulate(t.sum, t.unit)
+			accumulate(t.eng, t.sum, t.unit)
 			prof.Lap(profile.Elementwise)
 		}
 		collStart := time.Now()
@@ -387,8 +387,8 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 		}
 		inCollectives := time.Since(collStart)
 		prof.Lap(profile.Collectives)
-		roundMean(t.owned, t.owned64, units)
-		ownedSquares := optim.SumSquares(t.owned)
+		roundMean(t.eng, t.owned, t.owned64, units)
+		ownedSquares := optim.SumSquares(t.eng, t.owned)
 		prof.Lap(profile.Optimizer)
 		collStart = time.Now()
 		loss, sumSquares, err := t.groups.Stats(lossSum/float64(accum), ownedSquares)
@@ -401,8 +401,8 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 		if err := t.hooks.before(t.hooks.beforeUpdate, step+1); err != nil {
 			return res, err
 		}
-		t.rollback.keep(t.state.Step, t.params[t.lo:t.hi], t.state.M, t.state.V)
-		lr, err := optim.Update(t.optim, &t.state, t.params[t.lo:t.hi], t.owned, t.decay, clip)
+		t.rollback.keep(t.eng, t.state.Step, t.params[t.lo:t.hi], t.state.M, t.state.V)
+		lr, err := optim.Update(t.eng, t.optim, &t.state, t.params[t.lo:t.hi], t.owned, t.decay, clip)
 		if err != nil {
 			return res, fmt.Errorf("trainer: step %d: %w", step+1, err)
 		}

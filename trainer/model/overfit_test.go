@@ -15,7 +15,8 @@ import (
 func TestOverfitsOneBatch(t *testing.T) {
 	cfg := Config{Layers: 2, DModel: 32, Heads: 4, Context: 16, Vocab: 256}
 	const batch = 2
-	m, err := New(cfg, batch, kernels.New(2))
+	eng := kernels.New(2)
+	m, err := New(cfg, batch, eng)
 	require.NoError(t, err)
 	l := m.Layout()
 	params := make([]float32, l.PaddedSize(3)) // padded as a 3-way shard would be
@@ -33,8 +34,8 @@ func TestOverfitsOneBatch(t *testing.T) {
 	for step := 0; step < oc.Steps && loss >= 0.5; step++ {
 		clear(grads)
 		m.Backward(params, grads, 1)
-		clip := optim.ClipFactor(optim.SumSquares(grads), oc.GradClip)
-		_, err := optim.Update(oc, &st, params, grads, decay, clip)
+		clip := optim.ClipFactor(optim.SumSquares(eng, grads), oc.GradClip)
+		_, err := optim.Update(eng, oc, &st, params, grads, decay, clip)
 		require.NoError(t, err)
 		loss = m.Forward(params, tokens)
 		if step%25 == 0 {

@@ -3,6 +3,8 @@ package optim
 import (
 	"fmt"
 	"math"
+
+	"github.com/gorun/gorun/trainer/kernels"
 )
 
 // State is the AdamW state of one slice of the parameters: the first and second moments, one
@@ -18,15 +20,13 @@ func NewState(n int) State {
 	return State{M: make([]float32, n), V: make([]float32, n)}
 }
 
-// SumSquares returns the sum of the squares of g, added in float64 in index order. Each rank
-// computes it over the gradient slice it owns; the sum over ranks is the square of the global
-// norm that ClipFactor takes.
-func SumSquares(g []float32) float64 {
-	var s float64
-	for _, v := range g {
-		s += float64(v) * float64(v)
-	}
-	return s
+// SumSquares returns the sum of the squares of g in float64, in the fixed
+// order of kernels.Engine.SumSquares (chunks of e's threads, the same bits
+// on any number of them). Each rank computes it over the gradient slice
+// it owns; the sum over ranks is the square of the global norm that
+// ClipFactor takes.
+func SumSquares(e *kernels.Engine, g []float32) float64 {
+	return e.SumSquares(g)
 }
 
 // ClipFactor returns the factor that scales the gradients so that their global norm,
@@ -48,18 +48,21 @@ func ClipFactor(sumSquares, maxNorm float64) float32 {
 // from grads (same slice), multiplied by clip (see ClipFactor), and returns the learning rate it
 // used, c.LRAt(st.Step). decay[i] says whether params[i] gets weight decay (see
 // model.Layout.DecayMask); nil means no decay anywhere. Per element, in float64, with
-// t = st.Step+1 and lr the scheduled rate:
+// t = st.Step+1 and lr the scheduled rate, each operation rounded on its own (no fused
+// multiply-add):
 //
 //	g = clip * grad
-//	p -= lr * WeightDecay * p            (decoupled decay, only where decay[i])
+//	p -= lr * WeightDecay * p            (decoupled decay, only where decay[i]: p *= 1 - lr*WeightDecay)
 //	m = Beta1 m + (1-Beta1) g
-//	v = Beta2 v + (1-Beta2) g²
+//	v = Beta2 v + ((1-Beta2) g) g
 //	p -= lr * (m / (1-Beta1^t)) / (sqrt(v / (1-Beta2^t)) + Eps)
 //
-// Elements are independent, so any split of the buffer over ranks gives the same bits. Update
-// leaves grads unchanged and returns an error, changing nothing, when the lengths of params,
-// grads, decay, st.M and st.V differ.
-func Update(c Config, st *State, params, grads []float32, decay []bool, clip float32) (float64, error) {
+// The update runs on e (kernels.Engine.AdamW): vector instructions where the CPU has them,
+// split over e's threads. Elements are independent and every kernel computes exactly this, so
+// any split of the buffer over ranks or threads gives the same bits. Update leaves grads
+// unchanged and returns an error, changing nothing, when the lengths of params, grads, decay,
+// st.M and st.V differ.
+func Update(e *kernels.Engine, c Config, st *State, params, grads []float32, decay []bool, clip float32) (float64, error) {
 	n := len(params)
 	if len(grads) != n || len(st.M) != n || len(st.V) != n || (decay != nil && len(decay) != n) {
 		return 0, fmt.Errorf("optim: update: lengths differ: params %d, grads %d, m %d, v %d, decay %d",
@@ -68,21 +71,8 @@ func Update(c Config, st *State, params, grads []float32, decay []bool, clip flo
 	lr := c.LRAt(st.Step)
 	st.Step++
 	t := float64(st.Step)
-	bc1 := 1 - math.Pow(c.Beta1, t)
-	bc2 := 1 - math.Pow(c.Beta2, t)
-	shrink := 1 - lr*c.WeightDecay
-	k := float64(clip)
-	for i, p := range params {
-		g := k * float64(grads[i])
-		pp := float64(p)
-		if decay != nil && decay[i] {
-			pp *= shrink
-		}
-		m := c.Beta1*float64(st.M[i]) + (1-c.Beta1)*g
-		v := c.Beta2*float64(st.V[i]) + (1-c.Beta2)*g*g
-		st.M[i], st.V[i] = float32(m), float32(v)
-		pp -= lr * (m / bc1) / (math.Sqrt(v/bc2) + c.Eps)
-		params[i] = float32(pp)
-	}
+	e.AdamW(params, st.M, st.V, grads, decay, kernels.AdamWStep{
+		LR: lr, Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, Shrink: 1 - lr*c.WeightDecay,
+		BC1: 1 - math.Pow(c.Beta1, t), BC2: 1 - math.Pow(c.Beta2, t), Clip: float64(clip)})
 	return lr, nil
 }

@@ -1,8 +1,12 @@
 package optim
 
 import (
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
+
+	"github.com/gorun/gorun/trainer/kernels"
 
 	"github.com/stretchr/testify/require"
 )
@@ -73,8 +77,8 @@ func TestLRSchedule(t *testing.T) {
 }
 
 func TestClip(t *testing.T) {
-	require.Equal(t, 25.0, SumSquares([]float32{3, -4, 0}))
-	require.Zero(t, SumSquares(nil))
+	require.Equal(t, 25.0, SumSquares(kernels.New(1), []float32{3, -4, 0}))
+	require.Zero(t, SumSquares(kernels.New(2), nil))
 	for _, tc := range []struct {
 		name       string
 		sumSq, max float64
@@ -102,7 +106,7 @@ func TestUpdateOneStepByHand(t *testing.T) {
 	grads := []float32{0.1, -0.3, 0, 2}
 	decay := []bool{true, true, true, false}
 	st := NewState(4)
-	lr, err := Update(constant, &st, params, grads, decay, 1)
+	lr, err := Update(kernels.New(1), constant, &st, params, grads, decay, 1)
 	require.NoError(t, err)
 	require.Equal(t, 0.01, lr)
 	require.Equal(t, 1, st.Step)
@@ -130,11 +134,11 @@ func TestUpdateMatchesTorch(t *testing.T) {
 	params := []float32{1, -2, 0.5, 0.25, -0.75}
 	decay := []bool{true, true, true, false, false}
 	st := NewState(5)
-	_, err := Update(constant, &st, params, []float32{0.1, -0.3, 0, 2, -0.5}, decay, 1)
+	_, err := Update(kernels.New(1), constant, &st, params, []float32{0.1, -0.3, 0, 2, -0.5}, decay, 1)
 	require.NoError(t, err)
 	require.InDeltaSlice(t, []float64{0.9890000009999999, -1.9880000003333334, 0.4995,
 		0.24000000005, -0.7400000002}, to64(params), 1e-7)
-	_, err = Update(constant, &st, params, []float32{-0.2, 0.4, 1e-3, 1, 0.5}, decay, 0.5)
+	_, err = Update(kernels.New(1), constant, &st, params, []float32{-0.2, 0.4, 1e-3, 1, 0.5}, decay, 0.5)
 	require.NoError(t, err)
 	require.InDeltaSlice(t, []float64{0.988537316735842, -1.9845597554172119, 0.4916511052343891,
 		0.23160029519815808, -0.7373163057875828}, to64(params), 1e-6)
@@ -157,11 +161,11 @@ func TestUpdateSplitsOverRanks(t *testing.T) {
 	split := append([]float32(nil), params...)
 	lo, hi := NewState(40), NewState(n-40)
 	for range 3 {
-		_, err := Update(trainToml, &ws, whole, grads, decay, 0.7)
+		_, err := Update(kernels.New(2), trainToml, &ws, whole, grads, decay, 0.7)
 		require.NoError(t, err)
-		_, err = Update(trainToml, &lo, split[:40], grads[:40], decay[:40], 0.7)
+		_, err = Update(kernels.New(2), trainToml, &lo, split[:40], grads[:40], decay[:40], 0.7)
 		require.NoError(t, err)
-		_, err = Update(trainToml, &hi, split[40:], grads[40:], decay[40:], 0.7)
+		_, err = Update(kernels.New(2), trainToml, &hi, split[40:], grads[40:], decay[40:], 0.7)
 		require.NoError(t, err)
 	}
 	require.Equal(t, whole, split)
@@ -172,9 +176,9 @@ func TestUpdateSplitsOverRanks(t *testing.T) {
 func TestUpdateRejectsMismatchedLengths(t *testing.T) {
 	st := NewState(3)
 	params := []float32{1, 2, 3}
-	_, err := Update(trainToml, &st, params, []float32{1, 2}, nil, 1)
+	_, err := Update(kernels.New(2), trainToml, &st, params, []float32{1, 2}, nil, 1)
 	require.ErrorContains(t, err, "lengths differ: params 3, grads 2")
-	_, err = Update(trainToml, &st, params, []float32{1, 2, 3}, []bool{true}, 1)
+	_, err = Update(kernels.New(2), trainToml, &st, params, []float32{1, 2, 3}, []bool{true}, 1)
 	require.ErrorContains(t, err, "decay 1")
 	require.Equal(t, []float32{1, 2, 3}, params)
 	require.Zero(t, st.Step)
@@ -186,4 +190,80 @@ func to64(p []float32) []float64 {
 		out[i] = float64(v)
 	}
 	return out
+}
+
+// scalarUpdate is Update as plain scalar Go, one element after the other:
+// the code the kernels must match bit for bit. The explicit float64
+// conversions round each product, as Go on amd64 (GOAMD64 v1) does
+// anyway, so that no compiler fuses a multiply-add here either.
+func scalarUpdate(c Config, st *State, params, grads []float32, decay []bool, clip float32) {
+	lr := c.LRAt(st.Step)
+	st.Step++
+	t := float64(st.Step)
+	bc1 := 1 - math.Pow(c.Beta1, t)
+	bc2 := 1 - math.Pow(c.Beta2, t)
+	shrink := 1 - lr*c.WeightDecay
+	k := float64(clip)
+	for i, p := range params {
+		g := float64(k * float64(grads[i]))
+		pp := float64(p)
+		if decay != nil && decay[i] {
+			pp *= shrink
+		}
+		m := float64(c.Beta1*float64(st.M[i])) + float64((1-c.Beta1)*g)
+		v := float64(c.Beta2*float64(st.V[i])) + float64(float64((1-c.Beta2)*g)*g)
+		st.M[i], st.V[i] = float32(m), float32(v)
+		pp -= float64(lr*(m/bc1)) / (math.Sqrt(v/bc2) + c.Eps)
+		params[i] = float32(pp)
+	}
+}
+
+// TestUpdateMatchesScalarBits runs Update on every kernel the CPU has
+// (and the portable one) on 1 and 2 threads, and scalarUpdate, for 25
+// steps of train.toml's schedule with clipping on some, with and without
+// a decay mask, and requires the same bits everywhere.
+func TestUpdateMatchesScalarBits(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	const n = 40000 // over two chunks of the split, and a tail
+	for _, kernel := range kernels.Available() {
+		for _, threads := range []int{1, 2} {
+			for _, withDecay := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/threads=%d/decay=%v", kernel, threads, withDecay), func(t *testing.T) {
+					e, err := kernels.NewWithKernel(threads, kernel)
+					require.NoError(t, err)
+					params, grads := make([]float32, n), make([]float32, n)
+					var decay []bool
+					if withDecay {
+						decay = make([]bool, n)
+					}
+					for i := range params {
+						params[i] = float32(r.NormFloat64() * math.Pow(10, float64(r.IntN(7)-4)))
+						if decay != nil {
+							decay[i] = r.IntN(4) != 0
+						}
+					}
+					want, wst := append([]float32(nil), params...), NewState(n)
+					got, gst := append([]float32(nil), params...), NewState(n)
+					for step := range 25 {
+						for i := range grads {
+							grads[i] = float32(r.NormFloat64() * math.Pow(10, float64(r.IntN(9)-6)))
+						}
+						clip := float32(1)
+						if step%3 == 1 {
+							clip = 0.137
+						}
+						scalarUpdate(trainToml, &wst, want, grads, decay, clip)
+						_, err := Update(e, trainToml, &gst, got, grads, decay, clip)
+						require.NoError(t, err)
+					}
+					require.Equal(t, wst.Step, gst.Step)
+					for i := range want {
+						require.Equal(t, math.Float32bits(want[i]), math.Float32bits(got[i]), "params[%d]", i)
+						require.Equal(t, math.Float32bits(wst.M[i]), math.Float32bits(gst.M[i]), "m[%d]", i)
+						require.Equal(t, math.Float32bits(wst.V[i]), math.Float32bits(gst.V[i]), "v[%d]", i)
+					}
+				})
+			}
+		}
+	}
 }

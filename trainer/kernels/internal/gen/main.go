@@ -6,6 +6,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 
 	. "github.com/mmcloughlin/avo/build"
@@ -21,7 +22,14 @@ const (
 )
 
 func main() {
+	set := flag.String("set", "gemm", "the assembly to write: gemm (sgemm_amd64.s) or optim (adamw_amd64.s)")
+	flag.Parse()
 	ConstraintExpr("amd64,!purego")
+	if *set == "optim" {
+		adamwKernels()
+		Generate()
+		return
+	}
 	for _, layout := range []aLayout{aPacked, aColumns, aRows} {
 		tileKernel(avx2Tile, layout)
 	}
