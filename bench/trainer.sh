@@ -9,8 +9,9 @@
 #             autograd, AdamW, clip_grad_norm_; Debian's python3-torch)
 # Each side trains STEPS optimizer steps; the first SKIP are left out of the timing. The two sides
 # alternate REPS times (order swapped every repetition); ours/torch is the median of the ratios of
-# adjacent pairs, robust to a shared machine's drifting load. Goal: ours/torch >= 1.0 (exit status 1
-# if a row misses it; GOAL=... to change). The mfu column is the median of the trainer's own mfu
+# adjacent pairs, robust to a shared machine's drifting load. The last row, best, takes each side at
+# its own best thread count. Goal (issue 13): best ours/torch >= 2.0 (exit status 1 if it misses;
+# GOAL=... to change). The mfu column is the median of the trainer's own mfu
 # (model FLOPs/s over the FMA peak of its threads, see README) over the timed steps and repetitions.
 #
 # PyTorch runs on OpenBLAS (libopenblas0-pthread): over Debian's reference BLAS it is ~16x slower and
@@ -33,7 +34,7 @@ THREADS=${THREADS:-1 2}
 REPS=${REPS:-3}
 STEPS=${STEPS:-25}
 SKIP=${SKIP:-5}
-GOAL=${GOAL:-1.0}
+GOAL=${GOAL:-2.0}
 PYTHON=${PYTHON:-/usr/bin/python3}
 LAYERS=${LAYERS:-2} DMODEL=${DMODEL:-64} HEADS=${HEADS:-4} CONTEXT=${CONTEXT:-64} GLOBAL=${GLOBAL:-32} MICRO=${MICRO:-8}
 OPENBLAS=${OPENBLAS:-}
@@ -160,12 +161,17 @@ for (( i = 0; i < REPS; i++ )); do
 done
 
 printf '%-7s | %12s %6s %12s | %11s\n' threads "gorun tok/s" mfu "torch tok/s" "gorun/torch"
-verdict=0
 for n in $THREADS; do
   o=$(median <"$tmp/ours.$n"); p=$(median <"$tmp/torch.$n"); mfu=$(median <"$tmp/mfu.$n")
   ratio=$(paste "$tmp/ours.$n" "$tmp/torch.$n" | awk '{ print $1 / $2 }' | median)
-  ok=$(awk -v r="$ratio" -v g="$GOAL" 'BEGIN { print (r >= g) ? "" : "  (below goal " g ")" }')
-  [[ -z "$ok" ]] || verdict=1
-  printf '%-7s | %12.0f %6.3f %12.0f | %10.2fx%s\n' "$n" "$o" "$mfu" "$p" "$ratio" "$ok"
+  printf '%-7s | %12.0f %6.3f %12.0f | %10.2fx\n' "$n" "$o" "$mfu" "$p" "$ratio"
 done
-exit $verdict
+# best: each side at its own best thread count (highest median); the ratio is the median of the
+# repetitions' ratios, each repetition's runs being neighbours in time.
+best() { for n in $THREADS; do echo "$(median <"$tmp/$1.$n") $n"; done | sort -g | tail -1 | cut -d' ' -f2; }
+bo=$(best ours) bt=$(best torch)
+ratio=$(paste "$tmp/ours.$bo" "$tmp/torch.$bt" | awk '{ print $1 / $2 }' | median)
+ok=$(awk -v r="$ratio" -v g="$GOAL" 'BEGIN { print (r >= g) ? "" : "  (below goal " g ")" }')
+printf '%-7s | %12.0f %6s %12.0f | %10.2fx%s\n' "best" "$(median <"$tmp/ours.$bo")" "($bo)" "$(median <"$tmp/torch.$bt")" "$ratio" "$ok"
+echo "  best: gorun on $bo threads vs torch on $bt threads"
+[[ -z "$ok" ]]
