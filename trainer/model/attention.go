@@ -24,9 +24,10 @@ type dims struct {
 }
 
 // toHeads copies the d-wide block starting at column off of src ([n, stride]) into dst laid
-// out [b, h, t, hd], one contiguous [t, hd] matrix per (sequence, head).
-func toHeads(dst, src []float32, stride, off int, dm dims) {
-	for bi := 0; bi < dm.b; bi++ {
+// out [b, h, t, hd], one contiguous [t, hd] matrix per (sequence, head); sequences run in
+// parallel on p.
+func toHeads(p pool, dst, src []float32, stride, off int, dm dims) {
+	p.forEach(dm.b, func(bi int) {
 		for ti := 0; ti < dm.t; ti++ {
 			row := src[(bi*dm.t+ti)*stride+off:]
 			for hi := 0; hi < dm.h; hi++ {
@@ -34,13 +35,13 @@ func toHeads(dst, src []float32, stride, off int, dm dims) {
 				copy(dst[o:o+dm.hd], row[hi*dm.hd:(hi+1)*dm.hd])
 			}
 		}
-	}
+	})
 }
 
 // fromHeads is the inverse of toHeads: it copies src laid out [b, h, t, hd] into the d-wide
-// block starting at column off of dst ([n, stride]).
-func fromHeads(dst, src []float32, stride, off int, dm dims) {
-	for bi := 0; bi < dm.b; bi++ {
+// block starting at column off of dst ([n, stride]); sequences run in parallel on p.
+func fromHeads(p pool, dst, src []float32, stride, off int, dm dims) {
+	p.forEach(dm.b, func(bi int) {
 		for ti := 0; ti < dm.t; ti++ {
 			row := dst[(bi*dm.t+ti)*stride+off:]
 			for hi := 0; hi < dm.h; hi++ {
@@ -48,7 +49,7 @@ func fromHeads(dst, src []float32, stride, off int, dm dims) {
 				copy(row[hi*dm.hd:(hi+1)*dm.hd], src[o:o+dm.hd])
 			}
 		}
-	}
+	})
 }
 
 // attentionForward computes y (laid out [b, h, t, hd]) from q, k, v (same layout) and keeps

@@ -155,16 +155,16 @@ func BenchmarkAttention(b *testing.B) {
 // BenchmarkHeadCopies times the copies into and out of the per-head layout a layer's
 // attention does, on the bench model's sizes.
 func BenchmarkHeadCopies(b *testing.B) {
-	dm := benchDims
+	dm, p := benchDims, newTestPool(2)
 	qkv, heads, out := make([]float32, dm.n*3*dm.d), make([]float32, dm.n*dm.d), make([]float32, dm.n*dm.d)
 	for b.Loop() {
 		for off := 0; off < 3*dm.d; off += dm.d {
-			toHeads(heads, qkv, 3*dm.d, off, dm)
+			toHeads(p, heads, qkv, 3*dm.d, off, dm)
 		}
-		fromHeads(out, heads, dm.d, 0, dm)
-		toHeads(heads, out, dm.d, 0, dm)
+		fromHeads(p, out, heads, dm.d, 0, dm)
+		toHeads(p, heads, out, dm.d, 0, dm)
 		for off := 0; off < 3*dm.d; off += dm.d {
-			fromHeads(qkv, heads, 3*dm.d, off, dm)
+			fromHeads(p, qkv, heads, 3*dm.d, off, dm)
 		}
 	}
 }
