@@ -39,6 +39,10 @@ type microKernel struct {
 	layerNormBackward func(dx, dw, db, dout, x, mean, rstd, w []float32, rows, d int)
 	max               func(x []float32) float32
 	scale             func(x []float32, s float32)
+	// add and sumRows are the Engine's Add and SumRows (rows rows of cols
+	// floats), lengths checked by the caller.
+	add     func(dst, src []float32)
+	sumRows func(dst, src []float32, rows, cols int)
 	// narrow, when not nil, is a kernel of a smaller tile the GEMM uses
 	// instead for products it pads less (see forShape).
 	narrow *microKernel
@@ -62,6 +66,8 @@ func goKernel() *microKernel {
 		layerNormBackward: goLayerNormBackward,
 		max:               goMax,
 		scale:             goScale,
+		add:               goAdd,
+		sumRows:           goSumRows,
 	}
 }
 

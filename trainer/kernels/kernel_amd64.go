@@ -49,6 +49,8 @@ func avx2Kernel() *microKernel {
 		layerNormBackward: vecLayerNormBackward(layerNormBackwardAVX2, 8),
 		max:               vecMax(maxSumAVX2, 8),
 		scale:             vecScale(scaleAVX2, 8),
+		add:               vecAdd(addAVX2, 8),
+		sumRows:           vecSumRows(sumRowsAVX2, 8),
 	}
 }
 
@@ -93,6 +95,8 @@ func avx512Kernel() *microKernel {
 		layerNormBackward: vecLayerNormBackward(layerNormBackwardAVX512, 16),
 		max:               vecMax(maxSumAVX512, 16),
 		scale:             vecScale(scaleAVX512, 16),
+		add:               vecAdd(addAVX512, 16),
+		sumRows:           vecSumRows(sumRowsAVX512, 16),
 		narrow:            avx2Kernel(),
 	}
 }
@@ -386,6 +390,40 @@ func vecScale(asm func(x *float32, n int, s float32), lanes int) func(x []float3
 			asm(unsafe.SliceData(x), n, s)
 		}
 		goScale(x[n:], s)
+	}
+}
+
+// vecAdd is an add that runs asm on the whole vectors of lanes floats and
+// goAdd on the rest.
+func vecAdd(asm func(dst, src *float32, n int), lanes int) func(dst, src []float32) {
+	return func(dst, src []float32) {
+		n := len(src) / lanes * lanes
+		if n > 0 {
+			_ = dst[n-1]
+			asm(unsafe.SliceData(dst), unsafe.SliceData(src), n)
+		}
+		goAdd(dst[n:len(src)], src[n:])
+	}
+}
+
+// vecSumRows is a sumRows that runs asm on the columns in whole vectors
+// of lanes floats and goSumRows on the columns left: each column's sum
+// is in row order either way.
+func vecSumRows(asm func(dst, src *float32, rows, cols, ld int), lanes int) func(dst, src []float32, rows, cols int) {
+	return func(dst, src []float32, rows, cols int) {
+		whole := cols / lanes * lanes
+		if rows == 0 {
+			return
+		}
+		if whole > 0 {
+			_, _ = dst[whole-1], src[(rows-1)*cols+whole-1]
+			asm(unsafe.SliceData(dst), unsafe.SliceData(src), rows, whole, cols)
+		}
+		if whole < cols {
+			for i := range rows {
+				goAdd(dst[whole:cols], src[i*cols+whole:(i+1)*cols])
+			}
+		}
 	}
 }
 

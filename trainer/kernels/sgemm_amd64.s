@@ -3529,6 +3529,234 @@ done:
 	VZEROUPPER
 	RET
 
+// func addAVX2(dst *float32, src *float32, n int)
+// Requires: AVX
+TEXT ·addAVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), AX
+	MOVQ src+8(FP), CX
+	MOVQ n+16(FP), DX
+
+wide:
+	CMPQ    DX, $0x00000020
+	JL      one
+	VMOVUPS (CX), Y0
+	VADDPS  (AX), Y0, Y0
+	VMOVUPS 32(CX), Y1
+	VADDPS  32(AX), Y1, Y1
+	VMOVUPS 64(CX), Y2
+	VADDPS  64(AX), Y2, Y2
+	VMOVUPS 96(CX), Y3
+	VADDPS  96(AX), Y3, Y3
+	VMOVUPS Y0, (AX)
+	VMOVUPS Y1, 32(AX)
+	VMOVUPS Y2, 64(AX)
+	VMOVUPS Y3, 96(AX)
+	ADDQ    $0x00000080, CX
+	ADDQ    $0x00000080, AX
+	SUBQ    $0x00000020, DX
+	JMP     wide
+
+one:
+	TESTQ   DX, DX
+	JE      done
+	VMOVUPS (CX), Y0
+	VADDPS  (AX), Y0, Y0
+	VMOVUPS Y0, (AX)
+	ADDQ    $0x20, CX
+	ADDQ    $0x20, AX
+	SUBQ    $0x08, DX
+	JMP     one
+
+done:
+	VZEROUPPER
+	RET
+
+// func sumRowsAVX2(dst *float32, src *float32, rows int, cols int, ld int)
+// Requires: AVX
+TEXT ·sumRowsAVX2(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), AX
+	MOVQ src+8(FP), CX
+	MOVQ rows+16(FP), DX
+	MOVQ cols+24(FP), BX
+	MOVQ ld+32(FP), SI
+	SHLQ $0x02, SI
+
+block8:
+	CMPQ    BX, $0x00000040
+	JL      after8
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS 64(AX), Y2
+	VMOVUPS 96(AX), Y3
+	VMOVUPS 128(AX), Y4
+	VMOVUPS 160(AX), Y5
+	VMOVUPS 192(AX), Y6
+	VMOVUPS 224(AX), Y7
+	MOVQ    CX, DI
+	MOVQ    DX, R8
+
+down8:
+	VADDPS  (DI), Y0, Y0
+	VADDPS  32(DI), Y1, Y1
+	VADDPS  64(DI), Y2, Y2
+	VADDPS  96(DI), Y3, Y3
+	VADDPS  128(DI), Y4, Y4
+	VADDPS  160(DI), Y5, Y5
+	VADDPS  192(DI), Y6, Y6
+	VADDPS  224(DI), Y7, Y7
+	ADDQ    SI, DI
+	DECQ    R8
+	JNE     down8
+	VMOVUPS Y0, (AX)
+	VMOVUPS Y1, 32(AX)
+	VMOVUPS Y2, 64(AX)
+	VMOVUPS Y3, 96(AX)
+	VMOVUPS Y4, 128(AX)
+	VMOVUPS Y5, 160(AX)
+	VMOVUPS Y6, 192(AX)
+	VMOVUPS Y7, 224(AX)
+	ADDQ    $0x00000100, AX
+	ADDQ    $0x00000100, CX
+	SUBQ    $0x00000040, BX
+	JMP     block8
+
+after8:
+block1:
+	CMPQ    BX, $0x00000008
+	JL      after1
+	VMOVUPS (AX), Y0
+	MOVQ    CX, DI
+	MOVQ    DX, R8
+
+down1:
+	VADDPS  (DI), Y0, Y0
+	ADDQ    SI, DI
+	DECQ    R8
+	JNE     down1
+	VMOVUPS Y0, (AX)
+	ADDQ    $0x00000020, AX
+	ADDQ    $0x00000020, CX
+	SUBQ    $0x00000008, BX
+	JMP     block1
+
+after1:
+	VZEROUPPER
+	RET
+
+// func addAVX512(dst *float32, src *float32, n int)
+// Requires: AVX, AVX512F
+TEXT ·addAVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), AX
+	MOVQ src+8(FP), CX
+	MOVQ n+16(FP), DX
+
+wide:
+	CMPQ    DX, $0x00000040
+	JL      one
+	VMOVUPS (CX), Z0
+	VADDPS  (AX), Z0, Z0
+	VMOVUPS 64(CX), Z1
+	VADDPS  64(AX), Z1, Z1
+	VMOVUPS 128(CX), Z2
+	VADDPS  128(AX), Z2, Z2
+	VMOVUPS 192(CX), Z3
+	VADDPS  192(AX), Z3, Z3
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, 64(AX)
+	VMOVUPS Z2, 128(AX)
+	VMOVUPS Z3, 192(AX)
+	ADDQ    $0x00000100, CX
+	ADDQ    $0x00000100, AX
+	SUBQ    $0x00000040, DX
+	JMP     wide
+
+one:
+	TESTQ   DX, DX
+	JE      done
+	VMOVUPS (CX), Z0
+	VADDPS  (AX), Z0, Z0
+	VMOVUPS Z0, (AX)
+	ADDQ    $0x40, CX
+	ADDQ    $0x40, AX
+	SUBQ    $0x10, DX
+	JMP     one
+
+done:
+	VZEROUPPER
+	RET
+
+// func sumRowsAVX512(dst *float32, src *float32, rows int, cols int, ld int)
+// Requires: AVX, AVX512F
+TEXT ·sumRowsAVX512(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), AX
+	MOVQ src+8(FP), CX
+	MOVQ rows+16(FP), DX
+	MOVQ cols+24(FP), BX
+	MOVQ ld+32(FP), SI
+	SHLQ $0x02, SI
+
+block8:
+	CMPQ    BX, $0x00000080
+	JL      after8
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 192(AX), Z3
+	VMOVUPS 256(AX), Z4
+	VMOVUPS 320(AX), Z5
+	VMOVUPS 384(AX), Z6
+	VMOVUPS 448(AX), Z7
+	MOVQ    CX, DI
+	MOVQ    DX, R8
+
+down8:
+	VADDPS  (DI), Z0, Z0
+	VADDPS  64(DI), Z1, Z1
+	VADDPS  128(DI), Z2, Z2
+	VADDPS  192(DI), Z3, Z3
+	VADDPS  256(DI), Z4, Z4
+	VADDPS  320(DI), Z5, Z5
+	VADDPS  384(DI), Z6, Z6
+	VADDPS  448(DI), Z7, Z7
+	ADDQ    SI, DI
+	DECQ    R8
+	JNE     down8
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, 64(AX)
+	VMOVUPS Z2, 128(AX)
+	VMOVUPS Z3, 192(AX)
+	VMOVUPS Z4, 256(AX)
+	VMOVUPS Z5, 320(AX)
+	VMOVUPS Z6, 384(AX)
+	VMOVUPS Z7, 448(AX)
+	ADDQ    $0x00000200, AX
+	ADDQ    $0x00000200, CX
+	SUBQ    $0x00000080, BX
+	JMP     block8
+
+after8:
+block1:
+	CMPQ    BX, $0x00000010
+	JL      after1
+	VMOVUPS (AX), Z0
+	MOVQ    CX, DI
+	MOVQ    DX, R8
+
+down1:
+	VADDPS  (DI), Z0, Z0
+	ADDQ    SI, DI
+	DECQ    R8
+	JNE     down1
+	VMOVUPS Z0, (AX)
+	ADDQ    $0x00000040, AX
+	ADDQ    $0x00000040, CX
+	SUBQ    $0x00000010, BX
+	JMP     block1
+
+after1:
+	VZEROUPPER
+	RET
+
 // func kernelBF16(kc int, a *uint32, b *uint32, c *float32, ldc int, accum int)
 // Requires: AVX, AVX512F, MMX+
 TEXT ·kernelBF16(SB), NOSPLIT, $0-48

@@ -132,6 +132,20 @@ func maxSumAVX512(x *float32, n int) (mx float32, sum float32)
 // scaleAVX512 multiplies x[i] by s for i < n, a multiple of 16.
 func scaleAVX512(x *float32, n int, s float32)
 
+// addAVX2 adds src[i] to dst[i] for i < n, a multiple of 8.
+func addAVX2(dst *float32, src *float32, n int)
+
+// sumRowsAVX2 adds to dst[j] the elements src[i*ld+j] of rows rows (rows >= 1), in row
+// order, for j < cols, a multiple of 8.
+func sumRowsAVX2(dst *float32, src *float32, rows int, cols int, ld int)
+
+// addAVX512 adds src[i] to dst[i] for i < n, a multiple of 16.
+func addAVX512(dst *float32, src *float32, n int)
+
+// sumRowsAVX512 adds to dst[j] the elements src[i*ld+j] of rows rows (rows >= 1), in row
+// order, for j < cols, a multiple of 16.
+func sumRowsAVX512(dst *float32, src *float32, rows int, cols int, ld int)
+
 // kernelBF16 computes the 12×32 fp32 tile at c (row stride ldc floats) as the
 // product of the packed panels a (kc pairs × 12) and b (kc pairs × 32) of bf16
 // pairs, the even k in the low half of each uint32; it adds the product to

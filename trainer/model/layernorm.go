@@ -1,7 +1,5 @@
 package model
 
-import "github.com/gorun/gorun/trainer/kernels"
-
 // lnEps is the variance floor of every layer norm (PyTorch's default).
 const lnEps = 1e-5
 
@@ -16,14 +14,26 @@ func layerNormForward(p pool, out, mean, rstd, x, w, b []float32, n, d int) {
 }
 
 // layerNormBackward adds to dx, dw and db the gradient of a layer norm given dout, the gradient
-// of its output, by kernels.Engine.LayerNormBackward on one goroutine (every row adds to dw and
-// db). With xhat = (x - mean) * rstd and g = dout * w:
+// of its output, by kernels.Engine.LayerNormBackward on chunks of rowChunk rows in parallel on
+// p: each chunk adds to its own rows of dx and sums its dw and db into its partial sums in part
+// (at least 2·chunks(n)·d floats), which are then added to dw and db in chunk order. With
+// xhat = (x - mean) * rstd and g = dout * w:
 //
 //	dw += sum over rows of dout * xhat
 //	db += sum over rows of dout
 //	dx += rstd * (g - mean_j(g) - xhat * mean_j(g * xhat))
 //
 // the last line being the derivative through the row's mean and variance.
-func layerNormBackward(eng *kernels.Engine, dx, dw, db, dout, x, mean, rstd, w []float32, n, d int) {
-	eng.LayerNormBackward(dx[:n*d], dw, db, dout[:n*d], x[:n*d], mean[:n], rstd[:n], w, d)
+func layerNormBackward(p pool, part, dx, dw, db, dout, x, mean, rstd, w []float32, n, d int) {
+	c := chunks(n)
+	pw, pb := part[:c*d], part[c*d:2*c*d]
+	p.forEach(c, func(i int) {
+		lo, hi := chunkRows(i, n)
+		cw, cb := pw[i*d:(i+1)*d], pb[i*d:(i+1)*d]
+		clear(cw)
+		clear(cb)
+		p.eng.LayerNormBackward(dx[lo*d:hi*d], cw, cb, dout[lo*d:hi*d], x[lo*d:hi*d], mean[lo:hi], rstd[lo:hi], w, d)
+	})
+	p.eng.SumRows(dw, pw, d)
+	p.eng.SumRows(db, pb, d)
 }

@@ -573,4 +573,5 @@ func vecMath() {
 		maxSum(isa)
 		scale(isa)
 	}
+	rowSum()
 }

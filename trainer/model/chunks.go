@@ -1,0 +1,13 @@
+package model
+
+// rowChunk is the number of rows a reduction over rows (the bias and layer norm gradients)
+// sums into one partial sum: the chunks run in parallel and their partial sums are added in
+// chunk order, so the order of every sum, and its bits, is fixed by the shapes alone, never by
+// the thread count.
+const rowChunk = 64
+
+// chunks is the number of chunks of rowChunk rows (the last may be shorter) in n rows.
+func chunks(n int) int { return (n + rowChunk - 1) / rowChunk }
+
+// chunkRows is the range of rows [lo, hi) of chunk i of n rows.
+func chunkRows(i, n int) (lo, hi int) { return i * rowChunk, min((i+1)*rowChunk, n) }
