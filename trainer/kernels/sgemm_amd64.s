@@ -2755,9 +2755,66 @@ TEXT ·expSumAVX2(SB), NOSPLIT, $0-36
 	VMOVUPS      mathconsts<>+0(SB), Y3
 	VMOVUPS      mathconsts<>+64(SB), Y4
 
-loop:
-	TESTQ        DX, DX
-	JE           done
+loop2:
+	CMPQ         DX, $0x00000010
+	JL           after2
+	VMOVUPS      (CX), Y5
+	VFMSUB213PS  Y1, Y0, Y5
+	VMOVUPS      32(CX), Y6
+	VFMSUB213PS  Y1, Y0, Y6
+	VMAXPS       Y5, Y3, Y5
+	VMAXPS       Y6, Y3, Y6
+	VMINPS       Y5, Y4, Y5
+	VMINPS       Y6, Y4, Y6
+	VMULPS       mathconsts<>+128(SB), Y5, Y7
+	VMULPS       mathconsts<>+128(SB), Y6, Y8
+	VADDPS       mathconsts<>+192(SB), Y7, Y7
+	VADDPS       mathconsts<>+192(SB), Y8, Y8
+	VSUBPS       mathconsts<>+192(SB), Y7, Y7
+	VSUBPS       mathconsts<>+192(SB), Y8, Y8
+	VMOVAPS      Y5, Y5
+	VMOVAPS      Y6, Y9
+	VFNMADD231PS mathconsts<>+256(SB), Y7, Y5
+	VFNMADD231PS mathconsts<>+256(SB), Y8, Y9
+	VFNMADD231PS mathconsts<>+320(SB), Y7, Y5
+	VFNMADD231PS mathconsts<>+320(SB), Y8, Y9
+	VMOVUPS      mathconsts<>+384(SB), Y6
+	VMOVUPS      mathconsts<>+384(SB), Y10
+	VFMADD213PS  mathconsts<>+448(SB), Y5, Y6
+	VFMADD213PS  mathconsts<>+448(SB), Y9, Y10
+	VFMADD213PS  mathconsts<>+512(SB), Y5, Y6
+	VFMADD213PS  mathconsts<>+512(SB), Y9, Y10
+	VFMADD213PS  mathconsts<>+576(SB), Y5, Y6
+	VFMADD213PS  mathconsts<>+576(SB), Y9, Y10
+	VFMADD213PS  mathconsts<>+640(SB), Y5, Y6
+	VFMADD213PS  mathconsts<>+640(SB), Y9, Y10
+	VFMADD213PS  mathconsts<>+704(SB), Y5, Y6
+	VFMADD213PS  mathconsts<>+704(SB), Y9, Y10
+	VFMADD213PS  mathconsts<>+768(SB), Y5, Y6
+	VFMADD213PS  mathconsts<>+768(SB), Y9, Y10
+	VFMADD213PS  mathconsts<>+768(SB), Y5, Y6
+	VFMADD213PS  mathconsts<>+768(SB), Y9, Y10
+	VCVTPS2DQ    Y7, Y7
+	VCVTPS2DQ    Y8, Y8
+	VPADDD       mathconsts<>+832(SB), Y7, Y7
+	VPADDD       mathconsts<>+832(SB), Y8, Y8
+	VPSLLD       $0x17, Y7, Y7
+	VPSLLD       $0x17, Y8, Y8
+	VMULPS       Y7, Y6, Y5
+	VMULPS       Y8, Y10, Y6
+	VMOVUPS      Y5, (AX)
+	VADDPS       Y5, Y2, Y2
+	VMOVUPS      Y6, 32(AX)
+	VADDPS       Y6, Y2, Y2
+	ADDQ         $0x00000040, CX
+	ADDQ         $0x00000040, AX
+	SUBQ         $0x00000010, DX
+	JMP          loop2
+
+after2:
+loop1:
+	CMPQ         DX, $0x00000008
+	JL           after1
 	VMOVUPS      (CX), Y5
 	VFMSUB213PS  Y1, Y0, Y5
 	VMAXPS       Y5, Y3, Y5
@@ -2782,12 +2839,12 @@ loop:
 	VMULPS       Y6, Y7, Y5
 	VMOVUPS      Y5, (AX)
 	VADDPS       Y5, Y2, Y2
-	ADDQ         $0x20, CX
-	ADDQ         $0x20, AX
-	SUBQ         $0x08, DX
-	JMP          loop
+	ADDQ         $0x00000020, CX
+	ADDQ         $0x00000020, AX
+	SUBQ         $0x00000008, DX
+	JMP          loop1
 
-done:
+after1:
 	VEXTRACTF128 $0x01, Y2, X0
 	VADDPS       X0, X2, X0
 	VHADDPS      X0, X0, X0
@@ -2808,9 +2865,83 @@ TEXT ·geluAVX2(SB), NOSPLIT, $0-32
 	VMOVUPS mathconsts<>+0(SB), Y2
 	VMOVUPS mathconsts<>+64(SB), Y3
 
-loop:
-	TESTQ        BX, BX
-	JE           done
+loop2:
+	CMPQ         BX, $0x00000010
+	JL           after2
+	VMOVUPS      (DX), Y4
+	VMULPS       Y4, Y4, Y5
+	VMULPS       mathconsts<>+1024(SB), Y5, Y5
+	VFMADD213PS  Y4, Y4, Y5
+	VMULPS       mathconsts<>+1088(SB), Y5, Y5
+	VMOVUPS      32(DX), Y6
+	VMULPS       Y6, Y6, Y7
+	VMULPS       mathconsts<>+1024(SB), Y7, Y7
+	VFMADD213PS  Y6, Y6, Y7
+	VMULPS       mathconsts<>+1088(SB), Y7, Y7
+	VMAXPS       Y5, Y2, Y5
+	VMAXPS       Y7, Y2, Y7
+	VMINPS       Y5, Y3, Y5
+	VMINPS       Y7, Y3, Y7
+	VMULPS       mathconsts<>+128(SB), Y5, Y8
+	VMULPS       mathconsts<>+128(SB), Y7, Y9
+	VADDPS       mathconsts<>+192(SB), Y8, Y8
+	VADDPS       mathconsts<>+192(SB), Y9, Y9
+	VSUBPS       mathconsts<>+192(SB), Y8, Y8
+	VSUBPS       mathconsts<>+192(SB), Y9, Y9
+	VMOVAPS      Y5, Y5
+	VMOVAPS      Y7, Y10
+	VFNMADD231PS mathconsts<>+256(SB), Y8, Y5
+	VFNMADD231PS mathconsts<>+256(SB), Y9, Y10
+	VFNMADD231PS mathconsts<>+320(SB), Y8, Y5
+	VFNMADD231PS mathconsts<>+320(SB), Y9, Y10
+	VMOVUPS      mathconsts<>+384(SB), Y7
+	VMOVUPS      mathconsts<>+384(SB), Y11
+	VFMADD213PS  mathconsts<>+448(SB), Y5, Y7
+	VFMADD213PS  mathconsts<>+448(SB), Y10, Y11
+	VFMADD213PS  mathconsts<>+512(SB), Y5, Y7
+	VFMADD213PS  mathconsts<>+512(SB), Y10, Y11
+	VFMADD213PS  mathconsts<>+576(SB), Y5, Y7
+	VFMADD213PS  mathconsts<>+576(SB), Y10, Y11
+	VFMADD213PS  mathconsts<>+640(SB), Y5, Y7
+	VFMADD213PS  mathconsts<>+640(SB), Y10, Y11
+	VFMADD213PS  mathconsts<>+704(SB), Y5, Y7
+	VFMADD213PS  mathconsts<>+704(SB), Y10, Y11
+	VFMADD213PS  mathconsts<>+768(SB), Y5, Y7
+	VFMADD213PS  mathconsts<>+768(SB), Y10, Y11
+	VFMADD213PS  mathconsts<>+768(SB), Y5, Y7
+	VFMADD213PS  mathconsts<>+768(SB), Y10, Y11
+	VCVTPS2DQ    Y8, Y8
+	VCVTPS2DQ    Y9, Y9
+	VPADDD       mathconsts<>+832(SB), Y8, Y8
+	VPADDD       mathconsts<>+832(SB), Y9, Y9
+	VPSLLD       $0x17, Y8, Y8
+	VPSLLD       $0x17, Y9, Y9
+	VMULPS       Y8, Y7, Y5
+	VMULPS       Y9, Y11, Y7
+	VADDPS       Y0, Y5, Y5
+	VDIVPS       Y5, Y1, Y5
+	VSUBPS       Y5, Y0, Y5
+	VMOVUPS      Y5, (CX)
+	VMULPS       mathconsts<>+960(SB), Y4, Y4
+	VFMADD213PS  Y4, Y4, Y5
+	VMOVUPS      Y5, (AX)
+	VADDPS       Y0, Y7, Y7
+	VDIVPS       Y7, Y1, Y4
+	VSUBPS       Y4, Y0, Y4
+	VMOVUPS      Y4, 32(CX)
+	VMULPS       mathconsts<>+960(SB), Y6, Y5
+	VFMADD213PS  Y5, Y5, Y4
+	VMOVUPS      Y4, 32(AX)
+	ADDQ         $0x00000040, DX
+	ADDQ         $0x00000040, CX
+	ADDQ         $0x00000040, AX
+	SUBQ         $0x00000010, BX
+	JMP          loop2
+
+after2:
+loop1:
+	CMPQ         BX, $0x00000008
+	JL           after1
 	VMOVUPS      (DX), Y4
 	VMULPS       Y4, Y4, Y5
 	VMULPS       mathconsts<>+1024(SB), Y5, Y5
@@ -2843,13 +2974,13 @@ loop:
 	VMULPS       mathconsts<>+960(SB), Y4, Y4
 	VFMADD213PS  Y4, Y4, Y5
 	VMOVUPS      Y5, (AX)
-	ADDQ         $0x20, DX
-	ADDQ         $0x20, CX
-	ADDQ         $0x20, AX
-	SUBQ         $0x08, BX
-	JMP          loop
+	ADDQ         $0x00000020, DX
+	ADDQ         $0x00000020, CX
+	ADDQ         $0x00000020, AX
+	SUBQ         $0x00000008, BX
+	JMP          loop1
 
-done:
+after1:
 	VZEROUPPER
 	RET
 
@@ -3142,16 +3273,104 @@ TEXT ·expSumAVX512(SB), NOSPLIT, $0-36
 	VMOVUPS      mathconsts<>+0(SB), Z3
 	VMOVUPS      mathconsts<>+64(SB), Z4
 
-loop:
-	TESTQ        DX, DX
-	JE           done
+loop4:
+	CMPQ         DX, $0x00000040
+	JL           after4
+	VMOVUPS      (CX), Z5
+	VFMSUB213PS  Z1, Z0, Z5
+	VMOVUPS      64(CX), Z6
+	VFMSUB213PS  Z1, Z0, Z6
+	VMOVUPS      128(CX), Z7
+	VFMSUB213PS  Z1, Z0, Z7
+	VMOVUPS      192(CX), Z8
+	VFMSUB213PS  Z1, Z0, Z8
+	VMAXPS       Z5, Z3, Z5
+	VMAXPS       Z6, Z3, Z6
+	VMAXPS       Z7, Z3, Z7
+	VMAXPS       Z8, Z3, Z8
+	VMINPS       Z5, Z4, Z5
+	VMINPS       Z6, Z4, Z6
+	VMINPS       Z7, Z4, Z7
+	VMINPS       Z8, Z4, Z8
+	VMULPS       mathconsts<>+128(SB), Z5, Z9
+	VMULPS       mathconsts<>+128(SB), Z6, Z10
+	VMULPS       mathconsts<>+128(SB), Z7, Z11
+	VMULPS       mathconsts<>+128(SB), Z8, Z12
+	VRNDSCALEPS  $0x00, Z9, Z9
+	VRNDSCALEPS  $0x00, Z10, Z10
+	VRNDSCALEPS  $0x00, Z11, Z11
+	VRNDSCALEPS  $0x00, Z12, Z12
+	VMOVAPS      Z5, Z5
+	VMOVAPS      Z6, Z6
+	VMOVAPS      Z7, Z7
+	VMOVAPS      Z8, Z15
+	VFNMADD231PS mathconsts<>+256(SB), Z9, Z5
+	VFNMADD231PS mathconsts<>+256(SB), Z10, Z6
+	VFNMADD231PS mathconsts<>+256(SB), Z11, Z7
+	VFNMADD231PS mathconsts<>+256(SB), Z12, Z15
+	VFNMADD231PS mathconsts<>+320(SB), Z9, Z5
+	VFNMADD231PS mathconsts<>+320(SB), Z10, Z6
+	VFNMADD231PS mathconsts<>+320(SB), Z11, Z7
+	VFNMADD231PS mathconsts<>+320(SB), Z12, Z15
+	VMOVUPS      mathconsts<>+384(SB), Z8
+	VMOVUPS      mathconsts<>+384(SB), Z13
+	VMOVUPS      mathconsts<>+384(SB), Z14
+	VMOVUPS      mathconsts<>+384(SB), Z16
+	VFMADD213PS  mathconsts<>+448(SB), Z5, Z8
+	VFMADD213PS  mathconsts<>+448(SB), Z6, Z13
+	VFMADD213PS  mathconsts<>+448(SB), Z7, Z14
+	VFMADD213PS  mathconsts<>+448(SB), Z15, Z16
+	VFMADD213PS  mathconsts<>+512(SB), Z5, Z8
+	VFMADD213PS  mathconsts<>+512(SB), Z6, Z13
+	VFMADD213PS  mathconsts<>+512(SB), Z7, Z14
+	VFMADD213PS  mathconsts<>+512(SB), Z15, Z16
+	VFMADD213PS  mathconsts<>+576(SB), Z5, Z8
+	VFMADD213PS  mathconsts<>+576(SB), Z6, Z13
+	VFMADD213PS  mathconsts<>+576(SB), Z7, Z14
+	VFMADD213PS  mathconsts<>+576(SB), Z15, Z16
+	VFMADD213PS  mathconsts<>+640(SB), Z5, Z8
+	VFMADD213PS  mathconsts<>+640(SB), Z6, Z13
+	VFMADD213PS  mathconsts<>+640(SB), Z7, Z14
+	VFMADD213PS  mathconsts<>+640(SB), Z15, Z16
+	VFMADD213PS  mathconsts<>+704(SB), Z5, Z8
+	VFMADD213PS  mathconsts<>+704(SB), Z6, Z13
+	VFMADD213PS  mathconsts<>+704(SB), Z7, Z14
+	VFMADD213PS  mathconsts<>+704(SB), Z15, Z16
+	VFMADD213PS  mathconsts<>+768(SB), Z5, Z8
+	VFMADD213PS  mathconsts<>+768(SB), Z6, Z13
+	VFMADD213PS  mathconsts<>+768(SB), Z7, Z14
+	VFMADD213PS  mathconsts<>+768(SB), Z15, Z16
+	VFMADD213PS  mathconsts<>+768(SB), Z5, Z8
+	VFMADD213PS  mathconsts<>+768(SB), Z6, Z13
+	VFMADD213PS  mathconsts<>+768(SB), Z7, Z14
+	VFMADD213PS  mathconsts<>+768(SB), Z15, Z16
+	VSCALEFPS    Z9, Z8, Z5
+	VSCALEFPS    Z10, Z13, Z6
+	VSCALEFPS    Z11, Z14, Z7
+	VSCALEFPS    Z12, Z16, Z8
+	VMOVUPS      Z5, (AX)
+	VADDPS       Z5, Z2, Z2
+	VMOVUPS      Z6, 64(AX)
+	VADDPS       Z6, Z2, Z2
+	VMOVUPS      Z7, 128(AX)
+	VADDPS       Z7, Z2, Z2
+	VMOVUPS      Z8, 192(AX)
+	VADDPS       Z8, Z2, Z2
+	ADDQ         $0x00000100, CX
+	ADDQ         $0x00000100, AX
+	SUBQ         $0x00000040, DX
+	JMP          loop4
+
+after4:
+loop1:
+	CMPQ         DX, $0x00000010
+	JL           after1
 	VMOVUPS      (CX), Z5
 	VFMSUB213PS  Z1, Z0, Z5
 	VMAXPS       Z5, Z3, Z5
 	VMINPS       Z5, Z4, Z5
 	VMULPS       mathconsts<>+128(SB), Z5, Z6
-	VADDPS       mathconsts<>+192(SB), Z6, Z6
-	VSUBPS       mathconsts<>+192(SB), Z6, Z6
+	VRNDSCALEPS  $0x00, Z6, Z6
 	VMOVAPS      Z5, Z5
 	VFNMADD231PS mathconsts<>+256(SB), Z6, Z5
 	VFNMADD231PS mathconsts<>+320(SB), Z6, Z5
@@ -3163,18 +3382,15 @@ loop:
 	VFMADD213PS  mathconsts<>+704(SB), Z5, Z7
 	VFMADD213PS  mathconsts<>+768(SB), Z5, Z7
 	VFMADD213PS  mathconsts<>+768(SB), Z5, Z7
-	VCVTPS2DQ    Z6, Z6
-	VPADDD       mathconsts<>+832(SB), Z6, Z6
-	VPSLLD       $0x17, Z6, Z6
-	VMULPS       Z6, Z7, Z5
+	VSCALEFPS    Z6, Z7, Z5
 	VMOVUPS      Z5, (AX)
 	VADDPS       Z5, Z2, Z2
-	ADDQ         $0x40, CX
-	ADDQ         $0x40, AX
-	SUBQ         $0x10, DX
-	JMP          loop
+	ADDQ         $0x00000040, CX
+	ADDQ         $0x00000040, AX
+	SUBQ         $0x00000010, DX
+	JMP          loop1
 
-done:
+after1:
 	VEXTRACTF64X4 $0x01, Z2, Y0
 	VADDPS        Y0, Y2, Y0
 	VEXTRACTF128  $0x01, Y0, X1
@@ -3197,9 +3413,131 @@ TEXT ·geluAVX512(SB), NOSPLIT, $0-32
 	VMOVUPS mathconsts<>+0(SB), Z2
 	VMOVUPS mathconsts<>+64(SB), Z3
 
-loop:
-	TESTQ        BX, BX
-	JE           done
+loop4:
+	CMPQ         BX, $0x00000040
+	JL           after4
+	VMOVUPS      (DX), Z4
+	VMULPS       Z4, Z4, Z5
+	VMULPS       mathconsts<>+1024(SB), Z5, Z5
+	VFMADD213PS  Z4, Z4, Z5
+	VMULPS       mathconsts<>+1088(SB), Z5, Z5
+	VMOVUPS      64(DX), Z6
+	VMULPS       Z6, Z6, Z7
+	VMULPS       mathconsts<>+1024(SB), Z7, Z7
+	VFMADD213PS  Z6, Z6, Z7
+	VMULPS       mathconsts<>+1088(SB), Z7, Z7
+	VMOVUPS      128(DX), Z8
+	VMULPS       Z8, Z8, Z9
+	VMULPS       mathconsts<>+1024(SB), Z9, Z9
+	VFMADD213PS  Z8, Z8, Z9
+	VMULPS       mathconsts<>+1088(SB), Z9, Z9
+	VMOVUPS      192(DX), Z10
+	VMULPS       Z10, Z10, Z11
+	VMULPS       mathconsts<>+1024(SB), Z11, Z11
+	VFMADD213PS  Z10, Z10, Z11
+	VMULPS       mathconsts<>+1088(SB), Z11, Z11
+	VMAXPS       Z5, Z2, Z5
+	VMAXPS       Z7, Z2, Z7
+	VMAXPS       Z9, Z2, Z9
+	VMAXPS       Z11, Z2, Z11
+	VMINPS       Z5, Z3, Z5
+	VMINPS       Z7, Z3, Z7
+	VMINPS       Z9, Z3, Z9
+	VMINPS       Z11, Z3, Z11
+	VMULPS       mathconsts<>+128(SB), Z5, Z12
+	VMULPS       mathconsts<>+128(SB), Z7, Z13
+	VMULPS       mathconsts<>+128(SB), Z9, Z14
+	VMULPS       mathconsts<>+128(SB), Z11, Z15
+	VRNDSCALEPS  $0x00, Z12, Z12
+	VRNDSCALEPS  $0x00, Z13, Z13
+	VRNDSCALEPS  $0x00, Z14, Z14
+	VRNDSCALEPS  $0x00, Z15, Z15
+	VMOVAPS      Z5, Z5
+	VMOVAPS      Z7, Z7
+	VMOVAPS      Z9, Z9
+	VMOVAPS      Z11, Z18
+	VFNMADD231PS mathconsts<>+256(SB), Z12, Z5
+	VFNMADD231PS mathconsts<>+256(SB), Z13, Z7
+	VFNMADD231PS mathconsts<>+256(SB), Z14, Z9
+	VFNMADD231PS mathconsts<>+256(SB), Z15, Z18
+	VFNMADD231PS mathconsts<>+320(SB), Z12, Z5
+	VFNMADD231PS mathconsts<>+320(SB), Z13, Z7
+	VFNMADD231PS mathconsts<>+320(SB), Z14, Z9
+	VFNMADD231PS mathconsts<>+320(SB), Z15, Z18
+	VMOVUPS      mathconsts<>+384(SB), Z11
+	VMOVUPS      mathconsts<>+384(SB), Z16
+	VMOVUPS      mathconsts<>+384(SB), Z17
+	VMOVUPS      mathconsts<>+384(SB), Z19
+	VFMADD213PS  mathconsts<>+448(SB), Z5, Z11
+	VFMADD213PS  mathconsts<>+448(SB), Z7, Z16
+	VFMADD213PS  mathconsts<>+448(SB), Z9, Z17
+	VFMADD213PS  mathconsts<>+448(SB), Z18, Z19
+	VFMADD213PS  mathconsts<>+512(SB), Z5, Z11
+	VFMADD213PS  mathconsts<>+512(SB), Z7, Z16
+	VFMADD213PS  mathconsts<>+512(SB), Z9, Z17
+	VFMADD213PS  mathconsts<>+512(SB), Z18, Z19
+	VFMADD213PS  mathconsts<>+576(SB), Z5, Z11
+	VFMADD213PS  mathconsts<>+576(SB), Z7, Z16
+	VFMADD213PS  mathconsts<>+576(SB), Z9, Z17
+	VFMADD213PS  mathconsts<>+576(SB), Z18, Z19
+	VFMADD213PS  mathconsts<>+640(SB), Z5, Z11
+	VFMADD213PS  mathconsts<>+640(SB), Z7, Z16
+	VFMADD213PS  mathconsts<>+640(SB), Z9, Z17
+	VFMADD213PS  mathconsts<>+640(SB), Z18, Z19
+	VFMADD213PS  mathconsts<>+704(SB), Z5, Z11
+	VFMADD213PS  mathconsts<>+704(SB), Z7, Z16
+	VFMADD213PS  mathconsts<>+704(SB), Z9, Z17
+	VFMADD213PS  mathconsts<>+704(SB), Z18, Z19
+	VFMADD213PS  mathconsts<>+768(SB), Z5, Z11
+	VFMADD213PS  mathconsts<>+768(SB), Z7, Z16
+	VFMADD213PS  mathconsts<>+768(SB), Z9, Z17
+	VFMADD213PS  mathconsts<>+768(SB), Z18, Z19
+	VFMADD213PS  mathconsts<>+768(SB), Z5, Z11
+	VFMADD213PS  mathconsts<>+768(SB), Z7, Z16
+	VFMADD213PS  mathconsts<>+768(SB), Z9, Z17
+	VFMADD213PS  mathconsts<>+768(SB), Z18, Z19
+	VSCALEFPS    Z12, Z11, Z5
+	VSCALEFPS    Z13, Z16, Z7
+	VSCALEFPS    Z14, Z17, Z9
+	VSCALEFPS    Z15, Z19, Z11
+	VADDPS       Z0, Z5, Z5
+	VDIVPS       Z5, Z1, Z5
+	VSUBPS       Z5, Z0, Z5
+	VMOVUPS      Z5, (CX)
+	VMULPS       mathconsts<>+960(SB), Z4, Z4
+	VFMADD213PS  Z4, Z4, Z5
+	VMOVUPS      Z5, (AX)
+	VADDPS       Z0, Z7, Z7
+	VDIVPS       Z7, Z1, Z4
+	VSUBPS       Z4, Z0, Z4
+	VMOVUPS      Z4, 64(CX)
+	VMULPS       mathconsts<>+960(SB), Z6, Z5
+	VFMADD213PS  Z5, Z5, Z4
+	VMOVUPS      Z4, 64(AX)
+	VADDPS       Z0, Z9, Z9
+	VDIVPS       Z9, Z1, Z4
+	VSUBPS       Z4, Z0, Z4
+	VMOVUPS      Z4, 128(CX)
+	VMULPS       mathconsts<>+960(SB), Z8, Z5
+	VFMADD213PS  Z5, Z5, Z4
+	VMOVUPS      Z4, 128(AX)
+	VADDPS       Z0, Z11, Z11
+	VDIVPS       Z11, Z1, Z4
+	VSUBPS       Z4, Z0, Z4
+	VMOVUPS      Z4, 192(CX)
+	VMULPS       mathconsts<>+960(SB), Z10, Z5
+	VFMADD213PS  Z5, Z5, Z4
+	VMOVUPS      Z4, 192(AX)
+	ADDQ         $0x00000100, DX
+	ADDQ         $0x00000100, CX
+	ADDQ         $0x00000100, AX
+	SUBQ         $0x00000040, BX
+	JMP          loop4
+
+after4:
+loop1:
+	CMPQ         BX, $0x00000010
+	JL           after1
 	VMOVUPS      (DX), Z4
 	VMULPS       Z4, Z4, Z5
 	VMULPS       mathconsts<>+1024(SB), Z5, Z5
@@ -3208,8 +3546,7 @@ loop:
 	VMAXPS       Z5, Z2, Z5
 	VMINPS       Z5, Z3, Z5
 	VMULPS       mathconsts<>+128(SB), Z5, Z6
-	VADDPS       mathconsts<>+192(SB), Z6, Z6
-	VSUBPS       mathconsts<>+192(SB), Z6, Z6
+	VRNDSCALEPS  $0x00, Z6, Z6
 	VMOVAPS      Z5, Z5
 	VFNMADD231PS mathconsts<>+256(SB), Z6, Z5
 	VFNMADD231PS mathconsts<>+320(SB), Z6, Z5
@@ -3221,10 +3558,7 @@ loop:
 	VFMADD213PS  mathconsts<>+704(SB), Z5, Z7
 	VFMADD213PS  mathconsts<>+768(SB), Z5, Z7
 	VFMADD213PS  mathconsts<>+768(SB), Z5, Z7
-	VCVTPS2DQ    Z6, Z6
-	VPADDD       mathconsts<>+832(SB), Z6, Z6
-	VPSLLD       $0x17, Z6, Z6
-	VMULPS       Z6, Z7, Z5
+	VSCALEFPS    Z6, Z7, Z5
 	VADDPS       Z0, Z5, Z5
 	VDIVPS       Z5, Z1, Z5
 	VSUBPS       Z5, Z0, Z5
@@ -3232,13 +3566,13 @@ loop:
 	VMULPS       mathconsts<>+960(SB), Z4, Z4
 	VFMADD213PS  Z4, Z4, Z5
 	VMOVUPS      Z5, (AX)
-	ADDQ         $0x40, DX
-	ADDQ         $0x40, CX
-	ADDQ         $0x40, AX
-	SUBQ         $0x10, BX
-	JMP          loop
+	ADDQ         $0x00000040, DX
+	ADDQ         $0x00000040, CX
+	ADDQ         $0x00000040, AX
+	SUBQ         $0x00000010, BX
+	JMP          loop1
 
-done:
+after1:
 	VZEROUPPER
 	RET
 

@@ -79,24 +79,78 @@ func mathConsts() func(name string) Mem {
 // lo and hi hold -87 and 88 in every lane (see clampRegs): the clamp
 // keeps a NaN (VMAXPS and VMINPS return their last operand when either is
 // NaN), so exp(NaN) is NaN, as in the portable expf.
-func expInPlace(isa vecISA, c func(string) Mem, x, lo, hi VecVirtual) {
-	k, r, p := isa.vec(), isa.vec(), isa.vec()
-	VMAXPS(x, lo, x)
-	VMINPS(x, hi, x)
-	VMULPS(c("log2e"), x, k)
-	VADDPS(c("round"), k, k)
-	VSUBPS(c("round"), k, k)
-	VMOVAPS(x, r)
-	VFNMADD231PS(c("ln2hi"), k, r)
-	VFNMADD231PS(c("ln2lo"), k, r)
-	VMOVUPS(c("c7"), p)
-	for _, name := range []string{"c6", "c5", "c4", "c3", "c2", "one", "one"} {
-		VFMADD213PS(c(name), r, p)
+//
+// It does so for each register of xs, each step for all of them before
+// the next: the steps form a chain of dependent instructions as long as
+// the polynomial, and independent vectors side by side let the core
+// overlap their latencies. The result of each lane does not depend on
+// how many there are.
+func expInPlace(isa vecISA, c func(string) Mem, xs []VecVirtual, lo, hi VecVirtual) {
+	each := func(f func(i int, x VecVirtual)) {
+		for i, x := range xs {
+			f(i, x)
+		}
 	}
-	VCVTPS2DQ(k, k)
-	VPADDD(c("bias"), k, k)
-	VPSLLD(U8(23), k, k)
-	VMULPS(k, p, x)
+	k, r, p := make([]VecVirtual, len(xs)), make([]VecVirtual, len(xs)), make([]VecVirtual, len(xs))
+	each(func(i int, x VecVirtual) { k[i], r[i], p[i] = isa.vec(), isa.vec(), isa.vec() })
+	each(func(i int, x VecVirtual) { VMAXPS(x, lo, x) })
+	each(func(i int, x VecVirtual) { VMINPS(x, hi, x) })
+	each(func(i int, x VecVirtual) { VMULPS(c("log2e"), x, k[i]) })
+	if isa.lanes == 16 {
+		// One instruction rounds to the nearest integer, ties to even,
+		// as adding and subtracting 1.5·2^23 does.
+		each(func(i int, x VecVirtual) { VRNDSCALEPS(U8(0), k[i], k[i]) })
+	} else {
+		each(func(i int, x VecVirtual) { VADDPS(c("round"), k[i], k[i]) })
+		each(func(i int, x VecVirtual) { VSUBPS(c("round"), k[i], k[i]) })
+	}
+	each(func(i int, x VecVirtual) { VMOVAPS(x, r[i]) })
+	each(func(i int, x VecVirtual) { VFNMADD231PS(c("ln2hi"), k[i], r[i]) })
+	each(func(i int, x VecVirtual) { VFNMADD231PS(c("ln2lo"), k[i], r[i]) })
+	each(func(i int, x VecVirtual) { VMOVUPS(c("c7"), p[i]) })
+	for _, name := range []string{"c6", "c5", "c4", "c3", "c2", "one", "one"} {
+		each(func(i int, x VecVirtual) { VFMADD213PS(c(name), r[i], p[i]) })
+	}
+	if isa.lanes == 16 {
+		// p·2^k in one instruction, the same exact product by a power of
+		// two as building 2^k in the exponent bits (k >= -126 after the
+		// clamp, so 2^k is a normal float).
+		each(func(i int, x VecVirtual) { VSCALEFPS(k[i], p[i], x) })
+		return
+	}
+	each(func(i int, x VecVirtual) { VCVTPS2DQ(k[i], k[i]) })
+	each(func(i int, x VecVirtual) { VPADDD(c("bias"), k[i], k[i]) })
+	each(func(i int, x VecVirtual) { VPSLLD(U8(23), k[i], k[i]) })
+	each(func(i int, x VecVirtual) { VMULPS(k[i], p[i], x) })
+}
+
+// unrollExp is how many vectors the kernels built on expInPlace compute
+// side by side: as many as the ISA's registers hold (16 ymm, 32 zmm).
+func (isa vecISA) unrollExp() int {
+	if isa.lanes == 16 {
+		return 4
+	}
+	return 2
+}
+
+// vecLoop emits a loop over n floats (n a multiple of the lanes) that
+// calls body with the count of vectors to do this round, isa.unrollExp()
+// while that many remain and then one, and advances ptrs by that many
+// vectors after each round.
+func vecLoop(isa vecISA, n Register, ptrs []Register, body func(vecs int)) {
+	for _, vecs := range []int{isa.unrollExp(), 1} {
+		loop := fmt.Sprintf("loop%d", vecs)
+		Label(loop)
+		CMPQ(n, U32(vecs*isa.lanes))
+		JL(LabelRef(fmt.Sprintf("after%d", vecs)))
+		body(vecs)
+		for _, p := range ptrs {
+			ADDQ(U32(4*isa.lanes*vecs), p)
+		}
+		SUBQ(U32(vecs*isa.lanes), n)
+		JMP(LabelRef(loop))
+		Label(fmt.Sprintf("after%d", vecs))
+	}
 }
 
 // clampRegs loads the bounds of expInPlace's clamp into two registers.
@@ -135,20 +189,19 @@ func expSum(isa vecISA, c func(string) Mem) {
 	acc := isa.vec()
 	zero(isa, acc)
 	lo, hi := clampRegs(isa, c)
-	Label("loop")
-	TESTQ(n, n)
-	JE(LabelRef("done"))
-	x := isa.vec()
-	VMOVUPS(Mem{Base: src}, x)
-	VFMSUB213PS(shift, scale, x)
-	expInPlace(isa, c, x, lo, hi)
-	VMOVUPS(x, Mem{Base: dst})
-	VADDPS(x, acc, acc)
-	ADDQ(U8(4*isa.lanes), src)
-	ADDQ(U8(4*isa.lanes), dst)
-	SUBQ(U8(isa.lanes), n)
-	JMP(LabelRef("loop"))
-	Label("done")
+	vecLoop(isa, n, []Register{src, dst}, func(vecs int) {
+		xs := make([]VecVirtual, vecs)
+		for i := range xs {
+			xs[i] = isa.vec()
+			VMOVUPS(Mem{Base: src, Disp: 4 * isa.lanes * i}, xs[i])
+			VFMSUB213PS(shift, scale, xs[i])
+		}
+		expInPlace(isa, c, xs, lo, hi)
+		for i, x := range xs { // the sum in index order, as one vector at a time
+			VMOVUPS(x, Mem{Base: dst, Disp: 4 * isa.lanes * i})
+			VADDPS(x, acc, acc)
+		}
+	})
 	Store(horizontalSum(isa, acc), ReturnIndex(0))
 	VZEROUPPER()
 	RET()
@@ -190,31 +243,32 @@ func gelu(isa vecISA, c func(string) Mem) {
 	VMOVUPS(c("one"), one)
 	VMOVUPS(c("two"), two)
 	lo, hi := clampRegs(isa, c)
-	Label("loop")
-	TESTQ(n, n)
-	JE(LabelRef("done"))
-	v, u := isa.vec(), isa.vec()
-	VMOVUPS(Mem{Base: h}, v)
-	VMULPS(v, v, u)
-	VMULPS(c("gelu3"), u, u)
-	VFMADD213PS(v, v, u) // u = v·(0.044715 v²) + v
-	VMULPS(c("gelu2c"), u, u)
-	expInPlace(isa, c, u, lo, hi)
-	VADDPS(one, u, u)
-	t := isa.vec()
-	VDIVPS(u, two, t)
-	VSUBPS(t, one, t)
-	VMOVUPS(t, Mem{Base: th})
-	hv := isa.vec()
-	VMULPS(c("half"), v, hv)
-	VFMADD213PS(hv, hv, t) // t = hv·t + hv
-	VMOVUPS(t, Mem{Base: out})
-	ADDQ(U8(4*isa.lanes), h)
-	ADDQ(U8(4*isa.lanes), th)
-	ADDQ(U8(4*isa.lanes), out)
-	SUBQ(U8(isa.lanes), n)
-	JMP(LabelRef("loop"))
-	Label("done")
+	vecLoop(isa, n, []Register{h, th, out}, func(vecs int) {
+		vs, us := make([]VecVirtual, vecs), make([]VecVirtual, vecs)
+		for i := range us {
+			v, u := isa.vec(), isa.vec()
+			vs[i] = v
+			VMOVUPS(Mem{Base: h, Disp: 4 * isa.lanes * i}, v)
+			VMULPS(v, v, u)
+			VMULPS(c("gelu3"), u, u)
+			VFMADD213PS(v, v, u) // u = v·(0.044715 v²) + v
+			VMULPS(c("gelu2c"), u, u)
+			us[i] = u
+		}
+		expInPlace(isa, c, us, lo, hi)
+		for i, u := range us {
+			off := 4 * isa.lanes * i
+			VADDPS(one, u, u)
+			t := isa.vec()
+			VDIVPS(u, two, t)
+			VSUBPS(t, one, t)
+			VMOVUPS(t, Mem{Base: th, Disp: off})
+			hv := isa.vec()
+			VMULPS(c("half"), vs[i], hv)
+			VFMADD213PS(hv, hv, t) // t = hv·t + hv
+			VMOVUPS(t, Mem{Base: out, Disp: off})
+		}
+	})
 	VZEROUPPER()
 	RET()
 }
