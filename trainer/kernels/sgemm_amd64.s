@@ -2994,9 +2994,9 @@ TEXT ·geluBackwardAVX2(SB), NOSPLIT, $0-32
 	VMOVUPS mathconsts<>+768(SB), Y0
 	VMOVUPS mathconsts<>+960(SB), Y1
 
-loop:
-	TESTQ        BX, BX
-	JE           done
+loop2:
+	CMPQ         BX, $0x00000010
+	JL           after2
 	VMOVUPS      (DX), Y2
 	VMOVUPS      (CX), Y3
 	VADDPS       Y0, Y3, Y4
@@ -3011,13 +3011,51 @@ loop:
 	VFMADD213PS  Y4, Y3, Y2
 	VMULPS       (AX), Y2, Y2
 	VMOVUPS      Y2, (AX)
-	ADDQ         $0x20, AX
-	ADDQ         $0x20, CX
-	ADDQ         $0x20, DX
-	SUBQ         $0x08, BX
-	JMP          loop
+	VMOVUPS      32(DX), Y2
+	VMOVUPS      32(CX), Y3
+	VADDPS       Y0, Y3, Y4
+	VMULPS       Y1, Y4, Y4
+	VMOVAPS      Y0, Y5
+	VFNMADD231PS Y3, Y3, Y5
+	VMULPS       Y2, Y2, Y3
+	VMULPS       mathconsts<>+1152(SB), Y3, Y3
+	VADDPS       Y0, Y3, Y3
+	VMULPS       mathconsts<>+1216(SB), Y2, Y2
+	VMULPS       Y5, Y2, Y2
+	VFMADD213PS  Y4, Y3, Y2
+	VMULPS       32(AX), Y2, Y2
+	VMOVUPS      Y2, 32(AX)
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000040, CX
+	ADDQ         $0x00000040, DX
+	SUBQ         $0x00000010, BX
+	JMP          loop2
 
-done:
+after2:
+loop1:
+	CMPQ         BX, $0x00000008
+	JL           after1
+	VMOVUPS      (DX), Y2
+	VMOVUPS      (CX), Y3
+	VADDPS       Y0, Y3, Y4
+	VMULPS       Y1, Y4, Y4
+	VMOVAPS      Y0, Y5
+	VFNMADD231PS Y3, Y3, Y5
+	VMULPS       Y2, Y2, Y3
+	VMULPS       mathconsts<>+1152(SB), Y3, Y3
+	VADDPS       Y0, Y3, Y3
+	VMULPS       mathconsts<>+1216(SB), Y2, Y2
+	VMULPS       Y5, Y2, Y2
+	VFMADD213PS  Y4, Y3, Y2
+	VMULPS       (AX), Y2, Y2
+	VMOVUPS      Y2, (AX)
+	ADDQ         $0x00000020, AX
+	ADDQ         $0x00000020, CX
+	ADDQ         $0x00000020, DX
+	SUBQ         $0x00000008, BX
+	JMP          loop1
+
+after1:
 	VZEROUPPER
 	RET
 
@@ -3586,9 +3624,9 @@ TEXT ·geluBackwardAVX512(SB), NOSPLIT, $0-32
 	VMOVUPS mathconsts<>+768(SB), Z0
 	VMOVUPS mathconsts<>+960(SB), Z1
 
-loop:
-	TESTQ        BX, BX
-	JE           done
+loop4:
+	CMPQ         BX, $0x00000040
+	JL           after4
 	VMOVUPS      (DX), Z2
 	VMOVUPS      (CX), Z3
 	VADDPS       Z0, Z3, Z4
@@ -3603,13 +3641,79 @@ loop:
 	VFMADD213PS  Z4, Z3, Z2
 	VMULPS       (AX), Z2, Z2
 	VMOVUPS      Z2, (AX)
-	ADDQ         $0x40, AX
-	ADDQ         $0x40, CX
-	ADDQ         $0x40, DX
-	SUBQ         $0x10, BX
-	JMP          loop
+	VMOVUPS      64(DX), Z2
+	VMOVUPS      64(CX), Z3
+	VADDPS       Z0, Z3, Z4
+	VMULPS       Z1, Z4, Z4
+	VMOVAPS      Z0, Z5
+	VFNMADD231PS Z3, Z3, Z5
+	VMULPS       Z2, Z2, Z3
+	VMULPS       mathconsts<>+1152(SB), Z3, Z3
+	VADDPS       Z0, Z3, Z3
+	VMULPS       mathconsts<>+1216(SB), Z2, Z2
+	VMULPS       Z5, Z2, Z2
+	VFMADD213PS  Z4, Z3, Z2
+	VMULPS       64(AX), Z2, Z2
+	VMOVUPS      Z2, 64(AX)
+	VMOVUPS      128(DX), Z2
+	VMOVUPS      128(CX), Z3
+	VADDPS       Z0, Z3, Z4
+	VMULPS       Z1, Z4, Z4
+	VMOVAPS      Z0, Z5
+	VFNMADD231PS Z3, Z3, Z5
+	VMULPS       Z2, Z2, Z3
+	VMULPS       mathconsts<>+1152(SB), Z3, Z3
+	VADDPS       Z0, Z3, Z3
+	VMULPS       mathconsts<>+1216(SB), Z2, Z2
+	VMULPS       Z5, Z2, Z2
+	VFMADD213PS  Z4, Z3, Z2
+	VMULPS       128(AX), Z2, Z2
+	VMOVUPS      Z2, 128(AX)
+	VMOVUPS      192(DX), Z2
+	VMOVUPS      192(CX), Z3
+	VADDPS       Z0, Z3, Z4
+	VMULPS       Z1, Z4, Z4
+	VMOVAPS      Z0, Z5
+	VFNMADD231PS Z3, Z3, Z5
+	VMULPS       Z2, Z2, Z3
+	VMULPS       mathconsts<>+1152(SB), Z3, Z3
+	VADDPS       Z0, Z3, Z3
+	VMULPS       mathconsts<>+1216(SB), Z2, Z2
+	VMULPS       Z5, Z2, Z2
+	VFMADD213PS  Z4, Z3, Z2
+	VMULPS       192(AX), Z2, Z2
+	VMOVUPS      Z2, 192(AX)
+	ADDQ         $0x00000100, AX
+	ADDQ         $0x00000100, CX
+	ADDQ         $0x00000100, DX
+	SUBQ         $0x00000040, BX
+	JMP          loop4
 
-done:
+after4:
+loop1:
+	CMPQ         BX, $0x00000010
+	JL           after1
+	VMOVUPS      (DX), Z2
+	VMOVUPS      (CX), Z3
+	VADDPS       Z0, Z3, Z4
+	VMULPS       Z1, Z4, Z4
+	VMOVAPS      Z0, Z5
+	VFNMADD231PS Z3, Z3, Z5
+	VMULPS       Z2, Z2, Z3
+	VMULPS       mathconsts<>+1152(SB), Z3, Z3
+	VADDPS       Z0, Z3, Z3
+	VMULPS       mathconsts<>+1216(SB), Z2, Z2
+	VMULPS       Z5, Z2, Z2
+	VFMADD213PS  Z4, Z3, Z2
+	VMULPS       (AX), Z2, Z2
+	VMOVUPS      Z2, (AX)
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000040, CX
+	ADDQ         $0x00000040, DX
+	SUBQ         $0x00000010, BX
+	JMP          loop1
+
+after1:
 	VZEROUPPER
 	RET
 

@@ -3,13 +3,20 @@ package model
 // lnEps is the variance floor of every layer norm (PyTorch's default).
 const lnEps = 1e-5
 
-// layerNormForward normalizes each of the n rows of x (width d) and applies the gain w and bias
+// addLayerNorm adds res to x (when res is not nil: the residual connection that completes x),
+// then normalizes each of the n rows of x (width d) into a.out and applies the gain w and bias
 // b: out = (x - mean) * rstd * w + b, with rstd = 1/sqrt(var + eps) (biased variance), by
-// kernels.Engine.LayerNorm. It keeps mean and rstd per row for the backward pass. Rows run in
-// parallel on p.
-func layerNormForward(p pool, out, mean, rstd, x, w, b []float32, n, d int) {
+// kernels.Engine.LayerNorm. It keeps mean and rstd per row in a for the backward pass. Rows run
+// in parallel on p, rowChunk rows at a time, each added and normalized while in cache.
+func addLayerNorm(p pool, a normActs, x, res, w, b []float32, n, d int) {
 	p.forRows(n, func(lo, hi int) {
-		p.eng.LayerNorm(out[lo*d:hi*d], mean[lo:hi], rstd[lo:hi], x[lo*d:hi*d], w, b, d, lnEps)
+		for c := lo; c < hi; c += rowChunk {
+			e := min(c+rowChunk, hi)
+			if res != nil {
+				p.eng.Add(x[c*d:e*d], res[c*d:e*d])
+			}
+			p.eng.LayerNorm(a.out[c*d:e*d], a.mean[c:e], a.rstd[c:e], x[c*d:e*d], w, b, d, lnEps)
+		}
 	})
 }
 

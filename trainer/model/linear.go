@@ -20,11 +20,17 @@ func linearForward(eng *kernels.Engine, out, in, w, b []float32, n, din, dout in
 // gb (see biasGrad). It laps m.prof after the weight products (GEMM) and after the bias gradient
 // (elementwise).
 func (m *Model) linearBackward(gin, gw, gb, g, in, w []float32, n, din, dout int) {
+	m.linearProducts(gin, gw, g, in, w, n, din, dout)
+	m.biasGrad(gb, g, n, dout)
+	m.prof.Lap(profile.Elementwise)
+}
+
+// linearProducts is linearBackward without the bias: gin = g·w and gw += gᵀ·in. It laps m.prof
+// (GEMM).
+func (m *Model) linearProducts(gin, gw, g, in, w []float32, n, din, dout int) {
 	m.eng.MatMul(gin, g, w, n, din, dout, false, false, false)
 	m.eng.MatMul(gw, g, in, dout, din, n, true, false, true)
 	m.prof.Lap(profile.GEMM)
-	m.biasGrad(gb, g, n, dout)
-	m.prof.Lap(profile.Elementwise)
 }
 
 // biasGrad adds the column sums of g ([n, dout]) into gb: each chunk of rowChunk rows sums its
@@ -32,13 +38,6 @@ func (m *Model) linearBackward(gin, gw, gb, g, in, w []float32, n, din, dout int
 // added to gb in chunk order, so the bits do not depend on the thread count. The sums are fp32
 // whatever the precision of the products.
 func (m *Model) biasGrad(gb, g []float32, n, dout int) {
-	c := chunks(n)
-	part := m.part[:c*dout]
-	m.par.forEach(c, func(i int) {
-		lo, hi := chunkRows(i, n)
-		p := part[i*dout : (i+1)*dout]
-		copy(p, g[lo*dout:(lo+1)*dout])
-		m.par.eng.SumRows(p, g[(lo+1)*dout:hi*dout], dout)
-	})
-	m.par.eng.SumRows(gb, part, dout)
+	m.par.forEach(chunks(n), func(i int) { chunkSum(m.par.eng, m.part, g, i, n, dout) })
+	m.par.eng.SumRows(gb, m.part[:chunks(n)*dout], dout)
 }

@@ -162,10 +162,14 @@ func (m *Model) Forward(params []float32, tokens []byte) float32 {
 
 	embedForward(m.par, m.xs[0], w.wte, w.wpe, m.inputs, dm.t, d)
 	m.prof.Lap(profile.Elementwise)
+	// A block's output is the residual x2 plus its MLP branch; the branch goes into the output
+	// buffer first and the addition of res = x2 is left to the layer norm that reads the
+	// output next, which does both in one pass.
+	var res []float32
 	for l := range m.blocks {
 		a, bw, in, out := &m.blocks[l], &w.blocks[l], m.xs[l], m.xs[l+1]
 		// Attention: x2 = in + c_proj(attn(c_attn(ln_1(in)))).
-		layerNormForward(m.par, a.ln1.out, a.ln1.mean, a.ln1.rstd, in, bw.ln1w, bw.ln1b, n, d)
+		addLayerNorm(m.par, a.ln1, in, res, bw.ln1w, bw.ln1b, n, d)
 		m.prof.Lap(profile.Elementwise)
 		linearForward(m.eng, m.qkv, a.ln1.out, bw.attnw, bw.attnb, n, d, 3*d)
 		m.prof.Lap(profile.GEMM)
@@ -177,9 +181,8 @@ func (m *Model) Forward(params []float32, tokens []byte) float32 {
 		m.prof.Lap(profile.Attention)
 		linearForward(m.eng, a.x2, a.y, bw.projw, bw.projb, n, d, d)
 		m.prof.Lap(profile.GEMM)
-		addTo(m.par, a.x2, in, n, d)
 		// MLP: out = x2 + c_proj(gelu(c_fc(ln_2(x2)))).
-		layerNormForward(m.par, a.ln2.out, a.ln2.mean, a.ln2.rstd, a.x2, bw.ln2w, bw.ln2b, n, d)
+		addLayerNorm(m.par, a.ln2, a.x2, in, bw.ln2w, bw.ln2b, n, d)
 		m.prof.Lap(profile.Elementwise)
 		linearForward(m.eng, a.fc, a.ln2.out, bw.fcw, bw.fcb, n, d, 4*d)
 		m.prof.Lap(profile.GEMM)
@@ -187,11 +190,10 @@ func (m *Model) Forward(params []float32, tokens []byte) float32 {
 		m.prof.Lap(profile.Elementwise)
 		linearForward(m.eng, out, a.gelu, bw.mlpw, bw.mlpb, n, 4*d, d)
 		m.prof.Lap(profile.GEMM)
-		addTo(m.par, out, a.x2, n, d)
-		m.prof.Lap(profile.Elementwise)
+		res = a.x2
 	}
 	last := m.xs[len(m.xs)-1]
-	layerNormForward(m.par, m.lnf.out, m.lnf.mean, m.lnf.rstd, last, w.lnfw, w.lnfb, n, d)
+	addLayerNorm(m.par, m.lnf, last, res, w.lnfw, w.lnfb, n, d)
 	m.prof.Lap(profile.Elementwise)
 	m.eng.MatMul(m.probs, m.lnf.out, w.wte, n, dm.v, d, false, true, false) // logits = ln_f(x)·wteᵀ
 	m.prof.Lap(profile.GEMM)
@@ -236,9 +238,10 @@ func (m *Model) Backward(params, grads []float32, scale float32) {
 		a, bw, bg, in := &m.blocks[l], &w.blocks[l], &g.blocks[l], m.xs[l]
 		// MLP branch: dx += d(ln_2 ∘ c_fc ∘ gelu ∘ c_proj)ᵀ dx; afterwards dx = dL/dx2.
 		m.linearBackward(m.d4, bg.mlpw, bg.mlpb, m.dx, a.gelu, bw.mlpw, n, 4*d, d)
-		geluBackward(m.par, m.d4, a.tanh, a.fc)
+		geluBackward(m.par, m.part, m.d4, a.tanh, a.fc, n, 4*d) // and c_fc's bias gradient
+		m.par.eng.SumRows(bg.fcb, m.part[:chunks(n)*4*d], 4*d)
 		m.prof.Lap(profile.Elementwise)
-		m.linearBackward(m.dtmp, bg.fcw, bg.fcb, m.d4, a.ln2.out, bw.fcw, n, d, 4*d)
+		m.linearProducts(m.dtmp, bg.fcw, m.d4, a.ln2.out, bw.fcw, n, d, 4*d)
 		layerNormBackward(m.par, m.part, m.dx, bg.ln2w, bg.ln2b, m.dtmp, a.x2, a.ln2.mean, a.ln2.rstd, bw.ln2w, n, d)
 		m.prof.Lap(profile.Elementwise)
 		// Attention branch; afterwards dx = dL/d(block input).
@@ -275,11 +278,6 @@ func (m *Model) attnInputBackward(gw, gb, in, w []float32) {
 	copy(m.keyBias, gb[d:2*d])
 	m.linearBackward(m.dtmp, gw, gb, m.qkv, in, w, n, d, 3*d)
 	copy(gb[d:2*d], m.keyBias)
-}
-
-// addTo adds src to dst elementwise, both n rows of d floats; rows run in parallel on p.
-func addTo(p pool, dst, src []float32, n, d int) {
-	p.forRows(n, func(lo, hi int) { p.eng.Add(dst[lo*d:hi*d], src[lo*d:hi*d]) })
 }
 
 // weights are the tensors of one flat buffer (parameters or gradients) as slices.

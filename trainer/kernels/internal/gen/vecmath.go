@@ -290,34 +290,30 @@ func geluBack(isa vecISA, c func(string) Mem) {
 	one, half := isa.vec(), isa.vec()
 	VMOVUPS(c("one"), one)
 	VMOVUPS(c("half"), half)
-	Label("loop")
-	TESTQ(n, n)
-	JE(LabelRef("done"))
-	x, t := isa.vec(), isa.vec()
-	VMOVUPS(Mem{Base: h}, x)
-	VMOVUPS(Mem{Base: th}, t)
-	a := isa.vec()
-	VADDPS(one, t, a)
-	VMULPS(half, a, a) // a = 0.5 (1 + t)
-	b := isa.vec()
-	VMOVAPS(one, b)
-	VFNMADD231PS(t, t, b) // b = 1 - t²
-	x2 := isa.vec()
-	VMULPS(x, x, x2)
-	VMULPS(c("gelu3x3"), x2, x2)
-	VADDPS(one, x2, x2) // 1 + 3·0.044715 x²
-	d := isa.vec()
-	VMULPS(c("halfc"), x, d)
-	VMULPS(b, d, d)
-	VFMADD213PS(a, x2, d) // d = d·x2 + a
-	VMULPS(Mem{Base: g}, d, d)
-	VMOVUPS(d, Mem{Base: g})
-	ADDQ(U8(4*isa.lanes), g)
-	ADDQ(U8(4*isa.lanes), th)
-	ADDQ(U8(4*isa.lanes), h)
-	SUBQ(U8(isa.lanes), n)
-	JMP(LabelRef("loop"))
-	Label("done")
+	vecLoop(isa, n, []Register{g, th, h}, func(vecs int) {
+		for i := range vecs {
+			off := 4 * isa.lanes * i
+			x, t := isa.vec(), isa.vec()
+			VMOVUPS(Mem{Base: h, Disp: off}, x)
+			VMOVUPS(Mem{Base: th, Disp: off}, t)
+			a := isa.vec()
+			VADDPS(one, t, a)
+			VMULPS(half, a, a) // a = 0.5 (1 + t)
+			b := isa.vec()
+			VMOVAPS(one, b)
+			VFNMADD231PS(t, t, b) // b = 1 - t²
+			x2 := isa.vec()
+			VMULPS(x, x, x2)
+			VMULPS(c("gelu3x3"), x2, x2)
+			VADDPS(one, x2, x2) // 1 + 3·0.044715 x²
+			d := isa.vec()
+			VMULPS(c("halfc"), x, d)
+			VMULPS(b, d, d)
+			VFMADD213PS(a, x2, d) // d = d·x2 + a
+			VMULPS(Mem{Base: g, Disp: off}, d, d)
+			VMOVUPS(d, Mem{Base: g, Disp: off})
+		}
+	})
 	VZEROUPPER()
 	RET()
 }
