@@ -23,8 +23,11 @@ func addLayerNorm(p pool, a normActs, x, res, w, b []float32, n, d int) {
 // layerNormBackward adds to dx, dw and db the gradient of a layer norm given dout, the gradient
 // of its output, by kernels.Engine.LayerNormBackward on chunks of rowChunk rows in parallel on
 // p: each chunk adds to its own rows of dx and sums its dw and db into its partial sums in part
-// (at least 2·chunks(n)·d floats), which are then added to dw and db in chunk order. With
-// xhat = (x - mean) * rstd and g = dout * w:
+// (at least 3·chunks(n)·d floats), which are then added to dw and db in chunk order. Each chunk
+// also sums the columns of its rows of dx as they come out, as chunkSum does, into
+// dxSums(part, n, d): dx is the gradient of the output of the linear layer before, and these
+// are the partial sums of that layer's bias gradient. With xhat = (x - mean) * rstd and
+// g = dout * w:
 //
 //	dw += sum over rows of dout * xhat
 //	db += sum over rows of dout
@@ -40,7 +43,15 @@ func layerNormBackward(p pool, part, dx, dw, db, dout, x, mean, rstd, w []float3
 		clear(cw)
 		clear(cb)
 		p.eng.LayerNormBackward(dx[lo*d:hi*d], cw, cb, dout[lo*d:hi*d], x[lo*d:hi*d], mean[lo:hi], rstd[lo:hi], w, d)
+		chunkSum(p.eng, dxSums(part, n, d), dx, i, n, d)
 	})
 	p.eng.SumRows(dw, pw, d)
 	p.eng.SumRows(db, pb, d)
+}
+
+// dxSums is the part of part where layerNormBackward leaves the partial column sums of dx, one
+// row of d floats per chunk.
+func dxSums(part []float32, n, d int) []float32 {
+	c := chunks(n)
+	return part[2*c*d : 3*c*d]
 }

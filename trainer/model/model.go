@@ -237,7 +237,10 @@ func (m *Model) Backward(params, grads []float32, scale float32) {
 	for l := len(m.blocks) - 1; l >= 0; l-- {
 		a, bw, bg, in := &m.blocks[l], &w.blocks[l], &g.blocks[l], m.xs[l]
 		// MLP branch: dx += d(ln_2 ∘ c_fc ∘ gelu ∘ c_proj)ᵀ dx; afterwards dx = dL/dx2.
-		m.linearBackward(m.d4, bg.mlpw, bg.mlpb, m.dx, a.gelu, bw.mlpw, n, 4*d, d)
+		// c_proj's bias gradient is the column sums of dx, which the layer norm backward that
+		// wrote dx summed by chunks (see layerNormBackward).
+		m.linearProducts(m.d4, bg.mlpw, m.dx, a.gelu, bw.mlpw, n, 4*d, d)
+		m.par.eng.SumRows(bg.mlpb, dxSums(m.part, n, d), d)
 		geluBackward(m.par, m.part, m.d4, a.tanh, a.fc, n, 4*d) // and c_fc's bias gradient
 		m.par.eng.SumRows(bg.fcb, m.part[:chunks(n)*4*d], 4*d)
 		m.prof.Lap(profile.Elementwise)
@@ -245,7 +248,9 @@ func (m *Model) Backward(params, grads []float32, scale float32) {
 		layerNormBackward(m.par, m.part, m.dx, bg.ln2w, bg.ln2b, m.dtmp, a.x2, a.ln2.mean, a.ln2.rstd, bw.ln2w, n, d)
 		m.prof.Lap(profile.Elementwise)
 		// Attention branch; afterwards dx = dL/d(block input).
-		m.linearBackward(m.dtmp, bg.projw, bg.projb, m.dx, a.y, bw.projw, n, d, d)
+		m.linearProducts(m.dtmp, bg.projw, m.dx, a.y, bw.projw, n, d, d)
+		m.par.eng.SumRows(bg.projb, dxSums(m.part, n, d), d)
+		m.prof.Lap(profile.Elementwise)
 		toHeads(m.yh, m.dtmp, d, 0, dm)
 		attentionBackward(m.par, m.dq, m.dk, m.dv, m.dp, m.yh, a.att, a.q, a.k, a.v, dm)
 		fromHeads(m.qkv, m.dq, 3*d, 0, dm)
