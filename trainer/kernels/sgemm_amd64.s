@@ -3073,19 +3073,117 @@ TEXT ·layerNormAVX2(SB), NOSPLIT, $0-72
 	MOVQ  DI, R8
 	SHLQ  $0x02, R8
 
-row:
-	TESTQ  SI, SI
-	JE     done
+rows2:
+	CMPQ   SI, $0x02
+	JL     rowsAfter2
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
 	MOVQ   BX, R9
 	MOVQ   DI, R10
-	VXORPS Y2, Y2, Y2
 
-sum1:
-	VMOVUPS      (R9), Y3
-	VADDPS       Y3, Y2, Y2
+cols1:
+	VADDPS       (R9), Y2, Y2
+	VADDPS       (R9)(R8*1), Y3, Y3
 	ADDQ         $0x20, R9
 	SUBQ         $0x08, R10
-	JNE          sum1
+	JNE          cols1
+	VEXTRACTF128 $0x01, Y2, X4
+	VADDPS       X4, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMULSS       X0, X2, X2
+	VMOVSS       X2, (CX)
+	VBROADCASTSS X2, Y2
+	VXORPS       Y4, Y4, Y4
+	VEXTRACTF128 $0x01, Y3, X5
+	VADDPS       X5, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMULSS       X0, X3, X3
+	VMOVSS       X3, 4(CX)
+	VBROADCASTSS X3, Y3
+	VXORPS       Y5, Y5, Y5
+	MOVQ         BX, R9
+	MOVQ         DI, R10
+
+cols2:
+	VMOVUPS      (R9), Y6
+	VSUBPS       Y2, Y6, Y6
+	VFMADD231PS  Y6, Y6, Y4
+	VMOVUPS      (R9)(R8*1), Y6
+	VSUBPS       Y3, Y6, Y6
+	VFMADD231PS  Y6, Y6, Y5
+	ADDQ         $0x20, R9
+	SUBQ         $0x08, R10
+	JNE          cols2
+	VEXTRACTF128 $0x01, Y4, X6
+	VADDPS       X6, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMULSS       X0, X4, X4
+	VADDSS       X1, X4, X4
+	VSQRTSS      X4, X4, X4
+	VMOVSS       mathconsts<>+768(SB), X6
+	VDIVSS       X4, X6, X6
+	VMOVSS       X6, (DX)
+	VBROADCASTSS X6, Y4
+	VEXTRACTF128 $0x01, Y5, X6
+	VADDPS       X6, X5, X5
+	VHADDPS      X5, X5, X5
+	VHADDPS      X5, X5, X5
+	VMULSS       X0, X5, X5
+	VADDSS       X1, X5, X5
+	VSQRTSS      X5, X5, X5
+	VMOVSS       mathconsts<>+768(SB), X6
+	VDIVSS       X5, X6, X6
+	VMOVSS       X6, 4(DX)
+	VBROADCASTSS X6, Y5
+	MOVQ         w+32(FP), R9
+	MOVQ         b+40(FP), R10
+	MOVQ         BX, R11
+	MOVQ         AX, R12
+	MOVQ         DI, R13
+
+cols3:
+	VMOVUPS     (R9), Y6
+	VMOVUPS     (R11), Y7
+	VSUBPS      Y2, Y7, Y7
+	VMULPS      Y4, Y7, Y7
+	VFMADD213PS (R10), Y6, Y7
+	VMOVUPS     Y7, (R12)
+	VMOVUPS     (R11)(R8*1), Y7
+	VSUBPS      Y3, Y7, Y7
+	VMULPS      Y5, Y7, Y7
+	VFMADD213PS (R10), Y6, Y7
+	VMOVUPS     Y7, (R12)(R8*1)
+	ADDQ        $0x20, R11
+	ADDQ        $0x20, R12
+	ADDQ        $0x20, R9
+	ADDQ        $0x20, R10
+	SUBQ        $0x08, R13
+	JNE         cols3
+	ADDQ        R8, BX
+	ADDQ        R8, BX
+	ADDQ        R8, AX
+	ADDQ        R8, AX
+	ADDQ        $0x08, CX
+	ADDQ        $0x08, DX
+	SUBQ        $0x02, SI
+	JMP         rows2
+
+rowsAfter2:
+rows1:
+	CMPQ   SI, $0x01
+	JL     rowsAfter1
+	VXORPS Y2, Y2, Y2
+	MOVQ   BX, R9
+	MOVQ   DI, R10
+
+cols4:
+	VADDPS       (R9), Y2, Y2
+	ADDQ         $0x20, R9
+	SUBQ         $0x08, R10
+	JNE          cols4
 	VEXTRACTF128 $0x01, Y2, X3
 	VADDPS       X3, X2, X2
 	VHADDPS      X2, X2, X2
@@ -3093,17 +3191,17 @@ sum1:
 	VMULSS       X0, X2, X2
 	VMOVSS       X2, (CX)
 	VBROADCASTSS X2, Y2
+	VXORPS       Y3, Y3, Y3
 	MOVQ         BX, R9
 	MOVQ         DI, R10
-	VXORPS       Y3, Y3, Y3
 
-sum2:
+cols5:
 	VMOVUPS      (R9), Y4
 	VSUBPS       Y2, Y4, Y4
 	VFMADD231PS  Y4, Y4, Y3
 	ADDQ         $0x20, R9
 	SUBQ         $0x08, R10
-	JNE          sum2
+	JNE          cols5
 	VEXTRACTF128 $0x01, Y3, X4
 	VADDPS       X4, X3, X3
 	VHADDPS      X3, X3, X3
@@ -3115,33 +3213,33 @@ sum2:
 	VDIVSS       X3, X4, X4
 	VMOVSS       X4, (DX)
 	VBROADCASTSS X4, Y3
-	MOVQ         BX, R9
-	MOVQ         AX, R10
-	MOVQ         w+32(FP), R11
-	MOVQ         b+40(FP), R12
+	MOVQ         w+32(FP), R9
+	MOVQ         b+40(FP), R10
+	MOVQ         BX, R11
+	MOVQ         AX, R12
 	MOVQ         DI, R13
 
-norm:
+cols6:
 	VMOVUPS     (R9), Y4
-	VSUBPS      Y2, Y4, Y4
-	VMULPS      Y3, Y4, Y4
 	VMOVUPS     (R11), Y5
-	VFMADD213PS (R12), Y5, Y4
-	VMOVUPS     Y4, (R10)
-	ADDQ        $0x20, R9
-	ADDQ        $0x20, R10
+	VSUBPS      Y2, Y5, Y5
+	VMULPS      Y3, Y5, Y5
+	VFMADD213PS (R10), Y4, Y5
+	VMOVUPS     Y5, (R12)
 	ADDQ        $0x20, R11
 	ADDQ        $0x20, R12
+	ADDQ        $0x20, R9
+	ADDQ        $0x20, R10
 	SUBQ        $0x08, R13
-	JNE         norm
+	JNE         cols6
 	ADDQ        R8, BX
 	ADDQ        R8, AX
 	ADDQ        $0x04, CX
 	ADDQ        $0x04, DX
-	DECQ        SI
-	JMP         row
+	SUBQ        $0x01, SI
+	JMP         rows1
 
-done:
+rowsAfter1:
 	VZEROUPPER
 	RET
 
@@ -3159,40 +3257,157 @@ TEXT ·layerNormBackwardAVX2(SB), NOSPLIT, $0-84
 	MOVQ  R8, R9
 	SHLQ  $0x02, R9
 
-row:
-	TESTQ        DI, DI
-	JE           done
+rows2:
+	CMPQ         DI, $0x02
+	JL           rowsAfter2
 	VBROADCASTSS (BX), Y1
 	VBROADCASTSS (SI), Y2
 	VXORPS       Y3, Y3, Y3
 	VXORPS       Y4, Y4, Y4
-	MOVQ         DX, R10
-	MOVQ         CX, R11
-	MOVQ         w+56(FP), R12
-	MOVQ         dw+8(FP), R13
-	MOVQ         db+16(FP), R14
+	VBROADCASTSS 4(BX), Y5
+	VBROADCASTSS 4(SI), Y6
+	VXORPS       Y7, Y7, Y7
+	VXORPS       Y8, Y8, Y8
+	MOVQ         w+56(FP), R10
+	MOVQ         dw+8(FP), R11
+	MOVQ         db+16(FP), R12
+	MOVQ         DX, R13
+	MOVQ         CX, R14
 	MOVQ         R8, R15
 
-sums:
-	VMOVUPS      (R10), Y5
-	VSUBPS       Y1, Y5, Y5
-	VMULPS       Y2, Y5, Y5
-	VMOVUPS      (R11), Y6
-	VMULPS       (R12), Y6, Y7
-	VADDPS       Y7, Y3, Y3
-	VFMADD231PS  Y7, Y5, Y4
-	VMOVUPS      (R13), Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, (R13)
-	VADDPS       (R14), Y6, Y6
-	VMOVUPS      Y6, (R14)
+cols7:
+	VMOVUPS      (R11), Y9
+	VMOVUPS      (R12), Y10
+	VMOVUPS      (R13), Y11
+	VSUBPS       Y1, Y11, Y11
+	VMULPS       Y2, Y11, Y11
+	VMOVUPS      (R14), Y12
+	VMULPS       (R10), Y12, Y13
+	VADDPS       Y13, Y3, Y3
+	VFMADD231PS  Y13, Y11, Y4
+	VFMADD231PS  Y12, Y11, Y9
+	VADDPS       Y12, Y10, Y10
+	VMOVUPS      (R13)(R9*1), Y11
+	VSUBPS       Y5, Y11, Y11
+	VMULPS       Y6, Y11, Y11
+	VMOVUPS      (R14)(R9*1), Y12
+	VMULPS       (R10), Y12, Y13
+	VADDPS       Y13, Y7, Y7
+	VFMADD231PS  Y13, Y11, Y8
+	VFMADD231PS  Y12, Y11, Y9
+	VADDPS       Y12, Y10, Y10
+	VMOVUPS      Y9, (R11)
+	VMOVUPS      Y10, (R12)
+	ADDQ         $0x20, R13
+	ADDQ         $0x20, R14
 	ADDQ         $0x20, R10
 	ADDQ         $0x20, R11
 	ADDQ         $0x20, R12
+	SUBQ         $0x08, R15
+	JNE          cols7
+	VEXTRACTF128 $0x01, Y3, X9
+	VADDPS       X9, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMULSS       X0, X3, X3
+	VBROADCASTSS X3, Y3
+	VEXTRACTF128 $0x01, Y4, X9
+	VADDPS       X9, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMULSS       X0, X4, X4
+	VBROADCASTSS X4, Y4
+	VEXTRACTF128 $0x01, Y7, X9
+	VADDPS       X9, X7, X7
+	VHADDPS      X7, X7, X7
+	VHADDPS      X7, X7, X7
+	VMULSS       X0, X7, X7
+	VBROADCASTSS X7, Y7
+	VEXTRACTF128 $0x01, Y8, X9
+	VADDPS       X9, X8, X8
+	VHADDPS      X8, X8, X8
+	VHADDPS      X8, X8, X8
+	VMULSS       X0, X8, X8
+	VBROADCASTSS X8, Y8
+	MOVQ         w+56(FP), R10
+	MOVQ         DX, R11
+	MOVQ         CX, R12
+	MOVQ         AX, R13
+	MOVQ         R8, R14
+
+cols8:
+	VMOVUPS      (R10), Y9
+	VMOVUPS      (R11), Y10
+	VSUBPS       Y1, Y10, Y10
+	VMULPS       Y2, Y10, Y10
+	VMULPS       (R12), Y9, Y11
+	VSUBPS       Y3, Y11, Y11
+	VFNMADD231PS Y10, Y4, Y11
+	VMOVUPS      (R13), Y10
+	VFMADD231PS  Y11, Y2, Y10
+	VMOVUPS      Y10, (R13)
+	VMOVUPS      (R11)(R9*1), Y10
+	VSUBPS       Y5, Y10, Y10
+	VMULPS       Y6, Y10, Y10
+	VMULPS       (R12)(R9*1), Y9, Y9
+	VSUBPS       Y7, Y9, Y9
+	VFNMADD231PS Y10, Y8, Y9
+	VMOVUPS      (R13)(R9*1), Y10
+	VFMADD231PS  Y9, Y6, Y10
+	VMOVUPS      Y10, (R13)(R9*1)
+	ADDQ         $0x20, R11
+	ADDQ         $0x20, R12
+	ADDQ         $0x20, R10
+	ADDQ         $0x20, R13
+	SUBQ         $0x08, R14
+	JNE          cols8
+	ADDQ         R9, DX
+	ADDQ         R9, DX
+	ADDQ         R9, CX
+	ADDQ         R9, CX
+	ADDQ         R9, AX
+	ADDQ         R9, AX
+	ADDQ         $0x08, BX
+	ADDQ         $0x08, SI
+	SUBQ         $0x02, DI
+	JMP          rows2
+
+rowsAfter2:
+rows1:
+	CMPQ         DI, $0x01
+	JL           rowsAfter1
+	VBROADCASTSS (BX), Y1
+	VBROADCASTSS (SI), Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	MOVQ         w+56(FP), R10
+	MOVQ         dw+8(FP), R11
+	MOVQ         db+16(FP), R12
+	MOVQ         DX, R13
+	MOVQ         CX, R14
+	MOVQ         R8, R15
+
+cols9:
+	VMOVUPS      (R11), Y5
+	VMOVUPS      (R12), Y6
+	VMOVUPS      (R13), Y7
+	VSUBPS       Y1, Y7, Y7
+	VMULPS       Y2, Y7, Y7
+	VMOVUPS      (R14), Y8
+	VMULPS       (R10), Y8, Y9
+	VADDPS       Y9, Y3, Y3
+	VFMADD231PS  Y9, Y7, Y4
+	VFMADD231PS  Y8, Y7, Y5
+	VADDPS       Y8, Y6, Y6
+	VMOVUPS      Y5, (R11)
+	VMOVUPS      Y6, (R12)
 	ADDQ         $0x20, R13
 	ADDQ         $0x20, R14
+	ADDQ         $0x20, R10
+	ADDQ         $0x20, R11
+	ADDQ         $0x20, R12
 	SUBQ         $0x08, R15
-	JNE          sums
+	JNE          cols9
 	VEXTRACTF128 $0x01, Y3, X5
 	VADDPS       X5, X3, X3
 	VHADDPS      X3, X3, X3
@@ -3205,38 +3420,38 @@ sums:
 	VHADDPS      X4, X4, X4
 	VMULSS       X0, X4, X4
 	VBROADCASTSS X4, Y4
-	MOVQ         DX, R10
-	MOVQ         CX, R11
+	MOVQ         w+56(FP), R10
+	MOVQ         DX, R11
+	MOVQ         CX, R12
 	MOVQ         AX, R13
-	MOVQ         w+56(FP), R12
-	MOVQ         R8, R15
+	MOVQ         R8, R14
 
-grad:
+cols10:
 	VMOVUPS      (R10), Y5
-	VSUBPS       Y1, Y5, Y5
-	VMULPS       Y2, Y5, Y5
 	VMOVUPS      (R11), Y6
-	VMULPS       (R12), Y6, Y6
-	VSUBPS       Y3, Y6, Y6
-	VFNMADD231PS Y5, Y4, Y6
-	VMOVUPS      (R13), Y5
-	VFMADD231PS  Y6, Y2, Y5
-	VMOVUPS      Y5, (R13)
-	ADDQ         $0x20, R10
+	VSUBPS       Y1, Y6, Y6
+	VMULPS       Y2, Y6, Y6
+	VMULPS       (R12), Y5, Y5
+	VSUBPS       Y3, Y5, Y5
+	VFNMADD231PS Y6, Y4, Y5
+	VMOVUPS      (R13), Y6
+	VFMADD231PS  Y5, Y2, Y6
+	VMOVUPS      Y6, (R13)
 	ADDQ         $0x20, R11
 	ADDQ         $0x20, R12
+	ADDQ         $0x20, R10
 	ADDQ         $0x20, R13
-	SUBQ         $0x08, R15
-	JNE          grad
+	SUBQ         $0x08, R14
+	JNE          cols10
 	ADDQ         R9, DX
 	ADDQ         R9, CX
 	ADDQ         R9, AX
 	ADDQ         $0x04, BX
 	ADDQ         $0x04, SI
-	DECQ         DI
-	JMP          row
+	SUBQ         $0x01, DI
+	JMP          rows1
 
-done:
+rowsAfter1:
 	VZEROUPPER
 	RET
 
@@ -3731,79 +3946,185 @@ TEXT ·layerNormAVX512(SB), NOSPLIT, $0-72
 	MOVQ  DI, R8
 	SHLQ  $0x02, R8
 
-row:
-	TESTQ  SI, SI
-	JE     done
+rows2:
+	CMPQ   SI, $0x02
+	JL     rowsAfter2
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
 	MOVQ   BX, R9
 	MOVQ   DI, R10
-	VPXORD Z2, Z2, Z2
 
-sum3:
-	VMOVUPS       (R9), Z3
-	VADDPS        Z3, Z2, Z2
+cols11:
+	VADDPS        (R9), Z2, Z2
+	VADDPS        (R9)(R8*1), Z3, Z3
 	ADDQ          $0x40, R9
 	SUBQ          $0x10, R10
-	JNE           sum3
-	VEXTRACTF64X4 $0x01, Z2, Y3
-	VADDPS        Y3, Y2, Y3
-	VEXTRACTF128  $0x01, Y3, X5
-	VADDPS        X5, X3, X3
+	JNE           cols11
+	VEXTRACTF64X4 $0x01, Z2, Y4
+	VADDPS        Y4, Y2, Y4
+	VEXTRACTF128  $0x01, Y4, X9
+	VADDPS        X9, X4, X4
+	VHADDPS       X4, X4, X4
+	VHADDPS       X4, X4, X4
+	VMULSS        X0, X4, X4
+	VMOVSS        X4, (CX)
+	VBROADCASTSS  X4, Z4
+	VPXORD        Z5, Z5, Z5
+	VEXTRACTF64X4 $0x01, Z3, Y9
+	VADDPS        Y9, Y3, Y9
+	VEXTRACTF128  $0x01, Y9, X10
+	VADDPS        X10, X9, X9
+	VHADDPS       X9, X9, X9
+	VHADDPS       X9, X9, X9
+	VMULSS        X0, X9, X9
+	VMOVSS        X9, 4(CX)
+	VBROADCASTSS  X9, Z9
+	VPXORD        Z6, Z6, Z6
+	MOVQ          BX, R9
+	MOVQ          DI, R10
+
+cols12:
+	VMOVUPS       (R9), Z10
+	VSUBPS        Z4, Z10, Z10
+	VFMADD231PS   Z10, Z10, Z5
+	VMOVUPS       (R9)(R8*1), Z10
+	VSUBPS        Z9, Z10, Z10
+	VFMADD231PS   Z10, Z10, Z6
+	ADDQ          $0x40, R9
+	SUBQ          $0x10, R10
+	JNE           cols12
+	VEXTRACTF64X4 $0x01, Z5, Y10
+	VADDPS        Y10, Y5, Y10
+	VEXTRACTF128  $0x01, Y10, X11
+	VADDPS        X11, X10, X10
+	VHADDPS       X10, X10, X10
+	VHADDPS       X10, X10, X10
+	VMULSS        X0, X10, X10
+	VADDSS        X1, X10, X10
+	VSQRTSS       X10, X10, X10
+	VMOVSS        mathconsts<>+768(SB), X11
+	VDIVSS        X10, X11, X11
+	VMOVSS        X11, (DX)
+	VBROADCASTSS  X11, Z10
+	VEXTRACTF64X4 $0x01, Z6, Y11
+	VADDPS        Y11, Y6, Y11
+	VEXTRACTF128  $0x01, Y11, X12
+	VADDPS        X12, X11, X11
+	VHADDPS       X11, X11, X11
+	VHADDPS       X11, X11, X11
+	VMULSS        X0, X11, X11
+	VADDSS        X1, X11, X11
+	VSQRTSS       X11, X11, X11
+	VMOVSS        mathconsts<>+768(SB), X12
+	VDIVSS        X11, X12, X12
+	VMOVSS        X12, 4(DX)
+	VBROADCASTSS  X12, Z11
+	MOVQ          w+32(FP), R9
+	MOVQ          b+40(FP), R10
+	MOVQ          BX, R11
+	MOVQ          AX, R12
+	MOVQ          DI, R13
+
+cols13:
+	VMOVUPS     (R9), Z12
+	VMOVUPS     (R11), Z13
+	VSUBPS      Z4, Z13, Z13
+	VMULPS      Z10, Z13, Z13
+	VFMADD213PS (R10), Z12, Z13
+	VMOVUPS     Z13, (R12)
+	VMOVUPS     (R11)(R8*1), Z13
+	VSUBPS      Z9, Z13, Z13
+	VMULPS      Z11, Z13, Z13
+	VFMADD213PS (R10), Z12, Z13
+	VMOVUPS     Z13, (R12)(R8*1)
+	ADDQ        $0x40, R11
+	ADDQ        $0x40, R12
+	ADDQ        $0x40, R9
+	ADDQ        $0x40, R10
+	SUBQ        $0x10, R13
+	JNE         cols13
+	ADDQ        R8, BX
+	ADDQ        R8, BX
+	ADDQ        R8, AX
+	ADDQ        R8, AX
+	ADDQ        $0x08, CX
+	ADDQ        $0x08, DX
+	SUBQ        $0x02, SI
+	JMP         rows2
+
+rowsAfter2:
+rows1:
+	CMPQ   SI, $0x01
+	JL     rowsAfter1
+	VPXORD Z7, Z7, Z7
+	MOVQ   BX, R9
+	MOVQ   DI, R10
+
+cols14:
+	VADDPS        (R9), Z7, Z7
+	ADDQ          $0x40, R9
+	SUBQ          $0x10, R10
+	JNE           cols14
+	VEXTRACTF64X4 $0x01, Z7, Y2
+	VADDPS        Y2, Y7, Y2
+	VEXTRACTF128  $0x01, Y2, X3
+	VADDPS        X3, X2, X2
+	VHADDPS       X2, X2, X2
+	VHADDPS       X2, X2, X2
+	VMULSS        X0, X2, X2
+	VMOVSS        X2, (CX)
+	VBROADCASTSS  X2, Z2
+	VPXORD        Z8, Z8, Z8
+	MOVQ          BX, R9
+	MOVQ          DI, R10
+
+cols15:
+	VMOVUPS       (R9), Z3
+	VSUBPS        Z2, Z3, Z3
+	VFMADD231PS   Z3, Z3, Z8
+	ADDQ          $0x40, R9
+	SUBQ          $0x10, R10
+	JNE           cols15
+	VEXTRACTF64X4 $0x01, Z8, Y3
+	VADDPS        Y3, Y8, Y3
+	VEXTRACTF128  $0x01, Y3, X4
+	VADDPS        X4, X3, X3
 	VHADDPS       X3, X3, X3
 	VHADDPS       X3, X3, X3
 	VMULSS        X0, X3, X3
-	VMOVSS        X3, (CX)
-	VBROADCASTSS  X3, Z3
-	MOVQ          BX, R9
-	MOVQ          DI, R10
-	VPXORD        Z4, Z4, Z4
-
-sum4:
-	VMOVUPS       (R9), Z5
-	VSUBPS        Z3, Z5, Z5
-	VFMADD231PS   Z5, Z5, Z4
-	ADDQ          $0x40, R9
-	SUBQ          $0x10, R10
-	JNE           sum4
-	VEXTRACTF64X4 $0x01, Z4, Y5
-	VADDPS        Y5, Y4, Y5
-	VEXTRACTF128  $0x01, Y5, X6
-	VADDPS        X6, X5, X5
-	VHADDPS       X5, X5, X5
-	VHADDPS       X5, X5, X5
-	VMULSS        X0, X5, X5
-	VADDSS        X1, X5, X5
-	VSQRTSS       X5, X5, X5
-	VMOVSS        mathconsts<>+768(SB), X6
-	VDIVSS        X5, X6, X6
-	VMOVSS        X6, (DX)
-	VBROADCASTSS  X6, Z5
-	MOVQ          BX, R9
-	MOVQ          AX, R10
-	MOVQ          w+32(FP), R11
-	MOVQ          b+40(FP), R12
+	VADDSS        X1, X3, X3
+	VSQRTSS       X3, X3, X3
+	VMOVSS        mathconsts<>+768(SB), X4
+	VDIVSS        X3, X4, X4
+	VMOVSS        X4, (DX)
+	VBROADCASTSS  X4, Z3
+	MOVQ          w+32(FP), R9
+	MOVQ          b+40(FP), R10
+	MOVQ          BX, R11
+	MOVQ          AX, R12
 	MOVQ          DI, R13
 
-norm:
-	VMOVUPS     (R9), Z6
-	VSUBPS      Z3, Z6, Z6
-	VMULPS      Z5, Z6, Z6
-	VMOVUPS     (R11), Z7
-	VFMADD213PS (R12), Z7, Z6
-	VMOVUPS     Z6, (R10)
-	ADDQ        $0x40, R9
-	ADDQ        $0x40, R10
+cols16:
+	VMOVUPS     (R9), Z4
+	VMOVUPS     (R11), Z5
+	VSUBPS      Z2, Z5, Z5
+	VMULPS      Z3, Z5, Z5
+	VFMADD213PS (R10), Z4, Z5
+	VMOVUPS     Z5, (R12)
 	ADDQ        $0x40, R11
 	ADDQ        $0x40, R12
+	ADDQ        $0x40, R9
+	ADDQ        $0x40, R10
 	SUBQ        $0x10, R13
-	JNE         norm
+	JNE         cols16
 	ADDQ        R8, BX
 	ADDQ        R8, AX
 	ADDQ        $0x04, CX
 	ADDQ        $0x04, DX
-	DECQ        SI
-	JMP         row
+	SUBQ        $0x01, SI
+	JMP         rows1
 
-done:
+rowsAfter1:
 	VZEROUPPER
 	RET
 
@@ -3821,88 +4142,213 @@ TEXT ·layerNormBackwardAVX512(SB), NOSPLIT, $0-84
 	MOVQ  R8, R9
 	SHLQ  $0x02, R9
 
-row:
-	TESTQ        DI, DI
-	JE           done
+rows2:
+	CMPQ         DI, $0x02
+	JL           rowsAfter2
 	VBROADCASTSS (BX), Z1
 	VBROADCASTSS (SI), Z2
 	VPXORD       Z3, Z3, Z3
 	VPXORD       Z4, Z4, Z4
-	MOVQ         DX, R10
-	MOVQ         CX, R11
-	MOVQ         w+56(FP), R12
-	MOVQ         dw+8(FP), R13
-	MOVQ         db+16(FP), R14
+	VBROADCASTSS 4(BX), Z5
+	VBROADCASTSS 4(SI), Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	MOVQ         w+56(FP), R10
+	MOVQ         dw+8(FP), R11
+	MOVQ         db+16(FP), R12
+	MOVQ         DX, R13
+	MOVQ         CX, R14
 	MOVQ         R8, R15
 
-sums:
-	VMOVUPS       (R10), Z5
-	VSUBPS        Z1, Z5, Z5
-	VMULPS        Z2, Z5, Z5
-	VMOVUPS       (R11), Z6
-	VMULPS        (R12), Z6, Z7
-	VADDPS        Z7, Z3, Z3
-	VFMADD231PS   Z7, Z5, Z4
-	VMOVUPS       (R13), Z7
-	VFMADD231PS   Z6, Z5, Z7
-	VMOVUPS       Z7, (R13)
-	VADDPS        (R14), Z6, Z6
-	VMOVUPS       Z6, (R14)
+cols17:
+	VMOVUPS       (R11), Z9
+	VMOVUPS       (R12), Z10
+	VMOVUPS       (R13), Z11
+	VSUBPS        Z1, Z11, Z11
+	VMULPS        Z2, Z11, Z11
+	VMOVUPS       (R14), Z12
+	VMULPS        (R10), Z12, Z13
+	VADDPS        Z13, Z3, Z3
+	VFMADD231PS   Z13, Z11, Z4
+	VFMADD231PS   Z12, Z11, Z9
+	VADDPS        Z12, Z10, Z10
+	VMOVUPS       (R13)(R9*1), Z11
+	VSUBPS        Z5, Z11, Z11
+	VMULPS        Z6, Z11, Z11
+	VMOVUPS       (R14)(R9*1), Z12
+	VMULPS        (R10), Z12, Z13
+	VADDPS        Z13, Z7, Z7
+	VFMADD231PS   Z13, Z11, Z8
+	VFMADD231PS   Z12, Z11, Z9
+	VADDPS        Z12, Z10, Z10
+	VMOVUPS       Z9, (R11)
+	VMOVUPS       Z10, (R12)
+	ADDQ          $0x40, R13
+	ADDQ          $0x40, R14
 	ADDQ          $0x40, R10
 	ADDQ          $0x40, R11
 	ADDQ          $0x40, R12
-	ADDQ          $0x40, R13
-	ADDQ          $0x40, R14
 	SUBQ          $0x10, R15
-	JNE           sums
-	VEXTRACTF64X4 $0x01, Z3, Y5
-	VADDPS        Y5, Y3, Y5
-	VEXTRACTF128  $0x01, Y5, X6
-	VADDPS        X6, X5, X5
-	VHADDPS       X5, X5, X5
-	VHADDPS       X5, X5, X5
-	VMULSS        X0, X5, X5
-	VBROADCASTSS  X5, Z5
-	VEXTRACTF64X4 $0x01, Z4, Y6
-	VADDPS        Y6, Y4, Y6
-	VEXTRACTF128  $0x01, Y6, X7
-	VADDPS        X7, X6, X6
-	VHADDPS       X6, X6, X6
-	VHADDPS       X6, X6, X6
-	VMULSS        X0, X6, X6
-	VBROADCASTSS  X6, Z6
-	MOVQ          DX, R10
-	MOVQ          CX, R11
+	JNE           cols17
+	VEXTRACTF64X4 $0x01, Z3, Y9
+	VADDPS        Y9, Y3, Y9
+	VEXTRACTF128  $0x01, Y9, X10
+	VADDPS        X10, X9, X9
+	VHADDPS       X9, X9, X9
+	VHADDPS       X9, X9, X9
+	VMULSS        X0, X9, X9
+	VBROADCASTSS  X9, Z9
+	VEXTRACTF64X4 $0x01, Z4, Y10
+	VADDPS        Y10, Y4, Y10
+	VEXTRACTF128  $0x01, Y10, X11
+	VADDPS        X11, X10, X10
+	VHADDPS       X10, X10, X10
+	VHADDPS       X10, X10, X10
+	VMULSS        X0, X10, X10
+	VBROADCASTSS  X10, Z10
+	VEXTRACTF64X4 $0x01, Z7, Y11
+	VADDPS        Y11, Y7, Y11
+	VEXTRACTF128  $0x01, Y11, X12
+	VADDPS        X12, X11, X11
+	VHADDPS       X11, X11, X11
+	VHADDPS       X11, X11, X11
+	VMULSS        X0, X11, X11
+	VBROADCASTSS  X11, Z11
+	VEXTRACTF64X4 $0x01, Z8, Y12
+	VADDPS        Y12, Y8, Y12
+	VEXTRACTF128  $0x01, Y12, X13
+	VADDPS        X13, X12, X12
+	VHADDPS       X12, X12, X12
+	VHADDPS       X12, X12, X12
+	VMULSS        X0, X12, X12
+	VBROADCASTSS  X12, Z12
+	MOVQ          w+56(FP), R10
+	MOVQ          DX, R11
+	MOVQ          CX, R12
 	MOVQ          AX, R13
-	MOVQ          w+56(FP), R12
-	MOVQ          R8, R15
+	MOVQ          R8, R14
 
-grad:
-	VMOVUPS      (R10), Z7
-	VSUBPS       Z1, Z7, Z7
-	VMULPS       Z2, Z7, Z7
-	VMOVUPS      (R11), Z8
-	VMULPS       (R12), Z8, Z8
-	VSUBPS       Z5, Z8, Z8
-	VFNMADD231PS Z7, Z6, Z8
-	VMOVUPS      (R13), Z7
-	VFMADD231PS  Z8, Z2, Z7
-	VMOVUPS      Z7, (R13)
-	ADDQ         $0x40, R10
+cols18:
+	VMOVUPS      (R10), Z13
+	VMOVUPS      (R11), Z16
+	VSUBPS       Z1, Z16, Z16
+	VMULPS       Z2, Z16, Z16
+	VMULPS       (R12), Z13, Z17
+	VSUBPS       Z9, Z17, Z17
+	VFNMADD231PS Z16, Z10, Z17
+	VMOVUPS      (R13), Z16
+	VFMADD231PS  Z17, Z2, Z16
+	VMOVUPS      Z16, (R13)
+	VMOVUPS      (R11)(R9*1), Z16
+	VSUBPS       Z5, Z16, Z16
+	VMULPS       Z6, Z16, Z16
+	VMULPS       (R12)(R9*1), Z13, Z13
+	VSUBPS       Z11, Z13, Z13
+	VFNMADD231PS Z16, Z12, Z13
+	VMOVUPS      (R13)(R9*1), Z16
+	VFMADD231PS  Z13, Z6, Z16
+	VMOVUPS      Z16, (R13)(R9*1)
 	ADDQ         $0x40, R11
 	ADDQ         $0x40, R12
+	ADDQ         $0x40, R10
 	ADDQ         $0x40, R13
-	SUBQ         $0x10, R15
-	JNE          grad
+	SUBQ         $0x10, R14
+	JNE          cols18
+	ADDQ         R9, DX
+	ADDQ         R9, DX
+	ADDQ         R9, CX
+	ADDQ         R9, CX
+	ADDQ         R9, AX
+	ADDQ         R9, AX
+	ADDQ         $0x08, BX
+	ADDQ         $0x08, SI
+	SUBQ         $0x02, DI
+	JMP          rows2
+
+rowsAfter2:
+rows1:
+	CMPQ         DI, $0x01
+	JL           rowsAfter1
+	VBROADCASTSS (BX), Z1
+	VBROADCASTSS (SI), Z2
+	VPXORD       Z14, Z14, Z14
+	VPXORD       Z15, Z15, Z15
+	MOVQ         w+56(FP), R10
+	MOVQ         dw+8(FP), R11
+	MOVQ         db+16(FP), R12
+	MOVQ         DX, R13
+	MOVQ         CX, R14
+	MOVQ         R8, R15
+
+cols19:
+	VMOVUPS       (R11), Z3
+	VMOVUPS       (R12), Z4
+	VMOVUPS       (R13), Z5
+	VSUBPS        Z1, Z5, Z5
+	VMULPS        Z2, Z5, Z5
+	VMOVUPS       (R14), Z6
+	VMULPS        (R10), Z6, Z7
+	VADDPS        Z7, Z14, Z14
+	VFMADD231PS   Z7, Z5, Z15
+	VFMADD231PS   Z6, Z5, Z3
+	VADDPS        Z6, Z4, Z4
+	VMOVUPS       Z3, (R11)
+	VMOVUPS       Z4, (R12)
+	ADDQ          $0x40, R13
+	ADDQ          $0x40, R14
+	ADDQ          $0x40, R10
+	ADDQ          $0x40, R11
+	ADDQ          $0x40, R12
+	SUBQ          $0x10, R15
+	JNE           cols19
+	VEXTRACTF64X4 $0x01, Z14, Y3
+	VADDPS        Y3, Y14, Y3
+	VEXTRACTF128  $0x01, Y3, X4
+	VADDPS        X4, X3, X3
+	VHADDPS       X3, X3, X3
+	VHADDPS       X3, X3, X3
+	VMULSS        X0, X3, X3
+	VBROADCASTSS  X3, Z3
+	VEXTRACTF64X4 $0x01, Z15, Y4
+	VADDPS        Y4, Y15, Y4
+	VEXTRACTF128  $0x01, Y4, X5
+	VADDPS        X5, X4, X4
+	VHADDPS       X4, X4, X4
+	VHADDPS       X4, X4, X4
+	VMULSS        X0, X4, X4
+	VBROADCASTSS  X4, Z4
+	MOVQ          w+56(FP), R10
+	MOVQ          DX, R11
+	MOVQ          CX, R12
+	MOVQ          AX, R13
+	MOVQ          R8, R14
+
+cols20:
+	VMOVUPS      (R10), Z5
+	VMOVUPS      (R11), Z6
+	VSUBPS       Z1, Z6, Z6
+	VMULPS       Z2, Z6, Z6
+	VMULPS       (R12), Z5, Z5
+	VSUBPS       Z3, Z5, Z5
+	VFNMADD231PS Z6, Z4, Z5
+	VMOVUPS      (R13), Z6
+	VFMADD231PS  Z5, Z2, Z6
+	VMOVUPS      Z6, (R13)
+	ADDQ         $0x40, R11
+	ADDQ         $0x40, R12
+	ADDQ         $0x40, R10
+	ADDQ         $0x40, R13
+	SUBQ         $0x10, R14
+	JNE          cols20
 	ADDQ         R9, DX
 	ADDQ         R9, CX
 	ADDQ         R9, AX
 	ADDQ         $0x04, BX
 	ADDQ         $0x04, SI
-	DECQ         DI
-	JMP          row
+	SUBQ         $0x01, DI
+	JMP          rows1
 
-done:
+rowsAfter1:
 	VZEROUPPER
 	RET
 

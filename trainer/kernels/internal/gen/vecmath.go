@@ -318,21 +318,70 @@ func geluBack(isa vecISA, c func(string) Mem) {
 	RET()
 }
 
-// sumRow emits acc = the lanes' sums of f(v) over a row of d floats at
-// p (d a multiple of the lanes), where f adds v (a loaded vector) to acc.
-func sumRow(isa vecISA, p, d Register, acc VecVirtual, f func(v VecVirtual)) {
-	q, j := GP64(), GP64()
-	MOVQ(p, q)
+// rowPair is how many rows the layer norm kernels compute side by side:
+// a row's sums are chains of dependent additions, and two independent
+// rows let the core overlap their latencies. Each row's arithmetic is the
+// same as alone.
+const rowPair = 2
+
+// rowLoop emits a loop over rows rows that calls body with the number of
+// rows to do this round, rowPair while that many remain and then one, and
+// then advances each of perRow by that many rows of rowBytes bytes and
+// each of perFloat by that many floats.
+func rowLoop(rows, rowBytes Register, perRow, perFloat []Register, body func(r int)) {
+	for _, r := range []int{rowPair, 1} {
+		loop := fmt.Sprintf("rows%d", r)
+		Label(loop)
+		CMPQ(rows, U8(r))
+		JL(LabelRef(fmt.Sprintf("rowsAfter%d", r)))
+		body(r)
+		for _, p := range perRow {
+			for range r {
+				ADDQ(rowBytes, p)
+			}
+		}
+		for _, p := range perFloat {
+			ADDQ(U8(4*r), p)
+		}
+		SUBQ(U8(r), rows)
+		JMP(LabelRef(loop))
+		Label(fmt.Sprintf("rowsAfter%d", r))
+	}
+}
+
+// colLoop emits a loop over the d floats of a row (d a positive multiple
+// of the lanes) that advances ptrs by a vector after each call of body.
+func colLoop(isa vecISA, d Register, ptrs []Register, body func()) {
+	j := GP64()
 	MOVQ(d, j)
-	zero(isa, acc)
-	loop := fmt.Sprintf("sum%d", labelCount())
+	loop := fmt.Sprintf("cols%d", labelCount())
 	Label(loop)
-	v := isa.vec()
-	VMOVUPS(Mem{Base: q}, v)
-	f(v)
-	ADDQ(U8(4*isa.lanes), q)
+	body()
+	for _, p := range ptrs {
+		ADDQ(U8(4*isa.lanes), p)
+	}
 	SUBQ(U8(isa.lanes), j)
 	JNE(LabelRef(loop))
+}
+
+// rowMem is the vector at p in row r of rows rowBytes apart (r < 2).
+func rowMem(p, rowBytes Register, r int) Mem {
+	if r == 0 {
+		return Mem{Base: p}
+	}
+	return Mem{Base: p, Index: rowBytes, Scale: 1}
+}
+
+// copyRegs emits fresh copies of the registers: pointers a column loop
+// may advance while the originals stay at the start of the rows.
+func copyRegs(regs ...Register) []Register {
+	out := make([]Register, len(regs))
+	for i, r := range regs {
+		c := GP64()
+		MOVQ(r, c)
+		out[i] = c
+	}
+	return out
 }
 
 var labels int
@@ -342,6 +391,7 @@ func labelCount() int { labels++; return labels }
 // layerNorm emits layerNorm<ISA>: for each of rows rows of d floats (d a
 // positive multiple of the lanes) at x, mean = Σx/d, rstd = 1/sqrt(Σ(x -
 // mean)²/d + eps), out = (x - mean)·rstd·w + b; mean and rstd are kept.
+// Rows go rowPair at a time (see rowPair).
 func layerNorm(isa vecISA) {
 	name := "layerNorm" + isa.suffix
 	TEXT(name, NOSPLIT, "func(out, mean, rstd, x, w, b *float32, rows, d int, invD, eps float32)")
@@ -361,60 +411,66 @@ func layerNorm(isa vecISA) {
 	MOVQ(d, rowBytes)
 	SHLQ(U8(2), rowBytes)
 
-	Label("row")
-	TESTQ(rows, rows)
-	JE(LabelRef("done"))
-	acc := isa.vec()
-	sumRow(isa, x, d, acc, func(v VecVirtual) { VADDPS(v, acc, acc) })
-	mu := horizontalSum(isa, acc)
-	VMULSS(invD, mu, mu)
-	VMOVSS(mu, Mem{Base: mean})
-	MU := isa.vec()
-	VBROADCASTSS(mu, MU)
-	sq := isa.vec()
-	sumRow(isa, x, d, sq, func(v VecVirtual) {
-		VSUBPS(MU, v, v)
-		VFMADD231PS(v, v, sq)
+	rowLoop(rows, rowBytes, []Register{x, out}, []Register{mean, rstd}, func(nr int) {
+		acc, MU, sq, R := make([]VecVirtual, nr), make([]VecVirtual, nr), make([]VecVirtual, nr), make([]VecVirtual, nr)
+		for r := range nr {
+			acc[r] = isa.vec()
+			zero(isa, acc[r])
+		}
+		xp := copyRegs(x)[0]
+		colLoop(isa, d, []Register{xp}, func() {
+			for r := range nr {
+				VADDPS(rowMem(xp, rowBytes, r), acc[r], acc[r])
+			}
+		})
+		for r := range nr {
+			mu := horizontalSum(isa, acc[r])
+			VMULSS(invD, mu, mu)
+			VMOVSS(mu, Mem{Base: mean, Disp: 4 * r})
+			MU[r] = isa.vec()
+			VBROADCASTSS(mu, MU[r])
+			sq[r] = isa.vec()
+			zero(isa, sq[r])
+		}
+		xp = copyRegs(x)[0]
+		colLoop(isa, d, []Register{xp}, func() {
+			for r := range nr {
+				v := isa.vec()
+				VMOVUPS(rowMem(xp, rowBytes, r), v)
+				VSUBPS(MU[r], v, v)
+				VFMADD231PS(v, v, sq[r])
+			}
+		})
+		for r := range nr {
+			vr := horizontalSum(isa, sq[r])
+			VMULSS(invD, vr, vr)
+			VADDSS(eps, vr, vr)
+			VSQRTSS(vr, vr, vr)
+			rs := XMM()
+			VMOVSS(c1(), rs)
+			VDIVSS(vr, rs, rs)
+			VMOVSS(rs, Mem{Base: rstd, Disp: 4 * r})
+			R[r] = isa.vec()
+			VBROADCASTSS(rs, R[r])
+		}
+		wp, bp := GP64(), GP64()
+		Load(Param("w"), wp)
+		Load(Param("b"), bp)
+		ptrs := copyRegs(x, out)
+		xp, op := ptrs[0], ptrs[1]
+		colLoop(isa, d, []Register{xp, op, wp, bp}, func() {
+			wv := isa.vec()
+			VMOVUPS(Mem{Base: wp}, wv)
+			for r := range nr {
+				v := isa.vec()
+				VMOVUPS(rowMem(xp, rowBytes, r), v)
+				VSUBPS(MU[r], v, v)
+				VMULPS(R[r], v, v)
+				VFMADD213PS(Mem{Base: bp}, wv, v) // v = w·v + b
+				VMOVUPS(v, rowMem(op, rowBytes, r))
+			}
+		})
 	})
-	vr := horizontalSum(isa, sq)
-	VMULSS(invD, vr, vr)
-	VADDSS(eps, vr, vr)
-	VSQRTSS(vr, vr, vr)
-	r := XMM()
-	VMOVSS(c1(), r)
-	VDIVSS(vr, r, r)
-	VMOVSS(r, Mem{Base: rstd})
-	R := isa.vec()
-	VBROADCASTSS(r, R)
-
-	xp, op, wp, bp, j := GP64(), GP64(), GP64(), GP64(), GP64()
-	MOVQ(x, xp)
-	MOVQ(out, op)
-	Load(Param("w"), wp)
-	Load(Param("b"), bp)
-	MOVQ(d, j)
-	Label("norm")
-	v := isa.vec()
-	VMOVUPS(Mem{Base: xp}, v)
-	VSUBPS(MU, v, v)
-	VMULPS(R, v, v)
-	wv := isa.vec()
-	VMOVUPS(Mem{Base: wp}, wv)
-	VFMADD213PS(Mem{Base: bp}, wv, v) // v = w·v + b
-	VMOVUPS(v, Mem{Base: op})
-	for _, p := range []Register{xp, op, wp, bp} {
-		ADDQ(U8(4*isa.lanes), p)
-	}
-	SUBQ(U8(isa.lanes), j)
-	JNE(LabelRef("norm"))
-
-	ADDQ(rowBytes, x)
-	ADDQ(rowBytes, out)
-	ADDQ(U8(4), mean)
-	ADDQ(U8(4), rstd)
-	DECQ(rows)
-	JMP(LabelRef("row"))
-	Label("done")
 	VZEROUPPER()
 	RET()
 }
@@ -428,7 +484,8 @@ func c1() Mem { return oneConst }
 // layerNormBack emits layerNormBackward<ISA>: for each of rows rows of d
 // floats (d a positive multiple of the lanes), with xhat = (x - mean)·rstd
 // and gw = dout·w: dw += dout·xhat, db += dout, and dx += rstd·(gw -
-// Σgw·invD - xhat·Σ(gw·xhat)·invD).
+// Σgw·invD - xhat·Σ(gw·xhat)·invD). Rows go rowPair at a time (see
+// rowPair), adding to dw and db in row order.
 func layerNormBack(isa vecISA) {
 	name := "layerNormBackward" + isa.suffix
 	TEXT(name, NOSPLIT, "func(dx, dw, db, dout, x, mean, rstd, w *float32, rows, d int, invD float32)")
@@ -449,85 +506,72 @@ func layerNormBack(isa vecISA) {
 	MOVQ(d, rowBytes)
 	SHLQ(U8(2), rowBytes)
 
-	Label("row")
-	TESTQ(rows, rows)
-	JE(LabelRef("done"))
-	MU, R := isa.vec(), isa.vec()
-	VBROADCASTSS(Mem{Base: mean}, MU)
-	VBROADCASTSS(Mem{Base: rstd}, R)
-	sg, sgx := isa.vec(), isa.vec()
-	zero(isa, sg)
-	zero(isa, sgx)
-	xp, gp, wp, dwp, dbp, j := GP64(), GP64(), GP64(), GP64(), GP64(), GP64()
-	MOVQ(x, xp)
-	MOVQ(dout, gp)
-	Load(Param("w"), wp)
-	Load(Param("dw"), dwp)
-	Load(Param("db"), dbp)
-	MOVQ(d, j)
-	Label("sums")
-	xh, g, gw := isa.vec(), isa.vec(), isa.vec()
-	VMOVUPS(Mem{Base: xp}, xh)
-	VSUBPS(MU, xh, xh)
-	VMULPS(R, xh, xh)
-	VMOVUPS(Mem{Base: gp}, g)
-	VMULPS(Mem{Base: wp}, g, gw)
-	VADDPS(gw, sg, sg)
-	VFMADD231PS(gw, xh, sgx)
-	acc := isa.vec()
-	VMOVUPS(Mem{Base: dwp}, acc)
-	VFMADD231PS(g, xh, acc)
-	VMOVUPS(acc, Mem{Base: dwp})
-	VADDPS(Mem{Base: dbp}, g, g)
-	VMOVUPS(g, Mem{Base: dbp})
-	for _, p := range []Register{xp, gp, wp, dwp, dbp} {
-		ADDQ(U8(4*isa.lanes), p)
-	}
-	SUBQ(U8(isa.lanes), j)
-	JNE(LabelRef("sums"))
-
-	mg := horizontalSum(isa, sg)
-	VMULSS(invD, mg, mg)
-	MG := isa.vec()
-	VBROADCASTSS(mg, MG)
-	mgx := horizontalSum(isa, sgx)
-	VMULSS(invD, mgx, mgx)
-	MGX := isa.vec()
-	VBROADCASTSS(mgx, MGX)
-
-	dxp := GP64()
-	MOVQ(x, xp)
-	MOVQ(dout, gp)
-	MOVQ(dx, dxp)
-	Load(Param("w"), wp)
-	MOVQ(d, j)
-	Label("grad")
-	xh2, t := isa.vec(), isa.vec()
-	VMOVUPS(Mem{Base: xp}, xh2)
-	VSUBPS(MU, xh2, xh2)
-	VMULPS(R, xh2, xh2)
-	VMOVUPS(Mem{Base: gp}, t)
-	VMULPS(Mem{Base: wp}, t, t)
-	VSUBPS(MG, t, t)
-	VFNMADD231PS(xh2, MGX, t) // t -= xhat·mgx
-	o := isa.vec()
-	VMOVUPS(Mem{Base: dxp}, o)
-	VFMADD231PS(t, R, o) // o += rstd·t
-	VMOVUPS(o, Mem{Base: dxp})
-	for _, p := range []Register{xp, gp, wp, dxp} {
-		ADDQ(U8(4*isa.lanes), p)
-	}
-	SUBQ(U8(isa.lanes), j)
-	JNE(LabelRef("grad"))
-
-	ADDQ(rowBytes, x)
-	ADDQ(rowBytes, dout)
-	ADDQ(rowBytes, dx)
-	ADDQ(U8(4), mean)
-	ADDQ(U8(4), rstd)
-	DECQ(rows)
-	JMP(LabelRef("row"))
-	Label("done")
+	rowLoop(rows, rowBytes, []Register{x, dout, dx}, []Register{mean, rstd}, func(nr int) {
+		MU, R, sg, sgx := make([]VecVirtual, nr), make([]VecVirtual, nr), make([]VecVirtual, nr), make([]VecVirtual, nr)
+		for r := range nr {
+			MU[r], R[r], sg[r], sgx[r] = isa.vec(), isa.vec(), isa.vec(), isa.vec()
+			VBROADCASTSS(Mem{Base: mean, Disp: 4 * r}, MU[r])
+			VBROADCASTSS(Mem{Base: rstd, Disp: 4 * r}, R[r])
+			zero(isa, sg[r])
+			zero(isa, sgx[r])
+		}
+		wp, dwp, dbp := GP64(), GP64(), GP64()
+		Load(Param("w"), wp)
+		Load(Param("dw"), dwp)
+		Load(Param("db"), dbp)
+		ptrs := copyRegs(x, dout)
+		xp, gp := ptrs[0], ptrs[1]
+		colLoop(isa, d, []Register{xp, gp, wp, dwp, dbp}, func() {
+			dwv, dbv := isa.vec(), isa.vec()
+			VMOVUPS(Mem{Base: dwp}, dwv)
+			VMOVUPS(Mem{Base: dbp}, dbv)
+			for r := range nr {
+				xh, g, gw := isa.vec(), isa.vec(), isa.vec()
+				VMOVUPS(rowMem(xp, rowBytes, r), xh)
+				VSUBPS(MU[r], xh, xh)
+				VMULPS(R[r], xh, xh)
+				VMOVUPS(rowMem(gp, rowBytes, r), g)
+				VMULPS(Mem{Base: wp}, g, gw)
+				VADDPS(gw, sg[r], sg[r])
+				VFMADD231PS(gw, xh, sgx[r])
+				VFMADD231PS(g, xh, dwv)
+				VADDPS(g, dbv, dbv)
+			}
+			VMOVUPS(dwv, Mem{Base: dwp})
+			VMOVUPS(dbv, Mem{Base: dbp})
+		})
+		MG, MGX := make([]VecVirtual, nr), make([]VecVirtual, nr)
+		for r := range nr {
+			mg := horizontalSum(isa, sg[r])
+			VMULSS(invD, mg, mg)
+			MG[r] = isa.vec()
+			VBROADCASTSS(mg, MG[r])
+			mgx := horizontalSum(isa, sgx[r])
+			VMULSS(invD, mgx, mgx)
+			MGX[r] = isa.vec()
+			VBROADCASTSS(mgx, MGX[r])
+		}
+		Load(Param("w"), wp)
+		ptrs = copyRegs(x, dout, dx)
+		xp, gp, dxp := ptrs[0], ptrs[1], ptrs[2]
+		colLoop(isa, d, []Register{xp, gp, wp, dxp}, func() {
+			wv := isa.vec()
+			VMOVUPS(Mem{Base: wp}, wv)
+			for r := range nr {
+				xh, t := isa.vec(), isa.vec()
+				VMOVUPS(rowMem(xp, rowBytes, r), xh)
+				VSUBPS(MU[r], xh, xh)
+				VMULPS(R[r], xh, xh)
+				VMULPS(rowMem(gp, rowBytes, r), wv, t)
+				VSUBPS(MG[r], t, t)
+				VFNMADD231PS(xh, MGX[r], t) // t -= xhat·mgx
+				o := isa.vec()
+				VMOVUPS(rowMem(dxp, rowBytes, r), o)
+				VFMADD231PS(t, R[r], o) // o += rstd·t
+				VMOVUPS(o, rowMem(dxp, rowBytes, r))
+			}
+		})
+	})
 	VZEROUPPER()
 	RET()
 }
