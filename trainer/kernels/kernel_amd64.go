@@ -44,12 +44,12 @@ func avx2Kernel() *microKernel {
 		},
 		expSum:            vecExpSum(expSumAVX2, 8),
 		gelu:              vecGELU(geluAVX2, 8),
-		geluBackward:      vecGELUBackward(geluBackwardAVX2, 8),
 		layerNorm:         vecLayerNorm(layerNormAVX2, 8),
 		layerNormBackward: vecLayerNormBackward(layerNormBackwardAVX2, 8),
 		max:               vecMax(maxSumAVX2, 8),
 		scale:             vecScale(scaleAVX2, 8),
 		add:               vecAdd(addAVX2, 8),
+		mul:               vecMul(mulAVX2, 8),
 		sumRows:           vecSumRows(sumRowsAVX2, 8),
 	}
 }
@@ -90,12 +90,12 @@ func avx512Kernel() *microKernel {
 		},
 		expSum:            vecExpSum(expSumAVX512, 16),
 		gelu:              vecGELU(geluAVX512, 16),
-		geluBackward:      vecGELUBackward(geluBackwardAVX512, 16),
 		layerNorm:         vecLayerNorm(layerNormAVX512, 16),
 		layerNormBackward: vecLayerNormBackward(layerNormBackwardAVX512, 16),
 		max:               vecMax(maxSumAVX512, 16),
 		scale:             vecScale(scaleAVX512, 16),
 		add:               vecAdd(addAVX512, 16),
+		mul:               vecMul(mulAVX512, 16),
 		sumRows:           vecSumRows(sumRowsAVX512, 16),
 		narrow:            avx2Kernel(),
 	}
@@ -312,27 +312,14 @@ func vecExpSum(asm func(dst, src *float32, n int, scale, shift float32) float32,
 
 // vecGELU is a gelu that runs asm on the whole vectors of lanes floats
 // and goGELU on the rest.
-func vecGELU(asm func(out, th, h *float32, n int), lanes int) func(out, th, h []float32) {
-	return func(out, th, h []float32) {
+func vecGELU(asm func(out, dgelu, h *float32, n int), lanes int) func(out, dgelu, h []float32) {
+	return func(out, dgelu, h []float32) {
 		n := len(h) / lanes * lanes
 		if n > 0 {
-			_, _ = out[n-1], th[n-1]
-			asm(unsafe.SliceData(out), unsafe.SliceData(th), unsafe.SliceData(h), n)
+			_, _ = out[n-1], dgelu[n-1]
+			asm(unsafe.SliceData(out), unsafe.SliceData(dgelu), unsafe.SliceData(h), n)
 		}
-		goGELU(out[n:], th[n:], h[n:])
-	}
-}
-
-// vecGELUBackward is a geluBackward that runs asm on the whole vectors
-// of lanes floats and goGELUBackward on the rest.
-func vecGELUBackward(asm func(g, th, h *float32, n int), lanes int) func(g, th, h []float32) {
-	return func(g, th, h []float32) {
-		n := len(h) / lanes * lanes
-		if n > 0 {
-			_, _ = g[n-1], th[n-1]
-			asm(unsafe.SliceData(g), unsafe.SliceData(th), unsafe.SliceData(h), n)
-		}
-		goGELUBackward(g[n:], th[n:], h[n:])
+		goGELU(out[n:], dgelu[n:], h[n:])
 	}
 }
 
@@ -403,6 +390,19 @@ func vecAdd(asm func(dst, src *float32, n int), lanes int) func(dst, src []float
 			asm(unsafe.SliceData(dst), unsafe.SliceData(src), n)
 		}
 		goAdd(dst[n:len(src)], src[n:])
+	}
+}
+
+// vecMul is a mul that runs asm on the whole vectors of lanes floats and
+// goMul on the rest.
+func vecMul(asm func(dst, src *float32, n int), lanes int) func(dst, src []float32) {
+	return func(dst, src []float32) {
+		n := len(src) / lanes * lanes
+		if n > 0 {
+			_ = dst[n-1]
+			asm(unsafe.SliceData(dst), unsafe.SliceData(src), n)
+		}
+		goMul(dst[n:len(src)], src[n:])
 	}
 }
 

@@ -13,6 +13,18 @@ func (e *Engine) Add(dst, src []float32) {
 	e.kern.add(dst, src)
 }
 
+// Mul multiplies dst by src elementwise: dst[i] *= src[i] for every i of
+// src, one rounded product each, so every kernel gives the same bits: the
+// backward pass of an elementwise function whose derivative the forward
+// pass kept (GELU's dgelu). It panics when dst is shorter than src: that
+// is a bug in the caller.
+func (e *Engine) Mul(dst, src []float32) {
+	if len(dst) < len(src) {
+		panic(fmt.Sprintf("kernels: Mul with len(dst)=%d < len(src)=%d", len(dst), len(src)))
+	}
+	e.kern.mul(dst, src)
+}
+
 // SumRows adds to dst[:cols] the rows of src, len(src)/cols rows of cols
 // floats: dst[j] += src[j] + src[cols+j] + ..., each column added to
 // dst[j] one row at a time in row order, so every kernel gives the same
@@ -32,6 +44,14 @@ func goAdd(dst, src []float32) {
 	dst = dst[:len(src)]
 	for i, v := range src {
 		dst[i] += v
+	}
+}
+
+// goMul is the portable Mul.
+func goMul(dst, src []float32) {
+	dst = dst[:len(src)]
+	for i, v := range src {
+		dst[i] *= v
 	}
 }
 

@@ -8,21 +8,26 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestAdd checks Add of every kernel the CPU runs against a plain loop,
-// bit for bit, with dst longer than src (its tail untouched).
-func TestAdd(t *testing.T) {
+// TestAddMul checks Add and Mul of every kernel the CPU runs against
+// plain loops, bit for bit, with dst longer than src (its tail untouched).
+func TestAddMul(t *testing.T) {
 	r := rand.New(rand.NewPCG(41, 42))
 	for _, kern := range kernelsForCPU() {
 		e := newEngine(1, kern)
 		for _, n := range append(vecLengths, 64, 65, 127, 1000) {
 			t.Run(fmt.Sprintf("%s/n=%d", kern.name, n), func(t *testing.T) {
 				dst, src := randSlice(r, n+3), randSlice(r, n)
-				want := append([]float32(nil), dst...)
+				sum, prod := append([]float32(nil), dst...), append([]float32(nil), dst...)
 				for i, v := range src {
-					want[i] += v
+					sum[i] += v
+					prod[i] *= v
 				}
-				e.Add(dst, src)
-				require.Equal(t, want, dst)
+				got := append([]float32(nil), dst...)
+				e.Add(got, src)
+				require.Equal(t, sum, got, "add")
+				got = append(got[:0], dst...)
+				e.Mul(got, src)
+				require.Equal(t, prod, got, "mul")
 			})
 		}
 	}
@@ -58,6 +63,7 @@ func TestRowSumBadShapes(t *testing.T) {
 	e := New(1)
 	f := make([]float32, 8)
 	require.PanicsWithValue(t, "kernels: Add with len(dst)=2 < len(src)=8", func() { e.Add(f[:2], f) })
+	require.PanicsWithValue(t, "kernels: Mul with len(dst)=2 < len(src)=8", func() { e.Mul(f[:2], f) })
 	require.PanicsWithValue(t, "kernels: SumRows of len(src)=8 in rows of 3 into len(dst)=8", func() { e.SumRows(f, f, 3) })
 	require.PanicsWithValue(t, "kernels: SumRows of len(src)=8 in rows of 0 into len(dst)=8", func() { e.SumRows(f, f, 0) })
 	require.PanicsWithValue(t, "kernels: SumRows of len(src)=8 in rows of 4 into len(dst)=2", func() { e.SumRows(f[:2], f, 4) })

@@ -2723,23 +2723,7 @@ DATA mathconsts<>+1200(SB)/4, $0x3e095d4f
 DATA mathconsts<>+1204(SB)/4, $0x3e095d4f
 DATA mathconsts<>+1208(SB)/4, $0x3e095d4f
 DATA mathconsts<>+1212(SB)/4, $0x3e095d4f
-DATA mathconsts<>+1216(SB)/4, $0x3ecc422a
-DATA mathconsts<>+1220(SB)/4, $0x3ecc422a
-DATA mathconsts<>+1224(SB)/4, $0x3ecc422a
-DATA mathconsts<>+1228(SB)/4, $0x3ecc422a
-DATA mathconsts<>+1232(SB)/4, $0x3ecc422a
-DATA mathconsts<>+1236(SB)/4, $0x3ecc422a
-DATA mathconsts<>+1240(SB)/4, $0x3ecc422a
-DATA mathconsts<>+1244(SB)/4, $0x3ecc422a
-DATA mathconsts<>+1248(SB)/4, $0x3ecc422a
-DATA mathconsts<>+1252(SB)/4, $0x3ecc422a
-DATA mathconsts<>+1256(SB)/4, $0x3ecc422a
-DATA mathconsts<>+1260(SB)/4, $0x3ecc422a
-DATA mathconsts<>+1264(SB)/4, $0x3ecc422a
-DATA mathconsts<>+1268(SB)/4, $0x3ecc422a
-DATA mathconsts<>+1272(SB)/4, $0x3ecc422a
-DATA mathconsts<>+1276(SB)/4, $0x3ecc422a
-GLOBL mathconsts<>(SB), RODATA|NOPTR, $1280
+GLOBL mathconsts<>(SB), RODATA|NOPTR, $1216
 
 // func expSumAVX2(dst *float32, src *float32, n int, scale float32, shift float32) float32
 // Requires: AVX, AVX2, FMA3, SSE
@@ -2853,85 +2837,92 @@ after1:
 	VZEROUPPER
 	RET
 
-// func geluAVX2(out *float32, th *float32, h *float32, n int)
+// func geluAVX2(out *float32, dgelu *float32, h *float32, n int)
 // Requires: AVX, AVX2, FMA3
 TEXT ·geluAVX2(SB), NOSPLIT, $0-32
 	MOVQ    out+0(FP), AX
-	MOVQ    th+8(FP), CX
+	MOVQ    dgelu+8(FP), CX
 	MOVQ    h+16(FP), DX
 	MOVQ    n+24(FP), BX
 	VMOVUPS mathconsts<>+768(SB), Y0
-	VMOVUPS mathconsts<>+896(SB), Y1
-	VMOVUPS mathconsts<>+0(SB), Y2
-	VMOVUPS mathconsts<>+64(SB), Y3
+	VMOVUPS mathconsts<>+0(SB), Y1
+	VMOVUPS mathconsts<>+64(SB), Y2
 
 loop2:
 	CMPQ         BX, $0x00000010
 	JL           after2
-	VMOVUPS      (DX), Y4
-	VMULPS       Y4, Y4, Y5
-	VMULPS       mathconsts<>+1024(SB), Y5, Y5
-	VFMADD213PS  Y4, Y4, Y5
+	VMOVUPS      (DX), Y3
+	VMULPS       Y3, Y3, Y4
+	VMULPS       mathconsts<>+1024(SB), Y4, Y5
+	VFMADD213PS  Y3, Y3, Y5
 	VMULPS       mathconsts<>+1088(SB), Y5, Y5
 	VMOVUPS      32(DX), Y6
 	VMULPS       Y6, Y6, Y7
-	VMULPS       mathconsts<>+1024(SB), Y7, Y7
-	VFMADD213PS  Y6, Y6, Y7
-	VMULPS       mathconsts<>+1088(SB), Y7, Y7
-	VMAXPS       Y5, Y2, Y5
-	VMAXPS       Y7, Y2, Y7
-	VMINPS       Y5, Y3, Y5
-	VMINPS       Y7, Y3, Y7
-	VMULPS       mathconsts<>+128(SB), Y5, Y8
-	VMULPS       mathconsts<>+128(SB), Y7, Y9
-	VADDPS       mathconsts<>+192(SB), Y8, Y8
+	VMULPS       mathconsts<>+1024(SB), Y7, Y8
+	VFMADD213PS  Y6, Y6, Y8
+	VMULPS       mathconsts<>+1088(SB), Y8, Y8
+	VMAXPS       Y5, Y1, Y5
+	VMAXPS       Y8, Y1, Y8
+	VMINPS       Y5, Y2, Y5
+	VMINPS       Y8, Y2, Y8
+	VMULPS       mathconsts<>+128(SB), Y5, Y9
+	VMULPS       mathconsts<>+128(SB), Y8, Y10
 	VADDPS       mathconsts<>+192(SB), Y9, Y9
-	VSUBPS       mathconsts<>+192(SB), Y8, Y8
+	VADDPS       mathconsts<>+192(SB), Y10, Y10
 	VSUBPS       mathconsts<>+192(SB), Y9, Y9
+	VSUBPS       mathconsts<>+192(SB), Y10, Y10
 	VMOVAPS      Y5, Y5
-	VMOVAPS      Y7, Y10
-	VFNMADD231PS mathconsts<>+256(SB), Y8, Y5
-	VFNMADD231PS mathconsts<>+256(SB), Y9, Y10
-	VFNMADD231PS mathconsts<>+320(SB), Y8, Y5
-	VFNMADD231PS mathconsts<>+320(SB), Y9, Y10
-	VMOVUPS      mathconsts<>+384(SB), Y7
-	VMOVUPS      mathconsts<>+384(SB), Y11
-	VFMADD213PS  mathconsts<>+448(SB), Y5, Y7
-	VFMADD213PS  mathconsts<>+448(SB), Y10, Y11
-	VFMADD213PS  mathconsts<>+512(SB), Y5, Y7
-	VFMADD213PS  mathconsts<>+512(SB), Y10, Y11
-	VFMADD213PS  mathconsts<>+576(SB), Y5, Y7
-	VFMADD213PS  mathconsts<>+576(SB), Y10, Y11
-	VFMADD213PS  mathconsts<>+640(SB), Y5, Y7
-	VFMADD213PS  mathconsts<>+640(SB), Y10, Y11
-	VFMADD213PS  mathconsts<>+704(SB), Y5, Y7
-	VFMADD213PS  mathconsts<>+704(SB), Y10, Y11
-	VFMADD213PS  mathconsts<>+768(SB), Y5, Y7
-	VFMADD213PS  mathconsts<>+768(SB), Y10, Y11
-	VFMADD213PS  mathconsts<>+768(SB), Y5, Y7
-	VFMADD213PS  mathconsts<>+768(SB), Y10, Y11
-	VCVTPS2DQ    Y8, Y8
+	VMOVAPS      Y8, Y11
+	VFNMADD231PS mathconsts<>+256(SB), Y9, Y5
+	VFNMADD231PS mathconsts<>+256(SB), Y10, Y11
+	VFNMADD231PS mathconsts<>+320(SB), Y9, Y5
+	VFNMADD231PS mathconsts<>+320(SB), Y10, Y11
+	VMOVUPS      mathconsts<>+384(SB), Y8
+	VMOVUPS      mathconsts<>+384(SB), Y12
+	VFMADD213PS  mathconsts<>+448(SB), Y5, Y8
+	VFMADD213PS  mathconsts<>+448(SB), Y11, Y12
+	VFMADD213PS  mathconsts<>+512(SB), Y5, Y8
+	VFMADD213PS  mathconsts<>+512(SB), Y11, Y12
+	VFMADD213PS  mathconsts<>+576(SB), Y5, Y8
+	VFMADD213PS  mathconsts<>+576(SB), Y11, Y12
+	VFMADD213PS  mathconsts<>+640(SB), Y5, Y8
+	VFMADD213PS  mathconsts<>+640(SB), Y11, Y12
+	VFMADD213PS  mathconsts<>+704(SB), Y5, Y8
+	VFMADD213PS  mathconsts<>+704(SB), Y11, Y12
+	VFMADD213PS  mathconsts<>+768(SB), Y5, Y8
+	VFMADD213PS  mathconsts<>+768(SB), Y11, Y12
+	VFMADD213PS  mathconsts<>+768(SB), Y5, Y8
+	VFMADD213PS  mathconsts<>+768(SB), Y11, Y12
 	VCVTPS2DQ    Y9, Y9
-	VPADDD       mathconsts<>+832(SB), Y8, Y8
+	VCVTPS2DQ    Y10, Y10
 	VPADDD       mathconsts<>+832(SB), Y9, Y9
-	VPSLLD       $0x17, Y8, Y8
+	VPADDD       mathconsts<>+832(SB), Y10, Y10
 	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y8, Y7, Y5
-	VMULPS       Y9, Y11, Y7
-	VADDPS       Y0, Y5, Y5
-	VDIVPS       Y5, Y1, Y5
-	VSUBPS       Y5, Y0, Y5
-	VMOVUPS      Y5, (CX)
-	VMULPS       mathconsts<>+960(SB), Y4, Y4
-	VFMADD213PS  Y4, Y4, Y5
-	VMOVUPS      Y5, (AX)
-	VADDPS       Y0, Y7, Y7
-	VDIVPS       Y7, Y1, Y4
-	VSUBPS       Y4, Y0, Y4
-	VMOVUPS      Y4, 32(CX)
-	VMULPS       mathconsts<>+960(SB), Y6, Y5
-	VFMADD213PS  Y5, Y5, Y4
-	VMOVUPS      Y4, 32(AX)
+	VPSLLD       $0x17, Y10, Y10
+	VMULPS       Y9, Y8, Y5
+	VMULPS       Y10, Y12, Y8
+	VADDPS       Y0, Y5, Y9
+	VDIVPS       Y9, Y0, Y9
+	VMULPS       Y9, Y5, Y5
+	VMULPS       Y5, Y3, Y10
+	VMOVUPS      Y10, (AX)
+	VFMADD132PS  mathconsts<>+1152(SB), Y0, Y4
+	VMULPS       Y9, Y3, Y3
+	VMULPS       Y4, Y3, Y3
+	VMULPS       mathconsts<>+1088(SB), Y3, Y3
+	VFMADD213PS  Y5, Y5, Y3
+	VMOVUPS      Y3, (CX)
+	VADDPS       Y0, Y8, Y3
+	VDIVPS       Y3, Y0, Y3
+	VMULPS       Y3, Y8, Y4
+	VMULPS       Y4, Y6, Y5
+	VMOVUPS      Y5, 32(AX)
+	VFMADD132PS  mathconsts<>+1152(SB), Y0, Y7
+	VMULPS       Y3, Y6, Y3
+	VMULPS       Y7, Y3, Y3
+	VMULPS       mathconsts<>+1088(SB), Y3, Y3
+	VFMADD213PS  Y4, Y4, Y3
+	VMOVUPS      Y3, 32(CX)
 	ADDQ         $0x00000040, DX
 	ADDQ         $0x00000040, CX
 	ADDQ         $0x00000040, AX
@@ -2942,13 +2933,13 @@ after2:
 loop1:
 	CMPQ         BX, $0x00000008
 	JL           after1
-	VMOVUPS      (DX), Y4
-	VMULPS       Y4, Y4, Y5
-	VMULPS       mathconsts<>+1024(SB), Y5, Y5
-	VFMADD213PS  Y4, Y4, Y5
+	VMOVUPS      (DX), Y3
+	VMULPS       Y3, Y3, Y4
+	VMULPS       mathconsts<>+1024(SB), Y4, Y5
+	VFMADD213PS  Y3, Y3, Y5
 	VMULPS       mathconsts<>+1088(SB), Y5, Y5
-	VMAXPS       Y5, Y2, Y5
-	VMINPS       Y5, Y3, Y5
+	VMAXPS       Y5, Y1, Y5
+	VMINPS       Y5, Y2, Y5
 	VMULPS       mathconsts<>+128(SB), Y5, Y6
 	VADDPS       mathconsts<>+192(SB), Y6, Y6
 	VSUBPS       mathconsts<>+192(SB), Y6, Y6
@@ -2967,91 +2958,20 @@ loop1:
 	VPADDD       mathconsts<>+832(SB), Y6, Y6
 	VPSLLD       $0x17, Y6, Y6
 	VMULPS       Y6, Y7, Y5
-	VADDPS       Y0, Y5, Y5
-	VDIVPS       Y5, Y1, Y5
-	VSUBPS       Y5, Y0, Y5
-	VMOVUPS      Y5, (CX)
-	VMULPS       mathconsts<>+960(SB), Y4, Y4
-	VFMADD213PS  Y4, Y4, Y5
-	VMOVUPS      Y5, (AX)
+	VADDPS       Y0, Y5, Y6
+	VDIVPS       Y6, Y0, Y6
+	VMULPS       Y6, Y5, Y5
+	VMULPS       Y5, Y3, Y7
+	VMOVUPS      Y7, (AX)
+	VFMADD132PS  mathconsts<>+1152(SB), Y0, Y4
+	VMULPS       Y6, Y3, Y3
+	VMULPS       Y4, Y3, Y3
+	VMULPS       mathconsts<>+1088(SB), Y3, Y3
+	VFMADD213PS  Y5, Y5, Y3
+	VMOVUPS      Y3, (CX)
 	ADDQ         $0x00000020, DX
 	ADDQ         $0x00000020, CX
 	ADDQ         $0x00000020, AX
-	SUBQ         $0x00000008, BX
-	JMP          loop1
-
-after1:
-	VZEROUPPER
-	RET
-
-// func geluBackwardAVX2(grad *float32, th *float32, h *float32, n int)
-// Requires: AVX, FMA3
-TEXT ·geluBackwardAVX2(SB), NOSPLIT, $0-32
-	MOVQ    grad+0(FP), AX
-	MOVQ    th+8(FP), CX
-	MOVQ    h+16(FP), DX
-	MOVQ    n+24(FP), BX
-	VMOVUPS mathconsts<>+768(SB), Y0
-	VMOVUPS mathconsts<>+960(SB), Y1
-
-loop2:
-	CMPQ         BX, $0x00000010
-	JL           after2
-	VMOVUPS      (DX), Y2
-	VMOVUPS      (CX), Y3
-	VADDPS       Y0, Y3, Y4
-	VMULPS       Y1, Y4, Y4
-	VMOVAPS      Y0, Y5
-	VFNMADD231PS Y3, Y3, Y5
-	VMULPS       Y2, Y2, Y3
-	VMULPS       mathconsts<>+1152(SB), Y3, Y3
-	VADDPS       Y0, Y3, Y3
-	VMULPS       mathconsts<>+1216(SB), Y2, Y2
-	VMULPS       Y5, Y2, Y2
-	VFMADD213PS  Y4, Y3, Y2
-	VMULPS       (AX), Y2, Y2
-	VMOVUPS      Y2, (AX)
-	VMOVUPS      32(DX), Y2
-	VMOVUPS      32(CX), Y3
-	VADDPS       Y0, Y3, Y4
-	VMULPS       Y1, Y4, Y4
-	VMOVAPS      Y0, Y5
-	VFNMADD231PS Y3, Y3, Y5
-	VMULPS       Y2, Y2, Y3
-	VMULPS       mathconsts<>+1152(SB), Y3, Y3
-	VADDPS       Y0, Y3, Y3
-	VMULPS       mathconsts<>+1216(SB), Y2, Y2
-	VMULPS       Y5, Y2, Y2
-	VFMADD213PS  Y4, Y3, Y2
-	VMULPS       32(AX), Y2, Y2
-	VMOVUPS      Y2, 32(AX)
-	ADDQ         $0x00000040, AX
-	ADDQ         $0x00000040, CX
-	ADDQ         $0x00000040, DX
-	SUBQ         $0x00000010, BX
-	JMP          loop2
-
-after2:
-loop1:
-	CMPQ         BX, $0x00000008
-	JL           after1
-	VMOVUPS      (DX), Y2
-	VMOVUPS      (CX), Y3
-	VADDPS       Y0, Y3, Y4
-	VMULPS       Y1, Y4, Y4
-	VMOVAPS      Y0, Y5
-	VFNMADD231PS Y3, Y3, Y5
-	VMULPS       Y2, Y2, Y3
-	VMULPS       mathconsts<>+1152(SB), Y3, Y3
-	VADDPS       Y0, Y3, Y3
-	VMULPS       mathconsts<>+1216(SB), Y2, Y2
-	VMULPS       Y5, Y2, Y2
-	VFMADD213PS  Y4, Y3, Y2
-	VMULPS       (AX), Y2, Y2
-	VMOVUPS      Y2, (AX)
-	ADDQ         $0x00000020, AX
-	ADDQ         $0x00000020, CX
-	ADDQ         $0x00000020, DX
 	SUBQ         $0x00000008, BX
 	JMP          loop1
 
@@ -3654,133 +3574,148 @@ after1:
 	VZEROUPPER
 	RET
 
-// func geluAVX512(out *float32, th *float32, h *float32, n int)
+// func geluAVX512(out *float32, dgelu *float32, h *float32, n int)
 // Requires: AVX, AVX512F
 TEXT ·geluAVX512(SB), NOSPLIT, $0-32
 	MOVQ    out+0(FP), AX
-	MOVQ    th+8(FP), CX
+	MOVQ    dgelu+8(FP), CX
 	MOVQ    h+16(FP), DX
 	MOVQ    n+24(FP), BX
 	VMOVUPS mathconsts<>+768(SB), Z0
-	VMOVUPS mathconsts<>+896(SB), Z1
-	VMOVUPS mathconsts<>+0(SB), Z2
-	VMOVUPS mathconsts<>+64(SB), Z3
+	VMOVUPS mathconsts<>+0(SB), Z1
+	VMOVUPS mathconsts<>+64(SB), Z2
 
 loop4:
 	CMPQ         BX, $0x00000040
 	JL           after4
-	VMOVUPS      (DX), Z4
-	VMULPS       Z4, Z4, Z5
-	VMULPS       mathconsts<>+1024(SB), Z5, Z5
-	VFMADD213PS  Z4, Z4, Z5
+	VMOVUPS      (DX), Z3
+	VMULPS       Z3, Z3, Z4
+	VMULPS       mathconsts<>+1024(SB), Z4, Z5
+	VFMADD213PS  Z3, Z3, Z5
 	VMULPS       mathconsts<>+1088(SB), Z5, Z5
 	VMOVUPS      64(DX), Z6
 	VMULPS       Z6, Z6, Z7
-	VMULPS       mathconsts<>+1024(SB), Z7, Z7
-	VFMADD213PS  Z6, Z6, Z7
-	VMULPS       mathconsts<>+1088(SB), Z7, Z7
-	VMOVUPS      128(DX), Z8
-	VMULPS       Z8, Z8, Z9
-	VMULPS       mathconsts<>+1024(SB), Z9, Z9
-	VFMADD213PS  Z8, Z8, Z9
-	VMULPS       mathconsts<>+1088(SB), Z9, Z9
-	VMOVUPS      192(DX), Z10
-	VMULPS       Z10, Z10, Z11
-	VMULPS       mathconsts<>+1024(SB), Z11, Z11
-	VFMADD213PS  Z10, Z10, Z11
+	VMULPS       mathconsts<>+1024(SB), Z7, Z8
+	VFMADD213PS  Z6, Z6, Z8
+	VMULPS       mathconsts<>+1088(SB), Z8, Z8
+	VMOVUPS      128(DX), Z9
+	VMULPS       Z9, Z9, Z10
+	VMULPS       mathconsts<>+1024(SB), Z10, Z11
+	VFMADD213PS  Z9, Z9, Z11
 	VMULPS       mathconsts<>+1088(SB), Z11, Z11
-	VMAXPS       Z5, Z2, Z5
-	VMAXPS       Z7, Z2, Z7
-	VMAXPS       Z9, Z2, Z9
-	VMAXPS       Z11, Z2, Z11
-	VMINPS       Z5, Z3, Z5
-	VMINPS       Z7, Z3, Z7
-	VMINPS       Z9, Z3, Z9
-	VMINPS       Z11, Z3, Z11
-	VMULPS       mathconsts<>+128(SB), Z5, Z12
-	VMULPS       mathconsts<>+128(SB), Z7, Z13
-	VMULPS       mathconsts<>+128(SB), Z9, Z14
-	VMULPS       mathconsts<>+128(SB), Z11, Z15
-	VRNDSCALEPS  $0x00, Z12, Z12
-	VRNDSCALEPS  $0x00, Z13, Z13
-	VRNDSCALEPS  $0x00, Z14, Z14
+	VMOVUPS      192(DX), Z12
+	VMULPS       Z12, Z12, Z13
+	VMULPS       mathconsts<>+1024(SB), Z13, Z14
+	VFMADD213PS  Z12, Z12, Z14
+	VMULPS       mathconsts<>+1088(SB), Z14, Z14
+	VMAXPS       Z5, Z1, Z5
+	VMAXPS       Z8, Z1, Z8
+	VMAXPS       Z11, Z1, Z11
+	VMAXPS       Z14, Z1, Z14
+	VMINPS       Z5, Z2, Z5
+	VMINPS       Z8, Z2, Z8
+	VMINPS       Z11, Z2, Z11
+	VMINPS       Z14, Z2, Z14
+	VMULPS       mathconsts<>+128(SB), Z5, Z15
+	VMULPS       mathconsts<>+128(SB), Z8, Z16
+	VMULPS       mathconsts<>+128(SB), Z11, Z17
+	VMULPS       mathconsts<>+128(SB), Z14, Z18
 	VRNDSCALEPS  $0x00, Z15, Z15
+	VRNDSCALEPS  $0x00, Z16, Z16
+	VRNDSCALEPS  $0x00, Z17, Z17
+	VRNDSCALEPS  $0x00, Z18, Z18
 	VMOVAPS      Z5, Z5
-	VMOVAPS      Z7, Z7
-	VMOVAPS      Z9, Z9
-	VMOVAPS      Z11, Z18
-	VFNMADD231PS mathconsts<>+256(SB), Z12, Z5
-	VFNMADD231PS mathconsts<>+256(SB), Z13, Z7
-	VFNMADD231PS mathconsts<>+256(SB), Z14, Z9
-	VFNMADD231PS mathconsts<>+256(SB), Z15, Z18
-	VFNMADD231PS mathconsts<>+320(SB), Z12, Z5
-	VFNMADD231PS mathconsts<>+320(SB), Z13, Z7
-	VFNMADD231PS mathconsts<>+320(SB), Z14, Z9
-	VFNMADD231PS mathconsts<>+320(SB), Z15, Z18
-	VMOVUPS      mathconsts<>+384(SB), Z11
-	VMOVUPS      mathconsts<>+384(SB), Z16
-	VMOVUPS      mathconsts<>+384(SB), Z17
+	VMOVAPS      Z8, Z8
+	VMOVAPS      Z11, Z11
+	VMOVAPS      Z14, Z21
+	VFNMADD231PS mathconsts<>+256(SB), Z15, Z5
+	VFNMADD231PS mathconsts<>+256(SB), Z16, Z8
+	VFNMADD231PS mathconsts<>+256(SB), Z17, Z11
+	VFNMADD231PS mathconsts<>+256(SB), Z18, Z21
+	VFNMADD231PS mathconsts<>+320(SB), Z15, Z5
+	VFNMADD231PS mathconsts<>+320(SB), Z16, Z8
+	VFNMADD231PS mathconsts<>+320(SB), Z17, Z11
+	VFNMADD231PS mathconsts<>+320(SB), Z18, Z21
+	VMOVUPS      mathconsts<>+384(SB), Z14
 	VMOVUPS      mathconsts<>+384(SB), Z19
-	VFMADD213PS  mathconsts<>+448(SB), Z5, Z11
-	VFMADD213PS  mathconsts<>+448(SB), Z7, Z16
-	VFMADD213PS  mathconsts<>+448(SB), Z9, Z17
-	VFMADD213PS  mathconsts<>+448(SB), Z18, Z19
-	VFMADD213PS  mathconsts<>+512(SB), Z5, Z11
-	VFMADD213PS  mathconsts<>+512(SB), Z7, Z16
-	VFMADD213PS  mathconsts<>+512(SB), Z9, Z17
-	VFMADD213PS  mathconsts<>+512(SB), Z18, Z19
-	VFMADD213PS  mathconsts<>+576(SB), Z5, Z11
-	VFMADD213PS  mathconsts<>+576(SB), Z7, Z16
-	VFMADD213PS  mathconsts<>+576(SB), Z9, Z17
-	VFMADD213PS  mathconsts<>+576(SB), Z18, Z19
-	VFMADD213PS  mathconsts<>+640(SB), Z5, Z11
-	VFMADD213PS  mathconsts<>+640(SB), Z7, Z16
-	VFMADD213PS  mathconsts<>+640(SB), Z9, Z17
-	VFMADD213PS  mathconsts<>+640(SB), Z18, Z19
-	VFMADD213PS  mathconsts<>+704(SB), Z5, Z11
-	VFMADD213PS  mathconsts<>+704(SB), Z7, Z16
-	VFMADD213PS  mathconsts<>+704(SB), Z9, Z17
-	VFMADD213PS  mathconsts<>+704(SB), Z18, Z19
-	VFMADD213PS  mathconsts<>+768(SB), Z5, Z11
-	VFMADD213PS  mathconsts<>+768(SB), Z7, Z16
-	VFMADD213PS  mathconsts<>+768(SB), Z9, Z17
-	VFMADD213PS  mathconsts<>+768(SB), Z18, Z19
-	VFMADD213PS  mathconsts<>+768(SB), Z5, Z11
-	VFMADD213PS  mathconsts<>+768(SB), Z7, Z16
-	VFMADD213PS  mathconsts<>+768(SB), Z9, Z17
-	VFMADD213PS  mathconsts<>+768(SB), Z18, Z19
-	VSCALEFPS    Z12, Z11, Z5
-	VSCALEFPS    Z13, Z16, Z7
-	VSCALEFPS    Z14, Z17, Z9
-	VSCALEFPS    Z15, Z19, Z11
-	VADDPS       Z0, Z5, Z5
-	VDIVPS       Z5, Z1, Z5
-	VSUBPS       Z5, Z0, Z5
-	VMOVUPS      Z5, (CX)
-	VMULPS       mathconsts<>+960(SB), Z4, Z4
-	VFMADD213PS  Z4, Z4, Z5
-	VMOVUPS      Z5, (AX)
-	VADDPS       Z0, Z7, Z7
-	VDIVPS       Z7, Z1, Z4
-	VSUBPS       Z4, Z0, Z4
-	VMOVUPS      Z4, 64(CX)
-	VMULPS       mathconsts<>+960(SB), Z6, Z5
-	VFMADD213PS  Z5, Z5, Z4
-	VMOVUPS      Z4, 64(AX)
-	VADDPS       Z0, Z9, Z9
-	VDIVPS       Z9, Z1, Z4
-	VSUBPS       Z4, Z0, Z4
-	VMOVUPS      Z4, 128(CX)
-	VMULPS       mathconsts<>+960(SB), Z8, Z5
-	VFMADD213PS  Z5, Z5, Z4
-	VMOVUPS      Z4, 128(AX)
-	VADDPS       Z0, Z11, Z11
-	VDIVPS       Z11, Z1, Z4
-	VSUBPS       Z4, Z0, Z4
-	VMOVUPS      Z4, 192(CX)
-	VMULPS       mathconsts<>+960(SB), Z10, Z5
-	VFMADD213PS  Z5, Z5, Z4
-	VMOVUPS      Z4, 192(AX)
+	VMOVUPS      mathconsts<>+384(SB), Z20
+	VMOVUPS      mathconsts<>+384(SB), Z22
+	VFMADD213PS  mathconsts<>+448(SB), Z5, Z14
+	VFMADD213PS  mathconsts<>+448(SB), Z8, Z19
+	VFMADD213PS  mathconsts<>+448(SB), Z11, Z20
+	VFMADD213PS  mathconsts<>+448(SB), Z21, Z22
+	VFMADD213PS  mathconsts<>+512(SB), Z5, Z14
+	VFMADD213PS  mathconsts<>+512(SB), Z8, Z19
+	VFMADD213PS  mathconsts<>+512(SB), Z11, Z20
+	VFMADD213PS  mathconsts<>+512(SB), Z21, Z22
+	VFMADD213PS  mathconsts<>+576(SB), Z5, Z14
+	VFMADD213PS  mathconsts<>+576(SB), Z8, Z19
+	VFMADD213PS  mathconsts<>+576(SB), Z11, Z20
+	VFMADD213PS  mathconsts<>+576(SB), Z21, Z22
+	VFMADD213PS  mathconsts<>+640(SB), Z5, Z14
+	VFMADD213PS  mathconsts<>+640(SB), Z8, Z19
+	VFMADD213PS  mathconsts<>+640(SB), Z11, Z20
+	VFMADD213PS  mathconsts<>+640(SB), Z21, Z22
+	VFMADD213PS  mathconsts<>+704(SB), Z5, Z14
+	VFMADD213PS  mathconsts<>+704(SB), Z8, Z19
+	VFMADD213PS  mathconsts<>+704(SB), Z11, Z20
+	VFMADD213PS  mathconsts<>+704(SB), Z21, Z22
+	VFMADD213PS  mathconsts<>+768(SB), Z5, Z14
+	VFMADD213PS  mathconsts<>+768(SB), Z8, Z19
+	VFMADD213PS  mathconsts<>+768(SB), Z11, Z20
+	VFMADD213PS  mathconsts<>+768(SB), Z21, Z22
+	VFMADD213PS  mathconsts<>+768(SB), Z5, Z14
+	VFMADD213PS  mathconsts<>+768(SB), Z8, Z19
+	VFMADD213PS  mathconsts<>+768(SB), Z11, Z20
+	VFMADD213PS  mathconsts<>+768(SB), Z21, Z22
+	VSCALEFPS    Z15, Z14, Z5
+	VSCALEFPS    Z16, Z19, Z8
+	VSCALEFPS    Z17, Z20, Z11
+	VSCALEFPS    Z18, Z22, Z14
+	VADDPS       Z0, Z5, Z15
+	VDIVPS       Z15, Z0, Z15
+	VMULPS       Z15, Z5, Z5
+	VMULPS       Z5, Z3, Z16
+	VMOVUPS      Z16, (AX)
+	VFMADD132PS  mathconsts<>+1152(SB), Z0, Z4
+	VMULPS       Z15, Z3, Z3
+	VMULPS       Z4, Z3, Z3
+	VMULPS       mathconsts<>+1088(SB), Z3, Z3
+	VFMADD213PS  Z5, Z5, Z3
+	VMOVUPS      Z3, (CX)
+	VADDPS       Z0, Z8, Z3
+	VDIVPS       Z3, Z0, Z3
+	VMULPS       Z3, Z8, Z4
+	VMULPS       Z4, Z6, Z5
+	VMOVUPS      Z5, 64(AX)
+	VFMADD132PS  mathconsts<>+1152(SB), Z0, Z7
+	VMULPS       Z3, Z6, Z3
+	VMULPS       Z7, Z3, Z3
+	VMULPS       mathconsts<>+1088(SB), Z3, Z3
+	VFMADD213PS  Z4, Z4, Z3
+	VMOVUPS      Z3, 64(CX)
+	VADDPS       Z0, Z11, Z3
+	VDIVPS       Z3, Z0, Z3
+	VMULPS       Z3, Z11, Z4
+	VMULPS       Z4, Z9, Z5
+	VMOVUPS      Z5, 128(AX)
+	VFMADD132PS  mathconsts<>+1152(SB), Z0, Z10
+	VMULPS       Z3, Z9, Z3
+	VMULPS       Z10, Z3, Z3
+	VMULPS       mathconsts<>+1088(SB), Z3, Z3
+	VFMADD213PS  Z4, Z4, Z3
+	VMOVUPS      Z3, 128(CX)
+	VADDPS       Z0, Z14, Z3
+	VDIVPS       Z3, Z0, Z3
+	VMULPS       Z3, Z14, Z4
+	VMULPS       Z4, Z12, Z5
+	VMOVUPS      Z5, 192(AX)
+	VFMADD132PS  mathconsts<>+1152(SB), Z0, Z13
+	VMULPS       Z3, Z12, Z3
+	VMULPS       Z13, Z3, Z3
+	VMULPS       mathconsts<>+1088(SB), Z3, Z3
+	VFMADD213PS  Z4, Z4, Z3
+	VMOVUPS      Z3, 192(CX)
 	ADDQ         $0x00000100, DX
 	ADDQ         $0x00000100, CX
 	ADDQ         $0x00000100, AX
@@ -3791,13 +3726,13 @@ after4:
 loop1:
 	CMPQ         BX, $0x00000010
 	JL           after1
-	VMOVUPS      (DX), Z4
-	VMULPS       Z4, Z4, Z5
-	VMULPS       mathconsts<>+1024(SB), Z5, Z5
-	VFMADD213PS  Z4, Z4, Z5
+	VMOVUPS      (DX), Z3
+	VMULPS       Z3, Z3, Z4
+	VMULPS       mathconsts<>+1024(SB), Z4, Z5
+	VFMADD213PS  Z3, Z3, Z5
 	VMULPS       mathconsts<>+1088(SB), Z5, Z5
-	VMAXPS       Z5, Z2, Z5
-	VMINPS       Z5, Z3, Z5
+	VMAXPS       Z5, Z1, Z5
+	VMINPS       Z5, Z2, Z5
 	VMULPS       mathconsts<>+128(SB), Z5, Z6
 	VRNDSCALEPS  $0x00, Z6, Z6
 	VMOVAPS      Z5, Z5
@@ -3812,119 +3747,20 @@ loop1:
 	VFMADD213PS  mathconsts<>+768(SB), Z5, Z7
 	VFMADD213PS  mathconsts<>+768(SB), Z5, Z7
 	VSCALEFPS    Z6, Z7, Z5
-	VADDPS       Z0, Z5, Z5
-	VDIVPS       Z5, Z1, Z5
-	VSUBPS       Z5, Z0, Z5
-	VMOVUPS      Z5, (CX)
-	VMULPS       mathconsts<>+960(SB), Z4, Z4
-	VFMADD213PS  Z4, Z4, Z5
-	VMOVUPS      Z5, (AX)
+	VADDPS       Z0, Z5, Z6
+	VDIVPS       Z6, Z0, Z6
+	VMULPS       Z6, Z5, Z5
+	VMULPS       Z5, Z3, Z7
+	VMOVUPS      Z7, (AX)
+	VFMADD132PS  mathconsts<>+1152(SB), Z0, Z4
+	VMULPS       Z6, Z3, Z3
+	VMULPS       Z4, Z3, Z3
+	VMULPS       mathconsts<>+1088(SB), Z3, Z3
+	VFMADD213PS  Z5, Z5, Z3
+	VMOVUPS      Z3, (CX)
 	ADDQ         $0x00000040, DX
 	ADDQ         $0x00000040, CX
 	ADDQ         $0x00000040, AX
-	SUBQ         $0x00000010, BX
-	JMP          loop1
-
-after1:
-	VZEROUPPER
-	RET
-
-// func geluBackwardAVX512(grad *float32, th *float32, h *float32, n int)
-// Requires: AVX, AVX512F
-TEXT ·geluBackwardAVX512(SB), NOSPLIT, $0-32
-	MOVQ    grad+0(FP), AX
-	MOVQ    th+8(FP), CX
-	MOVQ    h+16(FP), DX
-	MOVQ    n+24(FP), BX
-	VMOVUPS mathconsts<>+768(SB), Z0
-	VMOVUPS mathconsts<>+960(SB), Z1
-
-loop4:
-	CMPQ         BX, $0x00000040
-	JL           after4
-	VMOVUPS      (DX), Z2
-	VMOVUPS      (CX), Z3
-	VADDPS       Z0, Z3, Z4
-	VMULPS       Z1, Z4, Z4
-	VMOVAPS      Z0, Z5
-	VFNMADD231PS Z3, Z3, Z5
-	VMULPS       Z2, Z2, Z3
-	VMULPS       mathconsts<>+1152(SB), Z3, Z3
-	VADDPS       Z0, Z3, Z3
-	VMULPS       mathconsts<>+1216(SB), Z2, Z2
-	VMULPS       Z5, Z2, Z2
-	VFMADD213PS  Z4, Z3, Z2
-	VMULPS       (AX), Z2, Z2
-	VMOVUPS      Z2, (AX)
-	VMOVUPS      64(DX), Z2
-	VMOVUPS      64(CX), Z3
-	VADDPS       Z0, Z3, Z4
-	VMULPS       Z1, Z4, Z4
-	VMOVAPS      Z0, Z5
-	VFNMADD231PS Z3, Z3, Z5
-	VMULPS       Z2, Z2, Z3
-	VMULPS       mathconsts<>+1152(SB), Z3, Z3
-	VADDPS       Z0, Z3, Z3
-	VMULPS       mathconsts<>+1216(SB), Z2, Z2
-	VMULPS       Z5, Z2, Z2
-	VFMADD213PS  Z4, Z3, Z2
-	VMULPS       64(AX), Z2, Z2
-	VMOVUPS      Z2, 64(AX)
-	VMOVUPS      128(DX), Z2
-	VMOVUPS      128(CX), Z3
-	VADDPS       Z0, Z3, Z4
-	VMULPS       Z1, Z4, Z4
-	VMOVAPS      Z0, Z5
-	VFNMADD231PS Z3, Z3, Z5
-	VMULPS       Z2, Z2, Z3
-	VMULPS       mathconsts<>+1152(SB), Z3, Z3
-	VADDPS       Z0, Z3, Z3
-	VMULPS       mathconsts<>+1216(SB), Z2, Z2
-	VMULPS       Z5, Z2, Z2
-	VFMADD213PS  Z4, Z3, Z2
-	VMULPS       128(AX), Z2, Z2
-	VMOVUPS      Z2, 128(AX)
-	VMOVUPS      192(DX), Z2
-	VMOVUPS      192(CX), Z3
-	VADDPS       Z0, Z3, Z4
-	VMULPS       Z1, Z4, Z4
-	VMOVAPS      Z0, Z5
-	VFNMADD231PS Z3, Z3, Z5
-	VMULPS       Z2, Z2, Z3
-	VMULPS       mathconsts<>+1152(SB), Z3, Z3
-	VADDPS       Z0, Z3, Z3
-	VMULPS       mathconsts<>+1216(SB), Z2, Z2
-	VMULPS       Z5, Z2, Z2
-	VFMADD213PS  Z4, Z3, Z2
-	VMULPS       192(AX), Z2, Z2
-	VMOVUPS      Z2, 192(AX)
-	ADDQ         $0x00000100, AX
-	ADDQ         $0x00000100, CX
-	ADDQ         $0x00000100, DX
-	SUBQ         $0x00000040, BX
-	JMP          loop4
-
-after4:
-loop1:
-	CMPQ         BX, $0x00000010
-	JL           after1
-	VMOVUPS      (DX), Z2
-	VMOVUPS      (CX), Z3
-	VADDPS       Z0, Z3, Z4
-	VMULPS       Z1, Z4, Z4
-	VMOVAPS      Z0, Z5
-	VFNMADD231PS Z3, Z3, Z5
-	VMULPS       Z2, Z2, Z3
-	VMULPS       mathconsts<>+1152(SB), Z3, Z3
-	VADDPS       Z0, Z3, Z3
-	VMULPS       mathconsts<>+1216(SB), Z2, Z2
-	VMULPS       Z5, Z2, Z2
-	VFMADD213PS  Z4, Z3, Z2
-	VMULPS       (AX), Z2, Z2
-	VMOVUPS      Z2, (AX)
-	ADDQ         $0x00000040, AX
-	ADDQ         $0x00000040, CX
-	ADDQ         $0x00000040, DX
 	SUBQ         $0x00000010, BX
 	JMP          loop1
 
@@ -4455,6 +4291,48 @@ done:
 	VZEROUPPER
 	RET
 
+// func mulAVX2(dst *float32, src *float32, n int)
+// Requires: AVX
+TEXT ·mulAVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), AX
+	MOVQ src+8(FP), CX
+	MOVQ n+16(FP), DX
+
+wide:
+	CMPQ    DX, $0x00000020
+	JL      one
+	VMOVUPS (CX), Y0
+	VMULPS  (AX), Y0, Y0
+	VMOVUPS 32(CX), Y1
+	VMULPS  32(AX), Y1, Y1
+	VMOVUPS 64(CX), Y2
+	VMULPS  64(AX), Y2, Y2
+	VMOVUPS 96(CX), Y3
+	VMULPS  96(AX), Y3, Y3
+	VMOVUPS Y0, (AX)
+	VMOVUPS Y1, 32(AX)
+	VMOVUPS Y2, 64(AX)
+	VMOVUPS Y3, 96(AX)
+	ADDQ    $0x00000080, CX
+	ADDQ    $0x00000080, AX
+	SUBQ    $0x00000020, DX
+	JMP     wide
+
+one:
+	TESTQ   DX, DX
+	JE      done
+	VMOVUPS (CX), Y0
+	VMULPS  (AX), Y0, Y0
+	VMOVUPS Y0, (AX)
+	ADDQ    $0x20, CX
+	ADDQ    $0x20, AX
+	SUBQ    $0x08, DX
+	JMP     one
+
+done:
+	VZEROUPPER
+	RET
+
 // func sumRowsAVX2(dst *float32, src *float32, rows int, cols int, ld int)
 // Requires: AVX
 TEXT ·sumRowsAVX2(SB), NOSPLIT, $0-40
@@ -4559,6 +4437,48 @@ one:
 	JE      done
 	VMOVUPS (CX), Z0
 	VADDPS  (AX), Z0, Z0
+	VMOVUPS Z0, (AX)
+	ADDQ    $0x40, CX
+	ADDQ    $0x40, AX
+	SUBQ    $0x10, DX
+	JMP     one
+
+done:
+	VZEROUPPER
+	RET
+
+// func mulAVX512(dst *float32, src *float32, n int)
+// Requires: AVX, AVX512F
+TEXT ·mulAVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), AX
+	MOVQ src+8(FP), CX
+	MOVQ n+16(FP), DX
+
+wide:
+	CMPQ    DX, $0x00000040
+	JL      one
+	VMOVUPS (CX), Z0
+	VMULPS  (AX), Z0, Z0
+	VMOVUPS 64(CX), Z1
+	VMULPS  64(AX), Z1, Z1
+	VMOVUPS 128(CX), Z2
+	VMULPS  128(AX), Z2, Z2
+	VMOVUPS 192(CX), Z3
+	VMULPS  192(AX), Z3, Z3
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, 64(AX)
+	VMOVUPS Z2, 128(AX)
+	VMOVUPS Z3, 192(AX)
+	ADDQ    $0x00000100, CX
+	ADDQ    $0x00000100, AX
+	SUBQ    $0x00000040, DX
+	JMP     wide
+
+one:
+	TESTQ   DX, DX
+	JE      done
+	VMOVUPS (CX), Z0
+	VMULPS  (AX), Z0, Z0
 	VMOVUPS Z0, (AX)
 	ADDQ    $0x40, CX
 	ADDQ    $0x40, AX

@@ -49,7 +49,7 @@ func BenchmarkElementwise(b *testing.B) {
 			{"addLayerNorm", func() { addLayerNorm(p, normActs{out, mean, rstd}, x, dx, w, bias, n, d) }},
 			{"layerNormBackward", func() { layerNormBackward(p, m.part, dx, dw, db, dout, x, mean, rstd, w, n, d) }},
 			{"geluForward", func() { geluForward(p, g4, th, h) }},
-			{"geluBackward", func() { geluBackward(p, m.part, g4, th, h, n, 4*d) }},
+			{"geluBackward", func() { geluBackward(p, m.part, g4, th, n, 4*d) }},
 			{"crossEntropyForward", func() { crossEntropyForward(p, logits, rowLoss, tokens, n, v) }},
 			{"crossEntropyBackward", func() { crossEntropyBackward(p, dlogits, logits, tokens, n, v, 1) }},
 			{"biasSum/d", func() { m.biasGrad(gb[:d], dout, n, d) }},

@@ -62,7 +62,7 @@ type blockActs struct {
 	ln2     normActs
 	fc      []float32 // [n, 4d] mlp.c_fc output, before GELU
 	gelu    []float32 // [n, 4d]
-	tanh    []float32 // [n, 4d] the tanh inside GELU, for its derivative
+	dgelu   []float32 // [n, 4d] GELU's derivative at fc, for the backward pass
 }
 
 // New returns a Model for cfg that runs microBatch sequences of cfg.Context+1 bytes per pass,
@@ -116,7 +116,7 @@ func New(cfg Config, microBatch int, eng *kernels.Engine) (*Model, error) {
 	for i := 0; i < cfg.Layers; i++ {
 		m.blocks = append(m.blocks, blockActs{
 			ln1: norm(), q: f(n * d), k: f(n * d), v: f(n * d), att: f(bht * t),
-			y: f(n * d), x2: f(n * d), ln2: norm(), fc: f(n * 4 * d), gelu: f(n * 4 * d), tanh: f(n * 4 * d),
+			y: f(n * d), x2: f(n * d), ln2: norm(), fc: f(n * 4 * d), gelu: f(n * 4 * d), dgelu: f(n * 4 * d),
 		})
 	}
 	return m, nil
@@ -186,7 +186,7 @@ func (m *Model) Forward(params []float32, tokens []byte) float32 {
 		m.prof.Lap(profile.Elementwise)
 		linearForward(m.eng, a.fc, a.ln2.out, bw.fcw, bw.fcb, n, d, 4*d)
 		m.prof.Lap(profile.GEMM)
-		geluForward(m.par, a.gelu, a.tanh, a.fc)
+		geluForward(m.par, a.gelu, a.dgelu, a.fc)
 		m.prof.Lap(profile.Elementwise)
 		linearForward(m.eng, out, a.gelu, bw.mlpw, bw.mlpb, n, 4*d, d)
 		m.prof.Lap(profile.GEMM)
@@ -241,7 +241,7 @@ func (m *Model) Backward(params, grads []float32, scale float32) {
 		// wrote dx summed by chunks (see layerNormBackward).
 		m.linearProducts(m.d4, bg.mlpw, m.dx, a.gelu, bw.mlpw, n, 4*d, d)
 		m.par.eng.SumRows(bg.mlpb, dxSums(m.part, n, d), d)
-		geluBackward(m.par, m.part, m.d4, a.tanh, a.fc, n, 4*d) // and c_fc's bias gradient
+		geluBackward(m.par, m.part, m.d4, a.dgelu, n, 4*d) // and c_fc's bias gradient
 		m.par.eng.SumRows(bg.fcb, m.part[:chunks(n)*4*d], 4*d)
 		m.prof.Lap(profile.Elementwise)
 		m.linearProducts(m.dtmp, bg.fcw, m.d4, a.ln2.out, bw.fcw, n, d, 4*d)

@@ -8,21 +8,24 @@ import (
 	. "github.com/mmcloughlin/avo/reg"
 )
 
-// rowSum emits the additions of the model's residual stream and bias
-// gradients for every vector width: add<ISA> and sumRows<ISA>.
+// rowSum emits the elementwise additions and products of the model's
+// residual stream and GELU backward and the bias gradients' column sums
+// for every vector width: add<ISA>, mul<ISA> and sumRows<ISA>.
 func rowSum() {
 	for _, isa := range vecISAs {
-		addVec(isa)
+		binaryVec(isa, "add", "adds src[i] to dst[i]", VADDPS)
+		binaryVec(isa, "mul", "multiplies dst[i] by src[i]", VMULPS)
 		sumRowsVec(isa)
 	}
 }
 
-// addVec emits add<ISA>: dst[i] += src[i] for i < n, a multiple of the
-// lanes, four vectors a round while there are four.
-func addVec(isa vecISA) {
-	name := "add" + isa.suffix
+// binaryVec emits <op><ISA>: dst[i] = dst[i] <op> src[i] for i < n, a
+// multiple of the lanes, four vectors a round while there are four; inst
+// is the instruction (VADDPS, VMULPS), what says what it does.
+func binaryVec(isa vecISA, op, what string, inst func(ops ...Op)) {
+	name := op + isa.suffix
 	TEXT(name, NOSPLIT, "func(dst, src *float32, n int)")
-	Doc(fmt.Sprintf("%s adds src[i] to dst[i] for i < n, a multiple of %d.", name, isa.lanes))
+	Doc(fmt.Sprintf("%s %s for i < n, a multiple of %d.", name, what, isa.lanes))
 	dst := Load(Param("dst"), GP64())
 	src := Load(Param("src"), GP64())
 	n := Load(Param("n"), GP64())
@@ -35,7 +38,7 @@ func addVec(isa vecISA) {
 	for k := range vs {
 		vs[k] = isa.vec()
 		VMOVUPS(Mem{Base: src, Disp: k * vb}, vs[k])
-		VADDPS(Mem{Base: dst, Disp: k * vb}, vs[k], vs[k])
+		inst(Mem{Base: dst, Disp: k * vb}, vs[k], vs[k])
 	}
 	for k := range vs {
 		VMOVUPS(vs[k], Mem{Base: dst, Disp: k * vb})
@@ -49,7 +52,7 @@ func addVec(isa vecISA) {
 	JE(LabelRef("done"))
 	v := isa.vec()
 	VMOVUPS(Mem{Base: src}, v)
-	VADDPS(Mem{Base: dst}, v, v)
+	inst(Mem{Base: dst}, v, v)
 	VMOVUPS(v, Mem{Base: dst})
 	ADDQ(U8(vb), src)
 	ADDQ(U8(vb), dst)

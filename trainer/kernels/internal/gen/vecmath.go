@@ -48,7 +48,6 @@ var expConsts = []struct {
 	{"gelu3", math.Float32bits(0.044715)},
 	{"gelu2c", math.Float32bits(2 * 0.7978845608028654)}, // 2·sqrt(2/pi): exp's argument for tanh
 	{"gelu3x3", math.Float32bits(3 * 0.044715)},
-	{"halfc", math.Float32bits(0.5 * 0.7978845608028654)},
 }
 
 // mathConsts emits the table of expConsts and returns a lookup of each
@@ -226,92 +225,54 @@ func horizontalSum(isa vecISA, v VecVirtual) VecVirtual {
 }
 
 // gelu emits gelu<ISA>: for i < n (a multiple of the lanes), with v =
-// h[i], th[i] = t = tanh(sqrt(2/pi)·(v + 0.044715 v³)) as 1 - 2/(exp(2u)+1)
-// and out[i] = 0.5 v (1 + t).
+// h[i], u = sqrt(2/pi)·(v + 0.044715 v³), e = exp(2u), r = 1/(e + 1) and
+// a = e·r = 0.5 (1 + tanh(u)): out[i] = v·a and dgelu[i] = gelu'(v) =
+// a + a·2 sqrt(2/pi)·v·r·(1 + 3·0.044715 v²), in the order of the
+// portable goGELU.
 func gelu(isa vecISA, c func(string) Mem) {
 	name := "gelu" + isa.suffix
-	TEXT(name, NOSPLIT, "func(out, th, h *float32, n int)")
+	TEXT(name, NOSPLIT, "func(out, dgelu, h *float32, n int)")
 	Doc(
-		fmt.Sprintf("%s writes th[i] = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)) and out[i] =", name),
-		fmt.Sprintf("0.5·h[i]·(1 + th[i]) for i < n, a multiple of %d: GPT-2's tanh GELU.", isa.lanes),
+		fmt.Sprintf("%s writes out[i] = 0.5·h[i]·(1 + tanh(u)) with u = sqrt(2/pi)·(h[i] + 0.044715·h[i]³),", name),
+		"GPT-2's tanh GELU, and its derivative dgelu[i], computed from e = exp(2u) as a = e/(e + 1),",
+		fmt.Sprintf("out[i] = h[i]·a, dgelu[i] = a + a·2·sqrt(2/pi)·h[i]·(1 + 3·0.044715·h[i]²)/(e + 1), for i < n, a multiple of %d.", isa.lanes),
 	)
 	out := Load(Param("out"), GP64())
-	th := Load(Param("th"), GP64())
+	dg := Load(Param("dgelu"), GP64())
 	h := Load(Param("h"), GP64())
 	n := Load(Param("n"), GP64())
-	one, two := isa.vec(), isa.vec()
+	one := isa.vec()
 	VMOVUPS(c("one"), one)
-	VMOVUPS(c("two"), two)
 	lo, hi := clampRegs(isa, c)
-	vecLoop(isa, n, []Register{h, th, out}, func(vecs int) {
-		vs, us := make([]VecVirtual, vecs), make([]VecVirtual, vecs)
+	vecLoop(isa, n, []Register{h, dg, out}, func(vecs int) {
+		vs, x2s, us := make([]VecVirtual, vecs), make([]VecVirtual, vecs), make([]VecVirtual, vecs)
 		for i := range us {
-			v, u := isa.vec(), isa.vec()
-			vs[i] = v
+			v, x2, u := isa.vec(), isa.vec(), isa.vec()
+			vs[i], x2s[i], us[i] = v, x2, u
 			VMOVUPS(Mem{Base: h, Disp: 4 * isa.lanes * i}, v)
-			VMULPS(v, v, u)
-			VMULPS(c("gelu3"), u, u)
+			VMULPS(v, v, x2)
+			VMULPS(c("gelu3"), x2, u)
 			VFMADD213PS(v, v, u) // u = v·(0.044715 v²) + v
 			VMULPS(c("gelu2c"), u, u)
-			us[i] = u
 		}
 		expInPlace(isa, c, us, lo, hi)
-		for i, u := range us {
+		for i, e := range us {
 			off := 4 * isa.lanes * i
-			VADDPS(one, u, u)
-			t := isa.vec()
-			VDIVPS(u, two, t)
-			VSUBPS(t, one, t)
-			VMOVUPS(t, Mem{Base: th, Disp: off})
-			hv := isa.vec()
-			VMULPS(c("half"), vs[i], hv)
-			VFMADD213PS(hv, hv, t) // t = hv·t + hv
-			VMOVUPS(t, Mem{Base: out, Disp: off})
-		}
-	})
-	VZEROUPPER()
-	RET()
-}
-
-// geluBack emits geluBackward<ISA>: g[i] *= gelu'(h[i]) for i < n (a
-// multiple of the lanes), with t = th[i] from the forward pass:
-// gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t²) sqrt(2/pi) (1 + 3·0.044715 x²).
-func geluBack(isa vecISA, c func(string) Mem) {
-	name := "geluBackward" + isa.suffix
-	TEXT(name, NOSPLIT, "func(grad, th, h *float32, n int)")
-	Doc(
-		fmt.Sprintf("%s multiplies grad[i] by the derivative of the tanh GELU at h[i], given", name),
-		fmt.Sprintf("th[i] = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)), for i < n, a multiple of %d.", isa.lanes),
-	)
-	g := Load(Param("grad"), GP64()) // not "g": the assembler's name of a register
-	th := Load(Param("th"), GP64())
-	h := Load(Param("h"), GP64())
-	n := Load(Param("n"), GP64())
-	one, half := isa.vec(), isa.vec()
-	VMOVUPS(c("one"), one)
-	VMOVUPS(c("half"), half)
-	vecLoop(isa, n, []Register{g, th, h}, func(vecs int) {
-		for i := range vecs {
-			off := 4 * isa.lanes * i
-			x, t := isa.vec(), isa.vec()
-			VMOVUPS(Mem{Base: h, Disp: off}, x)
-			VMOVUPS(Mem{Base: th, Disp: off}, t)
-			a := isa.vec()
-			VADDPS(one, t, a)
-			VMULPS(half, a, a) // a = 0.5 (1 + t)
-			b := isa.vec()
-			VMOVAPS(one, b)
-			VFNMADD231PS(t, t, b) // b = 1 - t²
-			x2 := isa.vec()
-			VMULPS(x, x, x2)
-			VMULPS(c("gelu3x3"), x2, x2)
-			VADDPS(one, x2, x2) // 1 + 3·0.044715 x²
-			d := isa.vec()
-			VMULPS(c("halfc"), x, d)
-			VMULPS(b, d, d)
-			VFMADD213PS(a, x2, d) // d = d·x2 + a
-			VMULPS(Mem{Base: g, Disp: off}, d, d)
-			VMOVUPS(d, Mem{Base: g, Disp: off})
+			v, x2 := vs[i], x2s[i]
+			r, a := isa.vec(), isa.vec()
+			VADDPS(one, e, r)
+			VDIVPS(r, one, r) // r = 1/(e + 1)
+			VMULPS(r, e, a)   // a = e·r
+			o := isa.vec()
+			VMULPS(a, v, o)
+			VMOVUPS(o, Mem{Base: out, Disp: off})
+			VFMADD132PS(c("gelu3x3"), one, x2) // x2 = 1 + 3·0.044715 v²
+			q := isa.vec()
+			VMULPS(r, v, q)
+			VMULPS(x2, q, q)
+			VMULPS(c("gelu2c"), q, q)
+			VFMADD213PS(a, a, q) // q = a·q + a
+			VMOVUPS(q, Mem{Base: dg, Disp: off})
 		}
 	})
 	VZEROUPPER()
@@ -661,7 +622,6 @@ func vecMath() {
 	for _, isa := range vecISAs {
 		expSum(isa, c)
 		gelu(isa, c)
-		geluBack(isa, c)
 		layerNorm(isa)
 		layerNormBack(isa)
 		maxSum(isa)
