@@ -47,7 +47,7 @@ func BenchmarkElementwise(b *testing.B) {
 			{"embedBackward", func() { embedBackward(p, wte, wpe, dx, tokens, t, d) }},
 			{"layerNormForward", func() { addLayerNorm(p, normActs{out, mean, rstd}, x, nil, w, bias, n, d) }},
 			{"addLayerNorm", func() { addLayerNorm(p, normActs{out, mean, rstd}, x, dx, w, bias, n, d) }},
-			{"layerNormBackward", func() { layerNormBackward(p, m.part, dx, dw, db, dout, x, mean, rstd, w, n, d) }},
+			{"layerNormBackward", func() { layerNormBackward(p, m.part, dx, dw, db, dout, x, mean, rstd, w, n, d, false) }},
 			{"geluForward", func() { geluForward(p, g4, th, h) }},
 			{"geluBackward", func() { geluBackward(p, m.part, g4, th, n, 4*d) }},
 			{"crossEntropyForward", func() { crossEntropyForward(p, logits, rowLoss, tokens, n, v) }},

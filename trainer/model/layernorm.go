@@ -26,7 +26,8 @@ func addLayerNorm(p pool, a normActs, x, res, w, b []float32, n, d int) {
 // (at least 3·chunks(n)·d floats), which are then added to dw and db in chunk order. Each chunk
 // also sums the columns of its rows of dx as they come out, as chunkSum does, into
 // dxSums(part, n, d): dx is the gradient of the output of the linear layer before, and these
-// are the partial sums of that layer's bias gradient. With xhat = (x - mean) * rstd and
+// are the partial sums of that layer's bias gradient. When fresh, dx holds no gradient yet and
+// each chunk clears its rows first. With xhat = (x - mean) * rstd and
 // g = dout * w:
 //
 //	dw += sum over rows of dout * xhat
@@ -34,7 +35,7 @@ func addLayerNorm(p pool, a normActs, x, res, w, b []float32, n, d int) {
 //	dx += rstd * (g - mean_j(g) - xhat * mean_j(g * xhat))
 //
 // the last line being the derivative through the row's mean and variance.
-func layerNormBackward(p pool, part, dx, dw, db, dout, x, mean, rstd, w []float32, n, d int) {
+func layerNormBackward(p pool, part, dx, dw, db, dout, x, mean, rstd, w []float32, n, d int, fresh bool) {
 	c := chunks(n)
 	pw, pb := part[:c*d], part[c*d:2*c*d]
 	p.forEach(c, func(i int) {
@@ -42,6 +43,9 @@ func layerNormBackward(p pool, part, dx, dw, db, dout, x, mean, rstd, w []float3
 		cw, cb := pw[i*d:(i+1)*d], pb[i*d:(i+1)*d]
 		clear(cw)
 		clear(cb)
+		if fresh {
+			clear(dx[lo*d : hi*d])
+		}
 		p.eng.LayerNormBackward(dx[lo*d:hi*d], cw, cb, dout[lo*d:hi*d], x[lo*d:hi*d], mean[lo:hi], rstd[lo:hi], w, d)
 		chunkSum(p.eng, dxSums(part, n, d), dx, i, n, d)
 	})

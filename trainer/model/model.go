@@ -227,9 +227,8 @@ func (m *Model) Backward(params, grads []float32, scale float32) {
 	m.eng.MatMul(m.dtmp, m.dlogits, w.wte, n, d, v, false, false, false)
 	m.eng.MatMul(g.wte, m.dlogits, m.lnf.out, v, d, n, true, false, true)
 	m.prof.Lap(profile.GEMM)
-	clear(m.dx)
 	last := m.xs[len(m.xs)-1]
-	layerNormBackward(m.par, m.part, m.dx, g.lnfw, g.lnfb, m.dtmp, last, m.lnf.mean, m.lnf.rstd, w.lnfw, n, d)
+	layerNormBackward(m.par, m.part, m.dx, g.lnfw, g.lnfb, m.dtmp, last, m.lnf.mean, m.lnf.rstd, w.lnfw, n, d, true)
 	m.prof.Lap(profile.Elementwise)
 
 	// Blocks, last first. On entry to each, dx = dL/d(block output). A residual connection
@@ -245,7 +244,7 @@ func (m *Model) Backward(params, grads []float32, scale float32) {
 		m.par.eng.SumRows(bg.fcb, m.part[:chunks(n)*4*d], 4*d)
 		m.prof.Lap(profile.Elementwise)
 		m.linearProducts(m.dtmp, bg.fcw, m.d4, a.ln2.out, bw.fcw, n, d, 4*d)
-		layerNormBackward(m.par, m.part, m.dx, bg.ln2w, bg.ln2b, m.dtmp, a.x2, a.ln2.mean, a.ln2.rstd, bw.ln2w, n, d)
+		layerNormBackward(m.par, m.part, m.dx, bg.ln2w, bg.ln2b, m.dtmp, a.x2, a.ln2.mean, a.ln2.rstd, bw.ln2w, n, d, false)
 		m.prof.Lap(profile.Elementwise)
 		// Attention branch; afterwards dx = dL/d(block input).
 		m.linearProducts(m.dtmp, bg.projw, m.dx, a.y, bw.projw, n, d, d)
@@ -258,7 +257,7 @@ func (m *Model) Backward(params, grads []float32, scale float32) {
 		fromHeads(m.qkv, m.dv, 3*d, 2*d, dm)
 		m.prof.Lap(profile.Attention)
 		m.attnInputBackward(bg.attnw, bg.attnb, a.ln1.out, bw.attnw)
-		layerNormBackward(m.par, m.part, m.dx, bg.ln1w, bg.ln1b, m.dtmp, in, a.ln1.mean, a.ln1.rstd, bw.ln1w, n, d)
+		layerNormBackward(m.par, m.part, m.dx, bg.ln1w, bg.ln1b, m.dtmp, in, a.ln1.mean, a.ln1.rstd, bw.ln1w, n, d, false)
 		m.prof.Lap(profile.Elementwise)
 	}
 	embedBackward(m.par, g.wte, g.wpe, m.dx, m.inputs, dm.t, d)
