@@ -2723,7 +2723,23 @@ DATA mathconsts<>+1200(SB)/4, $0x3e095d4f
 DATA mathconsts<>+1204(SB)/4, $0x3e095d4f
 DATA mathconsts<>+1208(SB)/4, $0x3e095d4f
 DATA mathconsts<>+1212(SB)/4, $0x3e095d4f
-GLOBL mathconsts<>(SB), RODATA|NOPTR, $1216
+DATA mathconsts<>+1216(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1220(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1224(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1228(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1232(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1236(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1240(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1244(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1248(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1252(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1256(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1260(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1264(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1268(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1272(SB)/4, $0x3ecc422a
+DATA mathconsts<>+1276(SB)/4, $0x3ecc422a
+GLOBL mathconsts<>(SB), RODATA|NOPTR, $1280
 
 // func expSumAVX2(dst *float32, src *float32, n int, scale float32, shift float32) float32
 // Requires: AVX, AVX2, FMA3, SSE
@@ -2845,53 +2861,55 @@ TEXT ·geluAVX2(SB), NOSPLIT, $0-32
 	MOVQ    h+16(FP), DX
 	MOVQ    n+24(FP), BX
 	VMOVUPS mathconsts<>+768(SB), Y0
-	VMOVUPS mathconsts<>+0(SB), Y1
-	VMOVUPS mathconsts<>+64(SB), Y2
+	VMOVUPS mathconsts<>+896(SB), Y1
+	VMOVUPS mathconsts<>+960(SB), Y2
+	VMOVUPS mathconsts<>+0(SB), Y3
+	VMOVUPS mathconsts<>+64(SB), Y4
 
 loop2:
 	CMPQ         BX, $0x00000010
 	JL           after2
-	VMOVUPS      (DX), Y3
-	VMULPS       Y3, Y3, Y4
-	VMULPS       mathconsts<>+1024(SB), Y4, Y5
-	VFMADD213PS  Y3, Y3, Y5
-	VMULPS       mathconsts<>+1088(SB), Y5, Y5
-	VMOVUPS      32(DX), Y6
-	VMULPS       Y6, Y6, Y7
-	VMULPS       mathconsts<>+1024(SB), Y7, Y8
-	VFMADD213PS  Y6, Y6, Y8
+	VMOVUPS      (DX), Y5
+	VMULPS       Y5, Y5, Y6
+	VMULPS       mathconsts<>+1024(SB), Y6, Y6
+	VFMADD213PS  Y5, Y5, Y6
+	VMULPS       mathconsts<>+1088(SB), Y6, Y6
+	VMOVUPS      32(DX), Y7
+	VMULPS       Y7, Y7, Y8
+	VMULPS       mathconsts<>+1024(SB), Y8, Y8
+	VFMADD213PS  Y7, Y7, Y8
 	VMULPS       mathconsts<>+1088(SB), Y8, Y8
-	VMAXPS       Y5, Y1, Y5
-	VMAXPS       Y8, Y1, Y8
-	VMINPS       Y5, Y2, Y5
-	VMINPS       Y8, Y2, Y8
-	VMULPS       mathconsts<>+128(SB), Y5, Y9
+	VMAXPS       Y6, Y3, Y6
+	VMAXPS       Y8, Y3, Y8
+	VMINPS       Y6, Y4, Y6
+	VMINPS       Y8, Y4, Y8
+	VMULPS       mathconsts<>+128(SB), Y6, Y9
 	VMULPS       mathconsts<>+128(SB), Y8, Y10
 	VADDPS       mathconsts<>+192(SB), Y9, Y9
 	VADDPS       mathconsts<>+192(SB), Y10, Y10
 	VSUBPS       mathconsts<>+192(SB), Y9, Y9
 	VSUBPS       mathconsts<>+192(SB), Y10, Y10
-	VMOVAPS      Y5, Y5
+	VMOVAPS      Y6, Y6
 	VMOVAPS      Y8, Y11
-	VFNMADD231PS mathconsts<>+256(SB), Y9, Y5
+	VFNMADD231PS mathconsts<>+256(SB), Y9, Y6
 	VFNMADD231PS mathconsts<>+256(SB), Y10, Y11
-	VFNMADD231PS mathconsts<>+320(SB), Y9, Y5
+	VFNMADD231PS mathconsts<>+320(SB), Y9, Y6
 	VFNMADD231PS mathconsts<>+320(SB), Y10, Y11
 	VMOVUPS      mathconsts<>+384(SB), Y8
 	VMOVUPS      mathconsts<>+384(SB), Y12
-	VFMADD213PS  mathconsts<>+448(SB), Y5, Y8
+	VFMADD213PS  mathconsts<>+448(SB), Y6, Y8
 	VFMADD213PS  mathconsts<>+448(SB), Y11, Y12
-	VFMADD213PS  mathconsts<>+512(SB), Y5, Y8
+	VFMADD213PS  mathconsts<>+512(SB), Y6, Y8
 	VFMADD213PS  mathconsts<>+512(SB), Y11, Y12
-	VFMADD213PS  mathconsts<>+576(SB), Y5, Y8
+	VFMADD213PS  mathconsts<>+576(SB), Y6, Y8
 	VFMADD213PS  mathconsts<>+576(SB), Y11, Y12
-	VFMADD213PS  mathconsts<>+640(SB), Y5, Y8
+	VFMADD213PS  mathconsts<>+640(SB), Y6, Y8
 	VFMADD213PS  mathconsts<>+640(SB), Y11, Y12
-	VFMADD213PS  mathconsts<>+704(SB), Y5, Y8
+	VFMADD213PS  mathconsts<>+704(SB), Y6, Y8
 	VFMADD213PS  mathconsts<>+704(SB), Y11, Y12
-	VFMADD213PS  mathconsts<>+768(SB), Y5, Y8
+	VFMADD213PS  mathconsts<>+768(SB), Y6, Y8
 	VFMADD213PS  mathconsts<>+768(SB), Y11, Y12
-	VFMADD213PS  mathconsts<>+768(SB), Y5, Y8
+	VFMADD213PS  mathconsts<>+768(SB), Y6, Y8
 	VFMADD213PS  mathconsts<>+768(SB), Y11, Y12
 	VCVTPS2DQ    Y9, Y9
 	VCVTPS2DQ    Y10, Y10
@@ -2899,30 +2917,42 @@ loop2:
 	VPADDD       mathconsts<>+832(SB), Y10, Y10
 	VPSLLD       $0x17, Y9, Y9
 	VPSLLD       $0x17, Y10, Y10
-	VMULPS       Y9, Y8, Y5
+	VMULPS       Y9, Y8, Y6
 	VMULPS       Y10, Y12, Y8
-	VADDPS       Y0, Y5, Y9
-	VDIVPS       Y9, Y0, Y9
-	VMULPS       Y9, Y5, Y5
-	VMULPS       Y5, Y3, Y10
-	VMOVUPS      Y10, (AX)
-	VFMADD132PS  mathconsts<>+1152(SB), Y0, Y4
-	VMULPS       Y9, Y3, Y3
-	VMULPS       Y4, Y3, Y3
-	VMULPS       mathconsts<>+1088(SB), Y3, Y3
-	VFMADD213PS  Y5, Y5, Y3
-	VMOVUPS      Y3, (CX)
-	VADDPS       Y0, Y8, Y3
-	VDIVPS       Y3, Y0, Y3
-	VMULPS       Y3, Y8, Y4
-	VMULPS       Y4, Y6, Y5
+	VADDPS       Y0, Y6, Y6
+	VDIVPS       Y6, Y1, Y6
+	VSUBPS       Y6, Y0, Y6
+	VADDPS       Y0, Y6, Y9
+	VMULPS       Y2, Y9, Y9
+	VMOVAPS      Y0, Y10
+	VFNMADD231PS Y6, Y6, Y10
+	VMULPS       Y5, Y5, Y11
+	VMULPS       mathconsts<>+1152(SB), Y11, Y11
+	VADDPS       Y0, Y11, Y11
+	VMULPS       mathconsts<>+1216(SB), Y5, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD213PS  Y9, Y11, Y12
+	VMOVUPS      Y12, (CX)
+	VMULPS       Y2, Y5, Y5
+	VFMADD213PS  Y5, Y5, Y6
+	VMOVUPS      Y6, (AX)
+	VADDPS       Y0, Y8, Y8
+	VDIVPS       Y8, Y1, Y5
+	VSUBPS       Y5, Y0, Y5
+	VADDPS       Y0, Y5, Y6
+	VMULPS       Y2, Y6, Y6
+	VMOVAPS      Y0, Y8
+	VFNMADD231PS Y5, Y5, Y8
+	VMULPS       Y7, Y7, Y9
+	VMULPS       mathconsts<>+1152(SB), Y9, Y9
+	VADDPS       Y0, Y9, Y9
+	VMULPS       mathconsts<>+1216(SB), Y7, Y10
+	VMULPS       Y8, Y10, Y10
+	VFMADD213PS  Y6, Y9, Y10
+	VMOVUPS      Y10, 32(CX)
+	VMULPS       Y2, Y7, Y6
+	VFMADD213PS  Y6, Y6, Y5
 	VMOVUPS      Y5, 32(AX)
-	VFMADD132PS  mathconsts<>+1152(SB), Y0, Y7
-	VMULPS       Y3, Y6, Y3
-	VMULPS       Y7, Y3, Y3
-	VMULPS       mathconsts<>+1088(SB), Y3, Y3
-	VFMADD213PS  Y4, Y4, Y3
-	VMOVUPS      Y3, 32(CX)
 	ADDQ         $0x00000040, DX
 	ADDQ         $0x00000040, CX
 	ADDQ         $0x00000040, AX
@@ -2933,42 +2963,48 @@ after2:
 loop1:
 	CMPQ         BX, $0x00000008
 	JL           after1
-	VMOVUPS      (DX), Y3
-	VMULPS       Y3, Y3, Y4
-	VMULPS       mathconsts<>+1024(SB), Y4, Y5
-	VFMADD213PS  Y3, Y3, Y5
-	VMULPS       mathconsts<>+1088(SB), Y5, Y5
-	VMAXPS       Y5, Y1, Y5
-	VMINPS       Y5, Y2, Y5
-	VMULPS       mathconsts<>+128(SB), Y5, Y6
-	VADDPS       mathconsts<>+192(SB), Y6, Y6
-	VSUBPS       mathconsts<>+192(SB), Y6, Y6
-	VMOVAPS      Y5, Y5
-	VFNMADD231PS mathconsts<>+256(SB), Y6, Y5
-	VFNMADD231PS mathconsts<>+320(SB), Y6, Y5
-	VMOVUPS      mathconsts<>+384(SB), Y7
-	VFMADD213PS  mathconsts<>+448(SB), Y5, Y7
-	VFMADD213PS  mathconsts<>+512(SB), Y5, Y7
-	VFMADD213PS  mathconsts<>+576(SB), Y5, Y7
-	VFMADD213PS  mathconsts<>+640(SB), Y5, Y7
-	VFMADD213PS  mathconsts<>+704(SB), Y5, Y7
-	VFMADD213PS  mathconsts<>+768(SB), Y5, Y7
-	VFMADD213PS  mathconsts<>+768(SB), Y5, Y7
-	VCVTPS2DQ    Y6, Y6
-	VPADDD       mathconsts<>+832(SB), Y6, Y6
-	VPSLLD       $0x17, Y6, Y6
-	VMULPS       Y6, Y7, Y5
-	VADDPS       Y0, Y5, Y6
-	VDIVPS       Y6, Y0, Y6
-	VMULPS       Y6, Y5, Y5
-	VMULPS       Y5, Y3, Y7
-	VMOVUPS      Y7, (AX)
-	VFMADD132PS  mathconsts<>+1152(SB), Y0, Y4
-	VMULPS       Y6, Y3, Y3
-	VMULPS       Y4, Y3, Y3
-	VMULPS       mathconsts<>+1088(SB), Y3, Y3
-	VFMADD213PS  Y5, Y5, Y3
-	VMOVUPS      Y3, (CX)
+	VMOVUPS      (DX), Y5
+	VMULPS       Y5, Y5, Y6
+	VMULPS       mathconsts<>+1024(SB), Y6, Y6
+	VFMADD213PS  Y5, Y5, Y6
+	VMULPS       mathconsts<>+1088(SB), Y6, Y6
+	VMAXPS       Y6, Y3, Y6
+	VMINPS       Y6, Y4, Y6
+	VMULPS       mathconsts<>+128(SB), Y6, Y7
+	VADDPS       mathconsts<>+192(SB), Y7, Y7
+	VSUBPS       mathconsts<>+192(SB), Y7, Y7
+	VMOVAPS      Y6, Y6
+	VFNMADD231PS mathconsts<>+256(SB), Y7, Y6
+	VFNMADD231PS mathconsts<>+320(SB), Y7, Y6
+	VMOVUPS      mathconsts<>+384(SB), Y8
+	VFMADD213PS  mathconsts<>+448(SB), Y6, Y8
+	VFMADD213PS  mathconsts<>+512(SB), Y6, Y8
+	VFMADD213PS  mathconsts<>+576(SB), Y6, Y8
+	VFMADD213PS  mathconsts<>+640(SB), Y6, Y8
+	VFMADD213PS  mathconsts<>+704(SB), Y6, Y8
+	VFMADD213PS  mathconsts<>+768(SB), Y6, Y8
+	VFMADD213PS  mathconsts<>+768(SB), Y6, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPADDD       mathconsts<>+832(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VMULPS       Y7, Y8, Y6
+	VADDPS       Y0, Y6, Y6
+	VDIVPS       Y6, Y1, Y6
+	VSUBPS       Y6, Y0, Y6
+	VADDPS       Y0, Y6, Y7
+	VMULPS       Y2, Y7, Y7
+	VMOVAPS      Y0, Y8
+	VFNMADD231PS Y6, Y6, Y8
+	VMULPS       Y5, Y5, Y9
+	VMULPS       mathconsts<>+1152(SB), Y9, Y9
+	VADDPS       Y0, Y9, Y9
+	VMULPS       mathconsts<>+1216(SB), Y5, Y10
+	VMULPS       Y8, Y10, Y10
+	VFMADD213PS  Y7, Y9, Y10
+	VMOVUPS      Y10, (CX)
+	VMULPS       Y2, Y5, Y5
+	VFMADD213PS  Y5, Y5, Y6
+	VMOVUPS      Y6, (AX)
 	ADDQ         $0x00000020, DX
 	ADDQ         $0x00000020, CX
 	ADDQ         $0x00000020, AX
@@ -3582,140 +3618,166 @@ TEXT ·geluAVX512(SB), NOSPLIT, $0-32
 	MOVQ    h+16(FP), DX
 	MOVQ    n+24(FP), BX
 	VMOVUPS mathconsts<>+768(SB), Z0
-	VMOVUPS mathconsts<>+0(SB), Z1
-	VMOVUPS mathconsts<>+64(SB), Z2
+	VMOVUPS mathconsts<>+896(SB), Z1
+	VMOVUPS mathconsts<>+960(SB), Z2
+	VMOVUPS mathconsts<>+0(SB), Z3
+	VMOVUPS mathconsts<>+64(SB), Z4
 
 loop4:
 	CMPQ         BX, $0x00000040
 	JL           after4
-	VMOVUPS      (DX), Z3
-	VMULPS       Z3, Z3, Z4
-	VMULPS       mathconsts<>+1024(SB), Z4, Z5
-	VFMADD213PS  Z3, Z3, Z5
-	VMULPS       mathconsts<>+1088(SB), Z5, Z5
-	VMOVUPS      64(DX), Z6
-	VMULPS       Z6, Z6, Z7
-	VMULPS       mathconsts<>+1024(SB), Z7, Z8
-	VFMADD213PS  Z6, Z6, Z8
+	VMOVUPS      (DX), Z5
+	VMULPS       Z5, Z5, Z6
+	VMULPS       mathconsts<>+1024(SB), Z6, Z6
+	VFMADD213PS  Z5, Z5, Z6
+	VMULPS       mathconsts<>+1088(SB), Z6, Z6
+	VMOVUPS      64(DX), Z7
+	VMULPS       Z7, Z7, Z8
+	VMULPS       mathconsts<>+1024(SB), Z8, Z8
+	VFMADD213PS  Z7, Z7, Z8
 	VMULPS       mathconsts<>+1088(SB), Z8, Z8
 	VMOVUPS      128(DX), Z9
 	VMULPS       Z9, Z9, Z10
-	VMULPS       mathconsts<>+1024(SB), Z10, Z11
-	VFMADD213PS  Z9, Z9, Z11
-	VMULPS       mathconsts<>+1088(SB), Z11, Z11
-	VMOVUPS      192(DX), Z12
-	VMULPS       Z12, Z12, Z13
-	VMULPS       mathconsts<>+1024(SB), Z13, Z14
-	VFMADD213PS  Z12, Z12, Z14
-	VMULPS       mathconsts<>+1088(SB), Z14, Z14
-	VMAXPS       Z5, Z1, Z5
-	VMAXPS       Z8, Z1, Z8
-	VMAXPS       Z11, Z1, Z11
-	VMAXPS       Z14, Z1, Z14
-	VMINPS       Z5, Z2, Z5
-	VMINPS       Z8, Z2, Z8
-	VMINPS       Z11, Z2, Z11
-	VMINPS       Z14, Z2, Z14
-	VMULPS       mathconsts<>+128(SB), Z5, Z15
-	VMULPS       mathconsts<>+128(SB), Z8, Z16
-	VMULPS       mathconsts<>+128(SB), Z11, Z17
-	VMULPS       mathconsts<>+128(SB), Z14, Z18
+	VMULPS       mathconsts<>+1024(SB), Z10, Z10
+	VFMADD213PS  Z9, Z9, Z10
+	VMULPS       mathconsts<>+1088(SB), Z10, Z10
+	VMOVUPS      192(DX), Z11
+	VMULPS       Z11, Z11, Z12
+	VMULPS       mathconsts<>+1024(SB), Z12, Z12
+	VFMADD213PS  Z11, Z11, Z12
+	VMULPS       mathconsts<>+1088(SB), Z12, Z12
+	VMAXPS       Z6, Z3, Z6
+	VMAXPS       Z8, Z3, Z8
+	VMAXPS       Z10, Z3, Z10
+	VMAXPS       Z12, Z3, Z12
+	VMINPS       Z6, Z4, Z6
+	VMINPS       Z8, Z4, Z8
+	VMINPS       Z10, Z4, Z10
+	VMINPS       Z12, Z4, Z12
+	VMULPS       mathconsts<>+128(SB), Z6, Z13
+	VMULPS       mathconsts<>+128(SB), Z8, Z14
+	VMULPS       mathconsts<>+128(SB), Z10, Z15
+	VMULPS       mathconsts<>+128(SB), Z12, Z16
+	VRNDSCALEPS  $0x00, Z13, Z13
+	VRNDSCALEPS  $0x00, Z14, Z14
 	VRNDSCALEPS  $0x00, Z15, Z15
 	VRNDSCALEPS  $0x00, Z16, Z16
-	VRNDSCALEPS  $0x00, Z17, Z17
-	VRNDSCALEPS  $0x00, Z18, Z18
-	VMOVAPS      Z5, Z5
+	VMOVAPS      Z6, Z6
 	VMOVAPS      Z8, Z8
-	VMOVAPS      Z11, Z11
-	VMOVAPS      Z14, Z21
-	VFNMADD231PS mathconsts<>+256(SB), Z15, Z5
-	VFNMADD231PS mathconsts<>+256(SB), Z16, Z8
-	VFNMADD231PS mathconsts<>+256(SB), Z17, Z11
-	VFNMADD231PS mathconsts<>+256(SB), Z18, Z21
-	VFNMADD231PS mathconsts<>+320(SB), Z15, Z5
-	VFNMADD231PS mathconsts<>+320(SB), Z16, Z8
-	VFNMADD231PS mathconsts<>+320(SB), Z17, Z11
-	VFNMADD231PS mathconsts<>+320(SB), Z18, Z21
-	VMOVUPS      mathconsts<>+384(SB), Z14
-	VMOVUPS      mathconsts<>+384(SB), Z19
+	VMOVAPS      Z10, Z10
+	VMOVAPS      Z12, Z19
+	VFNMADD231PS mathconsts<>+256(SB), Z13, Z6
+	VFNMADD231PS mathconsts<>+256(SB), Z14, Z8
+	VFNMADD231PS mathconsts<>+256(SB), Z15, Z10
+	VFNMADD231PS mathconsts<>+256(SB), Z16, Z19
+	VFNMADD231PS mathconsts<>+320(SB), Z13, Z6
+	VFNMADD231PS mathconsts<>+320(SB), Z14, Z8
+	VFNMADD231PS mathconsts<>+320(SB), Z15, Z10
+	VFNMADD231PS mathconsts<>+320(SB), Z16, Z19
+	VMOVUPS      mathconsts<>+384(SB), Z12
+	VMOVUPS      mathconsts<>+384(SB), Z17
+	VMOVUPS      mathconsts<>+384(SB), Z18
 	VMOVUPS      mathconsts<>+384(SB), Z20
-	VMOVUPS      mathconsts<>+384(SB), Z22
-	VFMADD213PS  mathconsts<>+448(SB), Z5, Z14
-	VFMADD213PS  mathconsts<>+448(SB), Z8, Z19
-	VFMADD213PS  mathconsts<>+448(SB), Z11, Z20
-	VFMADD213PS  mathconsts<>+448(SB), Z21, Z22
-	VFMADD213PS  mathconsts<>+512(SB), Z5, Z14
-	VFMADD213PS  mathconsts<>+512(SB), Z8, Z19
-	VFMADD213PS  mathconsts<>+512(SB), Z11, Z20
-	VFMADD213PS  mathconsts<>+512(SB), Z21, Z22
-	VFMADD213PS  mathconsts<>+576(SB), Z5, Z14
-	VFMADD213PS  mathconsts<>+576(SB), Z8, Z19
-	VFMADD213PS  mathconsts<>+576(SB), Z11, Z20
-	VFMADD213PS  mathconsts<>+576(SB), Z21, Z22
-	VFMADD213PS  mathconsts<>+640(SB), Z5, Z14
-	VFMADD213PS  mathconsts<>+640(SB), Z8, Z19
-	VFMADD213PS  mathconsts<>+640(SB), Z11, Z20
-	VFMADD213PS  mathconsts<>+640(SB), Z21, Z22
-	VFMADD213PS  mathconsts<>+704(SB), Z5, Z14
-	VFMADD213PS  mathconsts<>+704(SB), Z8, Z19
-	VFMADD213PS  mathconsts<>+704(SB), Z11, Z20
-	VFMADD213PS  mathconsts<>+704(SB), Z21, Z22
-	VFMADD213PS  mathconsts<>+768(SB), Z5, Z14
-	VFMADD213PS  mathconsts<>+768(SB), Z8, Z19
-	VFMADD213PS  mathconsts<>+768(SB), Z11, Z20
-	VFMADD213PS  mathconsts<>+768(SB), Z21, Z22
-	VFMADD213PS  mathconsts<>+768(SB), Z5, Z14
-	VFMADD213PS  mathconsts<>+768(SB), Z8, Z19
-	VFMADD213PS  mathconsts<>+768(SB), Z11, Z20
-	VFMADD213PS  mathconsts<>+768(SB), Z21, Z22
-	VSCALEFPS    Z15, Z14, Z5
-	VSCALEFPS    Z16, Z19, Z8
-	VSCALEFPS    Z17, Z20, Z11
-	VSCALEFPS    Z18, Z22, Z14
-	VADDPS       Z0, Z5, Z15
-	VDIVPS       Z15, Z0, Z15
-	VMULPS       Z15, Z5, Z5
-	VMULPS       Z5, Z3, Z16
-	VMOVUPS      Z16, (AX)
-	VFMADD132PS  mathconsts<>+1152(SB), Z0, Z4
-	VMULPS       Z15, Z3, Z3
-	VMULPS       Z4, Z3, Z3
-	VMULPS       mathconsts<>+1088(SB), Z3, Z3
-	VFMADD213PS  Z5, Z5, Z3
-	VMOVUPS      Z3, (CX)
-	VADDPS       Z0, Z8, Z3
-	VDIVPS       Z3, Z0, Z3
-	VMULPS       Z3, Z8, Z4
-	VMULPS       Z4, Z6, Z5
+	VFMADD213PS  mathconsts<>+448(SB), Z6, Z12
+	VFMADD213PS  mathconsts<>+448(SB), Z8, Z17
+	VFMADD213PS  mathconsts<>+448(SB), Z10, Z18
+	VFMADD213PS  mathconsts<>+448(SB), Z19, Z20
+	VFMADD213PS  mathconsts<>+512(SB), Z6, Z12
+	VFMADD213PS  mathconsts<>+512(SB), Z8, Z17
+	VFMADD213PS  mathconsts<>+512(SB), Z10, Z18
+	VFMADD213PS  mathconsts<>+512(SB), Z19, Z20
+	VFMADD213PS  mathconsts<>+576(SB), Z6, Z12
+	VFMADD213PS  mathconsts<>+576(SB), Z8, Z17
+	VFMADD213PS  mathconsts<>+576(SB), Z10, Z18
+	VFMADD213PS  mathconsts<>+576(SB), Z19, Z20
+	VFMADD213PS  mathconsts<>+640(SB), Z6, Z12
+	VFMADD213PS  mathconsts<>+640(SB), Z8, Z17
+	VFMADD213PS  mathconsts<>+640(SB), Z10, Z18
+	VFMADD213PS  mathconsts<>+640(SB), Z19, Z20
+	VFMADD213PS  mathconsts<>+704(SB), Z6, Z12
+	VFMADD213PS  mathconsts<>+704(SB), Z8, Z17
+	VFMADD213PS  mathconsts<>+704(SB), Z10, Z18
+	VFMADD213PS  mathconsts<>+704(SB), Z19, Z20
+	VFMADD213PS  mathconsts<>+768(SB), Z6, Z12
+	VFMADD213PS  mathconsts<>+768(SB), Z8, Z17
+	VFMADD213PS  mathconsts<>+768(SB), Z10, Z18
+	VFMADD213PS  mathconsts<>+768(SB), Z19, Z20
+	VFMADD213PS  mathconsts<>+768(SB), Z6, Z12
+	VFMADD213PS  mathconsts<>+768(SB), Z8, Z17
+	VFMADD213PS  mathconsts<>+768(SB), Z10, Z18
+	VFMADD213PS  mathconsts<>+768(SB), Z19, Z20
+	VSCALEFPS    Z13, Z12, Z6
+	VSCALEFPS    Z14, Z17, Z8
+	VSCALEFPS    Z15, Z18, Z10
+	VSCALEFPS    Z16, Z20, Z12
+	VADDPS       Z0, Z6, Z6
+	VDIVPS       Z6, Z1, Z6
+	VSUBPS       Z6, Z0, Z6
+	VADDPS       Z0, Z6, Z13
+	VMULPS       Z2, Z13, Z13
+	VMOVAPS      Z0, Z14
+	VFNMADD231PS Z6, Z6, Z14
+	VMULPS       Z5, Z5, Z15
+	VMULPS       mathconsts<>+1152(SB), Z15, Z15
+	VADDPS       Z0, Z15, Z15
+	VMULPS       mathconsts<>+1216(SB), Z5, Z16
+	VMULPS       Z14, Z16, Z16
+	VFMADD213PS  Z13, Z15, Z16
+	VMOVUPS      Z16, (CX)
+	VMULPS       Z2, Z5, Z5
+	VFMADD213PS  Z5, Z5, Z6
+	VMOVUPS      Z6, (AX)
+	VADDPS       Z0, Z8, Z8
+	VDIVPS       Z8, Z1, Z5
+	VSUBPS       Z5, Z0, Z5
+	VADDPS       Z0, Z5, Z6
+	VMULPS       Z2, Z6, Z6
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z5, Z5, Z8
+	VMULPS       Z7, Z7, Z13
+	VMULPS       mathconsts<>+1152(SB), Z13, Z13
+	VADDPS       Z0, Z13, Z13
+	VMULPS       mathconsts<>+1216(SB), Z7, Z14
+	VMULPS       Z8, Z14, Z14
+	VFMADD213PS  Z6, Z13, Z14
+	VMOVUPS      Z14, 64(CX)
+	VMULPS       Z2, Z7, Z6
+	VFMADD213PS  Z6, Z6, Z5
 	VMOVUPS      Z5, 64(AX)
-	VFMADD132PS  mathconsts<>+1152(SB), Z0, Z7
-	VMULPS       Z3, Z6, Z3
-	VMULPS       Z7, Z3, Z3
-	VMULPS       mathconsts<>+1088(SB), Z3, Z3
-	VFMADD213PS  Z4, Z4, Z3
-	VMOVUPS      Z3, 64(CX)
-	VADDPS       Z0, Z11, Z3
-	VDIVPS       Z3, Z0, Z3
-	VMULPS       Z3, Z11, Z4
-	VMULPS       Z4, Z9, Z5
+	VADDPS       Z0, Z10, Z10
+	VDIVPS       Z10, Z1, Z5
+	VSUBPS       Z5, Z0, Z5
+	VADDPS       Z0, Z5, Z6
+	VMULPS       Z2, Z6, Z6
+	VMOVAPS      Z0, Z7
+	VFNMADD231PS Z5, Z5, Z7
+	VMULPS       Z9, Z9, Z8
+	VMULPS       mathconsts<>+1152(SB), Z8, Z8
+	VADDPS       Z0, Z8, Z8
+	VMULPS       mathconsts<>+1216(SB), Z9, Z10
+	VMULPS       Z7, Z10, Z10
+	VFMADD213PS  Z6, Z8, Z10
+	VMOVUPS      Z10, 128(CX)
+	VMULPS       Z2, Z9, Z6
+	VFMADD213PS  Z6, Z6, Z5
 	VMOVUPS      Z5, 128(AX)
-	VFMADD132PS  mathconsts<>+1152(SB), Z0, Z10
-	VMULPS       Z3, Z9, Z3
-	VMULPS       Z10, Z3, Z3
-	VMULPS       mathconsts<>+1088(SB), Z3, Z3
-	VFMADD213PS  Z4, Z4, Z3
-	VMOVUPS      Z3, 128(CX)
-	VADDPS       Z0, Z14, Z3
-	VDIVPS       Z3, Z0, Z3
-	VMULPS       Z3, Z14, Z4
-	VMULPS       Z4, Z12, Z5
+	VADDPS       Z0, Z12, Z12
+	VDIVPS       Z12, Z1, Z5
+	VSUBPS       Z5, Z0, Z5
+	VADDPS       Z0, Z5, Z6
+	VMULPS       Z2, Z6, Z6
+	VMOVAPS      Z0, Z7
+	VFNMADD231PS Z5, Z5, Z7
+	VMULPS       Z11, Z11, Z8
+	VMULPS       mathconsts<>+1152(SB), Z8, Z8
+	VADDPS       Z0, Z8, Z8
+	VMULPS       mathconsts<>+1216(SB), Z11, Z9
+	VMULPS       Z7, Z9, Z9
+	VFMADD213PS  Z6, Z8, Z9
+	VMOVUPS      Z9, 192(CX)
+	VMULPS       Z2, Z11, Z6
+	VFMADD213PS  Z6, Z6, Z5
 	VMOVUPS      Z5, 192(AX)
-	VFMADD132PS  mathconsts<>+1152(SB), Z0, Z13
-	VMULPS       Z3, Z12, Z3
-	VMULPS       Z13, Z3, Z3
-	VMULPS       mathconsts<>+1088(SB), Z3, Z3
-	VFMADD213PS  Z4, Z4, Z3
-	VMOVUPS      Z3, 192(CX)
 	ADDQ         $0x00000100, DX
 	ADDQ         $0x00000100, CX
 	ADDQ         $0x00000100, AX
@@ -3726,38 +3788,44 @@ after4:
 loop1:
 	CMPQ         BX, $0x00000010
 	JL           after1
-	VMOVUPS      (DX), Z3
-	VMULPS       Z3, Z3, Z4
-	VMULPS       mathconsts<>+1024(SB), Z4, Z5
-	VFMADD213PS  Z3, Z3, Z5
-	VMULPS       mathconsts<>+1088(SB), Z5, Z5
-	VMAXPS       Z5, Z1, Z5
-	VMINPS       Z5, Z2, Z5
-	VMULPS       mathconsts<>+128(SB), Z5, Z6
-	VRNDSCALEPS  $0x00, Z6, Z6
-	VMOVAPS      Z5, Z5
-	VFNMADD231PS mathconsts<>+256(SB), Z6, Z5
-	VFNMADD231PS mathconsts<>+320(SB), Z6, Z5
-	VMOVUPS      mathconsts<>+384(SB), Z7
-	VFMADD213PS  mathconsts<>+448(SB), Z5, Z7
-	VFMADD213PS  mathconsts<>+512(SB), Z5, Z7
-	VFMADD213PS  mathconsts<>+576(SB), Z5, Z7
-	VFMADD213PS  mathconsts<>+640(SB), Z5, Z7
-	VFMADD213PS  mathconsts<>+704(SB), Z5, Z7
-	VFMADD213PS  mathconsts<>+768(SB), Z5, Z7
-	VFMADD213PS  mathconsts<>+768(SB), Z5, Z7
-	VSCALEFPS    Z6, Z7, Z5
-	VADDPS       Z0, Z5, Z6
-	VDIVPS       Z6, Z0, Z6
-	VMULPS       Z6, Z5, Z5
-	VMULPS       Z5, Z3, Z7
-	VMOVUPS      Z7, (AX)
-	VFMADD132PS  mathconsts<>+1152(SB), Z0, Z4
-	VMULPS       Z6, Z3, Z3
-	VMULPS       Z4, Z3, Z3
-	VMULPS       mathconsts<>+1088(SB), Z3, Z3
-	VFMADD213PS  Z5, Z5, Z3
-	VMOVUPS      Z3, (CX)
+	VMOVUPS      (DX), Z5
+	VMULPS       Z5, Z5, Z6
+	VMULPS       mathconsts<>+1024(SB), Z6, Z6
+	VFMADD213PS  Z5, Z5, Z6
+	VMULPS       mathconsts<>+1088(SB), Z6, Z6
+	VMAXPS       Z6, Z3, Z6
+	VMINPS       Z6, Z4, Z6
+	VMULPS       mathconsts<>+128(SB), Z6, Z7
+	VRNDSCALEPS  $0x00, Z7, Z7
+	VMOVAPS      Z6, Z6
+	VFNMADD231PS mathconsts<>+256(SB), Z7, Z6
+	VFNMADD231PS mathconsts<>+320(SB), Z7, Z6
+	VMOVUPS      mathconsts<>+384(SB), Z8
+	VFMADD213PS  mathconsts<>+448(SB), Z6, Z8
+	VFMADD213PS  mathconsts<>+512(SB), Z6, Z8
+	VFMADD213PS  mathconsts<>+576(SB), Z6, Z8
+	VFMADD213PS  mathconsts<>+640(SB), Z6, Z8
+	VFMADD213PS  mathconsts<>+704(SB), Z6, Z8
+	VFMADD213PS  mathconsts<>+768(SB), Z6, Z8
+	VFMADD213PS  mathconsts<>+768(SB), Z6, Z8
+	VSCALEFPS    Z7, Z8, Z6
+	VADDPS       Z0, Z6, Z6
+	VDIVPS       Z6, Z1, Z6
+	VSUBPS       Z6, Z0, Z6
+	VADDPS       Z0, Z6, Z7
+	VMULPS       Z2, Z7, Z7
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z6, Z6, Z8
+	VMULPS       Z5, Z5, Z9
+	VMULPS       mathconsts<>+1152(SB), Z9, Z9
+	VADDPS       Z0, Z9, Z9
+	VMULPS       mathconsts<>+1216(SB), Z5, Z10
+	VMULPS       Z8, Z10, Z10
+	VFMADD213PS  Z7, Z9, Z10
+	VMOVUPS      Z10, (CX)
+	VMULPS       Z2, Z5, Z5
+	VFMADD213PS  Z5, Z5, Z6
+	VMOVUPS      Z6, (AX)
 	ADDQ         $0x00000040, DX
 	ADDQ         $0x00000040, CX
 	ADDQ         $0x00000040, AX

@@ -78,9 +78,9 @@ func copy32AVX(dst *float32, src *float32, ld int, kc int, panels int, stride in
 // with the argument clamped to [-87, 88], and returns the sum of them. dst may be src.
 func expSumAVX2(dst *float32, src *float32, n int, scale float32, shift float32) float32
 
-// geluAVX2 writes out[i] = 0.5·h[i]·(1 + tanh(u)) with u = sqrt(2/pi)·(h[i] + 0.044715·h[i]³),
-// GPT-2's tanh GELU, and its derivative dgelu[i], computed from e = exp(2u) as a = e/(e + 1),
-// out[i] = h[i]·a, dgelu[i] = a + a·2·sqrt(2/pi)·h[i]·(1 + 3·0.044715·h[i]²)/(e + 1), for i < n, a multiple of 8.
+// geluAVX2 writes out[i] = 0.5·h[i]·(1 + t) with t = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)),
+// GPT-2's tanh GELU, and its derivative dgelu[i] = 0.5 (1 + t) + 0.5 h[i] (1 - t²) sqrt(2/pi)
+// (1 + 3·0.044715 h[i]²), for i < n, a multiple of 8.
 func geluAVX2(out *float32, dgelu *float32, h *float32, n int)
 
 // layerNormAVX2 normalizes rows rows of d floats (d a positive multiple of 8) at x
@@ -104,9 +104,9 @@ func scaleAVX2(x *float32, n int, s float32)
 // with the argument clamped to [-87, 88], and returns the sum of them. dst may be src.
 func expSumAVX512(dst *float32, src *float32, n int, scale float32, shift float32) float32
 
-// geluAVX512 writes out[i] = 0.5·h[i]·(1 + tanh(u)) with u = sqrt(2/pi)·(h[i] + 0.044715·h[i]³),
-// GPT-2's tanh GELU, and its derivative dgelu[i], computed from e = exp(2u) as a = e/(e + 1),
-// out[i] = h[i]·a, dgelu[i] = a + a·2·sqrt(2/pi)·h[i]·(1 + 3·0.044715·h[i]²)/(e + 1), for i < n, a multiple of 16.
+// geluAVX512 writes out[i] = 0.5·h[i]·(1 + t) with t = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)),
+// GPT-2's tanh GELU, and its derivative dgelu[i] = 0.5 (1 + t) + 0.5 h[i] (1 - t²) sqrt(2/pi)
+// (1 + 3·0.044715 h[i]²), for i < n, a multiple of 16.
 func geluAVX512(out *float32, dgelu *float32, h *float32, n int)
 
 // layerNormAVX512 normalizes rows rows of d floats (d a positive multiple of 16) at x

@@ -47,12 +47,9 @@ func goExpSum(dst, src []float32, scale, shift float32) float32 {
 func goGELU(out, dgelu, h []float32) {
 	out, dgelu = out[:len(h)], dgelu[:len(h)]
 	for i, v := range h {
-		x2 := v * v
-		e := expf(2 * geluC * (v + 0.044715*v*x2))
-		r := 1 / (e + 1)
-		a := e * r
-		out[i] = v * a
-		dgelu[i] = a + a*(2*geluC*(v*r*(1+3*0.044715*x2)))
+		t := 1 - 2/(expf(2*geluC*(v+0.044715*v*v*v))+1)
+		dgelu[i] = 0.5*(1+t) + 0.5*v*(1-t*t)*geluC*(1+3*0.044715*v*v)
+		out[i] = 0.5 * v * (1 + t)
 	}
 }
 
@@ -72,12 +69,11 @@ func (e *Engine) ExpSum(dst, src []float32, scale, shift float32) float32 {
 
 // GELU computes GPT-2's tanh GELU of every element x = h[i] and its
 // derivative, for the backward pass to multiply the output's gradient by
-// (Mul): with u = sqrt(2/pi)·(x + 0.044715·x³), out[i] = 0.5·x·(1 +
-// tanh(u)) and dgelu[i] = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh²(u))
-// sqrt(2/pi) (1 + 3·0.044715 x²). Both come from e = exp(2u) (ExpSum's
-// exponential): 0.5 (1 + tanh(u)) = e/(e + 1), without the cancellation
-// of 1 + tanh(u) where tanh(u) is near -1. out may be h. It panics when
-// out or dgelu is shorter than h: that is a bug in the caller.
+// (Mul): with t = tanh(sqrt(2/pi)·(x + 0.044715·x³)), out[i] =
+// 0.5·x·(1 + t) and dgelu[i] = 0.5 (1 + t) + 0.5 x (1 - t²) sqrt(2/pi)
+// (1 + 3·0.044715 x²). t is 1 - 2/(exp(2u)+1) with ExpSum's exponential,
+// within 1e-6 absolute of tanh. out may be h. It panics when out or
+// dgelu is shorter than h: that is a bug in the caller.
 func (e *Engine) GELU(out, dgelu, h []float32) {
 	if len(out) < len(h) || len(dgelu) < len(h) {
 		panic(fmt.Sprintf("kernels: GELU with len(out)=%d len(dgelu)=%d < len(h)=%d", len(out), len(dgelu), len(h)))

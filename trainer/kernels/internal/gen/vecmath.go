@@ -48,6 +48,7 @@ var expConsts = []struct {
 	{"gelu3", math.Float32bits(0.044715)},
 	{"gelu2c", math.Float32bits(2 * 0.7978845608028654)}, // 2·sqrt(2/pi): exp's argument for tanh
 	{"gelu3x3", math.Float32bits(3 * 0.044715)},
+	{"halfc", math.Float32bits(0.5 * 0.7978845608028654)},
 }
 
 // mathConsts emits the table of expConsts and returns a lookup of each
@@ -225,58 +226,74 @@ func horizontalSum(isa vecISA, v VecVirtual) VecVirtual {
 }
 
 // gelu emits gelu<ISA>: for i < n (a multiple of the lanes), with v =
-// h[i], u = sqrt(2/pi)·(v + 0.044715 v³), e = exp(2u), r = 1/(e + 1) and
-// a = e·r = 0.5 (1 + tanh(u)): out[i] = v·a and dgelu[i] = gelu'(v) =
-// a + a·2 sqrt(2/pi)·v·r·(1 + 3·0.044715 v²), in the order of the
-// portable goGELU.
+// h[i] and t = tanh(sqrt(2/pi)·(v + 0.044715 v³)) as 1 - 2/(exp(2u)+1),
+// out[i] = 0.5 v (1 + t) and dgelu[i] = gelu'(v) = 0.5 (1 + t) + 0.5 v
+// (1 - t²) sqrt(2/pi) (1 + 3·0.044715 v²).
 func gelu(isa vecISA, c func(string) Mem) {
 	name := "gelu" + isa.suffix
 	TEXT(name, NOSPLIT, "func(out, dgelu, h *float32, n int)")
 	Doc(
-		fmt.Sprintf("%s writes out[i] = 0.5·h[i]·(1 + tanh(u)) with u = sqrt(2/pi)·(h[i] + 0.044715·h[i]³),", name),
-		"GPT-2's tanh GELU, and its derivative dgelu[i], computed from e = exp(2u) as a = e/(e + 1),",
-		fmt.Sprintf("out[i] = h[i]·a, dgelu[i] = a + a·2·sqrt(2/pi)·h[i]·(1 + 3·0.044715·h[i]²)/(e + 1), for i < n, a multiple of %d.", isa.lanes),
+		fmt.Sprintf("%s writes out[i] = 0.5·h[i]·(1 + t) with t = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)),", name),
+		"GPT-2's tanh GELU, and its derivative dgelu[i] = 0.5 (1 + t) + 0.5 h[i] (1 - t²) sqrt(2/pi)",
+		fmt.Sprintf("(1 + 3·0.044715 h[i]²), for i < n, a multiple of %d.", isa.lanes),
 	)
 	out := Load(Param("out"), GP64())
 	dg := Load(Param("dgelu"), GP64())
 	h := Load(Param("h"), GP64())
 	n := Load(Param("n"), GP64())
-	one := isa.vec()
+	one, two, half := isa.vec(), isa.vec(), isa.vec()
 	VMOVUPS(c("one"), one)
+	VMOVUPS(c("two"), two)
+	VMOVUPS(c("half"), half)
 	lo, hi := clampRegs(isa, c)
 	vecLoop(isa, n, []Register{h, dg, out}, func(vecs int) {
-		vs, x2s, us := make([]VecVirtual, vecs), make([]VecVirtual, vecs), make([]VecVirtual, vecs)
+		vs, us := make([]VecVirtual, vecs), make([]VecVirtual, vecs)
 		for i := range us {
-			v, x2, u := isa.vec(), isa.vec(), isa.vec()
-			vs[i], x2s[i], us[i] = v, x2, u
+			v, u := isa.vec(), isa.vec()
+			vs[i], us[i] = v, u
 			VMOVUPS(Mem{Base: h, Disp: 4 * isa.lanes * i}, v)
-			VMULPS(v, v, x2)
-			VMULPS(c("gelu3"), x2, u)
+			VMULPS(v, v, u)
+			VMULPS(c("gelu3"), u, u)
 			VFMADD213PS(v, v, u) // u = v·(0.044715 v²) + v
 			VMULPS(c("gelu2c"), u, u)
 		}
 		expInPlace(isa, c, us, lo, hi)
-		for i, e := range us {
+		for i, u := range us {
 			off := 4 * isa.lanes * i
-			v, x2 := vs[i], x2s[i]
-			r, a := isa.vec(), isa.vec()
-			VADDPS(one, e, r)
-			VDIVPS(r, one, r) // r = 1/(e + 1)
-			VMULPS(r, e, a)   // a = e·r
-			o := isa.vec()
-			VMULPS(a, v, o)
-			VMOVUPS(o, Mem{Base: out, Disp: off})
-			VFMADD132PS(c("gelu3x3"), one, x2) // x2 = 1 + 3·0.044715 v²
-			q := isa.vec()
-			VMULPS(r, v, q)
-			VMULPS(x2, q, q)
-			VMULPS(c("gelu2c"), q, q)
-			VFMADD213PS(a, a, q) // q = a·q + a
-			VMOVUPS(q, Mem{Base: dg, Disp: off})
+			VADDPS(one, u, u)
+			t := isa.vec()
+			VDIVPS(u, two, t)
+			VSUBPS(t, one, t)
+			geluDerivative(isa, c, vs[i], t, one, half, Mem{Base: dg, Disp: off})
+			hv := isa.vec()
+			VMULPS(half, vs[i], hv)
+			VFMADD213PS(hv, hv, t) // t = hv·t + hv
+			VMOVUPS(t, Mem{Base: out, Disp: off})
 		}
 	})
 	VZEROUPPER()
 	RET()
+}
+
+// geluDerivative emits the store at dst of GELU's derivative at x given
+// t = tanh(sqrt(2/pi)·(x + 0.044715 x³)): 0.5 (1 + t) + 0.5 x (1 - t²)
+// sqrt(2/pi) (1 + 3·0.044715 x²).
+func geluDerivative(isa vecISA, c func(string) Mem, x, t, one, half VecVirtual, dst Mem) {
+	a := isa.vec()
+	VADDPS(one, t, a)
+	VMULPS(half, a, a) // a = 0.5 (1 + t)
+	b := isa.vec()
+	VMOVAPS(one, b)
+	VFNMADD231PS(t, t, b) // b = 1 - t²
+	x2 := isa.vec()
+	VMULPS(x, x, x2)
+	VMULPS(c("gelu3x3"), x2, x2)
+	VADDPS(one, x2, x2) // 1 + 3·0.044715 x²
+	d := isa.vec()
+	VMULPS(c("halfc"), x, d)
+	VMULPS(b, d, d)
+	VFMADD213PS(a, x2, d) // d = d·x2 + a
+	VMOVUPS(d, dst)
 }
 
 // rowPair is how many rows the layer norm kernels compute side by side:
