@@ -29,16 +29,19 @@ type microKernel struct {
 	// peak runs rounds of a register-only multiply-add loop with the
 	// kernel's instructions and returns the flops it did.
 	peak func(rounds int) int
-	// expSum, gelu, geluBackward, layerNorm, layerNormBackward, max and
+	// expSum, gelu, layerNorm, layerNormBackward, max and
 	// scale are the Engine's methods of those names with the kernel's
 	// instructions, lengths checked by the caller.
 	expSum            func(dst, src []float32, scale, shift float32) float32
-	gelu              func(out, th, h []float32)
-	geluBackward      func(g, th, h []float32)
+	gelu              func(out, dgelu, h []float32)
 	layerNorm         func(out, mean, rstd, x, w, b []float32, rows, d int, eps float32)
 	layerNormBackward func(dx, dw, db, dout, x, mean, rstd, w []float32, rows, d int)
 	max               func(x []float32) float32
 	scale             func(x []float32, s float32)
+	// add, mul and sumRows are the Engine's Add, Mul and SumRows (rows
+	// rows of cols floats), lengths checked by the caller.
+	add, mul func(dst, src []float32)
+	sumRows  func(dst, src []float32, rows, cols int)
 	// narrow, when not nil, is a kernel of a smaller tile the GEMM uses
 	// instead for products it pads less (see forShape).
 	narrow *microKernel
@@ -57,11 +60,13 @@ func goKernel() *microKernel {
 		peak:              goPeak,
 		expSum:            goExpSum,
 		gelu:              goGELU,
-		geluBackward:      goGELUBackward,
 		layerNorm:         goLayerNorm,
 		layerNormBackward: goLayerNormBackward,
 		max:               goMax,
 		scale:             goScale,
+		add:               goAdd,
+		mul:               goMul,
+		sumRows:           goSumRows,
 	}
 }
 

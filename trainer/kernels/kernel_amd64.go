@@ -44,11 +44,13 @@ func avx2Kernel() *microKernel {
 		},
 		expSum:            vecExpSum(expSumAVX2, 8),
 		gelu:              vecGELU(geluAVX2, 8),
-		geluBackward:      vecGELUBackward(geluBackwardAVX2, 8),
 		layerNorm:         vecLayerNorm(layerNormAVX2, 8),
 		layerNormBackward: vecLayerNormBackward(layerNormBackwardAVX2, 8),
 		max:               vecMax(maxSumAVX2, 8),
 		scale:             vecScale(scaleAVX2, 8),
+		add:               vecAdd(addAVX2, 8),
+		mul:               vecMul(mulAVX2, 8),
+		sumRows:           vecSumRows(sumRowsAVX2, 8),
 	}
 }
 
@@ -88,11 +90,13 @@ func avx512Kernel() *microKernel {
 		},
 		expSum:            vecExpSum(expSumAVX512, 16),
 		gelu:              vecGELU(geluAVX512, 16),
-		geluBackward:      vecGELUBackward(geluBackwardAVX512, 16),
 		layerNorm:         vecLayerNorm(layerNormAVX512, 16),
 		layerNormBackward: vecLayerNormBackward(layerNormBackwardAVX512, 16),
 		max:               vecMax(maxSumAVX512, 16),
 		scale:             vecScale(scaleAVX512, 16),
+		add:               vecAdd(addAVX512, 16),
+		mul:               vecMul(mulAVX512, 16),
+		sumRows:           vecSumRows(sumRowsAVX512, 16),
 		narrow:            avx2Kernel(),
 	}
 }
@@ -308,27 +312,14 @@ func vecExpSum(asm func(dst, src *float32, n int, scale, shift float32) float32,
 
 // vecGELU is a gelu that runs asm on the whole vectors of lanes floats
 // and goGELU on the rest.
-func vecGELU(asm func(out, th, h *float32, n int), lanes int) func(out, th, h []float32) {
-	return func(out, th, h []float32) {
+func vecGELU(asm func(out, dgelu, h *float32, n int), lanes int) func(out, dgelu, h []float32) {
+	return func(out, dgelu, h []float32) {
 		n := len(h) / lanes * lanes
 		if n > 0 {
-			_, _ = out[n-1], th[n-1]
-			asm(unsafe.SliceData(out), unsafe.SliceData(th), unsafe.SliceData(h), n)
+			_, _ = out[n-1], dgelu[n-1]
+			asm(unsafe.SliceData(out), unsafe.SliceData(dgelu), unsafe.SliceData(h), n)
 		}
-		goGELU(out[n:], th[n:], h[n:])
-	}
-}
-
-// vecGELUBackward is a geluBackward that runs asm on the whole vectors
-// of lanes floats and goGELUBackward on the rest.
-func vecGELUBackward(asm func(g, th, h *float32, n int), lanes int) func(g, th, h []float32) {
-	return func(g, th, h []float32) {
-		n := len(h) / lanes * lanes
-		if n > 0 {
-			_, _ = g[n-1], th[n-1]
-			asm(unsafe.SliceData(g), unsafe.SliceData(th), unsafe.SliceData(h), n)
-		}
-		goGELUBackward(g[n:], th[n:], h[n:])
+		goGELU(out[n:], dgelu[n:], h[n:])
 	}
 }
 
@@ -386,6 +377,53 @@ func vecScale(asm func(x *float32, n int, s float32), lanes int) func(x []float3
 			asm(unsafe.SliceData(x), n, s)
 		}
 		goScale(x[n:], s)
+	}
+}
+
+// vecAdd is an add that runs asm on the whole vectors of lanes floats and
+// goAdd on the rest.
+func vecAdd(asm func(dst, src *float32, n int), lanes int) func(dst, src []float32) {
+	return func(dst, src []float32) {
+		n := len(src) / lanes * lanes
+		if n > 0 {
+			_ = dst[n-1]
+			asm(unsafe.SliceData(dst), unsafe.SliceData(src), n)
+		}
+		goAdd(dst[n:len(src)], src[n:])
+	}
+}
+
+// vecMul is a mul that runs asm on the whole vectors of lanes floats and
+// goMul on the rest.
+func vecMul(asm func(dst, src *float32, n int), lanes int) func(dst, src []float32) {
+	return func(dst, src []float32) {
+		n := len(src) / lanes * lanes
+		if n > 0 {
+			_ = dst[n-1]
+			asm(unsafe.SliceData(dst), unsafe.SliceData(src), n)
+		}
+		goMul(dst[n:len(src)], src[n:])
+	}
+}
+
+// vecSumRows is a sumRows that runs asm on the columns in whole vectors
+// of lanes floats and goSumRows on the columns left: each column's sum
+// is in row order either way.
+func vecSumRows(asm func(dst, src *float32, rows, cols, ld int), lanes int) func(dst, src []float32, rows, cols int) {
+	return func(dst, src []float32, rows, cols int) {
+		whole := cols / lanes * lanes
+		if rows == 0 {
+			return
+		}
+		if whole > 0 {
+			_, _ = dst[whole-1], src[(rows-1)*cols+whole-1]
+			asm(unsafe.SliceData(dst), unsafe.SliceData(src), rows, whole, cols)
+		}
+		if whole < cols {
+			for i := range rows {
+				goAdd(dst[whole:cols], src[i*cols+whole:(i+1)*cols])
+			}
+		}
 	}
 }
 

@@ -2755,9 +2755,66 @@ TEXT ·expSumAVX2(SB), NOSPLIT, $0-36
 	VMOVUPS      mathconsts<>+0(SB), Y3
 	VMOVUPS      mathconsts<>+64(SB), Y4
 
-loop:
-	TESTQ        DX, DX
-	JE           done
+loop2:
+	CMPQ         DX, $0x00000010
+	JL           after2
+	VMOVUPS      (CX), Y5
+	VFMSUB213PS  Y1, Y0, Y5
+	VMOVUPS      32(CX), Y6
+	VFMSUB213PS  Y1, Y0, Y6
+	VMAXPS       Y5, Y3, Y5
+	VMAXPS       Y6, Y3, Y6
+	VMINPS       Y5, Y4, Y5
+	VMINPS       Y6, Y4, Y6
+	VMULPS       mathconsts<>+128(SB), Y5, Y7
+	VMULPS       mathconsts<>+128(SB), Y6, Y8
+	VADDPS       mathconsts<>+192(SB), Y7, Y7
+	VADDPS       mathconsts<>+192(SB), Y8, Y8
+	VSUBPS       mathconsts<>+192(SB), Y7, Y7
+	VSUBPS       mathconsts<>+192(SB), Y8, Y8
+	VMOVAPS      Y5, Y5
+	VMOVAPS      Y6, Y9
+	VFNMADD231PS mathconsts<>+256(SB), Y7, Y5
+	VFNMADD231PS mathconsts<>+256(SB), Y8, Y9
+	VFNMADD231PS mathconsts<>+320(SB), Y7, Y5
+	VFNMADD231PS mathconsts<>+320(SB), Y8, Y9
+	VMOVUPS      mathconsts<>+384(SB), Y6
+	VMOVUPS      mathconsts<>+384(SB), Y10
+	VFMADD213PS  mathconsts<>+448(SB), Y5, Y6
+	VFMADD213PS  mathconsts<>+448(SB), Y9, Y10
+	VFMADD213PS  mathconsts<>+512(SB), Y5, Y6
+	VFMADD213PS  mathconsts<>+512(SB), Y9, Y10
+	VFMADD213PS  mathconsts<>+576(SB), Y5, Y6
+	VFMADD213PS  mathconsts<>+576(SB), Y9, Y10
+	VFMADD213PS  mathconsts<>+640(SB), Y5, Y6
+	VFMADD213PS  mathconsts<>+640(SB), Y9, Y10
+	VFMADD213PS  mathconsts<>+704(SB), Y5, Y6
+	VFMADD213PS  mathconsts<>+704(SB), Y9, Y10
+	VFMADD213PS  mathconsts<>+768(SB), Y5, Y6
+	VFMADD213PS  mathconsts<>+768(SB), Y9, Y10
+	VFMADD213PS  mathconsts<>+768(SB), Y5, Y6
+	VFMADD213PS  mathconsts<>+768(SB), Y9, Y10
+	VCVTPS2DQ    Y7, Y7
+	VCVTPS2DQ    Y8, Y8
+	VPADDD       mathconsts<>+832(SB), Y7, Y7
+	VPADDD       mathconsts<>+832(SB), Y8, Y8
+	VPSLLD       $0x17, Y7, Y7
+	VPSLLD       $0x17, Y8, Y8
+	VMULPS       Y7, Y6, Y5
+	VMULPS       Y8, Y10, Y6
+	VMOVUPS      Y5, (AX)
+	VADDPS       Y5, Y2, Y2
+	VMOVUPS      Y6, 32(AX)
+	VADDPS       Y6, Y2, Y2
+	ADDQ         $0x00000040, CX
+	ADDQ         $0x00000040, AX
+	SUBQ         $0x00000010, DX
+	JMP          loop2
+
+after2:
+loop1:
+	CMPQ         DX, $0x00000008
+	JL           after1
 	VMOVUPS      (CX), Y5
 	VFMSUB213PS  Y1, Y0, Y5
 	VMAXPS       Y5, Y3, Y5
@@ -2782,12 +2839,12 @@ loop:
 	VMULPS       Y6, Y7, Y5
 	VMOVUPS      Y5, (AX)
 	VADDPS       Y5, Y2, Y2
-	ADDQ         $0x20, CX
-	ADDQ         $0x20, AX
-	SUBQ         $0x08, DX
-	JMP          loop
+	ADDQ         $0x00000020, CX
+	ADDQ         $0x00000020, AX
+	SUBQ         $0x00000008, DX
+	JMP          loop1
 
-done:
+after1:
 	VEXTRACTF128 $0x01, Y2, X0
 	VADDPS       X0, X2, X0
 	VHADDPS      X0, X0, X0
@@ -2796,97 +2853,165 @@ done:
 	VZEROUPPER
 	RET
 
-// func geluAVX2(out *float32, th *float32, h *float32, n int)
+// func geluAVX2(out *float32, dgelu *float32, h *float32, n int)
 // Requires: AVX, AVX2, FMA3
 TEXT ·geluAVX2(SB), NOSPLIT, $0-32
 	MOVQ    out+0(FP), AX
-	MOVQ    th+8(FP), CX
+	MOVQ    dgelu+8(FP), CX
 	MOVQ    h+16(FP), DX
 	MOVQ    n+24(FP), BX
 	VMOVUPS mathconsts<>+768(SB), Y0
 	VMOVUPS mathconsts<>+896(SB), Y1
-	VMOVUPS mathconsts<>+0(SB), Y2
-	VMOVUPS mathconsts<>+64(SB), Y3
+	VMOVUPS mathconsts<>+960(SB), Y2
+	VMOVUPS mathconsts<>+0(SB), Y3
+	VMOVUPS mathconsts<>+64(SB), Y4
 
-loop:
-	TESTQ        BX, BX
-	JE           done
-	VMOVUPS      (DX), Y4
-	VMULPS       Y4, Y4, Y5
-	VMULPS       mathconsts<>+1024(SB), Y5, Y5
-	VFMADD213PS  Y4, Y4, Y5
-	VMULPS       mathconsts<>+1088(SB), Y5, Y5
-	VMAXPS       Y5, Y2, Y5
-	VMINPS       Y5, Y3, Y5
-	VMULPS       mathconsts<>+128(SB), Y5, Y6
-	VADDPS       mathconsts<>+192(SB), Y6, Y6
-	VSUBPS       mathconsts<>+192(SB), Y6, Y6
-	VMOVAPS      Y5, Y5
-	VFNMADD231PS mathconsts<>+256(SB), Y6, Y5
-	VFNMADD231PS mathconsts<>+320(SB), Y6, Y5
-	VMOVUPS      mathconsts<>+384(SB), Y7
-	VFMADD213PS  mathconsts<>+448(SB), Y5, Y7
-	VFMADD213PS  mathconsts<>+512(SB), Y5, Y7
-	VFMADD213PS  mathconsts<>+576(SB), Y5, Y7
-	VFMADD213PS  mathconsts<>+640(SB), Y5, Y7
-	VFMADD213PS  mathconsts<>+704(SB), Y5, Y7
-	VFMADD213PS  mathconsts<>+768(SB), Y5, Y7
-	VFMADD213PS  mathconsts<>+768(SB), Y5, Y7
-	VCVTPS2DQ    Y6, Y6
-	VPADDD       mathconsts<>+832(SB), Y6, Y6
-	VPSLLD       $0x17, Y6, Y6
-	VMULPS       Y6, Y7, Y5
-	VADDPS       Y0, Y5, Y5
-	VDIVPS       Y5, Y1, Y5
+loop2:
+	CMPQ         BX, $0x00000010
+	JL           after2
+	VMOVUPS      (DX), Y5
+	VMULPS       Y5, Y5, Y6
+	VMULPS       mathconsts<>+1024(SB), Y6, Y6
+	VFMADD213PS  Y5, Y5, Y6
+	VMULPS       mathconsts<>+1088(SB), Y6, Y6
+	VMOVUPS      32(DX), Y7
+	VMULPS       Y7, Y7, Y8
+	VMULPS       mathconsts<>+1024(SB), Y8, Y8
+	VFMADD213PS  Y7, Y7, Y8
+	VMULPS       mathconsts<>+1088(SB), Y8, Y8
+	VMAXPS       Y6, Y3, Y6
+	VMAXPS       Y8, Y3, Y8
+	VMINPS       Y6, Y4, Y6
+	VMINPS       Y8, Y4, Y8
+	VMULPS       mathconsts<>+128(SB), Y6, Y9
+	VMULPS       mathconsts<>+128(SB), Y8, Y10
+	VADDPS       mathconsts<>+192(SB), Y9, Y9
+	VADDPS       mathconsts<>+192(SB), Y10, Y10
+	VSUBPS       mathconsts<>+192(SB), Y9, Y9
+	VSUBPS       mathconsts<>+192(SB), Y10, Y10
+	VMOVAPS      Y6, Y6
+	VMOVAPS      Y8, Y11
+	VFNMADD231PS mathconsts<>+256(SB), Y9, Y6
+	VFNMADD231PS mathconsts<>+256(SB), Y10, Y11
+	VFNMADD231PS mathconsts<>+320(SB), Y9, Y6
+	VFNMADD231PS mathconsts<>+320(SB), Y10, Y11
+	VMOVUPS      mathconsts<>+384(SB), Y8
+	VMOVUPS      mathconsts<>+384(SB), Y12
+	VFMADD213PS  mathconsts<>+448(SB), Y6, Y8
+	VFMADD213PS  mathconsts<>+448(SB), Y11, Y12
+	VFMADD213PS  mathconsts<>+512(SB), Y6, Y8
+	VFMADD213PS  mathconsts<>+512(SB), Y11, Y12
+	VFMADD213PS  mathconsts<>+576(SB), Y6, Y8
+	VFMADD213PS  mathconsts<>+576(SB), Y11, Y12
+	VFMADD213PS  mathconsts<>+640(SB), Y6, Y8
+	VFMADD213PS  mathconsts<>+640(SB), Y11, Y12
+	VFMADD213PS  mathconsts<>+704(SB), Y6, Y8
+	VFMADD213PS  mathconsts<>+704(SB), Y11, Y12
+	VFMADD213PS  mathconsts<>+768(SB), Y6, Y8
+	VFMADD213PS  mathconsts<>+768(SB), Y11, Y12
+	VFMADD213PS  mathconsts<>+768(SB), Y6, Y8
+	VFMADD213PS  mathconsts<>+768(SB), Y11, Y12
+	VCVTPS2DQ    Y9, Y9
+	VCVTPS2DQ    Y10, Y10
+	VPADDD       mathconsts<>+832(SB), Y9, Y9
+	VPADDD       mathconsts<>+832(SB), Y10, Y10
+	VPSLLD       $0x17, Y9, Y9
+	VPSLLD       $0x17, Y10, Y10
+	VMULPS       Y9, Y8, Y6
+	VMULPS       Y10, Y12, Y8
+	VADDPS       Y0, Y6, Y6
+	VDIVPS       Y6, Y1, Y6
+	VSUBPS       Y6, Y0, Y6
+	VADDPS       Y0, Y6, Y9
+	VMULPS       Y2, Y9, Y9
+	VMOVAPS      Y0, Y10
+	VFNMADD231PS Y6, Y6, Y10
+	VMULPS       Y5, Y5, Y11
+	VMULPS       mathconsts<>+1152(SB), Y11, Y11
+	VADDPS       Y0, Y11, Y11
+	VMULPS       mathconsts<>+1216(SB), Y5, Y12
+	VMULPS       Y10, Y12, Y12
+	VFMADD213PS  Y9, Y11, Y12
+	VMOVUPS      Y12, (CX)
+	VMULPS       Y2, Y5, Y5
+	VFMADD213PS  Y5, Y5, Y6
+	VMOVUPS      Y6, (AX)
+	VADDPS       Y0, Y8, Y8
+	VDIVPS       Y8, Y1, Y5
 	VSUBPS       Y5, Y0, Y5
-	VMOVUPS      Y5, (CX)
-	VMULPS       mathconsts<>+960(SB), Y4, Y4
-	VFMADD213PS  Y4, Y4, Y5
-	VMOVUPS      Y5, (AX)
-	ADDQ         $0x20, DX
-	ADDQ         $0x20, CX
-	ADDQ         $0x20, AX
-	SUBQ         $0x08, BX
-	JMP          loop
+	VADDPS       Y0, Y5, Y6
+	VMULPS       Y2, Y6, Y6
+	VMOVAPS      Y0, Y8
+	VFNMADD231PS Y5, Y5, Y8
+	VMULPS       Y7, Y7, Y9
+	VMULPS       mathconsts<>+1152(SB), Y9, Y9
+	VADDPS       Y0, Y9, Y9
+	VMULPS       mathconsts<>+1216(SB), Y7, Y10
+	VMULPS       Y8, Y10, Y10
+	VFMADD213PS  Y6, Y9, Y10
+	VMOVUPS      Y10, 32(CX)
+	VMULPS       Y2, Y7, Y6
+	VFMADD213PS  Y6, Y6, Y5
+	VMOVUPS      Y5, 32(AX)
+	ADDQ         $0x00000040, DX
+	ADDQ         $0x00000040, CX
+	ADDQ         $0x00000040, AX
+	SUBQ         $0x00000010, BX
+	JMP          loop2
 
-done:
-	VZEROUPPER
-	RET
+after2:
+loop1:
+	CMPQ         BX, $0x00000008
+	JL           after1
+	VMOVUPS      (DX), Y5
+	VMULPS       Y5, Y5, Y6
+	VMULPS       mathconsts<>+1024(SB), Y6, Y6
+	VFMADD213PS  Y5, Y5, Y6
+	VMULPS       mathconsts<>+1088(SB), Y6, Y6
+	VMAXPS       Y6, Y3, Y6
+	VMINPS       Y6, Y4, Y6
+	VMULPS       mathconsts<>+128(SB), Y6, Y7
+	VADDPS       mathconsts<>+192(SB), Y7, Y7
+	VSUBPS       mathconsts<>+192(SB), Y7, Y7
+	VMOVAPS      Y6, Y6
+	VFNMADD231PS mathconsts<>+256(SB), Y7, Y6
+	VFNMADD231PS mathconsts<>+320(SB), Y7, Y6
+	VMOVUPS      mathconsts<>+384(SB), Y8
+	VFMADD213PS  mathconsts<>+448(SB), Y6, Y8
+	VFMADD213PS  mathconsts<>+512(SB), Y6, Y8
+	VFMADD213PS  mathconsts<>+576(SB), Y6, Y8
+	VFMADD213PS  mathconsts<>+640(SB), Y6, Y8
+	VFMADD213PS  mathconsts<>+704(SB), Y6, Y8
+	VFMADD213PS  mathconsts<>+768(SB), Y6, Y8
+	VFMADD213PS  mathconsts<>+768(SB), Y6, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPADDD       mathconsts<>+832(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VMULPS       Y7, Y8, Y6
+	VADDPS       Y0, Y6, Y6
+	VDIVPS       Y6, Y1, Y6
+	VSUBPS       Y6, Y0, Y6
+	VADDPS       Y0, Y6, Y7
+	VMULPS       Y2, Y7, Y7
+	VMOVAPS      Y0, Y8
+	VFNMADD231PS Y6, Y6, Y8
+	VMULPS       Y5, Y5, Y9
+	VMULPS       mathconsts<>+1152(SB), Y9, Y9
+	VADDPS       Y0, Y9, Y9
+	VMULPS       mathconsts<>+1216(SB), Y5, Y10
+	VMULPS       Y8, Y10, Y10
+	VFMADD213PS  Y7, Y9, Y10
+	VMOVUPS      Y10, (CX)
+	VMULPS       Y2, Y5, Y5
+	VFMADD213PS  Y5, Y5, Y6
+	VMOVUPS      Y6, (AX)
+	ADDQ         $0x00000020, DX
+	ADDQ         $0x00000020, CX
+	ADDQ         $0x00000020, AX
+	SUBQ         $0x00000008, BX
+	JMP          loop1
 
-// func geluBackwardAVX2(grad *float32, th *float32, h *float32, n int)
-// Requires: AVX, FMA3
-TEXT ·geluBackwardAVX2(SB), NOSPLIT, $0-32
-	MOVQ    grad+0(FP), AX
-	MOVQ    th+8(FP), CX
-	MOVQ    h+16(FP), DX
-	MOVQ    n+24(FP), BX
-	VMOVUPS mathconsts<>+768(SB), Y0
-	VMOVUPS mathconsts<>+960(SB), Y1
-
-loop:
-	TESTQ        BX, BX
-	JE           done
-	VMOVUPS      (DX), Y2
-	VMOVUPS      (CX), Y3
-	VADDPS       Y0, Y3, Y4
-	VMULPS       Y1, Y4, Y4
-	VMOVAPS      Y0, Y5
-	VFNMADD231PS Y3, Y3, Y5
-	VMULPS       Y2, Y2, Y3
-	VMULPS       mathconsts<>+1152(SB), Y3, Y3
-	VADDPS       Y0, Y3, Y3
-	VMULPS       mathconsts<>+1216(SB), Y2, Y2
-	VMULPS       Y5, Y2, Y2
-	VFMADD213PS  Y4, Y3, Y2
-	VMULPS       (AX), Y2, Y2
-	VMOVUPS      Y2, (AX)
-	ADDQ         $0x20, AX
-	ADDQ         $0x20, CX
-	ADDQ         $0x20, DX
-	SUBQ         $0x08, BX
-	JMP          loop
-
-done:
+after1:
 	VZEROUPPER
 	RET
 
@@ -2904,19 +3029,117 @@ TEXT ·layerNormAVX2(SB), NOSPLIT, $0-72
 	MOVQ  DI, R8
 	SHLQ  $0x02, R8
 
-row:
-	TESTQ  SI, SI
-	JE     done
+rows2:
+	CMPQ   SI, $0x02
+	JL     rowsAfter2
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
 	MOVQ   BX, R9
 	MOVQ   DI, R10
-	VXORPS Y2, Y2, Y2
 
-sum1:
-	VMOVUPS      (R9), Y3
-	VADDPS       Y3, Y2, Y2
+cols1:
+	VADDPS       (R9), Y2, Y2
+	VADDPS       (R9)(R8*1), Y3, Y3
 	ADDQ         $0x20, R9
 	SUBQ         $0x08, R10
-	JNE          sum1
+	JNE          cols1
+	VEXTRACTF128 $0x01, Y2, X4
+	VADDPS       X4, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMULSS       X0, X2, X2
+	VMOVSS       X2, (CX)
+	VBROADCASTSS X2, Y2
+	VXORPS       Y4, Y4, Y4
+	VEXTRACTF128 $0x01, Y3, X5
+	VADDPS       X5, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMULSS       X0, X3, X3
+	VMOVSS       X3, 4(CX)
+	VBROADCASTSS X3, Y3
+	VXORPS       Y5, Y5, Y5
+	MOVQ         BX, R9
+	MOVQ         DI, R10
+
+cols2:
+	VMOVUPS      (R9), Y6
+	VSUBPS       Y2, Y6, Y6
+	VFMADD231PS  Y6, Y6, Y4
+	VMOVUPS      (R9)(R8*1), Y6
+	VSUBPS       Y3, Y6, Y6
+	VFMADD231PS  Y6, Y6, Y5
+	ADDQ         $0x20, R9
+	SUBQ         $0x08, R10
+	JNE          cols2
+	VEXTRACTF128 $0x01, Y4, X6
+	VADDPS       X6, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMULSS       X0, X4, X4
+	VADDSS       X1, X4, X4
+	VSQRTSS      X4, X4, X4
+	VMOVSS       mathconsts<>+768(SB), X6
+	VDIVSS       X4, X6, X6
+	VMOVSS       X6, (DX)
+	VBROADCASTSS X6, Y4
+	VEXTRACTF128 $0x01, Y5, X6
+	VADDPS       X6, X5, X5
+	VHADDPS      X5, X5, X5
+	VHADDPS      X5, X5, X5
+	VMULSS       X0, X5, X5
+	VADDSS       X1, X5, X5
+	VSQRTSS      X5, X5, X5
+	VMOVSS       mathconsts<>+768(SB), X6
+	VDIVSS       X5, X6, X6
+	VMOVSS       X6, 4(DX)
+	VBROADCASTSS X6, Y5
+	MOVQ         w+32(FP), R9
+	MOVQ         b+40(FP), R10
+	MOVQ         BX, R11
+	MOVQ         AX, R12
+	MOVQ         DI, R13
+
+cols3:
+	VMOVUPS     (R9), Y6
+	VMOVUPS     (R11), Y7
+	VSUBPS      Y2, Y7, Y7
+	VMULPS      Y4, Y7, Y7
+	VFMADD213PS (R10), Y6, Y7
+	VMOVUPS     Y7, (R12)
+	VMOVUPS     (R11)(R8*1), Y7
+	VSUBPS      Y3, Y7, Y7
+	VMULPS      Y5, Y7, Y7
+	VFMADD213PS (R10), Y6, Y7
+	VMOVUPS     Y7, (R12)(R8*1)
+	ADDQ        $0x20, R11
+	ADDQ        $0x20, R12
+	ADDQ        $0x20, R9
+	ADDQ        $0x20, R10
+	SUBQ        $0x08, R13
+	JNE         cols3
+	ADDQ        R8, BX
+	ADDQ        R8, BX
+	ADDQ        R8, AX
+	ADDQ        R8, AX
+	ADDQ        $0x08, CX
+	ADDQ        $0x08, DX
+	SUBQ        $0x02, SI
+	JMP         rows2
+
+rowsAfter2:
+rows1:
+	CMPQ   SI, $0x01
+	JL     rowsAfter1
+	VXORPS Y2, Y2, Y2
+	MOVQ   BX, R9
+	MOVQ   DI, R10
+
+cols4:
+	VADDPS       (R9), Y2, Y2
+	ADDQ         $0x20, R9
+	SUBQ         $0x08, R10
+	JNE          cols4
 	VEXTRACTF128 $0x01, Y2, X3
 	VADDPS       X3, X2, X2
 	VHADDPS      X2, X2, X2
@@ -2924,17 +3147,17 @@ sum1:
 	VMULSS       X0, X2, X2
 	VMOVSS       X2, (CX)
 	VBROADCASTSS X2, Y2
+	VXORPS       Y3, Y3, Y3
 	MOVQ         BX, R9
 	MOVQ         DI, R10
-	VXORPS       Y3, Y3, Y3
 
-sum2:
+cols5:
 	VMOVUPS      (R9), Y4
 	VSUBPS       Y2, Y4, Y4
 	VFMADD231PS  Y4, Y4, Y3
 	ADDQ         $0x20, R9
 	SUBQ         $0x08, R10
-	JNE          sum2
+	JNE          cols5
 	VEXTRACTF128 $0x01, Y3, X4
 	VADDPS       X4, X3, X3
 	VHADDPS      X3, X3, X3
@@ -2946,33 +3169,33 @@ sum2:
 	VDIVSS       X3, X4, X4
 	VMOVSS       X4, (DX)
 	VBROADCASTSS X4, Y3
-	MOVQ         BX, R9
-	MOVQ         AX, R10
-	MOVQ         w+32(FP), R11
-	MOVQ         b+40(FP), R12
+	MOVQ         w+32(FP), R9
+	MOVQ         b+40(FP), R10
+	MOVQ         BX, R11
+	MOVQ         AX, R12
 	MOVQ         DI, R13
 
-norm:
+cols6:
 	VMOVUPS     (R9), Y4
-	VSUBPS      Y2, Y4, Y4
-	VMULPS      Y3, Y4, Y4
 	VMOVUPS     (R11), Y5
-	VFMADD213PS (R12), Y5, Y4
-	VMOVUPS     Y4, (R10)
-	ADDQ        $0x20, R9
-	ADDQ        $0x20, R10
+	VSUBPS      Y2, Y5, Y5
+	VMULPS      Y3, Y5, Y5
+	VFMADD213PS (R10), Y4, Y5
+	VMOVUPS     Y5, (R12)
 	ADDQ        $0x20, R11
 	ADDQ        $0x20, R12
+	ADDQ        $0x20, R9
+	ADDQ        $0x20, R10
 	SUBQ        $0x08, R13
-	JNE         norm
+	JNE         cols6
 	ADDQ        R8, BX
 	ADDQ        R8, AX
 	ADDQ        $0x04, CX
 	ADDQ        $0x04, DX
-	DECQ        SI
-	JMP         row
+	SUBQ        $0x01, SI
+	JMP         rows1
 
-done:
+rowsAfter1:
 	VZEROUPPER
 	RET
 
@@ -2990,40 +3213,157 @@ TEXT ·layerNormBackwardAVX2(SB), NOSPLIT, $0-84
 	MOVQ  R8, R9
 	SHLQ  $0x02, R9
 
-row:
-	TESTQ        DI, DI
-	JE           done
+rows2:
+	CMPQ         DI, $0x02
+	JL           rowsAfter2
 	VBROADCASTSS (BX), Y1
 	VBROADCASTSS (SI), Y2
 	VXORPS       Y3, Y3, Y3
 	VXORPS       Y4, Y4, Y4
-	MOVQ         DX, R10
-	MOVQ         CX, R11
-	MOVQ         w+56(FP), R12
-	MOVQ         dw+8(FP), R13
-	MOVQ         db+16(FP), R14
+	VBROADCASTSS 4(BX), Y5
+	VBROADCASTSS 4(SI), Y6
+	VXORPS       Y7, Y7, Y7
+	VXORPS       Y8, Y8, Y8
+	MOVQ         w+56(FP), R10
+	MOVQ         dw+8(FP), R11
+	MOVQ         db+16(FP), R12
+	MOVQ         DX, R13
+	MOVQ         CX, R14
 	MOVQ         R8, R15
 
-sums:
-	VMOVUPS      (R10), Y5
-	VSUBPS       Y1, Y5, Y5
-	VMULPS       Y2, Y5, Y5
-	VMOVUPS      (R11), Y6
-	VMULPS       (R12), Y6, Y7
-	VADDPS       Y7, Y3, Y3
-	VFMADD231PS  Y7, Y5, Y4
-	VMOVUPS      (R13), Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, (R13)
-	VADDPS       (R14), Y6, Y6
-	VMOVUPS      Y6, (R14)
+cols7:
+	VMOVUPS      (R11), Y9
+	VMOVUPS      (R12), Y10
+	VMOVUPS      (R13), Y11
+	VSUBPS       Y1, Y11, Y11
+	VMULPS       Y2, Y11, Y11
+	VMOVUPS      (R14), Y12
+	VMULPS       (R10), Y12, Y13
+	VADDPS       Y13, Y3, Y3
+	VFMADD231PS  Y13, Y11, Y4
+	VFMADD231PS  Y12, Y11, Y9
+	VADDPS       Y12, Y10, Y10
+	VMOVUPS      (R13)(R9*1), Y11
+	VSUBPS       Y5, Y11, Y11
+	VMULPS       Y6, Y11, Y11
+	VMOVUPS      (R14)(R9*1), Y12
+	VMULPS       (R10), Y12, Y13
+	VADDPS       Y13, Y7, Y7
+	VFMADD231PS  Y13, Y11, Y8
+	VFMADD231PS  Y12, Y11, Y9
+	VADDPS       Y12, Y10, Y10
+	VMOVUPS      Y9, (R11)
+	VMOVUPS      Y10, (R12)
+	ADDQ         $0x20, R13
+	ADDQ         $0x20, R14
 	ADDQ         $0x20, R10
 	ADDQ         $0x20, R11
 	ADDQ         $0x20, R12
+	SUBQ         $0x08, R15
+	JNE          cols7
+	VEXTRACTF128 $0x01, Y3, X9
+	VADDPS       X9, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMULSS       X0, X3, X3
+	VBROADCASTSS X3, Y3
+	VEXTRACTF128 $0x01, Y4, X9
+	VADDPS       X9, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMULSS       X0, X4, X4
+	VBROADCASTSS X4, Y4
+	VEXTRACTF128 $0x01, Y7, X9
+	VADDPS       X9, X7, X7
+	VHADDPS      X7, X7, X7
+	VHADDPS      X7, X7, X7
+	VMULSS       X0, X7, X7
+	VBROADCASTSS X7, Y7
+	VEXTRACTF128 $0x01, Y8, X9
+	VADDPS       X9, X8, X8
+	VHADDPS      X8, X8, X8
+	VHADDPS      X8, X8, X8
+	VMULSS       X0, X8, X8
+	VBROADCASTSS X8, Y8
+	MOVQ         w+56(FP), R10
+	MOVQ         DX, R11
+	MOVQ         CX, R12
+	MOVQ         AX, R13
+	MOVQ         R8, R14
+
+cols8:
+	VMOVUPS      (R10), Y9
+	VMOVUPS      (R11), Y10
+	VSUBPS       Y1, Y10, Y10
+	VMULPS       Y2, Y10, Y10
+	VMULPS       (R12), Y9, Y11
+	VSUBPS       Y3, Y11, Y11
+	VFNMADD231PS Y10, Y4, Y11
+	VMOVUPS      (R13), Y10
+	VFMADD231PS  Y11, Y2, Y10
+	VMOVUPS      Y10, (R13)
+	VMOVUPS      (R11)(R9*1), Y10
+	VSUBPS       Y5, Y10, Y10
+	VMULPS       Y6, Y10, Y10
+	VMULPS       (R12)(R9*1), Y9, Y9
+	VSUBPS       Y7, Y9, Y9
+	VFNMADD231PS Y10, Y8, Y9
+	VMOVUPS      (R13)(R9*1), Y10
+	VFMADD231PS  Y9, Y6, Y10
+	VMOVUPS      Y10, (R13)(R9*1)
+	ADDQ         $0x20, R11
+	ADDQ         $0x20, R12
+	ADDQ         $0x20, R10
+	ADDQ         $0x20, R13
+	SUBQ         $0x08, R14
+	JNE          cols8
+	ADDQ         R9, DX
+	ADDQ         R9, DX
+	ADDQ         R9, CX
+	ADDQ         R9, CX
+	ADDQ         R9, AX
+	ADDQ         R9, AX
+	ADDQ         $0x08, BX
+	ADDQ         $0x08, SI
+	SUBQ         $0x02, DI
+	JMP          rows2
+
+rowsAfter2:
+rows1:
+	CMPQ         DI, $0x01
+	JL           rowsAfter1
+	VBROADCASTSS (BX), Y1
+	VBROADCASTSS (SI), Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	MOVQ         w+56(FP), R10
+	MOVQ         dw+8(FP), R11
+	MOVQ         db+16(FP), R12
+	MOVQ         DX, R13
+	MOVQ         CX, R14
+	MOVQ         R8, R15
+
+cols9:
+	VMOVUPS      (R11), Y5
+	VMOVUPS      (R12), Y6
+	VMOVUPS      (R13), Y7
+	VSUBPS       Y1, Y7, Y7
+	VMULPS       Y2, Y7, Y7
+	VMOVUPS      (R14), Y8
+	VMULPS       (R10), Y8, Y9
+	VADDPS       Y9, Y3, Y3
+	VFMADD231PS  Y9, Y7, Y4
+	VFMADD231PS  Y8, Y7, Y5
+	VADDPS       Y8, Y6, Y6
+	VMOVUPS      Y5, (R11)
+	VMOVUPS      Y6, (R12)
 	ADDQ         $0x20, R13
 	ADDQ         $0x20, R14
+	ADDQ         $0x20, R10
+	ADDQ         $0x20, R11
+	ADDQ         $0x20, R12
 	SUBQ         $0x08, R15
-	JNE          sums
+	JNE          cols9
 	VEXTRACTF128 $0x01, Y3, X5
 	VADDPS       X5, X3, X3
 	VHADDPS      X3, X3, X3
@@ -3036,38 +3376,38 @@ sums:
 	VHADDPS      X4, X4, X4
 	VMULSS       X0, X4, X4
 	VBROADCASTSS X4, Y4
-	MOVQ         DX, R10
-	MOVQ         CX, R11
+	MOVQ         w+56(FP), R10
+	MOVQ         DX, R11
+	MOVQ         CX, R12
 	MOVQ         AX, R13
-	MOVQ         w+56(FP), R12
-	MOVQ         R8, R15
+	MOVQ         R8, R14
 
-grad:
+cols10:
 	VMOVUPS      (R10), Y5
-	VSUBPS       Y1, Y5, Y5
-	VMULPS       Y2, Y5, Y5
 	VMOVUPS      (R11), Y6
-	VMULPS       (R12), Y6, Y6
-	VSUBPS       Y3, Y6, Y6
-	VFNMADD231PS Y5, Y4, Y6
-	VMOVUPS      (R13), Y5
-	VFMADD231PS  Y6, Y2, Y5
-	VMOVUPS      Y5, (R13)
-	ADDQ         $0x20, R10
+	VSUBPS       Y1, Y6, Y6
+	VMULPS       Y2, Y6, Y6
+	VMULPS       (R12), Y5, Y5
+	VSUBPS       Y3, Y5, Y5
+	VFNMADD231PS Y6, Y4, Y5
+	VMOVUPS      (R13), Y6
+	VFMADD231PS  Y5, Y2, Y6
+	VMOVUPS      Y6, (R13)
 	ADDQ         $0x20, R11
 	ADDQ         $0x20, R12
+	ADDQ         $0x20, R10
 	ADDQ         $0x20, R13
-	SUBQ         $0x08, R15
-	JNE          grad
+	SUBQ         $0x08, R14
+	JNE          cols10
 	ADDQ         R9, DX
 	ADDQ         R9, CX
 	ADDQ         R9, AX
 	ADDQ         $0x04, BX
 	ADDQ         $0x04, SI
-	DECQ         DI
-	JMP          row
+	SUBQ         $0x01, DI
+	JMP          rows1
 
-done:
+rowsAfter1:
 	VZEROUPPER
 	RET
 
@@ -3142,16 +3482,104 @@ TEXT ·expSumAVX512(SB), NOSPLIT, $0-36
 	VMOVUPS      mathconsts<>+0(SB), Z3
 	VMOVUPS      mathconsts<>+64(SB), Z4
 
-loop:
-	TESTQ        DX, DX
-	JE           done
+loop4:
+	CMPQ         DX, $0x00000040
+	JL           after4
+	VMOVUPS      (CX), Z5
+	VFMSUB213PS  Z1, Z0, Z5
+	VMOVUPS      64(CX), Z6
+	VFMSUB213PS  Z1, Z0, Z6
+	VMOVUPS      128(CX), Z7
+	VFMSUB213PS  Z1, Z0, Z7
+	VMOVUPS      192(CX), Z8
+	VFMSUB213PS  Z1, Z0, Z8
+	VMAXPS       Z5, Z3, Z5
+	VMAXPS       Z6, Z3, Z6
+	VMAXPS       Z7, Z3, Z7
+	VMAXPS       Z8, Z3, Z8
+	VMINPS       Z5, Z4, Z5
+	VMINPS       Z6, Z4, Z6
+	VMINPS       Z7, Z4, Z7
+	VMINPS       Z8, Z4, Z8
+	VMULPS       mathconsts<>+128(SB), Z5, Z9
+	VMULPS       mathconsts<>+128(SB), Z6, Z10
+	VMULPS       mathconsts<>+128(SB), Z7, Z11
+	VMULPS       mathconsts<>+128(SB), Z8, Z12
+	VRNDSCALEPS  $0x00, Z9, Z9
+	VRNDSCALEPS  $0x00, Z10, Z10
+	VRNDSCALEPS  $0x00, Z11, Z11
+	VRNDSCALEPS  $0x00, Z12, Z12
+	VMOVAPS      Z5, Z5
+	VMOVAPS      Z6, Z6
+	VMOVAPS      Z7, Z7
+	VMOVAPS      Z8, Z15
+	VFNMADD231PS mathconsts<>+256(SB), Z9, Z5
+	VFNMADD231PS mathconsts<>+256(SB), Z10, Z6
+	VFNMADD231PS mathconsts<>+256(SB), Z11, Z7
+	VFNMADD231PS mathconsts<>+256(SB), Z12, Z15
+	VFNMADD231PS mathconsts<>+320(SB), Z9, Z5
+	VFNMADD231PS mathconsts<>+320(SB), Z10, Z6
+	VFNMADD231PS mathconsts<>+320(SB), Z11, Z7
+	VFNMADD231PS mathconsts<>+320(SB), Z12, Z15
+	VMOVUPS      mathconsts<>+384(SB), Z8
+	VMOVUPS      mathconsts<>+384(SB), Z13
+	VMOVUPS      mathconsts<>+384(SB), Z14
+	VMOVUPS      mathconsts<>+384(SB), Z16
+	VFMADD213PS  mathconsts<>+448(SB), Z5, Z8
+	VFMADD213PS  mathconsts<>+448(SB), Z6, Z13
+	VFMADD213PS  mathconsts<>+448(SB), Z7, Z14
+	VFMADD213PS  mathconsts<>+448(SB), Z15, Z16
+	VFMADD213PS  mathconsts<>+512(SB), Z5, Z8
+	VFMADD213PS  mathconsts<>+512(SB), Z6, Z13
+	VFMADD213PS  mathconsts<>+512(SB), Z7, Z14
+	VFMADD213PS  mathconsts<>+512(SB), Z15, Z16
+	VFMADD213PS  mathconsts<>+576(SB), Z5, Z8
+	VFMADD213PS  mathconsts<>+576(SB), Z6, Z13
+	VFMADD213PS  mathconsts<>+576(SB), Z7, Z14
+	VFMADD213PS  mathconsts<>+576(SB), Z15, Z16
+	VFMADD213PS  mathconsts<>+640(SB), Z5, Z8
+	VFMADD213PS  mathconsts<>+640(SB), Z6, Z13
+	VFMADD213PS  mathconsts<>+640(SB), Z7, Z14
+	VFMADD213PS  mathconsts<>+640(SB), Z15, Z16
+	VFMADD213PS  mathconsts<>+704(SB), Z5, Z8
+	VFMADD213PS  mathconsts<>+704(SB), Z6, Z13
+	VFMADD213PS  mathconsts<>+704(SB), Z7, Z14
+	VFMADD213PS  mathconsts<>+704(SB), Z15, Z16
+	VFMADD213PS  mathconsts<>+768(SB), Z5, Z8
+	VFMADD213PS  mathconsts<>+768(SB), Z6, Z13
+	VFMADD213PS  mathconsts<>+768(SB), Z7, Z14
+	VFMADD213PS  mathconsts<>+768(SB), Z15, Z16
+	VFMADD213PS  mathconsts<>+768(SB), Z5, Z8
+	VFMADD213PS  mathconsts<>+768(SB), Z6, Z13
+	VFMADD213PS  mathconsts<>+768(SB), Z7, Z14
+	VFMADD213PS  mathconsts<>+768(SB), Z15, Z16
+	VSCALEFPS    Z9, Z8, Z5
+	VSCALEFPS    Z10, Z13, Z6
+	VSCALEFPS    Z11, Z14, Z7
+	VSCALEFPS    Z12, Z16, Z8
+	VMOVUPS      Z5, (AX)
+	VADDPS       Z5, Z2, Z2
+	VMOVUPS      Z6, 64(AX)
+	VADDPS       Z6, Z2, Z2
+	VMOVUPS      Z7, 128(AX)
+	VADDPS       Z7, Z2, Z2
+	VMOVUPS      Z8, 192(AX)
+	VADDPS       Z8, Z2, Z2
+	ADDQ         $0x00000100, CX
+	ADDQ         $0x00000100, AX
+	SUBQ         $0x00000040, DX
+	JMP          loop4
+
+after4:
+loop1:
+	CMPQ         DX, $0x00000010
+	JL           after1
 	VMOVUPS      (CX), Z5
 	VFMSUB213PS  Z1, Z0, Z5
 	VMAXPS       Z5, Z3, Z5
 	VMINPS       Z5, Z4, Z5
 	VMULPS       mathconsts<>+128(SB), Z5, Z6
-	VADDPS       mathconsts<>+192(SB), Z6, Z6
-	VSUBPS       mathconsts<>+192(SB), Z6, Z6
+	VRNDSCALEPS  $0x00, Z6, Z6
 	VMOVAPS      Z5, Z5
 	VFNMADD231PS mathconsts<>+256(SB), Z6, Z5
 	VFNMADD231PS mathconsts<>+320(SB), Z6, Z5
@@ -3163,18 +3591,15 @@ loop:
 	VFMADD213PS  mathconsts<>+704(SB), Z5, Z7
 	VFMADD213PS  mathconsts<>+768(SB), Z5, Z7
 	VFMADD213PS  mathconsts<>+768(SB), Z5, Z7
-	VCVTPS2DQ    Z6, Z6
-	VPADDD       mathconsts<>+832(SB), Z6, Z6
-	VPSLLD       $0x17, Z6, Z6
-	VMULPS       Z6, Z7, Z5
+	VSCALEFPS    Z6, Z7, Z5
 	VMOVUPS      Z5, (AX)
 	VADDPS       Z5, Z2, Z2
-	ADDQ         $0x40, CX
-	ADDQ         $0x40, AX
-	SUBQ         $0x10, DX
-	JMP          loop
+	ADDQ         $0x00000040, CX
+	ADDQ         $0x00000040, AX
+	SUBQ         $0x00000010, DX
+	JMP          loop1
 
-done:
+after1:
 	VEXTRACTF64X4 $0x01, Z2, Y0
 	VADDPS        Y0, Y2, Y0
 	VEXTRACTF128  $0x01, Y0, X1
@@ -3185,97 +3610,229 @@ done:
 	VZEROUPPER
 	RET
 
-// func geluAVX512(out *float32, th *float32, h *float32, n int)
+// func geluAVX512(out *float32, dgelu *float32, h *float32, n int)
 // Requires: AVX, AVX512F
 TEXT ·geluAVX512(SB), NOSPLIT, $0-32
 	MOVQ    out+0(FP), AX
-	MOVQ    th+8(FP), CX
+	MOVQ    dgelu+8(FP), CX
 	MOVQ    h+16(FP), DX
 	MOVQ    n+24(FP), BX
 	VMOVUPS mathconsts<>+768(SB), Z0
 	VMOVUPS mathconsts<>+896(SB), Z1
-	VMOVUPS mathconsts<>+0(SB), Z2
-	VMOVUPS mathconsts<>+64(SB), Z3
+	VMOVUPS mathconsts<>+960(SB), Z2
+	VMOVUPS mathconsts<>+0(SB), Z3
+	VMOVUPS mathconsts<>+64(SB), Z4
 
-loop:
-	TESTQ        BX, BX
-	JE           done
-	VMOVUPS      (DX), Z4
-	VMULPS       Z4, Z4, Z5
-	VMULPS       mathconsts<>+1024(SB), Z5, Z5
-	VFMADD213PS  Z4, Z4, Z5
-	VMULPS       mathconsts<>+1088(SB), Z5, Z5
-	VMAXPS       Z5, Z2, Z5
-	VMINPS       Z5, Z3, Z5
-	VMULPS       mathconsts<>+128(SB), Z5, Z6
-	VADDPS       mathconsts<>+192(SB), Z6, Z6
-	VSUBPS       mathconsts<>+192(SB), Z6, Z6
-	VMOVAPS      Z5, Z5
-	VFNMADD231PS mathconsts<>+256(SB), Z6, Z5
-	VFNMADD231PS mathconsts<>+320(SB), Z6, Z5
-	VMOVUPS      mathconsts<>+384(SB), Z7
-	VFMADD213PS  mathconsts<>+448(SB), Z5, Z7
-	VFMADD213PS  mathconsts<>+512(SB), Z5, Z7
-	VFMADD213PS  mathconsts<>+576(SB), Z5, Z7
-	VFMADD213PS  mathconsts<>+640(SB), Z5, Z7
-	VFMADD213PS  mathconsts<>+704(SB), Z5, Z7
-	VFMADD213PS  mathconsts<>+768(SB), Z5, Z7
-	VFMADD213PS  mathconsts<>+768(SB), Z5, Z7
-	VCVTPS2DQ    Z6, Z6
-	VPADDD       mathconsts<>+832(SB), Z6, Z6
-	VPSLLD       $0x17, Z6, Z6
-	VMULPS       Z6, Z7, Z5
-	VADDPS       Z0, Z5, Z5
-	VDIVPS       Z5, Z1, Z5
+loop4:
+	CMPQ         BX, $0x00000040
+	JL           after4
+	VMOVUPS      (DX), Z5
+	VMULPS       Z5, Z5, Z6
+	VMULPS       mathconsts<>+1024(SB), Z6, Z6
+	VFMADD213PS  Z5, Z5, Z6
+	VMULPS       mathconsts<>+1088(SB), Z6, Z6
+	VMOVUPS      64(DX), Z7
+	VMULPS       Z7, Z7, Z8
+	VMULPS       mathconsts<>+1024(SB), Z8, Z8
+	VFMADD213PS  Z7, Z7, Z8
+	VMULPS       mathconsts<>+1088(SB), Z8, Z8
+	VMOVUPS      128(DX), Z9
+	VMULPS       Z9, Z9, Z10
+	VMULPS       mathconsts<>+1024(SB), Z10, Z10
+	VFMADD213PS  Z9, Z9, Z10
+	VMULPS       mathconsts<>+1088(SB), Z10, Z10
+	VMOVUPS      192(DX), Z11
+	VMULPS       Z11, Z11, Z12
+	VMULPS       mathconsts<>+1024(SB), Z12, Z12
+	VFMADD213PS  Z11, Z11, Z12
+	VMULPS       mathconsts<>+1088(SB), Z12, Z12
+	VMAXPS       Z6, Z3, Z6
+	VMAXPS       Z8, Z3, Z8
+	VMAXPS       Z10, Z3, Z10
+	VMAXPS       Z12, Z3, Z12
+	VMINPS       Z6, Z4, Z6
+	VMINPS       Z8, Z4, Z8
+	VMINPS       Z10, Z4, Z10
+	VMINPS       Z12, Z4, Z12
+	VMULPS       mathconsts<>+128(SB), Z6, Z13
+	VMULPS       mathconsts<>+128(SB), Z8, Z14
+	VMULPS       mathconsts<>+128(SB), Z10, Z15
+	VMULPS       mathconsts<>+128(SB), Z12, Z16
+	VRNDSCALEPS  $0x00, Z13, Z13
+	VRNDSCALEPS  $0x00, Z14, Z14
+	VRNDSCALEPS  $0x00, Z15, Z15
+	VRNDSCALEPS  $0x00, Z16, Z16
+	VMOVAPS      Z6, Z6
+	VMOVAPS      Z8, Z8
+	VMOVAPS      Z10, Z10
+	VMOVAPS      Z12, Z19
+	VFNMADD231PS mathconsts<>+256(SB), Z13, Z6
+	VFNMADD231PS mathconsts<>+256(SB), Z14, Z8
+	VFNMADD231PS mathconsts<>+256(SB), Z15, Z10
+	VFNMADD231PS mathconsts<>+256(SB), Z16, Z19
+	VFNMADD231PS mathconsts<>+320(SB), Z13, Z6
+	VFNMADD231PS mathconsts<>+320(SB), Z14, Z8
+	VFNMADD231PS mathconsts<>+320(SB), Z15, Z10
+	VFNMADD231PS mathconsts<>+320(SB), Z16, Z19
+	VMOVUPS      mathconsts<>+384(SB), Z12
+	VMOVUPS      mathconsts<>+384(SB), Z17
+	VMOVUPS      mathconsts<>+384(SB), Z18
+	VMOVUPS      mathconsts<>+384(SB), Z20
+	VFMADD213PS  mathconsts<>+448(SB), Z6, Z12
+	VFMADD213PS  mathconsts<>+448(SB), Z8, Z17
+	VFMADD213PS  mathconsts<>+448(SB), Z10, Z18
+	VFMADD213PS  mathconsts<>+448(SB), Z19, Z20
+	VFMADD213PS  mathconsts<>+512(SB), Z6, Z12
+	VFMADD213PS  mathconsts<>+512(SB), Z8, Z17
+	VFMADD213PS  mathconsts<>+512(SB), Z10, Z18
+	VFMADD213PS  mathconsts<>+512(SB), Z19, Z20
+	VFMADD213PS  mathconsts<>+576(SB), Z6, Z12
+	VFMADD213PS  mathconsts<>+576(SB), Z8, Z17
+	VFMADD213PS  mathconsts<>+576(SB), Z10, Z18
+	VFMADD213PS  mathconsts<>+576(SB), Z19, Z20
+	VFMADD213PS  mathconsts<>+640(SB), Z6, Z12
+	VFMADD213PS  mathconsts<>+640(SB), Z8, Z17
+	VFMADD213PS  mathconsts<>+640(SB), Z10, Z18
+	VFMADD213PS  mathconsts<>+640(SB), Z19, Z20
+	VFMADD213PS  mathconsts<>+704(SB), Z6, Z12
+	VFMADD213PS  mathconsts<>+704(SB), Z8, Z17
+	VFMADD213PS  mathconsts<>+704(SB), Z10, Z18
+	VFMADD213PS  mathconsts<>+704(SB), Z19, Z20
+	VFMADD213PS  mathconsts<>+768(SB), Z6, Z12
+	VFMADD213PS  mathconsts<>+768(SB), Z8, Z17
+	VFMADD213PS  mathconsts<>+768(SB), Z10, Z18
+	VFMADD213PS  mathconsts<>+768(SB), Z19, Z20
+	VFMADD213PS  mathconsts<>+768(SB), Z6, Z12
+	VFMADD213PS  mathconsts<>+768(SB), Z8, Z17
+	VFMADD213PS  mathconsts<>+768(SB), Z10, Z18
+	VFMADD213PS  mathconsts<>+768(SB), Z19, Z20
+	VSCALEFPS    Z13, Z12, Z6
+	VSCALEFPS    Z14, Z17, Z8
+	VSCALEFPS    Z15, Z18, Z10
+	VSCALEFPS    Z16, Z20, Z12
+	VADDPS       Z0, Z6, Z6
+	VDIVPS       Z6, Z1, Z6
+	VSUBPS       Z6, Z0, Z6
+	VADDPS       Z0, Z6, Z13
+	VMULPS       Z2, Z13, Z13
+	VMOVAPS      Z0, Z14
+	VFNMADD231PS Z6, Z6, Z14
+	VMULPS       Z5, Z5, Z15
+	VMULPS       mathconsts<>+1152(SB), Z15, Z15
+	VADDPS       Z0, Z15, Z15
+	VMULPS       mathconsts<>+1216(SB), Z5, Z16
+	VMULPS       Z14, Z16, Z16
+	VFMADD213PS  Z13, Z15, Z16
+	VMOVUPS      Z16, (CX)
+	VMULPS       Z2, Z5, Z5
+	VFMADD213PS  Z5, Z5, Z6
+	VMOVUPS      Z6, (AX)
+	VADDPS       Z0, Z8, Z8
+	VDIVPS       Z8, Z1, Z5
 	VSUBPS       Z5, Z0, Z5
-	VMOVUPS      Z5, (CX)
-	VMULPS       mathconsts<>+960(SB), Z4, Z4
-	VFMADD213PS  Z4, Z4, Z5
-	VMOVUPS      Z5, (AX)
-	ADDQ         $0x40, DX
-	ADDQ         $0x40, CX
-	ADDQ         $0x40, AX
-	SUBQ         $0x10, BX
-	JMP          loop
+	VADDPS       Z0, Z5, Z6
+	VMULPS       Z2, Z6, Z6
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z5, Z5, Z8
+	VMULPS       Z7, Z7, Z13
+	VMULPS       mathconsts<>+1152(SB), Z13, Z13
+	VADDPS       Z0, Z13, Z13
+	VMULPS       mathconsts<>+1216(SB), Z7, Z14
+	VMULPS       Z8, Z14, Z14
+	VFMADD213PS  Z6, Z13, Z14
+	VMOVUPS      Z14, 64(CX)
+	VMULPS       Z2, Z7, Z6
+	VFMADD213PS  Z6, Z6, Z5
+	VMOVUPS      Z5, 64(AX)
+	VADDPS       Z0, Z10, Z10
+	VDIVPS       Z10, Z1, Z5
+	VSUBPS       Z5, Z0, Z5
+	VADDPS       Z0, Z5, Z6
+	VMULPS       Z2, Z6, Z6
+	VMOVAPS      Z0, Z7
+	VFNMADD231PS Z5, Z5, Z7
+	VMULPS       Z9, Z9, Z8
+	VMULPS       mathconsts<>+1152(SB), Z8, Z8
+	VADDPS       Z0, Z8, Z8
+	VMULPS       mathconsts<>+1216(SB), Z9, Z10
+	VMULPS       Z7, Z10, Z10
+	VFMADD213PS  Z6, Z8, Z10
+	VMOVUPS      Z10, 128(CX)
+	VMULPS       Z2, Z9, Z6
+	VFMADD213PS  Z6, Z6, Z5
+	VMOVUPS      Z5, 128(AX)
+	VADDPS       Z0, Z12, Z12
+	VDIVPS       Z12, Z1, Z5
+	VSUBPS       Z5, Z0, Z5
+	VADDPS       Z0, Z5, Z6
+	VMULPS       Z2, Z6, Z6
+	VMOVAPS      Z0, Z7
+	VFNMADD231PS Z5, Z5, Z7
+	VMULPS       Z11, Z11, Z8
+	VMULPS       mathconsts<>+1152(SB), Z8, Z8
+	VADDPS       Z0, Z8, Z8
+	VMULPS       mathconsts<>+1216(SB), Z11, Z9
+	VMULPS       Z7, Z9, Z9
+	VFMADD213PS  Z6, Z8, Z9
+	VMOVUPS      Z9, 192(CX)
+	VMULPS       Z2, Z11, Z6
+	VFMADD213PS  Z6, Z6, Z5
+	VMOVUPS      Z5, 192(AX)
+	ADDQ         $0x00000100, DX
+	ADDQ         $0x00000100, CX
+	ADDQ         $0x00000100, AX
+	SUBQ         $0x00000040, BX
+	JMP          loop4
 
-done:
-	VZEROUPPER
-	RET
+after4:
+loop1:
+	CMPQ         BX, $0x00000010
+	JL           after1
+	VMOVUPS      (DX), Z5
+	VMULPS       Z5, Z5, Z6
+	VMULPS       mathconsts<>+1024(SB), Z6, Z6
+	VFMADD213PS  Z5, Z5, Z6
+	VMULPS       mathconsts<>+1088(SB), Z6, Z6
+	VMAXPS       Z6, Z3, Z6
+	VMINPS       Z6, Z4, Z6
+	VMULPS       mathconsts<>+128(SB), Z6, Z7
+	VRNDSCALEPS  $0x00, Z7, Z7
+	VMOVAPS      Z6, Z6
+	VFNMADD231PS mathconsts<>+256(SB), Z7, Z6
+	VFNMADD231PS mathconsts<>+320(SB), Z7, Z6
+	VMOVUPS      mathconsts<>+384(SB), Z8
+	VFMADD213PS  mathconsts<>+448(SB), Z6, Z8
+	VFMADD213PS  mathconsts<>+512(SB), Z6, Z8
+	VFMADD213PS  mathconsts<>+576(SB), Z6, Z8
+	VFMADD213PS  mathconsts<>+640(SB), Z6, Z8
+	VFMADD213PS  mathconsts<>+704(SB), Z6, Z8
+	VFMADD213PS  mathconsts<>+768(SB), Z6, Z8
+	VFMADD213PS  mathconsts<>+768(SB), Z6, Z8
+	VSCALEFPS    Z7, Z8, Z6
+	VADDPS       Z0, Z6, Z6
+	VDIVPS       Z6, Z1, Z6
+	VSUBPS       Z6, Z0, Z6
+	VADDPS       Z0, Z6, Z7
+	VMULPS       Z2, Z7, Z7
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z6, Z6, Z8
+	VMULPS       Z5, Z5, Z9
+	VMULPS       mathconsts<>+1152(SB), Z9, Z9
+	VADDPS       Z0, Z9, Z9
+	VMULPS       mathconsts<>+1216(SB), Z5, Z10
+	VMULPS       Z8, Z10, Z10
+	VFMADD213PS  Z7, Z9, Z10
+	VMOVUPS      Z10, (CX)
+	VMULPS       Z2, Z5, Z5
+	VFMADD213PS  Z5, Z5, Z6
+	VMOVUPS      Z6, (AX)
+	ADDQ         $0x00000040, DX
+	ADDQ         $0x00000040, CX
+	ADDQ         $0x00000040, AX
+	SUBQ         $0x00000010, BX
+	JMP          loop1
 
-// func geluBackwardAVX512(grad *float32, th *float32, h *float32, n int)
-// Requires: AVX, AVX512F
-TEXT ·geluBackwardAVX512(SB), NOSPLIT, $0-32
-	MOVQ    grad+0(FP), AX
-	MOVQ    th+8(FP), CX
-	MOVQ    h+16(FP), DX
-	MOVQ    n+24(FP), BX
-	VMOVUPS mathconsts<>+768(SB), Z0
-	VMOVUPS mathconsts<>+960(SB), Z1
-
-loop:
-	TESTQ        BX, BX
-	JE           done
-	VMOVUPS      (DX), Z2
-	VMOVUPS      (CX), Z3
-	VADDPS       Z0, Z3, Z4
-	VMULPS       Z1, Z4, Z4
-	VMOVAPS      Z0, Z5
-	VFNMADD231PS Z3, Z3, Z5
-	VMULPS       Z2, Z2, Z3
-	VMULPS       mathconsts<>+1152(SB), Z3, Z3
-	VADDPS       Z0, Z3, Z3
-	VMULPS       mathconsts<>+1216(SB), Z2, Z2
-	VMULPS       Z5, Z2, Z2
-	VFMADD213PS  Z4, Z3, Z2
-	VMULPS       (AX), Z2, Z2
-	VMOVUPS      Z2, (AX)
-	ADDQ         $0x40, AX
-	ADDQ         $0x40, CX
-	ADDQ         $0x40, DX
-	SUBQ         $0x10, BX
-	JMP          loop
-
-done:
+after1:
 	VZEROUPPER
 	RET
 
@@ -3293,79 +3850,185 @@ TEXT ·layerNormAVX512(SB), NOSPLIT, $0-72
 	MOVQ  DI, R8
 	SHLQ  $0x02, R8
 
-row:
-	TESTQ  SI, SI
-	JE     done
+rows2:
+	CMPQ   SI, $0x02
+	JL     rowsAfter2
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
 	MOVQ   BX, R9
 	MOVQ   DI, R10
-	VPXORD Z2, Z2, Z2
 
-sum3:
-	VMOVUPS       (R9), Z3
-	VADDPS        Z3, Z2, Z2
+cols11:
+	VADDPS        (R9), Z2, Z2
+	VADDPS        (R9)(R8*1), Z3, Z3
 	ADDQ          $0x40, R9
 	SUBQ          $0x10, R10
-	JNE           sum3
-	VEXTRACTF64X4 $0x01, Z2, Y3
-	VADDPS        Y3, Y2, Y3
-	VEXTRACTF128  $0x01, Y3, X5
-	VADDPS        X5, X3, X3
+	JNE           cols11
+	VEXTRACTF64X4 $0x01, Z2, Y4
+	VADDPS        Y4, Y2, Y4
+	VEXTRACTF128  $0x01, Y4, X9
+	VADDPS        X9, X4, X4
+	VHADDPS       X4, X4, X4
+	VHADDPS       X4, X4, X4
+	VMULSS        X0, X4, X4
+	VMOVSS        X4, (CX)
+	VBROADCASTSS  X4, Z4
+	VPXORD        Z5, Z5, Z5
+	VEXTRACTF64X4 $0x01, Z3, Y9
+	VADDPS        Y9, Y3, Y9
+	VEXTRACTF128  $0x01, Y9, X10
+	VADDPS        X10, X9, X9
+	VHADDPS       X9, X9, X9
+	VHADDPS       X9, X9, X9
+	VMULSS        X0, X9, X9
+	VMOVSS        X9, 4(CX)
+	VBROADCASTSS  X9, Z9
+	VPXORD        Z6, Z6, Z6
+	MOVQ          BX, R9
+	MOVQ          DI, R10
+
+cols12:
+	VMOVUPS       (R9), Z10
+	VSUBPS        Z4, Z10, Z10
+	VFMADD231PS   Z10, Z10, Z5
+	VMOVUPS       (R9)(R8*1), Z10
+	VSUBPS        Z9, Z10, Z10
+	VFMADD231PS   Z10, Z10, Z6
+	ADDQ          $0x40, R9
+	SUBQ          $0x10, R10
+	JNE           cols12
+	VEXTRACTF64X4 $0x01, Z5, Y10
+	VADDPS        Y10, Y5, Y10
+	VEXTRACTF128  $0x01, Y10, X11
+	VADDPS        X11, X10, X10
+	VHADDPS       X10, X10, X10
+	VHADDPS       X10, X10, X10
+	VMULSS        X0, X10, X10
+	VADDSS        X1, X10, X10
+	VSQRTSS       X10, X10, X10
+	VMOVSS        mathconsts<>+768(SB), X11
+	VDIVSS        X10, X11, X11
+	VMOVSS        X11, (DX)
+	VBROADCASTSS  X11, Z10
+	VEXTRACTF64X4 $0x01, Z6, Y11
+	VADDPS        Y11, Y6, Y11
+	VEXTRACTF128  $0x01, Y11, X12
+	VADDPS        X12, X11, X11
+	VHADDPS       X11, X11, X11
+	VHADDPS       X11, X11, X11
+	VMULSS        X0, X11, X11
+	VADDSS        X1, X11, X11
+	VSQRTSS       X11, X11, X11
+	VMOVSS        mathconsts<>+768(SB), X12
+	VDIVSS        X11, X12, X12
+	VMOVSS        X12, 4(DX)
+	VBROADCASTSS  X12, Z11
+	MOVQ          w+32(FP), R9
+	MOVQ          b+40(FP), R10
+	MOVQ          BX, R11
+	MOVQ          AX, R12
+	MOVQ          DI, R13
+
+cols13:
+	VMOVUPS     (R9), Z12
+	VMOVUPS     (R11), Z13
+	VSUBPS      Z4, Z13, Z13
+	VMULPS      Z10, Z13, Z13
+	VFMADD213PS (R10), Z12, Z13
+	VMOVUPS     Z13, (R12)
+	VMOVUPS     (R11)(R8*1), Z13
+	VSUBPS      Z9, Z13, Z13
+	VMULPS      Z11, Z13, Z13
+	VFMADD213PS (R10), Z12, Z13
+	VMOVUPS     Z13, (R12)(R8*1)
+	ADDQ        $0x40, R11
+	ADDQ        $0x40, R12
+	ADDQ        $0x40, R9
+	ADDQ        $0x40, R10
+	SUBQ        $0x10, R13
+	JNE         cols13
+	ADDQ        R8, BX
+	ADDQ        R8, BX
+	ADDQ        R8, AX
+	ADDQ        R8, AX
+	ADDQ        $0x08, CX
+	ADDQ        $0x08, DX
+	SUBQ        $0x02, SI
+	JMP         rows2
+
+rowsAfter2:
+rows1:
+	CMPQ   SI, $0x01
+	JL     rowsAfter1
+	VPXORD Z7, Z7, Z7
+	MOVQ   BX, R9
+	MOVQ   DI, R10
+
+cols14:
+	VADDPS        (R9), Z7, Z7
+	ADDQ          $0x40, R9
+	SUBQ          $0x10, R10
+	JNE           cols14
+	VEXTRACTF64X4 $0x01, Z7, Y2
+	VADDPS        Y2, Y7, Y2
+	VEXTRACTF128  $0x01, Y2, X3
+	VADDPS        X3, X2, X2
+	VHADDPS       X2, X2, X2
+	VHADDPS       X2, X2, X2
+	VMULSS        X0, X2, X2
+	VMOVSS        X2, (CX)
+	VBROADCASTSS  X2, Z2
+	VPXORD        Z8, Z8, Z8
+	MOVQ          BX, R9
+	MOVQ          DI, R10
+
+cols15:
+	VMOVUPS       (R9), Z3
+	VSUBPS        Z2, Z3, Z3
+	VFMADD231PS   Z3, Z3, Z8
+	ADDQ          $0x40, R9
+	SUBQ          $0x10, R10
+	JNE           cols15
+	VEXTRACTF64X4 $0x01, Z8, Y3
+	VADDPS        Y3, Y8, Y3
+	VEXTRACTF128  $0x01, Y3, X4
+	VADDPS        X4, X3, X3
 	VHADDPS       X3, X3, X3
 	VHADDPS       X3, X3, X3
 	VMULSS        X0, X3, X3
-	VMOVSS        X3, (CX)
-	VBROADCASTSS  X3, Z3
-	MOVQ          BX, R9
-	MOVQ          DI, R10
-	VPXORD        Z4, Z4, Z4
-
-sum4:
-	VMOVUPS       (R9), Z5
-	VSUBPS        Z3, Z5, Z5
-	VFMADD231PS   Z5, Z5, Z4
-	ADDQ          $0x40, R9
-	SUBQ          $0x10, R10
-	JNE           sum4
-	VEXTRACTF64X4 $0x01, Z4, Y5
-	VADDPS        Y5, Y4, Y5
-	VEXTRACTF128  $0x01, Y5, X6
-	VADDPS        X6, X5, X5
-	VHADDPS       X5, X5, X5
-	VHADDPS       X5, X5, X5
-	VMULSS        X0, X5, X5
-	VADDSS        X1, X5, X5
-	VSQRTSS       X5, X5, X5
-	VMOVSS        mathconsts<>+768(SB), X6
-	VDIVSS        X5, X6, X6
-	VMOVSS        X6, (DX)
-	VBROADCASTSS  X6, Z5
-	MOVQ          BX, R9
-	MOVQ          AX, R10
-	MOVQ          w+32(FP), R11
-	MOVQ          b+40(FP), R12
+	VADDSS        X1, X3, X3
+	VSQRTSS       X3, X3, X3
+	VMOVSS        mathconsts<>+768(SB), X4
+	VDIVSS        X3, X4, X4
+	VMOVSS        X4, (DX)
+	VBROADCASTSS  X4, Z3
+	MOVQ          w+32(FP), R9
+	MOVQ          b+40(FP), R10
+	MOVQ          BX, R11
+	MOVQ          AX, R12
 	MOVQ          DI, R13
 
-norm:
-	VMOVUPS     (R9), Z6
-	VSUBPS      Z3, Z6, Z6
-	VMULPS      Z5, Z6, Z6
-	VMOVUPS     (R11), Z7
-	VFMADD213PS (R12), Z7, Z6
-	VMOVUPS     Z6, (R10)
-	ADDQ        $0x40, R9
-	ADDQ        $0x40, R10
+cols16:
+	VMOVUPS     (R9), Z4
+	VMOVUPS     (R11), Z5
+	VSUBPS      Z2, Z5, Z5
+	VMULPS      Z3, Z5, Z5
+	VFMADD213PS (R10), Z4, Z5
+	VMOVUPS     Z5, (R12)
 	ADDQ        $0x40, R11
 	ADDQ        $0x40, R12
+	ADDQ        $0x40, R9
+	ADDQ        $0x40, R10
 	SUBQ        $0x10, R13
-	JNE         norm
+	JNE         cols16
 	ADDQ        R8, BX
 	ADDQ        R8, AX
 	ADDQ        $0x04, CX
 	ADDQ        $0x04, DX
-	DECQ        SI
-	JMP         row
+	SUBQ        $0x01, SI
+	JMP         rows1
 
-done:
+rowsAfter1:
 	VZEROUPPER
 	RET
 
@@ -3383,88 +4046,213 @@ TEXT ·layerNormBackwardAVX512(SB), NOSPLIT, $0-84
 	MOVQ  R8, R9
 	SHLQ  $0x02, R9
 
-row:
-	TESTQ        DI, DI
-	JE           done
+rows2:
+	CMPQ         DI, $0x02
+	JL           rowsAfter2
 	VBROADCASTSS (BX), Z1
 	VBROADCASTSS (SI), Z2
 	VPXORD       Z3, Z3, Z3
 	VPXORD       Z4, Z4, Z4
-	MOVQ         DX, R10
-	MOVQ         CX, R11
-	MOVQ         w+56(FP), R12
-	MOVQ         dw+8(FP), R13
-	MOVQ         db+16(FP), R14
+	VBROADCASTSS 4(BX), Z5
+	VBROADCASTSS 4(SI), Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	MOVQ         w+56(FP), R10
+	MOVQ         dw+8(FP), R11
+	MOVQ         db+16(FP), R12
+	MOVQ         DX, R13
+	MOVQ         CX, R14
 	MOVQ         R8, R15
 
-sums:
-	VMOVUPS       (R10), Z5
-	VSUBPS        Z1, Z5, Z5
-	VMULPS        Z2, Z5, Z5
-	VMOVUPS       (R11), Z6
-	VMULPS        (R12), Z6, Z7
-	VADDPS        Z7, Z3, Z3
-	VFMADD231PS   Z7, Z5, Z4
-	VMOVUPS       (R13), Z7
-	VFMADD231PS   Z6, Z5, Z7
-	VMOVUPS       Z7, (R13)
-	VADDPS        (R14), Z6, Z6
-	VMOVUPS       Z6, (R14)
+cols17:
+	VMOVUPS       (R11), Z9
+	VMOVUPS       (R12), Z10
+	VMOVUPS       (R13), Z11
+	VSUBPS        Z1, Z11, Z11
+	VMULPS        Z2, Z11, Z11
+	VMOVUPS       (R14), Z12
+	VMULPS        (R10), Z12, Z13
+	VADDPS        Z13, Z3, Z3
+	VFMADD231PS   Z13, Z11, Z4
+	VFMADD231PS   Z12, Z11, Z9
+	VADDPS        Z12, Z10, Z10
+	VMOVUPS       (R13)(R9*1), Z11
+	VSUBPS        Z5, Z11, Z11
+	VMULPS        Z6, Z11, Z11
+	VMOVUPS       (R14)(R9*1), Z12
+	VMULPS        (R10), Z12, Z13
+	VADDPS        Z13, Z7, Z7
+	VFMADD231PS   Z13, Z11, Z8
+	VFMADD231PS   Z12, Z11, Z9
+	VADDPS        Z12, Z10, Z10
+	VMOVUPS       Z9, (R11)
+	VMOVUPS       Z10, (R12)
+	ADDQ          $0x40, R13
+	ADDQ          $0x40, R14
 	ADDQ          $0x40, R10
 	ADDQ          $0x40, R11
 	ADDQ          $0x40, R12
-	ADDQ          $0x40, R13
-	ADDQ          $0x40, R14
 	SUBQ          $0x10, R15
-	JNE           sums
-	VEXTRACTF64X4 $0x01, Z3, Y5
-	VADDPS        Y5, Y3, Y5
-	VEXTRACTF128  $0x01, Y5, X6
-	VADDPS        X6, X5, X5
-	VHADDPS       X5, X5, X5
-	VHADDPS       X5, X5, X5
-	VMULSS        X0, X5, X5
-	VBROADCASTSS  X5, Z5
-	VEXTRACTF64X4 $0x01, Z4, Y6
-	VADDPS        Y6, Y4, Y6
-	VEXTRACTF128  $0x01, Y6, X7
-	VADDPS        X7, X6, X6
-	VHADDPS       X6, X6, X6
-	VHADDPS       X6, X6, X6
-	VMULSS        X0, X6, X6
-	VBROADCASTSS  X6, Z6
-	MOVQ          DX, R10
-	MOVQ          CX, R11
+	JNE           cols17
+	VEXTRACTF64X4 $0x01, Z3, Y9
+	VADDPS        Y9, Y3, Y9
+	VEXTRACTF128  $0x01, Y9, X10
+	VADDPS        X10, X9, X9
+	VHADDPS       X9, X9, X9
+	VHADDPS       X9, X9, X9
+	VMULSS        X0, X9, X9
+	VBROADCASTSS  X9, Z9
+	VEXTRACTF64X4 $0x01, Z4, Y10
+	VADDPS        Y10, Y4, Y10
+	VEXTRACTF128  $0x01, Y10, X11
+	VADDPS        X11, X10, X10
+	VHADDPS       X10, X10, X10
+	VHADDPS       X10, X10, X10
+	VMULSS        X0, X10, X10
+	VBROADCASTSS  X10, Z10
+	VEXTRACTF64X4 $0x01, Z7, Y11
+	VADDPS        Y11, Y7, Y11
+	VEXTRACTF128  $0x01, Y11, X12
+	VADDPS        X12, X11, X11
+	VHADDPS       X11, X11, X11
+	VHADDPS       X11, X11, X11
+	VMULSS        X0, X11, X11
+	VBROADCASTSS  X11, Z11
+	VEXTRACTF64X4 $0x01, Z8, Y12
+	VADDPS        Y12, Y8, Y12
+	VEXTRACTF128  $0x01, Y12, X13
+	VADDPS        X13, X12, X12
+	VHADDPS       X12, X12, X12
+	VHADDPS       X12, X12, X12
+	VMULSS        X0, X12, X12
+	VBROADCASTSS  X12, Z12
+	MOVQ          w+56(FP), R10
+	MOVQ          DX, R11
+	MOVQ          CX, R12
 	MOVQ          AX, R13
-	MOVQ          w+56(FP), R12
-	MOVQ          R8, R15
+	MOVQ          R8, R14
 
-grad:
-	VMOVUPS      (R10), Z7
-	VSUBPS       Z1, Z7, Z7
-	VMULPS       Z2, Z7, Z7
-	VMOVUPS      (R11), Z8
-	VMULPS       (R12), Z8, Z8
-	VSUBPS       Z5, Z8, Z8
-	VFNMADD231PS Z7, Z6, Z8
-	VMOVUPS      (R13), Z7
-	VFMADD231PS  Z8, Z2, Z7
-	VMOVUPS      Z7, (R13)
-	ADDQ         $0x40, R10
+cols18:
+	VMOVUPS      (R10), Z13
+	VMOVUPS      (R11), Z16
+	VSUBPS       Z1, Z16, Z16
+	VMULPS       Z2, Z16, Z16
+	VMULPS       (R12), Z13, Z17
+	VSUBPS       Z9, Z17, Z17
+	VFNMADD231PS Z16, Z10, Z17
+	VMOVUPS      (R13), Z16
+	VFMADD231PS  Z17, Z2, Z16
+	VMOVUPS      Z16, (R13)
+	VMOVUPS      (R11)(R9*1), Z16
+	VSUBPS       Z5, Z16, Z16
+	VMULPS       Z6, Z16, Z16
+	VMULPS       (R12)(R9*1), Z13, Z13
+	VSUBPS       Z11, Z13, Z13
+	VFNMADD231PS Z16, Z12, Z13
+	VMOVUPS      (R13)(R9*1), Z16
+	VFMADD231PS  Z13, Z6, Z16
+	VMOVUPS      Z16, (R13)(R9*1)
 	ADDQ         $0x40, R11
 	ADDQ         $0x40, R12
+	ADDQ         $0x40, R10
 	ADDQ         $0x40, R13
-	SUBQ         $0x10, R15
-	JNE          grad
+	SUBQ         $0x10, R14
+	JNE          cols18
+	ADDQ         R9, DX
+	ADDQ         R9, DX
+	ADDQ         R9, CX
+	ADDQ         R9, CX
+	ADDQ         R9, AX
+	ADDQ         R9, AX
+	ADDQ         $0x08, BX
+	ADDQ         $0x08, SI
+	SUBQ         $0x02, DI
+	JMP          rows2
+
+rowsAfter2:
+rows1:
+	CMPQ         DI, $0x01
+	JL           rowsAfter1
+	VBROADCASTSS (BX), Z1
+	VBROADCASTSS (SI), Z2
+	VPXORD       Z14, Z14, Z14
+	VPXORD       Z15, Z15, Z15
+	MOVQ         w+56(FP), R10
+	MOVQ         dw+8(FP), R11
+	MOVQ         db+16(FP), R12
+	MOVQ         DX, R13
+	MOVQ         CX, R14
+	MOVQ         R8, R15
+
+cols19:
+	VMOVUPS       (R11), Z3
+	VMOVUPS       (R12), Z4
+	VMOVUPS       (R13), Z5
+	VSUBPS        Z1, Z5, Z5
+	VMULPS        Z2, Z5, Z5
+	VMOVUPS       (R14), Z6
+	VMULPS        (R10), Z6, Z7
+	VADDPS        Z7, Z14, Z14
+	VFMADD231PS   Z7, Z5, Z15
+	VFMADD231PS   Z6, Z5, Z3
+	VADDPS        Z6, Z4, Z4
+	VMOVUPS       Z3, (R11)
+	VMOVUPS       Z4, (R12)
+	ADDQ          $0x40, R13
+	ADDQ          $0x40, R14
+	ADDQ          $0x40, R10
+	ADDQ          $0x40, R11
+	ADDQ          $0x40, R12
+	SUBQ          $0x10, R15
+	JNE           cols19
+	VEXTRACTF64X4 $0x01, Z14, Y3
+	VADDPS        Y3, Y14, Y3
+	VEXTRACTF128  $0x01, Y3, X4
+	VADDPS        X4, X3, X3
+	VHADDPS       X3, X3, X3
+	VHADDPS       X3, X3, X3
+	VMULSS        X0, X3, X3
+	VBROADCASTSS  X3, Z3
+	VEXTRACTF64X4 $0x01, Z15, Y4
+	VADDPS        Y4, Y15, Y4
+	VEXTRACTF128  $0x01, Y4, X5
+	VADDPS        X5, X4, X4
+	VHADDPS       X4, X4, X4
+	VHADDPS       X4, X4, X4
+	VMULSS        X0, X4, X4
+	VBROADCASTSS  X4, Z4
+	MOVQ          w+56(FP), R10
+	MOVQ          DX, R11
+	MOVQ          CX, R12
+	MOVQ          AX, R13
+	MOVQ          R8, R14
+
+cols20:
+	VMOVUPS      (R10), Z5
+	VMOVUPS      (R11), Z6
+	VSUBPS       Z1, Z6, Z6
+	VMULPS       Z2, Z6, Z6
+	VMULPS       (R12), Z5, Z5
+	VSUBPS       Z3, Z5, Z5
+	VFNMADD231PS Z6, Z4, Z5
+	VMOVUPS      (R13), Z6
+	VFMADD231PS  Z5, Z2, Z6
+	VMOVUPS      Z6, (R13)
+	ADDQ         $0x40, R11
+	ADDQ         $0x40, R12
+	ADDQ         $0x40, R10
+	ADDQ         $0x40, R13
+	SUBQ         $0x10, R14
+	JNE          cols20
 	ADDQ         R9, DX
 	ADDQ         R9, CX
 	ADDQ         R9, AX
 	ADDQ         $0x04, BX
 	ADDQ         $0x04, SI
-	DECQ         DI
-	JMP          row
+	SUBQ         $0x01, DI
+	JMP          rows1
 
-done:
+rowsAfter1:
 	VZEROUPPER
 	RET
 
@@ -3526,6 +4314,318 @@ loop:
 	JMP     loop
 
 done:
+	VZEROUPPER
+	RET
+
+// func addAVX2(dst *float32, src *float32, n int)
+// Requires: AVX
+TEXT ·addAVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), AX
+	MOVQ src+8(FP), CX
+	MOVQ n+16(FP), DX
+
+wide:
+	CMPQ    DX, $0x00000020
+	JL      one
+	VMOVUPS (CX), Y0
+	VADDPS  (AX), Y0, Y0
+	VMOVUPS 32(CX), Y1
+	VADDPS  32(AX), Y1, Y1
+	VMOVUPS 64(CX), Y2
+	VADDPS  64(AX), Y2, Y2
+	VMOVUPS 96(CX), Y3
+	VADDPS  96(AX), Y3, Y3
+	VMOVUPS Y0, (AX)
+	VMOVUPS Y1, 32(AX)
+	VMOVUPS Y2, 64(AX)
+	VMOVUPS Y3, 96(AX)
+	ADDQ    $0x00000080, CX
+	ADDQ    $0x00000080, AX
+	SUBQ    $0x00000020, DX
+	JMP     wide
+
+one:
+	TESTQ   DX, DX
+	JE      done
+	VMOVUPS (CX), Y0
+	VADDPS  (AX), Y0, Y0
+	VMOVUPS Y0, (AX)
+	ADDQ    $0x20, CX
+	ADDQ    $0x20, AX
+	SUBQ    $0x08, DX
+	JMP     one
+
+done:
+	VZEROUPPER
+	RET
+
+// func mulAVX2(dst *float32, src *float32, n int)
+// Requires: AVX
+TEXT ·mulAVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), AX
+	MOVQ src+8(FP), CX
+	MOVQ n+16(FP), DX
+
+wide:
+	CMPQ    DX, $0x00000020
+	JL      one
+	VMOVUPS (CX), Y0
+	VMULPS  (AX), Y0, Y0
+	VMOVUPS 32(CX), Y1
+	VMULPS  32(AX), Y1, Y1
+	VMOVUPS 64(CX), Y2
+	VMULPS  64(AX), Y2, Y2
+	VMOVUPS 96(CX), Y3
+	VMULPS  96(AX), Y3, Y3
+	VMOVUPS Y0, (AX)
+	VMOVUPS Y1, 32(AX)
+	VMOVUPS Y2, 64(AX)
+	VMOVUPS Y3, 96(AX)
+	ADDQ    $0x00000080, CX
+	ADDQ    $0x00000080, AX
+	SUBQ    $0x00000020, DX
+	JMP     wide
+
+one:
+	TESTQ   DX, DX
+	JE      done
+	VMOVUPS (CX), Y0
+	VMULPS  (AX), Y0, Y0
+	VMOVUPS Y0, (AX)
+	ADDQ    $0x20, CX
+	ADDQ    $0x20, AX
+	SUBQ    $0x08, DX
+	JMP     one
+
+done:
+	VZEROUPPER
+	RET
+
+// func sumRowsAVX2(dst *float32, src *float32, rows int, cols int, ld int)
+// Requires: AVX
+TEXT ·sumRowsAVX2(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), AX
+	MOVQ src+8(FP), CX
+	MOVQ rows+16(FP), DX
+	MOVQ cols+24(FP), BX
+	MOVQ ld+32(FP), SI
+	SHLQ $0x02, SI
+
+block8:
+	CMPQ    BX, $0x00000040
+	JL      after8
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS 64(AX), Y2
+	VMOVUPS 96(AX), Y3
+	VMOVUPS 128(AX), Y4
+	VMOVUPS 160(AX), Y5
+	VMOVUPS 192(AX), Y6
+	VMOVUPS 224(AX), Y7
+	MOVQ    CX, DI
+	MOVQ    DX, R8
+
+down8:
+	VADDPS  (DI), Y0, Y0
+	VADDPS  32(DI), Y1, Y1
+	VADDPS  64(DI), Y2, Y2
+	VADDPS  96(DI), Y3, Y3
+	VADDPS  128(DI), Y4, Y4
+	VADDPS  160(DI), Y5, Y5
+	VADDPS  192(DI), Y6, Y6
+	VADDPS  224(DI), Y7, Y7
+	ADDQ    SI, DI
+	DECQ    R8
+	JNE     down8
+	VMOVUPS Y0, (AX)
+	VMOVUPS Y1, 32(AX)
+	VMOVUPS Y2, 64(AX)
+	VMOVUPS Y3, 96(AX)
+	VMOVUPS Y4, 128(AX)
+	VMOVUPS Y5, 160(AX)
+	VMOVUPS Y6, 192(AX)
+	VMOVUPS Y7, 224(AX)
+	ADDQ    $0x00000100, AX
+	ADDQ    $0x00000100, CX
+	SUBQ    $0x00000040, BX
+	JMP     block8
+
+after8:
+block1:
+	CMPQ    BX, $0x00000008
+	JL      after1
+	VMOVUPS (AX), Y0
+	MOVQ    CX, DI
+	MOVQ    DX, R8
+
+down1:
+	VADDPS  (DI), Y0, Y0
+	ADDQ    SI, DI
+	DECQ    R8
+	JNE     down1
+	VMOVUPS Y0, (AX)
+	ADDQ    $0x00000020, AX
+	ADDQ    $0x00000020, CX
+	SUBQ    $0x00000008, BX
+	JMP     block1
+
+after1:
+	VZEROUPPER
+	RET
+
+// func addAVX512(dst *float32, src *float32, n int)
+// Requires: AVX, AVX512F
+TEXT ·addAVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), AX
+	MOVQ src+8(FP), CX
+	MOVQ n+16(FP), DX
+
+wide:
+	CMPQ    DX, $0x00000040
+	JL      one
+	VMOVUPS (CX), Z0
+	VADDPS  (AX), Z0, Z0
+	VMOVUPS 64(CX), Z1
+	VADDPS  64(AX), Z1, Z1
+	VMOVUPS 128(CX), Z2
+	VADDPS  128(AX), Z2, Z2
+	VMOVUPS 192(CX), Z3
+	VADDPS  192(AX), Z3, Z3
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, 64(AX)
+	VMOVUPS Z2, 128(AX)
+	VMOVUPS Z3, 192(AX)
+	ADDQ    $0x00000100, CX
+	ADDQ    $0x00000100, AX
+	SUBQ    $0x00000040, DX
+	JMP     wide
+
+one:
+	TESTQ   DX, DX
+	JE      done
+	VMOVUPS (CX), Z0
+	VADDPS  (AX), Z0, Z0
+	VMOVUPS Z0, (AX)
+	ADDQ    $0x40, CX
+	ADDQ    $0x40, AX
+	SUBQ    $0x10, DX
+	JMP     one
+
+done:
+	VZEROUPPER
+	RET
+
+// func mulAVX512(dst *float32, src *float32, n int)
+// Requires: AVX, AVX512F
+TEXT ·mulAVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), AX
+	MOVQ src+8(FP), CX
+	MOVQ n+16(FP), DX
+
+wide:
+	CMPQ    DX, $0x00000040
+	JL      one
+	VMOVUPS (CX), Z0
+	VMULPS  (AX), Z0, Z0
+	VMOVUPS 64(CX), Z1
+	VMULPS  64(AX), Z1, Z1
+	VMOVUPS 128(CX), Z2
+	VMULPS  128(AX), Z2, Z2
+	VMOVUPS 192(CX), Z3
+	VMULPS  192(AX), Z3, Z3
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, 64(AX)
+	VMOVUPS Z2, 128(AX)
+	VMOVUPS Z3, 192(AX)
+	ADDQ    $0x00000100, CX
+	ADDQ    $0x00000100, AX
+	SUBQ    $0x00000040, DX
+	JMP     wide
+
+one:
+	TESTQ   DX, DX
+	JE      done
+	VMOVUPS (CX), Z0
+	VMULPS  (AX), Z0, Z0
+	VMOVUPS Z0, (AX)
+	ADDQ    $0x40, CX
+	ADDQ    $0x40, AX
+	SUBQ    $0x10, DX
+	JMP     one
+
+done:
+	VZEROUPPER
+	RET
+
+// func sumRowsAVX512(dst *float32, src *float32, rows int, cols int, ld int)
+// Requires: AVX, AVX512F
+TEXT ·sumRowsAVX512(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), AX
+	MOVQ src+8(FP), CX
+	MOVQ rows+16(FP), DX
+	MOVQ cols+24(FP), BX
+	MOVQ ld+32(FP), SI
+	SHLQ $0x02, SI
+
+block8:
+	CMPQ    BX, $0x00000080
+	JL      after8
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 192(AX), Z3
+	VMOVUPS 256(AX), Z4
+	VMOVUPS 320(AX), Z5
+	VMOVUPS 384(AX), Z6
+	VMOVUPS 448(AX), Z7
+	MOVQ    CX, DI
+	MOVQ    DX, R8
+
+down8:
+	VADDPS  (DI), Z0, Z0
+	VADDPS  64(DI), Z1, Z1
+	VADDPS  128(DI), Z2, Z2
+	VADDPS  192(DI), Z3, Z3
+	VADDPS  256(DI), Z4, Z4
+	VADDPS  320(DI), Z5, Z5
+	VADDPS  384(DI), Z6, Z6
+	VADDPS  448(DI), Z7, Z7
+	ADDQ    SI, DI
+	DECQ    R8
+	JNE     down8
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, 64(AX)
+	VMOVUPS Z2, 128(AX)
+	VMOVUPS Z3, 192(AX)
+	VMOVUPS Z4, 256(AX)
+	VMOVUPS Z5, 320(AX)
+	VMOVUPS Z6, 384(AX)
+	VMOVUPS Z7, 448(AX)
+	ADDQ    $0x00000200, AX
+	ADDQ    $0x00000200, CX
+	SUBQ    $0x00000080, BX
+	JMP     block8
+
+after8:
+block1:
+	CMPQ    BX, $0x00000010
+	JL      after1
+	VMOVUPS (AX), Z0
+	MOVQ    CX, DI
+	MOVQ    DX, R8
+
+down1:
+	VADDPS  (DI), Z0, Z0
+	ADDQ    SI, DI
+	DECQ    R8
+	JNE     down1
+	VMOVUPS Z0, (AX)
+	ADDQ    $0x00000040, AX
+	ADDQ    $0x00000040, CX
+	SUBQ    $0x00000010, BX
+	JMP     block1
+
+after1:
 	VZEROUPPER
 	RET
 

@@ -78,13 +78,10 @@ func copy32AVX(dst *float32, src *float32, ld int, kc int, panels int, stride in
 // with the argument clamped to [-87, 88], and returns the sum of them. dst may be src.
 func expSumAVX2(dst *float32, src *float32, n int, scale float32, shift float32) float32
 
-// geluAVX2 writes th[i] = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)) and out[i] =
-// 0.5·h[i]·(1 + th[i]) for i < n, a multiple of 8: GPT-2's tanh GELU.
-func geluAVX2(out *float32, th *float32, h *float32, n int)
-
-// geluBackwardAVX2 multiplies grad[i] by the derivative of the tanh GELU at h[i], given
-// th[i] = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)), for i < n, a multiple of 8.
-func geluBackwardAVX2(grad *float32, th *float32, h *float32, n int)
+// geluAVX2 writes out[i] = 0.5·h[i]·(1 + t) with t = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)),
+// GPT-2's tanh GELU, and its derivative dgelu[i] = 0.5 (1 + t) + 0.5 h[i] (1 - t²) sqrt(2/pi)
+// (1 + 3·0.044715 h[i]²), for i < n, a multiple of 8.
+func geluAVX2(out *float32, dgelu *float32, h *float32, n int)
 
 // layerNormAVX2 normalizes rows rows of d floats (d a positive multiple of 8) at x
 // into out: out = (x - mean)·rstd·w + b with mean = Σx·invD and rstd =
@@ -107,13 +104,10 @@ func scaleAVX2(x *float32, n int, s float32)
 // with the argument clamped to [-87, 88], and returns the sum of them. dst may be src.
 func expSumAVX512(dst *float32, src *float32, n int, scale float32, shift float32) float32
 
-// geluAVX512 writes th[i] = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)) and out[i] =
-// 0.5·h[i]·(1 + th[i]) for i < n, a multiple of 16: GPT-2's tanh GELU.
-func geluAVX512(out *float32, th *float32, h *float32, n int)
-
-// geluBackwardAVX512 multiplies grad[i] by the derivative of the tanh GELU at h[i], given
-// th[i] = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)), for i < n, a multiple of 16.
-func geluBackwardAVX512(grad *float32, th *float32, h *float32, n int)
+// geluAVX512 writes out[i] = 0.5·h[i]·(1 + t) with t = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)),
+// GPT-2's tanh GELU, and its derivative dgelu[i] = 0.5 (1 + t) + 0.5 h[i] (1 - t²) sqrt(2/pi)
+// (1 + 3·0.044715 h[i]²), for i < n, a multiple of 16.
+func geluAVX512(out *float32, dgelu *float32, h *float32, n int)
 
 // layerNormAVX512 normalizes rows rows of d floats (d a positive multiple of 16) at x
 // into out: out = (x - mean)·rstd·w + b with mean = Σx·invD and rstd =
@@ -131,6 +125,26 @@ func maxSumAVX512(x *float32, n int) (mx float32, sum float32)
 
 // scaleAVX512 multiplies x[i] by s for i < n, a multiple of 16.
 func scaleAVX512(x *float32, n int, s float32)
+
+// addAVX2 adds src[i] to dst[i] for i < n, a multiple of 8.
+func addAVX2(dst *float32, src *float32, n int)
+
+// mulAVX2 multiplies dst[i] by src[i] for i < n, a multiple of 8.
+func mulAVX2(dst *float32, src *float32, n int)
+
+// sumRowsAVX2 adds to dst[j] the elements src[i*ld+j] of rows rows (rows >= 1), in row
+// order, for j < cols, a multiple of 8.
+func sumRowsAVX2(dst *float32, src *float32, rows int, cols int, ld int)
+
+// addAVX512 adds src[i] to dst[i] for i < n, a multiple of 16.
+func addAVX512(dst *float32, src *float32, n int)
+
+// mulAVX512 multiplies dst[i] by src[i] for i < n, a multiple of 16.
+func mulAVX512(dst *float32, src *float32, n int)
+
+// sumRowsAVX512 adds to dst[j] the elements src[i*ld+j] of rows rows (rows >= 1), in row
+// order, for j < cols, a multiple of 16.
+func sumRowsAVX512(dst *float32, src *float32, rows int, cols int, ld int)
 
 // kernelBF16 computes the 12×32 fp32 tile at c (row stride ldc floats) as the
 // product of the packed panels a (kc pairs × 12) and b (kc pairs × 32) of bf16

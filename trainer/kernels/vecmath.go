@@ -44,21 +44,12 @@ func goExpSum(dst, src []float32, scale, shift float32) float32 {
 }
 
 // goGELU is the portable GELU.
-func goGELU(out, th, h []float32) {
-	out, th = out[:len(h)], th[:len(h)]
+func goGELU(out, dgelu, h []float32) {
+	out, dgelu = out[:len(h)], dgelu[:len(h)]
 	for i, v := range h {
 		t := 1 - 2/(expf(2*geluC*(v+0.044715*v*v*v))+1)
-		th[i] = t
+		dgelu[i] = 0.5*(1+t) + 0.5*v*(1-t*t)*geluC*(1+3*0.044715*v*v)
 		out[i] = 0.5 * v * (1 + t)
-	}
-}
-
-// goGELUBackward is the portable GELUBackward.
-func goGELUBackward(g, th, h []float32) {
-	g, th = g[:len(h)], th[:len(h)]
-	for i, x := range h {
-		t := th[i]
-		g[i] *= 0.5*(1+t) + 0.5*x*(1-t*t)*geluC*(1+3*0.044715*x*x)
 	}
 }
 
@@ -76,27 +67,18 @@ func (e *Engine) ExpSum(dst, src []float32, scale, shift float32) float32 {
 	return e.kern.expSum(dst, src, scale, shift)
 }
 
-// GELU computes GPT-2's tanh GELU of every element of h: th[i] = t =
-// tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)), kept for the backward pass,
-// and out[i] = 0.5·h[i]·(1 + t). t is 1 - 2/(exp(2u)+1) with ExpSum's
-// exponential, within 1e-6 absolute of tanh. out may be h. It panics when
-// out or th is shorter than h: that is a bug in the caller.
-func (e *Engine) GELU(out, th, h []float32) {
-	if len(out) < len(h) || len(th) < len(h) {
-		panic(fmt.Sprintf("kernels: GELU with len(out)=%d len(th)=%d < len(h)=%d", len(out), len(th), len(h)))
+// GELU computes GPT-2's tanh GELU of every element x = h[i] and its
+// derivative, for the backward pass to multiply the output's gradient by
+// (Mul): with t = tanh(sqrt(2/pi)·(x + 0.044715·x³)), out[i] =
+// 0.5·x·(1 + t) and dgelu[i] = 0.5 (1 + t) + 0.5 x (1 - t²) sqrt(2/pi)
+// (1 + 3·0.044715 x²). t is 1 - 2/(exp(2u)+1) with ExpSum's exponential,
+// within 1e-6 absolute of tanh. out may be h. It panics when out or
+// dgelu is shorter than h: that is a bug in the caller.
+func (e *Engine) GELU(out, dgelu, h []float32) {
+	if len(out) < len(h) || len(dgelu) < len(h) {
+		panic(fmt.Sprintf("kernels: GELU with len(out)=%d len(dgelu)=%d < len(h)=%d", len(out), len(dgelu), len(h)))
 	}
-	e.kern.gelu(out, th, h)
-}
-
-// GELUBackward multiplies g, the gradient of GELU's output, by GELU's
-// derivative at h, given th from GELU: with t = th[i],
-// gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t²) sqrt(2/pi) (1 + 3·0.044715 x²).
-// It panics when g or th is shorter than h: that is a bug in the caller.
-func (e *Engine) GELUBackward(g, th, h []float32) {
-	if len(g) < len(h) || len(th) < len(h) {
-		panic(fmt.Sprintf("kernels: GELUBackward with len(g)=%d len(th)=%d < len(h)=%d", len(g), len(th), len(h)))
-	}
-	e.kern.geluBackward(g, th, h)
+	e.kern.gelu(out, dgelu, h)
 }
 
 // Max returns the largest element of x: NaN if one is NaN, -Inf for an

@@ -34,14 +34,15 @@ func crossEntropyRows(eng *kernels.Engine, logits []float32, rowLoss []float64, 
 
 // crossEntropyBackward writes into dlogits the gradient of scale * mean loss with respect to
 // the logits: (p - onehot(target)) * scale / n, where probs holds p from the forward pass.
-func crossEntropyBackward(dlogits, probs []float32, targets []byte, n, v int, scale float32) {
+// Rows run in parallel on p.
+func crossEntropyBackward(p pool, dlogits, probs []float32, targets []byte, n, v int, scale float32) {
 	k := scale / float32(n)
-	for i := 0; i < n; i++ {
-		p := probs[i*v : (i+1)*v]
-		d := dlogits[i*v : (i+1)*v]
-		for j, pj := range p {
-			d[j] = pj * k
+	p.forRows(n, func(lo, hi int) {
+		d := dlogits[lo*v : hi*v]
+		copy(d, probs[lo*v:hi*v])
+		p.eng.Scale(d, k)
+		for i := lo; i < hi; i++ {
+			dlogits[i*v+int(targets[i])] -= k
 		}
-		d[targets[i]] -= k
-	}
+	})
 }

@@ -5,23 +5,25 @@ package model
 
 // geluForward computes out = gelu(h) elementwise with the tanh approximation GPT-2 uses:
 // gelu(h) = 0.5 h (1 + tanh(sqrt(2/pi) (h + 0.044715 h³))), by kernels.Engine.GELU. It keeps the
-// tanh in th for the backward pass. Chunks run in parallel on p.
-func geluForward(p pool, out, th, h []float32) {
+// derivative gelu'(h) in dgelu for the backward pass, which then reads neither h nor the tanh.
+// Chunks run in parallel on p.
+func geluForward(p pool, out, dgelu, h []float32) {
 	const chunk = 1024
 	p.forRows((len(h)+chunk-1)/chunk, func(lo, hi int) {
 		lo, hi = lo*chunk, min(hi*chunk, len(h))
-		p.eng.GELU(out[lo:hi], th[lo:hi], h[lo:hi])
+		p.eng.GELU(out[lo:hi], dgelu[lo:hi], h[lo:hi])
 	})
 }
 
-// geluBackward multiplies g (dL/dout on entry, dL/dh on return) by gelu'(h), by
-// kernels.Engine.GELUBackward: with u = sqrt(2/pi) (h + 0.044715 h³) and t = tanh(u) (kept in th
-// by the forward pass), gelu'(h) = 0.5 (1 + t) + 0.5 h (1 - t²) sqrt(2/pi) (1 + 3·0.044715 h²).
-// Chunks run in parallel on p.
-func geluBackward(p pool, g, th, h []float32) {
-	const chunk = 1024
-	p.forRows((len(h)+chunk-1)/chunk, func(lo, hi int) {
-		lo, hi = lo*chunk, min(hi*chunk, len(h))
-		p.eng.GELUBackward(g[lo:hi], th[lo:hi], h[lo:hi])
+// geluBackward multiplies g (dL/dout on entry, dL/dh on return; n rows of width floats) by
+// gelu'(h), kept in dgelu by geluForward. It also sums the columns of the result, the gradient
+// of the bias of the layer before the GELU, while in cache: chunk i of rowChunk rows into
+// part[i*width:], as chunkSum does (the caller adds the partial sums in chunk order). Chunks
+// run in parallel on p.
+func geluBackward(p pool, part, g, dgelu []float32, n, width int) {
+	p.forEach(chunks(n), func(i int) {
+		lo, hi := chunkRows(i, n)
+		p.eng.Mul(g[lo*width:hi*width], dgelu[lo*width:hi*width])
+		chunkSum(p.eng, part, g, i, n, width)
 	})
 }

@@ -22,9 +22,8 @@ type Model struct {
 	layout Layout
 	dm     dims
 	eng    *kernels.Engine
-	sum    *kernels.Engine // eng, fp32: the bias gradients' column sums are reductions, never bf16
-	par    pool            // row- and head-parallel work outside the matrix products
-	prof   *profile.Timer  // nil: no profiling
+	par    pool           // row- and head-parallel work outside the matrix products
+	prof   *profile.Timer // nil: no profiling
 
 	inputs, targets []byte
 	xs              [][]float32 // residual stream: xs[0] embeddings, xs[l+1] output of block l
@@ -44,7 +43,7 @@ type Model struct {
 	dtmp    []float32 // [n, d]
 	d4      []float32 // [n, 4d]
 	dlogits []float32 // [n, v]
-	ones    []float32 // [n] all 1: summing rows is a product with it
+	part    []float32 // [chunks(n), 4d]: partial sums of reductions over rows (see rowChunk)
 	keyBias []float32 // [d]: the key part of c_attn's bias gradient, kept across its backward
 }
 
@@ -63,13 +62,14 @@ type blockActs struct {
 	ln2     normActs
 	fc      []float32 // [n, 4d] mlp.c_fc output, before GELU
 	gelu    []float32 // [n, 4d]
-	tanh    []float32 // [n, 4d] the tanh inside GELU, for its derivative
+	dgelu   []float32 // [n, 4d] GELU's derivative at fc, for the backward pass
 }
 
 // New returns a Model for cfg that runs microBatch sequences of cfg.Context+1 bytes per pass,
 // with its matrix products on eng; attention heads and row-wise work (layer norm, GELU,
 // softmax) are spread over eng.Threads() goroutines, each row on one goroutine in a fixed
-// order, so results do not depend on scheduling.
+// order, and sums over rows in chunks of rowChunk rows, so results do not depend on
+// scheduling or on the thread count.
 // It returns an error when cfg is invalid, microBatch < 1 or eng is nil.
 func New(cfg Config, microBatch int, eng *kernels.Engine) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
@@ -91,7 +91,6 @@ func New(cfg Config, microBatch int, eng *kernels.Engine) (*Model, error) {
 		layout:  NewLayout(cfg),
 		dm:      dm,
 		eng:     eng,
-		sum:     eng,
 		par:     pool{threads: eng.Threads(), team: eng, eng: eng.WithThreads(1)},
 		inputs:  make([]byte, n),
 		targets: make([]byte, n),
@@ -108,14 +107,8 @@ func New(cfg Config, microBatch int, eng *kernels.Engine) (*Model, error) {
 		dtmp:    f(n * d),
 		d4:      f(n * 4 * d),
 		dlogits: f(n * cfg.Vocab),
-		ones:    f(n),
+		part:    f(chunks(n) * 4 * d),
 		keyBias: f(d),
-	}
-	for i := range m.ones {
-		m.ones[i] = 1
-	}
-	if eng.Precision() != kernels.FP32 {
-		m.sum = eng.WithPrecision(kernels.FP32)
 	}
 	for i := 0; i <= cfg.Layers; i++ {
 		m.xs = append(m.xs, f(n*d))
@@ -123,7 +116,7 @@ func New(cfg Config, microBatch int, eng *kernels.Engine) (*Model, error) {
 	for i := 0; i < cfg.Layers; i++ {
 		m.blocks = append(m.blocks, blockActs{
 			ln1: norm(), q: f(n * d), k: f(n * d), v: f(n * d), att: f(bht * t),
-			y: f(n * d), x2: f(n * d), ln2: norm(), fc: f(n * 4 * d), gelu: f(n * 4 * d), tanh: f(n * 4 * d),
+			y: f(n * d), x2: f(n * d), ln2: norm(), fc: f(n * 4 * d), gelu: f(n * 4 * d), dgelu: f(n * 4 * d),
 		})
 	}
 	return m, nil
@@ -167,12 +160,16 @@ func (m *Model) Forward(params []float32, tokens []byte) float32 {
 	w := views(m.layout, params)
 	n, d := dm.n, dm.d
 
-	embedForward(m.xs[0], w.wte, w.wpe, m.inputs, dm.t, d)
+	embedForward(m.par, m.xs[0], w.wte, w.wpe, m.inputs, dm.t, d)
 	m.prof.Lap(profile.Elementwise)
+	// A block's output is the residual x2 plus its MLP branch; the branch goes into the output
+	// buffer first and the addition of res = x2 is left to the layer norm that reads the
+	// output next, which does both in one pass.
+	var res []float32
 	for l := range m.blocks {
 		a, bw, in, out := &m.blocks[l], &w.blocks[l], m.xs[l], m.xs[l+1]
 		// Attention: x2 = in + c_proj(attn(c_attn(ln_1(in)))).
-		layerNormForward(m.par, a.ln1.out, a.ln1.mean, a.ln1.rstd, in, bw.ln1w, bw.ln1b, n, d)
+		addLayerNorm(m.par, a.ln1, in, res, bw.ln1w, bw.ln1b, n, d)
 		m.prof.Lap(profile.Elementwise)
 		linearForward(m.eng, m.qkv, a.ln1.out, bw.attnw, bw.attnb, n, d, 3*d)
 		m.prof.Lap(profile.GEMM)
@@ -184,21 +181,19 @@ func (m *Model) Forward(params []float32, tokens []byte) float32 {
 		m.prof.Lap(profile.Attention)
 		linearForward(m.eng, a.x2, a.y, bw.projw, bw.projb, n, d, d)
 		m.prof.Lap(profile.GEMM)
-		addTo(a.x2, in)
 		// MLP: out = x2 + c_proj(gelu(c_fc(ln_2(x2)))).
-		layerNormForward(m.par, a.ln2.out, a.ln2.mean, a.ln2.rstd, a.x2, bw.ln2w, bw.ln2b, n, d)
+		addLayerNorm(m.par, a.ln2, a.x2, in, bw.ln2w, bw.ln2b, n, d)
 		m.prof.Lap(profile.Elementwise)
 		linearForward(m.eng, a.fc, a.ln2.out, bw.fcw, bw.fcb, n, d, 4*d)
 		m.prof.Lap(profile.GEMM)
-		geluForward(m.par, a.gelu, a.tanh, a.fc)
+		geluForward(m.par, a.gelu, a.dgelu, a.fc)
 		m.prof.Lap(profile.Elementwise)
 		linearForward(m.eng, out, a.gelu, bw.mlpw, bw.mlpb, n, 4*d, d)
 		m.prof.Lap(profile.GEMM)
-		addTo(out, a.x2)
-		m.prof.Lap(profile.Elementwise)
+		res = a.x2
 	}
 	last := m.xs[len(m.xs)-1]
-	layerNormForward(m.par, m.lnf.out, m.lnf.mean, m.lnf.rstd, last, w.lnfw, w.lnfb, n, d)
+	addLayerNorm(m.par, m.lnf, last, res, w.lnfw, w.lnfb, n, d)
 	m.prof.Lap(profile.Elementwise)
 	m.eng.MatMul(m.probs, m.lnf.out, w.wte, n, dm.v, d, false, true, false) // logits = ln_f(x)·wteᵀ
 	m.prof.Lap(profile.GEMM)
@@ -227,14 +222,13 @@ func (m *Model) Backward(params, grads []float32, scale float32) {
 
 	// Logits and the tied output projection: logits = xf·wteᵀ, so
 	// dxf = dlogits·wte and dwte += dlogitsᵀ·xf.
-	crossEntropyBackward(m.dlogits, m.probs, m.targets, n, v, scale)
+	crossEntropyBackward(m.par, m.dlogits, m.probs, m.targets, n, v, scale)
 	m.prof.Lap(profile.Elementwise)
 	m.eng.MatMul(m.dtmp, m.dlogits, w.wte, n, d, v, false, false, false)
 	m.eng.MatMul(g.wte, m.dlogits, m.lnf.out, v, d, n, true, false, true)
 	m.prof.Lap(profile.GEMM)
-	clear(m.dx)
 	last := m.xs[len(m.xs)-1]
-	layerNormBackward(m.par.eng, m.dx, g.lnfw, g.lnfb, m.dtmp, last, m.lnf.mean, m.lnf.rstd, w.lnfw, n, d)
+	layerNormBackward(m.par, m.part, m.dx, g.lnfw, g.lnfb, m.dtmp, last, m.lnf.mean, m.lnf.rstd, w.lnfw, n, d, true)
 	m.prof.Lap(profile.Elementwise)
 
 	// Blocks, last first. On entry to each, dx = dL/d(block output). A residual connection
@@ -242,14 +236,20 @@ func (m *Model) Backward(params, grads []float32, scale float32) {
 	for l := len(m.blocks) - 1; l >= 0; l-- {
 		a, bw, bg, in := &m.blocks[l], &w.blocks[l], &g.blocks[l], m.xs[l]
 		// MLP branch: dx += d(ln_2 ∘ c_fc ∘ gelu ∘ c_proj)ᵀ dx; afterwards dx = dL/dx2.
-		m.linearBackward(m.d4, bg.mlpw, bg.mlpb, m.dx, a.gelu, bw.mlpw, n, 4*d, d)
-		geluBackward(m.par, m.d4, a.tanh, a.fc)
+		// c_proj's bias gradient is the column sums of dx, which the layer norm backward that
+		// wrote dx summed by chunks (see layerNormBackward).
+		m.linearProducts(m.d4, bg.mlpw, m.dx, a.gelu, bw.mlpw, n, 4*d, d)
+		m.par.eng.SumRows(bg.mlpb, dxSums(m.part, n, d), d)
+		geluBackward(m.par, m.part, m.d4, a.dgelu, n, 4*d) // and c_fc's bias gradient
+		m.par.eng.SumRows(bg.fcb, m.part[:chunks(n)*4*d], 4*d)
 		m.prof.Lap(profile.Elementwise)
-		m.linearBackward(m.dtmp, bg.fcw, bg.fcb, m.d4, a.ln2.out, bw.fcw, n, d, 4*d)
-		layerNormBackward(m.par.eng, m.dx, bg.ln2w, bg.ln2b, m.dtmp, a.x2, a.ln2.mean, a.ln2.rstd, bw.ln2w, n, d)
+		m.linearProducts(m.dtmp, bg.fcw, m.d4, a.ln2.out, bw.fcw, n, d, 4*d)
+		layerNormBackward(m.par, m.part, m.dx, bg.ln2w, bg.ln2b, m.dtmp, a.x2, a.ln2.mean, a.ln2.rstd, bw.ln2w, n, d, false)
 		m.prof.Lap(profile.Elementwise)
 		// Attention branch; afterwards dx = dL/d(block input).
-		m.linearBackward(m.dtmp, bg.projw, bg.projb, m.dx, a.y, bw.projw, n, d, d)
+		m.linearProducts(m.dtmp, bg.projw, m.dx, a.y, bw.projw, n, d, d)
+		m.par.eng.SumRows(bg.projb, dxSums(m.part, n, d), d)
+		m.prof.Lap(profile.Elementwise)
 		toHeads(m.par, m.yh, m.dtmp, d, 0, dm)
 		attentionBackward(m.par, m.dq, m.dk, m.dv, m.dp, m.yh, a.att, a.q, a.k, a.v, dm)
 		fromHeads(m.par, m.qkv, m.dq, 3*d, 0, dm)
@@ -257,10 +257,10 @@ func (m *Model) Backward(params, grads []float32, scale float32) {
 		fromHeads(m.par, m.qkv, m.dv, 3*d, 2*d, dm)
 		m.prof.Lap(profile.Attention)
 		m.attnInputBackward(bg.attnw, bg.attnb, a.ln1.out, bw.attnw)
-		layerNormBackward(m.par.eng, m.dx, bg.ln1w, bg.ln1b, m.dtmp, in, a.ln1.mean, a.ln1.rstd, bw.ln1w, n, d)
+		layerNormBackward(m.par, m.part, m.dx, bg.ln1w, bg.ln1b, m.dtmp, in, a.ln1.mean, a.ln1.rstd, bw.ln1w, n, d, false)
 		m.prof.Lap(profile.Elementwise)
 	}
-	embedBackward(g.wte, g.wpe, m.dx, m.inputs, dm.t, d)
+	embedBackward(m.par, g.wte, g.wpe, m.dx, m.inputs, dm.t, d)
 	m.prof.Lap(profile.Elementwise)
 }
 
@@ -282,13 +282,6 @@ func (m *Model) attnInputBackward(gw, gb, in, w []float32) {
 	copy(m.keyBias, gb[d:2*d])
 	m.linearBackward(m.dtmp, gw, gb, m.qkv, in, w, n, d, 3*d)
 	copy(gb[d:2*d], m.keyBias)
-}
-
-// addTo adds src to dst elementwise.
-func addTo(dst, src []float32) {
-	for i, v := range src {
-		dst[i] += v
-	}
 }
 
 // weights are the tensors of one flat buffer (parameters or gradients) as slices.

@@ -79,24 +79,78 @@ func mathConsts() func(name string) Mem {
 // lo and hi hold -87 and 88 in every lane (see clampRegs): the clamp
 // keeps a NaN (VMAXPS and VMINPS return their last operand when either is
 // NaN), so exp(NaN) is NaN, as in the portable expf.
-func expInPlace(isa vecISA, c func(string) Mem, x, lo, hi VecVirtual) {
-	k, r, p := isa.vec(), isa.vec(), isa.vec()
-	VMAXPS(x, lo, x)
-	VMINPS(x, hi, x)
-	VMULPS(c("log2e"), x, k)
-	VADDPS(c("round"), k, k)
-	VSUBPS(c("round"), k, k)
-	VMOVAPS(x, r)
-	VFNMADD231PS(c("ln2hi"), k, r)
-	VFNMADD231PS(c("ln2lo"), k, r)
-	VMOVUPS(c("c7"), p)
-	for _, name := range []string{"c6", "c5", "c4", "c3", "c2", "one", "one"} {
-		VFMADD213PS(c(name), r, p)
+//
+// It does so for each register of xs, each step for all of them before
+// the next: the steps form a chain of dependent instructions as long as
+// the polynomial, and independent vectors side by side let the core
+// overlap their latencies. The result of each lane does not depend on
+// how many there are.
+func expInPlace(isa vecISA, c func(string) Mem, xs []VecVirtual, lo, hi VecVirtual) {
+	each := func(f func(i int, x VecVirtual)) {
+		for i, x := range xs {
+			f(i, x)
+		}
 	}
-	VCVTPS2DQ(k, k)
-	VPADDD(c("bias"), k, k)
-	VPSLLD(U8(23), k, k)
-	VMULPS(k, p, x)
+	k, r, p := make([]VecVirtual, len(xs)), make([]VecVirtual, len(xs)), make([]VecVirtual, len(xs))
+	each(func(i int, x VecVirtual) { k[i], r[i], p[i] = isa.vec(), isa.vec(), isa.vec() })
+	each(func(i int, x VecVirtual) { VMAXPS(x, lo, x) })
+	each(func(i int, x VecVirtual) { VMINPS(x, hi, x) })
+	each(func(i int, x VecVirtual) { VMULPS(c("log2e"), x, k[i]) })
+	if isa.lanes == 16 {
+		// One instruction rounds to the nearest integer, ties to even,
+		// as adding and subtracting 1.5·2^23 does.
+		each(func(i int, x VecVirtual) { VRNDSCALEPS(U8(0), k[i], k[i]) })
+	} else {
+		each(func(i int, x VecVirtual) { VADDPS(c("round"), k[i], k[i]) })
+		each(func(i int, x VecVirtual) { VSUBPS(c("round"), k[i], k[i]) })
+	}
+	each(func(i int, x VecVirtual) { VMOVAPS(x, r[i]) })
+	each(func(i int, x VecVirtual) { VFNMADD231PS(c("ln2hi"), k[i], r[i]) })
+	each(func(i int, x VecVirtual) { VFNMADD231PS(c("ln2lo"), k[i], r[i]) })
+	each(func(i int, x VecVirtual) { VMOVUPS(c("c7"), p[i]) })
+	for _, name := range []string{"c6", "c5", "c4", "c3", "c2", "one", "one"} {
+		each(func(i int, x VecVirtual) { VFMADD213PS(c(name), r[i], p[i]) })
+	}
+	if isa.lanes == 16 {
+		// p·2^k in one instruction, the same exact product by a power of
+		// two as building 2^k in the exponent bits (k >= -126 after the
+		// clamp, so 2^k is a normal float).
+		each(func(i int, x VecVirtual) { VSCALEFPS(k[i], p[i], x) })
+		return
+	}
+	each(func(i int, x VecVirtual) { VCVTPS2DQ(k[i], k[i]) })
+	each(func(i int, x VecVirtual) { VPADDD(c("bias"), k[i], k[i]) })
+	each(func(i int, x VecVirtual) { VPSLLD(U8(23), k[i], k[i]) })
+	each(func(i int, x VecVirtual) { VMULPS(k[i], p[i], x) })
+}
+
+// unrollExp is how many vectors the kernels built on expInPlace compute
+// side by side: as many as the ISA's registers hold (16 ymm, 32 zmm).
+func (isa vecISA) unrollExp() int {
+	if isa.lanes == 16 {
+		return 4
+	}
+	return 2
+}
+
+// vecLoop emits a loop over n floats (n a multiple of the lanes) that
+// calls body with the count of vectors to do this round, isa.unrollExp()
+// while that many remain and then one, and advances ptrs by that many
+// vectors after each round.
+func vecLoop(isa vecISA, n Register, ptrs []Register, body func(vecs int)) {
+	for _, vecs := range []int{isa.unrollExp(), 1} {
+		loop := fmt.Sprintf("loop%d", vecs)
+		Label(loop)
+		CMPQ(n, U32(vecs*isa.lanes))
+		JL(LabelRef(fmt.Sprintf("after%d", vecs)))
+		body(vecs)
+		for _, p := range ptrs {
+			ADDQ(U32(4*isa.lanes*vecs), p)
+		}
+		SUBQ(U32(vecs*isa.lanes), n)
+		JMP(LabelRef(loop))
+		Label(fmt.Sprintf("after%d", vecs))
+	}
 }
 
 // clampRegs loads the bounds of expInPlace's clamp into two registers.
@@ -135,20 +189,19 @@ func expSum(isa vecISA, c func(string) Mem) {
 	acc := isa.vec()
 	zero(isa, acc)
 	lo, hi := clampRegs(isa, c)
-	Label("loop")
-	TESTQ(n, n)
-	JE(LabelRef("done"))
-	x := isa.vec()
-	VMOVUPS(Mem{Base: src}, x)
-	VFMSUB213PS(shift, scale, x)
-	expInPlace(isa, c, x, lo, hi)
-	VMOVUPS(x, Mem{Base: dst})
-	VADDPS(x, acc, acc)
-	ADDQ(U8(4*isa.lanes), src)
-	ADDQ(U8(4*isa.lanes), dst)
-	SUBQ(U8(isa.lanes), n)
-	JMP(LabelRef("loop"))
-	Label("done")
+	vecLoop(isa, n, []Register{src, dst}, func(vecs int) {
+		xs := make([]VecVirtual, vecs)
+		for i := range xs {
+			xs[i] = isa.vec()
+			VMOVUPS(Mem{Base: src, Disp: 4 * isa.lanes * i}, xs[i])
+			VFMSUB213PS(shift, scale, xs[i])
+		}
+		expInPlace(isa, c, xs, lo, hi)
+		for i, x := range xs { // the sum in index order, as one vector at a time
+			VMOVUPS(x, Mem{Base: dst, Disp: 4 * isa.lanes * i})
+			VADDPS(x, acc, acc)
+		}
+	})
 	Store(horizontalSum(isa, acc), ReturnIndex(0))
 	VZEROUPPER()
 	RET()
@@ -173,75 +226,59 @@ func horizontalSum(isa vecISA, v VecVirtual) VecVirtual {
 }
 
 // gelu emits gelu<ISA>: for i < n (a multiple of the lanes), with v =
-// h[i], th[i] = t = tanh(sqrt(2/pi)·(v + 0.044715 v³)) as 1 - 2/(exp(2u)+1)
-// and out[i] = 0.5 v (1 + t).
+// h[i] and t = tanh(sqrt(2/pi)·(v + 0.044715 v³)) as 1 - 2/(exp(2u)+1),
+// out[i] = 0.5 v (1 + t) and dgelu[i] = gelu'(v) = 0.5 (1 + t) + 0.5 v
+// (1 - t²) sqrt(2/pi) (1 + 3·0.044715 v²).
 func gelu(isa vecISA, c func(string) Mem) {
 	name := "gelu" + isa.suffix
-	TEXT(name, NOSPLIT, "func(out, th, h *float32, n int)")
+	TEXT(name, NOSPLIT, "func(out, dgelu, h *float32, n int)")
 	Doc(
-		fmt.Sprintf("%s writes th[i] = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)) and out[i] =", name),
-		fmt.Sprintf("0.5·h[i]·(1 + th[i]) for i < n, a multiple of %d: GPT-2's tanh GELU.", isa.lanes),
+		fmt.Sprintf("%s writes out[i] = 0.5·h[i]·(1 + t) with t = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)),", name),
+		"GPT-2's tanh GELU, and its derivative dgelu[i] = 0.5 (1 + t) + 0.5 h[i] (1 - t²) sqrt(2/pi)",
+		fmt.Sprintf("(1 + 3·0.044715 h[i]²), for i < n, a multiple of %d.", isa.lanes),
 	)
 	out := Load(Param("out"), GP64())
-	th := Load(Param("th"), GP64())
+	dg := Load(Param("dgelu"), GP64())
 	h := Load(Param("h"), GP64())
 	n := Load(Param("n"), GP64())
-	one, two := isa.vec(), isa.vec()
+	one, two, half := isa.vec(), isa.vec(), isa.vec()
 	VMOVUPS(c("one"), one)
 	VMOVUPS(c("two"), two)
+	VMOVUPS(c("half"), half)
 	lo, hi := clampRegs(isa, c)
-	Label("loop")
-	TESTQ(n, n)
-	JE(LabelRef("done"))
-	v, u := isa.vec(), isa.vec()
-	VMOVUPS(Mem{Base: h}, v)
-	VMULPS(v, v, u)
-	VMULPS(c("gelu3"), u, u)
-	VFMADD213PS(v, v, u) // u = v·(0.044715 v²) + v
-	VMULPS(c("gelu2c"), u, u)
-	expInPlace(isa, c, u, lo, hi)
-	VADDPS(one, u, u)
-	t := isa.vec()
-	VDIVPS(u, two, t)
-	VSUBPS(t, one, t)
-	VMOVUPS(t, Mem{Base: th})
-	hv := isa.vec()
-	VMULPS(c("half"), v, hv)
-	VFMADD213PS(hv, hv, t) // t = hv·t + hv
-	VMOVUPS(t, Mem{Base: out})
-	ADDQ(U8(4*isa.lanes), h)
-	ADDQ(U8(4*isa.lanes), th)
-	ADDQ(U8(4*isa.lanes), out)
-	SUBQ(U8(isa.lanes), n)
-	JMP(LabelRef("loop"))
-	Label("done")
+	vecLoop(isa, n, []Register{h, dg, out}, func(vecs int) {
+		vs, us := make([]VecVirtual, vecs), make([]VecVirtual, vecs)
+		for i := range us {
+			v, u := isa.vec(), isa.vec()
+			vs[i], us[i] = v, u
+			VMOVUPS(Mem{Base: h, Disp: 4 * isa.lanes * i}, v)
+			VMULPS(v, v, u)
+			VMULPS(c("gelu3"), u, u)
+			VFMADD213PS(v, v, u) // u = v·(0.044715 v²) + v
+			VMULPS(c("gelu2c"), u, u)
+		}
+		expInPlace(isa, c, us, lo, hi)
+		for i, u := range us {
+			off := 4 * isa.lanes * i
+			VADDPS(one, u, u)
+			t := isa.vec()
+			VDIVPS(u, two, t)
+			VSUBPS(t, one, t)
+			geluDerivative(isa, c, vs[i], t, one, half, Mem{Base: dg, Disp: off})
+			hv := isa.vec()
+			VMULPS(half, vs[i], hv)
+			VFMADD213PS(hv, hv, t) // t = hv·t + hv
+			VMOVUPS(t, Mem{Base: out, Disp: off})
+		}
+	})
 	VZEROUPPER()
 	RET()
 }
 
-// geluBack emits geluBackward<ISA>: g[i] *= gelu'(h[i]) for i < n (a
-// multiple of the lanes), with t = th[i] from the forward pass:
-// gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t²) sqrt(2/pi) (1 + 3·0.044715 x²).
-func geluBack(isa vecISA, c func(string) Mem) {
-	name := "geluBackward" + isa.suffix
-	TEXT(name, NOSPLIT, "func(grad, th, h *float32, n int)")
-	Doc(
-		fmt.Sprintf("%s multiplies grad[i] by the derivative of the tanh GELU at h[i], given", name),
-		fmt.Sprintf("th[i] = tanh(sqrt(2/pi)·(h[i] + 0.044715·h[i]³)), for i < n, a multiple of %d.", isa.lanes),
-	)
-	g := Load(Param("grad"), GP64()) // not "g": the assembler's name of a register
-	th := Load(Param("th"), GP64())
-	h := Load(Param("h"), GP64())
-	n := Load(Param("n"), GP64())
-	one, half := isa.vec(), isa.vec()
-	VMOVUPS(c("one"), one)
-	VMOVUPS(c("half"), half)
-	Label("loop")
-	TESTQ(n, n)
-	JE(LabelRef("done"))
-	x, t := isa.vec(), isa.vec()
-	VMOVUPS(Mem{Base: h}, x)
-	VMOVUPS(Mem{Base: th}, t)
+// geluDerivative emits the store at dst of GELU's derivative at x given
+// t = tanh(sqrt(2/pi)·(x + 0.044715 x³)): 0.5 (1 + t) + 0.5 x (1 - t²)
+// sqrt(2/pi) (1 + 3·0.044715 x²).
+func geluDerivative(isa vecISA, c func(string) Mem, x, t, one, half VecVirtual, dst Mem) {
 	a := isa.vec()
 	VADDPS(one, t, a)
 	VMULPS(half, a, a) // a = 0.5 (1 + t)
@@ -256,33 +293,73 @@ func geluBack(isa vecISA, c func(string) Mem) {
 	VMULPS(c("halfc"), x, d)
 	VMULPS(b, d, d)
 	VFMADD213PS(a, x2, d) // d = d·x2 + a
-	VMULPS(Mem{Base: g}, d, d)
-	VMOVUPS(d, Mem{Base: g})
-	ADDQ(U8(4*isa.lanes), g)
-	ADDQ(U8(4*isa.lanes), th)
-	ADDQ(U8(4*isa.lanes), h)
-	SUBQ(U8(isa.lanes), n)
-	JMP(LabelRef("loop"))
-	Label("done")
-	VZEROUPPER()
-	RET()
+	VMOVUPS(d, dst)
 }
 
-// sumRow emits acc = the lanes' sums of f(v) over a row of d floats at
-// p (d a multiple of the lanes), where f adds v (a loaded vector) to acc.
-func sumRow(isa vecISA, p, d Register, acc VecVirtual, f func(v VecVirtual)) {
-	q, j := GP64(), GP64()
-	MOVQ(p, q)
+// rowPair is how many rows the layer norm kernels compute side by side:
+// a row's sums are chains of dependent additions, and two independent
+// rows let the core overlap their latencies. Each row's arithmetic is the
+// same as alone.
+const rowPair = 2
+
+// rowLoop emits a loop over rows rows that calls body with the number of
+// rows to do this round, rowPair while that many remain and then one, and
+// then advances each of perRow by that many rows of rowBytes bytes and
+// each of perFloat by that many floats.
+func rowLoop(rows, rowBytes Register, perRow, perFloat []Register, body func(r int)) {
+	for _, r := range []int{rowPair, 1} {
+		loop := fmt.Sprintf("rows%d", r)
+		Label(loop)
+		CMPQ(rows, U8(r))
+		JL(LabelRef(fmt.Sprintf("rowsAfter%d", r)))
+		body(r)
+		for _, p := range perRow {
+			for range r {
+				ADDQ(rowBytes, p)
+			}
+		}
+		for _, p := range perFloat {
+			ADDQ(U8(4*r), p)
+		}
+		SUBQ(U8(r), rows)
+		JMP(LabelRef(loop))
+		Label(fmt.Sprintf("rowsAfter%d", r))
+	}
+}
+
+// colLoop emits a loop over the d floats of a row (d a positive multiple
+// of the lanes) that advances ptrs by a vector after each call of body.
+func colLoop(isa vecISA, d Register, ptrs []Register, body func()) {
+	j := GP64()
 	MOVQ(d, j)
-	zero(isa, acc)
-	loop := fmt.Sprintf("sum%d", labelCount())
+	loop := fmt.Sprintf("cols%d", labelCount())
 	Label(loop)
-	v := isa.vec()
-	VMOVUPS(Mem{Base: q}, v)
-	f(v)
-	ADDQ(U8(4*isa.lanes), q)
+	body()
+	for _, p := range ptrs {
+		ADDQ(U8(4*isa.lanes), p)
+	}
 	SUBQ(U8(isa.lanes), j)
 	JNE(LabelRef(loop))
+}
+
+// rowMem is the vector at p in row r of rows rowBytes apart (r < 2).
+func rowMem(p, rowBytes Register, r int) Mem {
+	if r == 0 {
+		return Mem{Base: p}
+	}
+	return Mem{Base: p, Index: rowBytes, Scale: 1}
+}
+
+// copyRegs emits fresh copies of the registers: pointers a column loop
+// may advance while the originals stay at the start of the rows.
+func copyRegs(regs ...Register) []Register {
+	out := make([]Register, len(regs))
+	for i, r := range regs {
+		c := GP64()
+		MOVQ(r, c)
+		out[i] = c
+	}
+	return out
 }
 
 var labels int
@@ -292,6 +369,7 @@ func labelCount() int { labels++; return labels }
 // layerNorm emits layerNorm<ISA>: for each of rows rows of d floats (d a
 // positive multiple of the lanes) at x, mean = Σx/d, rstd = 1/sqrt(Σ(x -
 // mean)²/d + eps), out = (x - mean)·rstd·w + b; mean and rstd are kept.
+// Rows go rowPair at a time (see rowPair).
 func layerNorm(isa vecISA) {
 	name := "layerNorm" + isa.suffix
 	TEXT(name, NOSPLIT, "func(out, mean, rstd, x, w, b *float32, rows, d int, invD, eps float32)")
@@ -311,60 +389,66 @@ func layerNorm(isa vecISA) {
 	MOVQ(d, rowBytes)
 	SHLQ(U8(2), rowBytes)
 
-	Label("row")
-	TESTQ(rows, rows)
-	JE(LabelRef("done"))
-	acc := isa.vec()
-	sumRow(isa, x, d, acc, func(v VecVirtual) { VADDPS(v, acc, acc) })
-	mu := horizontalSum(isa, acc)
-	VMULSS(invD, mu, mu)
-	VMOVSS(mu, Mem{Base: mean})
-	MU := isa.vec()
-	VBROADCASTSS(mu, MU)
-	sq := isa.vec()
-	sumRow(isa, x, d, sq, func(v VecVirtual) {
-		VSUBPS(MU, v, v)
-		VFMADD231PS(v, v, sq)
+	rowLoop(rows, rowBytes, []Register{x, out}, []Register{mean, rstd}, func(nr int) {
+		acc, MU, sq, R := make([]VecVirtual, nr), make([]VecVirtual, nr), make([]VecVirtual, nr), make([]VecVirtual, nr)
+		for r := range nr {
+			acc[r] = isa.vec()
+			zero(isa, acc[r])
+		}
+		xp := copyRegs(x)[0]
+		colLoop(isa, d, []Register{xp}, func() {
+			for r := range nr {
+				VADDPS(rowMem(xp, rowBytes, r), acc[r], acc[r])
+			}
+		})
+		for r := range nr {
+			mu := horizontalSum(isa, acc[r])
+			VMULSS(invD, mu, mu)
+			VMOVSS(mu, Mem{Base: mean, Disp: 4 * r})
+			MU[r] = isa.vec()
+			VBROADCASTSS(mu, MU[r])
+			sq[r] = isa.vec()
+			zero(isa, sq[r])
+		}
+		xp = copyRegs(x)[0]
+		colLoop(isa, d, []Register{xp}, func() {
+			for r := range nr {
+				v := isa.vec()
+				VMOVUPS(rowMem(xp, rowBytes, r), v)
+				VSUBPS(MU[r], v, v)
+				VFMADD231PS(v, v, sq[r])
+			}
+		})
+		for r := range nr {
+			vr := horizontalSum(isa, sq[r])
+			VMULSS(invD, vr, vr)
+			VADDSS(eps, vr, vr)
+			VSQRTSS(vr, vr, vr)
+			rs := XMM()
+			VMOVSS(c1(), rs)
+			VDIVSS(vr, rs, rs)
+			VMOVSS(rs, Mem{Base: rstd, Disp: 4 * r})
+			R[r] = isa.vec()
+			VBROADCASTSS(rs, R[r])
+		}
+		wp, bp := GP64(), GP64()
+		Load(Param("w"), wp)
+		Load(Param("b"), bp)
+		ptrs := copyRegs(x, out)
+		xp, op := ptrs[0], ptrs[1]
+		colLoop(isa, d, []Register{xp, op, wp, bp}, func() {
+			wv := isa.vec()
+			VMOVUPS(Mem{Base: wp}, wv)
+			for r := range nr {
+				v := isa.vec()
+				VMOVUPS(rowMem(xp, rowBytes, r), v)
+				VSUBPS(MU[r], v, v)
+				VMULPS(R[r], v, v)
+				VFMADD213PS(Mem{Base: bp}, wv, v) // v = w·v + b
+				VMOVUPS(v, rowMem(op, rowBytes, r))
+			}
+		})
 	})
-	vr := horizontalSum(isa, sq)
-	VMULSS(invD, vr, vr)
-	VADDSS(eps, vr, vr)
-	VSQRTSS(vr, vr, vr)
-	r := XMM()
-	VMOVSS(c1(), r)
-	VDIVSS(vr, r, r)
-	VMOVSS(r, Mem{Base: rstd})
-	R := isa.vec()
-	VBROADCASTSS(r, R)
-
-	xp, op, wp, bp, j := GP64(), GP64(), GP64(), GP64(), GP64()
-	MOVQ(x, xp)
-	MOVQ(out, op)
-	Load(Param("w"), wp)
-	Load(Param("b"), bp)
-	MOVQ(d, j)
-	Label("norm")
-	v := isa.vec()
-	VMOVUPS(Mem{Base: xp}, v)
-	VSUBPS(MU, v, v)
-	VMULPS(R, v, v)
-	wv := isa.vec()
-	VMOVUPS(Mem{Base: wp}, wv)
-	VFMADD213PS(Mem{Base: bp}, wv, v) // v = w·v + b
-	VMOVUPS(v, Mem{Base: op})
-	for _, p := range []Register{xp, op, wp, bp} {
-		ADDQ(U8(4*isa.lanes), p)
-	}
-	SUBQ(U8(isa.lanes), j)
-	JNE(LabelRef("norm"))
-
-	ADDQ(rowBytes, x)
-	ADDQ(rowBytes, out)
-	ADDQ(U8(4), mean)
-	ADDQ(U8(4), rstd)
-	DECQ(rows)
-	JMP(LabelRef("row"))
-	Label("done")
 	VZEROUPPER()
 	RET()
 }
@@ -378,7 +462,8 @@ func c1() Mem { return oneConst }
 // layerNormBack emits layerNormBackward<ISA>: for each of rows rows of d
 // floats (d a positive multiple of the lanes), with xhat = (x - mean)·rstd
 // and gw = dout·w: dw += dout·xhat, db += dout, and dx += rstd·(gw -
-// Σgw·invD - xhat·Σ(gw·xhat)·invD).
+// Σgw·invD - xhat·Σ(gw·xhat)·invD). Rows go rowPair at a time (see
+// rowPair), adding to dw and db in row order.
 func layerNormBack(isa vecISA) {
 	name := "layerNormBackward" + isa.suffix
 	TEXT(name, NOSPLIT, "func(dx, dw, db, dout, x, mean, rstd, w *float32, rows, d int, invD float32)")
@@ -399,85 +484,72 @@ func layerNormBack(isa vecISA) {
 	MOVQ(d, rowBytes)
 	SHLQ(U8(2), rowBytes)
 
-	Label("row")
-	TESTQ(rows, rows)
-	JE(LabelRef("done"))
-	MU, R := isa.vec(), isa.vec()
-	VBROADCASTSS(Mem{Base: mean}, MU)
-	VBROADCASTSS(Mem{Base: rstd}, R)
-	sg, sgx := isa.vec(), isa.vec()
-	zero(isa, sg)
-	zero(isa, sgx)
-	xp, gp, wp, dwp, dbp, j := GP64(), GP64(), GP64(), GP64(), GP64(), GP64()
-	MOVQ(x, xp)
-	MOVQ(dout, gp)
-	Load(Param("w"), wp)
-	Load(Param("dw"), dwp)
-	Load(Param("db"), dbp)
-	MOVQ(d, j)
-	Label("sums")
-	xh, g, gw := isa.vec(), isa.vec(), isa.vec()
-	VMOVUPS(Mem{Base: xp}, xh)
-	VSUBPS(MU, xh, xh)
-	VMULPS(R, xh, xh)
-	VMOVUPS(Mem{Base: gp}, g)
-	VMULPS(Mem{Base: wp}, g, gw)
-	VADDPS(gw, sg, sg)
-	VFMADD231PS(gw, xh, sgx)
-	acc := isa.vec()
-	VMOVUPS(Mem{Base: dwp}, acc)
-	VFMADD231PS(g, xh, acc)
-	VMOVUPS(acc, Mem{Base: dwp})
-	VADDPS(Mem{Base: dbp}, g, g)
-	VMOVUPS(g, Mem{Base: dbp})
-	for _, p := range []Register{xp, gp, wp, dwp, dbp} {
-		ADDQ(U8(4*isa.lanes), p)
-	}
-	SUBQ(U8(isa.lanes), j)
-	JNE(LabelRef("sums"))
-
-	mg := horizontalSum(isa, sg)
-	VMULSS(invD, mg, mg)
-	MG := isa.vec()
-	VBROADCASTSS(mg, MG)
-	mgx := horizontalSum(isa, sgx)
-	VMULSS(invD, mgx, mgx)
-	MGX := isa.vec()
-	VBROADCASTSS(mgx, MGX)
-
-	dxp := GP64()
-	MOVQ(x, xp)
-	MOVQ(dout, gp)
-	MOVQ(dx, dxp)
-	Load(Param("w"), wp)
-	MOVQ(d, j)
-	Label("grad")
-	xh2, t := isa.vec(), isa.vec()
-	VMOVUPS(Mem{Base: xp}, xh2)
-	VSUBPS(MU, xh2, xh2)
-	VMULPS(R, xh2, xh2)
-	VMOVUPS(Mem{Base: gp}, t)
-	VMULPS(Mem{Base: wp}, t, t)
-	VSUBPS(MG, t, t)
-	VFNMADD231PS(xh2, MGX, t) // t -= xhat·mgx
-	o := isa.vec()
-	VMOVUPS(Mem{Base: dxp}, o)
-	VFMADD231PS(t, R, o) // o += rstd·t
-	VMOVUPS(o, Mem{Base: dxp})
-	for _, p := range []Register{xp, gp, wp, dxp} {
-		ADDQ(U8(4*isa.lanes), p)
-	}
-	SUBQ(U8(isa.lanes), j)
-	JNE(LabelRef("grad"))
-
-	ADDQ(rowBytes, x)
-	ADDQ(rowBytes, dout)
-	ADDQ(rowBytes, dx)
-	ADDQ(U8(4), mean)
-	ADDQ(U8(4), rstd)
-	DECQ(rows)
-	JMP(LabelRef("row"))
-	Label("done")
+	rowLoop(rows, rowBytes, []Register{x, dout, dx}, []Register{mean, rstd}, func(nr int) {
+		MU, R, sg, sgx := make([]VecVirtual, nr), make([]VecVirtual, nr), make([]VecVirtual, nr), make([]VecVirtual, nr)
+		for r := range nr {
+			MU[r], R[r], sg[r], sgx[r] = isa.vec(), isa.vec(), isa.vec(), isa.vec()
+			VBROADCASTSS(Mem{Base: mean, Disp: 4 * r}, MU[r])
+			VBROADCASTSS(Mem{Base: rstd, Disp: 4 * r}, R[r])
+			zero(isa, sg[r])
+			zero(isa, sgx[r])
+		}
+		wp, dwp, dbp := GP64(), GP64(), GP64()
+		Load(Param("w"), wp)
+		Load(Param("dw"), dwp)
+		Load(Param("db"), dbp)
+		ptrs := copyRegs(x, dout)
+		xp, gp := ptrs[0], ptrs[1]
+		colLoop(isa, d, []Register{xp, gp, wp, dwp, dbp}, func() {
+			dwv, dbv := isa.vec(), isa.vec()
+			VMOVUPS(Mem{Base: dwp}, dwv)
+			VMOVUPS(Mem{Base: dbp}, dbv)
+			for r := range nr {
+				xh, g, gw := isa.vec(), isa.vec(), isa.vec()
+				VMOVUPS(rowMem(xp, rowBytes, r), xh)
+				VSUBPS(MU[r], xh, xh)
+				VMULPS(R[r], xh, xh)
+				VMOVUPS(rowMem(gp, rowBytes, r), g)
+				VMULPS(Mem{Base: wp}, g, gw)
+				VADDPS(gw, sg[r], sg[r])
+				VFMADD231PS(gw, xh, sgx[r])
+				VFMADD231PS(g, xh, dwv)
+				VADDPS(g, dbv, dbv)
+			}
+			VMOVUPS(dwv, Mem{Base: dwp})
+			VMOVUPS(dbv, Mem{Base: dbp})
+		})
+		MG, MGX := make([]VecVirtual, nr), make([]VecVirtual, nr)
+		for r := range nr {
+			mg := horizontalSum(isa, sg[r])
+			VMULSS(invD, mg, mg)
+			MG[r] = isa.vec()
+			VBROADCASTSS(mg, MG[r])
+			mgx := horizontalSum(isa, sgx[r])
+			VMULSS(invD, mgx, mgx)
+			MGX[r] = isa.vec()
+			VBROADCASTSS(mgx, MGX[r])
+		}
+		Load(Param("w"), wp)
+		ptrs = copyRegs(x, dout, dx)
+		xp, gp, dxp := ptrs[0], ptrs[1], ptrs[2]
+		colLoop(isa, d, []Register{xp, gp, wp, dxp}, func() {
+			wv := isa.vec()
+			VMOVUPS(Mem{Base: wp}, wv)
+			for r := range nr {
+				xh, t := isa.vec(), isa.vec()
+				VMOVUPS(rowMem(xp, rowBytes, r), xh)
+				VSUBPS(MU[r], xh, xh)
+				VMULPS(R[r], xh, xh)
+				VMULPS(rowMem(gp, rowBytes, r), wv, t)
+				VSUBPS(MG[r], t, t)
+				VFNMADD231PS(xh, MGX[r], t) // t -= xhat·mgx
+				o := isa.vec()
+				VMOVUPS(rowMem(dxp, rowBytes, r), o)
+				VFMADD231PS(t, R[r], o) // o += rstd·t
+				VMOVUPS(o, rowMem(dxp, rowBytes, r))
+			}
+		})
+	})
 	VZEROUPPER()
 	RET()
 }
@@ -567,10 +639,10 @@ func vecMath() {
 	for _, isa := range vecISAs {
 		expSum(isa, c)
 		gelu(isa, c)
-		geluBack(isa, c)
 		layerNorm(isa)
 		layerNormBack(isa)
 		maxSum(isa)
 		scale(isa)
 	}
+	rowSum()
 }
