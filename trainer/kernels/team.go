@@ -164,8 +164,9 @@ func (t *team) wait(r *region) {
 	<-t.done
 }
 
-// spinUntil polls cond until it holds (true) or spinFor passes (false), yielding the processor
-// now and then so that the garbage collector and other goroutines get their turn.
+// spinUntil polls cond until it holds (true) or spinFor passes (false), yielding now and then
+// to other goroutines (the garbage collector's among them) and to other threads and processes
+// (yieldCPU), so that spinning on a busy machine takes little from the work that runs there.
 func (t *team) spinUntil(cond func() bool) bool {
 	var deadline time.Time
 	for i := 0; ; i++ {
@@ -180,6 +181,7 @@ func (t *team) spinUntil(cond func() bool) bool {
 				return false
 			}
 			runtime.Gosched()
+			yieldCPU()
 		}
 	}
 }
