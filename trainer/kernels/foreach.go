@@ -1,11 +1,12 @@
 package kernels
 
-// ForEach runs fn(0..items-1) on up to Threads() goroutines, item i
-// always on goroutine i mod Threads() (goroutine 0 is the caller's), and
-// returns when every item has returned. The assignment does not depend
-// on timing, so work that keeps each item's result to itself gives the
-// same bits on any run. The goroutines are the Engine's team (see team),
-// which a call nested in fn does not wait for.
+// ForEach runs fn(0..items-1) on up to Threads() goroutines and returns
+// when every item has returned. The items form w = min(Threads(), items)
+// groups, item i in group i mod w; a group's items run in order on one
+// goroutine, whichever takes the group. Each item runs once, on one
+// goroutine, so work that keeps each item's result to itself gives the
+// same bits on any run and any thread count. The goroutines are the
+// Engine's team (see team), which a call nested in fn does not wait for.
 func (e *Engine) ForEach(items int, fn func(i int)) {
 	w := min(e.threads, items)
 	e.run(w, func(g int) {
@@ -15,8 +16,9 @@ func (e *Engine) ForEach(items int, fn func(i int)) {
 	})
 }
 
-// run calls part(0..parts-1) on a goroutine each, part 0 on the
-// caller's, and returns when all have returned; parts <= Threads().
+// run calls part(0..parts-1), each once, on up to parts goroutines (the
+// caller's among them), and returns when all have returned;
+// parts <= Threads().
 func (e *Engine) run(parts int, part func(g int)) {
 	if e.team == nil {
 		for g := range parts {

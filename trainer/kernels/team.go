@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// A team runs the parts of one parallel region on threads goroutines: part 0 on the caller's,
-// part g on worker g. Starting goroutines for every region costs 15-20 µs on a virtual machine
+// A team runs the parts of one parallel region on up to threads goroutines: the caller's and
+// threads-1 workers'. Starting goroutines for every region costs 15-20 µs on a virtual machine
 // (waking an idle CPU), as much as a small matrix product; a team's workers instead spin for
 // spinFor after each region, so the next region, usually microseconds away in a training step,
 // starts at once. A worker idle longer parks, and one parked for parkedFor exits; the next
@@ -21,13 +21,18 @@ type team struct {
 	threads int
 	busy    sync.Mutex    // held by the caller whose region has the workers
 	done    chan struct{} // the last part wakes a caller that stopped spinning
-	workers []worker      // workers[g-1] runs part g
+	workers []worker      // a region of p parts is handed to workers[:p-1]
 }
 
-// A region is one call of run.
+// A region is one call of run. Its parts are not bound to goroutines: the caller and the
+// workers handed the region claim them one by one (claimed) until none is left, so a worker
+// the operating system has not scheduled yet (the machine is busy) delays nothing, its parts
+// being taken by whoever runs.
 type region struct {
 	part    func(g int)
-	pending atomic.Int32 // parts not yet done, part 0 not counted
+	parts   int32
+	claimed atomic.Int32 // parts handed out so far
+	left    atomic.Int32 // parts not yet done
 	waiting atomic.Bool  // the caller blocks on done
 }
 
@@ -64,8 +69,8 @@ func newTeam(threads int) *team {
 	return t
 }
 
-// run calls part(0..parts-1), each on its own goroutine (part 0 on the caller's), and returns
-// when all have returned; parts <= t.threads.
+// run calls part(0..parts-1), each once, on up to parts goroutines (the caller's among them),
+// and returns when all have returned; parts <= t.threads.
 func (t *team) run(parts int, part func(g int)) {
 	if parts <= 1 {
 		if parts == 1 {
@@ -78,20 +83,34 @@ func (t *team) run(parts int, part func(g int)) {
 		return
 	}
 	defer t.busy.Unlock()
-	r := &region{part: part}
-	r.pending.Store(int32(parts - 1))
+	r := &region{part: part, parts: int32(parts)}
+	r.left.Store(int32(parts))
 	for g := 1; g < parts; g++ {
 		w := &t.workers[g-1]
 		w.next.Store(r)
-		t.wakeUp(w, g)
+		t.wakeUp(w)
 	}
-	part(0)
+	t.runParts(r)
 	t.wait(r)
 }
 
-// wakeUp makes sure worker w (part g) will look at its next region: a spinning worker does by
-// itself, a parked one is claimed and woken, a gone one gets a new goroutine.
-func (t *team) wakeUp(w *worker, g int) {
+// runParts claims parts of r and runs them until every part is claimed.
+func (t *team) runParts(r *region) {
+	for {
+		g := r.claimed.Add(1) - 1
+		if g >= r.parts {
+			return
+		}
+		r.part(int(g))
+		if r.left.Add(-1) == 0 && r.waiting.CompareAndSwap(true, false) {
+			t.done <- struct{}{}
+		}
+	}
+}
+
+// wakeUp makes sure worker w will look at its next region: a spinning worker does by itself, a
+// parked one is claimed and woken, a gone one gets a new goroutine.
+func (t *team) wakeUp(w *worker) {
 	for {
 		switch w.state.Load() {
 		case workerSpinning:
@@ -103,27 +122,22 @@ func (t *team) wakeUp(w *worker, g int) {
 			}
 		case workerGone:
 			if w.state.CompareAndSwap(workerGone, workerSpinning) {
-				go t.work(w, g)
+				go t.work(w)
 				return
 			}
 		}
 	}
 }
 
-// work is worker w's goroutine: it runs part g of every region handed to w until it has been
+// work is worker w's goroutine: it takes part in every region handed to w until it has been
 // idle for spinFor plus parkedFor.
-func (t *team) work(w *worker, g int) {
+func (t *team) work(w *worker) {
 	for {
 		if !t.spinUntil(func() bool { return w.next.Load() != nil }) && !t.park(w) {
 			return
 		}
-		r := w.next.Swap(nil)
-		if r == nil {
-			continue // a late wake-up for a region already run
-		}
-		r.part(g)
-		if r.pending.Add(-1) == 0 && r.waiting.CompareAndSwap(true, false) {
-			t.done <- struct{}{}
+		if r := w.next.Swap(nil); r != nil { // nil: a late wake-up for a region already run
+			t.runParts(r)
 		}
 	}
 }
@@ -151,14 +165,14 @@ func (t *team) park(w *worker) bool {
 	}
 }
 
-// wait returns when every worker's part of region r has returned: it spins for spinFor, then
-// blocks until the last part wakes it.
+// wait returns when every part of region r has returned: it spins for spinFor, then blocks
+// until the last part wakes it.
 func (t *team) wait(r *region) {
-	if t.spinUntil(func() bool { return r.pending.Load() == 0 }) {
+	if t.spinUntil(func() bool { return r.left.Load() == 0 }) {
 		return
 	}
 	r.waiting.Store(true)
-	if r.pending.Load() == 0 && r.waiting.CompareAndSwap(true, false) {
+	if r.left.Load() == 0 && r.waiting.CompareAndSwap(true, false) {
 		return
 	}
 	<-t.done

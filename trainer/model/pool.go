@@ -2,8 +2,8 @@ package model
 
 import "github.com/gorun/gorun/trainer/kernels"
 
-// pool runs independent work items on up to threads goroutines, item i always on goroutine
-// i mod threads, and returns when all are done. eng is single-threaded, for products inside
+// pool runs independent work items on up to threads goroutines (kernels.Engine.ForEach: each
+// item once, on one goroutine), and returns when all are done. eng is single-threaded, for products inside
 // an item, so the goroutines do not multiply.
 type pool struct {
 	threads int
