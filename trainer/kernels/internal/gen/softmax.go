@@ -1,0 +1,192 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// softmaxKernels emits the rows of causal attention's softmax and its
+// backward for every vector width (softmax_amd64.s): softmax<ISA> and
+// softmaxBackward<ISA>.
+func softmaxKernels() {
+	c := mathConsts("softmaxconsts")
+	for _, isa := range vecISAs {
+		softmaxRow(isa, c)
+		softmaxBackwardRow(isa)
+	}
+}
+
+// softmaxRow emits softmax<ISA>: x = softmax(scale·x) over x[0..n), n a
+// positive multiple of the lanes, in one call with the instructions of
+// maxSum, expSum and scale one after the other, so its bits are those of
+// the three kernels called in turn: m = max(x)·scale, x[i] = exp(x[i]·scale
+// - m) summed into sum, x[i] *= 1/sum.
+func softmaxRow(isa vecISA, c func(string) Mem) {
+	name := "softmax" + isa.suffix
+	TEXT(name, NOSPLIT, "func(x *float32, n int, scale float32)")
+	Doc(
+		fmt.Sprintf("%s replaces x[i] for i < n, a positive multiple of %d, by", name, isa.lanes),
+		"exp(x[i]·scale - m)/sum with m the largest x[i] times scale and sum the sum",
+		fmt.Sprintf("of the exponentials: the bits of max%s, expSum%s and scale%s in turn.", isa.suffix, isa.suffix, isa.suffix),
+	)
+	x := Load(Param("x"), GP64())
+	n := Load(Param("n"), GP64())
+	scaleX := Load(Param("scale"), XMM())
+	vb := 4 * isa.lanes
+
+	// The largest element, one vector at a time in index order as maxSum.
+	p, left := GP64(), GP64()
+	MOVQ(x, p)
+	MOVQ(n, left)
+	mx := isa.vec()
+	VMOVUPS(Mem{Base: p}, mx)
+	ADDQ(U32(vb), p)
+	SUBQ(U32(isa.lanes), left)
+	Label("max")
+	TESTQ(left, left)
+	JE(LabelRef("maxDone"))
+	VMAXPS(Mem{Base: p}, mx, mx)
+	ADDQ(U32(vb), p)
+	SUBQ(U32(isa.lanes), left)
+	JMP(LabelRef("max"))
+	Label("maxDone")
+	shiftX := XMM()
+	VMULSS(scaleX, horizontalMax(isa, mx), shiftX)
+
+	// The exponentials and their sum, as expSum.
+	scale, shift := isa.vec(), isa.vec()
+	VBROADCASTSS(scaleX, scale)
+	VBROADCASTSS(shiftX, shift)
+	acc := isa.vec()
+	zero(isa, acc)
+	lo, hi := clampRegs(isa, c)
+	MOVQ(x, p)
+	MOVQ(n, left)
+	vecLoop(isa, left, []Register{p}, func(vecs int) {
+		xs := make([]VecVirtual, vecs)
+		for i := range xs {
+			xs[i] = isa.vec()
+			VMOVUPS(Mem{Base: p, Disp: vb * i}, xs[i])
+			VFMSUB213PS(shift, scale, xs[i])
+		}
+		expInPlace(isa, c, xs, lo, hi)
+		for i, v := range xs {
+			VMOVUPS(v, Mem{Base: p, Disp: vb * i})
+			VADDPS(v, acc, acc)
+		}
+	})
+
+	// x[i] *= 1/sum, four vectors a round while there are four.
+	inv := XMM()
+	VMOVSS(c("one"), inv)
+	VDIVSS(horizontalSum(isa, acc), inv, inv)
+	s := isa.vec()
+	VBROADCASTSS(inv, s)
+	const unroll = 4
+	Label("wide")
+	CMPQ(n, U32(unroll*isa.lanes))
+	JL(LabelRef("one"))
+	for k := range unroll {
+		v := isa.vec()
+		VMULPS(Mem{Base: x, Disp: k * vb}, s, v)
+		VMOVUPS(v, Mem{Base: x, Disp: k * vb})
+	}
+	ADDQ(U32(unroll*vb), x)
+	SUBQ(U32(unroll*isa.lanes), n)
+	JMP(LabelRef("wide"))
+	Label("one")
+	TESTQ(n, n)
+	JE(LabelRef("done"))
+	v := isa.vec()
+	VMULPS(Mem{Base: x}, s, v)
+	VMOVUPS(v, Mem{Base: x})
+	ADDQ(U32(vb), x)
+	SUBQ(U32(isa.lanes), n)
+	JMP(LabelRef("one"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// softmaxBackwardRow emits softmaxBackward<ISA>: with s = sum of p[k]·d[k]
+// for k < live, in eight interleaved partial sums (lane l of a ymm takes
+// the k = l mod 8 of the whole groups of eight, the rest goes to lane 0
+// in order) added as ((s0+s1)+(s2+s3))+((s4+s5)+(s6+s7)), it sets d[j] =
+// (scale·p[j])·(d[j] - s) for j < n (a multiple of the lanes) and
+// returns s. Products and sums are rounded one by one (no fused
+// multiply-add), as the portable Go code does.
+func softmaxBackwardRow(isa vecISA) {
+	name := "softmaxBackward" + isa.suffix
+	TEXT(name, NOSPLIT, "func(d, p *float32, live, n int, scale float32) float32")
+	Doc(
+		fmt.Sprintf("%s sets d[j] = (scale·p[j])·(d[j] - s) for j < n, a multiple of %d,", name, isa.lanes),
+		"with s the sum of p[k]·d[k] for k < live in eight interleaved partial sums",
+		"(see goSoftmaxBackward), and returns s: goSoftmaxBackward's bits.",
+	)
+	d := Load(Param("d"), GP64())
+	p := Load(Param("p"), GP64())
+	live := Load(Param("live"), GP64())
+	n := Load(Param("n"), GP64())
+	scaleX := Load(Param("scale"), XMM())
+
+	dp, pp := GP64(), GP64()
+	MOVQ(d, dp)
+	MOVQ(p, pp)
+	acc := YMM()
+	VXORPS(acc, acc, acc)
+	Label("dot")
+	CMPQ(live, U8(8))
+	JL(LabelRef("dotTail"))
+	t := YMM()
+	VMOVUPS(Mem{Base: pp}, t)
+	VMULPS(Mem{Base: dp}, t, t)
+	VADDPS(t, acc, acc)
+	ADDQ(U8(32), pp)
+	ADDQ(U8(32), dp)
+	SUBQ(U8(8), live)
+	JMP(LabelRef("dot"))
+	Label("dotTail")
+	hi, lo := XMM(), acc.AsX()
+	VEXTRACTF128(U8(1), acc, hi)
+	Label("tail")
+	TESTQ(live, live)
+	JE(LabelRef("sum"))
+	ts := XMM()
+	VMOVSS(Mem{Base: pp}, ts)
+	VMULSS(Mem{Base: dp}, ts, ts)
+	VADDSS(ts, lo, lo) // lane 0 only: s0 += p·d
+	ADDQ(U8(4), pp)
+	ADDQ(U8(4), dp)
+	DECQ(live)
+	JMP(LabelRef("tail"))
+	Label("sum")
+	pairs, quads, sum := XMM(), XMM(), XMM()
+	VHADDPS(hi, lo, pairs)       // s0+s1, s2+s3, s4+s5, s6+s7
+	VHADDPS(pairs, pairs, quads) // (s0+s1)+(s2+s3), (s4+s5)+(s6+s7)
+	VHADDPS(quads, quads, sum)   // their sum
+	Store(sum, ReturnIndex(0))
+
+	sv, scale := isa.vec(), isa.vec()
+	VBROADCASTSS(sum, sv)
+	VBROADCASTSS(scaleX, scale)
+	vb := 4 * isa.lanes
+	Label("update")
+	TESTQ(n, n)
+	JE(LabelRef("done"))
+	sp, u := isa.vec(), isa.vec()
+	VMULPS(Mem{Base: p}, scale, sp)
+	VMOVUPS(Mem{Base: d}, u)
+	VSUBPS(sv, u, u)
+	VMULPS(u, sp, u)
+	VMOVUPS(u, Mem{Base: d})
+	ADDQ(U32(vb), p)
+	ADDQ(U32(vb), d)
+	SUBQ(U32(isa.lanes), n)
+	JMP(LabelRef("update"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}

@@ -1,0 +1,61 @@
+//go:build amd64 && !purego
+
+package kernels
+
+//go:generate go run ./internal/gen -set softmax -out softmax_amd64.s -stubs softmax_amd64_stub.go -pkg kernels
+
+import "unsafe"
+
+// softmaxRowFunc returns the row softmax of CausalSoftmax beside the GEMM micro-kernel
+// kern: one assembly call per row for the vector kernels, the same bits as the Engine's
+// Max, ExpSum and Scale in turn (composedSoftmax), which the others use.
+func softmaxRowFunc(kern *microKernel) func(e *Engine, x []float32, scale float32) {
+	switch kern.name {
+	case "avx512-12x32":
+		return vecSoftmax(softmaxAVX512, 16)
+	case "avx2-fma-6x16":
+		return vecSoftmax(softmaxAVX2, 8)
+	}
+	return composedSoftmax
+}
+
+// vecSoftmax runs asm on rows of whole vectors of lanes floats and composedSoftmax on
+// the others.
+func vecSoftmax(asm func(x *float32, n int, scale float32), lanes int) func(e *Engine, x []float32, scale float32) {
+	return func(e *Engine, x []float32, scale float32) {
+		if len(x) == 0 || len(x)%lanes != 0 {
+			composedSoftmax(e, x, scale)
+			return
+		}
+		asm(unsafe.SliceData(x), len(x), scale)
+	}
+}
+
+// softmaxBackwardFunc returns the row of CausalSoftmaxBackward beside the GEMM
+// micro-kernel kern: in assembly for the vector kernels, with goSoftmaxBackward's bits.
+func softmaxBackwardFunc(kern *microKernel) func(d, p []float32, live int, scale float32) {
+	switch kern.name {
+	case "avx512-12x32":
+		return vecSoftmaxBackward(softmaxBackwardAVX512, 16)
+	case "avx2-fma-6x16":
+		return vecSoftmaxBackward(softmaxBackwardAVX2, 8)
+	}
+	return goSoftmaxBackward
+}
+
+// vecSoftmaxBackward runs asm on the row's live elements rounded up to whole vectors of
+// lanes floats, as far as d and p have them, and goSoftmaxUpdate on the live ones past
+// those. Elements past live may be overwritten: the caller clears them.
+func vecSoftmaxBackward(asm func(d, p *float32, live, n int, scale float32) float32, lanes int) func(d, p []float32, live int, scale float32) {
+	return func(d, p []float32, live int, scale float32) {
+		n := min((live+lanes-1)/lanes*lanes, min(len(d), len(p))/lanes*lanes)
+		if live == 0 || max(n, live) > min(len(d), len(p)) {
+			goSoftmaxBackward(d, p, live, scale)
+			return
+		}
+		s := asm(unsafe.SliceData(d), unsafe.SliceData(p), live, n, scale)
+		if n < live {
+			goSoftmaxUpdate(d[n:live], p[n:live], s, scale)
+		}
+	}
+}
