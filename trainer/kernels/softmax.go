@@ -23,15 +23,24 @@ func (e *Engine) CausalSoftmax(p []float32, t int, scale float32) {
 	checkSoftmax("CausalSoftmax", p, p, t)
 	row := softmaxRowFunc(e.kern)
 	for i := range t {
-		r := p[i*t : (i+1)*t]
-		live := i + 1
-		span := r[:min((live+softmaxVector-1)/softmaxVector*softmaxVector, t)]
-		for j := live; j < len(span); j++ {
-			span[j] = float32(math.Inf(-1))
-		}
-		row(e, span, scale)
-		clear(r[live:])
+		row(e, p[i*t:(i+1)*t], i+1, scale)
 	}
+}
+
+// paddedSoftmax is a row of CausalSoftmax: it pads r's live elements with -Inf up to
+// softmaxVector, runs soft on them and zeroes the rest of r.
+func paddedSoftmax(e *Engine, r []float32, live int, scale float32, soft func(e *Engine, x []float32, scale float32)) {
+	span := r[:softmaxSpan(live, len(r))]
+	for j := live; j < len(span); j++ {
+		span[j] = float32(math.Inf(-1))
+	}
+	soft(e, span, scale)
+	clear(r[live:])
+}
+
+// softmaxSpan is live rounded up to a multiple of softmaxVector, or n if less.
+func softmaxSpan(live, n int) int {
+	return min((live+softmaxVector-1)/softmaxVector*softmaxVector, n)
 }
 
 // composedSoftmax is a row of CausalSoftmax by the Engine's Max, ExpSum and Scale: scale >

@@ -8,16 +8,34 @@ import "unsafe"
 
 // softmaxRowFunc returns the row softmax of CausalSoftmax beside the GEMM micro-kernel
 // kern: one assembly call per row for the vector kernels, the same bits as the Engine's
-// Max, ExpSum and Scale in turn (composedSoftmax), which the others use.
-func softmaxRowFunc(kern *microKernel) func(e *Engine, x []float32, scale float32) {
+// Max, ExpSum and Scale in turn (composedSoftmax) on the padded row, which the others use.
+func softmaxRowFunc(kern *microKernel) func(e *Engine, r []float32, live int, scale float32) {
 	switch kern.name {
 	case "avx512-12x32":
-		return vecSoftmax(softmaxAVX512, 16)
+		long := vecSoftmax(softmaxAVX512, 16)
+		return func(e *Engine, r []float32, live int, scale float32) {
+			n := softmaxSpan(live, len(r))
+			if live == 0 || n%16 != 0 || n > 16*softmaxShortVectors {
+				paddedSoftmax(e, r, live, scale, long)
+				return
+			}
+			softmaxShortAVX512(unsafe.SliceData(r), live, n, scale)
+			clear(r[n:])
+		}
 	case "avx2-fma-6x16":
-		return vecSoftmax(softmaxAVX2, 8)
+		long := vecSoftmax(softmaxAVX2, 8)
+		return func(e *Engine, r []float32, live int, scale float32) {
+			paddedSoftmax(e, r, live, scale, long)
+		}
 	}
-	return composedSoftmax
+	return func(e *Engine, r []float32, live int, scale float32) {
+		paddedSoftmax(e, r, live, scale, composedSoftmax)
+	}
 }
+
+// softmaxShortVectors is the longest row, in vectors, softmaxShortAVX512 takes (see
+// softmaxMaxVectors in internal/gen).
+const softmaxShortVectors = 8
 
 // vecSoftmax runs asm on rows of whole vectors of lanes floats and composedSoftmax on
 // the others.

@@ -801,3 +801,1068 @@ update:
 done:
 	VZEROUPPER
 	RET
+
+DATA softmaxmasks<>+0(SB)/4, $0xff800000
+DATA softmaxmasks<>+4(SB)/4, $0xff800000
+DATA softmaxmasks<>+8(SB)/4, $0xff800000
+DATA softmaxmasks<>+12(SB)/4, $0xff800000
+DATA softmaxmasks<>+16(SB)/4, $0xff800000
+DATA softmaxmasks<>+20(SB)/4, $0xff800000
+DATA softmaxmasks<>+24(SB)/4, $0xff800000
+DATA softmaxmasks<>+28(SB)/4, $0xff800000
+DATA softmaxmasks<>+32(SB)/4, $0xff800000
+DATA softmaxmasks<>+36(SB)/4, $0xff800000
+DATA softmaxmasks<>+40(SB)/4, $0xff800000
+DATA softmaxmasks<>+44(SB)/4, $0xff800000
+DATA softmaxmasks<>+48(SB)/4, $0xff800000
+DATA softmaxmasks<>+52(SB)/4, $0xff800000
+DATA softmaxmasks<>+56(SB)/4, $0xff800000
+DATA softmaxmasks<>+60(SB)/4, $0xff800000
+DATA softmaxmasks<>+64(SB)/2, $0x0000
+DATA softmaxmasks<>+66(SB)/2, $0x0001
+DATA softmaxmasks<>+68(SB)/2, $0x0003
+DATA softmaxmasks<>+70(SB)/2, $0x0007
+DATA softmaxmasks<>+72(SB)/2, $0x000f
+DATA softmaxmasks<>+74(SB)/2, $0x001f
+DATA softmaxmasks<>+76(SB)/2, $0x003f
+DATA softmaxmasks<>+78(SB)/2, $0x007f
+DATA softmaxmasks<>+80(SB)/2, $0x00ff
+DATA softmaxmasks<>+82(SB)/2, $0x01ff
+DATA softmaxmasks<>+84(SB)/2, $0x03ff
+DATA softmaxmasks<>+86(SB)/2, $0x07ff
+DATA softmaxmasks<>+88(SB)/2, $0x0fff
+DATA softmaxmasks<>+90(SB)/2, $0x1fff
+DATA softmaxmasks<>+92(SB)/2, $0x3fff
+DATA softmaxmasks<>+94(SB)/2, $0x7fff
+DATA softmaxmasks<>+96(SB)/2, $0xffff
+GLOBL softmaxmasks<>(SB), RODATA|NOPTR, $98
+
+// func softmaxShortAVX512(x *float32, live int, n int, scale float32)
+// Requires: AVX, AVX512F, SSE
+TEXT ·softmaxShortAVX512(SB), NOSPLIT, $0-28
+	MOVQ    x+0(FP), AX
+	MOVQ    live+8(FP), CX
+	MOVQ    n+16(FP), DX
+	MOVSS   scale+24(FP), X0
+	LEAQ    softmaxmasks<>+0(SB), BX
+	SUBQ    DX, CX
+	ADDQ    $0x10, CX
+	MOVWLZX 64(BX)(CX*2), CX
+	KMOVW   CX, K1
+	CMPQ    DX, $0x00000010
+	JE      regs1
+	CMPQ    DX, $0x00000020
+	JE      regs2
+	CMPQ    DX, $0x00000030
+	JE      regs3
+	CMPQ    DX, $0x00000040
+	JE      regs4
+	CMPQ    DX, $0x00000050
+	JE      regs5
+	CMPQ    DX, $0x00000060
+	JE      regs6
+	CMPQ    DX, $0x00000070
+	JE      regs7
+	CMPQ    DX, $0x00000080
+	JE      regs8
+	RET
+
+regs1:
+	VMOVUPS       (BX), Z1
+	VMOVUPS       (AX), K1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VMAXPS        Y2, Y1, Y2
+	VEXTRACTF128  $0x01, Y2, X3
+	VMAXPS        X3, X2, X2
+	VPERMILPS     $0x4e, X2, X3
+	VMAXPS        X3, X2, X2
+	VPERMILPS     $0xb1, X2, X3
+	VMAXPS        X3, X2, X2
+	VMULSS        X0, X2, X2
+	VBROADCASTSS  X0, Z0
+	VBROADCASTSS  X2, Z2
+	VMOVUPS       softmaxconsts<>+0(SB), Z3
+	VMOVUPS       softmaxconsts<>+64(SB), Z4
+	VFMSUB213PS   Z2, Z0, Z1
+	VMAXPS        Z1, Z3, Z1
+	VMINPS        Z1, Z4, Z1
+	VMULPS        softmaxconsts<>+128(SB), Z1, Z0
+	VRNDSCALEPS   $0x00, Z0, Z0
+	VMOVAPS       Z1, Z1
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z0, Z1
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z0, Z1
+	VMOVUPS       softmaxconsts<>+384(SB), Z2
+	VFMADD213PS   softmaxconsts<>+448(SB), Z1, Z2
+	VFMADD213PS   softmaxconsts<>+512(SB), Z1, Z2
+	VFMADD213PS   softmaxconsts<>+576(SB), Z1, Z2
+	VFMADD213PS   softmaxconsts<>+640(SB), Z1, Z2
+	VFMADD213PS   softmaxconsts<>+704(SB), Z1, Z2
+	VFMADD213PS   softmaxconsts<>+768(SB), Z1, Z2
+	VFMADD213PS   softmaxconsts<>+768(SB), Z1, Z2
+	VSCALEFPS     Z0, Z2, Z1
+	VMOVAPS       Z1, Z0
+	VMOVSS        softmaxconsts<>+768(SB), X2
+	VEXTRACTF64X4 $0x01, Z0, Y3
+	VADDPS        Y3, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X3
+	VADDPS        X3, X0, X0
+	VHADDPS       X0, X0, X0
+	VHADDPS       X0, X0, X0
+	VDIVSS        X0, X2, X2
+	VBROADCASTSS  X2, Z0
+	VMULPS.Z      Z1, Z0, K1, Z1
+	VMOVUPS       Z1, (AX)
+	VZEROUPPER
+	RET
+
+regs2:
+	VMOVUPS       (AX), Z1
+	VMOVUPS       (BX), Z2
+	VMOVUPS       64(AX), K1, Z2
+	VMAXPS        Z2, Z1, Z3
+	VEXTRACTF64X4 $0x01, Z3, Y4
+	VMAXPS        Y4, Y3, Y3
+	VEXTRACTF128  $0x01, Y3, X4
+	VMAXPS        X4, X3, X3
+	VPERMILPS     $0x4e, X3, X4
+	VMAXPS        X4, X3, X3
+	VPERMILPS     $0xb1, X3, X4
+	VMAXPS        X4, X3, X3
+	VMULSS        X0, X3, X3
+	VBROADCASTSS  X0, Z0
+	VBROADCASTSS  X3, Z3
+	VMOVUPS       softmaxconsts<>+0(SB), Z4
+	VMOVUPS       softmaxconsts<>+64(SB), Z5
+	VFMSUB213PS   Z3, Z0, Z1
+	VFMSUB213PS   Z3, Z0, Z2
+	VMAXPS        Z1, Z4, Z1
+	VMAXPS        Z2, Z4, Z2
+	VMINPS        Z1, Z5, Z1
+	VMINPS        Z2, Z5, Z2
+	VMULPS        softmaxconsts<>+128(SB), Z1, Z0
+	VMULPS        softmaxconsts<>+128(SB), Z2, Z3
+	VRNDSCALEPS   $0x00, Z0, Z0
+	VRNDSCALEPS   $0x00, Z3, Z3
+	VMOVAPS       Z1, Z1
+	VMOVAPS       Z2, Z4
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z0, Z1
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z3, Z4
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z0, Z1
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z3, Z4
+	VMOVUPS       softmaxconsts<>+384(SB), Z2
+	VMOVUPS       softmaxconsts<>+384(SB), Z5
+	VFMADD213PS   softmaxconsts<>+448(SB), Z1, Z2
+	VFMADD213PS   softmaxconsts<>+448(SB), Z4, Z5
+	VFMADD213PS   softmaxconsts<>+512(SB), Z1, Z2
+	VFMADD213PS   softmaxconsts<>+512(SB), Z4, Z5
+	VFMADD213PS   softmaxconsts<>+576(SB), Z1, Z2
+	VFMADD213PS   softmaxconsts<>+576(SB), Z4, Z5
+	VFMADD213PS   softmaxconsts<>+640(SB), Z1, Z2
+	VFMADD213PS   softmaxconsts<>+640(SB), Z4, Z5
+	VFMADD213PS   softmaxconsts<>+704(SB), Z1, Z2
+	VFMADD213PS   softmaxconsts<>+704(SB), Z4, Z5
+	VFMADD213PS   softmaxconsts<>+768(SB), Z1, Z2
+	VFMADD213PS   softmaxconsts<>+768(SB), Z4, Z5
+	VFMADD213PS   softmaxconsts<>+768(SB), Z1, Z2
+	VFMADD213PS   softmaxconsts<>+768(SB), Z4, Z5
+	VSCALEFPS     Z0, Z2, Z1
+	VSCALEFPS     Z3, Z5, Z2
+	VMOVAPS       Z1, Z0
+	VADDPS        Z2, Z0, Z0
+	VMOVSS        softmaxconsts<>+768(SB), X3
+	VEXTRACTF64X4 $0x01, Z0, Y4
+	VADDPS        Y4, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X4
+	VADDPS        X4, X0, X0
+	VHADDPS       X0, X0, X0
+	VHADDPS       X0, X0, X0
+	VDIVSS        X0, X3, X3
+	VBROADCASTSS  X3, Z0
+	VMULPS        Z1, Z0, Z1
+	VMOVUPS       Z1, (AX)
+	VMULPS.Z      Z2, Z0, K1, Z2
+	VMOVUPS       Z2, 64(AX)
+	VZEROUPPER
+	RET
+
+regs3:
+	VMOVUPS       (AX), Z1
+	VMOVUPS       64(AX), Z2
+	VMOVUPS       (BX), Z3
+	VMOVUPS       128(AX), K1, Z3
+	VMAXPS        Z2, Z1, Z4
+	VMAXPS        Z3, Z4, Z4
+	VEXTRACTF64X4 $0x01, Z4, Y5
+	VMAXPS        Y5, Y4, Y4
+	VEXTRACTF128  $0x01, Y4, X5
+	VMAXPS        X5, X4, X4
+	VPERMILPS     $0x4e, X4, X5
+	VMAXPS        X5, X4, X4
+	VPERMILPS     $0xb1, X4, X5
+	VMAXPS        X5, X4, X4
+	VMULSS        X0, X4, X4
+	VBROADCASTSS  X0, Z0
+	VBROADCASTSS  X4, Z4
+	VMOVUPS       softmaxconsts<>+0(SB), Z5
+	VMOVUPS       softmaxconsts<>+64(SB), Z6
+	VFMSUB213PS   Z4, Z0, Z1
+	VFMSUB213PS   Z4, Z0, Z2
+	VFMSUB213PS   Z4, Z0, Z3
+	VMAXPS        Z1, Z5, Z1
+	VMAXPS        Z2, Z5, Z2
+	VMAXPS        Z3, Z5, Z3
+	VMINPS        Z1, Z6, Z1
+	VMINPS        Z2, Z6, Z2
+	VMINPS        Z3, Z6, Z3
+	VMULPS        softmaxconsts<>+128(SB), Z1, Z0
+	VMULPS        softmaxconsts<>+128(SB), Z2, Z4
+	VMULPS        softmaxconsts<>+128(SB), Z3, Z5
+	VRNDSCALEPS   $0x00, Z0, Z0
+	VRNDSCALEPS   $0x00, Z4, Z4
+	VRNDSCALEPS   $0x00, Z5, Z5
+	VMOVAPS       Z1, Z1
+	VMOVAPS       Z2, Z2
+	VMOVAPS       Z3, Z7
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z0, Z1
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z4, Z2
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z5, Z7
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z0, Z1
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z4, Z2
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z5, Z7
+	VMOVUPS       softmaxconsts<>+384(SB), Z3
+	VMOVUPS       softmaxconsts<>+384(SB), Z6
+	VMOVUPS       softmaxconsts<>+384(SB), Z8
+	VFMADD213PS   softmaxconsts<>+448(SB), Z1, Z3
+	VFMADD213PS   softmaxconsts<>+448(SB), Z2, Z6
+	VFMADD213PS   softmaxconsts<>+448(SB), Z7, Z8
+	VFMADD213PS   softmaxconsts<>+512(SB), Z1, Z3
+	VFMADD213PS   softmaxconsts<>+512(SB), Z2, Z6
+	VFMADD213PS   softmaxconsts<>+512(SB), Z7, Z8
+	VFMADD213PS   softmaxconsts<>+576(SB), Z1, Z3
+	VFMADD213PS   softmaxconsts<>+576(SB), Z2, Z6
+	VFMADD213PS   softmaxconsts<>+576(SB), Z7, Z8
+	VFMADD213PS   softmaxconsts<>+640(SB), Z1, Z3
+	VFMADD213PS   softmaxconsts<>+640(SB), Z2, Z6
+	VFMADD213PS   softmaxconsts<>+640(SB), Z7, Z8
+	VFMADD213PS   softmaxconsts<>+704(SB), Z1, Z3
+	VFMADD213PS   softmaxconsts<>+704(SB), Z2, Z6
+	VFMADD213PS   softmaxconsts<>+704(SB), Z7, Z8
+	VFMADD213PS   softmaxconsts<>+768(SB), Z1, Z3
+	VFMADD213PS   softmaxconsts<>+768(SB), Z2, Z6
+	VFMADD213PS   softmaxconsts<>+768(SB), Z7, Z8
+	VFMADD213PS   softmaxconsts<>+768(SB), Z1, Z3
+	VFMADD213PS   softmaxconsts<>+768(SB), Z2, Z6
+	VFMADD213PS   softmaxconsts<>+768(SB), Z7, Z8
+	VSCALEFPS     Z0, Z3, Z1
+	VSCALEFPS     Z4, Z6, Z2
+	VSCALEFPS     Z5, Z8, Z3
+	VMOVAPS       Z1, Z0
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z0, Z0
+	VMOVSS        softmaxconsts<>+768(SB), X4
+	VEXTRACTF64X4 $0x01, Z0, Y5
+	VADDPS        Y5, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X5
+	VADDPS        X5, X0, X0
+	VHADDPS       X0, X0, X0
+	VHADDPS       X0, X0, X0
+	VDIVSS        X0, X4, X4
+	VBROADCASTSS  X4, Z0
+	VMULPS        Z1, Z0, Z1
+	VMOVUPS       Z1, (AX)
+	VMULPS        Z2, Z0, Z2
+	VMOVUPS       Z2, 64(AX)
+	VMULPS.Z      Z3, Z0, K1, Z3
+	VMOVUPS       Z3, 128(AX)
+	VZEROUPPER
+	RET
+
+regs4:
+	VMOVUPS       (AX), Z1
+	VMOVUPS       64(AX), Z2
+	VMOVUPS       128(AX), Z3
+	VMOVUPS       (BX), Z4
+	VMOVUPS       192(AX), K1, Z4
+	VMAXPS        Z2, Z1, Z5
+	VMAXPS        Z4, Z3, Z6
+	VMAXPS        Z6, Z5, Z5
+	VEXTRACTF64X4 $0x01, Z5, Y6
+	VMAXPS        Y6, Y5, Y5
+	VEXTRACTF128  $0x01, Y5, X6
+	VMAXPS        X6, X5, X5
+	VPERMILPS     $0x4e, X5, X6
+	VMAXPS        X6, X5, X5
+	VPERMILPS     $0xb1, X5, X6
+	VMAXPS        X6, X5, X5
+	VMULSS        X0, X5, X5
+	VBROADCASTSS  X0, Z0
+	VBROADCASTSS  X5, Z5
+	VMOVUPS       softmaxconsts<>+0(SB), Z6
+	VMOVUPS       softmaxconsts<>+64(SB), Z7
+	VFMSUB213PS   Z5, Z0, Z1
+	VFMSUB213PS   Z5, Z0, Z2
+	VFMSUB213PS   Z5, Z0, Z3
+	VFMSUB213PS   Z5, Z0, Z4
+	VMAXPS        Z1, Z6, Z1
+	VMAXPS        Z2, Z6, Z2
+	VMAXPS        Z3, Z6, Z3
+	VMAXPS        Z4, Z6, Z4
+	VMINPS        Z1, Z7, Z1
+	VMINPS        Z2, Z7, Z2
+	VMINPS        Z3, Z7, Z3
+	VMINPS        Z4, Z7, Z4
+	VMULPS        softmaxconsts<>+128(SB), Z1, Z0
+	VMULPS        softmaxconsts<>+128(SB), Z2, Z5
+	VMULPS        softmaxconsts<>+128(SB), Z3, Z6
+	VMULPS        softmaxconsts<>+128(SB), Z4, Z7
+	VRNDSCALEPS   $0x00, Z0, Z0
+	VRNDSCALEPS   $0x00, Z5, Z5
+	VRNDSCALEPS   $0x00, Z6, Z6
+	VRNDSCALEPS   $0x00, Z7, Z7
+	VMOVAPS       Z1, Z1
+	VMOVAPS       Z2, Z2
+	VMOVAPS       Z3, Z3
+	VMOVAPS       Z4, Z10
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z0, Z1
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z5, Z2
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z6, Z3
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z7, Z10
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z0, Z1
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z5, Z2
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z6, Z3
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z7, Z10
+	VMOVUPS       softmaxconsts<>+384(SB), Z4
+	VMOVUPS       softmaxconsts<>+384(SB), Z8
+	VMOVUPS       softmaxconsts<>+384(SB), Z9
+	VMOVUPS       softmaxconsts<>+384(SB), Z11
+	VFMADD213PS   softmaxconsts<>+448(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+448(SB), Z2, Z8
+	VFMADD213PS   softmaxconsts<>+448(SB), Z3, Z9
+	VFMADD213PS   softmaxconsts<>+448(SB), Z10, Z11
+	VFMADD213PS   softmaxconsts<>+512(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+512(SB), Z2, Z8
+	VFMADD213PS   softmaxconsts<>+512(SB), Z3, Z9
+	VFMADD213PS   softmaxconsts<>+512(SB), Z10, Z11
+	VFMADD213PS   softmaxconsts<>+576(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+576(SB), Z2, Z8
+	VFMADD213PS   softmaxconsts<>+576(SB), Z3, Z9
+	VFMADD213PS   softmaxconsts<>+576(SB), Z10, Z11
+	VFMADD213PS   softmaxconsts<>+640(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+640(SB), Z2, Z8
+	VFMADD213PS   softmaxconsts<>+640(SB), Z3, Z9
+	VFMADD213PS   softmaxconsts<>+640(SB), Z10, Z11
+	VFMADD213PS   softmaxconsts<>+704(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+704(SB), Z2, Z8
+	VFMADD213PS   softmaxconsts<>+704(SB), Z3, Z9
+	VFMADD213PS   softmaxconsts<>+704(SB), Z10, Z11
+	VFMADD213PS   softmaxconsts<>+768(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+768(SB), Z2, Z8
+	VFMADD213PS   softmaxconsts<>+768(SB), Z3, Z9
+	VFMADD213PS   softmaxconsts<>+768(SB), Z10, Z11
+	VFMADD213PS   softmaxconsts<>+768(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+768(SB), Z2, Z8
+	VFMADD213PS   softmaxconsts<>+768(SB), Z3, Z9
+	VFMADD213PS   softmaxconsts<>+768(SB), Z10, Z11
+	VSCALEFPS     Z0, Z4, Z1
+	VSCALEFPS     Z5, Z8, Z2
+	VSCALEFPS     Z6, Z9, Z3
+	VSCALEFPS     Z7, Z11, Z4
+	VMOVAPS       Z1, Z0
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z0, Z0
+	VADDPS        Z4, Z0, Z0
+	VMOVSS        softmaxconsts<>+768(SB), X5
+	VEXTRACTF64X4 $0x01, Z0, Y6
+	VADDPS        Y6, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X6
+	VADDPS        X6, X0, X0
+	VHADDPS       X0, X0, X0
+	VHADDPS       X0, X0, X0
+	VDIVSS        X0, X5, X5
+	VBROADCASTSS  X5, Z0
+	VMULPS        Z1, Z0, Z1
+	VMOVUPS       Z1, (AX)
+	VMULPS        Z2, Z0, Z2
+	VMOVUPS       Z2, 64(AX)
+	VMULPS        Z3, Z0, Z3
+	VMOVUPS       Z3, 128(AX)
+	VMULPS.Z      Z4, Z0, K1, Z4
+	VMOVUPS       Z4, 192(AX)
+	VZEROUPPER
+	RET
+
+regs5:
+	VMOVUPS       (AX), Z1
+	VMOVUPS       64(AX), Z2
+	VMOVUPS       128(AX), Z3
+	VMOVUPS       192(AX), Z4
+	VMOVUPS       (BX), Z5
+	VMOVUPS       256(AX), K1, Z5
+	VMAXPS        Z2, Z1, Z6
+	VMAXPS        Z4, Z3, Z7
+	VMAXPS        Z7, Z6, Z6
+	VMAXPS        Z5, Z6, Z6
+	VEXTRACTF64X4 $0x01, Z6, Y7
+	VMAXPS        Y7, Y6, Y6
+	VEXTRACTF128  $0x01, Y6, X7
+	VMAXPS        X7, X6, X6
+	VPERMILPS     $0x4e, X6, X7
+	VMAXPS        X7, X6, X6
+	VPERMILPS     $0xb1, X6, X7
+	VMAXPS        X7, X6, X6
+	VMULSS        X0, X6, X6
+	VBROADCASTSS  X0, Z0
+	VBROADCASTSS  X6, Z6
+	VMOVUPS       softmaxconsts<>+0(SB), Z7
+	VMOVUPS       softmaxconsts<>+64(SB), Z8
+	VFMSUB213PS   Z6, Z0, Z1
+	VFMSUB213PS   Z6, Z0, Z2
+	VFMSUB213PS   Z6, Z0, Z3
+	VFMSUB213PS   Z6, Z0, Z4
+	VFMSUB213PS   Z6, Z0, Z5
+	VMAXPS        Z1, Z7, Z1
+	VMAXPS        Z2, Z7, Z2
+	VMAXPS        Z3, Z7, Z3
+	VMAXPS        Z4, Z7, Z4
+	VMINPS        Z1, Z8, Z1
+	VMINPS        Z2, Z8, Z2
+	VMINPS        Z3, Z8, Z3
+	VMINPS        Z4, Z8, Z4
+	VMULPS        softmaxconsts<>+128(SB), Z1, Z0
+	VMULPS        softmaxconsts<>+128(SB), Z2, Z6
+	VMULPS        softmaxconsts<>+128(SB), Z3, Z9
+	VMULPS        softmaxconsts<>+128(SB), Z4, Z10
+	VRNDSCALEPS   $0x00, Z0, Z0
+	VRNDSCALEPS   $0x00, Z6, Z6
+	VRNDSCALEPS   $0x00, Z9, Z9
+	VRNDSCALEPS   $0x00, Z10, Z10
+	VMOVAPS       Z1, Z1
+	VMOVAPS       Z2, Z2
+	VMOVAPS       Z3, Z3
+	VMOVAPS       Z4, Z13
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z0, Z1
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z6, Z2
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z9, Z3
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z10, Z13
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z0, Z1
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z6, Z2
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z9, Z3
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z10, Z13
+	VMOVUPS       softmaxconsts<>+384(SB), Z4
+	VMOVUPS       softmaxconsts<>+384(SB), Z11
+	VMOVUPS       softmaxconsts<>+384(SB), Z12
+	VMOVUPS       softmaxconsts<>+384(SB), Z14
+	VFMADD213PS   softmaxconsts<>+448(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+448(SB), Z2, Z11
+	VFMADD213PS   softmaxconsts<>+448(SB), Z3, Z12
+	VFMADD213PS   softmaxconsts<>+448(SB), Z13, Z14
+	VFMADD213PS   softmaxconsts<>+512(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+512(SB), Z2, Z11
+	VFMADD213PS   softmaxconsts<>+512(SB), Z3, Z12
+	VFMADD213PS   softmaxconsts<>+512(SB), Z13, Z14
+	VFMADD213PS   softmaxconsts<>+576(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+576(SB), Z2, Z11
+	VFMADD213PS   softmaxconsts<>+576(SB), Z3, Z12
+	VFMADD213PS   softmaxconsts<>+576(SB), Z13, Z14
+	VFMADD213PS   softmaxconsts<>+640(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+640(SB), Z2, Z11
+	VFMADD213PS   softmaxconsts<>+640(SB), Z3, Z12
+	VFMADD213PS   softmaxconsts<>+640(SB), Z13, Z14
+	VFMADD213PS   softmaxconsts<>+704(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+704(SB), Z2, Z11
+	VFMADD213PS   softmaxconsts<>+704(SB), Z3, Z12
+	VFMADD213PS   softmaxconsts<>+704(SB), Z13, Z14
+	VFMADD213PS   softmaxconsts<>+768(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+768(SB), Z2, Z11
+	VFMADD213PS   softmaxconsts<>+768(SB), Z3, Z12
+	VFMADD213PS   softmaxconsts<>+768(SB), Z13, Z14
+	VFMADD213PS   softmaxconsts<>+768(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+768(SB), Z2, Z11
+	VFMADD213PS   softmaxconsts<>+768(SB), Z3, Z12
+	VFMADD213PS   softmaxconsts<>+768(SB), Z13, Z14
+	VSCALEFPS     Z0, Z4, Z1
+	VSCALEFPS     Z6, Z11, Z2
+	VSCALEFPS     Z9, Z12, Z3
+	VSCALEFPS     Z10, Z14, Z4
+	VMAXPS        Z5, Z7, Z5
+	VMINPS        Z5, Z8, Z5
+	VMULPS        softmaxconsts<>+128(SB), Z5, Z0
+	VRNDSCALEPS   $0x00, Z0, Z0
+	VMOVAPS       Z5, Z5
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z0, Z5
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z0, Z5
+	VMOVUPS       softmaxconsts<>+384(SB), Z6
+	VFMADD213PS   softmaxconsts<>+448(SB), Z5, Z6
+	VFMADD213PS   softmaxconsts<>+512(SB), Z5, Z6
+	VFMADD213PS   softmaxconsts<>+576(SB), Z5, Z6
+	VFMADD213PS   softmaxconsts<>+640(SB), Z5, Z6
+	VFMADD213PS   softmaxconsts<>+704(SB), Z5, Z6
+	VFMADD213PS   softmaxconsts<>+768(SB), Z5, Z6
+	VFMADD213PS   softmaxconsts<>+768(SB), Z5, Z6
+	VSCALEFPS     Z0, Z6, Z5
+	VMOVAPS       Z1, Z0
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z0, Z0
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z0, Z0
+	VMOVSS        softmaxconsts<>+768(SB), X6
+	VEXTRACTF64X4 $0x01, Z0, Y7
+	VADDPS        Y7, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X7
+	VADDPS        X7, X0, X0
+	VHADDPS       X0, X0, X0
+	VHADDPS       X0, X0, X0
+	VDIVSS        X0, X6, X6
+	VBROADCASTSS  X6, Z0
+	VMULPS        Z1, Z0, Z1
+	VMOVUPS       Z1, (AX)
+	VMULPS        Z2, Z0, Z2
+	VMOVUPS       Z2, 64(AX)
+	VMULPS        Z3, Z0, Z3
+	VMOVUPS       Z3, 128(AX)
+	VMULPS        Z4, Z0, Z4
+	VMOVUPS       Z4, 192(AX)
+	VMULPS.Z      Z5, Z0, K1, Z5
+	VMOVUPS       Z5, 256(AX)
+	VZEROUPPER
+	RET
+
+regs6:
+	VMOVUPS       (AX), Z1
+	VMOVUPS       64(AX), Z2
+	VMOVUPS       128(AX), Z3
+	VMOVUPS       192(AX), Z4
+	VMOVUPS       256(AX), Z5
+	VMOVUPS       (BX), Z6
+	VMOVUPS       320(AX), K1, Z6
+	VMAXPS        Z2, Z1, Z7
+	VMAXPS        Z4, Z3, Z8
+	VMAXPS        Z6, Z5, Z9
+	VMAXPS        Z8, Z7, Z7
+	VMAXPS        Z9, Z7, Z7
+	VEXTRACTF64X4 $0x01, Z7, Y8
+	VMAXPS        Y8, Y7, Y7
+	VEXTRACTF128  $0x01, Y7, X8
+	VMAXPS        X8, X7, X7
+	VPERMILPS     $0x4e, X7, X8
+	VMAXPS        X8, X7, X7
+	VPERMILPS     $0xb1, X7, X8
+	VMAXPS        X8, X7, X7
+	VMULSS        X0, X7, X7
+	VBROADCASTSS  X0, Z0
+	VBROADCASTSS  X7, Z7
+	VMOVUPS       softmaxconsts<>+0(SB), Z8
+	VMOVUPS       softmaxconsts<>+64(SB), Z9
+	VFMSUB213PS   Z7, Z0, Z1
+	VFMSUB213PS   Z7, Z0, Z2
+	VFMSUB213PS   Z7, Z0, Z3
+	VFMSUB213PS   Z7, Z0, Z4
+	VFMSUB213PS   Z7, Z0, Z5
+	VFMSUB213PS   Z7, Z0, Z6
+	VMAXPS        Z1, Z8, Z1
+	VMAXPS        Z2, Z8, Z2
+	VMAXPS        Z3, Z8, Z3
+	VMAXPS        Z4, Z8, Z4
+	VMINPS        Z1, Z9, Z1
+	VMINPS        Z2, Z9, Z2
+	VMINPS        Z3, Z9, Z3
+	VMINPS        Z4, Z9, Z4
+	VMULPS        softmaxconsts<>+128(SB), Z1, Z0
+	VMULPS        softmaxconsts<>+128(SB), Z2, Z7
+	VMULPS        softmaxconsts<>+128(SB), Z3, Z10
+	VMULPS        softmaxconsts<>+128(SB), Z4, Z11
+	VRNDSCALEPS   $0x00, Z0, Z0
+	VRNDSCALEPS   $0x00, Z7, Z7
+	VRNDSCALEPS   $0x00, Z10, Z10
+	VRNDSCALEPS   $0x00, Z11, Z11
+	VMOVAPS       Z1, Z1
+	VMOVAPS       Z2, Z2
+	VMOVAPS       Z3, Z3
+	VMOVAPS       Z4, Z14
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z0, Z1
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z7, Z2
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z10, Z3
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z11, Z14
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z0, Z1
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z7, Z2
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z10, Z3
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z11, Z14
+	VMOVUPS       softmaxconsts<>+384(SB), Z4
+	VMOVUPS       softmaxconsts<>+384(SB), Z12
+	VMOVUPS       softmaxconsts<>+384(SB), Z13
+	VMOVUPS       softmaxconsts<>+384(SB), Z15
+	VFMADD213PS   softmaxconsts<>+448(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+448(SB), Z2, Z12
+	VFMADD213PS   softmaxconsts<>+448(SB), Z3, Z13
+	VFMADD213PS   softmaxconsts<>+448(SB), Z14, Z15
+	VFMADD213PS   softmaxconsts<>+512(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+512(SB), Z2, Z12
+	VFMADD213PS   softmaxconsts<>+512(SB), Z3, Z13
+	VFMADD213PS   softmaxconsts<>+512(SB), Z14, Z15
+	VFMADD213PS   softmaxconsts<>+576(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+576(SB), Z2, Z12
+	VFMADD213PS   softmaxconsts<>+576(SB), Z3, Z13
+	VFMADD213PS   softmaxconsts<>+576(SB), Z14, Z15
+	VFMADD213PS   softmaxconsts<>+640(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+640(SB), Z2, Z12
+	VFMADD213PS   softmaxconsts<>+640(SB), Z3, Z13
+	VFMADD213PS   softmaxconsts<>+640(SB), Z14, Z15
+	VFMADD213PS   softmaxconsts<>+704(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+704(SB), Z2, Z12
+	VFMADD213PS   softmaxconsts<>+704(SB), Z3, Z13
+	VFMADD213PS   softmaxconsts<>+704(SB), Z14, Z15
+	VFMADD213PS   softmaxconsts<>+768(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+768(SB), Z2, Z12
+	VFMADD213PS   softmaxconsts<>+768(SB), Z3, Z13
+	VFMADD213PS   softmaxconsts<>+768(SB), Z14, Z15
+	VFMADD213PS   softmaxconsts<>+768(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+768(SB), Z2, Z12
+	VFMADD213PS   softmaxconsts<>+768(SB), Z3, Z13
+	VFMADD213PS   softmaxconsts<>+768(SB), Z14, Z15
+	VSCALEFPS     Z0, Z4, Z1
+	VSCALEFPS     Z7, Z12, Z2
+	VSCALEFPS     Z10, Z13, Z3
+	VSCALEFPS     Z11, Z15, Z4
+	VMAXPS        Z5, Z8, Z5
+	VMAXPS        Z6, Z8, Z6
+	VMINPS        Z5, Z9, Z5
+	VMINPS        Z6, Z9, Z6
+	VMULPS        softmaxconsts<>+128(SB), Z5, Z0
+	VMULPS        softmaxconsts<>+128(SB), Z6, Z7
+	VRNDSCALEPS   $0x00, Z0, Z0
+	VRNDSCALEPS   $0x00, Z7, Z7
+	VMOVAPS       Z5, Z5
+	VMOVAPS       Z6, Z8
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z0, Z5
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z7, Z8
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z0, Z5
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z7, Z8
+	VMOVUPS       softmaxconsts<>+384(SB), Z6
+	VMOVUPS       softmaxconsts<>+384(SB), Z9
+	VFMADD213PS   softmaxconsts<>+448(SB), Z5, Z6
+	VFMADD213PS   softmaxconsts<>+448(SB), Z8, Z9
+	VFMADD213PS   softmaxconsts<>+512(SB), Z5, Z6
+	VFMADD213PS   softmaxconsts<>+512(SB), Z8, Z9
+	VFMADD213PS   softmaxconsts<>+576(SB), Z5, Z6
+	VFMADD213PS   softmaxconsts<>+576(SB), Z8, Z9
+	VFMADD213PS   softmaxconsts<>+640(SB), Z5, Z6
+	VFMADD213PS   softmaxconsts<>+640(SB), Z8, Z9
+	VFMADD213PS   softmaxconsts<>+704(SB), Z5, Z6
+	VFMADD213PS   softmaxconsts<>+704(SB), Z8, Z9
+	VFMADD213PS   softmaxconsts<>+768(SB), Z5, Z6
+	VFMADD213PS   softmaxconsts<>+768(SB), Z8, Z9
+	VFMADD213PS   softmaxconsts<>+768(SB), Z5, Z6
+	VFMADD213PS   softmaxconsts<>+768(SB), Z8, Z9
+	VSCALEFPS     Z0, Z6, Z5
+	VSCALEFPS     Z7, Z9, Z6
+	VMOVAPS       Z1, Z0
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z0, Z0
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z0, Z0
+	VADDPS        Z6, Z0, Z0
+	VMOVSS        softmaxconsts<>+768(SB), X7
+	VEXTRACTF64X4 $0x01, Z0, Y8
+	VADDPS        Y8, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X8
+	VADDPS        X8, X0, X0
+	VHADDPS       X0, X0, X0
+	VHADDPS       X0, X0, X0
+	VDIVSS        X0, X7, X7
+	VBROADCASTSS  X7, Z0
+	VMULPS        Z1, Z0, Z1
+	VMOVUPS       Z1, (AX)
+	VMULPS        Z2, Z0, Z2
+	VMOVUPS       Z2, 64(AX)
+	VMULPS        Z3, Z0, Z3
+	VMOVUPS       Z3, 128(AX)
+	VMULPS        Z4, Z0, Z4
+	VMOVUPS       Z4, 192(AX)
+	VMULPS        Z5, Z0, Z5
+	VMOVUPS       Z5, 256(AX)
+	VMULPS.Z      Z6, Z0, K1, Z6
+	VMOVUPS       Z6, 320(AX)
+	VZEROUPPER
+	RET
+
+regs7:
+	VMOVUPS       (AX), Z1
+	VMOVUPS       64(AX), Z2
+	VMOVUPS       128(AX), Z3
+	VMOVUPS       192(AX), Z4
+	VMOVUPS       256(AX), Z5
+	VMOVUPS       320(AX), Z6
+	VMOVUPS       (BX), Z7
+	VMOVUPS       384(AX), K1, Z7
+	VMAXPS        Z2, Z1, Z8
+	VMAXPS        Z4, Z3, Z9
+	VMAXPS        Z6, Z5, Z10
+	VMAXPS        Z9, Z8, Z8
+	VMAXPS        Z7, Z10, Z9
+	VMAXPS        Z9, Z8, Z8
+	VEXTRACTF64X4 $0x01, Z8, Y9
+	VMAXPS        Y9, Y8, Y8
+	VEXTRACTF128  $0x01, Y8, X9
+	VMAXPS        X9, X8, X8
+	VPERMILPS     $0x4e, X8, X9
+	VMAXPS        X9, X8, X8
+	VPERMILPS     $0xb1, X8, X9
+	VMAXPS        X9, X8, X8
+	VMULSS        X0, X8, X8
+	VBROADCASTSS  X0, Z0
+	VBROADCASTSS  X8, Z8
+	VMOVUPS       softmaxconsts<>+0(SB), Z9
+	VMOVUPS       softmaxconsts<>+64(SB), Z10
+	VFMSUB213PS   Z8, Z0, Z1
+	VFMSUB213PS   Z8, Z0, Z2
+	VFMSUB213PS   Z8, Z0, Z3
+	VFMSUB213PS   Z8, Z0, Z4
+	VFMSUB213PS   Z8, Z0, Z5
+	VFMSUB213PS   Z8, Z0, Z6
+	VFMSUB213PS   Z8, Z0, Z7
+	VMAXPS        Z1, Z9, Z1
+	VMAXPS        Z2, Z9, Z2
+	VMAXPS        Z3, Z9, Z3
+	VMAXPS        Z4, Z9, Z4
+	VMINPS        Z1, Z10, Z1
+	VMINPS        Z2, Z10, Z2
+	VMINPS        Z3, Z10, Z3
+	VMINPS        Z4, Z10, Z4
+	VMULPS        softmaxconsts<>+128(SB), Z1, Z0
+	VMULPS        softmaxconsts<>+128(SB), Z2, Z8
+	VMULPS        softmaxconsts<>+128(SB), Z3, Z11
+	VMULPS        softmaxconsts<>+128(SB), Z4, Z12
+	VRNDSCALEPS   $0x00, Z0, Z0
+	VRNDSCALEPS   $0x00, Z8, Z8
+	VRNDSCALEPS   $0x00, Z11, Z11
+	VRNDSCALEPS   $0x00, Z12, Z12
+	VMOVAPS       Z1, Z1
+	VMOVAPS       Z2, Z2
+	VMOVAPS       Z3, Z3
+	VMOVAPS       Z4, Z15
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z0, Z1
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z8, Z2
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z11, Z3
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z12, Z15
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z0, Z1
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z8, Z2
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z11, Z3
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z12, Z15
+	VMOVUPS       softmaxconsts<>+384(SB), Z4
+	VMOVUPS       softmaxconsts<>+384(SB), Z13
+	VMOVUPS       softmaxconsts<>+384(SB), Z14
+	VMOVUPS       softmaxconsts<>+384(SB), Z16
+	VFMADD213PS   softmaxconsts<>+448(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+448(SB), Z2, Z13
+	VFMADD213PS   softmaxconsts<>+448(SB), Z3, Z14
+	VFMADD213PS   softmaxconsts<>+448(SB), Z15, Z16
+	VFMADD213PS   softmaxconsts<>+512(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+512(SB), Z2, Z13
+	VFMADD213PS   softmaxconsts<>+512(SB), Z3, Z14
+	VFMADD213PS   softmaxconsts<>+512(SB), Z15, Z16
+	VFMADD213PS   softmaxconsts<>+576(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+576(SB), Z2, Z13
+	VFMADD213PS   softmaxconsts<>+576(SB), Z3, Z14
+	VFMADD213PS   softmaxconsts<>+576(SB), Z15, Z16
+	VFMADD213PS   softmaxconsts<>+640(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+640(SB), Z2, Z13
+	VFMADD213PS   softmaxconsts<>+640(SB), Z3, Z14
+	VFMADD213PS   softmaxconsts<>+640(SB), Z15, Z16
+	VFMADD213PS   softmaxconsts<>+704(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+704(SB), Z2, Z13
+	VFMADD213PS   softmaxconsts<>+704(SB), Z3, Z14
+	VFMADD213PS   softmaxconsts<>+704(SB), Z15, Z16
+	VFMADD213PS   softmaxconsts<>+768(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+768(SB), Z2, Z13
+	VFMADD213PS   softmaxconsts<>+768(SB), Z3, Z14
+	VFMADD213PS   softmaxconsts<>+768(SB), Z15, Z16
+	VFMADD213PS   softmaxconsts<>+768(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+768(SB), Z2, Z13
+	VFMADD213PS   softmaxconsts<>+768(SB), Z3, Z14
+	VFMADD213PS   softmaxconsts<>+768(SB), Z15, Z16
+	VSCALEFPS     Z0, Z4, Z1
+	VSCALEFPS     Z8, Z13, Z2
+	VSCALEFPS     Z11, Z14, Z3
+	VSCALEFPS     Z12, Z16, Z4
+	VMAXPS        Z5, Z9, Z5
+	VMAXPS        Z6, Z9, Z6
+	VMAXPS        Z7, Z9, Z7
+	VMINPS        Z5, Z10, Z5
+	VMINPS        Z6, Z10, Z6
+	VMINPS        Z7, Z10, Z7
+	VMULPS        softmaxconsts<>+128(SB), Z5, Z0
+	VMULPS        softmaxconsts<>+128(SB), Z6, Z8
+	VMULPS        softmaxconsts<>+128(SB), Z7, Z9
+	VRNDSCALEPS   $0x00, Z0, Z0
+	VRNDSCALEPS   $0x00, Z8, Z8
+	VRNDSCALEPS   $0x00, Z9, Z9
+	VMOVAPS       Z5, Z5
+	VMOVAPS       Z6, Z6
+	VMOVAPS       Z7, Z11
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z0, Z5
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z8, Z6
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z9, Z11
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z0, Z5
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z8, Z6
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z9, Z11
+	VMOVUPS       softmaxconsts<>+384(SB), Z7
+	VMOVUPS       softmaxconsts<>+384(SB), Z10
+	VMOVUPS       softmaxconsts<>+384(SB), Z12
+	VFMADD213PS   softmaxconsts<>+448(SB), Z5, Z7
+	VFMADD213PS   softmaxconsts<>+448(SB), Z6, Z10
+	VFMADD213PS   softmaxconsts<>+448(SB), Z11, Z12
+	VFMADD213PS   softmaxconsts<>+512(SB), Z5, Z7
+	VFMADD213PS   softmaxconsts<>+512(SB), Z6, Z10
+	VFMADD213PS   softmaxconsts<>+512(SB), Z11, Z12
+	VFMADD213PS   softmaxconsts<>+576(SB), Z5, Z7
+	VFMADD213PS   softmaxconsts<>+576(SB), Z6, Z10
+	VFMADD213PS   softmaxconsts<>+576(SB), Z11, Z12
+	VFMADD213PS   softmaxconsts<>+640(SB), Z5, Z7
+	VFMADD213PS   softmaxconsts<>+640(SB), Z6, Z10
+	VFMADD213PS   softmaxconsts<>+640(SB), Z11, Z12
+	VFMADD213PS   softmaxconsts<>+704(SB), Z5, Z7
+	VFMADD213PS   softmaxconsts<>+704(SB), Z6, Z10
+	VFMADD213PS   softmaxconsts<>+704(SB), Z11, Z12
+	VFMADD213PS   softmaxconsts<>+768(SB), Z5, Z7
+	VFMADD213PS   softmaxconsts<>+768(SB), Z6, Z10
+	VFMADD213PS   softmaxconsts<>+768(SB), Z11, Z12
+	VFMADD213PS   softmaxconsts<>+768(SB), Z5, Z7
+	VFMADD213PS   softmaxconsts<>+768(SB), Z6, Z10
+	VFMADD213PS   softmaxconsts<>+768(SB), Z11, Z12
+	VSCALEFPS     Z0, Z7, Z5
+	VSCALEFPS     Z8, Z10, Z6
+	VSCALEFPS     Z9, Z12, Z7
+	VMOVAPS       Z1, Z0
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z0, Z0
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z0, Z0
+	VADDPS        Z6, Z0, Z0
+	VADDPS        Z7, Z0, Z0
+	VMOVSS        softmaxconsts<>+768(SB), X8
+	VEXTRACTF64X4 $0x01, Z0, Y9
+	VADDPS        Y9, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X9
+	VADDPS        X9, X0, X0
+	VHADDPS       X0, X0, X0
+	VHADDPS       X0, X0, X0
+	VDIVSS        X0, X8, X8
+	VBROADCASTSS  X8, Z0
+	VMULPS        Z1, Z0, Z1
+	VMOVUPS       Z1, (AX)
+	VMULPS        Z2, Z0, Z2
+	VMOVUPS       Z2, 64(AX)
+	VMULPS        Z3, Z0, Z3
+	VMOVUPS       Z3, 128(AX)
+	VMULPS        Z4, Z0, Z4
+	VMOVUPS       Z4, 192(AX)
+	VMULPS        Z5, Z0, Z5
+	VMOVUPS       Z5, 256(AX)
+	VMULPS        Z6, Z0, Z6
+	VMOVUPS       Z6, 320(AX)
+	VMULPS.Z      Z7, Z0, K1, Z7
+	VMOVUPS       Z7, 384(AX)
+	VZEROUPPER
+	RET
+
+regs8:
+	VMOVUPS       (AX), Z1
+	VMOVUPS       64(AX), Z2
+	VMOVUPS       128(AX), Z3
+	VMOVUPS       192(AX), Z4
+	VMOVUPS       256(AX), Z5
+	VMOVUPS       320(AX), Z6
+	VMOVUPS       384(AX), Z7
+	VMOVUPS       (BX), Z8
+	VMOVUPS       448(AX), K1, Z8
+	VMAXPS        Z2, Z1, Z9
+	VMAXPS        Z4, Z3, Z10
+	VMAXPS        Z6, Z5, Z11
+	VMAXPS        Z8, Z7, Z12
+	VMAXPS        Z10, Z9, Z9
+	VMAXPS        Z12, Z11, Z10
+	VMAXPS        Z10, Z9, Z9
+	VEXTRACTF64X4 $0x01, Z9, Y10
+	VMAXPS        Y10, Y9, Y9
+	VEXTRACTF128  $0x01, Y9, X10
+	VMAXPS        X10, X9, X9
+	VPERMILPS     $0x4e, X9, X10
+	VMAXPS        X10, X9, X9
+	VPERMILPS     $0xb1, X9, X10
+	VMAXPS        X10, X9, X9
+	VMULSS        X0, X9, X9
+	VBROADCASTSS  X0, Z0
+	VBROADCASTSS  X9, Z9
+	VMOVUPS       softmaxconsts<>+0(SB), Z10
+	VMOVUPS       softmaxconsts<>+64(SB), Z11
+	VFMSUB213PS   Z9, Z0, Z1
+	VFMSUB213PS   Z9, Z0, Z2
+	VFMSUB213PS   Z9, Z0, Z3
+	VFMSUB213PS   Z9, Z0, Z4
+	VFMSUB213PS   Z9, Z0, Z5
+	VFMSUB213PS   Z9, Z0, Z6
+	VFMSUB213PS   Z9, Z0, Z7
+	VFMSUB213PS   Z9, Z0, Z8
+	VMAXPS        Z1, Z10, Z1
+	VMAXPS        Z2, Z10, Z2
+	VMAXPS        Z3, Z10, Z3
+	VMAXPS        Z4, Z10, Z4
+	VMINPS        Z1, Z11, Z1
+	VMINPS        Z2, Z11, Z2
+	VMINPS        Z3, Z11, Z3
+	VMINPS        Z4, Z11, Z4
+	VMULPS        softmaxconsts<>+128(SB), Z1, Z0
+	VMULPS        softmaxconsts<>+128(SB), Z2, Z9
+	VMULPS        softmaxconsts<>+128(SB), Z3, Z12
+	VMULPS        softmaxconsts<>+128(SB), Z4, Z13
+	VRNDSCALEPS   $0x00, Z0, Z0
+	VRNDSCALEPS   $0x00, Z9, Z9
+	VRNDSCALEPS   $0x00, Z12, Z12
+	VRNDSCALEPS   $0x00, Z13, Z13
+	VMOVAPS       Z1, Z1
+	VMOVAPS       Z2, Z2
+	VMOVAPS       Z3, Z3
+	VMOVAPS       Z4, Z16
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z0, Z1
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z9, Z2
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z12, Z3
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z13, Z16
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z0, Z1
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z9, Z2
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z12, Z3
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z13, Z16
+	VMOVUPS       softmaxconsts<>+384(SB), Z4
+	VMOVUPS       softmaxconsts<>+384(SB), Z14
+	VMOVUPS       softmaxconsts<>+384(SB), Z15
+	VMOVUPS       softmaxconsts<>+384(SB), Z17
+	VFMADD213PS   softmaxconsts<>+448(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+448(SB), Z2, Z14
+	VFMADD213PS   softmaxconsts<>+448(SB), Z3, Z15
+	VFMADD213PS   softmaxconsts<>+448(SB), Z16, Z17
+	VFMADD213PS   softmaxconsts<>+512(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+512(SB), Z2, Z14
+	VFMADD213PS   softmaxconsts<>+512(SB), Z3, Z15
+	VFMADD213PS   softmaxconsts<>+512(SB), Z16, Z17
+	VFMADD213PS   softmaxconsts<>+576(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+576(SB), Z2, Z14
+	VFMADD213PS   softmaxconsts<>+576(SB), Z3, Z15
+	VFMADD213PS   softmaxconsts<>+576(SB), Z16, Z17
+	VFMADD213PS   softmaxconsts<>+640(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+640(SB), Z2, Z14
+	VFMADD213PS   softmaxconsts<>+640(SB), Z3, Z15
+	VFMADD213PS   softmaxconsts<>+640(SB), Z16, Z17
+	VFMADD213PS   softmaxconsts<>+704(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+704(SB), Z2, Z14
+	VFMADD213PS   softmaxconsts<>+704(SB), Z3, Z15
+	VFMADD213PS   softmaxconsts<>+704(SB), Z16, Z17
+	VFMADD213PS   softmaxconsts<>+768(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+768(SB), Z2, Z14
+	VFMADD213PS   softmaxconsts<>+768(SB), Z3, Z15
+	VFMADD213PS   softmaxconsts<>+768(SB), Z16, Z17
+	VFMADD213PS   softmaxconsts<>+768(SB), Z1, Z4
+	VFMADD213PS   softmaxconsts<>+768(SB), Z2, Z14
+	VFMADD213PS   softmaxconsts<>+768(SB), Z3, Z15
+	VFMADD213PS   softmaxconsts<>+768(SB), Z16, Z17
+	VSCALEFPS     Z0, Z4, Z1
+	VSCALEFPS     Z9, Z14, Z2
+	VSCALEFPS     Z12, Z15, Z3
+	VSCALEFPS     Z13, Z17, Z4
+	VMAXPS        Z5, Z10, Z5
+	VMAXPS        Z6, Z10, Z6
+	VMAXPS        Z7, Z10, Z7
+	VMAXPS        Z8, Z10, Z8
+	VMINPS        Z5, Z11, Z5
+	VMINPS        Z6, Z11, Z6
+	VMINPS        Z7, Z11, Z7
+	VMINPS        Z8, Z11, Z8
+	VMULPS        softmaxconsts<>+128(SB), Z5, Z0
+	VMULPS        softmaxconsts<>+128(SB), Z6, Z9
+	VMULPS        softmaxconsts<>+128(SB), Z7, Z10
+	VMULPS        softmaxconsts<>+128(SB), Z8, Z11
+	VRNDSCALEPS   $0x00, Z0, Z0
+	VRNDSCALEPS   $0x00, Z9, Z9
+	VRNDSCALEPS   $0x00, Z10, Z10
+	VRNDSCALEPS   $0x00, Z11, Z11
+	VMOVAPS       Z5, Z5
+	VMOVAPS       Z6, Z6
+	VMOVAPS       Z7, Z7
+	VMOVAPS       Z8, Z14
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z0, Z5
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z9, Z6
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z10, Z7
+	VFNMADD231PS  softmaxconsts<>+256(SB), Z11, Z14
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z0, Z5
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z9, Z6
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z10, Z7
+	VFNMADD231PS  softmaxconsts<>+320(SB), Z11, Z14
+	VMOVUPS       softmaxconsts<>+384(SB), Z8
+	VMOVUPS       softmaxconsts<>+384(SB), Z12
+	VMOVUPS       softmaxconsts<>+384(SB), Z13
+	VMOVUPS       softmaxconsts<>+384(SB), Z15
+	VFMADD213PS   softmaxconsts<>+448(SB), Z5, Z8
+	VFMADD213PS   softmaxconsts<>+448(SB), Z6, Z12
+	VFMADD213PS   softmaxconsts<>+448(SB), Z7, Z13
+	VFMADD213PS   softmaxconsts<>+448(SB), Z14, Z15
+	VFMADD213PS   softmaxconsts<>+512(SB), Z5, Z8
+	VFMADD213PS   softmaxconsts<>+512(SB), Z6, Z12
+	VFMADD213PS   softmaxconsts<>+512(SB), Z7, Z13
+	VFMADD213PS   softmaxconsts<>+512(SB), Z14, Z15
+	VFMADD213PS   softmaxconsts<>+576(SB), Z5, Z8
+	VFMADD213PS   softmaxconsts<>+576(SB), Z6, Z12
+	VFMADD213PS   softmaxconsts<>+576(SB), Z7, Z13
+	VFMADD213PS   softmaxconsts<>+576(SB), Z14, Z15
+	VFMADD213PS   softmaxconsts<>+640(SB), Z5, Z8
+	VFMADD213PS   softmaxconsts<>+640(SB), Z6, Z12
+	VFMADD213PS   softmaxconsts<>+640(SB), Z7, Z13
+	VFMADD213PS   softmaxconsts<>+640(SB), Z14, Z15
+	VFMADD213PS   softmaxconsts<>+704(SB), Z5, Z8
+	VFMADD213PS   softmaxconsts<>+704(SB), Z6, Z12
+	VFMADD213PS   softmaxconsts<>+704(SB), Z7, Z13
+	VFMADD213PS   softmaxconsts<>+704(SB), Z14, Z15
+	VFMADD213PS   softmaxconsts<>+768(SB), Z5, Z8
+	VFMADD213PS   softmaxconsts<>+768(SB), Z6, Z12
+	VFMADD213PS   softmaxconsts<>+768(SB), Z7, Z13
+	VFMADD213PS   softmaxconsts<>+768(SB), Z14, Z15
+	VFMADD213PS   softmaxconsts<>+768(SB), Z5, Z8
+	VFMADD213PS   softmaxconsts<>+768(SB), Z6, Z12
+	VFMADD213PS   softmaxconsts<>+768(SB), Z7, Z13
+	VFMADD213PS   softmaxconsts<>+768(SB), Z14, Z15
+	VSCALEFPS     Z0, Z8, Z5
+	VSCALEFPS     Z9, Z12, Z6
+	VSCALEFPS     Z10, Z13, Z7
+	VSCALEFPS     Z11, Z15, Z8
+	VMOVAPS       Z1, Z0
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z0, Z0
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z0, Z0
+	VADDPS        Z6, Z0, Z0
+	VADDPS        Z7, Z0, Z0
+	VADDPS        Z8, Z0, Z0
+	VMOVSS        softmaxconsts<>+768(SB), X9
+	VEXTRACTF64X4 $0x01, Z0, Y10
+	VADDPS        Y10, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X10
+	VADDPS        X10, X0, X0
+	VHADDPS       X0, X0, X0
+	VHADDPS       X0, X0, X0
+	VDIVSS        X0, X9, X9
+	VBROADCASTSS  X9, Z0
+	VMULPS        Z1, Z0, Z1
+	VMOVUPS       Z1, (AX)
+	VMULPS        Z2, Z0, Z2
+	VMOVUPS       Z2, 64(AX)
+	VMULPS        Z3, Z0, Z3
+	VMOVUPS       Z3, 128(AX)
+	VMULPS        Z4, Z0, Z4
+	VMOVUPS       Z4, 192(AX)
+	VMULPS        Z5, Z0, Z5
+	VMOVUPS       Z5, 256(AX)
+	VMULPS        Z6, Z0, Z6
+	VMOVUPS       Z6, 320(AX)
+	VMULPS        Z7, Z0, Z7
+	VMOVUPS       Z7, 384(AX)
+	VMULPS.Z      Z8, Z0, K1, Z8
+	VMOVUPS       Z8, 448(AX)
+	VZEROUPPER
+	RET

@@ -23,3 +23,7 @@ func softmaxAVX512(x *float32, n int, scale float32)
 // with s the sum of p[k]·d[k] for k < live in eight interleaved partial sums
 // (see goSoftmaxBackward), and returns s: goSoftmaxBackward's bits.
 func softmaxBackwardAVX512(d *float32, p *float32, live int, n int, scale float32) float32
+
+// softmaxShortAVX512 does softmaxAVX512 on x[:n], n = 16·v for v in 1..8, with
+// x[live:n] taken as -Inf and set to 0, for n-16 < live <= n: the bits of the padded row's.
+func softmaxShortAVX512(x *float32, live int, n int, scale float32)

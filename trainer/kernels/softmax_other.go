@@ -4,8 +4,10 @@ package kernels
 
 // softmaxRowFunc returns the row softmax of CausalSoftmax beside the GEMM micro-kernel
 // kern: the Engine's Max, ExpSum and Scale on this build.
-func softmaxRowFunc(*microKernel) func(e *Engine, x []float32, scale float32) {
-	return composedSoftmax
+func softmaxRowFunc(*microKernel) func(e *Engine, r []float32, live int, scale float32) {
+	return func(e *Engine, r []float32, live int, scale float32) {
+		paddedSoftmax(e, r, live, scale, composedSoftmax)
+	}
 }
 
 // softmaxBackwardFunc returns the row of CausalSoftmaxBackward beside the GEMM

@@ -17,6 +17,7 @@ func softmaxKernels() {
 		softmaxRow(isa, c)
 		softmaxBackwardRow(isa)
 	}
+	softmaxShort(vecISAs[1], c)
 }
 
 // softmaxRow emits softmax<ISA>: x = softmax(scale·x) over x[0..n), n a
@@ -189,4 +190,105 @@ func softmaxBackwardRow(isa vecISA) {
 	Label("done")
 	VZEROUPPER()
 	RET()
+}
+
+// softmaxMaxVectors is the longest row, in vectors, that softmaxShort holds in
+// registers: a causal attention's row for a context of 128 in zmm.
+const softmaxMaxVectors = 8
+
+// softmaxShort emits softmaxShort<ISA> (AVX-512 only, for its masks): the row softmax of
+// softmax<ISA> on rows of 1 to softmaxMaxVectors vectors, each loaded once into registers
+// with the lanes from live on read as -Inf (not from memory), its maximum as a tree, the
+// exponentials of all its vectors side by side (in groups of four, for the registers)
+// summed in index order, scaled, and stored with the lanes from live on as 0. The live
+// lanes, and the sum, are the bits of softmax<ISA> on the row padded with -Inf.
+func softmaxShort(isa vecISA, c func(string) Mem) {
+	table := GLOBL("softmaxmasks", RODATA|NOPTR)
+	for l := 0; l < 16; l++ {
+		DATA(4*l, U32(0xff800000)) // -Inf
+	}
+	for t := 0; t <= 16; t++ {
+		DATA(64+2*t, U16(1<<t-1)) // the first t lanes
+	}
+	name := "softmaxShort" + isa.suffix
+	TEXT(name, NOSPLIT, "func(x *float32, live, n int, scale float32)")
+	Doc(
+		fmt.Sprintf("%s does softmax%s on x[:n], n = %d·v for v in 1..%d, with", name, isa.suffix, isa.lanes, softmaxMaxVectors),
+		"x[live:n] taken as -Inf and set to 0, for n-16 < live <= n: the bits of the padded row's.",
+	)
+	x := Load(Param("x"), GP64())
+	live := Load(Param("live"), GP64())
+	n := Load(Param("n"), GP64())
+	scaleX := Load(Param("scale"), XMM())
+	tab := GP64()
+	LEAQ(table, tab)
+	SUBQ(n, live)
+	ADDQ(U8(16), live) // live lanes of the last vector
+	m := GP32()
+	MOVWLZX(Mem{Base: tab, Index: live, Scale: 2, Disp: 64}, m)
+	KMOVW(m, K1)
+	for nv := 1; nv <= softmaxMaxVectors; nv++ {
+		CMPQ(n, U32(nv*isa.lanes))
+		JE(LabelRef(fmt.Sprintf("regs%d", nv)))
+	}
+	RET() // not reached: the caller passes a whole number of vectors up to the maximum
+	vb := 4 * isa.lanes
+	for nv := 1; nv <= softmaxMaxVectors; nv++ {
+		Label(fmt.Sprintf("regs%d", nv))
+		xs := make([]VecVirtual, nv)
+		for i := range xs {
+			xs[i] = isa.vec()
+			if i < nv-1 {
+				VMOVUPS(Mem{Base: x, Disp: vb * i}, xs[i])
+			} else {
+				VMOVUPS(Mem{Base: tab}, xs[i])
+				VMOVUPS(Mem{Base: x, Disp: vb * i}, K1, xs[i])
+			}
+		}
+		mxs := append([]VecVirtual(nil), xs...)
+		for len(mxs) > 1 {
+			var next []VecVirtual
+			for i := 0; i+1 < len(mxs); i += 2 {
+				m := isa.vec()
+				VMAXPS(mxs[i+1], mxs[i], m)
+				next = append(next, m)
+			}
+			if len(mxs)%2 == 1 {
+				next = append(next, mxs[len(mxs)-1])
+			}
+			mxs = next
+		}
+		shiftX := XMM()
+		VMULSS(scaleX, horizontalMax(isa, mxs[0]), shiftX)
+		scale, shift := isa.vec(), isa.vec()
+		VBROADCASTSS(scaleX, scale)
+		VBROADCASTSS(shiftX, shift)
+		lo, hi := clampRegs(isa, c)
+		for i := range xs {
+			VFMSUB213PS(shift, scale, xs[i])
+		}
+		for g := 0; g < nv; g += 4 {
+			expInPlace(isa, c, xs[g:min(g+4, nv)], lo, hi)
+		}
+		acc := isa.vec()
+		VMOVAPS(xs[0], acc) // 0 + x0, exactly
+		for _, v := range xs[1:] {
+			VADDPS(v, acc, acc)
+		}
+		inv := XMM()
+		VMOVSS(c("one"), inv)
+		VDIVSS(horizontalSum(isa, acc), inv, inv)
+		s := isa.vec()
+		VBROADCASTSS(inv, s)
+		for i, v := range xs {
+			if i < nv-1 {
+				VMULPS(v, s, v)
+			} else {
+				VMULPS_Z(v, s, K1, v)
+			}
+			VMOVUPS(v, Mem{Base: x, Disp: vb * i})
+		}
+		VZEROUPPER()
+		RET()
+	}
 }
