@@ -61,13 +61,14 @@ func (e *Engine) CausalSoftmaxBackward(dp, p []float32, t int, scale float32) {
 	back := softmaxBackwardFunc(e.kern)
 	for i := range t {
 		back(dp[i*t:(i+1)*t], p[i*t:(i+1)*t], i+1, scale)
-		clear(dp[i*t+i+1 : (i+1)*t])
 	}
 }
 
-// goSoftmaxBackward is a row of CausalSoftmaxBackward for d[:live] from p[:live].
+// goSoftmaxBackward is a row of CausalSoftmaxBackward: d[:live] from p[:live], and d[live:]
+// zero.
 func goSoftmaxBackward(d, p []float32, live int, scale float32) {
 	goSoftmaxUpdate(d[:live], p[:live], goSoftmaxDot(d, p, live), scale)
+	clear(d[live:])
 }
 
 // goSoftmaxDot returns the sum of p[k]·d[k] for k < live in eight interleaved float32

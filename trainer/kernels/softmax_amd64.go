@@ -50,11 +50,19 @@ func vecSoftmax(asm func(x *float32, n int, scale float32), lanes int) func(e *E
 }
 
 // softmaxBackwardFunc returns the row of CausalSoftmaxBackward beside the GEMM
-// micro-kernel kern: in assembly for the vector kernels, with goSoftmaxBackward's bits.
+// micro-kernel kern (d[:live] from p[:live], d[live:] zero): in assembly for the vector
+// kernels, with goSoftmaxBackward's bits.
 func softmaxBackwardFunc(kern *microKernel) func(d, p []float32, live int, scale float32) {
 	switch kern.name {
 	case "avx512-12x32":
-		return vecSoftmaxBackward(softmaxBackwardAVX512, 16)
+		part := vecSoftmaxBackward(softmaxBackwardAVX512, 16)
+		return func(d, p []float32, live int, scale float32) {
+			if live == 0 || len(d)%16 != 0 || len(p) < len(d) || live > len(d) {
+				part(d, p, live, scale)
+				return
+			}
+			softmaxBackwardWholeAVX512(unsafe.SliceData(d), unsafe.SliceData(p), live, len(d), scale)
+		}
 	case "avx2-fma-6x16":
 		return vecSoftmaxBackward(softmaxBackwardAVX2, 8)
 	}
@@ -62,8 +70,8 @@ func softmaxBackwardFunc(kern *microKernel) func(d, p []float32, live int, scale
 }
 
 // vecSoftmaxBackward runs asm on the row's live elements rounded up to whole vectors of
-// lanes floats, as far as d and p have them, and goSoftmaxUpdate on the live ones past
-// those. Elements past live may be overwritten: the caller clears them.
+// lanes floats, as far as d and p have them, goSoftmaxUpdate on the live ones past those,
+// and clears d past live.
 func vecSoftmaxBackward(asm func(d, p *float32, live, n int, scale float32) float32, lanes int) func(d, p []float32, live int, scale float32) {
 	return func(d, p []float32, live int, scale float32) {
 		n := min((live+lanes-1)/lanes*lanes, min(len(d), len(p))/lanes*lanes)
@@ -75,5 +83,6 @@ func vecSoftmaxBackward(asm func(d, p *float32, live, n int, scale float32) floa
 		if n < live {
 			goSoftmaxUpdate(d[n:live], p[n:live], s, scale)
 		}
+		clear(d[live:])
 	}
 }

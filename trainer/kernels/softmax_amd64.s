@@ -1866,3 +1866,93 @@ regs8:
 	VMOVUPS       Z8, 448(AX)
 	VZEROUPPER
 	RET
+
+// func softmaxBackwardWholeAVX512(d *float32, p *float32, live int, end int, scale float32)
+// Requires: AVX, AVX512F, SSE
+TEXT ·softmaxBackwardWholeAVX512(SB), NOSPLIT, $0-36
+	MOVQ   d+0(FP), AX
+	MOVQ   p+8(FP), CX
+	MOVQ   live+16(FP), DX
+	MOVQ   end+24(FP), BX
+	MOVSS  scale+32(FP), X0
+	MOVQ   AX, SI
+	MOVQ   CX, DI
+	MOVQ   DX, R8
+	VXORPS Y1, Y1, Y1
+
+dot:
+	CMPQ    R8, $0x08
+	JL      dotTail
+	VMOVUPS (DI), Y2
+	VMULPS  (SI), Y2, Y2
+	VADDPS  Y2, Y1, Y1
+	ADDQ    $0x20, DI
+	ADDQ    $0x20, SI
+	SUBQ    $0x08, R8
+	JMP     dot
+
+dotTail:
+	VEXTRACTF128 $0x01, Y1, X2
+
+tail:
+	TESTQ  R8, R8
+	JE     sum
+	VMOVSS (DI), X4
+	VMULSS (SI), X4, X4
+	VADDSS X4, X1, X1
+	ADDQ   $0x04, DI
+	ADDQ   $0x04, SI
+	DECQ   R8
+	JMP    tail
+
+sum:
+	VHADDPS      X2, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	LEAQ         softmaxmasks<>+0(SB), DI
+	MOVQ         DX, SI
+	DECQ         SI
+	ANDQ         $0x0f, SI
+	INCQ         SI
+	MOVWLZX      64(DI)(SI*2), DI
+	KMOVW        DI, K1
+	SUBQ         SI, DX
+	SUBQ         DX, BX
+	VBROADCASTSS X1, Z1
+	VBROADCASTSS X0, Z0
+
+update:
+	TESTQ   DX, DX
+	JE      last
+	VMULPS  (CX), Z0, Z2
+	VMOVUPS (AX), Z4
+	VSUBPS  Z1, Z4, Z4
+	VMULPS  Z4, Z2, Z4
+	VMOVUPS Z4, (AX)
+	ADDQ    $0x00000040, CX
+	ADDQ    $0x00000040, AX
+	SUBQ    $0x00000010, DX
+	JMP     update
+
+last:
+	VMULPS   (CX), Z0, Z0
+	VMOVUPS  (AX), Z2
+	VSUBPS   Z1, Z2, Z2
+	VMULPS.Z Z2, Z0, K1, Z2
+	VMOVUPS  Z2, (AX)
+	ADDQ     $0x00000040, CX
+	ADDQ     $0x00000040, AX
+	SUBQ     $0x00000010, BX
+	VPXORD   Z3, Z3, Z3
+
+zero:
+	TESTQ   BX, BX
+	JE      done
+	VMOVUPS Z3, (AX)
+	ADDQ    $0x00000040, AX
+	SUBQ    $0x00000010, BX
+	JMP     zero
+
+done:
+	VZEROUPPER
+	RET

@@ -27,3 +27,7 @@ func softmaxBackwardAVX512(d *float32, p *float32, live int, n int, scale float3
 // softmaxShortAVX512 does softmaxAVX512 on x[:n], n = 16·v for v in 1..8, with
 // x[live:n] taken as -Inf and set to 0, for n-16 < live <= n: the bits of the padded row's.
 func softmaxShortAVX512(x *float32, live int, n int, scale float32)
+
+// softmaxBackwardWholeAVX512 sets d[j] = (scale·p[j])·(d[j] - s) for j < live as softmaxBackwardAVX512,
+// and d[j] = 0 for live <= j < end, a multiple of 16 no less than live >= 1.
+func softmaxBackwardWholeAVX512(d *float32, p *float32, live int, end int, scale float32)

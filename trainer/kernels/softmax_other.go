@@ -11,7 +11,8 @@ func softmaxRowFunc(*microKernel) func(e *Engine, r []float32, live int, scale f
 }
 
 // softmaxBackwardFunc returns the row of CausalSoftmaxBackward beside the GEMM
-// micro-kernel kern: the portable one on this build.
+// micro-kernel kern (d[:live] from p[:live], d[live:] zero): the portable one on this
+// build.
 func softmaxBackwardFunc(*microKernel) func(d, p []float32, live int, scale float32) {
 	return goSoftmaxBackward
 }

@@ -17,7 +17,9 @@ func softmaxKernels() {
 		softmaxRow(isa, c)
 		softmaxBackwardRow(isa)
 	}
-	softmaxShort(vecISAs[1], c)
+	masks := softmaxMasks()
+	softmaxShort(vecISAs[1], c, masks)
+	softmaxBackwardWhole(vecISAs[1], masks)
 }
 
 // softmaxRow emits softmax<ISA>: x = softmax(scale·x) over x[0..n), n a
@@ -133,41 +135,7 @@ func softmaxBackwardRow(isa vecISA) {
 	n := Load(Param("n"), GP64())
 	scaleX := Load(Param("scale"), XMM())
 
-	dp, pp := GP64(), GP64()
-	MOVQ(d, dp)
-	MOVQ(p, pp)
-	acc := YMM()
-	VXORPS(acc, acc, acc)
-	Label("dot")
-	CMPQ(live, U8(8))
-	JL(LabelRef("dotTail"))
-	t := YMM()
-	VMOVUPS(Mem{Base: pp}, t)
-	VMULPS(Mem{Base: dp}, t, t)
-	VADDPS(t, acc, acc)
-	ADDQ(U8(32), pp)
-	ADDQ(U8(32), dp)
-	SUBQ(U8(8), live)
-	JMP(LabelRef("dot"))
-	Label("dotTail")
-	hi, lo := XMM(), acc.AsX()
-	VEXTRACTF128(U8(1), acc, hi)
-	Label("tail")
-	TESTQ(live, live)
-	JE(LabelRef("sum"))
-	ts := XMM()
-	VMOVSS(Mem{Base: pp}, ts)
-	VMULSS(Mem{Base: dp}, ts, ts)
-	VADDSS(ts, lo, lo) // lane 0 only: s0 += p·d
-	ADDQ(U8(4), pp)
-	ADDQ(U8(4), dp)
-	DECQ(live)
-	JMP(LabelRef("tail"))
-	Label("sum")
-	pairs, quads, sum := XMM(), XMM(), XMM()
-	VHADDPS(hi, lo, pairs)       // s0+s1, s2+s3, s4+s5, s6+s7
-	VHADDPS(pairs, pairs, quads) // (s0+s1)+(s2+s3), (s4+s5)+(s6+s7)
-	VHADDPS(quads, quads, sum)   // their sum
+	sum := softmaxDot(d, p, live)
 	Store(sum, ReturnIndex(0))
 
 	sv, scale := isa.vec(), isa.vec()
@@ -192,6 +160,88 @@ func softmaxBackwardRow(isa vecISA) {
 	RET()
 }
 
+// softmaxMasks emits the table softmaxShort and softmaxBackwardWhole read: 16 times -Inf,
+// then at byte 64 + 2t the 16-bit mask of the first t lanes, for t in 0..16.
+func softmaxMasks() Mem {
+	table := GLOBL("softmaxmasks", RODATA|NOPTR)
+	for l := 0; l < 16; l++ {
+		DATA(4*l, U32(0xff800000)) // -Inf
+	}
+	for t := 0; t <= 16; t++ {
+		DATA(64+2*t, U16(1<<t-1)) // the first t lanes
+	}
+	return table
+}
+
+// softmaxBackwardWhole emits softmaxBackwardWhole<ISA> (AVX-512 only, for its masks): a
+// whole row of CausalSoftmaxBackward, d[:end] from p[:live] (end a multiple of the lanes,
+// live <= end): softmaxBackward<ISA>'s bits for d[:live], then 0 up to end.
+func softmaxBackwardWhole(isa vecISA, table Mem) {
+	name := "softmaxBackwardWhole" + isa.suffix
+	TEXT(name, NOSPLIT, "func(d, p *float32, live, end int, scale float32)")
+	Doc(
+		fmt.Sprintf("%s sets d[j] = (scale·p[j])·(d[j] - s) for j < live as softmaxBackward%s,", name, isa.suffix),
+		fmt.Sprintf("and d[j] = 0 for live <= j < end, a multiple of %d no less than live >= 1.", isa.lanes),
+	)
+	d := Load(Param("d"), GP64())
+	p := Load(Param("p"), GP64())
+	live := Load(Param("live"), GP64())
+	end := Load(Param("end"), GP64())
+	scaleX := Load(Param("scale"), XMM())
+	sum := softmaxDot(d, p, live)
+	// live's lanes of the last vector it reaches, and the vectors before that.
+	last, tab, m := GP64(), GP64(), GP32()
+	LEAQ(table, tab)
+	MOVQ(live, last)
+	DECQ(last)
+	ANDQ(U8(isa.lanes-1), last)
+	INCQ(last)
+	MOVWLZX(Mem{Base: tab, Index: last, Scale: 2, Disp: 64}, m)
+	KMOVW(m, K1)
+	SUBQ(last, live)
+	SUBQ(live, end)
+
+	sv, scale := isa.vec(), isa.vec()
+	VBROADCASTSS(sum, sv)
+	VBROADCASTSS(scaleX, scale)
+	vb := 4 * isa.lanes
+	update := func(masked bool) {
+		sp, u := isa.vec(), isa.vec()
+		VMULPS(Mem{Base: p}, scale, sp)
+		VMOVUPS(Mem{Base: d}, u)
+		VSUBPS(sv, u, u)
+		if masked {
+			VMULPS_Z(u, sp, K1, u)
+		} else {
+			VMULPS(u, sp, u)
+		}
+		VMOVUPS(u, Mem{Base: d})
+		ADDQ(U32(vb), p)
+		ADDQ(U32(vb), d)
+	}
+	Label("update")
+	TESTQ(live, live)
+	JE(LabelRef("last"))
+	update(false)
+	SUBQ(U32(isa.lanes), live)
+	JMP(LabelRef("update"))
+	Label("last")
+	update(true)
+	SUBQ(U32(isa.lanes), end)
+	z := isa.vec()
+	zero(isa, z)
+	Label("zero")
+	TESTQ(end, end)
+	JE(LabelRef("done"))
+	VMOVUPS(z, Mem{Base: d})
+	ADDQ(U32(vb), d)
+	SUBQ(U32(isa.lanes), end)
+	JMP(LabelRef("zero"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
 // softmaxMaxVectors is the longest row, in vectors, that softmaxShort holds in
 // registers: a causal attention's row for a context of 128 in zmm.
 const softmaxMaxVectors = 8
@@ -202,14 +252,7 @@ const softmaxMaxVectors = 8
 // exponentials of all its vectors side by side (in groups of four, for the registers)
 // summed in index order, scaled, and stored with the lanes from live on as 0. The live
 // lanes, and the sum, are the bits of softmax<ISA> on the row padded with -Inf.
-func softmaxShort(isa vecISA, c func(string) Mem) {
-	table := GLOBL("softmaxmasks", RODATA|NOPTR)
-	for l := 0; l < 16; l++ {
-		DATA(4*l, U32(0xff800000)) // -Inf
-	}
-	for t := 0; t <= 16; t++ {
-		DATA(64+2*t, U16(1<<t-1)) // the first t lanes
-	}
+func softmaxShort(isa vecISA, c func(string) Mem, table Mem) {
 	name := "softmaxShort" + isa.suffix
 	TEXT(name, NOSPLIT, "func(x *float32, live, n int, scale float32)")
 	Doc(
@@ -291,4 +334,47 @@ func softmaxShort(isa vecISA, c func(string) Mem) {
 		VZEROUPPER()
 		RET()
 	}
+}
+
+// softmaxDot emits the sum of p[k]·d[k] for k < n of softmaxBackward<ISA> (see there;
+// on ymm for every ISA, for its eight partial sums) and returns the xmm register whose
+// lowest lane holds it. It leaves d, p and n as they were.
+func softmaxDot(d, p, n Register) VecVirtual {
+	dp, pp, live := GP64(), GP64(), GP64()
+	MOVQ(d, dp)
+	MOVQ(p, pp)
+	MOVQ(n, live)
+	acc := YMM()
+	VXORPS(acc, acc, acc)
+	Label("dot")
+	CMPQ(live, U8(8))
+	JL(LabelRef("dotTail"))
+	t := YMM()
+	VMOVUPS(Mem{Base: pp}, t)
+	VMULPS(Mem{Base: dp}, t, t)
+	VADDPS(t, acc, acc)
+	ADDQ(U8(32), pp)
+	ADDQ(U8(32), dp)
+	SUBQ(U8(8), live)
+	JMP(LabelRef("dot"))
+	Label("dotTail")
+	hi, lo := XMM(), acc.AsX()
+	VEXTRACTF128(U8(1), acc, hi)
+	Label("tail")
+	TESTQ(live, live)
+	JE(LabelRef("sum"))
+	ts := XMM()
+	VMOVSS(Mem{Base: pp}, ts)
+	VMULSS(Mem{Base: dp}, ts, ts)
+	VADDSS(ts, lo, lo) // lane 0 only: s0 += p·d
+	ADDQ(U8(4), pp)
+	ADDQ(U8(4), dp)
+	DECQ(live)
+	JMP(LabelRef("tail"))
+	Label("sum")
+	pairs, quads, sum := XMM(), XMM(), XMM()
+	VHADDPS(hi, lo, pairs)       // s0+s1, s2+s3, s4+s5, s6+s7
+	VHADDPS(pairs, pairs, quads) // (s0+s1)+(s2+s3), (s4+s5)+(s6+s7)
+	VHADDPS(quads, quads, sum)   // their sum
+	return sum
 }
