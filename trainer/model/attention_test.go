@@ -14,9 +14,10 @@ import (
 // 32, context 128.
 var benchDims = dims{b: 16, t: 128, d: 128, h: 4, hd: 32, n: 16 * 128}
 
-// attnBuffers are the inputs, outputs and scratch of one attention forward and backward.
+// attnBuffers are the inputs, outputs and scratch of one attention forward and backward, in
+// the layouts of the linear layers around it: qkv and its gradient [n, 3d], y and dy [n, d].
 type attnBuffers struct {
-	q, k, v, dy, y, att, dp, dq, dk, dv []float32
+	qkv, dy, y, att, dp, dqkv []float32
 }
 
 func newAttnBuffers(dm dims, seed uint64) *attnBuffers {
@@ -30,9 +31,9 @@ func newAttnBuffers(dm dims, seed uint64) *attnBuffers {
 	}
 	bht := dm.b * dm.h * dm.t
 	return &attnBuffers{
-		q: rnd(dm.n * dm.d), k: rnd(dm.n * dm.d), v: rnd(dm.n * dm.d), dy: rnd(dm.n * dm.d),
+		qkv: rnd(dm.n * 3 * dm.d), dy: rnd(dm.n * dm.d),
 		y: make([]float32, dm.n*dm.d), att: make([]float32, bht*dm.t), dp: make([]float32, bht*dm.t),
-		dq: make([]float32, dm.n*dm.d), dk: make([]float32, dm.n*dm.d), dv: make([]float32, dm.n*dm.d),
+		dqkv: make([]float32, dm.n*3*dm.d),
 	}
 }
 
@@ -42,8 +43,18 @@ func newTestPool(threads int) pool {
 }
 
 func (a *attnBuffers) run(p pool, dm dims) {
-	attentionForward(p, a.y, a.att, a.q, a.k, a.v, dm)
-	attentionBackward(p, a.dq, a.dk, a.dv, a.dp, a.dy, a.att, a.q, a.k, a.v, dm)
+	attentionForward(p, a.y, a.att, a.qkv, dm)
+	attentionBackward(p, a.dqkv, a.dp, a.dy, a.att, a.qkv, dm)
+}
+
+// headOf copies head hi of sequence bi out of x ([n, stride], heads' columns from off) into
+// a contiguous [t, hd] matrix.
+func headOf(x []float32, stride, off, bi, hi int, dm dims) []float32 {
+	h := make([]float32, dm.t*dm.hd)
+	for ti := range dm.t {
+		copy(h[ti*dm.hd:][:dm.hd], x[(bi*dm.t+ti)*stride+off+hi*dm.hd:][:dm.hd])
+	}
+	return h
 }
 
 // referenceAttention is causal attention and its backward for one (sequence, head) pair as
@@ -108,15 +119,16 @@ func TestAttentionMatchesReference(t *testing.T) {
 			dm := dims{b: tc.b, t: tc.t, h: tc.h, hd: tc.hd, d: tc.h * tc.hd, n: tc.b * tc.t}
 			a := newAttnBuffers(dm, 7)
 			a.run(newTestPool(2), dm)
-			m := tc.t * tc.hd
 			for i := range tc.b * tc.h {
-				sl := func(x []float32) []float32 { return x[i*m : (i+1)*m] }
-				y, dq, dk, dv := referenceAttention(sl(a.q), sl(a.k), sl(a.v), sl(a.dy), tc.t, tc.hd)
+				bi, hi, d := i/tc.h, i%tc.h, dm.d
+				qkv := func(off int) []float32 { return headOf(a.qkv, 3*d, off, bi, hi, dm) }
+				dqkv := func(off int) []float32 { return headOf(a.dqkv, 3*d, off, bi, hi, dm) }
+				y, dq, dk, dv := referenceAttention(qkv(0), qkv(d), qkv(2*d), headOf(a.dy, d, 0, bi, hi, dm), tc.t, tc.hd)
 				for _, c := range []struct {
 					name string
 					got  []float32
 					want []float64
-				}{{"y", sl(a.y), y}, {"dq", sl(a.dq), dq}, {"dk", sl(a.dk), dk}, {"dv", sl(a.dv), dv}} {
+				}{{"y", headOf(a.y, d, 0, bi, hi, dm), y}, {"dq", dqkv(0), dq}, {"dk", dqkv(d), dk}, {"dv", dqkv(2 * d), dv}} {
 					for j, w := range c.want {
 						require.InDelta(t, w, float64(c.got[j]), 2e-4*(1+math.Abs(w)), "%s pair %d element %d", c.name, i, j)
 					}
@@ -139,8 +151,8 @@ func TestAttentionThreadsSameBits(t *testing.T) {
 	}
 }
 
-// BenchmarkAttention times attention's forward and backward (without the head copies) on the
-// bench model's sizes, on 1 and 2 threads.
+// BenchmarkAttention times attention's forward and backward on the bench model's sizes, on 1
+// and 2 threads.
 func BenchmarkAttention(b *testing.B) {
 	for _, threads := range []int{1, 2} {
 		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) {
@@ -149,22 +161,5 @@ func BenchmarkAttention(b *testing.B) {
 				a.run(p, benchDims)
 			}
 		})
-	}
-}
-
-// BenchmarkHeadCopies times the copies into and out of the per-head layout a layer's
-// attention does, on the bench model's sizes.
-func BenchmarkHeadCopies(b *testing.B) {
-	dm, p := benchDims, newTestPool(2)
-	qkv, heads, out := make([]float32, dm.n*3*dm.d), make([]float32, dm.n*dm.d), make([]float32, dm.n*dm.d)
-	for b.Loop() {
-		for off := 0; off < 3*dm.d; off += dm.d {
-			toHeads(p, heads, qkv, 3*dm.d, off, dm)
-		}
-		fromHeads(p, out, heads, dm.d, 0, dm)
-		toHeads(p, heads, out, dm.d, 0, dm)
-		for off := 0; off < 3*dm.d; off += dm.d {
-			fromHeads(p, qkv, heads, 3*dm.d, off, dm)
-		}
 	}
 }

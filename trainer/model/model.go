@@ -34,10 +34,7 @@ type Model struct {
 	forwarded       bool
 
 	// Scratch.
-	qkv     []float32 // [n, 3d]: c_attn output in forward, its gradient in backward
-	yh      []float32 // [b, h, t, hd]: attention output, then its gradient, per head
-	dq, dk  []float32 // [b, h, t, hd]
-	dv      []float32 // [b, h, t, hd]
+	qkv     []float32 // [n, 3d]: c_attn output's gradient in backward
 	dp      []float32 // [b, h, t, t]
 	dx      []float32 // [n, d]: dL/d(residual stream)
 	dtmp    []float32 // [n, d]
@@ -54,15 +51,15 @@ type normActs struct {
 
 // blockActs are the activations of one transformer block kept for the backward pass.
 type blockActs struct {
-	ln1     normActs
-	q, k, v []float32 // [b, h, t, hd]
-	att     []float32 // [b, h, t, t] attention probabilities
-	y       []float32 // [n, d] heads merged: input of attn.c_proj
-	x2      []float32 // [n, d] residual stream after attention: input of ln_2
-	ln2     normActs
-	fc      []float32 // [n, 4d] mlp.c_fc output, before GELU
-	gelu    []float32 // [n, 4d]
-	dgelu   []float32 // [n, 4d] GELU's derivative at fc, for the backward pass
+	ln1   normActs
+	qkv   []float32 // [n, 3d] c_attn output: q, k and v, each head's columns read in place
+	att   []float32 // [b, h, t, t] attention probabilities
+	y     []float32 // [n, d] heads merged: input of attn.c_proj
+	x2    []float32 // [n, d] residual stream after attention: input of ln_2
+	ln2   normActs
+	fc    []float32 // [n, 4d] mlp.c_fc output, before GELU
+	gelu  []float32 // [n, 4d]
+	dgelu []float32 // [n, 4d] GELU's derivative at fc, for the backward pass
 }
 
 // New returns a Model for cfg that runs microBatch sequences of cfg.Context+1 bytes per pass,
@@ -98,10 +95,6 @@ func New(cfg Config, microBatch int, eng *kernels.Engine) (*Model, error) {
 		probs:   f(n * cfg.Vocab),
 		rowLoss: make([]float64, n),
 		qkv:     f(n * 3 * d),
-		yh:      f(n * d),
-		dq:      f(n * d),
-		dk:      f(n * d),
-		dv:      f(n * d),
 		dp:      f(bht * t),
 		dx:      f(n * d),
 		dtmp:    f(n * d),
@@ -115,7 +108,7 @@ func New(cfg Config, microBatch int, eng *kernels.Engine) (*Model, error) {
 	}
 	for i := 0; i < cfg.Layers; i++ {
 		m.blocks = append(m.blocks, blockActs{
-			ln1: norm(), q: f(n * d), k: f(n * d), v: f(n * d), att: f(bht * t),
+			ln1: norm(), qkv: f(n * 3 * d), att: f(bht * t),
 			y: f(n * d), x2: f(n * d), ln2: norm(), fc: f(n * 4 * d), gelu: f(n * 4 * d), dgelu: f(n * 4 * d),
 		})
 	}
@@ -171,13 +164,9 @@ func (m *Model) Forward(params []float32, tokens []byte) float32 {
 		// Attention: x2 = in + c_proj(attn(c_attn(ln_1(in)))).
 		addLayerNorm(m.par, a.ln1, in, res, bw.ln1w, bw.ln1b, n, d)
 		m.prof.Lap(profile.Elementwise)
-		linearForward(m.eng, m.qkv, a.ln1.out, bw.attnw, bw.attnb, n, d, 3*d)
+		linearForward(m.eng, a.qkv, a.ln1.out, bw.attnw, bw.attnb, n, d, 3*d)
 		m.prof.Lap(profile.GEMM)
-		toHeads(m.par, a.q, m.qkv, 3*d, 0, dm)
-		toHeads(m.par, a.k, m.qkv, 3*d, d, dm)
-		toHeads(m.par, a.v, m.qkv, 3*d, 2*d, dm)
-		attentionForward(m.par, m.yh, a.att, a.q, a.k, a.v, dm)
-		fromHeads(m.par, a.y, m.yh, d, 0, dm)
+		attentionForward(m.par, a.y, a.att, a.qkv, dm)
 		m.prof.Lap(profile.Attention)
 		linearForward(m.eng, a.x2, a.y, bw.projw, bw.projb, n, d, d)
 		m.prof.Lap(profile.GEMM)
@@ -250,11 +239,7 @@ func (m *Model) Backward(params, grads []float32, scale float32) {
 		m.linearProducts(m.dtmp, bg.projw, m.dx, a.y, bw.projw, n, d, d)
 		m.par.eng.SumRows(bg.projb, dxSums(m.part, n, d), d)
 		m.prof.Lap(profile.Elementwise)
-		toHeads(m.par, m.yh, m.dtmp, d, 0, dm)
-		attentionBackward(m.par, m.dq, m.dk, m.dv, m.dp, m.yh, a.att, a.q, a.k, a.v, dm)
-		fromHeads(m.par, m.qkv, m.dq, 3*d, 0, dm)
-		fromHeads(m.par, m.qkv, m.dk, 3*d, d, dm)
-		fromHeads(m.par, m.qkv, m.dv, 3*d, 2*d, dm)
+		attentionBackward(m.par, m.qkv, m.dp, m.dtmp, a.att, a.qkv, dm)
 		m.prof.Lap(profile.Attention)
 		m.attnInputBackward(bg.attnw, bg.attnb, a.ln1.out, bw.attnw)
 		layerNormBackward(m.par, m.part, m.dx, bg.ln1w, bg.ln1b, m.dtmp, in, a.ln1.mean, a.ln1.rstd, bw.ln1w, n, d, false)

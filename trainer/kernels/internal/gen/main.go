@@ -22,11 +22,16 @@ const (
 )
 
 func main() {
-	set := flag.String("set", "gemm", "the assembly to write: gemm (sgemm_amd64.s) or optim (adamw_amd64.s)")
+	set := flag.String("set", "gemm", "the assembly to write: gemm (sgemm_amd64.s), optim (adamw_amd64.s) or softmax (softmax_amd64.s)")
 	flag.Parse()
 	ConstraintExpr("amd64,!purego")
 	if *set == "optim" {
 		adamwKernels()
+		Generate()
+		return
+	}
+	if *set == "softmax" {
+		softmaxKernels()
 		Generate()
 		return
 	}

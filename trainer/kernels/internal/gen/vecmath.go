@@ -51,10 +51,10 @@ var expConsts = []struct {
 	{"halfc", math.Float32bits(0.5 * 0.7978845608028654)},
 }
 
-// mathConsts emits the table of expConsts and returns a lookup of each
-// constant's memory operand.
-func mathConsts() func(name string) Mem {
-	table := GLOBL("mathconsts", RODATA|NOPTR)
+// mathConsts emits the table of expConsts, named symbol (one per
+// assembly file), and returns a lookup of each constant's memory operand.
+func mathConsts(symbol string) func(name string) Mem {
+	table := GLOBL(symbol, RODATA|NOPTR)
 	at := map[string]int{}
 	for i, c := range expConsts {
 		at[c.name] = 64 * i
@@ -634,7 +634,7 @@ func scale(isa vecISA) {
 
 // vecMath emits the elementwise kernels for every vector width.
 func vecMath() {
-	c := mathConsts()
+	c := mathConsts("mathconsts")
 	oneConst = c("one")
 	for _, isa := range vecISAs {
 		expSum(isa, c)
