@@ -295,3 +295,52 @@ func TestNewWithKernel(t *testing.T) {
 	_, err := NewWithKernel(1, "sse-1x1")
 	require.ErrorContains(t, err, `micro-kernel "sse-1x1"`)
 }
+
+// TestMatMulBias checks that MatMulBias gives the bits of setting every
+// row of C to the bias and accumulating the product with MatMul, on every
+// kernel, both precisions, one and several goroutines, small blocks (so
+// that the bias goes into several blocks of C) and the small and k=0
+// paths.
+func TestMatMulBias(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	var engines []*Engine
+	for _, kern := range testKernels() {
+		small := *kern
+		small.name += "-small"
+		small.mc, small.kc, small.nc = 2*small.mr, 5, 3*small.nr
+		for _, k := range []*microKernel{kern, &small} {
+			for _, threads := range []int{1, 3} {
+				e := newEngine(threads, k)
+				e.minParallel, e.minPacked = 0, 0
+				engines = append(engines, e)
+			}
+		}
+	}
+	for _, threads := range []int{1, 2} {
+		engines = append(engines, New(threads).WithPrecision(BF16), New(threads))
+	}
+	for _, e := range engines {
+		for _, s := range []shape{{50, 70, 23}, {13, 200, 11}, {200, 13, 11}, {3, 4, 2}, {5, 6, 0}} {
+			for _, trans := range [][2]bool{{false, true}, {true, false}} {
+				t.Run(fmt.Sprintf("%s/t%d/%dx%dx%d/%v", e.Kernel(), e.Threads(), s.m, s.n, s.k, trans), func(t *testing.T) {
+					a, b, bias := randSlice(r, s.m*s.k), randSlice(r, s.k*s.n), randSlice(r, s.n)
+					want, got := make([]float32, s.m*s.n), randSlice(r, s.m*s.n)
+					for i := range s.m {
+						copy(want[i*s.n:][:s.n], bias)
+					}
+					e.MatMul(want, a, b, s.m, s.n, s.k, trans[0], trans[1], true)
+					e.MatMulBias(got, a, b, bias, s.m, s.n, s.k, trans[0], trans[1])
+					require.Equal(t, want, got)
+				})
+			}
+		}
+	}
+}
+
+// TestMatMulBiasShortBias checks that a bias shorter than a row of C is a
+// panic, as a short slice is for MatMul.
+func TestMatMulBiasShortBias(t *testing.T) {
+	require.PanicsWithValue(t, "kernels: MatMulBias 2x3x4 with len(bias)=2", func() {
+		New(1).MatMulBias(make([]float32, 6), make([]float32, 8), make([]float32, 12), make([]float32, 2), 2, 3, 4, false, false)
+	})
+}
