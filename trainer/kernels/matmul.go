@@ -210,7 +210,7 @@ func (e *Engine) forBlocks(m, n, k, mr, nr int, block func(i0, i1, j0, j1 int)) 
 		threads = 1
 	}
 	mPanels, nPanels := ceilDiv(m, mr), ceilDiv(n, nr)
-	tm, tn := split(threads, mPanels, nPanels)
+	tm, tn := split(threads, mPanels, nPanels, mr, nr)
 	e.run(tm*tn, func(t int) {
 		r0, r1 := part(mPanels, tm, t/tn)
 		q0, q1 := part(nPanels, tn, t%tn)
@@ -408,19 +408,31 @@ func (kern *microKernel) packB(dst, b []float32, n, k, pc, kcb, j, cols, stride 
 	}
 }
 
-// split chooses tm×tn ≤ threads goroutines over mPanels row panels and
-// nPanels column panels so the most tiles one goroutine gets is least,
-// preferring row splits, which keep the micro-kernel's rows of C apart.
-func split(threads, mPanels, nPanels int) (tm, tn int) {
+// split chooses tm×tn ≤ threads goroutines over mPanels row panels of mr
+// rows and nPanels column panels of nr columns so the costliest
+// goroutine's share is least: its multiply-adds, and readCost for each
+// element of op(A) and op(B) it reads (a goroutine reads the rows of op(A)
+// and the columns of op(B) of its block, the k dimension alike for both).
+// On a tie it prefers row splits, which keep the micro-kernel's rows of C
+// apart.
+func split(threads, mPanels, nPanels, mr, nr int) (tm, tn int) {
 	best := -1
 	for m := threads; m >= 1; m-- {
 		n := threads / m
-		if w := ceilDiv(mPanels, m) * ceilDiv(nPanels, n); best < 0 || w < best {
-			best, tm, tn = w, min(m, mPanels), min(n, nPanels)
+		rows, cols := ceilDiv(mPanels, m)*mr, ceilDiv(nPanels, n)*nr
+		if cost := rows*cols + readCost*(rows+cols); best < 0 || cost < best {
+			best, tm, tn = cost, min(m, mPanels), min(n, nPanels)
 		}
 	}
 	return tm, tn
 }
+
+// readCost is what reading an element of op(A) or op(B) costs a goroutine
+// in multiply-adds: the inputs of a product usually come from the L3
+// cache or memory (the pass before wrote them, on other cores too), and a
+// split that has every goroutine read all of a large op(A) to save a
+// row of tiles loses more than it saves.
+const readCost = 8
 
 // part is the range of the t-th of parts near-equal parts of 0..total.
 func part(total, parts, t int) (lo, hi int) {

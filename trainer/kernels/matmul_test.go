@@ -237,6 +237,12 @@ func TestMeasurePeak(t *testing.T) {
 	}
 }
 
+// TestSplit checks how split shares the tiles (12×32) of C out, among
+// them the bench model's products: 2048 rows (171 panels, the last
+// partial) split by rows although a column split has one tile fewer on
+// the busiest goroutine, since each goroutine then reads half of op(A),
+// not all of it; 128 rows split by columns, where a row split has a sixth
+// more tiles.
 func TestSplit(t *testing.T) {
 	for _, tc := range []struct{ threads, mp, np, tm, tn int }{
 		{1, 10, 10, 1, 1},
@@ -245,8 +251,12 @@ func TestSplit(t *testing.T) {
 		{4, 2, 40, 2, 2},
 		{4, 1, 1, 1, 1},
 		{3, 100, 100, 3, 1},
+		{2, 171, 4, 2, 1},  // 2048×128×k
+		{2, 171, 12, 2, 1}, // 2048×384×k
+		{2, 171, 16, 2, 1}, // 2048×512×k
+		{2, 11, 16, 1, 2},  // 128×512×2048
 	} {
-		tm, tn := split(tc.threads, tc.mp, tc.np)
+		tm, tn := split(tc.threads, tc.mp, tc.np, 12, 32)
 		require.Equal(t, [2]int{tc.tm, tc.tn}, [2]int{tm, tn}, "%+v", tc)
 	}
 }
