@@ -187,8 +187,8 @@ func smallMatMul(c, a, b []float32, m, n, k int, transA, transB, acc bool) {
 }
 
 // gemm is the packed product behind MatMul for m, n, k > 0. The
-// goroutines take disjoint blocks of C, rows when there are enough, else
-// columns, and each computes its block on its own (gemmBlock): no
+// goroutines take disjoint blocks of C (forBlocks: rows, columns or both),
+// and each computes its block on its own (gemmBlock): no
 // goroutine waits for another's packing, at the cost of packing the
 // shared op(B) (or op(A)) once per goroutine. A non-nil bias (n floats)
 // is set into each row of C first, as MatMulBias says.
@@ -200,8 +200,8 @@ func (e *Engine) gemm(c, a, b, bias []float32, m, n, k int, transA, transB, acc 
 }
 
 // forBlocks splits an m×n product over k (in tiles of mr×nr) into
-// disjoint blocks of C, one per goroutine — rows when there are enough,
-// else columns; one goroutine under minParallel — and calls block with
+// disjoint blocks of C, one per goroutine — by rows, columns or both, as
+// split chooses; one goroutine under minParallel — and calls block with
 // each block's rows i0..i1 and columns j0..j1. A block never splits k,
 // so every element is the same sum whatever the number of goroutines.
 func (e *Engine) forBlocks(m, n, k, mr, nr int, block func(i0, i1, j0, j1 int)) {
