@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
-	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/trainer/kernels"
 )
@@ -35,12 +33,7 @@ type gemmRow struct {
 	// GFLOPS on as many threads.
 	GFLOPS  float64 `json:"gflops"`
 	PctPeak float64 `json:"pct_peak"`
-	// CPUGFLOPS is by the process's CPU time times the threads (at most
-	// GOMAXPROCS): what the threads reach while they run, which other
-	// load on a shared machine changes less. CPUPctPeak is it over the FMA loop's CPUGFLOPS.
-	CPUGFLOPS  float64 `json:"cpu_gflops"`
-	CPUPctPeak float64 `json:"cpu_pct_peak"`
-	Kernel     string  `json:"kernel"`
+	Kernel  string  `json:"kernel"`
 	// Precision is the inputs' format, fp32 or bf16 (whose peak is
 	// VDPBF16PS's, twice the FMA's).
 	Precision string `json:"precision"`
@@ -59,8 +52,12 @@ func benchGemmCommand() *cli.Command {
 			"kernel if the CPU has AVX512_BF16), and a multiply-add loop on registers with that\n" +
 			"kernel's instructions (FMA, or VDPBF16PS for bf16) for its peak, each the best of\n" +
 			"--runs timings. Every row names the kernel (ISA) and precision it used.\n" +
-			"GFLOP/s is by the wall clock; the cpu columns divide by the process's CPU time\n" +
-			"(times the threads), which load from other processes changes less.",
+			"GFLOP/s is by the wall clock only: the products run on the Engine's team of\n" +
+			"goroutines, which spin between and within products, so the process's CPU time\n" +
+			"counts their waiting as work, and Linux's process clock misses the current time\n" +
+			"slice of its other running threads; a rate by CPU time would mean neither what\n" +
+			"the cores did nor what the caller got. On a shared machine, raise --runs: the\n" +
+			"best timing is the one other load disturbed least.",
 		Flags: []cli.Flag{
 			&cli.IntSliceFlag{Name: "threads", Value: cli.NewIntSlice(1, 2), Usage: "thread counts to measure"},
 			&cli.IntSliceFlag{Name: "sizes", Value: cli.NewIntSlice(256, 1024, 2048), Usage: "square products N³ to measure"},
@@ -166,26 +163,17 @@ func allKernels() []string {
 // then one row per product in shapes against that peak.
 func benchOneKernel(e *kernels.Engine, shapes []gemmShape, runs int, emit func(gemmRow) error) error {
 	t := e.Threads()
-	var peak, cpuPeak float64
+	var peak float64
 	for range runs {
-		// PeakGFLOPS times itself; the flops it did are its rate times
-		// the time measure takes around it, to within a goroutine start.
-		var g float64
-		start := time.Now()
-		_, cpu := measure(t, func() float64 {
-			g = e.PeakGFLOPS(20 * time.Millisecond)
-			return g * 1e9 * time.Since(start).Seconds()
-		})
-		peak, cpuPeak = max(peak, g), max(cpuPeak, cpu)
+		peak = max(peak, e.PeakGFLOPS(20*time.Millisecond))
 	}
 	prec := e.Precision().String()
-	if err := emit(gemmRow{Peak: true, Threads: t, GFLOPS: peak, PctPeak: 100, CPUGFLOPS: cpuPeak, CPUPctPeak: 100, Kernel: e.Kernel(), Precision: prec}); err != nil {
+	if err := emit(gemmRow{Peak: true, Threads: t, GFLOPS: peak, PctPeak: 100, Kernel: e.Kernel(), Precision: prec}); err != nil {
 		return err
 	}
 	for _, sh := range shapes {
-		wall, cpu := timeGemm(e, sh, runs)
-		row := gemmRow{gemmShape: sh, Threads: t, GFLOPS: wall, PctPeak: 100 * wall / peak, CPUGFLOPS: cpu, CPUPctPeak: 100 * cpu / cpuPeak,
-			Kernel: e.Kernel(), Precision: prec}
+		wall := timeGemm(e, sh, runs)
+		row := gemmRow{gemmShape: sh, Threads: t, GFLOPS: wall, PctPeak: 100 * wall / peak, Kernel: e.Kernel(), Precision: prec}
 		if err := emit(row); err != nil {
 			return err
 		}
@@ -219,9 +207,9 @@ func parseGemmShape(s string) (gemmShape, error) {
 }
 
 // timeGemm returns the best GFLOP/s of runs timings of the product sh
-// on e, by the wall clock and by CPU time, after one call to warm the
-// caches and pools. A timing covers enough calls to take about 5 ms.
-func timeGemm(e *kernels.Engine, sh gemmShape, runs int) (wall, cpu float64) {
+// on e, by the wall clock, after one call to warm the caches and pools.
+// A timing covers enough calls to take about 5 ms.
+func timeGemm(e *kernels.Engine, sh gemmShape, runs int) (best float64) {
 	r := rand.New(rand.NewPCG(1, 2))
 	fill := func(n int) []float32 {
 		s := make([]float32, n)
@@ -236,46 +224,19 @@ func timeGemm(e *kernels.Engine, sh gemmShape, runs int) (wall, cpu float64) {
 	e.MatMul(c, a, b, sh.M, sh.N, sh.K, sh.TransA, sh.TransB, false)
 	calls := max(1, int(5*time.Millisecond/max(time.Since(start), time.Microsecond)))
 	for range runs {
-		w, u := measure(e.Threads(), func() float64 {
-			for range calls {
-				e.MatMul(c, a, b, sh.M, sh.N, sh.K, sh.TransA, sh.TransB, false)
-			}
-			return flops * float64(calls)
-		})
-		wall, cpu = max(wall, w), max(cpu, u)
+		start := time.Now()
+		for range calls {
+			e.MatMul(c, a, b, sh.M, sh.N, sh.K, sh.TransA, sh.TransB, false)
+		}
+		best = max(best, flops*float64(calls)/time.Since(start).Seconds()/1e9)
 	}
-	return wall, cpu
-}
-
-// measure runs f, which returns the flops it did, and returns its
-// GFLOP/s by the wall clock and by the process's CPU time times threads
-// (at most GOMAXPROCS, the threads that can run at once).
-func measure(threads int, f func() float64) (wall, cpu float64) {
-	threads = min(threads, runtime.GOMAXPROCS(0))
-	cpu0 := processCPU()
-	start := time.Now()
-	flops := f()
-	elapsed, used := time.Since(start), processCPU()-cpu0
-	wall = flops / elapsed.Seconds() / 1e9
-	if used > 0 {
-		cpu = flops / used.Seconds() * float64(threads) / 1e9
-	}
-	return wall, cpu
-}
-
-// processCPU is the CPU time the process has used, or 0 if unknown.
-func processCPU() time.Duration {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_PROCESS_CPUTIME_ID, &ts); err != nil {
-		return 0
-	}
-	return time.Duration(ts.Nano())
+	return best
 }
 
 func printGemmTable(w io.Writer, rows []gemmRow, runs int) {
-	fmt.Fprintf(w, "best of %d timings; %% peak is of the multiply-add loop (FMA; VDPBF16PS for bf16) of the row's kernel on as many threads; "+
-		"cpu columns by process CPU time × threads\n", runs)
-	fmt.Fprintf(w, "%-22s %-16s %7s %9s %7s %9s %7s\n", "product (m×n×k op)", "kernel", "threads", "GFLOP/s", "% peak", "cpu", "% peak")
+	fmt.Fprintf(w, "best of %d timings by the wall clock; %% peak is of the multiply-add loop (FMA; VDPBF16PS for bf16) "+
+		"of the row's kernel on as many threads\n", runs)
+	fmt.Fprintf(w, "%-22s %-16s %7s %9s %7s\n", "product (m×n×k op)", "kernel", "threads", "GFLOP/s", "% peak")
 	for _, r := range rows {
 		name := "FMA peak"
 		if r.Precision == kernels.BF16.String() {
@@ -285,6 +246,6 @@ func printGemmTable(w io.Writer, rows []gemmRow, runs int) {
 			ops := map[bool]string{false: "n", true: "t"}
 			name = fmt.Sprintf("%d×%d×%d %s%s", r.M, r.N, r.K, ops[r.TransA], ops[r.TransB])
 		}
-		fmt.Fprintf(w, "%-22s %-16s %7d %9.1f %6.0f%% %9.1f %6.0f%%\n", name, r.Kernel, r.Threads, r.GFLOPS, r.PctPeak, r.CPUGFLOPS, r.CPUPctPeak)
+		fmt.Fprintf(w, "%-22s %-16s %7d %9.1f %6.0f%%\n", name, r.Kernel, r.Threads, r.GFLOPS, r.PctPeak)
 	}
 }

@@ -190,21 +190,23 @@ type bf16Bufs struct {
 // gemmBF16 is MatMul on bf16 inputs for m, n, k > 0, split over the
 // goroutines as gemm does: by blocks of C, so that every element is the
 // same sum whatever the number of goroutines.
-func (e *Engine) gemmBF16(c, a, b []float32, m, n, k int, transA, transB, acc bool) {
+func (e *Engine) gemmBF16(c, a, b, bias []float32, m, n, k int, transA, transB, acc bool) {
 	kern := e.bf
 	if kern.narrow != nil && n <= kern.narrow.nr {
 		kern = kern.narrow
 	}
 	e.forBlocks(m, n, k, kern.mr, kern.nr, func(i0, i1, j0, j1 int) {
-		e.gemmBlockBF16(kern, c, a, b, m, n, k, i0, i1, j0, j1, transA, transB, acc)
+		e.gemmBlockBF16(kern, c, a, b, bias, m, n, k, i0, i1, j0, j1, transA, transB, acc)
 	})
 }
 
 // gemmBlockBF16 computes rows i0..i1 and columns j0..j1 of C as gemmBF16
 // does, with kern, on the calling goroutine: for each kc×nc block of op(B) and each
 // mc×kc block of op(A), both packed as bf16 pairs, the kernel runs over
-// the tiles; edge tiles go through a scratch tile.
-func (e *Engine) gemmBlockBF16(kern *bf16Kernel, c, a, b []float32, m, n, k, i0, i1, j0, j1 int, transA, transB, acc bool) {
+// the tiles; edge tiles go through a scratch tile. A non-nil bias goes
+// into each mc×nc block of C before the first tile that accumulates into
+// it, as in gemmBlock.
+func (e *Engine) gemmBlockBF16(kern *bf16Kernel, c, a, b, bias []float32, m, n, k, i0, i1, j0, j1 int, transA, transB, acc bool) {
 	mr, nr := kern.mr, kern.nr
 	maxPairs := ceilDiv(min(k, kern.kc), 2)
 	mcMax := min(kern.mc, ceilDiv(i1-i0, mr)*mr)
@@ -222,7 +224,7 @@ func (e *Engine) gemmBlockBF16(kern *bf16Kernel, c, a, b []float32, m, n, k, i0,
 		for pc := 0; pc < k; pc += kern.kc {
 			kcb := min(kern.kc, k-pc)
 			pairs := ceilDiv(kcb, 2)
-			accum := acc || pc > 0
+			accum := acc || pc > 0 || bias != nil
 			sa, sb := panelStride(mr, pairs), panelStride(nr, pairs)
 			for q := range nPanels {
 				j := jc + q*nr
@@ -234,6 +236,9 @@ func (e *Engine) gemmBlockBF16(kern *bf16Kernel, c, a, b []float32, m, n, k, i0,
 			}
 			for ic := i0; ic < i1; ic += kern.mc {
 				mcb := min(kern.mc, i1-ic)
+				if bias != nil && pc == 0 {
+					setRows(c, bias[jc:jc+ncb], ic, ic+mcb, n, jc)
+				}
 				for q := range ceilDiv(mcb, mr) {
 					i := ic + q*mr
 					if transA {

@@ -110,21 +110,53 @@ func (e *Engine) Kernel() string {
 // It panics when a dimension is negative or a slice is shorter than its
 // shape says: that is a bug in the caller, not bad input.
 func (e *Engine) MatMul(c, a, b []float32, m, n, k int, transA, transB, acc bool) {
+	e.product(c, a, b, nil, m, n, k, transA, transB, acc)
+}
+
+// MatMulBias computes C = op(A)·op(B) + bias as MatMul does, bias (n
+// floats) added to every row of C: the same bits as setting every row of
+// C to bias and calling MatMul with acc, but each goroutine sets its own
+// block of C just before it accumulates into it, while the block is in
+// its cache, instead of one pass over all of C first. It panics as MatMul
+// does, or when bias is shorter than n.
+func (e *Engine) MatMulBias(c, a, b, bias []float32, m, n, k int, transA, transB bool) {
+	if n >= 0 && len(bias) < n {
+		panic(fmt.Sprintf("kernels: MatMulBias %dx%dx%d with len(bias)=%d", m, n, k, len(bias)))
+	}
+	e.product(c, a, b, bias[:max(n, 0)], m, n, k, transA, transB, true)
+}
+
+// product is MatMul, and with a non-nil bias MatMulBias (acc is then
+// true): C is set to the bias before it accumulates.
+func (e *Engine) product(c, a, b, bias []float32, m, n, k int, transA, transB, acc bool) {
 	if m < 0 || n < 0 || k < 0 || len(a) < m*k || len(b) < k*n || len(c) < m*n {
 		panic(fmt.Sprintf("kernels: MatMul %dx%dx%d with len(a)=%d len(b)=%d len(c)=%d", m, n, k, len(a), len(b), len(c)))
 	}
 	switch {
 	case m == 0 || n == 0:
+	case k == 0 && bias != nil:
+		setRows(c, bias, 0, m, n, 0)
 	case k == 0:
 		if !acc {
 			clear(c[:m*n])
 		}
 	case e.bf != nil:
-		e.gemmBF16(c, a, b, m, n, k, transA, transB, acc)
+		e.gemmBF16(c, a, b, bias, m, n, k, transA, transB, acc)
 	case m*n*k < e.minPacked:
+		if bias != nil {
+			setRows(c, bias, 0, m, n, 0)
+		}
 		smallMatMul(c, a, b, m, n, k, transA, transB, acc)
 	default:
-		e.gemm(c, a, b, m, n, k, transA, transB, acc)
+		e.gemm(c, a, b, bias, m, n, k, transA, transB, acc)
+	}
+}
+
+// setRows sets columns j0..j0+len(bias) of rows i0..i1 of C (n columns)
+// to bias.
+func setRows(c, bias []float32, i0, i1, n, j0 int) {
+	for i := i0; i < i1; i++ {
+		copy(c[i*n+j0:][:len(bias)], bias)
 	}
 }
 
@@ -155,20 +187,21 @@ func smallMatMul(c, a, b []float32, m, n, k int, transA, transB, acc bool) {
 }
 
 // gemm is the packed product behind MatMul for m, n, k > 0. The
-// goroutines take disjoint blocks of C, rows when there are enough, else
-// columns, and each computes its block on its own (gemmBlock): no
+// goroutines take disjoint blocks of C (forBlocks: rows, columns or both),
+// and each computes its block on its own (gemmBlock): no
 // goroutine waits for another's packing, at the cost of packing the
-// shared op(B) (or op(A)) once per goroutine.
-func (e *Engine) gemm(c, a, b []float32, m, n, k int, transA, transB, acc bool) {
+// shared op(B) (or op(A)) once per goroutine. A non-nil bias (n floats)
+// is set into each row of C first, as MatMulBias says.
+func (e *Engine) gemm(c, a, b, bias []float32, m, n, k int, transA, transB, acc bool) {
 	kern := e.kern.forShape(m, n)
 	e.forBlocks(m, n, k, kern.mr, kern.nr, func(i0, i1, j0, j1 int) {
-		e.gemmBlock(kern, c, a, b, m, n, k, i0, i1, j0, j1, transA, transB, acc)
+		e.gemmBlock(kern, c, a, b, bias, m, n, k, i0, i1, j0, j1, transA, transB, acc)
 	})
 }
 
 // forBlocks splits an m×n product over k (in tiles of mr×nr) into
-// disjoint blocks of C, one per goroutine — rows when there are enough,
-// else columns; one goroutine under minParallel — and calls block with
+// disjoint blocks of C, one per goroutine — by rows, columns or both, as
+// split chooses; one goroutine under minParallel — and calls block with
 // each block's rows i0..i1 and columns j0..j1. A block never splits k,
 // so every element is the same sum whatever the number of goroutines.
 func (e *Engine) forBlocks(m, n, k, mr, nr int, block func(i0, i1, j0, j1 int)) {
@@ -177,7 +210,7 @@ func (e *Engine) forBlocks(m, n, k, mr, nr int, block func(i0, i1, j0, j1 int)) 
 		threads = 1
 	}
 	mPanels, nPanels := ceilDiv(m, mr), ceilDiv(n, nr)
-	tm, tn := split(threads, mPanels, nPanels)
+	tm, tn := split(threads, mPanels, nPanels, mr, nr)
 	e.run(tm*tn, func(t int) {
 		r0, r1 := part(mPanels, tm, t/tn)
 		q0, q1 := part(nPanels, tn, t%tn)
@@ -188,8 +221,9 @@ func (e *Engine) forBlocks(m, n, k, mr, nr int, block func(i0, i1, j0, j1 int)) 
 // gemmBlock computes rows i0..i1 and columns j0..j1 of C as MatMul does,
 // with kern, on the calling goroutine: for each kc×nc block of op(B), packed, and
 // each mc×kc block of op(A), packed, the micro-kernel runs over the
-// tiles; edge tiles go through a scratch tile.
-func (e *Engine) gemmBlock(kern *microKernel, c, a, b []float32, m, n, k, i0, i1, j0, j1 int, transA, transB, acc bool) {
+// tiles; edge tiles go through a scratch tile. A non-nil bias goes into
+// each mc×nc block of C before the first tile that accumulates into it.
+func (e *Engine) gemmBlock(kern *microKernel, c, a, b, bias []float32, m, n, k, i0, i1, j0, j1 int, transA, transB, acc bool) {
 	mr, nr := kern.mr, kern.nr
 	kcMax := min(k, kern.kc)
 	mcMax := min(kern.mc, ceilDiv(i1-i0, mr)*mr)
@@ -211,12 +245,15 @@ func (e *Engine) gemmBlock(kern *microKernel, c, a, b []float32, m, n, k, i0, i1
 		nPanels := ceilDiv(ncb, nr)
 		for pc := 0; pc < k; pc += kern.kc {
 			kcb := min(kern.kc, k-pc)
-			accum := acc || pc > 0
+			accum := acc || pc > 0 || bias != nil
 			sa, sb := panelStride(mr, kcb), panelStride(nr, kcb)
 			bp := aligned(*bBuf, nPanels*sb)
 			kern.packB(bp, b, n, k, pc, kcb, jc, ncb, sb, transB)
 			for ic := i0; ic < i1; ic += kern.mc {
 				mcb := min(kern.mc, i1-ic)
+				if bias != nil && pc == 0 {
+					setRows(c, bias[jc:jc+ncb], ic, ic+mcb, n, jc)
+				}
 				if direct == nil {
 					kern.packA(ap, a, m, k, ic, mcb, pc, kcb, sa, transA)
 				} else {
@@ -371,19 +408,31 @@ func (kern *microKernel) packB(dst, b []float32, n, k, pc, kcb, j, cols, stride 
 	}
 }
 
-// split chooses tm×tn ≤ threads goroutines over mPanels row panels and
-// nPanels column panels so the most tiles one goroutine gets is least,
-// preferring row splits, which keep the micro-kernel's rows of C apart.
-func split(threads, mPanels, nPanels int) (tm, tn int) {
+// split chooses tm×tn ≤ threads goroutines over mPanels row panels of mr
+// rows and nPanels column panels of nr columns so the costliest
+// goroutine's share is least: its multiply-adds, and readCost for each
+// element of op(A) and op(B) it reads (a goroutine reads the rows of op(A)
+// and the columns of op(B) of its block, the k dimension alike for both).
+// On a tie it prefers row splits, which keep the micro-kernel's rows of C
+// apart.
+func split(threads, mPanels, nPanels, mr, nr int) (tm, tn int) {
 	best := -1
 	for m := threads; m >= 1; m-- {
 		n := threads / m
-		if w := ceilDiv(mPanels, m) * ceilDiv(nPanels, n); best < 0 || w < best {
-			best, tm, tn = w, min(m, mPanels), min(n, nPanels)
+		rows, cols := ceilDiv(mPanels, m)*mr, ceilDiv(nPanels, n)*nr
+		if cost := rows*cols + readCost*(rows+cols); best < 0 || cost < best {
+			best, tm, tn = cost, min(m, mPanels), min(n, nPanels)
 		}
 	}
 	return tm, tn
 }
+
+// readCost is what reading an element of op(A) or op(B) costs a goroutine
+// in multiply-adds: the inputs of a product usually come from the L3
+// cache or memory (the pass before wrote them, on other cores too), and a
+// split that has every goroutine read all of a large op(A) to save a
+// row of tiles loses more than it saves.
+const readCost = 8
 
 // part is the range of the t-th of parts near-equal parts of 0..total.
 func part(total, parts, t int) (lo, hi int) {

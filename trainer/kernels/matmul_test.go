@@ -237,16 +237,26 @@ func TestMeasurePeak(t *testing.T) {
 	}
 }
 
+// TestSplit checks how split shares the tiles (12×32) of C out, among
+// them the bench model's products: 2048 rows (171 panels, the last
+// partial) split by rows although a column split has one tile fewer on
+// the busiest goroutine, since each goroutine then reads half of op(A),
+// not all of it; 128 rows split by columns, where a row split has a sixth
+// more tiles.
 func TestSplit(t *testing.T) {
 	for _, tc := range []struct{ threads, mp, np, tm, tn int }{
 		{1, 10, 10, 1, 1},
 		{2, 86, 16, 2, 1},
 		{2, 1, 16, 1, 2},
-		{4, 2, 40, 2, 2},
+		{4, 2, 40, 1, 4}, // as many tiles as 2×2, less of op(B) to read
 		{4, 1, 1, 1, 1},
-		{3, 100, 100, 3, 1},
+		{3, 201, 75, 3, 1}, // C 2412×2400: as many tiles either way
+		{2, 171, 4, 2, 1},  // 2048×128×k
+		{2, 171, 12, 2, 1}, // 2048×384×k
+		{2, 171, 16, 2, 1}, // 2048×512×k
+		{2, 11, 16, 1, 2},  // 128×512×2048
 	} {
-		tm, tn := split(tc.threads, tc.mp, tc.np)
+		tm, tn := split(tc.threads, tc.mp, tc.np, 12, 32)
 		require.Equal(t, [2]int{tc.tm, tc.tn}, [2]int{tm, tn}, "%+v", tc)
 	}
 }
@@ -294,4 +304,53 @@ func TestNewWithKernel(t *testing.T) {
 	}
 	_, err := NewWithKernel(1, "sse-1x1")
 	require.ErrorContains(t, err, `micro-kernel "sse-1x1"`)
+}
+
+// TestMatMulBias checks that MatMulBias gives the bits of setting every
+// row of C to the bias and accumulating the product with MatMul, on every
+// kernel, both precisions, one and several goroutines, small blocks (so
+// that the bias goes into several blocks of C) and the small and k=0
+// paths.
+func TestMatMulBias(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	var engines []*Engine
+	for _, kern := range testKernels() {
+		small := *kern
+		small.name += "-small"
+		small.mc, small.kc, small.nc = 2*small.mr, 5, 3*small.nr
+		for _, k := range []*microKernel{kern, &small} {
+			for _, threads := range []int{1, 3} {
+				e := newEngine(threads, k)
+				e.minParallel, e.minPacked = 0, 0
+				engines = append(engines, e)
+			}
+		}
+	}
+	for _, threads := range []int{1, 2} {
+		engines = append(engines, New(threads).WithPrecision(BF16), New(threads))
+	}
+	for _, e := range engines {
+		for _, s := range []shape{{50, 70, 23}, {13, 200, 11}, {200, 13, 11}, {3, 4, 2}, {5, 6, 0}} {
+			for _, trans := range [][2]bool{{false, true}, {true, false}} {
+				t.Run(fmt.Sprintf("%s/t%d/%dx%dx%d/%v", e.Kernel(), e.Threads(), s.m, s.n, s.k, trans), func(t *testing.T) {
+					a, b, bias := randSlice(r, s.m*s.k), randSlice(r, s.k*s.n), randSlice(r, s.n)
+					want, got := make([]float32, s.m*s.n), randSlice(r, s.m*s.n)
+					for i := range s.m {
+						copy(want[i*s.n:][:s.n], bias)
+					}
+					e.MatMul(want, a, b, s.m, s.n, s.k, trans[0], trans[1], true)
+					e.MatMulBias(got, a, b, bias, s.m, s.n, s.k, trans[0], trans[1])
+					require.Equal(t, want, got)
+				})
+			}
+		}
+	}
+}
+
+// TestMatMulBiasShortBias checks that a bias shorter than a row of C is a
+// panic, as a short slice is for MatMul.
+func TestMatMulBiasShortBias(t *testing.T) {
+	require.PanicsWithValue(t, "kernels: MatMulBias 2x3x4 with len(bias)=2", func() {
+		New(1).MatMulBias(make([]float32, 6), make([]float32, 8), make([]float32, 12), make([]float32, 2), 2, 3, 4, false, false)
+	})
 }

@@ -6,13 +6,11 @@ import (
 )
 
 // linearForward computes out = in·wᵀ + b for n rows: in is [n, din], w is [dout, din] like
-// torch.nn.Linear, b is [dout], out is [n, dout]. The bias goes in first and the product adds to
-// it, which costs a copy per row instead of a pass of scalar additions.
+// torch.nn.Linear, b is [dout], out is [n, dout]. The bias goes into each block of out just before
+// the product adds to it (MatMulBias), on the goroutine that computes the block, while the block is
+// in its cache.
 func linearForward(eng *kernels.Engine, out, in, w, b []float32, n, din, dout int) {
-	for i := 0; i < n; i++ {
-		copy(out[i*dout:(i+1)*dout], b[:dout])
-	}
-	eng.MatMul(out, in, w, n, dout, din, false, true, true)
+	eng.MatMulBias(out, in, w, b, n, dout, din, false, true)
 }
 
 // linearBackward takes g = dL/dout ([n, dout]) and writes dL/din = g·w into gin, and adds the
