@@ -202,18 +202,21 @@ func FromConfig(c config.Config, nodes, procPerNode int) (Model, Layout, string)
 // TrainerActivations is the memory the embedded trainer (trainer/model)
 // holds for one micro batch of b sequences, in bytes: with n = b·context
 // tokens, d = d_model, a = heads, t = context, V = 256 and L layers, per
-// layer the two LayerNorm outputs with their statistics, q, k, v, the
-// attention probabilities, the attention output, the residual, and the MLP
-// input, GELU tanh and GELU output (20nd + 4n + a·n·t fp32 values, with
-// the layer's residual input); and once the final LayerNorm, the fused QKV
-// and the backward work buffers, the probabilities and logit gradients
-// (15nd + 2n + 2nV + a·n·t fp32 values); plus n fp64 per-row losses and 2n
-// bytes of input and target tokens. Unlike the mixed-precision formula it
-// has no dropout masks and keeps one t x t attention matrix per head.
-// TestAgainstTheTrainer keeps it equal to what model.New allocates.
+// layer the two LayerNorm outputs with their statistics, the fused q, k,
+// v (c_attn's output, which attention reads in place), the attention
+// probabilities, the attention output, the residual, and the MLP input,
+// GELU derivative and GELU output (20nd + 4n + a·n·t fp32 values, with
+// the layer's residual input); and once the final LayerNorm, the backward
+// work buffers (c_attn's output gradient among them), the probabilities
+// and logit gradients, and the partial column sums of 64-row chunks
+// (11nd + 2n + 2nV + a·n·t + 4d·⌈n/64⌉ fp32 values); plus n fp64 per-row
+// losses and 2n bytes of input and target tokens. Unlike the
+// mixed-precision formula it has no dropout masks and keeps one t x t
+// attention matrix per head. TestAgainstTheTrainer keeps it equal to what
+// model.New allocates.
 func TrainerActivations(m config.Model, b int) float64 {
 	n, d, a, t, l := float64(b*m.Context), float64(m.DModel), float64(m.Heads), float64(m.Context), float64(m.Layers)
 	perLayer := 20*n*d + 4*n + a*n*t
-	once := 15*n*d + 2*n + 2*n*config.Vocab + a*n*t
+	once := 11*n*d + 2*n + 2*n*config.Vocab + a*n*t + 4*d*math.Ceil(n/64)
 	return 4*(l*perLayer+once) + 8*n + 2*n
 }

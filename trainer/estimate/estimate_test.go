@@ -106,10 +106,10 @@ func TestFromConfig(t *testing.T) {
 	// = 54, in fp32 (x2), plus fp32 logits 4·64·8·256.
 	require.InDelta(t, 65_536*54*2+4*64*8*256, Activations(m, 1, 2), 0)
 	// The trainer's own count: n = 512 tokens, nd = 32,768, a·n·t = 131,072;
-	// per layer 20nd + 4n + ant = 788,480 values, once 15nd + 2n + 2nV +
-	// ant = 885,760 values, all fp32, plus 8n bytes of fp64 row losses and
-	// 2n token bytes.
-	require.Equal(t, int64(4*(2*788_480+885_760)+8*512+2*512), ddp.Activations)
+	// per layer 20nd + 4n + ant = 788,480 values, once 11nd + 2n + 2nV +
+	// ant + 4d·⌈n/64⌉ = 756,736 values, all fp32, plus 8n bytes of fp64 row
+	// losses and 2n token bytes.
+	require.Equal(t, int64(4*(2*788_480+756_736)+8*512+2*512), ddp.Activations)
 	hsdp := es[4]
 	require.Equal(t, 4, hsdp.Shards)
 	require.Equal(t, int64(4*30_144), hsdp.Params, "120,576 / 4 = 30,144 parameters per rank")
