@@ -337,6 +337,11 @@ func (l *Launch) resolveMaster(opts Options, job slurm.Job, underSLURM bool, hos
 	return nil
 }
 
+// embeddedTrainer reports whether the workers run gorun's own trainer (a train.toml entrypoint).
+func embeddedTrainer(opts Options) bool {
+	return !opts.NoPython && strings.HasSuffix(opts.Entrypoint, ".toml")
+}
+
 func (l *Launch) resolveNProc(opts Options, host Host) error {
 	gpus := findGPUs(host.Lookup, host.Glob)
 	l.GPUs, l.GPUSource = gpus.IDs, gpus.Source
@@ -348,6 +353,10 @@ func (l *Launch) resolveNProc(opts Options, host Host) error {
 	case "auto":
 		if len(gpus.IDs) > 0 {
 			l.NProcPerNode, l.NProcSource = len(gpus.IDs), "auto: GPUs from "+gpus.Source
+		} else if embeddedTrainer(opts) {
+			// One worker with every CPU as its kernel threads (trainer.DefaultThreads): on the
+			// bench model it ran ahead of one worker per CPU (bench/threads.sh, README).
+			l.NProcPerNode, l.NProcSource = 1, "auto: no GPUs, one embedded-trainer worker using every CPU"
 		} else {
 			l.NProcPerNode, l.NProcSource = host.NumCPU, "auto: no GPUs, one worker per CPU"
 		}

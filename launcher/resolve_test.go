@@ -263,6 +263,12 @@ func TestResolve(t *testing.T) {
 		{"auto without GPUs is CPUs", opts(func(o *Options) { o.NProcPerNode = "auto" }), nil, nil, func(t *testing.T, l *Launch) {
 			require.Equal(t, 8, l.NProcPerNode)
 		}},
+		{"auto without GPUs for train.toml is one worker", opts(func(o *Options) { o.NProcPerNode, o.Entrypoint = "auto", "train.toml" }), nil, nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, 1, l.NProcPerNode, "its threads take every CPU")
+		}},
+		{"cpu for train.toml is one worker per CPU", opts(func(o *Options) { o.NProcPerNode, o.Entrypoint = "cpu", "train.toml" }), nil, nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, 8, l.NProcPerNode)
+		}},
 		{"program", opts(func(o *Options) { o.Entrypoint, o.Args = "true", []string{"x"} }), nil, nil, func(t *testing.T, l *Launch) {
 			require.Equal(t, []string{"/usr/bin/true", "x"}, l.Command)
 		}},

@@ -6,9 +6,9 @@ import "runtime"
 // is not told: the CPUs this process may run on (runtime.GOMAXPROCS, which
 // follows the CPU affinity mask and any cgroup CPU limit), shared evenly
 // by the localWorldSize workers of the node, and at least 1. Under
-// gorun --nproc-per-node=auto (one worker per CPU) that is one thread a
-// worker, which bench/threads.sh measured ahead of one worker with every
-// CPU on a quiet machine (README, "Workers and threads").
+// gorun --nproc-per-node=auto a train.toml job runs one worker per node,
+// so that is every CPU, which bench/threads.sh measured ahead of one
+// worker per CPU (README, "Workers and threads").
 //
 // OMP_NUM_THREADS is deliberately not read: gorun sets it to 1 for every
 // worker (PyTorch's habit, so that N PyTorch workers do not oversubscribe
