@@ -43,6 +43,9 @@ type worker struct {
 	// kept worker in its new round.
 	resuming atomic.Bool
 	released chan struct{} // closed once the agent is done with the worker
+	// exitTold is closed once the observer was told the process ended:
+	// release waits for it, so every exit is reported before Run returns.
+	exitTold chan struct{}
 }
 
 // setContract makes c the worker's place in the current round.
@@ -178,7 +181,7 @@ func (a *Agent) startWorkers(sink *workerlog.Sink, r rendezvous.Round) ([]*worke
 		}
 		a.workerPIDs.Store(p.PID(), struct{}{})
 		a.spec.Observer.WorkerStarted(c)
-		w := &worker{started: c, process: p, logs: logs, heartbeat: beat, released: make(chan struct{})}
+		w := &worker{started: c, process: p, logs: logs, heartbeat: beat, released: make(chan struct{}), exitTold: make(chan struct{})}
 		w.setContract(c)
 		if beat != nil {
 			beat.OnBeat(func(prog heartbeat.Progress) { a.onProgress(w, prog) })
@@ -217,6 +220,7 @@ func (a *Agent) onProgress(w *worker, prog heartbeat.Progress) {
 func (a *Agent) followExit(w *worker) {
 	<-w.process.Done()
 	a.spec.Observer.WorkerExited(*w.current.Load(), w.process.Result().ExitCode)
+	close(w.exitTold)
 	select {
 	case a.exits <- w:
 	case <-w.released:
@@ -224,9 +228,11 @@ func (a *Agent) followExit(w *worker) {
 }
 
 // release ends the agent's part in workers whose processes are reaped:
-// their log files, channels and timer entries.
+// their log files, channels and timer entries. It returns once the
+// observer was told of every one's exit.
 func (a *Agent) release(workers []*worker) {
 	for _, w := range workers {
+		<-w.exitTold
 		w.logs.Close()
 		if w.heartbeat != nil {
 			_ = w.heartbeat.Close()
