@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -28,7 +29,19 @@ func TestMain(m *testing.M) {
 	if role := os.Getenv(roleEnv); role != "" {
 		os.Exit(runRole(role))
 	}
+	catchIgnoredSIGINT()
 	goleak.VerifyTestMain(m)
+}
+
+// catchIgnoredSIGINT makes the workers start with SIGINT at its default
+// (death), as gorun's do, when this test was started with it ignored (a
+// background job of a non-interactive shell): an ignored signal stays
+// ignored across exec, a caught one is reset to the default. Caught into
+// a channel nobody reads, SIGINT stays without effect on the test itself.
+func catchIgnoredSIGINT() {
+	if signal.Ignored(syscall.SIGINT) {
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGINT)
+	}
 }
 
 // recorder is an io.Writer (not an *os.File, so the process writes into a pipe) that keeps what it
@@ -338,23 +351,37 @@ func TestGuardKillsGroupWhenParentIsKilled(t *testing.T) {
 	requireGone(t, grandchild)
 }
 
+// TestRunGuard runs the guard as its own process, as gorun does: RunGuard
+// ignores the stop signals, and an ignored signal would stay ignored in
+// every worker this test binary starts afterwards.
 func TestRunGuard(t *testing.T) {
 	tests := []struct {
-		name, input, err string
+		name, input string
+		code        int
+		stderr      string
 	}{
-		{"empty", "", ""},
-		{"watch and forget", "+999999999\n-999999999\n", ""},
-		{"bad line", "+x\n", `bad line "+x"`},
-		{"bad op", "*12\n", `bad line "*12"`},
+		{"empty", "", 0, ""},
+		{"watch and forget", "+999999999\n-999999999\n", 0, ""},
+		{"bad line", "+x\n", 1, `bad line "+x"`},
+		{"bad op", "*12\n", 1, `bad line "*12"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := proc.RunGuard(strings.NewReader(tc.input))
-			if tc.err == "" {
-				require.NoError(t, err)
+			t.Parallel()
+			cmd := exec.Command(self())
+			cmd.Env = roleEnviron("guard", "", "")
+			cmd.Stdin = strings.NewReader(tc.input)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			if tc.code == 0 {
+				require.NoError(t, err, stderr.String())
 				return
 			}
-			require.ErrorContains(t, err, tc.err)
+			var exit *exec.ExitError
+			require.ErrorAs(t, err, &exit)
+			require.Equal(t, tc.code, exit.ExitCode())
+			require.Contains(t, stderr.String(), tc.stderr)
 		})
 	}
 }
