@@ -129,13 +129,14 @@ func TestEveryFlagHasBothSpellingsAndEnv(t *testing.T) {
 }
 
 // startGorun starts the test binary as gorun with args; its workers are
-// shell scripts that fork a grandchild and record both PIDs in dir.
+// shell scripts that fork a grandchild and record both PIDs in dir. Its
+// TMPDIR is the test's: a gorun the test kills leaves its error files.
 func startGorun(t *testing.T, dir string, args ...string) *exec.Cmd {
 	t.Helper()
 	self, err := os.Executable()
 	require.NoError(t, err)
 	cmd := exec.Command(self, args...)
-	cmd.Env = append(os.Environ(), asMain+"=1", "PIDDIR="+dir)
+	cmd.Env = append(os.Environ(), asMain+"=1", "PIDDIR="+dir, "TMPDIR="+t.TempDir())
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(t, cmd.Start())

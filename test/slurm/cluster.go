@@ -105,6 +105,9 @@ func Start(t testing.TB, nodes int) *Cluster {
 	}
 	c.LabDir, c.Conf = dir, filepath.Join(dir, "slurm", "slurm.conf")
 	t.Cleanup(func() { c.stop(t) })
+	if err := os.Mkdir(c.tmpDir(), 0o700); err != nil {
+		t.Fatal(err)
+	}
 
 	started := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout)
@@ -207,9 +210,15 @@ func (c *Cluster) stop(t testing.TB) {
 	}
 }
 
+// tmpDir is the TMPDIR of everything run against the cluster: an agent
+// the tests kill cannot remove its error files or its embedded etcd's
+// data dir (over 100 MB), and the cluster's directory goes with it.
+func (c *Cluster) tmpDir() string { return filepath.Join(c.LabDir, "tmp") }
+
 // Env is the environment for SLURM commands against this cluster: this
 // process's, without SLURM's, gorun's and the lab's own variables, plus
-// SLURM_CONF and LAB_DIR, plus extra (KEY=VALUE).
+// SLURM_CONF, LAB_DIR and TMPDIR (inside the cluster's directory), plus
+// extra (KEY=VALUE).
 func (c *Cluster) Env(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -222,7 +231,7 @@ func (c *Cluster) Env(extra ...string) []string {
 			env = append(env, kv)
 		}
 	}
-	return append(append(env, "SLURM_CONF="+c.Conf, "LAB_DIR="+c.LabDir), extra...)
+	return append(append(env, "SLURM_CONF="+c.Conf, "LAB_DIR="+c.LabDir, "TMPDIR="+c.tmpDir()), extra...)
 }
 
 // Command is name args run against this cluster, in its own process
