@@ -24,15 +24,17 @@ import (
 )
 
 // channelWorker is a shell worker that speaks the heartbeat channel as
-// the embedded trainer does: it appends its pid to pids.<agent>.<local
-// rank> (a restart adds a line), reports step 1, and then appends every
-// round line it gets to rounds.<agent>.<local rank> and reports the next
-// step, until its channel closes.
-const channelWorker = `echo $$ >> "$DIR/pids.$AGENT.$LOCAL_RANK"
+// the embedded trainer does: it prints "started as <rank>", appends its
+// pid to pids.<agent>.<local rank> (a restart adds a line), reports step 1, and then appends every
+// round line it gets to rounds.<agent>.<local rank> and to its stdout and
+// reports the next step, until its channel closes.
+const channelWorker = `echo "started as $RANK"
+echo $$ >> "$DIR/pids.$AGENT.$LOCAL_RANK"
 step=1
 echo $step >&3
 while read -r line <&3; do
   case "$line" in round*)
+    echo "$line"
     echo "$line" >> "$DIR/rounds.$AGENT.$LOCAL_RANK"
     step=$((step+1))
     echo $step >&3;;
@@ -49,6 +51,7 @@ type etcdAgent struct {
 	agent   *Agent
 	signals chan os.Signal
 	report  *testutil.SyncBuffer
+	console *testutil.SyncBuffer // its workers' output
 	cancel  context.CancelFunc
 	done    chan Outcome
 }
@@ -70,8 +73,8 @@ func startEtcdAgent(t *testing.T, eps []string, runID, name, dir string, lastCal
 		FreePort: func(string) (int, error) { return 29500, nil }, Log: zerolog.Nop(),
 	})
 	require.NoError(t, err)
-	n := &etcdAgent{name: name, client: client, signals: make(chan os.Signal, 4), report: &testutil.SyncBuffer{}, cancel: cancel, done: make(chan Outcome, 1)}
 	out := &testutil.SyncBuffer{}
+	n := &etcdAgent{name: name, client: client, signals: make(chan os.Signal, 4), report: &testutil.SyncBuffer{}, console: out, cancel: cancel, done: make(chan Outcome, 1)}
 	n.agent, err = New(Spec{
 		RunID: runID, Host: name, LocalWorkers: 2, Role: "default",
 		Command: []string{"sh", "-c", channelWorker}, Environ: append(os.Environ(), "DIR="+dir, "AGENT="+name),
@@ -191,6 +194,56 @@ func TestInPlaceNodeLoss(t *testing.T) {
 	require.Equal(t, 0, st.State.Failures, "a node loss spends no worker-failure restart")
 
 	for _, n := range []*etcdAgent{a, b} {
+		require.Equal(t, 128+int(syscall.SIGTERM), n.stop().ExitCode)
+	}
+}
+
+// The node with rank 0 lost: the survivors' workers, kept, take new
+// ranks, and their output goes on under them: every round line a worker
+// prints shows on the console as "[host:rank] round ..." with the rank
+// of that round.
+func TestInPlaceOutputTakesTheNewRank(t *testing.T) {
+	eps := etcdtest.Start(t).Endpoints()
+	dir := t.TempDir()
+	nodes := map[string]*etcdAgent{}
+	for _, name := range []string{"a", "b", "c"} {
+		nodes[name] = startEtcdAgent(t, eps, "job", name, dir, time.Minute)
+	}
+	waitFiles(t, dir, "pids", 1, "a", "b", "c")
+	var first *etcdAgent
+	require.Eventually(t, func() bool {
+		for _, n := range nodes {
+			if strings.Contains(n.console.String(), fmt.Sprintf("[%s:0] started as 0\n", n.name)) {
+				first = n
+			}
+		}
+		return first != nil
+	}, 30*time.Second, 10*time.Millisecond, "nobody printed rank 0's start")
+	killNode(t, dir, first)
+	delete(nodes, first.name)
+
+	moved := 0
+	for _, n := range nodes {
+		waitFiles(t, dir, "rounds", 1, n.name)
+		require.Eventually(t, func() bool {
+			return strings.Count(n.console.String(), "] round ") == 2
+		}, 30*time.Second, 10*time.Millisecond, "round lines on %s's console: %q", n.name, n.console)
+		console := n.console.String()
+		for _, l := range strings.Split(console, "\n") {
+			prefix, line, _ := strings.Cut(l, "] ")
+			w, isRound, err := heartbeat.ParseRound(line)
+			if !isRound {
+				continue
+			}
+			require.NoError(t, err)
+			require.Equal(t, fmt.Sprintf("[%s:%d", n.name, w.Rank), prefix, "console line %q", l)
+			if !strings.Contains(console, fmt.Sprintf("%s] started as %d\n", prefix, w.Rank)) {
+				moved++
+			}
+		}
+	}
+	require.NotZero(t, moved, "some worker took another rank")
+	for _, n := range nodes {
 		require.Equal(t, 128+int(syscall.SIGTERM), n.stop().ExitCode)
 	}
 }

@@ -67,9 +67,7 @@ func (a *Agent) runRound(ctx context.Context, r rendezvous.Round, inPlace *refor
 // startRound starts fresh workers for round r; when not all of them
 // start, it stops and releases those that did.
 func (a *Agent) startRound(r rendezvous.Round) ([]*worker, error) {
-	cfg := a.spec.Logs
-	cfg.Host, cfg.RunID, cfg.Attempt = a.spec.Host, a.spec.RunID, r.Number
-	sink, err := workerlog.New(cfg)
+	sink, err := a.sinkOf(r)
 	if err != nil {
 		return nil, err
 	}
@@ -80,6 +78,14 @@ func (a *Agent) startRound(r rendezvous.Round) ([]*worker, error) {
 		return nil, err
 	}
 	return workers, nil
+}
+
+// sinkOf returns the sink of round r's worker output: its attempt's log
+// files and console prefixes.
+func (a *Agent) sinkOf(r rendezvous.Round) (*workerlog.Sink, error) {
+	cfg := a.spec.Logs
+	cfg.Host, cfg.RunID, cfg.Attempt = a.spec.Host, a.spec.RunID, r.Number
+	return workerlog.New(cfg)
 }
 
 // roundMonitor follows one round's workers on this node: one method per

@@ -264,12 +264,19 @@ func (a *Agent) adopt(r rendezvous.Round, kept []*worker) error {
 			return fmt.Errorf("rank %d ended while the round changed: %s", w.contract.Rank, w.process.Result())
 		}
 	}
+	sink, err := a.sinkOf(r)
+	if err != nil {
+		return err
+	}
 	for local, w := range kept {
 		c := a.spec.Contract(r, local)
 		if err := os.MkdirAll(filepath.Dir(c.ErrorFile), 0o755); err != nil {
 			return fmt.Errorf("error file of rank %d: %w", c.Rank, err)
 		}
 		_ = os.Remove(c.ErrorFile)
+		if err := w.logs.Move(sink, c.Rank, c.LocalRank); err != nil {
+			return fmt.Errorf("output of rank %d: %w", c.Rank, err)
+		}
 		w.resuming.Store(true)
 		if err := w.heartbeat.SendRound(c); err != nil {
 			return err

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // DefaultTailLines is how many lines of stderr a Worker keeps when Config.TailLines is 0.
@@ -135,41 +136,83 @@ func (s *Sink) onConsole(localRank int, std Std) bool {
 // Worker in this Sink, or if a directory or file cannot be created (the error names the path);
 // then nothing is left open.
 func (s *Sink) Worker(rank, localRank int) (*Worker, error) {
+	pl, err := s.place(rank, localRank)
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{
+		stdout: &stream{},
+		stderr: &stream{tail: newRing(s.tailLines)},
+	}
+	w.stdout.enter(pl.prefix, pl.stdoutConsole, pl.stdoutFile)
+	w.stderr.enter(pl.prefix, pl.stderrConsole, pl.stderrFile)
+	w.dir.Store(&pl.dir)
+	return w, nil
+}
+
+// place is where one rank's output goes in a Sink.
+type place struct {
+	prefix                       string
+	stdoutConsole, stderrConsole *console // nil: not shown
+	dir                          string   // "" without Dir
+	stdoutFile, stderrFile       *os.File // nil without Dir
+}
+
+// place registers rank in s and opens its files; see Worker.
+func (s *Sink) place(rank, localRank int) (place, error) {
 	if rank < 0 || localRank < 0 {
-		return nil, fmt.Errorf("workerlog: negative rank %d or local rank %d", rank, localRank)
+		return place{}, fmt.Errorf("workerlog: negative rank %d or local rank %d", rank, localRank)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ranks[rank] {
-		return nil, fmt.Errorf("workerlog: rank %d already has a Worker", rank)
+		return place{}, fmt.Errorf("workerlog: rank %d already has a Worker", rank)
 	}
-	prefix := "[" + s.cfg.Host + ":" + strconv.Itoa(rank) + "] "
-	w := &Worker{
-		stdout: &stream{prefix: prefix},
-		stderr: &stream{prefix: prefix, tail: newRing(s.tailLines)},
-	}
+	pl := place{prefix: "[" + s.cfg.Host + ":" + strconv.Itoa(rank) + "] "}
 	if s.onConsole(localRank, Stdout) {
-		w.stdout.console = s.stdout
+		pl.stdoutConsole = s.stdout
 	}
 	if s.onConsole(localRank, Stderr) {
-		w.stderr.console = s.stderr
+		pl.stderrConsole = s.stderr
 	}
 	if s.attemptDir != "" {
-		w.dir = filepath.Join(s.attemptDir, strconv.Itoa(rank))
-		if err := os.MkdirAll(w.dir, 0o755); err != nil {
-			return nil, fmt.Errorf("workerlog: create log directory: %w", err)
+		pl.dir = filepath.Join(s.attemptDir, strconv.Itoa(rank))
+		if err := os.MkdirAll(pl.dir, 0o755); err != nil {
+			return place{}, fmt.Errorf("workerlog: create log directory: %w", err)
 		}
 		var err error
-		if w.stdout.file, err = openLog(filepath.Join(w.dir, "stdout.log")); err != nil {
-			return nil, err
+		if pl.stdoutFile, err = openLog(filepath.Join(pl.dir, "stdout.log")); err != nil {
+			return place{}, err
 		}
-		if w.stderr.file, err = openLog(filepath.Join(w.dir, "stderr.log")); err != nil {
-			_ = w.stdout.file.Close()
-			return nil, err
+		if pl.stderrFile, err = openLog(filepath.Join(pl.dir, "stderr.log")); err != nil {
+			_ = pl.stdoutFile.Close()
+			return place{}, err
 		}
 	}
 	s.ranks[rank] = true
-	return w, nil
+	return pl, nil
+}
+
+// Move makes w's output from now on that of rank (local rank localRank)
+// in s, the Sink of a later attempt: for a worker kept across attempts
+// (recovered in place), whose rank may have changed. Its console lines
+// take the new prefix and filter; with a log Dir, what it writes next goes
+// to its files in s's attempt directory, and the files written so far stay
+// as they are. The line being collected and the tail of stderr go along.
+// On error (see Sink.Worker) w is unchanged. After Close it returns
+// os.ErrClosed.
+func (w *Worker) Move(s *Sink, rank, localRank int) error {
+	if w.stdout.isClosed() {
+		return os.ErrClosed
+	}
+	pl, err := s.place(rank, localRank)
+	if err != nil {
+		return err
+	}
+	errOut := w.stdout.enter(pl.prefix, pl.stdoutConsole, pl.stdoutFile)
+	errErr := w.stderr.enter(pl.prefix, pl.stderrConsole, pl.stderrFile)
+	w.dir.Store(&pl.dir)
+	return errors.Join(errOut, errErr)
 }
 
 // openLog opens a log file for appending, creating it 0644.
@@ -184,7 +227,7 @@ func openLog(path string) (*os.File, error) {
 // Worker is the output of one worker: writers for its stdout and stderr, and the tail of its
 // stderr. Its methods are safe for concurrent use.
 type Worker struct {
-	dir    string
+	dir    atomic.Pointer[string]
 	stdout *stream
 	stderr *stream
 }
@@ -205,7 +248,7 @@ func (w *Worker) Stderr() io.Writer {
 
 // Dir returns the directory of the worker's log files, or "" without a log Dir.
 func (w *Worker) Dir() string {
-	return w.dir
+	return *w.dir.Load()
 }
 
 // Tail returns the last lines of the worker's stderr, oldest first, without their newlines,

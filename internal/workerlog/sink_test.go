@@ -280,6 +280,55 @@ func TestFiles(t *testing.T) {
 	assert.Equal(t, "out of 4\npartial\nmore\n", string(data))
 }
 
+// TestMove: a worker kept into a later attempt under another rank goes
+// on in the new attempt's files and with the new rank's prefix and console
+// filter; its unfinished line and its tail go along; the old files stay.
+func TestMove(t *testing.T) {
+	dir := t.TempDir()
+	cfg, stdout, stderr := consoles()
+	cfg.Dir, cfg.RunID, cfg.TailLines = dir, "job", 3
+	cfg.LocalRanksFilter = []int{0} // local rank 1 is off the console
+	first, err := workerlog.New(cfg)
+	require.NoError(t, err)
+	cfg.Attempt = 1
+	second, err := workerlog.New(cfg)
+	require.NoError(t, err)
+
+	w, err := first.Worker(3, 1)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	write(t, w.Stdout(), "before\n", "half")
+	write(t, w.Stderr(), "err before\n")
+	require.NoError(t, w.Move(second, 1, 0))
+	write(t, w.Stdout(), " a line\n", "after\n")
+	write(t, w.Stderr(), "err after\n")
+
+	taken, err := second.Worker(2, 1)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = taken.Close() })
+	require.ErrorContains(t, w.Move(second, 2, 1), "rank 2 already has a Worker")
+	write(t, w.Stdout(), "still rank 1\n")
+	require.NoError(t, w.Close())
+	require.ErrorIs(t, w.Move(second, 5, 0), os.ErrClosed)
+
+	assert.Equal(t, filepath.Join(dir, "job", "attempt_1", "1"), w.Dir())
+	assert.Equal(t, "[h:1] half a line\n[h:1] after\n[h:1] still rank 1\n", stdout.String())
+	assert.Equal(t, "[h:1] err after\n", stderr.String())
+	assert.Equal(t, []string{"err before", "err after"}, w.Tail())
+	for name, content := range map[string]string{
+		"attempt_0/3/stdout.log": "before\nhalf",
+		"attempt_0/3/stderr.log": "err before\n",
+		"attempt_1/1/stdout.log": " a line\nafter\nstill rank 1\n",
+		"attempt_1/1/stderr.log": "err after\n",
+	} {
+		data, err := os.ReadFile(filepath.Join(dir, "job", name))
+		require.NoError(t, err, name)
+		assert.Equal(t, content, string(data), name)
+	}
+	_, err = os.Stat(filepath.Join(dir, "job", "attempt_1", "5"))
+	require.ErrorIs(t, err, os.ErrNotExist, "a failed Move leaves nothing")
+}
+
 func TestConsoleRouting(t *testing.T) {
 	mustStd := func(s string) workerlog.StdSpec {
 		spec, err := workerlog.ParseStd(s)

@@ -39,6 +39,35 @@ type stream struct {
 	closed  bool
 }
 
+// isClosed reports whether close was called.
+func (s *stream) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// enter makes the stream's output from now on go out with prefix, to
+// console and file (either may be nil), closing the file it wrote before.
+// The line being collected stays: it goes out at its newline, in the new
+// place. After close it closes file and returns os.ErrClosed.
+func (s *stream) enter(prefix string, console *console, file *os.File) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		if file != nil {
+			_ = file.Close()
+		}
+		return os.ErrClosed
+	}
+	if s.file != nil {
+		if err := s.file.Close(); err != nil {
+			s.fail(fmt.Errorf("workerlog: close log file: %w", err))
+		}
+	}
+	s.prefix, s.console, s.file = prefix, console, file
+	return nil
+}
+
 // Write writes p to the file as is, and whole lines of it to the console and the tail.
 func (s *stream) Write(p []byte) (int, error) {
 	s.mu.Lock()
@@ -52,9 +81,6 @@ func (s *stream) Write(p []byte) (int, error) {
 			_ = s.file.Close()
 			s.file = nil
 		}
-	}
-	if s.console == nil && s.tail == nil {
-		return len(p), nil
 	}
 	n := len(p)
 	for len(p) > 0 {
