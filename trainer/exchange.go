@@ -224,33 +224,71 @@ func (t *Trainer) transfer(d decision, held []Holding) (slice, int64, error) {
 		}
 		for root, src := range pair {
 			dst := pair[1-root]
-			pieces := between(d.Pieces, src, dst)
-			if len(pieces) == 0 {
-				continue
-			}
-			if src == me {
-				if _, err := g.BroadcastBytes(t.pack(pieces, held), root); err != nil {
-					return slice{}, 0, fmt.Errorf("send state to rank %d: %w", dst, err)
+			for _, pieces := range messages(between(d.Pieces, src, dst), t.messageElems()) {
+				if src == me {
+					if _, err := g.BroadcastBytes(t.pack(pieces, held), root); err != nil {
+						return slice{}, 0, fmt.Errorf("send state to rank %d: %w", dst, err)
+					}
+					continue
 				}
-				continue
-			}
-			msg, err := g.BroadcastBytes(nil, root)
-			if err != nil {
-				return slice{}, 0, fmt.Errorf("receive state from rank %d: %w", src, err)
-			}
-			if !t.unpack(pieces, msg, out) {
-				if bad < 0 {
-					bad = src
+				msg, err := g.BroadcastBytes(nil, root)
+				if err != nil {
+					return slice{}, 0, fmt.Errorf("receive state from rank %d: %w", src, err)
 				}
-				continue
+				if !t.unpack(pieces, msg, out) {
+					if bad < 0 {
+						bad = src
+					}
+					continue
+				}
+				received += int64(len(msg) - crcLen)
 			}
-			received += int64(len(msg) - crcLen)
 		}
 	}
 	if err := t.agreeIntact(bad); err != nil {
 		return slice{}, 0, err
 	}
 	return out, received, nil
+}
+
+// maxMessageElems bounds the elements one transfer message carries (12
+// bytes each: 96 MiB), well under comm's bound on a byte message, so that
+// a slice of any size moves, and a message never needs more memory than
+// that on either side.
+const maxMessageElems = 8 << 20
+
+// messageElems is the bound on a transfer message's elements:
+// maxMessageElems unless a test set a smaller one.
+func (t *Trainer) messageElems() int {
+	if t.hooks.messageElems > 0 {
+		return t.hooks.messageElems
+	}
+	return maxMessageElems
+}
+
+// messages splits pieces, in order, into the messages that carry them,
+// each of at most limit elements; a piece that does not fit is cut where
+// a message ends. Sender and receiver split alike.
+func messages(pieces []piece, limit int) [][]piece {
+	var out [][]piece
+	var cur []piece
+	room := limit
+	for _, p := range pieces {
+		for p.Lo < p.Hi {
+			take := p
+			take.Hi = min(p.Hi, p.Lo+room)
+			cur = append(cur, take)
+			room -= take.Hi - take.Lo
+			p.Lo = take.Hi
+			if room == 0 {
+				out, cur, room = append(out, cur), nil, limit
+			}
+		}
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
 }
 
 // pairsOf lists the pairs of distinct ranks that pieces move between,

@@ -46,6 +46,9 @@ type scenario struct {
 	setup func(old int, tr *Trainer)
 	// metrics is the metrics pattern, "" for none.
 	metrics string
+	// messageElems, when positive, is every rank's bound on the elements
+	// of one transfer message.
+	messageElems int
 }
 
 // outcome is what one process left behind.
@@ -92,6 +95,7 @@ func play(t *testing.T, sc scenario) []outcome {
 				return nil
 			}
 			defer tr.Close()
+			tr.hooks.messageElems = sc.messageElems
 			if o.rec, o.err = tr.Exchange(context.Background(), nil); o.err != nil {
 				return nil
 			}
@@ -116,6 +120,7 @@ func play(t *testing.T, sc scenario) []outcome {
 			return nil
 		}
 		defer tr.Close()
+		tr.hooks.messageElems = sc.messageElems
 		if sc.setup != nil {
 			sc.setup(p.old, tr)
 		}
@@ -361,6 +366,8 @@ func TestReformChangesLayout(t *testing.T) {
 			procs: []process{{0, 0}, {1, 1}, {2, 2}, {3, 3}, {-1, 4}, {-1, 5}}, afterStep: atBoundary}},
 		{"fsdp 1x2 grows to 1x3, the fresh rank in the middle", config.ModeFSDP, scenario{first: 2, firstPerNode: 2, second: 3, secondPerNode: 3,
 			procs: []process{{0, 0}, {1, 2}, {-1, 1}}, afterStep: atBoundary}},
+		{"fsdp 1x2 grows to 1x3, in messages of 1000 elements", config.ModeFSDP, scenario{first: 2, firstPerNode: 2, second: 3, secondPerNode: 3,
+			procs: []process{{0, 0}, {1, 2}, {-1, 1}}, afterStep: atBoundary, messageElems: 1000}},
 		{"hsdp 2x2 loses a rank and becomes 1x3", config.ModeHSDP, scenario{first: 4, firstPerNode: 2, second: 3, secondPerNode: 3,
 			procs: []process{{0, 0}, {1, 1}, {2, 2}, {3, -1}}, afterStep: vanish3}},
 	}
@@ -388,6 +395,32 @@ func TestReformChangesLayout(t *testing.T) {
 			}
 			require.Positive(t, fetched)
 			requireAllClose(t, statesOf(out), faultFree(t, tc.sc.cfg, tc.sc.first, tc.sc.firstPerNode), n)
+		})
+	}
+}
+
+// TestMessages: pieces go out in order, in messages of at most the
+// bound, a piece cut where a message ends.
+func TestMessages(t *testing.T) {
+	p := func(lo, hi int) piece { return piece{Src: 1, Dst: 2, Lo: lo, Hi: hi, Offer: lo / 100} }
+	tests := []struct {
+		name   string
+		pieces []piece
+		limit  int
+		want   [][]piece
+	}{
+		{"none", nil, 4, nil},
+		{"one that fits", []piece{p(0, 3)}, 4, [][]piece{{p(0, 3)}}},
+		{"exactly full", []piece{p(0, 2), p(5, 7)}, 4, [][]piece{{p(0, 2), p(5, 7)}}},
+		{"one cut in three", []piece{p(0, 10)}, 4, [][]piece{{p(0, 4)}, {p(4, 8)}, {p(8, 10)}}},
+		{"a cut across pieces", []piece{p(0, 3), p(10, 13), p(200, 201)}, 4,
+			[][]piece{{p(0, 3), p(10, 11)}, {p(11, 13), p(200, 201)}}},
+		{"empty pieces vanish", []piece{p(0, 0), p(3, 5)}, 4, [][]piece{{p(3, 5)}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := messages(tc.pieces, tc.limit)
+			require.Equal(t, tc.want, got)
 		})
 	}
 }

@@ -58,6 +58,9 @@ type hooks struct {
 	// corrupt changes a payload this rank sends in an exchange, after its
 	// checksum was taken.
 	corrupt func(payload []byte)
+	// messageElems, when positive, bounds a transfer message's elements
+	// instead of maxMessageElems.
+	messageElems int
 }
 
 // before runs hook, if set, for step and wraps its error.
