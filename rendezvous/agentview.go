@@ -88,8 +88,10 @@ func (v *agentView) apply(kv KV, present bool) {
 			v.leader = string(kv.Value)
 		}
 	case placeKey(BucketOf(v.self)):
-		var b Bucket
-		if present && json.Unmarshal(kv.Value, &b) == nil {
+		if !present {
+			break
+		}
+		if b, err := DecodeBucket(kv.Value); err == nil {
 			// Not in its bucket's round: this node did not join that
 			// round, or joined after it froze.
 			p, ok := b.Places[v.self]

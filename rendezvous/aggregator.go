@@ -225,15 +225,17 @@ func (a *aggregator) joinable(ctx context.Context, snap snapshot) (<-chan time.T
 // that a node sees the round running only with its place in it.
 func (a *aggregator) commit(ctx context.Context, rev int64, from, next State, roster Roster, joined []Member) error {
 	writes := make([]KV, 0, 2+PlaceBuckets)
-	for key, v := range map[string]any{keyState: next, keyRoster: roster} {
-		data, err := json.Marshal(v)
-		if err != nil {
-			return err
-		}
-		writes = append(writes, KV{Key: key, Value: data})
+	state, err := json.Marshal(next)
+	if err != nil {
+		return err
 	}
+	members, err := roster.Encode()
+	if err != nil {
+		return err
+	}
+	writes = append(writes, KV{Key: keyState, Value: state}, KV{Key: keyRoster, Value: members})
 	for b, bucket := range roster.Buckets(joined) {
-		data, err := json.Marshal(bucket)
+		data, err := bucket.Encode()
 		if err != nil {
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 const (
 	KeyState    = keyState    // the round's State, changed by compare-and-swap
 	KeyRoster   = keyRoster   // the Roster of the last round that froze
+	PrefixPlace = prefixPlace // PlaceBuckets keys: the Bucket of each
 	PrefixNodes = prefixNodes // one leased Member per registered agent
 	PrefixWait  = prefixWait  // one leased Member per agent waiting for the next round
 	PrefixFail  = prefixFail  // the failure reports, unleased

@@ -99,9 +99,8 @@ func (v *view) applyLocked(ev Event) {
 		} else if ev.Deleted {
 			v.state, v.stateRev = State{}, 0
 		}
-	case key == keyRoster:
-		var r Roster
-		if !ev.Deleted && json.Unmarshal(ev.Value, &r) == nil {
+	case key == keyRoster && !ev.Deleted:
+		if r, err := DecodeRoster(ev.Value); err == nil {
 			v.roster = r
 			// A new aggregator learns the join order of the members
 			// from the roster, so node ranks stay put when it takes

@@ -309,7 +309,7 @@ func ReadStatus(ctx context.Context, client *clientv3.Client, runID string) (Sta
 			case key == rendezvous.KeyState:
 				st.Exists = json.Unmarshal(kv.Value, &st.State) == nil
 			case key == rendezvous.KeyRoster:
-				_ = json.Unmarshal(kv.Value, &st.Roster)
+				st.Roster, _ = rendezvous.DecodeRoster(kv.Value)
 			case strings.HasPrefix(key, rendezvous.PrefixNodes):
 				var m rendezvous.Member
 				if json.Unmarshal(kv.Value, &m) == nil {

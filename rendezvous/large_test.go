@@ -1,0 +1,125 @@
+package rendezvous_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gorun/gorun/internal/etcdtest"
+	"github.com/gorun/gorun/rendezvous"
+	"github.com/gorun/gorun/rendezvous/etcdstore"
+)
+
+// TestLargeValues: a small roster stays plain JSON, a large one is
+// compressed, both read back equal; a value that is neither fails.
+func TestLargeValues(t *testing.T) {
+	small := rendezvous.Roster{Round: 1, Members: slurmMembers(3)}
+	large := rendezvous.Roster{Round: 2, Members: slurmMembers(500)}
+	for _, tc := range []struct {
+		name  string
+		r     rendezvous.Roster
+		first byte
+	}{
+		{"3 nodes: plain JSON", small, '{'},
+		{"500 nodes: gzip", large, 0x1f},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data, err := tc.r.Encode()
+			require.NoError(t, err)
+			require.Equal(t, tc.first, data[0])
+			got, err := rendezvous.DecodeRoster(data)
+			require.NoError(t, err)
+			require.Equal(t, tc.r, got)
+		})
+	}
+	data, err := large.Encode()
+	require.NoError(t, err)
+	_, err = rendezvous.DecodeRoster(data[:len(data)/2])
+	require.Error(t, err, "a truncated compressed value")
+	_, err = rendezvous.DecodeRoster([]byte("not json"))
+	require.Error(t, err)
+}
+
+// TestRoundOf20000NodesFitsOneRequest: the transaction that starts a
+// round of 20000 nodes (state, roster, every placement bucket) is
+// refused by etcd's default request limit as plain JSON, and fits as the
+// protocol encodes it, which reads back equal.
+func TestRoundOf20000NodesFitsOneRequest(t *testing.T) {
+	for _, srv := range etcdtest.Kinds() {
+		t.Run(srv.Name, func(t *testing.T) {
+			client := etcdtest.NewClient(t, srv.Start(t).Endpoints()...)
+			store, err := etcdstore.New(context.Background(), client, etcdstore.Incarnation{RunID: "big"}, testTTL)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = store.Close() })
+			members := slurmMembers(20000)
+			roster := rendezvous.Roster{Round: 1, Members: members}
+			buckets := roster.Buckets(members)
+
+			round := func(encode func(v any) ([]byte, error)) []rendezvous.KV {
+				writes := []rendezvous.KV{{Key: rendezvous.KeyState, Value: []byte(`{"round":1}`)}}
+				data, err := encode(roster)
+				require.NoError(t, err)
+				writes = append(writes, rendezvous.KV{Key: rendezvous.KeyRoster, Value: data})
+				for b, bucket := range buckets {
+					data, err := encode(bucket)
+					require.NoError(t, err)
+					writes = append(writes, rendezvous.KV{Key: fmt.Sprintf("%s%02d", rendezvous.PrefixPlace, b), Value: data})
+				}
+				return writes
+			}
+			plain := round(json.Marshal)
+			_, err = store.Txn(context.Background(), "", 0, plain...)
+			require.Error(t, err, "plain JSON: %d bytes", size(plain))
+			require.Regexp(t, "too large|larger than max", err.Error(), "etcd's request limit, or the client's own")
+
+			encoded := round(func(v any) ([]byte, error) {
+				switch v := v.(type) {
+				case rendezvous.Roster:
+					return v.Encode()
+				case rendezvous.Bucket:
+					return v.Encode()
+				}
+				return nil, fmt.Errorf("%T", v)
+			})
+			_, err = store.Txn(context.Background(), "", 0, encoded...)
+			require.NoError(t, err, "encoded: %d bytes", size(encoded))
+			t.Logf("a round of %d nodes: %d bytes as JSON, %d as stored", len(members), size(plain), size(encoded))
+
+			kvs, _, err := store.List(context.Background(), rendezvous.KeyRoster, 0)
+			require.NoError(t, err)
+			require.Len(t, kvs, 1)
+			got, err := rendezvous.DecodeRoster(kvs[0].Value)
+			require.NoError(t, err)
+			require.Equal(t, roster, got)
+		})
+	}
+}
+
+func size(kvs []rendezvous.KV) int {
+	n := 0
+	for _, kv := range kvs {
+		n += len(kv.Key) + len(kv.Value)
+	}
+	return n
+}
+
+// slurmMembers are n members with ids (host.pid), hosts, addresses, join
+// orders and times as the agents of a SLURM job have them; the same for
+// the same n.
+func slurmMembers(n int) []rendezvous.Member {
+	rnd := rand.New(rand.NewPCG(1, uint64(n)))
+	since := time.Date(2026, 11, 25, 2, 0, 0, 0, time.UTC)
+	out := make([]rendezvous.Member, n)
+	for i := range out {
+		host := fmt.Sprintf("nid%06d", i)
+		out[i] = rendezvous.Member{ID: fmt.Sprintf("%s.%d", host, 1000+rnd.IntN(4_000_000)), Host: host,
+			Addr: fmt.Sprintf("10.%d.%d.%d", i>>16, (i>>8)&255, i&255), Preferred: i, NProc: 8,
+			Order: int64(1000 + 3*i + rnd.IntN(3)), Since: since.Add(time.Duration(rnd.Int64N(int64(time.Minute)))), Port: 29500}
+	}
+	return out
+}
