@@ -23,9 +23,11 @@ func estimateCommand() *cli.Command {
 			"ZeRO paper's mixed-precision accounting (2 bytes/param weights, 2 gradients, K = 12 optimizer\n" +
 			"bytes for AdamW's fp32 master copy and two moments) and activations s*b*h*L*(34 + 5*a*s/h)\n" +
 			"bytes (Korthikanti et al.), divided by the tensor-parallel degree. For a train.toml: the\n" +
-			"embedded fp32 trainer (4 + 4 + 8 bytes/param) with its parameters and activation buffers\n" +
-			"counted exactly. Decimal units; before framework overhead, communication buffers and\n" +
-			"fragmentation.",
+			"strategies in fp32 (4 + 4 + 8 bytes/param), and the row of the strategy it runs (*) as the\n" +
+			"embedded trainer allocates it: whole fp32 weights, fp32 and fp64 gradient sums, AdamW's\n" +
+			"moments of the rank's slice, its recovery copies (rollback, [checkpoint] memory and async)\n" +
+			"and its activation buffers. Decimal units; before framework overhead, communication\n" +
+			"buffers and fragmentation.",
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "nodes", Value: 1, Usage: "nodes N"},
 			&cli.IntFlag{Name: "nproc-per-node", Aliases: []string{"nproc_per_node"}, Usage: "GPUs (processes) per node P", DefaultText: "1 for a train.toml, else 8"},
@@ -55,6 +57,7 @@ func estimateAction(c *cli.Context) error {
 		p        estimate.Precision
 		selected string
 		header   []string
+		cfg      *config.Config // the train.toml's, if one is given
 	)
 	sizeFlags := []string{"params", "layers", "hidden", "heads", "seq", "batch", "tp"}
 	switch len(args) {
@@ -65,21 +68,23 @@ func estimateAction(c *cli.Context) error {
 			}
 		}
 		path := args[0]
-		cfg, err := config.Load(path, setsOf(c))
+		loaded, err := config.Load(path, setsOf(c))
 		if err != nil {
 			return cli.Exit(err.Error(), exitUsage)
 		}
+		cfg = &loaded
 		nproc := c.Int("nproc-per-node")
 		if !c.IsSet("nproc-per-node") {
 			nproc = 1
 		}
-		m, l, selected = estimate.FromConfig(cfg, c.Int("nodes"), nproc)
+		m, l, selected = estimate.FromConfig(loaded, c.Int("nodes"), nproc)
 		p = estimate.FP32()
 		mo := cfg.Model
 		header = append(header,
 			fmt.Sprintf("%s: %d parameters (%d layers, d_model %d, %d heads), micro batch %d x %d bytes, parallel.mode = %s",
 				path, mo.Params(), mo.Layers, mo.DModel, mo.Heads, cfg.Train.MicroBatch, mo.Context, cfg.Parallel.Mode),
-			"embedded fp32 trainer: 4 B weights + 4 B gradients + 8 B AdamW moments per parameter; its activation buffers counted exactly")
+			"* as the embedded trainer allocates it: whole fp32 weights (every mode gathers them), fp32 + fp64 gradient sums,"+
+				" AdamW's moments of the rank's slice, recovery copies; other rows: 4 B weights + 4 B gradients + 8 B AdamW per parameter")
 		if _, err := cfg.Accumulation(l.Nodes * l.ProcPerNode); err != nil {
 			header = append(header, "note: "+strings.TrimPrefix(err.Error(), "config: accumulation: "))
 		}
@@ -119,6 +124,17 @@ func estimateAction(c *cli.Context) error {
 	es, err := estimate.Compute(m, l, p)
 	if err != nil {
 		return cli.Exit(err.Error(), exitUsage)
+	}
+	if cfg != nil {
+		exact, err := estimate.Trainer(*cfg, l.Nodes, l.ProcPerNode)
+		if err != nil {
+			return cli.Exit(err.Error(), exitUsage)
+		}
+		for i := range es {
+			if es[i].Strategy == exact.Strategy {
+				es[i] = exact
+			}
+		}
 	}
 	if c.Bool("json") {
 		return estimate.WriteJSON(c.App.Writer, es, selected)

@@ -72,14 +72,18 @@ const (
 
 // Estimate is the predicted memory of one GPU under one strategy, in bytes.
 type Estimate struct {
-	Strategy    string `json:"strategy"`
-	Shards      int    `json:"shards"`   // ways the sharded states are split
-	Replicas    int    `json:"replicas"` // data-parallel copies of each shard
-	Params      int64  `json:"params_bytes"`
-	Grads       int64  `json:"grads_bytes"`
-	Optimizer   int64  `json:"optimizer_bytes"`
-	Activations int64  `json:"activations_bytes"`
-	Total       int64  `json:"total_bytes"`
+	Strategy  string `json:"strategy"`
+	Shards    int    `json:"shards"`   // ways the sharded states are split
+	Replicas  int    `json:"replicas"` // data-parallel copies of each shard
+	Params    int64  `json:"params_bytes"`
+	Grads     int64  `json:"grads_bytes"`
+	Optimizer int64  `json:"optimizer_bytes"`
+	// Copies are the copies of the state kept for recovery (the embedded
+	// trainer's rollback copy, memory copies, async checkpoint staging);
+	// 0 in the generic accounting.
+	Copies      int64 `json:"copies_bytes"`
+	Activations int64 `json:"activations_bytes"`
+	Total       int64 `json:"total_bytes"`
 }
 
 // Validate checks that every size is positive and that the layout splits.
@@ -197,6 +201,60 @@ func FromConfig(c config.Config, nodes, procPerNode int) (Model, Layout, string)
 		strategy = ZeRO3
 	}
 	return m, l, strategy
+}
+
+// Trainer is the memory one rank of the embedded trainer holds for c on
+// nodes x procPerNode ranks, as trainer.New and its first steps allocate
+// it, with N the parameter count padded to a multiple of the shard count
+// and S = N/shards the slice the rank owns (S = N for ddp):
+//   - params: the fp32 parameters, whole (4N): every mode gathers them
+//     before the forward pass and keeps them;
+//   - grads: a micro batch's fp32 gradient and the fp64 sum of the step's
+//     micro batches, whole (12N), and the owned slice of the reduced
+//     gradient in fp32 (4S) and, when sharded, fp64 (8S);
+//   - optimizer: AdamW's two moments (8S) and the weight-decay mask (1
+//     byte per element of N);
+//   - copies: the previous step's params, m and v of the slice, to roll
+//     back a step that not every rank completed (12S); with [checkpoint]
+//     memory, four slice-sized copies of params, m and v across nodes (48S,
+//     24S on one node: no buddy); with [checkpoint] async, the staging copy
+//     of the slice a background save writes from (12S);
+//   - activations: TrainerActivations.
+//
+// Communication buffers and the runtime's own are not counted. It fails
+// when c's layout does not fit the world.
+func Trainer(c config.Config, nodes, procPerNode int) (Estimate, error) {
+	if nodes < 1 || procPerNode < 1 {
+		return Estimate{}, fmt.Errorf("estimate: nodes %d, processes per node %d: both must be at least 1", nodes, procPerNode)
+	}
+	replicas, shards, err := c.Parallel.Layout(nodes*procPerNode, procPerNode)
+	if err != nil {
+		return Estimate{}, fmt.Errorf("estimate: %w", err)
+	}
+	padded := (c.Model.Params() + int64(shards) - 1) / int64(shards) * int64(shards)
+	slice := padded / int64(shards)
+	_, _, strategy := FromConfig(c, nodes, procPerNode)
+	e := Estimate{Strategy: strategy, Shards: shards, Replicas: replicas,
+		Params:      4 * padded,
+		Grads:       12*padded + 4*slice,
+		Optimizer:   8*slice + padded,
+		Copies:      12 * slice,
+		Activations: int64(math.Round(TrainerActivations(c.Model, c.Train.MicroBatch))),
+	}
+	if shards > 1 {
+		e.Grads += 8 * slice
+	}
+	if c.Checkpoint.Memory {
+		e.Copies += 24 * slice
+		if nodes > 1 {
+			e.Copies += 24 * slice
+		}
+	}
+	if c.Checkpoint.Async {
+		e.Copies += 12 * slice
+	}
+	e.Total = e.Params + e.Grads + e.Optimizer + e.Copies + e.Activations
+	return e, nil
 }
 
 // TrainerActivations is the memory the embedded trainer (trainer/model)

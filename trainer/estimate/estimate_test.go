@@ -2,6 +2,7 @@ package estimate
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -122,6 +123,40 @@ func TestFromConfig(t *testing.T) {
 	require.Equal(t, DDP, strategy)
 }
 
+// TestTrainer: the embedded trainer's state per rank for the default
+// model (120,576 parameters) by layout and recovery options.
+func TestTrainer(t *testing.T) {
+	const n = 120_576
+	tests := []struct {
+		name               string
+		mode               string
+		nodes, perNode     int
+		memory, async      bool
+		shards             int
+		grads, opt, copies int64
+	}{
+		{"ddp, one rank", config.ModeDDP, 1, 1, false, false, 1, 12*n + 4*n, 8*n + n, 12 * n},
+		{"fsdp over 4: slices of 30,144", config.ModeFSDP, 2, 2, false, false, 4, 12*n + 12*30_144, 8*30_144 + n, 12 * 30_144},
+		{"hsdp 2x2, memory copies across nodes", config.ModeHSDP, 2, 2, true, false, 2, 12*n + 12*60_288, 8*60_288 + n, 60 * 60_288},
+		{"ddp on one node, memory copies and async saves", config.ModeDDP, 1, 2, true, true, 1, 12*n + 4*n, 8*n + n, (12 + 24 + 12) * n},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := config.Default()
+			c.Parallel.Mode = tc.mode
+			c.Checkpoint.Memory, c.Checkpoint.Async = tc.memory, tc.async
+			e, err := Trainer(c, tc.nodes, tc.perNode)
+			require.NoError(t, err)
+			require.Equal(t, tc.shards, e.Shards)
+			require.Equal(t, int64(4*n), e.Params, "the parameters are whole in every mode")
+			require.Equal(t, []int64{tc.grads, tc.opt, tc.copies}, []int64{e.Grads, e.Optimizer, e.Copies})
+			require.Equal(t, e.Params+e.Grads+e.Optimizer+e.Copies+e.Activations, e.Total)
+		})
+	}
+	_, err := Trainer(config.Default(), 0, 1)
+	require.Error(t, err)
+}
+
 func TestFormatBytes(t *testing.T) {
 	cases := map[int64]string{0: "0 B", 999: "999 B", 1000: "1.00 kB", 482_304: "482.3 kB", 22_347_251_712: "22.3 GB", 2_352_000_000: "2.35 GB", 25_287_251_712: "25.3 GB", 120e9: "120.0 GB"}
 	for n, want := range cases {
@@ -140,6 +175,14 @@ func TestWriteTableAndJSON(t *testing.T) {
 	require.Contains(t, lines[5], "hsdp *")
 	require.Regexp(t, `^\s*ddp\s+1\s+8\s+294.0 MB\s+294.0 MB\s+1.76 GB\s+22.3 GB\s+24.7 GB\s*$`, lines[1])
 
+	require.NotContains(t, lines[0], "copies", "no row has copies")
+	withCopies := slices.Clone(es)
+	withCopies[4].Copies = 12e6
+	b.Reset()
+	require.NoError(t, WriteTable(&b, withCopies, HSDP))
+	require.Regexp(t, `optimizer\s+copies\s+activations`, b.String())
+	require.Regexp(t, `hsdp \*.*\s12.0 MB\s`, b.String())
+
 	b.Reset()
 	require.NoError(t, WriteJSON(&b, es, ZeRO3))
 	var got []map[string]any
@@ -152,7 +195,7 @@ func TestWriteTableAndJSON(t *testing.T) {
 	require.Equal(t, "zero3/fsdp", got[3]["strategy"])
 	require.Equal(t, true, got[3]["selected"])
 	require.NotContains(t, got[0], "selected")
-	for _, k := range []string{"params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "total_bytes", "shards", "replicas"} {
+	for _, k := range []string{"params_bytes", "grads_bytes", "optimizer_bytes", "copies_bytes", "activations_bytes", "total_bytes", "shards", "replicas"} {
 		require.Contains(t, got[0], k)
 	}
 	require.InDelta(t, float64(es[0].Total), got[0]["total_bytes"], 0)

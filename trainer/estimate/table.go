@@ -4,21 +4,31 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
 // WriteTable writes es as an aligned table, one strategy a line, sizes in
 // decimal units; the row of strategy selected (if any) is marked with *.
-// It returns the first write error.
+// The copies column is there when a row has copies. It returns the first
+// write error.
 func WriteTable(w io.Writer, es []Estimate, selected string) error {
-	rows := [][]string{{"strategy", "shards", "replicas", "params", "grads", "optimizer", "activations", "total"}}
+	copies := slices.ContainsFunc(es, func(e Estimate) bool { return e.Copies > 0 })
+	head := []string{"strategy", "shards", "replicas", "params", "grads", "optimizer"}
+	if copies {
+		head = append(head, "copies")
+	}
+	rows := [][]string{append(head, "activations", "total")}
 	for _, e := range es {
 		name := e.Strategy
 		if name == selected {
 			name += " *"
 		}
-		rows = append(rows, []string{name, fmt.Sprint(e.Shards), fmt.Sprint(e.Replicas),
-			FormatBytes(e.Params), FormatBytes(e.Grads), FormatBytes(e.Optimizer), FormatBytes(e.Activations), FormatBytes(e.Total)})
+		row := []string{name, fmt.Sprint(e.Shards), fmt.Sprint(e.Replicas), FormatBytes(e.Params), FormatBytes(e.Grads), FormatBytes(e.Optimizer)}
+		if copies {
+			row = append(row, FormatBytes(e.Copies))
+		}
+		rows = append(rows, append(row, FormatBytes(e.Activations), FormatBytes(e.Total)))
 	}
 	width := make([]int, len(rows[0]))
 	for _, r := range rows {
