@@ -1,13 +1,14 @@
 package launcher
 
 import (
+	"encoding/hex"
 	"net"
-	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/rs/zerolog"
 
+	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/rendezvous/etcdembed"
 	"github.com/gorun/gorun/slurm"
 )
@@ -64,24 +65,44 @@ func (p EmbeddedPlan) MemberFor(host string) (EmbeddedMember, bool) {
 
 // ServerConfig returns the configuration member m of the plan starts with:
 // listening on its host's address, the plan's members as the initial
-// cluster, a cluster token from jobID, and a data dir
-// tmpDir/gorun-etcd-<jobID>-<member> removed on Close. tmpDir is the
-// node's scratch space ($SLURM_TMPDIR, else $TMPDIR, else /tmp).
-func (p EmbeddedPlan) ServerConfig(m EmbeddedMember, jobID, tmpDir string, log zerolog.Logger) etcdembed.Config {
+// cluster, the launch's cluster token (ClusterToken), its data in dataDir
+// (a directory the caller claimed for this launch and removes itself).
+func (p EmbeddedPlan) ServerConfig(m EmbeddedMember, token, dataDir string, log zerolog.Logger) etcdembed.Config {
 	cluster := make(map[string]string, len(p.Members))
 	for _, o := range p.Members {
 		cluster[o.Name] = net.JoinHostPort(o.Host, strconv.Itoa(o.PeerPort))
 	}
 	return etcdembed.Config{
 		Name:           m.Name,
-		DataDir:        filepath.Join(tmpDir, "gorun-etcd-"+safeName(jobID)+"-"+safeName(m.Name)),
-		RemoveDataDir:  true,
+		DataDir:        dataDir,
 		ClientAddr:     net.JoinHostPort(m.Host, strconv.Itoa(m.ClientPort)),
 		PeerAddr:       cluster[m.Name],
 		InitialCluster: cluster,
-		ClusterToken:   etcdembed.ClusterTokenPrefix + jobID,
+		ClusterToken:   token,
 		Log:            log,
 	}
+}
+
+// ClusterToken is the etcd cluster token of one launch's embedded etcd:
+// the run id, SLURM's restart count, and, with a job secret, a key
+// derived from it (fresh for every run of an sbatch script). etcd derives
+// the cluster and member ids from it, so the members of one launch
+// refuse the raft messages of a member left over from another launch of
+// the same run id (a requeued job, a job id SLURM hands out again), which
+// would otherwise bring its old log and its old secret into the new
+// cluster.
+func ClusterToken(runID string, generation int, secret jobsecret.Secret) string {
+	token := etcdembed.ClusterTokenPrefix + runID + "-" + strconv.Itoa(generation)
+	if !secret.IsZero() {
+		token += "-" + hex.EncodeToString(secret.Key("etcd-cluster-token"))[:16]
+	}
+	return token
+}
+
+// dataDirName is the name part of the data dir a member of run runID
+// claims (etcdembed.ClaimDataDir).
+func dataDirName(runID string, m EmbeddedMember) string {
+	return safeName(runID) + "-" + safeName(m.Name)
 }
 
 // scratchDir is the node's scratch directory for embedded etcd data:

@@ -199,12 +199,20 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 	hosting := false // this node runs an embedded etcd member the others may still need
 	if r.Embedded != nil && r.Member != nil {
 		m := *r.Member
-		cfg := r.Embedded.ServerConfig(m, l.RunID, scratchDir(os.Getenv), log)
+		dataDir, err := etcdembed.ClaimDataDir(scratchDir(os.Getenv), dataDirName(l.RunID, m))
+		if err != nil {
+			return elastic.Outcome{ExitCode: 1}, fmt.Errorf("embedded etcd on %s: %w", m.Host, err)
+		}
+		cfg := r.Embedded.ServerConfig(m, ClusterToken(l.RunID, r.Generation, l.Secret), dataDir.Path(), log)
+		// The other members may be slow to start (a busy node, a late
+		// srun task): wait for them as long as for a round to form.
+		cfg.StartTimeout = r.Timing.JoinTimeout.Std()
 		if r.Auth != "" {
 			cfg.Secret = l.Secret // the agents' credentials come from it
 		}
 		server, err := etcdembed.Start(ctx, cfg)
 		if err != nil {
+			err = errors.Join(err, dataDir.Release())
 			if r.Hosting != "" {
 				err = fmt.Errorf("%w (%s; agents sharing a machine: give each its own --local-addr, or --rdzv-conf %s=false to all but one)",
 					err, r.Hosting, confIsHost)
@@ -212,7 +220,8 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 			return elastic.Outcome{ExitCode: 1}, fmt.Errorf("embedded etcd on %s: %w", m.Host, err)
 		}
 		log.Info().Strs("endpoints", server.Endpoints()).Bool("auth", !cfg.Secret.IsZero()).Msg("hosting an embedded etcd member")
-		defer func() { err = errors.Join(err, closeWithin(server.Close, serverCloseTimeout, log)) }()
+		// The data dir goes even when the member does not stop in time.
+		defer func() { err = errors.Join(err, closeWithin(server.Close, serverCloseTimeout, log), dataDir.Release()) }()
 		hosting = true
 	}
 	client, err := dialRendezvous(ctx, r, log)

@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/authpb"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/client/pkg/v3/types"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/auth"
 	"go.etcd.io/etcd/server/v3/etcdserver"
+	etcderr "go.etcd.io/etcd/server/v3/etcdserver/errors"
 
 	"github.com/gorun/gorun/internal/jobsecret"
 )
@@ -49,25 +52,77 @@ func rootPassword(secret jobsecret.Secret) string {
 	return hex.EncodeToString(secret.Key(rootKey))
 }
 
-// enableAuth turns on the cluster's authentication for secret, or checks
-// that it is on as enableAuth sets it. Every member of a cluster runs it
-// as it becomes ready, concurrently: each step is idempotent, and a member
-// whose steps fail because another member enabled authentication first
-// (the cluster refuses a user-less request then) only checks the result.
-// It fails when the cluster's users, roles or passwords are not exactly
-// what secret gives: a data dir set up with another secret, or users made
-// by someone else before authentication was on.
-func enableAuth(ctx context.Context, s *etcdserver.EtcdServer, secret jobsecret.Secret) error {
+// authPoll is how often a member that waits for the leader to turn on
+// authentication looks at its own applied state (an in-memory flag; etcd
+// has no notification of it).
+const authPoll = 10 * time.Millisecond
+
+// enableAuth turns on the cluster's authentication for secret, or waits
+// for it to be on, then checks it is exactly what secret gives. Every
+// member runs it as it becomes ready; only the raft leader sets up the
+// users, roles and authentication (setUpAuth), the others wait until the
+// leader's last step is applied here. Leadership may move while the
+// leader sets up: each step is idempotent, so the new leader runs them
+// all again, and steps that fail because another member turned
+// authentication on first are judged by the check. Members therefore
+// never race to add the same users, and a cluster whose members all
+// start at once sets up authentication once. fresh says whether this
+// member started on an empty data dir, which the error of a failed check
+// reflects. It gives up when ctx ends.
+func enableAuth(ctx context.Context, s *etcdserver.EtcdServer, secret jobsecret.Secret, fresh bool) error {
 	store := s.AuthStore()
-	if !store.IsAuthEnabled() {
-		if err := setUpAuth(ctx, s, secret); err != nil && !store.IsAuthEnabled() {
-			return fmt.Errorf("rendezvous: enable etcd authentication: %w", err)
+	poll := time.NewTicker(authPoll)
+	defer poll.Stop()
+	for !store.IsAuthEnabled() {
+		var err error
+		if s.Leader() == s.MemberID() {
+			err = setUpAuth(ctx, s, secret)
+			if err == nil || store.IsAuthEnabled() || s.Leader() != s.MemberID() {
+				continue
+			}
+			if !transient(err) || ctx.Err() != nil {
+				return fmt.Errorf("rendezvous: enable etcd authentication: %w", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				return fmt.Errorf("rendezvous: enable etcd authentication: %w (%w)", err, ctx.Err())
+			}
+			return fmt.Errorf("rendezvous: etcd authentication: waiting for the leader (member %s) to enable it: %w",
+				memberName(s, s.Leader()), ctx.Err())
+		case <-poll.C:
 		}
 	}
-	if err := checkAuth(store, secret); err != nil {
+	if err := checkAuth(store, secret, fresh); err != nil {
 		return fmt.Errorf("rendezvous: etcd authentication: %w", err)
 	}
 	return nil
+}
+
+// transient says whether err is one of etcd's errors of a slow or
+// changing cluster (a busy machine, an election), after which the same
+// request may succeed.
+func transient(err error) bool {
+	for _, t := range []error{
+		etcderr.ErrTimeout, etcderr.ErrTimeoutDueToLeaderFail, etcderr.ErrTimeoutDueToConnectionLost,
+		etcderr.ErrTimeoutLeaderTransfer, etcderr.ErrTimeoutWaitAppliedIndex, etcderr.ErrLeaderChanged,
+		etcderr.ErrNoLeader, etcderr.ErrNotLeader, etcderr.ErrTooManyRequests,
+	} {
+		if errors.Is(err, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// memberName returns the name of member id of s's cluster, or "unknown"
+// when there is none (no leader).
+func memberName(s *etcdserver.EtcdServer, id types.ID) string {
+	if m := s.Cluster().Member(id); m != nil && m.Name != "" {
+		return m.Name
+	}
+	return "unknown"
 }
 
 // setUpAuth adds root and AuthUser with AuthUser's role, then enables
@@ -131,11 +186,18 @@ func ignore(err, harmless error) error {
 // on, with exactly root and AuthUser, their passwords from secret, root
 // with the root role only, and AuthUser with its role only, which grants
 // read-write on AuthPrefix and nothing else.
-func checkAuth(store auth.AuthStore, secret jobsecret.Secret) error {
+//
+// fresh says whether the member started on an empty data dir: then a
+// mismatch means that another member of the cluster was started with a
+// different secret; else the data dir may have been set up with another.
+func checkAuth(store auth.AuthStore, secret jobsecret.Secret, fresh bool) error {
 	if !store.IsAuthEnabled() {
 		return errors.New("not enabled")
 	}
-	const fix = "(a data dir set up with another job secret? start with the same secret, or a new data dir)"
+	fix := "(this member's data dir was set up with another job secret: start with that secret, or with a new data dir)"
+	if fresh {
+		fix = "(another member of this etcd cluster was started with a different job secret: every gorun of the job needs the same " + jobsecret.EnvVar + ")"
+	}
 	user, password := Credentials(secret)
 	for name, pw := range map[string]string{rootUser: rootPassword(secret), user: password} {
 		if _, err := store.CheckPassword(name, pw); err != nil {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -180,6 +181,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("rendezvous: server data dir: %w", err)
 	}
+	fresh := !memberInitialized(cfg.DataDir)
 	for _, u := range ecfg.AdvertiseClientUrls {
 		s.endpoints = append(s.endpoints, u.String())
 	}
@@ -196,7 +198,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	var fail error
 	select {
 	case <-e.Server.ReadyNotify():
-		if fail = s.secure(ctx, cfg, deadline); fail == nil {
+		if fail = s.secure(ctx, cfg, deadline, fresh); fail == nil {
 			return s, nil
 		}
 	case err := <-e.Err():
@@ -212,15 +214,23 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	return nil, errors.Join(fail, s.Close())
 }
 
+// memberInitialized says whether dir holds a member's data already (etcd
+// keeps it in dir/member).
+func memberInitialized(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "member"))
+	return err == nil
+}
+
 // secure turns on the authentication cfg.Secret asks for (enableAuth),
-// giving up when ctx ends or at deadline.
-func (s *Server) secure(ctx context.Context, cfg Config, deadline time.Time) error {
+// giving up when ctx ends or at deadline. fresh: the member started on
+// an empty data dir.
+func (s *Server) secure(ctx context.Context, cfg Config, deadline time.Time, fresh bool) error {
 	if cfg.Secret.IsZero() {
 		return nil
 	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	if err := enableAuth(ctx, s.etcd.Server, cfg.Secret); err != nil {
+	if err := enableAuth(ctx, s.etcd.Server, cfg.Secret, fresh); err != nil {
 		return fmt.Errorf("%w (etcd member %s)", err, cfg.Name)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -195,6 +196,10 @@ const memberEnv = "GORUN_TEST_ETCD_MEMBER"
 // memberSecretEnv carries its Config.Secret (hex; empty: none).
 const memberSecretEnv = "GORUN_TEST_ETCD_SECRET"
 
+// memberScratchEnv, when set, has the member claim its data dir there
+// (ClaimDataDir, as a job's gorun does) instead of using Config.DataDir.
+const memberScratchEnv = "GORUN_TEST_ETCD_SCRATCH"
+
 // TestServerMemberProcess is not a test: it is the body of the child
 // processes TestServerClusterSurvivesMemberLoss starts, one etcd member
 // each, serving until its stdin closes.
@@ -215,15 +220,23 @@ func TestServerMemberProcess(t *testing.T) {
 			os.Exit(3)
 		}
 	}
+	dir := &DataDir{} // Release of the zero DataDir does nothing
+	if scratch := os.Getenv(memberScratchEnv); scratch != "" {
+		var err error
+		if dir, err = ClaimDataDir(scratch, cfg.Name); err != nil {
+			fmt.Println("claim:", err)
+			os.Exit(1)
+		}
+		cfg.DataDir = dir.Path()
+	}
 	s, err := Start(context.Background(), cfg)
 	if err != nil {
-		fmt.Println("start:", err)
+		fmt.Println("start:", strings.ReplaceAll(err.Error(), "\n", " "))
 		os.Exit(1)
 	}
 	fmt.Println("ready", s.Endpoints()[0])
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n') // EOF when the parent closes stdin
-	err = s.Close()
-	if err != nil {
+	if err := errors.Join(s.Close(), dir.Release()); err != nil {
 		fmt.Println("close:", err)
 		os.Exit(1)
 	}
@@ -286,6 +299,12 @@ type memberChild struct {
 // ready. Cleanup stops them (closing stdin), killing one that does not
 // exit in time.
 func startMembers(t *testing.T, cfgs []Config, secret jobsecret.Secret) []*memberChild {
+	return startMembersIn(t, cfgs, secret, "")
+}
+
+// startMembersIn is startMembers with each member claiming its data dir
+// under scratch (ClaimDataDir), as a job's gorun does; "": Config.DataDir.
+func startMembersIn(t *testing.T, cfgs []Config, secret jobsecret.Secret, scratch string) []*memberChild {
 	children := make([]*memberChild, len(cfgs))
 	for i, cfg := range cfgs {
 		cfg.Heartbeat, cfg.ElectionTimeout, cfg.UnsafeNoFsync = 50*time.Millisecond, 500*time.Millisecond, true
@@ -293,7 +312,7 @@ func startMembers(t *testing.T, cfgs []Config, secret jobsecret.Secret) []*membe
 		spec, err := json.Marshal(cfg)
 		require.NoError(t, err)
 		cmd := exec.Command(os.Args[0], "-test.run=^TestServerMemberProcess$", "-test.count=1")
-		cmd.Env = append(os.Environ(), memberEnv+"="+string(spec), memberSecretEnv+"="+secret.Encode())
+		cmd.Env = append(os.Environ(), memberEnv+"="+string(spec), memberSecretEnv+"="+secret.Encode(), memberScratchEnv+"="+scratch)
 		cmd.Stderr = os.Stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		stdin, err := cmd.StdinPipe()
