@@ -47,7 +47,7 @@ func closeWithin(closeFn func() error, d time.Duration, log zerolog.Logger) erro
 	case err := <-done:
 		return err
 	case <-time.After(d):
-		log.Warn().Dur("after", d).Msg("embedded etcd member did not stop in time (its cluster lost quorum?): leaving it to the exit")
+		log.Info().Dur("after", d).Msg("embedded etcd member still stopping (its cluster lost its quorum as the other nodes left): leaving it to gorun's exit")
 		return nil
 	}
 }
@@ -196,7 +196,7 @@ func serveMetrics(l *Launch, log zerolog.Logger, spec *elastic.Spec) (func(), er
 func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (out elastic.Outcome, err error) {
 	r := l.Rendezvous
 	log := rt.Log.With().Str("component", "rendezvous").Logger()
-	hosting := false // this node runs an embedded etcd member the others may still need
+	var server *etcdembed.Server // this node's embedded etcd member, which the others may still need
 	if r.Embedded != nil && r.Member != nil {
 		m := *r.Member
 		dataDir, err := etcdembed.ClaimDataDir(scratchDir(os.Getenv), dataDirName(l.RunID, m))
@@ -210,7 +210,7 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 		if r.Auth != "" {
 			cfg.Secret = l.Secret // the agents' credentials come from it
 		}
-		server, err := etcdembed.Start(ctx, cfg)
+		server, err = etcdembed.Start(ctx, cfg)
 		if err != nil {
 			err = errors.Join(err, dataDir.Release())
 			if r.Hosting != "" {
@@ -222,7 +222,6 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 		log.Info().Strs("endpoints", server.Endpoints()).Bool("auth", !cfg.Secret.IsZero()).Msg("hosting an embedded etcd member")
 		// The data dir goes even when the member does not stop in time.
 		defer func() { err = errors.Join(err, closeWithin(server.Close, serverCloseTimeout, log), dataDir.Release()) }()
-		hosting = true
 	}
 	client, err := dialRendezvous(ctx, r, log)
 	if err != nil {
@@ -239,7 +238,7 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 	// still need. A stop by signal must stay prompt (the others are most
 	// likely stopping too, and the etcd may have lost its quorum).
 	var leaveBy time.Time
-	if hosting {
+	if server != nil {
 		defer func() {
 			ctx, cancel := context.WithDeadline(context.Background(), leaveBy)
 			defer cancel()
@@ -290,6 +289,9 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 		publishStats(statsCtx, store, r.NodeID, l.Host, tracker, rt.Log.With().Str("component", "stragglers").Logger())
 	}()
 	out, err = agent.Run(ctx)
+	if server != nil {
+		server.Leaving() // the others' members stopping is no news now
+	}
 	stopStats()
 	<-statsDone
 	leaveBy = time.Now().Add(lingerForOthers)

@@ -156,7 +156,7 @@ type Server struct {
 	dataDir   string
 	removeDir bool
 
-	closing atomic.Bool // set by Close: etcd's shutdown noise goes to debug
+	closing atomic.Bool // set by Leaving or Close: etcd's shutdown noise goes to debug
 
 	closeOnce sync.Once
 	closeErr  error
@@ -334,6 +334,12 @@ func ResolveIPv4(ctx context.Context, host string) (string, error) {
 	}
 	return "", fmt.Errorf("rendezvous: resolve %s: no IPv4 address (got %v)", host, addrs)
 }
+
+// Leaving says that the job the member serves is over: the other members
+// stopping is expected from now on, so etcd's warnings and errors about
+// lost peers and a lost quorum are logged at debug level, as during
+// Close. It does not stop the member.
+func (s *Server) Leaving() { s.closing.Store(true) }
 
 // Endpoints returns the member's client URLs, e.g. http://10.0.0.1:30000.
 func (s *Server) Endpoints() []string { return slices.Clone(s.endpoints) }
