@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -63,9 +64,25 @@ type Spec struct {
 	Role         string   // ROLE_NAME
 	Command      []string // argv of every worker
 	Environ      []string // environment the workers inherit under the contract's variables
-	VisibleGPUs  []string // CUDA_VISIBLE_DEVICES for the workers; nil leaves it as inherited
-	MaxRestarts  int      // TORCHELASTIC_MAX_RESTARTS (the budget itself is the rendezvous's)
-	TermTimeout  time.Duration
+	// WorkerGPUs is, per local rank, the CUDA_VISIBLE_DEVICES of that
+	// worker (torchrun's --virtual-local-rank); nil, or a nil entry,
+	// leaves the inherited value.
+	WorkerGPUs [][]string
+	// VirtualLocalRank gives every worker LOCAL_RANK=0 (torchrun's
+	// --virtual-local-rank).
+	VirtualLocalRank bool
+	// WorkerCPUs is, per local rank, the CPU affinity the worker starts
+	// with (--numa-binding); nil, or a nil entry, inherits gorun's.
+	WorkerCPUs [][]int
+	// Stdin is the workers' standard input, shared by all of them as
+	// under torchrun (gorun's own, so that pdb works in a worker); nil
+	// gives them /dev/null.
+	Stdin       *os.File
+	MaxRestarts int // TORCHELASTIC_MAX_RESTARTS (the budget itself is the rendezvous's)
+	// TermTimeout is the grace between the stop signal and SIGKILL. It is
+	// also how long a worker that succeeded leaves its own background
+	// children (an uploader) to finish before they are killed.
+	TermTimeout time.Duration
 	// Logs says where worker output goes; the agent fills in Host, RunID
 	// and Attempt.
 	Logs workerlog.Config
@@ -132,6 +149,8 @@ func (s *Spec) Validate() error {
 		return fmt.Errorf("elastic: max restarts %d < 0", s.MaxRestarts)
 	case s.ErrorDir == "":
 		return errors.New("elastic: no directory for worker error files")
+	case len(s.WorkerGPUs) > s.LocalWorkers || len(s.WorkerCPUs) > s.LocalWorkers:
+		return fmt.Errorf("elastic: GPUs or CPUs for more than %d local workers", s.LocalWorkers)
 	case s.AwaitTimeout < 0:
 		return fmt.Errorf("elastic: await timeout %s < 0", s.AwaitTimeout)
 	}
@@ -141,6 +160,10 @@ func (s *Spec) Validate() error {
 // Contract is the environment contract of local worker localRank in round r.
 func (s *Spec) Contract(r rendezvous.Round, localRank int) distenv.Worker {
 	rank := r.FirstRank + localRank
+	var gpus []string
+	if localRank < len(s.WorkerGPUs) {
+		gpus = s.WorkerGPUs[localRank]
+	}
 	return distenv.Worker{
 		Rank: rank, LocalRank: localRank,
 		WorldSize: r.WorldSize, LocalWorldSize: s.LocalWorkers,
@@ -148,7 +171,7 @@ func (s *Spec) Contract(r rendezvous.Round, localRank int) distenv.Worker {
 		MasterAddr: r.MasterAddr, MasterPort: r.MasterPort,
 		RestartCount: r.Number, MaxRestarts: s.MaxRestarts, RunID: s.RunID,
 		ErrorFile:   filepath.Join(s.ErrorDir, fmt.Sprintf("attempt_%d", r.Number), fmt.Sprint(rank), "error.json"),
-		VisibleGPUs: s.VisibleGPUs,
+		VisibleGPUs: gpus, VirtualLocalRank: s.VirtualLocalRank,
 	}
 }
 
@@ -176,6 +199,12 @@ type Agent struct {
 	passOn   chan syscall.Signal
 	badEdge  error // the first transition not in the table: a bug, returned by Run
 	observed bool  // spec.Observer was given: workers report progress to it
+
+	// signalled is set once gorun passed a signal to the workers (SIGUSR1
+	// or SIGUSR2, SLURM's warning) or stopped them for one: only then does
+	// a worker's ExitRequeue mean "checkpointed on request, requeue";
+	// before, it is a failure like any other exit status.
+	signalled atomic.Bool
 
 	workerPIDs sync.Map // pid -> struct{}: this round's workers, for the timer server
 	timedOut   sync.Map // pid -> filetimer.Expiry: workers whose watchdog timer expired
@@ -307,6 +336,7 @@ func (a *Agent) handleSignals(ctx context.Context, cancel context.CancelCauseFun
 				}
 			case !stopped:
 				stopped = true
+				a.signalled.Store(true)
 				cancel(stopSignal{s})
 			default:
 				a.log.Warn().Str("signal", unix.SignalName(s)).Msg("second stop signal: SIGKILL")
@@ -478,7 +508,10 @@ func (a *Agent) closed(end rendezvous.End, r rendezvous.Round) Outcome {
 
 // ExitRequeue is the exit status (EX_TEMPFAIL) of a worker that saved a
 // checkpoint on request (SIGUSR1/SIGUSR2, SLURM's --signal warning) and
-// stopped so the job can be requeued; gorun then exits with it too.
+// stopped so the job can be requeued; gorun then exits with it too. It
+// means that only after gorun passed such a signal (or a stop signal) to
+// the workers: a worker that exits 75 unasked has failed, as under
+// torchrun.
 const ExitRequeue = 75
 
 func isStopSignal(s syscall.Signal) bool {

@@ -1,11 +1,13 @@
 package elastic
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -42,7 +44,7 @@ func TestMain(m *testing.M) {
 //	fail:RANK:CODE      rank RANK prints to stderr and exits CODE; others wait for SIGTERM
 //	signal:RANK         rank RANK dies of SIGKILL; others wait for SIGTERM
 //	errorfile:RANK      rank RANK writes a torchrun error file and exits 1
-//	flaky:N             while TORCHELASTIC_RESTART_COUNT < N rank 0 exits 5, others wait for SIGTERM
+//	flaky:N[:CODE]      while TORCHELASTIC_RESTART_COUNT < N rank 0 exits CODE (default 5), others wait for SIGTERM
 //	wait                wait for SIGTERM, exit 0 on it
 //	stubborn            ignore SIGTERM, sleep
 //	usr1                exit 0 on SIGUSR1
@@ -97,9 +99,22 @@ func runRole(role string) int {
 			waitFor(syscall.SIGTERM)
 			return 0
 		}
+		if arg2 != 0 {
+			return arg2
+		}
 		return 5
 	case "wait":
 		waitFor(syscall.SIGTERM)
+		return 0
+	case "stdin": // prints the first line of its stdin
+		line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+		fmt.Printf("got %s", line)
+		return 0
+	case "background": // leaves a child that touches $BG_FILE after a while, and succeeds
+		cmd := exec.Command("/bin/sh", "-c", `sleep 0.2; touch "$BG_FILE"`)
+		if err := cmd.Start(); err != nil {
+			return 3
+		}
 		return 0
 	case "stubborn": // ignores every stop signal the agent forwards
 		signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
@@ -208,6 +223,9 @@ func TestAgentOutcomes(t *testing.T) {
 		{name: "error file", role: "errorfile:0", exit: 1, rank: 0, errorHas: "RuntimeError: out of patience"},
 		{name: "restarts until it works", role: "flaky:2", restarts: 3, exit: 0, rank: -1, used: 2},
 		{name: "restart budget spent", role: "flaky:9", restarts: 2, exit: 5, rank: 0, used: 2},
+		// 75 means "checkpointed, requeue" only after gorun passed a signal on.
+		{name: "unasked exit 75 restarts", role: "flaky:1:75", restarts: 1, exit: 0, rank: -1, used: 1},
+		{name: "unasked exit 75 fails", role: "flaky:9:75", restarts: 0, exit: 75, rank: 0, used: 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -239,6 +257,31 @@ func TestAgentOutputIsPrefixed(t *testing.T) {
 	require.Equal(t, 0, out.ExitCode)
 	require.Contains(t, h.stdout.String(), "[box:0] rank 0 of 2 started\n")
 	require.Contains(t, h.stdout.String(), "[box:1] rank 1 of 2 started\n")
+}
+
+// Workers share the stdin they are given, as torchrun's share the agent's.
+func TestAgentStdin(t *testing.T) {
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	_, err = w.WriteString("hello\n")
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	h := newHarness(t, "stdin", 1)
+	h.spec.Stdin = r
+	out, _ := h.run(t)
+	require.Equal(t, 0, out.ExitCode)
+	require.Contains(t, h.stdout.String(), "[box:0] got hello\n")
+}
+
+// A successful worker's background child is left TermTimeout to finish.
+func TestAgentSuccessLeavesChildrenTime(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "uploaded")
+	h := newHarness(t, "background", 1)
+	h.spec.Environ = append(h.spec.Environ, "BG_FILE="+file)
+	out, _ := h.run(t)
+	require.Equal(t, 0, out.ExitCode)
+	require.FileExists(t, file)
 }
 
 func TestAgentStopSignal(t *testing.T) {
@@ -306,7 +349,7 @@ func TestAgentWritesLogFiles(t *testing.T) {
 }
 
 func TestContract(t *testing.T) {
-	s := Spec{RunID: "r", LocalWorkers: 4, Role: "trainer", MaxRestarts: 3, ErrorDir: "/e", VisibleGPUs: []string{"0", "1", "2", "3"}}
+	s := Spec{RunID: "r", LocalWorkers: 4, Role: "trainer", MaxRestarts: 3, ErrorDir: "/e", WorkerGPUs: [][]string{nil, {"1"}}}
 	w := s.Contract(rendezvous.Round{Number: 2, NodeRank: 2, NumNodes: 3, FirstRank: 8, WorldSize: 12, MasterAddr: "m", MasterPort: 9}, 1)
 	require.Equal(t, 9, w.Rank)
 	require.Equal(t, 12, w.WorldSize)
@@ -315,7 +358,9 @@ func TestContract(t *testing.T) {
 	require.Equal(t, 3, w.GroupWorldSize)
 	require.Equal(t, 2, w.RestartCount)
 	require.Equal(t, "/e/attempt_2/9/error.json", w.ErrorFile)
+	require.Equal(t, []string{"1"}, w.VisibleGPUs)
 	require.NoError(t, w.Validate())
+	require.Nil(t, s.Contract(rendezvous.Round{WorldSize: 4, NumNodes: 1}, 3).VisibleGPUs, "no entry: inherited")
 }
 
 func TestReadErrorFile(t *testing.T) {

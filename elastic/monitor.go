@@ -178,7 +178,7 @@ func (m *roundMonitor) onExit(i int) *roundResult {
 		m.a.log.Info().Int("rank", w.contract.Rank).Msg("worker succeeded")
 		return nil
 	}
-	if m.requeue != nil || (res.Signal == 0 && res.ExitCode == ExitRequeue) {
+	if m.requeue != nil || (res.Signal == 0 && res.ExitCode == ExitRequeue && m.a.signalled.Load()) {
 		// The workers agreed on a checkpoint and stop one by one; the rest
 		// get TermTimeout to follow.
 		if m.requeue == nil {
@@ -225,7 +225,7 @@ func (m *roundMonitor) onRoundEnd(end rendezvous.End, ok bool) *roundResult {
 	}
 	m.a.transition(StateStopping, "reason", end.Reason)
 	failures := m.stopAll(syscall.SIGTERM)
-	if m.requeue != nil || slices.ContainsFunc(failures, isRequeue) {
+	if m.requeue != nil || (m.a.signalled.Load() && slices.ContainsFunc(failures, isRequeue)) {
 		// The workers were stopping to be requeued (SLURM's --signal) when
 		// the round ended: most likely a node whose workers stopped first
 		// left. The job is to be requeued, not re-formed without it.
@@ -328,8 +328,9 @@ func (m *roundMonitor) onResumed(r resumption) {
 	}
 }
 
-// isRequeue says whether f is a worker that checkpointed on request and
-// stopped (ExitRequeue), not a failure.
+// isRequeue says whether f is a worker that exited with ExitRequeue: after
+// gorun passed a signal on to the workers (Agent.signalled), one that
+// checkpointed on request and stopped, not a failure.
 func isRequeue(f rendezvous.Failure) bool { return f.Signal == "" && f.ExitCode == ExitRequeue }
 
 // onStall: worker i sent no heartbeat for HeartbeatTimeout. A hung worker
@@ -403,6 +404,7 @@ func (m *roundMonitor) onVerdict(blame bool) {
 // onPassOn: SIGUSR1/SIGUSR2 go to every worker, which keep running.
 func (m *roundMonitor) onPassOn(s syscall.Signal) {
 	m.a.log.Info().Str("signal", unix.SignalName(s)).Msg("passing signal on to workers")
+	m.a.signalled.Store(true)
 	for _, w := range m.workers {
 		_ = w.process.Signal(s)
 	}

@@ -161,6 +161,10 @@ func (a *Agent) startWorkers(sink *workerlog.Sink, r rendezvous.Round) ([]*worke
 		spec := proc.Spec{
 			Path: a.spec.Command[0], Args: a.spec.Command[1:], Env: c.Environ(a.spec.Environ),
 			Stdout: logs.Stdout(), Stderr: logs.Stderr(), Guard: a.spec.Guard,
+			Stdin: a.spec.Stdin, Linger: a.spec.TermTimeout,
+		}
+		if local < len(a.spec.WorkerCPUs) {
+			spec.CPUs = a.spec.WorkerCPUs[local]
 		}
 		var beat *heartbeat.Pipe
 		if a.wantsHeartbeats() {

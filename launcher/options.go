@@ -34,6 +34,8 @@ type Options struct {
 	LocalAddr        string        // address other nodes reach this node at; "" is the node name
 	JobSecretFile    string        // file holding the job secret (else GORUN_JOB_SECRET; see resolveSecret)
 	MetricsAddr      string        // HOST:PORT the agent serves Prometheus /metrics on; "": none
+	NumaBinding      string        // torchrun --numa-binding: node | socket | exclusive | core-complex; "": none
+	VirtualLocalRank bool          // torchrun --virtual-local-rank: LOCAL_RANK=0, one GPU per worker
 	Entrypoint       string
 	Args             []string
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gorun/gorun/internal/distenv"
 	"github.com/gorun/gorun/internal/jobsecret"
+	"github.com/gorun/gorun/internal/proc"
 	"github.com/gorun/gorun/internal/workerlog"
 	"github.com/gorun/gorun/slurm"
 	"github.com/gorun/gorun/trainer/config"
@@ -46,6 +47,13 @@ type Host struct {
 	// which node hosts a c10d --rdzv-endpoint.
 	LookupIP   func(string) ([]net.IP, error)
 	IfaceAddrs func() ([]net.Addr, error)
+	// Machine is where the hardware is read: /dev/nvidia* files, and for
+	// --numa-binding the GPUs' and CPUs' places in sysfs.
+	Machine Machine
+	// TaskCPUs returns the CPUs this process may run on
+	// (sched_getaffinity: SLURM's cpuset), within which --numa-binding
+	// places workers.
+	TaskCPUs func() ([]int, error)
 }
 
 // LocalHost is the Host of this process.
@@ -66,6 +74,8 @@ func LocalHost() Host {
 		NewRunID:   randomRunID,
 		LookupIP:   net.LookupIP,
 		IfaceAddrs: net.InterfaceAddrs,
+		Machine:    LocalMachine(),
+		TaskCPUs:   func() ([]int, error) { return proc.CPUsOf(0) },
 	}
 }
 
@@ -104,7 +114,18 @@ type Launch struct {
 	ShowRanks    []int             `json:"local_ranks_filter,omitempty"`
 	GPUs         []string          `json:"gpus,omitempty"`
 	GPUSource    string            `json:"gpu_source,omitempty"`
-	SLURM        *slurm.Job        `json:"slurm,omitempty"`
+	// VirtualLocalRank (torchrun's --virtual-local-rank): every worker
+	// gets LOCAL_RANK=0 and WorkerGPUs[local rank] as its only GPU.
+	VirtualLocalRank bool       `json:"virtual_local_rank,omitempty"`
+	WorkerGPUs       [][]string `json:"-"` // in Workers' visible_gpus
+	// NumaBinding is torchrun's --numa-binding mode; WorkerCPUs the CPU
+	// affinity of each local worker it gives.
+	NumaBinding string  `json:"numa_binding,omitempty"`
+	WorkerCPUs  [][]int `json:"worker_cpus,omitempty"`
+	// PrefixTemplate is TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE when set:
+	// the console prefix of worker lines ("" none); nil: "[host:rank] ".
+	PrefixTemplate *string    `json:"log_line_prefix_template,omitempty"`
+	SLURM          *slurm.Job `json:"slurm,omitempty"`
 	// Workers are this node's workers for the first attempt; later
 	// attempts differ only in restart count and error file.
 	Workers []distenv.Worker `json:"workers"`
@@ -123,6 +144,8 @@ type Launch struct {
 	// or joining) instead of restarting them: train.toml entrypoints (the
 	// embedded trainer speaks the heartbeat channel), never scripts.
 	InPlace bool `json:"in_place"`
+	// gpuDevices are the machine devices of the GPUs (see gpuSet.Devices).
+	gpuDevices []string
 }
 
 // Duration prints as "30s" in JSON.
@@ -188,6 +211,12 @@ func Resolve(opts Options, host Host) (*Launch, error) {
 	}
 	if err := l.resolveNProc(opts, host); err != nil {
 		return nil, err
+	}
+	if err := l.resolvePlacement(opts, host); err != nil {
+		return nil, err
+	}
+	if t, set := host.Lookup(workerlog.PrefixTemplateEnv); set {
+		l.PrefixTemplate = &t
 	}
 	if l.Command, err = command(opts, host); err != nil {
 		return nil, err
@@ -343,8 +372,8 @@ func embeddedTrainer(opts Options) bool {
 }
 
 func (l *Launch) resolveNProc(opts Options, host Host) error {
-	gpus := findGPUs(host.Lookup, host.Glob)
-	l.GPUs, l.GPUSource = gpus.IDs, gpus.Source
+	gpus := findGPUs(host.Lookup, orDefault(host.Machine.DevRoot, "/dev"), host.Glob)
+	l.GPUs, l.GPUSource, l.gpuDevices = gpus.IDs, gpus.Source, gpus.Devices
 	if gpus.Inherited {
 		l.GPUSource += " (CUDA_VISIBLE_DEVICES inherited)"
 	}
@@ -362,7 +391,7 @@ func (l *Launch) resolveNProc(opts Options, host Host) error {
 		}
 	case "gpu":
 		if len(gpus.IDs) == 0 {
-			return usagef("--nproc-per-node=gpu: no GPUs found (SLURM_STEP_GPUS, SLURM_GPUS_ON_NODE, CUDA_VISIBLE_DEVICES, /dev/nvidia*); give a number")
+			return usagef("--nproc-per-node=gpu: no GPUs found (CUDA_VISIBLE_DEVICES, SLURM_STEP_GPUS, SLURM_GPUS_ON_NODE, /dev/nvidia*); give a number")
 		}
 		l.NProcPerNode, l.NProcSource = len(gpus.IDs), "GPUs from "+gpus.Source
 	case "cpu":
@@ -380,11 +409,9 @@ func (l *Launch) resolveNProc(opts Options, host Host) error {
 	return nil
 }
 
-func (l *Launch) gpusInherited() bool { return strings.HasSuffix(l.GPUSource, "inherited)") }
-
 // command builds the worker argv: a .toml entrypoint is the embedded
 // trainer (this binary's `worker` command), a .py entrypoint runs with
-// $PYTHON (or python3) -u, anything else, or anything under --no-python,
+// $PYTHON_EXEC (torchrun's), else $PYTHON, else python3, with -u, anything else, or anything under --no-python,
 // runs as a program.
 func command(opts Options, host Host) ([]string, error) {
 	if opts.Entrypoint == "" {
@@ -404,11 +431,18 @@ func command(opts Options, host Host) ([]string, error) {
 		if _, err := host.Stat(opts.Entrypoint); err != nil {
 			return nil, usagef("script %s: %v", opts.Entrypoint, unwrapPathError(err))
 		}
-		pyName, _ := host.Lookup("PYTHON")
+		// torchrun's PYTHON_EXEC first, then gorun's PYTHON.
+		pyVar, pyName := "PYTHON_EXEC", ""
+		for _, v := range []string{"PYTHON_EXEC", "PYTHON"} {
+			if s, _ := host.Lookup(v); s != "" {
+				pyVar, pyName = v, s
+				break
+			}
+		}
 		pyName = orDefault(pyName, "python3")
 		python, err := host.LookPath(pyName)
 		if err != nil {
-			return nil, usagef("python interpreter %q not found (set PYTHON to the interpreter that has torch): %v", pyName, errors.Unwrap(err))
+			return nil, usagef("python interpreter %q not found (set %s to the interpreter that has torch): %v", pyName, pyVar, errors.Unwrap(err))
 		}
 		return append([]string{python, "-u", opts.Entrypoint}, opts.Args...), nil
 	}

@@ -248,7 +248,7 @@ func TestResolve(t *testing.T) {
 			map[string]string{"SLURM_STEP_GPUS": "2,3", "SLURM_JOB_ID": "1", "SLURM_STEP_ID": "0", "SLURM_NODELIST": "a", "SLURM_NNODES": "1", "SLURM_NODEID": "0"},
 			nil, func(t *testing.T, l *Launch) {
 				require.Equal(t, 2, l.NProcPerNode)
-				require.Equal(t, []string{"2", "3"}, l.Workers[1].VisibleGPUs, "every worker sees the node's GPUs, so cuda:LOCAL_RANK is its own")
+				require.Nil(t, l.Workers[1].VisibleGPUs, "gorun never invents CUDA_VISIBLE_DEVICES: SLURM's own (or its cgroup) is the truth")
 			}},
 		{"auto keeps an inherited CUDA_VISIBLE_DEVICES", opts(func(o *Options) { o.NProcPerNode = "auto" }),
 			map[string]string{"CUDA_VISIBLE_DEVICES": "0,1,2"}, nil, func(t *testing.T, l *Launch) {

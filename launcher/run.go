@@ -60,9 +60,15 @@ const retainTimeout = 5 * time.Second
 // stop must stay prompt, and the other nodes are most likely stopping too.
 const lingerWhenStopped = 3 * time.Second
 
+// ompWarning is torchrun's, when it sets OMP_NUM_THREADS=1 for workers
+// that share a node.
+const ompWarning = "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, " +
+	"to avoid your system being overloaded, please further tune the variable for optimal performance in your application as needed."
+
 // Runtime is what running a Launch needs from the process around it.
 type Runtime struct {
 	Stdout, Stderr io.Writer        // gorun's console
+	Stdin          *os.File         // shared by the workers, as torchrun's share its stdin; nil: /dev/null
 	Signals        <-chan os.Signal // signals gorun caught
 	// GuardCommand starts the guard process that kills the workers if
 	// gorun dies without stopping them (proc.RunGuard); nil: no guard.
@@ -87,14 +93,13 @@ func (l *Launch) AgentSpec(rt Runtime, errorDir string) elastic.Spec {
 		RunID: l.RunID, Host: l.Host, LocalWorkers: l.NProcPerNode, Role: l.Role,
 		Command: l.Command, Environ: l.Environ, MaxRestarts: l.MaxRestarts,
 		TermTimeout: l.TermTimeout.Std(), HeartbeatTimeout: l.Heartbeat.Std(), ErrorDir: errorDir, Report: rt.Stderr,
-		Signals: rt.Signals, Log: rt.Log,
+		Signals: rt.Signals, Log: rt.Log, Stdin: rt.Stdin,
+		WorkerGPUs: l.WorkerGPUs, VirtualLocalRank: l.VirtualLocalRank, WorkerCPUs: l.WorkerCPUs,
 		Logs: workerlog.Config{
 			Dir: l.LogDir, Redirects: l.Redirects, Tee: l.Tee, LocalRanksFilter: l.ShowRanks,
 			Stdout: rt.Stdout, Stderr: rt.Stderr, TailLines: 20,
+			Role: l.Role, PrefixTemplate: l.PrefixTemplate, FlushAfter: workerlog.DefaultFlushAfter,
 		},
-	}
-	if !l.gpusInherited() {
-		spec.VisibleGPUs = l.GPUs
 	}
 	// Every worker of a train.toml job gets the heartbeat channel
 	// (Spec.InPlace implies it). A worker waits for its next round at
@@ -129,6 +134,9 @@ func Run(ctx context.Context, l *Launch, rt Runtime) (elastic.Outcome, error) {
 		errorDir = tmp
 	}
 	spec := l.AgentSpec(rt, errorDir)
+	if _, set := lookupEnv(l.Environ, "OMP_NUM_THREADS"); !set && l.NProcPerNode > 1 {
+		rt.Log.Warn().Str("component", "launcher").Msg(ompWarning)
+	}
 	if l.MetricsAddr != "" {
 		stop, err := serveMetrics(l, rt.Log, &spec)
 		if err != nil {

@@ -74,7 +74,9 @@ func launchFlags() []cli.Flag {
 		stringFlag(catWorkers, "role", "default", "ROLE_NAME of the workers"),
 		intFlag(catWorkers, "max-restarts", 0, "restarts after worker failures before the job fails, counted across all nodes (node losses have their own budget: --rdzv-conf max_membership_changes)"),
 		durationFlag(catWorkers, "monitor-interval", 100*time.Millisecond, "accepted for torchrun compatibility: gorun sees a worker exit at once, without polling"),
-		durationFlag(catWorkers, "term-timeout", 30*time.Second, "grace between the stop signal and SIGKILL"),
+		durationFlag(catWorkers, "term-timeout", 30*time.Second, "grace between the stop signal and SIGKILL; also how long a successful worker's background children may run on before they are killed"),
+		stringFlag(catWorkers, "numa-binding", "", "bind each worker to CPUs near its GPU, as torchrun: node, socket, exclusive or core-complex (CPU workers: exclusive, a disjoint share of this task's CPUs each)"),
+		boolFlag(catWorkers, "virtual-local-rank", "as torchrun: LOCAL_RANK=0 for every worker, each seeing only its own GPU in CUDA_VISIBLE_DEVICES"),
 		durationFlag(catWorkers, "heartbeat-timeout", 0, "a worker that reported progress (the embedded trainer does, each step) and then none for this long is hung: stack dump (SIGQUIT), kill, restart; 0: off"),
 
 		stringFlag(catNodes, "nnodes", "", "number of nodes N, or MIN:MAX for an elastic job (default: SLURM's, or 1)"),
@@ -170,6 +172,7 @@ func options(c *cli.Context) launcher.Options {
 		NoPython: c.Bool("no-python"), TermTimeout: c.Duration("term-timeout"), NodeName: c.String("node-name"),
 		LocalAddr: c.String("local-addr"), HeartbeatTimeout: c.Duration("heartbeat-timeout"),
 		JobSecretFile: c.String("job-secret-file"), MetricsAddr: c.String("metrics-addr"),
+		NumaBinding: c.String("numa-binding"), VirtualLocalRank: c.Bool("virtual-local-rank"),
 	}
 	if len(args) > 0 {
 		opts.Entrypoint, opts.Args = args[0], args[1:]
@@ -212,7 +215,7 @@ func runAction(c *cli.Context) error {
 	if l.Unauthenticated() {
 		log.Warn().Str("component", "launcher").Msg(launcher.UnauthenticatedWarning)
 	}
-	rt := launcher.Runtime{Stdout: c.App.Writer, Stderr: c.App.ErrWriter, Signals: signals, Log: log}
+	rt := launcher.Runtime{Stdout: c.App.Writer, Stderr: c.App.ErrWriter, Stdin: os.Stdin, Signals: signals, Log: log}
 	if self, err := os.Executable(); err == nil {
 		rt.GuardCommand = []string{self, guardCommand}
 	} else {

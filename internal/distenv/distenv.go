@@ -25,10 +25,13 @@ type Worker struct {
 	MaxRestarts    int    `json:"max_restarts"`     // TORCHELASTIC_MAX_RESTARTS
 	RunID          string `json:"run_id"`           // TORCHELASTIC_RUN_ID
 	ErrorFile      string `json:"error_file"`       // TORCHELASTIC_ERROR_FILE: where the worker may write its error as JSON
-	// VisibleGPUs is CUDA_VISIBLE_DEVICES: every GPU of this node, in
-	// order, so that the common `cuda:LOCAL_RANK` picks this worker's own
-	// GPU. Empty when no GPUs are known: the variable is then left as is.
+	// VisibleGPUs is CUDA_VISIBLE_DEVICES, set only where gorun was asked
+	// to narrow it (torchrun's --virtual-local-rank: one GPU per worker).
+	// Empty leaves the inherited value as it is: gorun never derives it.
 	VisibleGPUs []string `json:"visible_gpus,omitempty"`
+	// VirtualLocalRank is torchrun's --virtual-local-rank: LOCAL_RANK is
+	// 0 for every worker, each of which sees only its own GPU.
+	VirtualLocalRank bool `json:"virtual_local_rank,omitempty"`
 }
 
 // Validate reports the first inconsistency in w, so a bad plan never
@@ -50,8 +53,9 @@ func (w Worker) Validate() error {
 }
 
 // Vars returns the contract's variables, sorted by name. Variables that
-// only take a default (OMP_NUM_THREADS, TORCH_NCCL_ASYNC_ERROR_HANDLING,
-// PYTHONUNBUFFERED) are included only when lookup does not find them.
+// only take a default (TORCH_NCCL_ASYNC_ERROR_HANDLING, PYTHONUNBUFFERED,
+// and OMP_NUM_THREADS with more than one worker on the node, torchrun's
+// rule) are included only when lookup does not find them.
 func (w Worker) Vars(lookup func(string) (string, bool)) map[string]string {
 	v := map[string]string{
 		"RANK":                         strconv.Itoa(w.Rank),
@@ -71,15 +75,22 @@ func (w Worker) Vars(lookup func(string) (string, bool)) map[string]string {
 		"TORCHELASTIC_USE_AGENT_STORE": "False",
 		"TORCHELASTIC_ERROR_FILE":      w.ErrorFile,
 	}
+	if w.VirtualLocalRank {
+		v["LOCAL_RANK"] = "0"
+	}
 	if len(w.VisibleGPUs) > 0 {
 		v["CUDA_VISIBLE_DEVICES"] = strings.Join(w.VisibleGPUs, ",")
 	}
 	defaults := map[string]string{
-		"OMP_NUM_THREADS":                 "1",
 		"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
 		// Workers' output is read line by line through pipes; an
 		// unbuffered Python shows each line when it is printed.
 		"PYTHONUNBUFFERED": "1",
+	}
+	if w.LocalWorldSize > 1 {
+		// torchrun's rule: one thread per worker unless the user said
+		// otherwise, and only when workers share the node.
+		defaults["OMP_NUM_THREADS"] = "1"
 	}
 	for k, def := range defaults {
 		if _, set := lookup(k); !set {

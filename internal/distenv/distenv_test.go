@@ -103,3 +103,38 @@ func TestFromEnvErrors(t *testing.T) {
 	_, err = FromEnv(envLookup(append(drop("RANK"), "RANK=x")))
 	require.ErrorContains(t, err, `RANK="x" is not an integer`)
 }
+
+// torchrun sets OMP_NUM_THREADS=1 only when several workers share the
+// node and the user did not set it.
+func TestOMPNumThreads(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		local    int
+		base     []string
+		want     string
+		wantSeen bool
+	}{
+		{"several workers", 2, nil, "1", true},
+		{"one worker", 1, nil, "", false},
+		{"user's value kept", 4, []string{"OMP_NUM_THREADS=8"}, "8", true},
+		{"user's value with one worker", 1, []string{"OMP_NUM_THREADS=8"}, "8", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := sample()
+			w.LocalRank, w.LocalWorldSize = 0, tt.local
+			v, ok := envLookup(w.Environ(tt.base))("OMP_NUM_THREADS")
+			require.Equal(t, tt.wantSeen, ok)
+			require.Equal(t, tt.want, v)
+		})
+	}
+}
+
+func TestVirtualLocalRank(t *testing.T) {
+	w := sample()
+	w.VirtualLocalRank, w.VisibleGPUs = true, []string{"GPU-abc"}
+	look := envLookup(w.Environ([]string{"CUDA_VISIBLE_DEVICES=0,1"}))
+	v, _ := look("LOCAL_RANK")
+	require.Equal(t, "0", v)
+	v, _ = look("CUDA_VISIBLE_DEVICES")
+	require.Equal(t, "GPU-abc", v)
+}

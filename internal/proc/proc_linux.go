@@ -45,13 +45,31 @@ type Spec struct {
 	// the leader has ended and the group was killed, so that the group
 	// dies even if gorun is killed with SIGKILL.
 	Guard *Guard
+	// Stdin is the process's standard input, shared with whoever else
+	// holds it (torchrun's workers inherit the agent's, so that pdb works);
+	// nil gives /dev/null. The process runs in a session of its own, so
+	// reading a terminal does not stop it (SIGTTIN) as it would a
+	// background process group.
+	Stdin *os.File
+	// Linger is how long the rest of the process group may run on its own
+	// after the leader exited with status 0 (a successful worker's
+	// background children, such as uploaders): the group is killed with
+	// SIGKILL once it is empty of other processes, or Linger later,
+	// whichever is first. Meanwhile the process is not Done, and Signal and
+	// Stop reach the whole group. 0 kills the group as soon as the leader
+	// ends, as after a failure.
+	Linger time.Duration
+	// CPUs, when not empty, is the CPU affinity the process starts with
+	// (sched_setaffinity); the CPUs must be ones gorun may use. Empty
+	// inherits gorun's.
+	CPUs []int
 }
 
 // Process is a started process, the leader of its own process group. Its methods are safe for
 // concurrent use.
 //
-// Every member of the group is killed with SIGKILL as soon as the leader ends, for whatever reason,
-// and before the leader is reaped, so that no process of a worker outlives it and the group ID is
+// Every member of the group is killed with SIGKILL as soon as the leader ends (after Spec.Linger,
+// for a leader that exited with status 0), and before the leader is reaped, so that no process of a worker outlives it and the group ID is
 // never reused while it may still be signalled. Descendants that leave the group (setsid, setpgid)
 // escape this, and so does the rest of the group if gorun itself is killed with SIGKILL: only the
 // leader gets the parent-death signal.
@@ -88,12 +106,19 @@ func Start(spec Spec) (*Process, error) {
 	if spec.Stderr != nil {
 		cmd.Stderr = spec.Stderr
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if spec.Stdin != nil {
+		cmd.Stdin = spec.Stdin
+	}
+	if spec.Linger < 0 {
+		return nil, fmt.Errorf("proc: start %s: negative linger %s", spec.Path, spec.Linger)
+	}
+	// A new session is also a new process group, whose ID is the PID.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = outputWaitDelay
 
 	p := &Process{done: make(chan struct{})}
 	started := make(chan error, 1)
-	go p.run(cmd, spec.Guard, started)
+	go p.run(cmd, spec, started)
 	if err := <-started; err != nil {
 		return nil, fmt.Errorf("proc: start %s: %w", spec.Path, err)
 	}
@@ -102,11 +127,15 @@ func Start(spec Spec) (*Process, error) {
 
 // run starts cmd, reports the start on started, then waits for the process, kills what is left of
 // its group and reaps it, all on one locked OS thread.
-func (p *Process) run(cmd *exec.Cmd, guard *Guard, started chan<- error) {
+func (p *Process) run(cmd *exec.Cmd, spec Spec, started chan<- error) {
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-
-	if err := cmd.Start(); err != nil {
+	dirty, err := startWithCPUs(cmd, spec.CPUs)
+	if !dirty {
+		// Else the goroutine ends locked, and its thread with it.
+		defer runtime.UnlockOSThread()
+	}
+	guard := spec.Guard
+	if err != nil {
 		started <- err
 		return
 	}
@@ -117,8 +146,12 @@ func (p *Process) run(cmd *exec.Cmd, guard *Guard, started chan<- error) {
 
 	// Wait for the leader to end without reaping it: while it is a zombie its PID, which is also
 	// the group ID, cannot be reused, so killing the group cannot hit a stranger.
-	waitErr := waitExited(p.pid)
+	var info unix.Siginfo
+	waitErr := waitExited(p.pid, &info)
 	ended := time.Now()
+	if waitErr == nil && spec.Linger > 0 && exitedZero(&info) {
+		lingerGroup(p.pid, spec.Linger)
+	}
 	p.mu.Lock()
 	p.exited = true
 	if waitErr == nil {
@@ -128,7 +161,7 @@ func (p *Process) run(cmd *exec.Cmd, guard *Guard, started chan<- error) {
 	p.mu.Unlock()
 	guard.Forget(p.pid)
 
-	err := cmd.Wait()
+	err = cmd.Wait()
 	r := Result{PID: p.pid, Started: p.started, Ended: ended, ExitCode: -1}
 	if ps := cmd.ProcessState; ps != nil {
 		if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
@@ -145,11 +178,10 @@ func (p *Process) run(cmd *exec.Cmd, guard *Guard, started chan<- error) {
 	close(p.done)
 }
 
-// waitExited blocks until process pid has ended, leaving it unreaped.
-func waitExited(pid int) error {
+// waitExited blocks until process pid has ended, leaving it unreaped; info tells how.
+func waitExited(pid int, info *unix.Siginfo) error {
 	for {
-		var info unix.Siginfo
-		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		err := unix.Waitid(unix.P_PID, pid, info, unix.WEXITED|unix.WNOWAIT, nil)
 		if !errors.Is(err, unix.EINTR) {
 			return err
 		}

@@ -1,11 +1,13 @@
 package proc_test
 
 import (
+	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 	"unsafe"
@@ -68,6 +70,20 @@ func runRole(role string) int {
 		return 0
 	case "fork":
 		return forkGrandchild(arg)
+	case "read-stdin":
+		line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+		fmt.Printf("got:%s|sid=%v\n", strings.TrimSuffix(line, "\n"), unix.Getpid() == getsid())
+		return 0
+	case "await-file":
+		// Works until the test creates FILE.go, then leaves FILE.done.
+		path := os.Getenv(fileEnv)
+		for end := time.Now().Add(roleLifetime); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(path + ".go"); err == nil {
+				_ = os.WriteFile(path+".done", nil, 0o644)
+				return 0
+			}
+		}
+		return 99
 	case "parent":
 		p, err := proc.Start(proc.Spec{Path: self(), Env: roleEnviron("sleep", "", "")})
 		if err != nil {
@@ -123,6 +139,9 @@ func dieOfSignal(sig syscall.Signal) {
 func forkGrandchild(mode string) int {
 	cmd := exec.Command(self())
 	cmd.Env = roleEnviron("sleep", "", "")
+	if mode == "await" {
+		cmd.Env = roleEnviron("await-file", "", os.Getenv(fileEnv))
+	}
 	if mode == "setsid" {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 		cmd.Stdout = os.Stdout
@@ -165,4 +184,10 @@ func self() string {
 func roleEnviron(role, arg, file string) []string {
 	return append(os.Environ(), roleEnv+"="+role, argEnv+"="+arg, fileEnv+"="+file,
 		"GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
+}
+
+// getsid is the session of this process.
+func getsid() int {
+	sid, _ := unix.Getsid(0)
+	return sid
 }

@@ -10,7 +10,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
+
+// DefaultFlushAfter is how long gorun lets a worker's unfinished line (text
+// not yet ended by a newline or a carriage return) wait before it shows it.
+const DefaultFlushAfter = 100 * time.Millisecond
 
 // DefaultTailLines is how many lines of stderr a Worker keeps when Config.TailLines is 0.
 const DefaultTailLines = 20
@@ -19,6 +24,20 @@ const DefaultTailLines = 20
 type Config struct {
 	// Host names this node in console prefixes, "[host:rank] ". Required.
 	Host string
+	// Role is the workers' role name, for ${role_name} in PrefixTemplate.
+	Role string
+	// PrefixTemplate, when not nil, makes the console prefix of each line:
+	// torchrun's TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, expanded by
+	// ExpandPrefix ("" shows lines without a prefix). Nil is gorun's
+	// "[host:rank] ".
+	PrefixTemplate *string
+	// FlushAfter is how long a worker's unfinished line waits before the
+	// console shows what there is of it; the rest of the line follows on the
+	// same console line when no other worker wrote in between, else on a
+	// new one with the prefix. 0 holds it until its newline or carriage
+	// return (or 64 KiB). Lines ended by a carriage return (progress bars)
+	// are shown at once, each with the prefix.
+	FlushAfter time.Duration
 	// RunID and Attempt name the attempt's log directory, Dir/RunID/attempt_<Attempt>. RunID must
 	// be a single path element when Dir is set; Attempt must not be negative.
 	RunID   string
@@ -51,6 +70,9 @@ type Config struct {
 func (c Config) Validate() error {
 	if c.Host == "" {
 		return errors.New("workerlog: Config.Host is empty")
+	}
+	if c.FlushAfter < 0 {
+		return fmt.Errorf("workerlog: Config.FlushAfter is negative (%s)", c.FlushAfter)
 	}
 	if c.Attempt < 0 {
 		return fmt.Errorf("workerlog: Config.Attempt is negative (%d)", c.Attempt)
@@ -141,8 +163,8 @@ func (s *Sink) Worker(rank, localRank int) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{
-		stdout: &stream{},
-		stderr: &stream{tail: newRing(s.tailLines)},
+		stdout: &stream{flushAfter: s.cfg.FlushAfter},
+		stderr: &stream{tail: newRing(s.tailLines), flushAfter: s.cfg.FlushAfter},
 	}
 	w.stdout.enter(pl.prefix, pl.stdoutConsole, pl.stdoutFile)
 	w.stderr.enter(pl.prefix, pl.stderrConsole, pl.stderrFile)
@@ -169,6 +191,11 @@ func (s *Sink) place(rank, localRank int) (place, error) {
 		return place{}, fmt.Errorf("workerlog: rank %d already has a Worker", rank)
 	}
 	pl := place{prefix: "[" + s.cfg.Host + ":" + strconv.Itoa(rank) + "] "}
+	if s.cfg.PrefixTemplate != nil {
+		pl.prefix = ExpandPrefix(*s.cfg.PrefixTemplate, PrefixVars{
+			Rank: rank, LocalRank: localRank, RoleName: s.cfg.Role, Hostname: s.cfg.Host,
+		})
+	}
 	if s.onConsole(localRank, Stdout) {
 		pl.stdoutConsole = s.stdout
 	}

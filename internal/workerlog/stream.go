@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"time"
 	"unicode/utf8"
 )
 
@@ -16,27 +17,94 @@ const maxLine = 64 << 10
 type console struct {
 	mu sync.Mutex
 	w  io.Writer
+	// owner is the stream whose line is still open on the console (no
+	// newline after it yet), nil when the console is at the start of a
+	// line; midline says whether owner's text is partly written (true)
+	// or was ended with a carriage return (false).
+	owner   *stream
+	midline bool
+	buf     []byte
 }
 
-// write writes one whole line in one Write call.
-func (c *console) write(line []byte) error {
+// emit writes one segment of s's output in one Write call: text, then
+// end ('\n', '\r', or 0 for a partial segment whose line goes on). A
+// segment that starts a console line gets prefix; one that continues s's
+// partly written line does not. When another stream's line is still open,
+// a newline ends it first, so that no two workers share a console line.
+func (c *console) emit(s *stream, prefix string, text []byte, end byte) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, err := c.w.Write(line)
+	c.buf = c.buf[:0]
+	if c.owner != nil && c.owner != s {
+		c.buf = append(c.buf, '\n')
+		c.owner = nil
+	}
+	cont := c.owner == s && c.midline     // s's text is partly written on the open line
+	afterCR := c.owner == s && !c.midline // s ended its text there with a carriage return
+	switch {
+	case len(text) == 0 && end == 0:
+	case len(text) == 0 && end == '\r':
+		if cont {
+			c.buf = append(c.buf, '\r')
+			c.midline = false
+		}
+	case len(text) == 0 && end == '\n' && (cont || afterCR):
+		c.buf = append(c.buf, '\n')
+		c.owner = nil
+	default:
+		if !cont {
+			c.buf = append(c.buf, prefix...)
+		}
+		c.buf = append(c.buf, text...)
+		switch end {
+		case 0:
+			c.owner, c.midline = s, true
+		case '\r':
+			c.buf = append(c.buf, '\r')
+			c.owner, c.midline = s, false
+		default:
+			c.buf = append(c.buf, '\n')
+			c.owner = nil
+		}
+	}
+	if len(c.buf) == 0 {
+		return nil
+	}
+	_, err := c.w.Write(c.buf)
 	return err
 }
 
+// endLine ends s's line if it is still open on the console.
+func (c *console) endLine(s *stream) error {
+	c.mu.Lock()
+	open := c.owner == s
+	c.mu.Unlock()
+	if !open {
+		return nil
+	}
+	return c.emit(s, "", nil, '\n')
+}
+
 // stream is one standard stream of one worker.
+//
+// Its output goes to the console in segments: a line at its newline, a
+// progress line (tqdm) at each carriage return, and text without either
+// once it waited flushAfter. The tail gets lines as a terminal shows them:
+// what follows a carriage return replaces the line.
 type stream struct {
-	mu      sync.Mutex
-	prefix  string
-	console *console // nil: not shown, or dropped after an error
-	file    *os.File // nil: no file, or dropped after an error
-	tail    *ring    // nil: no tail
-	partial []byte   // the line being collected, at most maxLine bytes
-	scratch []byte   // prefix + line + newline, for the console
-	err     error    // the first console or file error
-	closed  bool
+	mu         sync.Mutex
+	prefix     string
+	console    *console      // nil: not shown, or dropped after an error
+	file       *os.File      // nil: no file, or dropped after an error
+	tail       *ring         // nil: no tail
+	partial    []byte        // text not yet on the console, at most maxLine bytes
+	line       []byte        // the line being collected for the tail, at most maxLine bytes
+	overwrite  bool          // a carriage return ended line's text: the next text replaces it
+	flushAfter time.Duration // 0: partial waits for its line's end
+	timer      *time.Timer   // shows partial after flushAfter; nil until first needed
+	armed      bool          // timer is set to fire
+	err        error         // the first console or file error
+	closed     bool
 }
 
 // isClosed reports whether close was called.
@@ -48,8 +116,9 @@ func (s *stream) isClosed() bool {
 
 // enter makes the stream's output from now on go out with prefix, to
 // console and file (either may be nil), closing the file it wrote before.
-// The line being collected stays: it goes out at its newline, in the new
-// place. After close it closes file and returns os.ErrClosed.
+// A line left open on the old console is ended there; text not yet shown
+// stays and goes to the new console. After close it closes file and
+// returns os.ErrClosed.
 func (s *stream) enter(prefix string, console *console, file *os.File) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -64,11 +133,14 @@ func (s *stream) enter(prefix string, console *console, file *os.File) error {
 			s.fail(fmt.Errorf("workerlog: close log file: %w", err))
 		}
 	}
+	if s.console != nil && s.console != console {
+		s.consoleErr(s.console.endLine(s))
+	}
 	s.prefix, s.console, s.file = prefix, console, file
 	return nil
 }
 
-// Write writes p to the file as is, and whole lines of it to the console and the tail.
+// Write writes p to the file as is, and its segments to the console and its lines to the tail.
 func (s *stream) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -84,39 +156,83 @@ func (s *stream) Write(p []byte) (int, error) {
 	}
 	n := len(p)
 	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
+		i := bytes.IndexAny(p, "\r\n")
 		if i < 0 {
-			s.partial = append(s.partial, p...)
-			for len(s.partial) > maxLine {
-				cut := splitPoint(s.partial)
-				s.line(s.partial[:cut])
-				s.partial = append(s.partial[:0], s.partial[cut:]...)
-			}
-			if cap(s.partial) > 4*maxLine {
-				s.partial = bytes.Clone(s.partial) // do not keep the buffer of one huge write
-			}
+			s.text(p)
+			s.arm()
 			break
 		}
-		if len(s.partial) > 0 {
-			s.partial = append(s.partial, p[:i]...)
-			s.longLine(s.partial)
-			s.partial = s.partial[:0]
-		} else {
-			s.longLine(p[:i])
-		}
+		s.text(p[:i])
+		s.end(p[i])
 		p = p[i+1:]
 	}
 	return n, nil
 }
 
-// longLine sends line, without its newline, as lines of at most maxLine bytes.
-func (s *stream) longLine(line []byte) {
-	for len(line) > maxLine {
-		cut := splitPoint(line)
-		s.line(line[:cut])
-		line = line[cut:]
+// text takes text without line ends: for the tail's line and the console.
+// Either is cut into lines of at most maxLine bytes.
+func (s *stream) text(b []byte) {
+	if len(b) == 0 {
+		return
 	}
-	s.line(line)
+	if s.overwrite {
+		s.line, s.overwrite = s.line[:0], false
+	}
+	s.line = append(s.line, b...)
+	for len(s.line) > maxLine {
+		cut := splitPoint(s.line)
+		s.addTail(s.line[:cut])
+		s.line = append(s.line[:0], s.line[cut:]...)
+	}
+	s.partial = append(s.partial, b...)
+	for len(s.partial) > maxLine {
+		cut := splitPoint(s.partial)
+		s.show(s.partial[:cut], '\n')
+		s.partial = append(s.partial[:0], s.partial[cut:]...)
+	}
+	if cap(s.partial) > 4*maxLine {
+		s.partial = bytes.Clone(s.partial) // do not keep the buffer of one huge write
+	}
+	if cap(s.line) > 4*maxLine {
+		s.line = bytes.Clone(s.line)
+	}
+}
+
+// end ends the current segment with a newline or a carriage return.
+func (s *stream) end(c byte) {
+	s.show(s.partial, c)
+	s.partial = s.partial[:0]
+	if c == '\n' {
+		s.addTail(s.line)
+		s.line, s.overwrite = s.line[:0], false
+	} else {
+		s.overwrite = true
+	}
+}
+
+// arm makes the timer show partial text after flushAfter, unless it is set already.
+func (s *stream) arm() {
+	if s.flushAfter <= 0 || s.armed || len(s.partial) == 0 {
+		return
+	}
+	s.armed = true
+	if s.timer == nil {
+		s.timer = time.AfterFunc(s.flushAfter, s.flush)
+		return
+	}
+	s.timer.Reset(s.flushAfter)
+}
+
+// flush shows the partial text as it is: the timer's function.
+func (s *stream) flush() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.armed = false
+	if s.closed || len(s.partial) == 0 {
+		return
+	}
+	s.show(s.partial, 0)
+	s.partial = s.partial[:0]
 }
 
 // splitPoint returns where to split b, longer than maxLine: at maxLine, or up to 3 bytes before so
@@ -130,18 +246,26 @@ func splitPoint(b []byte) int {
 	return maxLine
 }
 
-// line sends one line, without its newline, to the console and the tail.
-func (s *stream) line(line []byte) {
-	if s.tail != nil {
-		s.tail.add(string(line))
-	}
+// show sends one segment to the console (see console.emit).
+func (s *stream) show(text []byte, end byte) {
 	if s.console == nil {
 		return
 	}
-	s.scratch = append(append(append(s.scratch[:0], s.prefix...), line...), '\n')
-	if err := s.console.write(s.scratch); err != nil {
+	s.consoleErr(s.console.emit(s, s.prefix, text, end))
+}
+
+// consoleErr records a console error and drops the console.
+func (s *stream) consoleErr(err error) {
+	if err != nil {
 		s.fail(fmt.Errorf("workerlog: write %sline to console: %w", s.prefix, err))
 		s.console = nil
+	}
+}
+
+// addTail adds one line to the tail.
+func (s *stream) addTail(line []byte) {
+	if s.tail != nil {
+		s.tail.add(string(line))
 	}
 }
 
@@ -160,8 +284,8 @@ func (s *stream) tailLines() []string {
 		return nil
 	}
 	lines := s.tail.lines()
-	if len(s.partial) > 0 && !s.closed {
-		lines = append(lines, string(s.partial))
+	if len(s.line) > 0 && !s.closed {
+		lines = append(lines, string(s.line))
 		if len(lines) > s.tail.size() {
 			lines = lines[1:]
 		}
@@ -177,10 +301,18 @@ func (s *stream) close() error {
 		return nil
 	}
 	s.closed = true
-	if len(s.partial) > 0 {
-		s.line(s.partial)
-		s.partial = nil
+	if s.timer != nil {
+		s.timer.Stop()
 	}
+	if len(s.partial) > 0 {
+		s.show(s.partial, '\n')
+	} else if s.console != nil {
+		s.consoleErr(s.console.endLine(s))
+	}
+	if len(s.line) > 0 {
+		s.addTail(s.line)
+	}
+	s.partial, s.line = nil, nil
 	if s.file != nil {
 		if err := s.file.Close(); err != nil {
 			s.fail(fmt.Errorf("workerlog: close log file: %w", err))

@@ -1,0 +1,103 @@
+package proc
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// cldExited is si_code CLD_EXITED: the child called exit.
+const cldExited = 1
+
+// lingerPoll is how often lingerGroup looks whether the group is empty.
+const lingerPoll = 20 * time.Millisecond
+
+// sigchldInfo is the layout of a siginfo_t for SIGCHLD on Linux, which
+// unix.Siginfo leaves opaque past its first 16 bytes.
+type sigchldInfo struct {
+	Signo  int32
+	Errno  int32
+	Code   int32
+	_      int32
+	Pid    int32
+	UID    uint32
+	Status int32
+	_      [100]byte
+}
+
+// exitedZero says whether info (from waitid) is a process that exited
+// with status 0.
+func exitedZero(info *unix.Siginfo) bool {
+	ci := (*sigchldInfo)(unsafe.Pointer(info))
+	return ci.Code == cldExited && ci.Status == 0
+}
+
+// lingerGroup waits until no live process but the (ended, unreaped)
+// leader is left in process group pgid, or until d has passed. The
+// leader stays a zombie meanwhile, so the group ID cannot be reused.
+func lingerGroup(pgid int, d time.Duration) {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(lingerPoll)
+	defer tick.Stop()
+	for groupHasOthers(pgid) {
+		select {
+		case <-deadline.C:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// groupHasOthers says whether a live process other than pgid itself is in
+// process group pgid, from /proc. If /proc cannot be read it says false:
+// the group is then killed at once, as without a linger.
+func groupHasOthers(pgid int) bool {
+	dir, err := os.Open("/proc")
+	if err != nil {
+		return false
+	}
+	defer dir.Close()
+	names, err := dir.Readdirnames(-1)
+	if err != nil {
+		return false
+	}
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil || pid == pgid {
+			continue
+		}
+		state, group, ok := statOf(pid)
+		if ok && group == pgid && state != 'Z' && state != 'X' {
+			return true
+		}
+	}
+	return false
+}
+
+// statOf reads the state and process group of pid from /proc/pid/stat.
+func statOf(pid int) (state byte, pgrp int, ok bool) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	// The command name is in parentheses and may contain anything: the
+	// fields after its last ')' are state, ppid, pgrp, ...
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	f := bytes.Fields(data[i+1:])
+	if len(f) < 3 || len(f[0]) != 1 {
+		return 0, 0, false
+	}
+	g, err := strconv.Atoi(string(f[2]))
+	if err != nil {
+		return 0, 0, false
+	}
+	return f[0][0], g, true
+}
