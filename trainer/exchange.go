@@ -66,8 +66,9 @@ type Recovery struct {
 
 // carried is what a rank held before Reform re-laid its buffers out.
 type carried struct {
-	held []Holding
-	done int
+	held  []Holding
+	done  int
+	round int
 }
 
 // Exchange agrees with every rank of the current world on the state to
@@ -110,9 +111,9 @@ func (t *Trainer) exchange(ctx context.Context, extra []Holding) (Recovery, erro
 		stop := context.AfterFunc(ctx, func() { _ = t.world.Close() })
 		defer stop()
 	}
-	own, done := t.holdings()
+	own, done, round := t.holdings()
 	held := slices.Concat(own, extra)
-	mine := announcement{Done: int64(done), Lo: t.lo, Hi: t.hi}
+	mine := announcement{Done: int64(done), Round: int64(round), Lo: t.lo, Hi: t.hi}
 	for i, h := range held {
 		mine.Offers = append(mine.Offers, offer{Step: h.Step, Lo: h.Lo, Hi: h.Hi, Extra: i >= len(held)-len(extra)})
 	}
@@ -147,22 +148,23 @@ func (h Holding) check() error {
 	return nil
 }
 
-// holdings is what this rank holds of its own, and the last step it
-// completed (-1: nothing): what it carried over a Reform, or its live
-// state and the copy from before its last update.
-func (t *Trainer) holdings() ([]Holding, int) {
+// holdings is what this rank holds of its own, the last step it
+// completed (-1: nothing) and the round whose world last set its live
+// state: what it carried over a Reform, or its live state and the copy
+// from before its last update.
+func (t *Trainer) holdings() ([]Holding, int, int) {
 	if t.carried != nil {
-		return t.carried.held, t.carried.done
+		return t.carried.held, t.carried.done, t.carried.round
 	}
 	if !t.live {
-		return nil, -1
+		return nil, -1, 0
 	}
 	held := []Holding{{Step: int64(t.state.Step), Lo: t.lo, Hi: t.hi,
 		Params: t.params[t.lo:t.hi], M: t.state.M, V: t.state.V}}
 	if rb := &t.rollback; rb.valid && rb.step != t.state.Step {
 		held = append(held, Holding{Step: int64(rb.step), Lo: t.lo, Hi: t.hi, Params: rb.params, M: rb.m, V: rb.v})
 	}
-	return held, t.done
+	return held, t.done, t.liveRound
 }
 
 // announce all-gathers every rank's announcement.
@@ -405,6 +407,7 @@ func (t *Trainer) install(step int64, s slice) {
 	t.state.M, t.state.V, t.state.Step = s.m, s.v, int(step)
 	t.rollback.valid = false
 	t.live, t.done, t.carried = true, int(step), nil
+	t.liveRound = t.cfg.Worker.RestartCount
 }
 
 // reset makes the Trainer as New made it: the parameters from the seed,
@@ -416,7 +419,7 @@ func (t *Trainer) reset() {
 	clear(t.state.V)
 	t.state.Step = 0
 	t.rollback.valid = false
-	t.live, t.done, t.carried = false, 0, nil
+	t.live, t.done, t.carried, t.liveRound = false, 0, nil, 0
 }
 
 // appendFloats appends the little-endian bytes of fs to b.

@@ -33,8 +33,8 @@ func (t *Trainer) Reform(ctx context.Context, w distenv.Worker, extra []Holding)
 		return Recovery{}, fmt.Errorf("trainer: reform: %w", err)
 	}
 	if t.carried == nil {
-		held, done := t.holdings()
-		t.carried = &carried{held: held, done: done}
+		held, done, round := t.holdings()
+		t.carried = &carried{held: held, done: done, round: round}
 	}
 	_ = t.closeWorld() // Close never fails
 	t.world, t.groups = nil, nil

@@ -109,6 +109,11 @@ type Trainer struct {
 	// done is the last step this rank completed: its parameters gathered
 	// again and its record written (meaningful when live).
 	done int
+	// liveRound is the round (Worker.RestartCount) of the world whose Run,
+	// Restore or Exchange last set the live state (meaningful when live):
+	// an Exchange tells a rank that comes back from an older world than
+	// the others' by it (see decide).
+	liveRound int
 	// carried is what this rank held before the last Reform re-laid its
 	// buffers out, until an Exchange settles it; nil when the buffers
 	// themselves are what it holds.
@@ -242,7 +247,7 @@ func (t *Trainer) setGeometry(geo geometry) {
 	}
 	t.owned = make([]float32, geo.hi-geo.lo)
 	t.rollback = rollback{}
-	t.live, t.done = false, 0
+	t.live, t.done, t.liveRound = false, 0, 0
 }
 
 // connectWorld connects rank w.Rank to w's world (none for a world of
@@ -334,7 +339,7 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	if t.groups == nil {
 		return Result{}, errors.New("trainer: run: no world to run in (the last Reform failed)")
 	}
-	t.live = true
+	t.live, t.liveRound = true, t.cfg.Worker.RestartCount
 	if t.world != nil {
 		stop := context.AfterFunc(ctx, func() { _ = t.world.Close() })
 		defer stop()
