@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -117,6 +118,15 @@ func TestStaleRejoinerDoesNotRollBack(t *testing.T) {
 		whole := 12 * int64(min(o.state.Hi, n)-o.state.Lo)
 		require.Equal(t, whole, o.rec.Received, "rejoiner %d receives its whole slice (12 bytes an element)", r)
 		require.Equal(t, append(all(1, cutAt), all(rejoinAt+1, 20)...), o.steps, "rejoiner %d", r)
+	}
+	for r := range out {
+		recs, err := metrics.ReadFile(filepath.Join(dir, fmt.Sprintf("m%d.jsonl", r)))
+		require.NoError(t, err)
+		want := slices.Concat(steps(1, cutAt, 0), steps(cutAt+1, rejoinAt, 1), steps(rejoinAt+1, 20, 2))
+		if r >= 4 {
+			want = slices.Concat(steps(1, cutAt, 0), steps(rejoinAt+1, 20, 2))
+		}
+		require.Equal(t, want, roundsOf(recs), "rank %d: each step once, marked with the round that trained it", r)
 	}
 	want := faultFree(t, cfg, 6, 2)
 	got := finalStates(out)
