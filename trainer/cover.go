@@ -51,7 +51,8 @@ type decision struct {
 // them; and who sends what to whom. Each rank takes what it holds itself;
 // every other range comes from a holder with the fewest elements to send
 // so far (ties: the lowest rank), preferring live state over extra
-// copies. No covered step: Source None, no pieces.
+// copies. No covered step: Source None, no pieces, and Redone counts
+// from step 0 (the state as New made it).
 //
 // The running world is the ranks with live state whose Round is the
 // newest Round of any rank with live state; the others are stale. A rank
@@ -104,7 +105,7 @@ func decide(all []announcement, size int) decision {
 			return d
 		}
 	}
-	return decision{Source: RecoveryNone}
+	return decision{Source: RecoveryNone, Redone: int(max(0, latest))}
 }
 
 // settle returns all as decide reads it, and the newest step a rank of

@@ -19,7 +19,7 @@ func TestDecide(t *testing.T) {
 		{"nobody holds anything", []announcement{{Done: -1, Lo: 0, Hi: 6}, {Done: -1, Lo: 6, Hi: 12}},
 			decision{Source: RecoveryNone}},
 		{"a lost slice", []announcement{{Done: 4, Lo: 0, Hi: 12, Offers: []offer{live(4, 0, 6)}}},
-			decision{Source: RecoveryNone}},
+			decision{Source: RecoveryNone, Redone: 4}},
 		{"survivors keep their slices", []announcement{
 			{Done: 10, Lo: 0, Hi: 6, Offers: []offer{live(10, 0, 6), live(9, 0, 6)}},
 			{Done: 10, Lo: 6, Hi: 12, Offers: []offer{live(10, 6, 12), live(9, 6, 12)}}},
@@ -72,7 +72,7 @@ func TestDecide(t *testing.T) {
 		{"a stale rank's older step is never chosen, even when nothing newer covers", []announcement{
 			{Done: 12, Round: 2, Lo: 0, Hi: 6, Offers: []offer{live(12, 0, 6), live(11, 0, 6)}},
 			{Done: 5, Round: 1, Lo: 6, Hi: 12, Offers: []offer{live(5, 0, 12), live(4, 0, 12)}}},
-			decision{Source: RecoveryNone}},
+			decision{Source: RecoveryNone, Redone: 12}},
 		{"a stale rank ahead of the running world does not lift the cap", []announcement{
 			{Done: 10, Round: 3, Lo: 0, Hi: 12, Offers: []offer{live(10, 0, 12)}},
 			{Done: 11, Round: 2, Lo: 0, Hi: 12, Offers: []offer{live(11, 0, 12), live(10, 0, 12)}}},

@@ -55,8 +55,11 @@ type Recovery struct {
 	Source RecoverySource
 	// Step is the step every rank goes on after (0 with RecoveryNone).
 	Step int64
-	// Redone is the number of completed steps thrown away on some rank
-	// (the step in progress at the failure is not counted).
+	// Redone is the number of completed steps thrown away: the newest step
+	// a rank of the running world completed (see decide; a stale
+	// rejoiner's steps do not count) minus Step; the step in progress at
+	// the failure is not counted. With RecoveryNone it counts from step 0:
+	// a caller that resumes from the checkpoint of step c redoes c fewer.
 	Redone int
 	// Received is the number of bytes of state this rank received.
 	Received int64
@@ -124,7 +127,7 @@ func (t *Trainer) exchange(ctx context.Context, extra []Holding) (Recovery, erro
 	d := decide(all, t.model.Layout().Size)
 	if d.Source == RecoveryNone {
 		t.reset()
-		return Recovery{Source: RecoveryNone}, nil
+		return Recovery{Source: RecoveryNone, Redone: d.Redone}, nil
 	}
 	slice, received, err := t.transfer(d, held)
 	if err != nil {

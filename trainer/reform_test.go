@@ -501,7 +501,7 @@ func TestExchangeWithoutCover(t *testing.T) {
 			}})
 		requirePeerError(t, out[0].firstErr, "rank 0")
 		require.NoError(t, out[0].err)
-		require.Equal(t, Recovery{Source: RecoveryNone}, withoutTook(out[0].rec))
+		require.Equal(t, Recovery{Source: RecoveryNone, Redone: 5}, withoutTook(out[0].rec), "from the seed, the 5 steps done are redone")
 		require.Len(t, out[0].steps, 5+20, "the second Run starts from step 0")
 	})
 	t.Run("a fresh job", func(t *testing.T) {
