@@ -79,10 +79,14 @@ type carried struct {
 // every rank calls it, ranks that just came from New too (they hold
 // nothing). Every rank announces what it holds: its live state, the copy
 // from before its last optimizer update (see Run) and extra, copies kept
-// elsewhere (memory copies), each a Holding of any slice. All ranks then
-// choose the same step: the highest one, no later than the last step
-// every rank with live state completed, whose holdings cover the whole
-// model, using extra only if the ranks' own state does not. Each rank
+// elsewhere (memory copies), each a Holding of any slice, and the round
+// whose world last set its live state. All ranks then choose the same
+// step: the highest one, no later than the last step every rank of the
+// running world completed, whose holdings cover the whole model, using
+// extra only if the ranks' own state does not. A rank whose live state
+// is from an older round than another's (it was cut off while the others
+// went on without it) is not of the running world: its older step never
+// pulls the others back; it takes its slice as a fresh rank does. Each rank
 // copies the part of its slice it holds and receives the rest from a
 // holder (chosen to spread the load), checked with a CRC-32C; a
 // corrupted transfer fails the Exchange on every rank, naming the rank
