@@ -1,7 +1,9 @@
 package trainer
 
 import (
+	"bytes"
 	"encoding/binary"
+	"errors"
 	"slices"
 	"testing"
 
@@ -137,4 +139,44 @@ func withCount(b []byte, n uint64) []byte {
 	b = slices.Clone(b)
 	binary.LittleEndian.PutUint64(b[32:], n)
 	return b
+}
+
+// FuzzAnnouncement: any bytes a peer sends as its announcement decode or
+// fail with errMalformed, never a panic; what decodes encodes back to the
+// same bytes, and decide over it (alone, or beside a rank that holds the
+// model) never panics and deals only ranges it was offered.
+func FuzzAnnouncement(f *testing.F) {
+	for _, a := range []announcement{
+		{Done: -1},
+		{Done: 7, Round: 4, Lo: 3, Hi: 9, Offers: []offer{{Step: 7, Lo: 0, Hi: 6}, {Step: 6, Lo: 6, Hi: 12, Extra: true}}},
+		{Done: 5, Round: 1, Lo: 0, Hi: 12, Offers: []offer{{Step: 5, Lo: 0, Hi: 12}, {Step: 4, Lo: 0, Hi: 12}}},
+	} {
+		f.Add(a.encode())
+	}
+	f.Add([]byte{1, 2, 3})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		a, err := decodeAnnouncement(b)
+		if err != nil {
+			if !errors.Is(err, errMalformed) {
+				t.Fatalf("error %v is not errMalformed", err)
+			}
+			return
+		}
+		if !bytes.Equal(a.encode(), b) {
+			t.Fatalf("%x decodes to %+v, which encodes to %x", b, a, a.encode())
+		}
+		if len(a.Offers) > 64 {
+			return // decide's work grows with the offers; the wire bounds nothing else
+		}
+		holder := announcement{Done: 3, Round: 2, Lo: 0, Hi: 12, Offers: []offer{{Step: 3, Lo: 0, Hi: 12}}}
+		for _, all := range [][]announcement{{a}, {holder, a}, {a, holder}} {
+			d := decide(all, 12)
+			for _, p := range d.Pieces {
+				o := all[p.Src].Offers[p.Offer]
+				if o.Step != d.Step || p.Lo < o.Lo || p.Hi > o.Hi || p.Lo >= p.Hi {
+					t.Fatalf("piece %+v outside offer %+v of step %d", p, o, d.Step)
+				}
+			}
+		}
+	})
 }
