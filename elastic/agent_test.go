@@ -141,7 +141,7 @@ func runRole(role string) int {
 	case "report-then-wait": // reports step 1 with figures, then waits for SIGTERM
 		// Catch SIGTERM before reporting: the test sends it once it saw the report.
 		wait := listen(syscall.SIGTERM)
-		heartbeat.FromEnv(os.LookupEnv).Report(heartbeat.Progress{Step: 1, Loss: 2.5, TokensPerS: 100, MFU: 0.5, ComputeS: math.NaN(), Round: math.NaN()})
+		heartbeat.FromEnv(os.LookupEnv).Report(heartbeat.Progress{Step: 1, Loss: 2.5, TokensPerS: 100, MFU: 0.5, ComputeS: math.NaN(), Round: math.NaN(), Redone: math.NaN()})
 		wait()
 		return 0
 	case "beat-then-await": // rank 1 reports step 1, says it awaits a round (lost peer 0), waits

@@ -3,6 +3,7 @@ package elastic
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"syscall"
 	"time"
@@ -314,7 +315,7 @@ func (m *roundMonitor) onResumed(r resumption) {
 	rec := rendezvous.Recovery{
 		Round: m.round.Number, Host: m.a.spec.Host, Reason: from.end.Reason, Lost: from.end.Lost,
 		Nodes: m.round.NumNodes, Workers: m.round.WorldSize, AtStep: from.lastStep,
-		StepsLost: max(0, from.lastStep-(r.step-1)), Seconds: r.at.Sub(from.endedAt).Seconds(), Time: r.at,
+		StepsLost: stepsLost(from.lastStep, r), Seconds: r.at.Sub(from.endedAt).Seconds(), Time: r.at,
 	}
 	m.a.log.Info().Int("round", rec.Round).Int("steps_lost", rec.StepsLost).Float64("seconds", rec.Seconds).Msg(rec.String())
 	if m.round.NodeRank != 0 {
@@ -326,6 +327,20 @@ func (m *roundMonitor) onResumed(r resumption) {
 	if err := m.a.rdzv.RecordRecovery(ctx, rec); err != nil {
 		m.a.log.Warn().Err(err).Msg("keeping the in-place recovery for gorun status")
 	}
+}
+
+// stepsLost is the steps a recovery threw away: what the worker says
+// (its exchange's decision, alike on every rank of the job), else this
+// node's own view, the last step its workers reported before the change
+// (lastStep) minus the step they went on after. That view is only this
+// node's: a node that was cut off and rejoins went on after its own last
+// step, so it would record 0 for a rollback of the whole job, and a
+// running node 0 would not see steps redone elsewhere.
+func stepsLost(lastStep int, r resumption) int {
+	if !math.IsNaN(r.redone) && r.redone >= 0 {
+		return int(r.redone)
+	}
+	return max(0, lastStep-(r.step-1))
 }
 
 // isRequeue says whether f is a worker that exited with ExitRequeue: after

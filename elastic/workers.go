@@ -59,6 +59,9 @@ type resumption struct {
 	w    *worker
 	step int
 	at   time.Time
+	// redone is the steps the worker says the recovery threw away
+	// (heartbeat.Progress.Redone); NaN when it does not say.
+	redone float64
 }
 
 // endedOnItsOwn reports whether w's process has ended (reaped, or a
@@ -213,7 +216,7 @@ func (a *Agent) onProgress(w *worker, prog heartbeat.Progress) {
 	}
 	if w.resuming.CompareAndSwap(true, false) {
 		select {
-		case a.resumed <- resumption{w: w, step: prog.Step, at: time.Now()}:
+		case a.resumed <- resumption{w: w, step: prog.Step, at: time.Now(), redone: prog.Redone}:
 		default:
 		}
 	}

@@ -21,9 +21,11 @@ type offer struct {
 
 // announcement is what one rank tells every other at the start of an
 // exchange: the last step it completed (-1: it holds no live state), the
+// round of the world whose run last set its live state (see decide), the
 // slice [Lo, Hi) it owns under the new layout, and what it holds.
 type announcement struct {
 	Done   int64
+	Round  int64
 	Lo, Hi int
 	Offers []offer
 }
@@ -43,24 +45,46 @@ type decision struct {
 	Pieces []piece // by Dst, then Lo
 }
 
-// decide picks the highest step, at most the lowest step any rank with
-// live state completed, whose holdings cover elements [0, size) (the
+// decide picks the highest step, at most the lowest step any rank of the
+// running world completed, whose holdings cover elements [0, size) (the
 // model; padding past it is zero), first without extra copies, then with
 // them; and who sends what to whom. Each rank takes what it holds itself;
 // every other range comes from a holder with the fewest elements to send
 // so far (ties: the lowest rank), preferring live state over extra
-// copies. No covered step: Source None, no pieces.
+// copies. No covered step: Source None, no pieces, and Redone counts
+// from step 0 (the state as New made it).
+//
+// The running world is the ranks with live state whose Round is the
+// newest Round of any rank with live state; the others are stale. A rank
+// is stale when a world it was not in ran after its own: a node cut off
+// by a partition whose lease expired, rejoining with its old workers
+// after the others went on in a new round. Its state is behind theirs,
+// so it decides nothing: it does not cap the step (else it would pull
+// every rank back to its old step and throw the running world's steps
+// away), it does not count in Redone, and it takes its new slice from the
+// holders as a fresh rank does. Its offers of exactly the running world's
+// cap serve like anyone's, and no other: a holding of step s is the same
+// bits whichever world computed it (the trainer's invariant: any layout
+// gives the same bits as one process), and offering only the cap, the
+// highest step decide may choose, a stale rank can never lower the choice
+// below what the running world alone would choose. So the decision never
+// goes below the newest step the running world completed and covers.
+//
+// Every rank computes the same decision: it depends only on the
+// all-gathered announcements, which every rank holds alike, in rank
+// order.
 func decide(all []announcement, size int) decision {
-	limit, latest := int64(math.MaxInt64), int64(-1)
+	all, latest := settle(all)
+	limit := int64(math.MaxInt64)
 	for _, a := range all {
 		if a.Done >= 0 {
-			limit, latest = min(limit, a.Done), max(latest, a.Done)
+			limit = min(limit, a.Done)
 		}
 	}
 	var steps []int64
 	for _, a := range all {
 		for _, o := range a.Offers {
-			if o.Step <= limit {
+			if o.Step >= 0 && o.Step <= limit {
 				steps = append(steps, o.Step)
 			}
 		}
@@ -81,7 +105,41 @@ func decide(all []announcement, size int) decision {
 			return d
 		}
 	}
-	return decision{Source: RecoveryNone}
+	return decision{Source: RecoveryNone, Redone: int(max(0, latest))}
+}
+
+// settle returns all as decide reads it, and the newest step a rank of
+// the running world completed (-1: no rank holds live state). A stale
+// rank (see decide) becomes one with no live state (Done -1) whose offers
+// of a step other than the running world's cap are void (Step -1, never
+// chosen), so that every offer keeps its index. all is not changed.
+func settle(all []announcement) ([]announcement, int64) {
+	newest := int64(-1)
+	for _, a := range all {
+		if a.Done >= 0 {
+			newest = max(newest, a.Round)
+		}
+	}
+	limit, latest := int64(math.MaxInt64), int64(-1)
+	for _, a := range all {
+		if a.Done >= 0 && a.Round == newest {
+			limit, latest = min(limit, a.Done), max(latest, a.Done)
+		}
+	}
+	out := slices.Clone(all)
+	for r, a := range out {
+		if a.Done < 0 || a.Round == newest {
+			continue
+		}
+		out[r].Done = -1
+		out[r].Offers = slices.Clone(a.Offers)
+		for i, o := range a.Offers {
+			if o.Step != limit {
+				out[r].Offers[i].Step = -1
+			}
+		}
+	}
+	return out, latest
 }
 
 // usable says whether o may serve step s.
@@ -200,11 +258,11 @@ func b2i(b bool) int {
 	return 0
 }
 
-// encode is a's wire form: little-endian int64 Done, Lo, Hi and the
-// number of offers, then Step, Lo, Hi and Extra (0 or 1) of each.
+// encode is a's wire form: little-endian int64 Done, Round, Lo, Hi and
+// the number of offers, then Step, Lo, Hi and Extra (0 or 1) of each.
 func (a announcement) encode() []byte {
-	b := make([]byte, 0, 32+25*len(a.Offers))
-	for _, x := range []int64{a.Done, int64(a.Lo), int64(a.Hi), int64(len(a.Offers))} {
+	b := make([]byte, 0, 40+25*len(a.Offers))
+	for _, x := range []int64{a.Done, a.Round, int64(a.Lo), int64(a.Hi), int64(len(a.Offers))} {
 		b = binary.LittleEndian.AppendUint64(b, uint64(x))
 	}
 	for _, o := range a.Offers {
@@ -230,9 +288,9 @@ func decodeAnnouncement(b []byte) (announcement, error) {
 		return x
 	}
 	var a announcement
-	a.Done, a.Lo, a.Hi = next(), int(next()), int(next())
+	a.Done, a.Round, a.Lo, a.Hi = next(), next(), int(next()), int(next())
 	n := next()
-	if a.Done < -1 || a.Lo < 0 || a.Hi < a.Lo || n < 0 || int64(len(b)) != 25*n {
+	if a.Done < -1 || a.Round < 0 || a.Lo < 0 || a.Hi < a.Lo || n < 0 || n > int64(len(b))/25 || int64(len(b)) != 25*n {
 		return announcement{}, errMalformed
 	}
 	for range n {

@@ -1,6 +1,10 @@
 package trainer
 
 import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -17,7 +21,7 @@ func TestDecide(t *testing.T) {
 		{"nobody holds anything", []announcement{{Done: -1, Lo: 0, Hi: 6}, {Done: -1, Lo: 6, Hi: 12}},
 			decision{Source: RecoveryNone}},
 		{"a lost slice", []announcement{{Done: 4, Lo: 0, Hi: 12, Offers: []offer{live(4, 0, 6)}}},
-			decision{Source: RecoveryNone}},
+			decision{Source: RecoveryNone, Redone: 4}},
 		{"survivors keep their slices", []announcement{
 			{Done: 10, Lo: 0, Hi: 6, Offers: []offer{live(10, 0, 6), live(9, 0, 6)}},
 			{Done: 10, Lo: 6, Hi: 12, Offers: []offer{live(10, 6, 12), live(9, 6, 12)}}},
@@ -52,16 +56,57 @@ func TestDecide(t *testing.T) {
 			{Done: 5, Lo: 0, Hi: 12, Offers: []offer{live(5, 0, 12), live(4, 0, 12)}},
 			{Done: 4, Lo: 0, Hi: 12, Offers: []offer{live(5, 0, 12), live(4, 0, 12)}}},
 			decision{Source: RecoveryPeers, Step: 4, Redone: 1, Pieces: []piece{{0, 0, 0, 12, 1}, {1, 1, 0, 12, 1}}}},
+		// Stale rejoiners: a node cut off in round 1 at step 5 comes back
+		// with its old workers after the others ran on in round 2.
+		{"a stale rejoiner holding the whole model does not pull the running world back", []announcement{
+			{Done: 12, Round: 2, Lo: 0, Hi: 6, Offers: []offer{live(12, 0, 12), live(11, 0, 12)}},
+			{Done: 5, Round: 1, Lo: 6, Hi: 12, Offers: []offer{live(5, 0, 12), live(4, 0, 12)}}},
+			decision{Source: RecoveryPeers, Step: 12, Pieces: []piece{{0, 0, 0, 6, 0}, {0, 1, 6, 12, 0}}}},
+		{"stale rejoiners take their slices as fresh ranks do, from the least loaded holders", []announcement{
+			{Done: 12, Round: 2, Lo: 0, Hi: 6, Offers: []offer{live(12, 0, 6), live(11, 0, 6)}},
+			{Done: 12, Round: 2, Lo: 6, Hi: 12, Offers: []offer{live(12, 6, 12), live(11, 6, 12)}},
+			{Done: 12, Round: 2, Lo: 0, Hi: 6, Offers: []offer{live(12, 0, 6), live(11, 0, 6)}},
+			{Done: 12, Round: 2, Lo: 6, Hi: 12, Offers: []offer{live(12, 6, 12), live(11, 6, 12)}},
+			{Done: 5, Round: 1, Lo: 0, Hi: 6, Offers: []offer{live(5, 0, 6), live(4, 0, 6)}},
+			{Done: 4, Round: 1, Lo: 6, Hi: 12, Offers: []offer{live(5, 6, 12), live(4, 6, 12)}}},
+			decision{Source: RecoveryPeers, Step: 12, Pieces: []piece{
+				{0, 0, 0, 6, 0}, {1, 1, 6, 12, 0}, {2, 2, 0, 6, 0}, {3, 3, 6, 12, 0}, {0, 4, 0, 6, 0}, {1, 5, 6, 12, 0}}}},
+		{"a stale rank's older step is never chosen, even when nothing newer covers", []announcement{
+			{Done: 12, Round: 2, Lo: 0, Hi: 6, Offers: []offer{live(12, 0, 6), live(11, 0, 6)}},
+			{Done: 5, Round: 1, Lo: 6, Hi: 12, Offers: []offer{live(5, 0, 12), live(4, 0, 12)}}},
+			decision{Source: RecoveryNone, Redone: 12}},
+		{"a stale rank ahead of the running world does not lift the cap", []announcement{
+			{Done: 10, Round: 3, Lo: 0, Hi: 12, Offers: []offer{live(10, 0, 12)}},
+			{Done: 11, Round: 2, Lo: 0, Hi: 12, Offers: []offer{live(11, 0, 12), live(10, 0, 12)}}},
+			decision{Source: RecoveryPeers, Step: 10, Pieces: []piece{{0, 0, 0, 12, 0}, {1, 1, 0, 12, 1}}}},
+		{"a stale rank's holding of the running world's cap fills a lost slice", []announcement{
+			{Done: 10, Round: 3, Lo: 0, Hi: 6, Offers: []offer{live(10, 0, 6), live(9, 0, 6)}},
+			{Done: 11, Round: 2, Lo: 6, Hi: 12, Offers: []offer{live(11, 6, 12), live(10, 6, 12)}}},
+			decision{Source: RecoveryPeers, Step: 10, Pieces: []piece{{0, 0, 0, 6, 0}, {1, 1, 6, 12, 1}}}},
+		{"a rank without live state is never the running world, whatever its round", []announcement{
+			{Done: -1, Round: 9, Lo: 0, Hi: 6},
+			{Done: 3, Round: 2, Lo: 6, Hi: 12, Offers: []offer{live(3, 0, 12)}}},
+			decision{Source: RecoveryPeers, Step: 3, Pieces: []piece{{1, 0, 0, 6, 0}, {1, 1, 6, 12, 0}}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			before := cloneAnnouncements(tc.all)
 			require.Equal(t, tc.want, decide(tc.all, 12))
+			require.Equal(t, before, tc.all, "decide changes nothing it reads")
 		})
 	}
 }
 
+func cloneAnnouncements(all []announcement) []announcement {
+	out := slices.Clone(all)
+	for i := range out {
+		out[i].Offers = slices.Clone(out[i].Offers)
+	}
+	return out
+}
+
 func TestAnnouncementWire(t *testing.T) {
-	a := announcement{Done: 7, Lo: 3, Hi: 9, Offers: []offer{{Step: 7, Lo: 0, Hi: 6}, {Step: 6, Lo: 6, Hi: 12, Extra: true}}}
+	a := announcement{Done: 7, Round: 4, Lo: 3, Hi: 9, Offers: []offer{{Step: 7, Lo: 0, Hi: 6}, {Step: 6, Lo: 6, Hi: 12, Extra: true}}}
 	got, err := decodeAnnouncement(a.encode())
 	require.NoError(t, err)
 	require.Equal(t, a, got)
@@ -78,6 +123,8 @@ func TestAnnouncementWire(t *testing.T) {
 		{"trailing bytes", append(a.encode(), 0)},
 		{"backwards range", announcement{Done: 1, Lo: 5, Hi: 2}.encode()},
 		{"bad offer", announcement{Done: 1, Offers: []offer{{Step: -3}}}.encode()},
+		{"negative round", announcement{Done: 1, Round: -2}.encode()},
+		{"more offers than bytes", withCount(a.encode(), 1<<62)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -85,4 +132,51 @@ func TestAnnouncementWire(t *testing.T) {
 			require.ErrorIs(t, err, errMalformed)
 		})
 	}
+}
+
+// withCount is b, an encoded announcement, claiming n offers.
+func withCount(b []byte, n uint64) []byte {
+	b = slices.Clone(b)
+	binary.LittleEndian.PutUint64(b[32:], n)
+	return b
+}
+
+// FuzzAnnouncement: any bytes a peer sends as its announcement decode or
+// fail with errMalformed, never a panic; what decodes encodes back to the
+// same bytes, and decide over it (alone, or beside a rank that holds the
+// model) never panics and deals only ranges it was offered.
+func FuzzAnnouncement(f *testing.F) {
+	for _, a := range []announcement{
+		{Done: -1},
+		{Done: 7, Round: 4, Lo: 3, Hi: 9, Offers: []offer{{Step: 7, Lo: 0, Hi: 6}, {Step: 6, Lo: 6, Hi: 12, Extra: true}}},
+		{Done: 5, Round: 1, Lo: 0, Hi: 12, Offers: []offer{{Step: 5, Lo: 0, Hi: 12}, {Step: 4, Lo: 0, Hi: 12}}},
+	} {
+		f.Add(a.encode())
+	}
+	f.Add([]byte{1, 2, 3})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		a, err := decodeAnnouncement(b)
+		if err != nil {
+			if !errors.Is(err, errMalformed) {
+				t.Fatalf("error %v is not errMalformed", err)
+			}
+			return
+		}
+		if !bytes.Equal(a.encode(), b) {
+			t.Fatalf("%x decodes to %+v, which encodes to %x", b, a, a.encode())
+		}
+		if len(a.Offers) > 64 {
+			return // decide's work grows with the offers; the wire bounds nothing else
+		}
+		holder := announcement{Done: 3, Round: 2, Lo: 0, Hi: 12, Offers: []offer{{Step: 3, Lo: 0, Hi: 12}}}
+		for _, all := range [][]announcement{{a}, {holder, a}, {a, holder}} {
+			d := decide(all, 12)
+			for _, p := range d.Pieces {
+				o := all[p.Src].Offers[p.Offer]
+				if o.Step != d.Step || p.Lo < o.Lo || p.Hi > o.Hi || p.Lo >= p.Hi {
+					t.Fatalf("piece %+v outside offer %+v of step %d", p, o, d.Step)
+				}
+			}
+		}
+	})
 }

@@ -55,8 +55,11 @@ type Recovery struct {
 	Source RecoverySource
 	// Step is the step every rank goes on after (0 with RecoveryNone).
 	Step int64
-	// Redone is the number of completed steps thrown away on some rank
-	// (the step in progress at the failure is not counted).
+	// Redone is the number of completed steps thrown away: the newest step
+	// a rank of the running world completed (see decide; a stale
+	// rejoiner's steps do not count) minus Step; the step in progress at
+	// the failure is not counted. With RecoveryNone it counts from step 0:
+	// a caller that resumes from the checkpoint of step c redoes c fewer.
 	Redone int
 	// Received is the number of bytes of state this rank received.
 	Received int64
@@ -66,8 +69,9 @@ type Recovery struct {
 
 // carried is what a rank held before Reform re-laid its buffers out.
 type carried struct {
-	held []Holding
-	done int
+	held  []Holding
+	done  int
+	round int
 }
 
 // Exchange agrees with every rank of the current world on the state to
@@ -75,10 +79,14 @@ type carried struct {
 // every rank calls it, ranks that just came from New too (they hold
 // nothing). Every rank announces what it holds: its live state, the copy
 // from before its last optimizer update (see Run) and extra, copies kept
-// elsewhere (memory copies), each a Holding of any slice. All ranks then
-// choose the same step: the highest one, no later than the last step
-// every rank with live state completed, whose holdings cover the whole
-// model, using extra only if the ranks' own state does not. Each rank
+// elsewhere (memory copies), each a Holding of any slice, and the round
+// whose world last set its live state. All ranks then choose the same
+// step: the highest one, no later than the last step every rank of the
+// running world completed, whose holdings cover the whole model, using
+// extra only if the ranks' own state does not. A rank whose live state
+// is from an older round than another's (it was cut off while the others
+// went on without it) is not of the running world: its older step never
+// pulls the others back; it takes its slice as a fresh rank does. Each rank
 // copies the part of its slice it holds and receives the rest from a
 // holder (chosen to spread the load), checked with a CRC-32C; a
 // corrupted transfer fails the Exchange on every rank, naming the rank
@@ -110,9 +118,9 @@ func (t *Trainer) exchange(ctx context.Context, extra []Holding) (Recovery, erro
 		stop := context.AfterFunc(ctx, func() { _ = t.world.Close() })
 		defer stop()
 	}
-	own, done := t.holdings()
+	own, done, round := t.holdings()
 	held := slices.Concat(own, extra)
-	mine := announcement{Done: int64(done), Lo: t.lo, Hi: t.hi}
+	mine := announcement{Done: int64(done), Round: int64(round), Lo: t.lo, Hi: t.hi}
 	for i, h := range held {
 		mine.Offers = append(mine.Offers, offer{Step: h.Step, Lo: h.Lo, Hi: h.Hi, Extra: i >= len(held)-len(extra)})
 	}
@@ -123,7 +131,7 @@ func (t *Trainer) exchange(ctx context.Context, extra []Holding) (Recovery, erro
 	d := decide(all, t.model.Layout().Size)
 	if d.Source == RecoveryNone {
 		t.reset()
-		return Recovery{Source: RecoveryNone}, nil
+		return Recovery{Source: RecoveryNone, Redone: d.Redone}, nil
 	}
 	slice, received, err := t.transfer(d, held)
 	if err != nil {
@@ -147,22 +155,23 @@ func (h Holding) check() error {
 	return nil
 }
 
-// holdings is what this rank holds of its own, and the last step it
-// completed (-1: nothing): what it carried over a Reform, or its live
-// state and the copy from before its last update.
-func (t *Trainer) holdings() ([]Holding, int) {
+// holdings is what this rank holds of its own, the last step it
+// completed (-1: nothing) and the round whose world last set its live
+// state: what it carried over a Reform, or its live state and the copy
+// from before its last update.
+func (t *Trainer) holdings() ([]Holding, int, int) {
 	if t.carried != nil {
-		return t.carried.held, t.carried.done
+		return t.carried.held, t.carried.done, t.carried.round
 	}
 	if !t.live {
-		return nil, -1
+		return nil, -1, 0
 	}
 	held := []Holding{{Step: int64(t.state.Step), Lo: t.lo, Hi: t.hi,
 		Params: t.params[t.lo:t.hi], M: t.state.M, V: t.state.V}}
 	if rb := &t.rollback; rb.valid && rb.step != t.state.Step {
 		held = append(held, Holding{Step: int64(rb.step), Lo: t.lo, Hi: t.hi, Params: rb.params, M: rb.m, V: rb.v})
 	}
-	return held, t.done
+	return held, t.done, t.liveRound
 }
 
 // announce all-gathers every rank's announcement.
@@ -405,6 +414,7 @@ func (t *Trainer) install(step int64, s slice) {
 	t.state.M, t.state.V, t.state.Step = s.m, s.v, int(step)
 	t.rollback.valid = false
 	t.live, t.done, t.carried = true, int(step), nil
+	t.liveRound = t.cfg.Worker.RestartCount
 }
 
 // reset makes the Trainer as New made it: the parameters from the seed,
@@ -416,7 +426,7 @@ func (t *Trainer) reset() {
 	clear(t.state.V)
 	t.state.Step = 0
 	t.rollback.valid = false
-	t.live, t.done, t.carried = false, 0, nil
+	t.live, t.done, t.carried, t.liveRound = false, 0, nil, 0
 }
 
 // appendFloats appends the little-endian bytes of fs to b.

@@ -21,7 +21,7 @@ import (
 // layout and batch split for w's world size (an accumulation that does
 // not fit is an error naming the sizes that work), and runs Exchange with
 // extra. On success Run goes on after Recovery.Step, and reopens the
-// metrics so that each step is recorded once. On an error the state this
+// metrics to append the records of the new round. On an error the state this
 // rank held is kept: Reform again (a new round) or Close.
 func (t *Trainer) Reform(ctx context.Context, w distenv.Worker, extra []Holding) (Recovery, error) {
 	start := time.Now()
@@ -33,8 +33,8 @@ func (t *Trainer) Reform(ctx context.Context, w distenv.Worker, extra []Holding)
 		return Recovery{}, fmt.Errorf("trainer: reform: %w", err)
 	}
 	if t.carried == nil {
-		held, done := t.holdings()
-		t.carried = &carried{held: held, done: done}
+		held, done, round := t.holdings()
+		t.carried = &carried{held: held, done: done, round: round}
 	}
 	_ = t.closeWorld() // Close never fails
 	t.world, t.groups = nil, nil

@@ -46,5 +46,6 @@ func (t *Trainer) Restore(s State) error {
 	copy(t.state.V, s.V)
 	t.state.Step = int(s.Step)
 	t.live, t.done, t.rollback.valid, t.carried = true, t.state.Step, false, nil
+	t.liveRound = t.cfg.Worker.RestartCount
 	return nil
 }

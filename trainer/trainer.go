@@ -109,6 +109,11 @@ type Trainer struct {
 	// done is the last step this rank completed: its parameters gathered
 	// again and its record written (meaningful when live).
 	done int
+	// liveRound is the round (Worker.RestartCount) of the world whose Run,
+	// Restore or Exchange last set the live state (meaningful when live):
+	// an Exchange tells a rank that comes back from an older world than
+	// the others' by it (see decide).
+	liveRound int
 	// carried is what this rank held before the last Reform re-laid its
 	// buffers out, until an Exchange settles it; nil when the buffers
 	// themselves are what it holds.
@@ -242,7 +247,7 @@ func (t *Trainer) setGeometry(geo geometry) {
 	}
 	t.owned = make([]float32, geo.hi-geo.lo)
 	t.rollback = rollback{}
-	t.live, t.done = false, 0
+	t.live, t.done, t.liveRound = false, 0, 0
 }
 
 // connectWorld connects rank w.Rank to w's world (none for a world of
@@ -320,8 +325,9 @@ func orNone(s string) string {
 // Run trains from the current step (0, or the one Restore set) to
 // train.steps. Every rank must call it. Rank 0 writes a progress line to
 // cfg.Log every log_every steps; the metrics file gets a record every step,
-// after Run dropped from it the records of the steps it is about to redo
-// (see metrics.Open), so that each step is recorded once.
+// marked with this world's round, appended to the records of the worlds
+// before (see metrics.Open: records of steps this Run redoes stay, and
+// metrics.History reads the job's final line of steps).
 // When ctx ends Run closes the world, so that no rank waits on a peer,
 // and returns ctx's error; a peer that dies or stalls makes it return an
 // error naming that peer's rank (a *comm.PeerError in its chain).
@@ -334,7 +340,7 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	if t.groups == nil {
 		return Result{}, errors.New("trainer: run: no world to run in (the last Reform failed)")
 	}
-	t.live = true
+	t.live, t.liveRound = true, t.cfg.Worker.RestartCount
 	if t.world != nil {
 		stop := context.AfterFunc(ctx, func() { _ = t.world.Close() })
 		defer stop()
@@ -423,7 +429,7 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 		tokPerS := tokensPerStep / now.Sub(lastRecord).Seconds()
 		rec := metrics.Record{Step: step + 1, Time: now, Loss: loss, LR: lr,
 			TokensPerS: tokPerS, MFU: t.mfu(tokPerS), WorldSize: t.plan.WorldSize(),
-			Rank: rank, ElapsedS: now.Sub(start).Seconds(), GradNorm: math.Sqrt(sumSquares),
+			Rank: rank, Round: t.cfg.Worker.RestartCount, ElapsedS: now.Sub(start).Seconds(), GradNorm: math.Sqrt(sumSquares),
 			Compute: now.Sub(lastRecord) - inCollectives}
 		if prof != nil {
 			st := prof.EndStep(now)
@@ -470,13 +476,12 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
-// openMetrics (re)opens the metrics file for a run that goes on from the
-// current step.
+// openMetrics (re)opens the metrics file to append this Run's records.
 func (t *Trainer) openMetrics() error {
 	if err := t.closeMetrics(); err != nil {
 		return err
 	}
-	w, err := metrics.Open(t.metricsPattern, t.cfg.Worker.Rank, t.state.Step+1)
+	w, err := metrics.Open(t.metricsPattern, t.cfg.Worker.Rank)
 	if err != nil {
 		return fmt.Errorf("trainer: %w", err)
 	}

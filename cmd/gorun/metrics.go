@@ -20,7 +20,10 @@ func metricsCommand() *cli.Command {
 				Name:      "plot",
 				Usage:     "draw loss and tokens/s against step, marking restarts and world-size changes, as PNG or SVG",
 				UsageText: "gorun metrics plot metrics.jsonl [-o loss.png | -o loss.svg] [--title TEXT]",
-				Description: "Draws the training loss (and the held-out loss, when recorded) on the upper panel and the\n" +
+				Description: "Draws the job's final line of steps: where a world went back to an earlier step (a resume\n" +
+					"from a checkpoint, an in-place recovery that rolled back), the records of the steps it redid\n" +
+					"replace those of the world before (the file keeps both, each marked with its round).\n" +
+					"Draws the training loss (and the held-out loss, when recorded) on the upper panel and the\n" +
 					"whole job's tokens per second on the lower one, against the step. A dashed red line marks\n" +
 					"each place where the workers restarted (elapsed_s went back) or the world size changed\n" +
 					"(an elastic restart or an in-place recovery), labelled e.g. \"restart, world 2→1\".\n" +
@@ -47,10 +50,11 @@ func metricsPlotAction(c *cli.Context) error {
 	if _, err := chart.FormatOf(out); err != nil {
 		return cli.Exit(err.Error(), exitUsage)
 	}
-	recs, err := metrics.ReadFile(args[0])
+	all, err := metrics.ReadFile(args[0])
 	if err != nil {
 		return cli.Exit(err.Error(), exitUsage)
 	}
+	recs := metrics.History(all)
 	title := c.String("title")
 	if title == "" {
 		title = defaultTitle(args[0], recs)
@@ -59,8 +63,12 @@ func metricsPlotAction(c *cli.Context) error {
 		return err
 	}
 	changes := chart.Changes(recs)
-	_, err = fmt.Fprintf(c.App.Writer, "wrote %s: %d records, steps %d-%d, %d restarts or world-size changes\n",
-		out, len(recs), recs[0].Step, recs[len(recs)-1].Step, len(changes))
+	redone := ""
+	if n := len(all) - len(recs); n > 0 {
+		redone = fmt.Sprintf(" (%d more in the file: steps a later world redid)", n)
+	}
+	_, err = fmt.Fprintf(c.App.Writer, "wrote %s: %d records%s, steps %d-%d, %d restarts or world-size changes\n",
+		out, len(recs), redone, recs[0].Step, recs[len(recs)-1].Step, len(changes))
 	return err
 }
 

@@ -16,7 +16,7 @@ import (
 func TestMetricsPlot(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "metrics.jsonl")
-	w, err := metrics.Open(good, 0, 1)
+	w, err := metrics.Open(good, 0)
 	require.NoError(t, err)
 	for s := 1; s <= 20; s++ {
 		require.NoError(t, w.Write(metrics.Record{Step: s, Loss: 5 - float64(s)/10, TokensPerS: 1000, WorldSize: 2, ElapsedS: float64(s)}))
@@ -37,6 +37,22 @@ func TestMetricsPlot(t *testing.T) {
 	cfg, err := png.DecodeConfig(f)
 	require.NoError(t, err)
 	require.Equal(t, [2]int{800, 600}, [2]int{cfg.Width, cfg.Height})
+
+	// A world that went back to step 15 appends the steps it redid; the
+	// chart is of the job's final line of steps.
+	rolled := filepath.Join(t.TempDir(), "rolled.jsonl")
+	w, err = metrics.Open(rolled, 0)
+	require.NoError(t, err)
+	for round, steps := range [][]int{seq(1, 20), seq(15, 25)} {
+		for _, s := range steps {
+			require.NoError(t, w.Write(metrics.Record{Step: s, Loss: 1, TokensPerS: 1000, WorldSize: 2, Round: round, ElapsedS: float64(s)}))
+		}
+	}
+	require.NoError(t, w.Close())
+	rolledOut := filepath.Join(filepath.Dir(rolled), "loss.png")
+	code, stdout, stderr = run(t, nil, "metrics", "plot", rolled, "-o", rolledOut)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "wrote "+rolledOut+": 25 records (6 more in the file: steps a later world redid), steps 1-25, 0 restarts or world-size changes\n", stdout)
 
 	code, _, stderr = run(t, nil, "metrics", "plot", "--output="+filepath.Join(dir, "loss.svg"), good)
 	require.Equal(t, 0, code, stderr)
@@ -64,4 +80,13 @@ func TestMetricsPlot(t *testing.T) {
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	require.Len(t, entries, 5, "the three inputs and the two charts: %v", entries)
+}
+
+// seq is from, from+1, ..., to.
+func seq(from, to int) []int {
+	var s []int
+	for i := from; i <= to; i++ {
+		s = append(s, i)
+	}
+	return s
 }

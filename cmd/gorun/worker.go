@@ -123,7 +123,7 @@ func runWorker(sigs *workerSignals, c *cli.Context, cfg config.Config, w distenv
 	ctx := sigs.ctx
 	beat := heartbeat.FromEnv(os.LookupEnv) // nil (no-op) unless the agent gave the worker a channel
 	s := &session{ctx: ctx, cfg: cfg, worker: w, log: c.App.Writer, stop: &sigs.stop, term: sigs.term, beat: beat,
-		rounds: beat.Rounds(ctx), waitRound: comm.DefaultTimeout}
+		rounds: beat.Rounds(ctx), waitRound: comm.DefaultTimeout, redone: math.NaN()}
 	s.t, err = trainer.New(ctx, trainer.Config{Train: cfg, Worker: w, Threads: c.Int("threads"),
 		Secret: secret, CommLog: c.App.ErrWriter, Profile: c.Bool("profile"),
 		Metrics: c.String("metrics"), Log: c.App.Writer, AfterStep: s.afterStep})
@@ -161,11 +161,12 @@ func runWorker(sigs *workerSignals, c *cli.Context, cfg config.Config, w distenv
 	return nil
 }
 
-// progressOf is the heartbeat of a step's record made in round; an MFU
+// progressOf is the heartbeat of a step's record made in round, with the
+// steps redone by the recovery before it (NaN: none to report); an MFU
 // of 0 (the trainer knows no peak for its threads) is not reported.
-func progressOf(rec metrics.Record, round int) heartbeat.Progress {
+func progressOf(rec metrics.Record, round int, redone float64) heartbeat.Progress {
 	p := heartbeat.Progress{Step: rec.Step, Loss: rec.Loss, TokensPerS: rec.TokensPerS, MFU: rec.MFU,
-		ComputeS: rec.Compute.Seconds(), Round: float64(round)}
+		ComputeS: rec.Compute.Seconds(), Round: float64(round), Redone: redone}
 	if rec.MFU == 0 {
 		p.MFU = math.NaN()
 	}

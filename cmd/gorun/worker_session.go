@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"time"
 
 	"github.com/gorun/gorun/internal/distenv"
@@ -43,12 +44,17 @@ type session struct {
 	// waitRound bounds how long a worker whose world broke waits for the
 	// agent's next round before it fails with the peer's error.
 	waitRound time.Duration
+	// redone is the steps the last recovery threw away, for the next
+	// heartbeat to tell the agent (which records it for gorun status);
+	// NaN once told.
+	redone float64
 }
 
 // afterStep is the trainer's AfterStep hook: heartbeat, memory copy,
 // checkpoint, and a stop at this boundary if a new round is pending.
 func (s *session) afterStep(t *trainer.Trainer, rec metrics.Record) error {
-	s.beat.Report(progressOf(rec, s.worker.RestartCount))
+	s.beat.Report(progressOf(rec, s.worker.RestartCount, s.redone))
+	s.redone = math.NaN()
 	if s.keeper != nil && rec.Step%s.cfg.Checkpoint.MemoryEvery == 0 {
 		st := t.State()
 		if err := s.keeper.Snapshot(memcopy.Copy{Step: st.Step, Lo: st.Lo, Hi: st.Hi, Params: st.Params, M: st.M, V: st.V}); err != nil {
@@ -127,11 +133,18 @@ func (s *session) detach() ([]trainer.Holding, error) {
 
 // resumeFrom finishes a start or re-form: a state the exchange found
 // nowhere comes from the newest checkpoint.
+//
+// Either way the steps the job redoes (the exchange's Redone, less the
+// checkpoint's step after a resume from one) go to the agent with the
+// next heartbeat: every rank computes the same, and the agent records
+// them as the recovery's steps lost.
 func (s *session) resumeFrom(rec trainer.Recovery, what string) error {
 	if rec.Source == trainer.RecoveryNone {
 		_, err := s.ck.Resume(s.ctx)
+		s.redone = float64(max(0, rec.Redone-s.t.Step()))
 		return err
 	}
+	s.redone = float64(rec.Redone)
 	if s.t.Plan().Rank == 0 {
 		fmt.Fprintf(s.log, "trainer: %s in place at world size %d: state of step %d from %s (%d bytes received here, %d step(s) redone) in %v\n",
 			what, s.t.Plan().WorldSize(), rec.Step, rec.Source, rec.Received, rec.Redone, rec.Took.Round(time.Millisecond))

@@ -29,11 +29,17 @@ type Progress struct {
 	// step in: a worker kept in place across rounds reports its first step
 	// in the new one by it. NaN: not reported.
 	Round float64
+	// Redone is the number of completed steps the job threw away in the
+	// recovery that the worker went on from before this step (its
+	// exchange's decision, the same on every rank; a resume from a
+	// checkpoint counted from that checkpoint's step): reported with the
+	// first step after a recovery. NaN: not reported.
+	Redone float64
 }
 
 // Unreported is a Progress of step with no figures.
 func Unreported(step int) Progress {
-	return Progress{Step: step, Loss: math.NaN(), TokensPerS: math.NaN(), MFU: math.NaN(), ComputeS: math.NaN(), Round: math.NaN()}
+	return Progress{Step: step, Loss: math.NaN(), TokensPerS: math.NaN(), MFU: math.NaN(), ComputeS: math.NaN(), Round: math.NaN(), Redone: math.NaN()}
 }
 
 // progressFields names the optional fields of a heartbeat line.
@@ -46,6 +52,7 @@ var progressFields = []struct {
 	{"mfu", func(p *Progress) *float64 { return &p.MFU }},
 	{"compute_s", func(p *Progress) *float64 { return &p.ComputeS }},
 	{"round", func(p *Progress) *float64 { return &p.Round }},
+	{"redone", func(p *Progress) *float64 { return &p.Redone }},
 }
 
 // Line is p as one heartbeat line, newline included; figures that are

@@ -16,13 +16,14 @@ func TestParseLine(t *testing.T) {
 		want Progress
 		err  string
 	}{
-		{line: "12", want: Progress{Step: 12, Loss: nan, TokensPerS: nan, MFU: nan, ComputeS: nan, Round: nan}},
-		{line: " 12 \n", want: Progress{Step: 12, Loss: nan, TokensPerS: nan, MFU: nan, ComputeS: nan, Round: nan}},
-		{line: "12 loss=3.41 tokens_per_s=5123.4 mfu=0.31", want: Progress{Step: 12, Loss: 3.41, TokensPerS: 5123.4, MFU: 0.31, ComputeS: nan, Round: nan}},
-		{line: "12 compute_s=0.27", want: Progress{Step: 12, Loss: nan, TokensPerS: nan, MFU: nan, ComputeS: 0.27, Round: nan}},
+		{line: "12", want: Progress{Step: 12, Loss: nan, TokensPerS: nan, MFU: nan, ComputeS: nan, Round: nan, Redone: nan}},
+		{line: " 12 \n", want: Progress{Step: 12, Loss: nan, TokensPerS: nan, MFU: nan, ComputeS: nan, Round: nan, Redone: nan}},
+		{line: "12 loss=3.41 tokens_per_s=5123.4 mfu=0.31", want: Progress{Step: 12, Loss: 3.41, TokensPerS: 5123.4, MFU: 0.31, ComputeS: nan, Round: nan, Redone: nan}},
+		{line: "12 compute_s=0.27", want: Progress{Step: 12, Loss: nan, TokensPerS: nan, MFU: nan, ComputeS: 0.27, Round: nan, Redone: nan}},
+		{line: "13 round=2 redone=433", want: Progress{Step: 13, Loss: nan, TokensPerS: nan, MFU: nan, ComputeS: nan, Round: 2, Redone: 433}},
 		{line: "12 compute_s=slow", err: `line "12 compute_s=slow": compute_s`},
-		{line: "12 loss=2 future=7 bare", want: Progress{Step: 12, Loss: 2, TokensPerS: nan, MFU: nan, ComputeS: nan, Round: nan}},
-		{line: "12 loss=NaN", want: Progress{Step: 12, Loss: nan, TokensPerS: nan, MFU: nan, ComputeS: nan, Round: nan}},
+		{line: "12 loss=2 future=7 bare", want: Progress{Step: 12, Loss: 2, TokensPerS: nan, MFU: nan, ComputeS: nan, Round: nan, Redone: nan}},
+		{line: "12 loss=NaN", want: Progress{Step: 12, Loss: nan, TokensPerS: nan, MFU: nan, ComputeS: nan, Round: nan, Redone: nan}},
 		{line: "", err: "empty line"},
 		{line: "step 12", err: `line "step 12": step`},
 		{line: "12 loss=high", err: `line "12 loss=high": loss`},
@@ -45,6 +46,7 @@ func TestLineRoundTrips(t *testing.T) {
 		Unreported(0),
 		{Step: 7, Loss: 1.25, TokensPerS: 1e6, MFU: 0.5, ComputeS: 0.125},
 		{Step: 8, Loss: 0, TokensPerS: math.NaN(), MFU: 0, ComputeS: math.NaN()},
+		{Step: 9, Loss: math.NaN(), TokensPerS: math.NaN(), MFU: math.NaN(), ComputeS: math.NaN(), Round: 3, Redone: 0},
 	} {
 		got, err := ParseLine(p.Line())
 		require.NoError(t, err)
@@ -66,7 +68,7 @@ func TestWatchReportsBeats(t *testing.T) {
 	defer p.Close()
 	b := &Beater{f: p.WorkerEnd()} // the worker's side, in this process
 	b.Beat(1)
-	b.Report(Progress{Step: 2, Loss: 3.5, TokensPerS: 100, MFU: math.NaN(), ComputeS: math.NaN(), Round: math.NaN()})
+	b.Report(Progress{Step: 2, Loss: 3.5, TokensPerS: 100, MFU: math.NaN(), ComputeS: math.NaN(), Round: math.NaN(), Redone: math.NaN()})
 	require.NoError(t, p.CloseWorkerEnd())
 	_, stalled := <-stalls
 	require.False(t, stalled)

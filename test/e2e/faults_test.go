@@ -65,13 +65,19 @@ func (j *faultJob) start(name string, extra ...string) *gorunProc {
 	return p
 }
 
-// records reads the metrics file, ignoring a last line still being written.
+// records reads the metrics file's final line of steps, ignoring a last
+// line still being written.
 func (j *faultJob) records() []trainerRecord {
 	data, _ := os.ReadFile(j.metrics)
 	var out []trainerRecord
 	for _, l := range bytes.Split(data, []byte("\n")) {
 		var r trainerRecord
 		if json.Unmarshal(l, &r) == nil && r.Step > 0 {
+			// The file keeps the records of steps a later world redid
+			// (metrics.History): keep the job's final line of steps.
+			for len(out) > 0 && out[len(out)-1].Step >= r.Step {
+				out = out[:len(out)-1]
+			}
 			out = append(out, r)
 		}
 	}

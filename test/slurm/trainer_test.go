@@ -54,7 +54,7 @@ type metricsRecord struct {
 }
 
 // readMetrics returns the whole lines of the metrics file (none when it
-// does not exist yet).
+// does not exist yet) that make the job's final line of steps.
 func readMetrics(t *testing.T, path string) []metricsRecord {
 	t.Helper()
 	data, err := os.ReadFile(path)
@@ -75,6 +75,11 @@ func readMetrics(t *testing.T, path string) []metricsRecord {
 		}
 		var r metricsRecord
 		require.NoError(t, json.Unmarshal(sc.Bytes(), &r), "metrics %s: %q", path, sc.Text())
+		// The file keeps the records of steps a later world redid
+		// (metrics.History): keep the job's final line of steps.
+		for len(recs) > 0 && recs[len(recs)-1].Step >= r.Step {
+			recs = recs[:len(recs)-1]
+		}
 		recs = append(recs, r)
 	}
 	return recs

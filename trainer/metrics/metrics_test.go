@@ -69,24 +69,24 @@ func readLines(t *testing.T, path string) []map[string]any {
 
 func TestWriterAppendsLines(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sub", "metrics.jsonl")
-	w, err := Open(path, 0, 12)
+	w, err := Open(path, 0)
 	require.NoError(t, err)
 	require.Equal(t, path, w.Path())
 	require.NoError(t, w.Write(Record{Step: 12, Time: time.UnixMilli(1712345678120), Loss: 3.41, LR: 0.0006, TokensPerS: 5123.4, MFU: 0.31, WorldSize: 4, ElapsedS: 1.5}))
 	// Flushed line by line: the line is in the file before Close.
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
-	require.Equal(t, `{"step":12,"time":1712345678.120,"loss":3.41,"lr":0.0006,"tokens_per_s":5123.4,"mfu":0.31,"world_size":4,"rank":0,"elapsed_s":1.5}`+"\n", string(b))
+	require.Equal(t, `{"step":12,"time":1712345678.120,"loss":3.41,"lr":0.0006,"tokens_per_s":5123.4,"mfu":0.31,"world_size":4,"rank":0,"round":0,"elapsed_s":1.5}`+"\n", string(b))
 	require.NoError(t, w.Write(Record{Step: 13, Loss: math.NaN(), LR: 1e-3, WorldSize: 4, GradNorm: 0.5, ValLoss: 2.5}))
 	require.NoError(t, w.Close())
 	require.NoError(t, w.Close())
 	require.ErrorContains(t, w.Write(Record{Step: 14}), "closed")
 
-	// A run resumed at step 14 appends.
+	// A run resumed at step 14 appends; its round is marked.
 	before := time.Now()
-	w, err = Open(path, 0, 14)
+	w, err = Open(path, 0)
 	require.NoError(t, err)
-	require.NoError(t, w.Write(Record{Step: 14, Loss: 3, WorldSize: 2}))
+	require.NoError(t, w.Write(Record{Step: 14, Loss: 3, WorldSize: 2, Round: 3}))
 	require.NoError(t, w.Close())
 	lines := readLines(t, path)
 	require.Len(t, lines, 3)
@@ -94,6 +94,7 @@ func TestWriterAppendsLines(t *testing.T) {
 	require.Equal(t, 0.5, lines[1]["grad_norm"])
 	require.Equal(t, 2.5, lines[1]["val_loss"])
 	require.Equal(t, 14.0, lines[2]["step"])
+	require.Equal(t, 3.0, lines[2]["round"])
 	require.NotContains(t, lines[2], "grad_norm")
 	require.InDelta(t, float64(before.UnixMilli())/1e3, lines[2]["time"], 60, "a zero Time is the time of the write")
 }
@@ -101,21 +102,21 @@ func TestWriterAppendsLines(t *testing.T) {
 func TestWriterRanks(t *testing.T) {
 	dir := t.TempDir()
 	shared := filepath.Join(dir, "m.jsonl")
-	w1, err := Open(shared, 1, 1)
+	w1, err := Open(shared, 1)
 	require.NoError(t, err)
 	require.Empty(t, w1.Path(), "rank 1 does not write a shared file")
 	require.NoError(t, w1.Write(Record{Step: 1}))
 	require.NoError(t, w1.Close())
 	require.NoFileExists(t, shared)
 
-	none, err := Open("", 0, 1)
+	none, err := Open("", 0)
 	require.NoError(t, err)
 	require.NoError(t, none.Write(Record{Step: 1}))
 	require.NoError(t, none.Close())
 
 	perRank := filepath.Join(dir, "rank{rank}", "m-{rank}.jsonl")
 	for rank := range 3 {
-		w, err := Open(perRank, rank, 1)
+		w, err := Open(perRank, rank)
 		require.NoError(t, err)
 		require.NoError(t, w.Write(Record{Step: 1, Rank: rank, WorldSize: 3}))
 		require.NoError(t, w.Close())
@@ -124,13 +125,13 @@ func TestWriterRanks(t *testing.T) {
 	require.Equal(t, 2.0, lines[0]["rank"])
 
 	require.NoError(t, os.WriteFile(shared, nil, 0o644))
-	_, err = Open(filepath.Join(shared, "under-a-file", "m.jsonl"), 0, 1)
+	_, err = Open(filepath.Join(shared, "under-a-file", "m.jsonl"), 0)
 	require.ErrorContains(t, err, "metrics: open")
 }
 
 func TestWriterConcurrent(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "m.jsonl")
-	w, err := Open(path, 0, 1)
+	w, err := Open(path, 0)
 	require.NoError(t, err)
 	var wg sync.WaitGroup
 	for g := range 4 {
@@ -145,9 +146,11 @@ func TestWriterConcurrent(t *testing.T) {
 	require.Len(t, readLines(t, path), 200)
 }
 
-// TestKeepBefore: a run that goes on from step `from` keeps exactly the records of the steps
-// before it, and the file stays whole on its own.
-func TestKeepBefore(t *testing.T) {
+// TestOpenKeepsEveryRecord: a run that goes on from any step, earlier
+// ones included, appends after every record the file holds; only a torn
+// last line (no newline: never a whole record) is cut, so that the new
+// records start their own lines.
+func TestOpenKeepsEveryRecord(t *testing.T) {
 	rec := func(step int) string { return fmt.Sprintf(`{"step":%d,"time":1.5,"loss":2}`+"\n", step) }
 	recs := func(from, to int) string {
 		var b strings.Builder
@@ -156,62 +159,47 @@ func TestKeepBefore(t *testing.T) {
 		}
 		return b.String()
 	}
+	long := `{"step":9,"pad":"` + strings.Repeat("x", 10_000)
 	cases := []struct {
 		name    string
 		content *string // nil: no file
-		from    int
-		want    string
+		want    string  // what stays before the new record
 	}{
-		{"no file", nil, 1, ""},
-		{"fresh start drops an old run", ptr(recs(1, 5)), 1, ""},
-		{"resume mid-file", ptr(recs(1, 15)), 11, recs(1, 10)},
-		{"resume mid-file after a duplicated tail", ptr(recs(1, 15) + recs(11, 13)), 13, recs(1, 12) + recs(11, 12)},
-		{"torn last line", ptr(recs(1, 7) + `{"step":8,"ti`), 8, recs(1, 7)},
-		{"torn last line before the resume step", ptr(recs(1, 3) + `{"step":4,"ti`), 9, recs(1, 3)},
-		{"resume past the end", ptr(recs(1, 5)), 20, recs(1, 5)},
-		{"resume at the next step", ptr(recs(1, 5)), 6, recs(1, 5)},
-		{"non-record lines", ptr(rec(1) + "\n" + "not json\n" + `{"loss":2}` + "\n" + "[1,2]\n" + `{"step":"2"}` + "\n" + rec(2) + rec(3)), 3,
-			rec(1) + rec(2)},
+		{"no file", nil, ""},
+		{"a rollback keeps the records it redoes", ptr(recs(1, 15)), recs(1, 15)},
+		{"torn last line", ptr(recs(1, 7) + `{"step":8,"ti`), recs(1, 7)},
+		{"a torn line longer than a read", ptr(recs(1, 2) + long), recs(1, 2)},
+		{"nothing but a torn line", ptr(`{"step":1,`), ""},
+		{"empty", ptr(""), ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			path := filepath.Join(dir, "m.jsonl")
+			path := filepath.Join(t.TempDir(), "m.jsonl")
 			if tc.content != nil {
 				require.NoError(t, os.WriteFile(path, []byte(*tc.content), 0o644))
 			}
-			require.NoError(t, KeepBefore(path, tc.from))
-			b, err := os.ReadFile(path)
-			if tc.content == nil {
-				require.ErrorIs(t, err, os.ErrNotExist, "KeepBefore creates no file")
-			} else {
-				require.NoError(t, err)
-				require.Equal(t, tc.want, string(b))
-			}
-			entries, err := os.ReadDir(dir)
+			w, err := Open(path, 0)
 			require.NoError(t, err)
-			require.LessOrEqual(t, len(entries), 1, "no temporary file is left: %v", entries)
-
-			w, err := Open(path, 0, tc.from)
-			require.NoError(t, err)
-			require.NoError(t, w.Write(Record{Step: tc.from, Loss: 1}))
+			require.NoError(t, w.Write(Record{Step: 3, Time: time.UnixMilli(1500), Loss: 1, Round: 2}))
 			require.NoError(t, w.Close())
-			lines := readLines(t, path)
-			require.Equal(t, float64(tc.from), lines[len(lines)-1]["step"], "the resumed run appends after the kept records")
+			b, err := os.ReadFile(path)
+			require.NoError(t, err)
+			require.Equal(t, tc.want+`{"step":3,"time":1.500,"loss":1,"lr":0,"tokens_per_s":0,"mfu":0,"world_size":0,"rank":0,"round":2,"elapsed_s":0}`+"\n", string(b))
 		})
 	}
 }
 
-func TestKeepBeforeUnreadable(t *testing.T) {
+func TestOpenUnreadable(t *testing.T) {
 	dir := t.TempDir()
-	require.ErrorContains(t, KeepBefore(dir, 1), "metrics: keep the steps of "+dir)
+	_, err := Open(dir, 0)
+	require.ErrorContains(t, err, "metrics: open")
 }
 
 func ptr(s string) *string { return &s }
 
 func TestWriterProfile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "metrics.jsonl")
-	w, err := Open(path, 0, 1)
+	w, err := Open(path, 0)
 	require.NoError(t, err)
 	st := profile.Step{Total: 500 * time.Millisecond}
 	st.Phases[profile.GEMM] = 300 * time.Millisecond

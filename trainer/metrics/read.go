@@ -100,6 +100,7 @@ type jsonRecord struct {
 	MFU        *float64 `json:"mfu"`
 	WorldSize  int      `json:"world_size"`
 	Rank       int      `json:"rank"`
+	Round      int      `json:"round"`
 	ElapsedS   *float64 `json:"elapsed_s"`
 	GradNorm   *float64 `json:"grad_norm"`
 	ValLoss    *float64 `json:"val_loss"`
@@ -124,9 +125,28 @@ func parseRecord(line []byte) (Record, error) {
 		return *v
 	}
 	r := Record{Step: int(*j.Step), Loss: orNaN(j.Loss), LR: orNaN(j.LR), TokensPerS: orNaN(j.TokensPerS), MFU: orNaN(j.MFU),
-		WorldSize: j.WorldSize, Rank: j.Rank, ElapsedS: orNaN(j.ElapsedS), GradNorm: orNaN(j.GradNorm), ValLoss: orNaN(j.ValLoss)}
+		WorldSize: j.WorldSize, Rank: j.Rank, Round: j.Round, ElapsedS: orNaN(j.ElapsedS), GradNorm: orNaN(j.GradNorm), ValLoss: orNaN(j.ValLoss)}
 	if j.Time != nil {
 		r.Time = time.UnixMilli(int64(math.Round(*j.Time * 1e3)))
 	}
 	return r, nil
+}
+
+// History is the line of steps the job's last state went through, out of
+// recs in file order (as Read returns them, the records of every world the
+// job ran in): each record stands until a later one of its step or an
+// earlier step, which a world that went back to that step wrote, replaces
+// it and every record after it. What History leaves out is what the job
+// redid: len(recs) - len(History(recs)) steps, a step redone twice
+// counting twice. recs is not changed.
+func History(recs []Record) []Record {
+	var out []Record
+	for _, r := range recs {
+		keep := len(out)
+		for keep > 0 && out[keep-1].Step >= r.Step {
+			keep--
+		}
+		out = append(out[:keep], r)
+	}
+	return out
 }

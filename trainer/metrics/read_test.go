@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ import (
 // time to the millisecond.
 func TestReadFileReadsWhatWriterWrites(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "metrics.jsonl")
-	w, err := Open(path, 0, 1)
+	w, err := Open(path, 0)
 	require.NoError(t, err)
 	at := time.UnixMilli(1712345678123)
 	want := []Record{
@@ -71,6 +72,43 @@ func TestReadFileErrors(t *testing.T) {
 			}
 			require.NoError(t, err)
 			require.Len(t, recs, tc.records)
+		})
+	}
+}
+
+// TestHistory: the records of every world, in file order, give the line
+// of steps the job's last state went through; what is left out is what
+// the job redid.
+func TestHistory(t *testing.T) {
+	recs := func(round int, steps ...int) []Record {
+		var out []Record
+		for _, s := range steps {
+			out = append(out, Record{Step: s, Round: round})
+		}
+		return out
+	}
+	cases := []struct {
+		name string
+		recs []Record
+		want []Record
+	}{
+		{"none", nil, nil},
+		{"one world", recs(0, 1, 2, 3), recs(0, 1, 2, 3)},
+		{"a rollback replaces the steps it redoes", slices.Concat(recs(0, 1, 2, 3, 4, 5), recs(1, 4, 5, 6)),
+			slices.Concat(recs(0, 1, 2, 3), recs(1, 4, 5, 6))},
+		{"a rollback below steps no later world reached drops them too", slices.Concat(recs(0, 1, 2, 3, 4, 5), recs(1, 3)),
+			slices.Concat(recs(0, 1, 2), recs(1, 3))},
+		{"rollbacks in a row", slices.Concat(recs(0, 1, 2, 3, 4), recs(1, 3, 4, 5, 6), recs(2, 2, 3)),
+			slices.Concat(recs(0, 1), recs(2, 2, 3))},
+		{"a stale world's rank joins later: a gap", slices.Concat(recs(0, 1, 2), recs(2, 7, 8)),
+			slices.Concat(recs(0, 1, 2), recs(2, 7, 8))},
+		{"a new run of the same file", slices.Concat(recs(0, 1, 2, 3), recs(0, 1, 2)), recs(0, 1, 2)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := slices.Clone(tc.recs)
+			require.Equal(t, tc.want, History(tc.recs))
+			require.Equal(t, in, tc.recs, "History changes nothing it reads")
 		})
 	}
 }

@@ -1,7 +1,10 @@
 package metrics
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -18,7 +21,7 @@ import (
 const RankPlaceholder = "{rank}"
 
 // Record is the figures of one step: one JSON line such as
-// {"step":12,"time":1712345678.123,"loss":3.41,"lr":0.0006,"tokens_per_s":5123.4,"mfu":0.31,"world_size":4,"rank":0,"elapsed_s":31.5}.
+// {"step":12,"time":1712345678.123,"loss":3.41,"lr":0.0006,"tokens_per_s":5123.4,"mfu":0.31,"world_size":4,"rank":0,"round":2,"elapsed_s":31.5}.
 // A NaN or infinite figure is written as null.
 type Record struct {
 	Step int // optimizer steps done, 1-based
@@ -36,7 +39,12 @@ type Record struct {
 	MFU       float64
 	WorldSize int
 	Rank      int
-	ElapsedS  float64 // seconds since this process started training
+	// Round is the round (TORCHELASTIC_RESTART_COUNT) of the world that
+	// trained the step: a file holds the records of every world the job
+	// ran in, and a step that a later world redid has a record of each
+	// (see History).
+	Round    int
+	ElapsedS float64 // seconds since this process started training
 	// GradNorm is the global gradient norm before clipping; 0 leaves it
 	// out of the line.
 	GradNorm float64
@@ -76,6 +84,8 @@ func (r Record) appendJSON(b []byte) []byte {
 	b = strconv.AppendInt(b, int64(r.WorldSize), 10)
 	b = append(b, `,"rank":`...)
 	b = strconv.AppendInt(b, int64(r.Rank), 10)
+	b = append(b, `,"round":`...)
+	b = strconv.AppendInt(b, int64(r.Round), 10)
 	b = num(b, "elapsed_s", r.ElapsedS)
 	if r.GradNorm != 0 {
 		b = num(b, "grad_norm", r.GradNorm)
@@ -124,14 +134,17 @@ func Path(pattern string, rank int) string {
 	return strings.ReplaceAll(pattern, RankPlaceholder, strconv.Itoa(rank))
 }
 
-// Open returns the Writer of rank for the metrics path pattern (see Path)
-// in a run that goes on from step from: 1 for a fresh start, S+1 after a
-// resume from the checkpoint of step S. The file and its directory are
-// created if needed; an existing file first loses every line that is not
-// a record of a step before from (see KeepBefore), so that the steps the
-// run redoes are recorded once; then records are appended. When the rank
-// writes no file the Writer discards every record.
-func Open(pattern string, rank, from int) (*Writer, error) {
+// Open returns the Writer of rank for the metrics path pattern (see
+// Path). The file and its directory are created if needed; records are
+// appended to what the file holds, never dropped: a run that goes back to
+// an earlier step (a resume from a checkpoint, an in-place recovery that
+// rolled back) writes the steps it redoes again, after the records of the
+// world that first trained them, and History reads the job's final line
+// of steps back. A last line without its newline (torn by a killed
+// writer, never a whole record) is cut off first, so that every record
+// starts a line. When the rank writes no file the Writer discards every
+// record.
+func Open(pattern string, rank int) (*Writer, error) {
 	path := Path(pattern, rank)
 	if path == "" {
 		return &Writer{}, nil
@@ -139,14 +152,40 @@ func Open(pattern string, rank, from int) (*Writer, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("metrics: open: %w", err)
 	}
-	if err := KeepBefore(path, from); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: open: %w", err)
 	}
+	if err := cutTornLine(f); err != nil {
+		return nil, errors.Join(fmt.Errorf("metrics: open %s: %w", path, err), f.Close())
+	}
 	return &Writer{f: f, path: path}, nil
+}
+
+// cutTornLine truncates f after its last newline (to empty without one).
+func cutTornLine(f *os.File) error {
+	end, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 4096)
+	for at := end; at > 0; {
+		n := min(at, int64(len(buf)))
+		at -= n
+		if _, err := f.ReadAt(buf[:n], at); err != nil {
+			return err
+		}
+		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
+			if keep := at + int64(i) + 1; keep < end {
+				return f.Truncate(keep)
+			}
+			return nil
+		}
+	}
+	if end > 0 {
+		return f.Truncate(0)
+	}
+	return nil
 }
 
 // Path is the file the Writer appends to, or "" when it discards.

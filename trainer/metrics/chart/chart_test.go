@@ -77,12 +77,12 @@ func TestChanges(t *testing.T) {
 func trainerFile(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "metrics.jsonl")
-	write := func(from, to, world int) {
-		w, err := metrics.Open(path, 0, from)
+	write := func(from, to, world, round int) {
+		w, err := metrics.Open(path, 0)
 		require.NoError(t, err)
 		for s := from; s <= to; s++ {
 			r := metrics.Record{Step: s, Loss: 5.5*math.Exp(-float64(s)/60) + 2, LR: 1e-3,
-				TokensPerS: 30000 * float64(world), WorldSize: world, ElapsedS: float64(s - from)}
+				TokensPerS: 30000 * float64(world), WorldSize: world, Round: round, ElapsedS: float64(s - from)}
 			if s%40 == 0 {
 				r.ValLoss = r.Loss + 0.1
 			}
@@ -93,14 +93,16 @@ func trainerFile(t *testing.T) string {
 		}
 		require.NoError(t, w.Close())
 	}
-	write(1, 90, 2) // steps 81-90 are lost with the worker
-	write(81, 120, 1)
+	write(1, 90, 2, 0) // steps 81-90 are lost with the worker
+	write(81, 120, 1, 1)
 	return path
 }
 
 func TestWriteFilePNGAndSVG(t *testing.T) {
-	recs, err := metrics.ReadFile(trainerFile(t))
+	all, err := metrics.ReadFile(trainerFile(t))
 	require.NoError(t, err)
+	require.Len(t, all, 130, "the records of both worlds")
+	recs := metrics.History(all)
 	require.Len(t, recs, 120)
 	require.Equal(t, []Change{{Step: 81, From: 2, To: 1, Restart: true}}, Changes(recs))
 	dir := t.TempDir()

@@ -1,0 +1,28 @@
+package heartbeat
+
+import "testing"
+
+// FuzzChannelLines: any line on the channel, either way, is read or
+// refused, never a panic; a progress line read back writes a line that
+// reads the same.
+func FuzzChannelLines(f *testing.F) {
+	for _, s := range []string{"12", "12 loss=3.41 tokens_per_s=5123.4 mfu=0.31 compute_s=0.2 round=2 redone=4", "await 7 peer=3",
+		`round {"rank":1,"world_size":2}`, "round {", "await x", "12 loss=+Inf", "-3 round=NaN", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		_, _, _ = ParseAwait(line)
+		_, _, _ = ParseRound(line)
+		p, err := ParseLine(line)
+		if err != nil {
+			return
+		}
+		again, err := ParseLine(p.Line())
+		if err != nil {
+			t.Fatalf("%q: its own line %q does not read: %v", line, p.Line(), err)
+		}
+		if again.Line() != p.Line() {
+			t.Fatalf("%q: %q reads back as %q", line, p.Line(), again.Line())
+		}
+	})
+}
