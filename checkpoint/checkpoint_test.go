@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -249,7 +250,7 @@ func TestLoadErrors(t *testing.T) {
 
 func TestBadManifests(t *testing.T) {
 	good := func() Manifest {
-		return Manifest{Version: 1, BlockBytes: 8, Files: []FileMeta{{Name: "shard-00000.bin", Bytes: 40}},
+		return Manifest{Version: 1, BlockBytes: 8, World: World{Replicas: 1, Shards: 1}, Files: []FileMeta{{Name: "shard-00000.bin", Bytes: 40}},
 			Tensors: []TensorMeta{{Name: "w", DType: "float32", Shape: []int64{10}, Chunks: []Chunk{
 				{Offset: 0, Length: 4, File: "shard-00000.bin", ByteOffset: 0, CRC32C: []uint32{1, 2}},
 				{Offset: 4, Length: 6, File: "shard-00000.bin", ByteOffset: 16, CRC32C: []uint32{1, 2, 3}},
@@ -270,7 +271,15 @@ func TestBadManifests(t *testing.T) {
 			m.Tensors[0].Chunks[0].CRC32C = []uint32{1, 2, 3}
 		}, "elements [4, 5) are in more than one chunk"},
 		{"short", func(m *Manifest) { m.Tensors[0].Shape = []int64{11} }, "elements [10, 11) are in no chunk"},
-		{"past the tensor", func(m *Manifest) { m.Tensors[0].Shape = []int64{9} }, "chunk [4, 10) outside the tensor's 9 elements"},
+		{"past the tensor", func(m *Manifest) { m.Tensors[0].Shape = []int64{9} }, "chunk of 6 elements at 4 outside the tensor's 9 elements"},
+		// Sums and products that wrap around an int64 (found by FuzzManifest's seeds: each
+		// passed before as a chunk inside its tensor or file).
+		{"offset wraps", func(m *Manifest) { m.Tensors[0].Chunks[1].Offset = math.MaxInt64 - 1 }, "outside the tensor's 10 elements"},
+		{"byte offset wraps", func(m *Manifest) { m.Tensors[0].Chunks[1].ByteOffset = math.MaxInt64 - 8 }, "outside the file's 40 bytes"},
+		{"shape overflows", func(m *Manifest) { m.Tensors[0].Shape = []int64{1 << 32, 1 << 32, 10} }, "has more than"},
+		{"huge block", func(m *Manifest) { m.BlockBytes = math.MaxInt64 }, "block_bytes 9223372036854775807 must be between 1 and"},
+		{"negative step", func(m *Manifest) { m.Step = -1 }, "step -1 and sample_index 0 must not be negative"},
+		{"no world", func(m *Manifest) { m.World = World{} }, "world 0x0"},
 		{"past the file", func(m *Manifest) { m.Files[0].Bytes = 39 }, "outside the file's 39 bytes"},
 		{"checksums", func(m *Manifest) { m.Tensors[0].Chunks[1].CRC32C = []uint32{1} }, "1 checksums for 3 blocks"},
 		{"unlisted file", func(m *Manifest) { m.Tensors[0].Chunks[1].File = "shard-00009.bin" }, `unlisted file "shard-00009.bin"`},

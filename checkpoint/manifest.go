@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +21,13 @@ const DTypeFloat32 = "float32"
 // DefaultBlockBytes is the checksum granularity: every chunk carries one crc32c per block of this
 // many bytes, so a resharding load verifies what it reads without reading whole chunks.
 const DefaultBlockBytes = 1 << 20
+
+// MaxBlockBytes bounds the checksum block size, written or read: a reader holds one whole block
+// in memory to verify it.
+const MaxBlockBytes = maxReadBytes
+
+// maxElements bounds a tensor's elements so that its size in bytes fits an int64.
+const maxElements = math.MaxInt64 / elemBytes
 
 // Manifest is the content of manifest.json: what a checkpoint holds and where every byte is.
 type Manifest struct {
@@ -66,6 +74,7 @@ type Chunk struct {
 	CRC32C []uint32 `json:"crc32c"`
 }
 
+// numel is the product of shape; validate has checked it does not overflow.
 func numel(shape []int64) int64 {
 	n := int64(1)
 	for _, d := range shape {
@@ -110,6 +119,11 @@ func ReadManifest(stepDir string) (*Manifest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: read manifest: %w", err)
 	}
+	return parseManifest(b)
+}
+
+// parseManifest decodes and validates the bytes of a manifest.json.
+func parseManifest(b []byte) (*Manifest, error) {
 	var m Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, corrupt(ManifestName, "", "not valid JSON: %v", err)
@@ -120,14 +134,22 @@ func ReadManifest(stepDir string) (*Manifest, error) {
 	return &m, nil
 }
 
-// validate checks that the manifest is internally consistent: known version and dtypes, chunks
-// inside their tensors and files, one checksum per block, every element covered exactly once.
+// validate checks that the manifest is internally consistent: known version and dtypes, a
+// step, sample index and layout a resume can use, chunks inside their tensors and files, one
+// checksum per block, every element covered exactly once. Every sum and product of its numbers
+// is checked before it is made, so a corrupt manifest is an error, never an overflow that
+// passes (a chunk "inside" its file by wrapping around) or a panic later.
 func (m *Manifest) validate() error {
-	if m.Version < 1 || m.Version > FormatVersion {
+	switch {
+	case m.Version < 1 || m.Version > FormatVersion:
 		return corrupt(ManifestName, "", "format_version %d, this gorun reads 1 to %d", m.Version, FormatVersion)
+	case m.BlockBytes <= 0 || m.BlockBytes > MaxBlockBytes:
+		return corrupt(ManifestName, "", "block_bytes %d must be between 1 and %d", m.BlockBytes, MaxBlockBytes)
+	case m.Step < 0 || m.SampleIndex < 0:
+		return corrupt(ManifestName, "", "step %d and sample_index %d must not be negative", m.Step, m.SampleIndex)
 	}
-	if m.BlockBytes <= 0 {
-		return corrupt(ManifestName, "", "block_bytes %d must be positive", m.BlockBytes)
+	if err := m.World.Validate(); err != nil {
+		return corrupt(ManifestName, "", "world: %v", err)
 	}
 	files := map[string]int64{}
 	for _, f := range m.Files {
@@ -157,21 +179,27 @@ func (m *Manifest) validateTensor(t *TensorMeta, files map[string]int64) error {
 	if t.DType != DTypeFloat32 {
 		return corrupt(ManifestName, t.Name, "dtype %q, want %q", t.DType, DTypeFloat32)
 	}
+	n := int64(1)
 	for _, d := range t.Shape {
-		if d < 0 {
+		switch {
+		case d < 0:
 			return corrupt(ManifestName, t.Name, "negative dimension in shape %v", t.Shape)
+		case d > 0 && n > maxElements/d:
+			return corrupt(ManifestName, t.Name, "shape %v has more than %d elements", t.Shape, int64(maxElements))
 		}
+		n *= d
 	}
-	n := t.Elements()
 	for _, c := range t.Chunks {
 		size, ok := files[c.File]
+		// n <= maxElements and size >= 0: none of the differences below overflow, and
+		// c.Length*elemBytes is computed only once c.Length <= n.
 		switch {
 		case !ok:
 			return corrupt(ManifestName, t.Name, "chunk in unlisted file %q", c.File)
-		case c.Offset < 0 || c.Length <= 0 || c.Offset+c.Length > n:
-			return corrupt(c.File, t.Name, "chunk [%d, %d) outside the tensor's %d elements", c.Offset, c.Offset+c.Length, n)
-		case c.ByteOffset < 0 || c.ByteOffset+c.Length*elemBytes > size:
-			return corrupt(c.File, t.Name, "chunk bytes [%d, %d) outside the file's %d bytes", c.ByteOffset, c.ByteOffset+c.Length*elemBytes, size)
+		case c.Offset < 0 || c.Length <= 0 || c.Length > n-c.Offset:
+			return corrupt(c.File, t.Name, "chunk of %d elements at %d outside the tensor's %d elements", c.Length, c.Offset, n)
+		case c.ByteOffset < 0 || c.ByteOffset > size-c.Length*elemBytes:
+			return corrupt(c.File, t.Name, "chunk of %d bytes at byte %d outside the file's %d bytes", c.Length*elemBytes, c.ByteOffset, size)
 		case int64(len(c.CRC32C)) != blocks(c.Length*elemBytes, m.BlockBytes):
 			return corrupt(c.File, t.Name, "%d checksums for %d blocks", len(c.CRC32C), blocks(c.Length*elemBytes, m.BlockBytes))
 		}
@@ -198,7 +226,14 @@ func coverage(t *TensorMeta) error {
 	return nil
 }
 
-func blocks(n, blockBytes int64) int64 { return (n + blockBytes - 1) / blockBytes }
+// blocks is the number of blockBytes blocks that n bytes take, the last one partial.
+func blocks(n, blockBytes int64) int64 {
+	b := n / blockBytes
+	if n%blockBytes != 0 {
+		b++
+	}
+	return b
+}
 
 func validFileName(name string) bool {
 	return name != "" && name != "." && name != ".." && !strings.ContainsAny(name, `/\`) && name != ManifestName

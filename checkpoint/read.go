@@ -98,7 +98,7 @@ func (c *Checkpoint) Read(name string, offset int64, dst []float32) error {
 		return &RequestError{Tensor: name, Detail: "not in the checkpoint"}
 	}
 	n := int64(len(dst))
-	if offset < 0 || offset+n > t.Elements() {
+	if offset < 0 || n > t.Elements()-offset {
 		return &RequestError{Tensor: name, Detail: fmt.Sprintf("range [%d, %d) outside its %d elements (shape %v)", offset, offset+n, t.Elements(), t.Shape)}
 	}
 	end := offset + n

@@ -75,6 +75,9 @@ func (c *Config) Validate() error {
 	if c.Keep < 0 || c.BlockBytes < 0 {
 		return fmt.Errorf("checkpoint: Keep %d and BlockBytes %d must not be negative", c.Keep, c.BlockBytes)
 	}
+	if c.BlockBytes > MaxBlockBytes {
+		return fmt.Errorf("checkpoint: BlockBytes %d is over the %d a reader accepts", c.BlockBytes, MaxBlockBytes)
+	}
 	return nil
 }
 

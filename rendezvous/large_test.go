@@ -1,7 +1,10 @@
 package rendezvous_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -122,4 +125,61 @@ func slurmMembers(n int) []rendezvous.Member {
 			Order: int64(1000 + 3*i + rnd.IntN(3)), Since: since.Add(time.Duration(rnd.Int64N(int64(time.Minute)))), Port: 29500}
 	}
 	return out
+}
+
+// TestDecompressionBomb: a compressed value is refused before it is
+// inflated when the size its trailer declares is over the cap or over
+// 64 times the value (a 16 KB value of 16 MiB of spaces; a 260 KB one
+// of 256 MiB took 1.5 s and over 512 MiB per decode), and after when it
+// does not inflate to exactly that size; a roster as uniform as they
+// come (10x) still reads back.
+func TestDecompressionBomb(t *testing.T) {
+	gz := func(data []byte) []byte {
+		var buf bytes.Buffer
+		zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+		require.NoError(t, err)
+		_, err = zw.Write(data)
+		require.NoError(t, err)
+		require.NoError(t, zw.Close())
+		return buf.Bytes()
+	}
+	withSize := func(data []byte, size uint32) []byte {
+		out := bytes.Clone(data)
+		binary.LittleEndian.PutUint32(out[len(out)-4:], size)
+		return out
+	}
+	roster, err := rendezvous.Roster{Round: 2, Members: slurmMembers(500)}.Encode()
+	require.NoError(t, err)
+	size := binary.LittleEndian.Uint32(roster[len(roster)-4:])
+	bomb := gz(bytes.Repeat([]byte(" "), 16<<20))
+	require.Less(t, len(bomb), 20<<10)
+
+	for _, tc := range []struct {
+		name, data, want string
+	}{
+		{"bomb", string(bomb), "declares 16777216 bytes inflated, over 64 times its size"},
+		{"declares 4 GiB", string(withSize(roster, 1<<32-1)), "declares 4294967295 bytes inflated, over the 268435456 allowed"},
+		{"declares less", string(withSize(roster, size-1)), "inflates past the"},
+		{"declares more", string(withSize(roster, size+1)), "inflating the"},
+		{"two streams", string(roster) + string(roster), "bytes after the gzip stream"},
+		{"too short", "\x1f\x8b\x08", "too short for a gzip stream"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := rendezvous.DecodeRoster([]byte(tc.data))
+			require.ErrorContains(t, err, tc.want)
+			_, err = rendezvous.DecodeBucket([]byte(tc.data))
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+
+	uniform := rendezvous.Roster{Round: 3, Members: make([]rendezvous.Member, 20000)}
+	for i := range uniform.Members {
+		host := fmt.Sprintf("n%d", i)
+		uniform.Members[i] = rendezvous.Member{ID: host + ".1", Host: host, Addr: host, Preferred: -1, NProc: 1, Order: int64(i), Since: time.Unix(0, 0).UTC()}
+	}
+	data, err := uniform.Encode()
+	require.NoError(t, err)
+	got, err := rendezvous.DecodeRoster(data)
+	require.NoError(t, err)
+	require.Equal(t, uniform, got)
 }

@@ -52,3 +52,17 @@ echo "== go test (all)"
 # a SLURM cluster) each use both cores, and timing-bound scenarios get
 # flaky when two of them share the machine.
 go test -p 1 -count=1 -timeout 15m ./...
+
+# Every fuzz target in the tree (func FuzzXxx in a _test.go), each for a
+# bounded time: the runs above only replayed their seeds and testdata
+# corpora. GORUN_FUZZTIME sets the time per target (a Go duration, or Nx
+# for N inputs). A failure leaves its input under the package's
+# testdata/fuzz/, to commit as a seed once fixed.
+fuzztime=${GORUN_FUZZTIME:-5s}
+echo "== go test -fuzz (each fuzz target for $fuzztime)"
+grep -rl --include='*_test.go' '^func Fuzz' . | sort | while read -r file; do
+  for name in $(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$file"); do
+    echo "-- $name ($(dirname "$file"))"
+    go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -fuzzminimizetime 2s "$(dirname "$file")"
+  done
+done

@@ -197,6 +197,7 @@ func TestMalformed(t *testing.T) {
 		{"batch not divisible", "[train]\nglobal_batch = 30\n", "train.toml:2: train.global_batch = 30: must be a multiple of train.micro_batch = 8"},
 		{"micro not dividing", "[train]\nglobal_batch = 32\nmicro_batch = 5\n", "train.toml:2: train.global_batch = 32: must be a multiple of train.micro_batch = 5"},
 		{"micro alone", "[train]\nmicro_batch = 5\n", "train.toml:2: train.micro_batch = 5: must divide train.global_batch = 32"},
+		{"huge global batch", "[train]\nglobal_batch = 9223372036854775807\nmicro_batch = 1\n", "train.toml:2: train.global_batch = 9223372036854775807: must be at most 16777216"},
 		{"micro zero", "[train]\nmicro_batch = 0\n", "train.toml:2: train.micro_batch = 0: must be at least 1"},
 		{"log_every zero", "[train]\nlog_every = 0\n", "train.toml:2: train.log_every = 0: must be at least 1"},
 		{"files empty pattern", "[data]\nfiles = [\"a\", \"\"]\n", "train.toml:2: data.files = [\"a\", \"\"]: an empty pattern matches nothing"},

@@ -48,7 +48,9 @@ func (e *Error) Error() string {
 		b.WriteString(e.Key + " = " + e.Value + ": ")
 	}
 	b.WriteString(e.Msg)
-	return b.String()
+	// A key or value may hold a line break (a quoted TOML key, a --set
+	// key): escape it, so the error stays on one line.
+	return strings.NewReplacer("\r", `\r`, "\n", `\n`).Replace(b.String())
 }
 
 // Load reads the train.toml at path, applies the --set overrides in order

@@ -9,11 +9,14 @@ import (
 )
 
 // Limits on the model's shape: far beyond what the embedded trainer can
-// run, they keep the parameter count inside an int64.
+// run, they keep the parameter count inside an int64. maxGlobalBatch,
+// some 16 million sequences per step, keeps the tokens of a step inside
+// an int64 and the world sizes an error lists (divisors) quick to find.
 const (
-	maxLayers  = 1 << 10
-	maxDModel  = 1 << 16
-	maxContext = 1 << 20
+	maxLayers      = 1 << 10
+	maxDModel      = 1 << 16
+	maxContext     = 1 << 20
+	maxGlobalBatch = 1 << 24
 )
 
 // blame is one way to report a problem: the key to point at and what to
@@ -78,6 +81,7 @@ func (c Config) problem() []blame {
 		},
 		func() []blame { return atLeast("train.steps", t.Steps, 1) },
 		func() []blame { return atLeast("train.global_batch", t.GlobalBatch, 1) },
+		func() []blame { return atMost("train.global_batch", t.GlobalBatch, maxGlobalBatch) },
 		func() []blame { return atLeast("train.micro_batch", t.MicroBatch, 1) },
 		func() []blame {
 			if t.GlobalBatch%t.MicroBatch != 0 {
