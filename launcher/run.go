@@ -220,7 +220,7 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 		return elastic.Outcome{ExitCode: 1}, err
 	}
 	defer client.Close()
-	entry, err := etcdstore.Enter(ctx, client, l.RunID, r.Generation)
+	entry, err := etcdstore.Enter(ctx, client, l.RunID, r.Launch)
 	if err != nil {
 		return elastic.Outcome{ExitCode: 1}, err
 	}

@@ -22,7 +22,7 @@ import (
 func enterEtcd(t *testing.T, endpoints []string, runID string, cfg rendezvous.Config) (*etcdNode, etcdstore.Entry) {
 	t.Helper()
 	client := etcdtest.NewClient(t, endpoints...)
-	entry, err := etcdstore.Enter(context.Background(), client, runID, 0)
+	entry, err := etcdstore.Enter(context.Background(), client, runID, etcdstore.Launch{})
 	require.NoError(t, err)
 	store, err := etcdstore.New(context.Background(), client, entry.Incarnation, testTTL)
 	require.NoError(t, err)
