@@ -386,6 +386,10 @@ func (a *Agent) rounds(ctx context.Context) (Outcome, error) {
 		switch {
 		case ctx.Err() != nil:
 			return a.stopped(ctx, last), nil
+		case errors.As(err, &closed) && closed.Result == rendezvous.ResultSucceeded:
+			// Only a round that this node did not run in can close while
+			// it waits to join one: the job went on without it.
+			return a.leftOut(closed, last, ranOne), nil
 		case errors.As(err, &closed):
 			return a.closed(rendezvous.End{Closed: true, Result: closed.Result, Reason: closed.Reason}, last), nil
 		case err != nil:
@@ -472,6 +476,21 @@ func (a *Agent) abandon(r rendezvous.Round, err error) (Outcome, error) {
 		a.log.Warn().Err(aerr).Msg("could not tell the other nodes that this agent failed")
 	}
 	return Outcome{ExitCode: 1, Restarts: r.Number, Reason: err.Error()}, err
+}
+
+// leftOut is the outcome of a job that succeeded while this node waited
+// to join a round: no round took it after its last one (ranOne: last),
+// or none at all. It was counted lost, or came too late, and its workers
+// had no part in the job's end: the node failed, and says so.
+func (a *Agent) leftOut(closed *rendezvous.ClosedError, last rendezvous.Round, ranOne bool) Outcome {
+	why := "no round of the job took it"
+	if ranOne {
+		why = fmt.Sprintf("no round took it after round %d, the last it ran in (it was counted lost, or joined too late)", last.Number)
+	}
+	reason := fmt.Sprintf("the job succeeded without node %s: %s; the job: %s", a.spec.Host, why, closed.Reason)
+	a.transition(StateFailed, "reason", reason)
+	fmt.Fprintf(a.spec.Report, "gorun: %s\n", reason)
+	return Outcome{ExitCode: 1, Restarts: last.Number, Reason: reason}
 }
 
 // stopped is the outcome of a stop signal (or ctx ending).

@@ -26,6 +26,7 @@ import (
 	"github.com/gorun/gorun/internal/testutil"
 	"github.com/gorun/gorun/internal/workerlog"
 	"github.com/gorun/gorun/rendezvous"
+	"github.com/gorun/gorun/rendezvous/rdzvtest"
 )
 
 // The test binary re-executes itself as a worker when this variable names a role.
@@ -462,4 +463,56 @@ func TestAgentAwaitBound(t *testing.T) {
 	require.Contains(t, f.Error, "awaited a new round for 3s after step 1")
 	require.NotContains(t, f.Error, "heartbeat timeout")
 	require.Equal(t, 0, *f.LostPeer)
+}
+
+// An agent that no round took before the job succeeded without it (here:
+// the job's one place was taken) exits non-zero and says why, instead of
+// exiting 0 as if its workers had done their part.
+func TestAgentLeftOutOfASucceededJobFails(t *testing.T) {
+	backend := rdzvtest.NewBackend()
+	lim := rendezvous.Limits{MinNodes: 1, MaxNodes: 1}
+	cfg := func(host string) rendezvous.Config {
+		return rendezvous.Config{
+			Self:   rendezvous.Member{ID: host + "-id", Host: host, Addr: "127.0.0.1", Preferred: -1, NProc: 1},
+			Limits: lim, JoinTimeout: 30 * time.Second,
+			FreePort: func(string) (int, error) { return 29500, nil }, Log: zerolog.Nop(),
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	other, err := rendezvous.Join(ctx, backend.Store(), cfg("other"))
+	require.NoError(t, err)
+	defer other.Close()
+	r, err := other.Next(ctx)
+	require.NoError(t, err)
+
+	h := newHarness(t, "ok", 1)
+	self, err := rendezvous.Join(ctx, backend.Store(), cfg("box"))
+	require.NoError(t, err)
+	defer self.Close()
+	a, err := New(h.spec, self)
+	require.NoError(t, err)
+	type result struct {
+		out Outcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := a.Run(ctx)
+		done <- result{out, err}
+	}()
+	// Once box waits for a round with room, the other node's job ends.
+	for ev := range backend.Store().Watch(ctx, rendezvous.PrefixWait, 0) {
+		if !ev.Deleted {
+			break
+		}
+	}
+	end, err := other.Succeeded(ctx, r)
+	require.NoError(t, err)
+	require.True(t, end.Closed)
+	got := <-done
+	require.NoError(t, got.err)
+	require.Equal(t, 1, got.out.ExitCode, "report:\n%s", h.report)
+	require.Equal(t, StateFailed, a.State())
+	require.Contains(t, h.report.String(), "the job succeeded without node box: no round of the job took it")
 }

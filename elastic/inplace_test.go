@@ -62,7 +62,7 @@ func startEtcdAgent(t *testing.T, eps []string, runID, name, dir string, lastCal
 	t.Helper()
 	client := etcdtest.NewClient(t, eps...)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	entry, err := etcdstore.Enter(ctx, client, runID, 0)
+	entry, err := etcdstore.Enter(ctx, client, runID, etcdstore.Launch{})
 	require.NoError(t, err)
 	store, err := etcdstore.New(ctx, client, entry.Incarnation, inPlaceTTL)
 	require.NoError(t, err)

@@ -37,6 +37,10 @@ type Rendezvous struct {
 	NodeID     string                 `json:"node_id,omitempty"` // unique per agent process
 	Conf       map[string]string      `json:"conf,omitempty"`
 	Client     etcdstore.ClientConfig `json:"-"`
+	// Launch tells this launch of the run id from others (etcdstore.Enter):
+	// under SLURM its restart count and step, and whether it can be told
+	// apart at all (under SLURM, or on an etcd embedded for it).
+	Launch etcdstore.Launch `json:"-"`
 	// Auth says how this agent authenticates to etcd when the job
 	// secret does it (resolveSecret); else --rdzv-conf says.
 	Auth   string            `json:"auth,omitempty"`
@@ -169,7 +173,9 @@ func (l *Launch) resolveEtcd(opts Options, job slurm.Job, underSLURM bool, host 
 	}
 	if underSLURM {
 		r.Generation = job.RestartCount
+		r.Launch.Step = job.StepID
 	}
+	r.Launch.Generation, r.Launch.Identified = r.Generation, underSLURM || r.Embedded != nil
 	var err error
 	if r.Client, err = etcdstore.ClientConfigFromConf(r.Endpoints, conf); err != nil {
 		return usagef("%v", err)

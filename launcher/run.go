@@ -236,7 +236,7 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 		return elastic.Outcome{ExitCode: 1}, err
 	}
 	defer client.Close()
-	entry, err := etcdstore.Enter(ctx, client, l.RunID, r.Generation)
+	entry, err := etcdstore.Enter(ctx, client, l.RunID, r.Launch)
 	if err != nil {
 		return elastic.Outcome{ExitCode: 1}, err
 	}
@@ -252,6 +252,9 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 			defer cancel()
 			if err := etcdstore.AwaitDeparture(ctx, client, entry.Incarnation); err != nil {
 				log.Warn().Err(err).Msg("other nodes still registered when this node's etcd member stopped")
+			} else if err := etcdstore.RetainIfDeserted(ctx, client, entry.Incarnation); err != nil {
+				// Everyone left, and this member still runs: the last use of the etcd.
+				log.Warn().Err(err).Msg("the run's keys stay in etcd until its run id starts again")
 			}
 		}()
 	}
@@ -280,6 +283,9 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), by)
 		defer cancel()
+		if r.Embedded != nil && !hosting {
+			return // the node hosting the embedded etcd does it once everyone left; it may be stopping already
+		}
 		if err := etcdstore.RetainIfDeserted(ctx, client, entry.Incarnation); err != nil {
 			log.Warn().Err(err).Msg("the run's keys stay in etcd until its run id starts again")
 		}

@@ -153,11 +153,27 @@ func (e *Elastic) cas(ctx context.Context, rev int64, from, next State) error {
 		e.logTransition(from, next)
 	}
 	if won && next.Phase == PhaseClosed {
-		if rerr := e.store.Retain(ctx); rerr != nil { // the job is over: its keys go after RetentionTTL
-			e.log.Warn().Err(rerr).Msg("the closed job's keys stay until its run id starts again")
-		}
+		e.retain(ctx)
 	}
 	return err
+}
+
+// retainTimeout bounds the retention of a closed job's keys by the agent
+// that closed it.
+const retainTimeout = 5 * time.Second
+
+// retain attaches the closed job's keys to their retention lease (the job
+// is over: they go after the store's retention TTL). It runs under its own
+// bound, not under ctx: every agent sees the job closed as soon as the
+// state says so and leaves, and the closing agent's own Close cancels the
+// aggregator's context; cut short, the retention never happened ("context
+// canceled" in most runs). Close waits for it.
+func (e *Elastic) retain(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), retainTimeout)
+	defer cancel()
+	if err := e.store.Retain(rctx); err != nil {
+		e.log.Warn().Err(err).Msg("the closed job's keys stay until its run id starts again")
+	}
 }
 
 func (e *Elastic) logTransition(from, next State) {

@@ -2,6 +2,8 @@ package rendezvous_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -20,7 +22,7 @@ import (
 func enterEtcd(t *testing.T, endpoints []string, runID string, cfg rendezvous.Config) (*etcdNode, etcdstore.Entry) {
 	t.Helper()
 	client := etcdtest.NewClient(t, endpoints...)
-	entry, err := etcdstore.Enter(context.Background(), client, runID, 0)
+	entry, err := etcdstore.Enter(context.Background(), client, runID, etcdstore.Launch{})
 	require.NoError(t, err)
 	store, err := etcdstore.New(context.Background(), client, entry.Incarnation, testTTL)
 	require.NoError(t, err)
@@ -136,4 +138,34 @@ func TestClosingTheJobRetainsItsKeys(t *testing.T) {
 	}
 	wg.Wait()
 	require.Equal(t, 1, b.Retains())
+}
+
+// The agents leave as soon as they see the job closed, the aggregator
+// among them: its Close must not cut short the retention it started when
+// it closed the job (it did, with "context canceled", in most runs).
+func TestLeavingAtOnceAfterTheCloseKeepsTheKeys(t *testing.T) {
+	eps := etcdtest.Start(t).Endpoints()
+	client := etcdtest.NewClient(t, eps...)
+	ctx := context.Background()
+	lim := rendezvous.Limits{MinNodes: 2, MaxNodes: 2}
+	a, entry := enterEtcd(t, eps, "leave", config("a", -1, lim))
+	b, _ := enterEtcd(t, eps, "leave", config("b", -1, lim))
+	rounds := nextAllEtcd(t, a, b)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, n := range []*etcdNode{a, b} {
+		wg.Go(func() {
+			end, err := n.rdzv.Succeeded(ctx, rounds[i])
+			if err == nil && !end.Closed {
+				err = fmt.Errorf("%s: round ended without closing the job: %+v", n.host, end)
+			}
+			errs[i] = errors.Join(err, n.rdzv.Close())
+		})
+	}
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
+	resp, err := client.Get(ctx, entry.Prefix()+"state")
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1)
+	require.NotZero(t, resp.Kvs[0].Lease, "the closed job's state has its retention lease once its agents left")
 }

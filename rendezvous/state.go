@@ -164,16 +164,18 @@ func (s State) Freeze(joined []Member, lim Limits, now time.Time) (State, Roster
 }
 
 // Buckets are the places of the roster's members, and of joined nodes
-// that did not fit, by bucket (only buckets with a node in them).
+// that did not fit, by bucket: every one of the PlaceBuckets buckets, so
+// that every node learns whether the round took it. A node whose join key
+// landed after the round froze (the aggregator did not see it) finds its
+// bucket at the round without it and waits for the next round, as a node
+// that did not fit does; had its bucket not been written, it would wait
+// for a placement that never comes, its workers idle, unseen.
 func (r Roster) Buckets(joined []Member) map[int]Bucket {
-	out := map[int]Bucket{}
-	set := func(id string, p Placement) {
-		b := BucketOf(id)
-		if _, ok := out[b]; !ok {
-			out[b] = Bucket{Round: r.Round, Places: map[string]Placement{}}
-		}
-		out[b].Places[id] = p
+	out := make(map[int]Bucket, PlaceBuckets)
+	for b := range PlaceBuckets {
+		out[b] = Bucket{Round: r.Round, Places: map[string]Placement{}}
 	}
+	set := func(id string, p Placement) { out[BucketOf(id)].Places[id] = p }
 	for _, m := range joined {
 		set(m.ID, Placement{Round: r.Round, NodeRank: -1, FirstRank: -1})
 	}

@@ -70,7 +70,7 @@ func TestStatusWatchPrintsChangesToAPipe(t *testing.T) {
 	require.Len(t, first, 2)
 	require.Regexp(t, `^--- \d{4}-\d\d-\d\d \d\d:\d\d:\d\d$`, first[0])
 
-	entry, err := etcdstore.Enter(ctx, client, "job", 0)
+	entry, err := etcdstore.Enter(ctx, client, "job", etcdstore.Launch{})
 	require.NoError(t, err)
 	second := await("starting, no round yet")
 	require.Len(t, second, 2, "only the change is printed: %q", second)

@@ -39,6 +39,44 @@ type Incarnation struct {
 	// it (0 outside SLURM): a launch of a larger one is a requeue, and
 	// starts a new incarnation whatever state the current one is in.
 	Generation int `json:"generation"`
+	// Step is the SLURM_STEP_ID of the launch that started it ("" outside
+	// SLURM): the steps of one job are launches of one run id.
+	Step string `json:"step,omitempty"`
+	// Identified says the launch that started it was told apart from
+	// any other launch of the run id (see Launch).
+	Identified bool `json:"identified,omitempty"`
+}
+
+// Launch is what an agent knows of the launch it belongs to: one launch is
+// one incarnation.
+//
+// Under SLURM the run id is the job id, and a launch is one step of one
+// run of the job: (SLURM_RESTART_COUNT, SLURM_STEP_ID). On an etcd embedded
+// for the launch (SLURM's first nodes, a c10d endpoint) there is no other
+// launch to tell it from. Such a launch is Identified: every agent of it
+// joins the incarnation its first agent started, whatever became of it,
+// so that an agent that comes after another one failed (or after the job
+// closed) sees the job's outcome and fails at once, naming the failure,
+// instead of starting a new incarnation and waiting join_timeout for
+// nodes that are gone.
+//
+// Outside SLURM on an etcd that outlives launches (gorun rendezvous serve,
+// an etcd cluster), nothing tells the late agent of a launch from the
+// first agent of the next launch with the same --rdzv-id: the run id's
+// current incarnation is joined while it is starting or live, and one
+// that closed or died is a previous launch's and is replaced (re-runs
+// under one --rdzv-id work). A late agent whose peer failed at startup
+// then starts a new incarnation and logs why; give each launch its own
+// --rdzv-id, as torchrun asks, to avoid it.
+type Launch struct {
+	Generation int    // SLURM_RESTART_COUNT; 0 outside SLURM
+	Step       string // SLURM_STEP_ID; "" outside SLURM
+	Identified bool   // under SLURM, or on an etcd embedded for the launch
+}
+
+// same says whether in was started by launch l.
+func (l Launch) same(in Incarnation) bool {
+	return l.Identified && in.Identified && in.Generation == l.Generation && in.Step == l.Step
 }
 
 // Prefix is the etcd prefix of the incarnation's keys.
@@ -51,8 +89,10 @@ func currentKey(runID string) string { return JobPrefix(runID) + keyCurrent }
 
 // pointer is the value of the current key.
 type pointer struct {
-	Number     int `json:"incarnation"`
-	Generation int `json:"generation"`
+	Number     int    `json:"incarnation"`
+	Generation int    `json:"generation"`
+	Step       string `json:"step,omitempty"`
+	Identified bool   `json:"identified,omitempty"`
 }
 
 // Entry is the incarnation an agent entered, and whether it started it.
@@ -72,17 +112,18 @@ func (e Entry) String() string {
 	return fmt.Sprintf("run %s: joining incarnation %d", e.RunID, e.Number)
 }
 
-// Enter finds the incarnation of run runID that an agent of launch
-// generation (SLURM_RESTART_COUNT, 0 outside SLURM) joins, before it
-// registers: the current one while it is new or live; a new one, number
-// n+1, when the current one closed, died (it has a state but no agent is
-// registered: all of them died and their leases expired) or belongs to an
-// earlier generation. A fresh run id starts at incarnation 0. Moving the
-// current pointer is a compare-and-swap that also deletes the run's old
-// keys, so agents of one launch that start together land in the same
-// incarnation: the one that wins starts it, the others re-read and join
-// it. Enter gives up when ctx ends or etcd stays away (with that error).
-func Enter(ctx context.Context, client *clientv3.Client, runID string, generation int) (Entry, error) {
+// Enter finds the incarnation of run runID that an agent of launch joins,
+// before it registers: the current one while it is new or live, or, for
+// an Identified launch, whatever its state when that launch started it
+// (see Launch); a new one, number n+1, when the current one closed, died
+// (it has a state but no agent is registered: all of them died and their
+// leases expired) or belongs to an earlier generation. A fresh run id
+// starts at incarnation 0. Moving the current pointer is a
+// compare-and-swap that also deletes the run's old keys, so agents of one
+// launch that start together land in the same incarnation: the one that
+// wins starts it, the others re-read and join it. Enter gives up when ctx
+// ends or etcd stays away (with that error).
+func Enter(ctx context.Context, client *clientv3.Client, runID string, launch Launch) (Entry, error) {
 	for range enterAttempts {
 		cur, rev, err := readCurrent(ctx, client.KV, runID)
 		if err != nil {
@@ -97,13 +138,14 @@ func Enter(ctx context.Context, client *clientv3.Client, runID string, generatio
 			if !current {
 				continue // replaced since: its keys may be gone already
 			}
-			if entry.Replaced = replacement(cur, st, live, generation); entry.Replaced == "" {
+			if entry.Replaced = replacement(cur, st, live, launch); entry.Replaced == "" {
 				return entry, nil
 			}
-			entry.Number, entry.Generation = cur.Number+1, max(cur.Generation, generation)
+			entry.Number, entry.Generation = cur.Number+1, max(cur.Generation, launch.Generation)
 		} else {
-			entry.Generation = generation
+			entry.Generation = launch.Generation
 		}
+		entry.Step, entry.Identified = launch.Step, launch.Identified
 		won, err := claim(ctx, client.KV, rev, entry.Incarnation)
 		if err != nil || won {
 			return entry, err
@@ -112,15 +154,17 @@ func Enter(ctx context.Context, client *clientv3.Client, runID string, generatio
 	return Entry{}, fmt.Errorf("rendezvous: run %s: the current incarnation changed %d times while this agent entered it", runID, enterAttempts)
 }
 
-// replacement says why an agent of launch generation gen must start a new
-// incarnation after in, whose state (nil: none yet) and number of
-// registered agents it read at one revision; "" means it joins in.
-func replacement(in Incarnation, st *rendezvous.State, registered int64, gen int) string {
+// replacement says why an agent of launch must start a new incarnation
+// after in, whose state (nil: none yet) and number of registered agents
+// it read at one revision; "" means it joins in.
+func replacement(in Incarnation, st *rendezvous.State, registered int64, launch Launch) string {
 	switch {
-	case gen > in.Generation:
-		return fmt.Sprintf("run %s was started by SLURM restart %d and this is restart %d (requeued; incarnation %d is over)", in.RunID, in.Generation, gen, in.Number)
+	case launch.Generation > in.Generation:
+		return fmt.Sprintf("run %s was started by SLURM restart %d and this is restart %d (requeued; incarnation %d is over)", in.RunID, in.Generation, launch.Generation, in.Number)
 	case st == nil:
 		return "" // nobody has opened a round yet: agents of this launch are starting
+	case launch.same(in):
+		return "" // this launch's own: its outcome is this agent's
 	case st.Phase == rendezvous.PhaseClosed:
 		return fmt.Sprintf("run %s finished before (incarnation %d, %s)", in.RunID, in.Number, st.Result)
 	case registered == 0:
@@ -147,7 +191,7 @@ func readCurrent(ctx context.Context, kv clientv3.KV, runID string) (in Incarnat
 	if err := json.Unmarshal(resp.Kvs[0].Value, &p); err != nil || p.Number < 0 {
 		return in, 0, fmt.Errorf("rendezvous: %s holds %q, not an incarnation of gorun (another program's key?)", currentKey(runID), resp.Kvs[0].Value)
 	}
-	in.Number, in.Generation = p.Number, p.Generation
+	in.Number, in.Generation, in.Step, in.Identified = p.Number, p.Generation, p.Step, p.Identified
 	return in, resp.Kvs[0].ModRevision, nil
 }
 
@@ -188,7 +232,7 @@ func readIncarnation(ctx context.Context, kv clientv3.KV, in Incarnation, rev in
 // of the run: the replaced incarnation's and any left over from older
 // ones. It reports whether it won.
 func claim(ctx context.Context, kv clientv3.KV, rev int64, next Incarnation) (bool, error) {
-	value, err := json.Marshal(pointer{Number: next.Number, Generation: next.Generation})
+	value, err := json.Marshal(pointer{Number: next.Number, Generation: next.Generation, Step: next.Step, Identified: next.Identified})
 	if err != nil {
 		return false, err
 	}
