@@ -283,7 +283,7 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), by)
 		defer cancel()
-		if r.Embedded != nil && !hosting {
+		if r.Embedded != nil && server == nil {
 			return // the node hosting the embedded etcd does it once everyone left; it may be stopping already
 		}
 		if err := etcdstore.RetainIfDeserted(ctx, client, entry.Incarnation); err != nil {
