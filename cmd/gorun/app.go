@@ -303,7 +303,7 @@ func newLogger(c *cli.Context) (zerolog.Logger, error) {
 // warnUnknownEnv warns about GORUN_* variables that no flag reads: most
 // likely a typo that would otherwise be ignored in silence.
 func warnUnknownEnv(log zerolog.Logger, environ []string, flags []cli.Flag) {
-	known := map[string]bool{jobsecret.EnvVar: true}
+	known := map[string]bool{jobsecret.EnvVar: true, proc.GuardMarkEnv: true}
 	for _, f := range flags {
 		if ev, ok := f.(interface{ GetEnvVars() []string }); ok {
 			for _, name := range ev.GetEnvVars() {

@@ -2,6 +2,9 @@ package proc
 
 import (
 	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -23,12 +27,25 @@ import (
 // file is the guard's signal: the kernel closes gorun's end when gorun
 // dies. A Guard's methods are safe for concurrent use; errors talking to
 // the guard are remembered (Err) but never stop a worker from starting.
+//
+// A group is watched once gorun has forked its leader and told the guard,
+// and gorun can die in between: then the leader dies of its parent-death
+// signal, but what it started already would live on. So every process a
+// Guard's Spec starts also carries the guard's mark in its environment
+// (GuardMarkEnv=<random token>, inherited by its descendants), and the
+// guard, once gorun is gone, also kills every process that carries it.
 type Guard struct {
-	cmd *exec.Cmd
-	mu  sync.Mutex
-	w   *os.File
-	err error
+	cmd  *exec.Cmd
+	mark string
+	mu   sync.Mutex
+	w    *os.File
+	err  error
 }
+
+// GuardMarkEnv is the environment variable that marks the processes a
+// Guard watches: their descendants inherit it unless they clear their
+// environment.
+const GuardMarkEnv = "GORUN_GUARD_MARK"
 
 // StartGuard starts argv as the guard: a program that calls RunGuard on
 // its standard input (gorun re-executes itself with a hidden command). The
@@ -38,6 +55,11 @@ func StartGuard(argv []string) (*Guard, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("proc: guard: empty command")
 	}
+	token := make([]byte, 16)
+	if _, err := rand.Read(token); err != nil {
+		return nil, fmt.Errorf("proc: guard: %w", err)
+	}
+	mark := hex.EncodeToString(token)
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("proc: guard: %w", err)
@@ -52,19 +74,34 @@ func StartGuard(argv []string) (*Guard, error) {
 		return nil, fmt.Errorf("proc: start guard %s: %w", argv[0], err)
 	}
 	r.Close()
-	return &Guard{cmd: cmd, w: w}, nil
+	g := &Guard{cmd: cmd, mark: mark, w: w}
+	g.sendLine("=" + mark)
+	return g, nil
+}
+
+// markEnv returns the environment entry that marks a watched process;
+// "" for a nil Guard.
+func (g *Guard) markEnv() string {
+	if g == nil {
+		return ""
+	}
+	return GuardMarkEnv + "=" + g.mark
 }
 
 func (g *Guard) send(op byte, pgid int) {
 	if g == nil {
 		return
 	}
+	g.sendLine(string(op) + strconv.Itoa(pgid))
+}
+
+func (g *Guard) sendLine(line string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.w == nil || g.err != nil {
 		return
 	}
-	if _, err := g.w.Write([]byte(string(op) + strconv.Itoa(pgid) + "\n")); err != nil {
+	if _, err := g.w.Write([]byte(line + "\n")); err != nil {
 		g.err = fmt.Errorf("proc: guard: %w", err)
 	}
 }
@@ -96,17 +133,24 @@ func (g *Guard) Close() error {
 	return errors.Join(w.Close(), g.cmd.Wait(), g.Err())
 }
 
-// RunGuard is the guard's body: it reads "+PGID" and "-PGID" lines from r
-// until end of file, then SIGKILLs every group still watched. It ignores
-// the signals that stop a job, which are gorun's to handle; it returns an
+// RunGuard is the guard's body: it reads "=MARK", "+PGID" and "-PGID"
+// lines from r until end of file, then SIGKILLs every group still
+// watched, and every process (and its group) whose environment carries
+// GuardMarkEnv=MARK, until a scan of /proc finds none. It ignores the
+// signals that stop a job, which are gorun's to handle; it returns an
 // error only for a malformed line.
 func RunGuard(r io.Reader) error {
 	signalIgnore()
 	watched := map[int]bool{}
+	mark := ""
 	sc := bufio.NewScanner(r)
 	var bad error
 	for sc.Scan() {
 		line := sc.Text()
+		if m, ok := strings.CutPrefix(line, "="); ok && m != "" {
+			mark = m
+			continue
+		}
 		pgid, err := strconv.Atoi(line[min(1, len(line)):])
 		if err != nil || pgid <= 0 || (line[0] != '+' && line[0] != '-') {
 			bad = fmt.Errorf("proc: guard: bad line %q", line)
@@ -119,7 +163,59 @@ func RunGuard(r io.Reader) error {
 			_ = unix.Kill(-pgid, unix.SIGKILL)
 		}
 	}
+	if mark != "" {
+		killMarked([]byte(GuardMarkEnv + "=" + mark))
+	}
 	return bad
+}
+
+// maxMarkScans bounds killMarked's scans of /proc: each kills what the
+// one before missed (processes forked meanwhile), and marked processes
+// cannot fork once killed.
+const maxMarkScans = 10
+
+// killMarked SIGKILLs every process whose environment holds the entry
+// mark, and its process group, scanning /proc until a scan finds none.
+func killMarked(mark []byte) {
+	self := os.Getpid()
+	for range maxMarkScans {
+		found := false
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == self {
+				continue
+			}
+			env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+			if err != nil || !hasEntry(env, mark) {
+				continue
+			}
+			if pgid, err := unix.Getpgid(pid); err == nil && pgid > 1 {
+				_ = unix.Kill(-pgid, unix.SIGKILL)
+			}
+			if unix.Kill(pid, unix.SIGKILL) == nil {
+				found = true
+			}
+		}
+		if !found {
+			return
+		}
+	}
+}
+
+// hasEntry says whether the NUL-separated environment env holds entry.
+func hasEntry(env, entry []byte) bool {
+	for len(env) > 0 {
+		i := bytes.IndexByte(env, 0)
+		if i < 0 {
+			i = len(env)
+		}
+		if bytes.Equal(env[:i], entry) {
+			return true
+		}
+		env = env[min(i+1, len(env)):]
+	}
+	return false
 }
 
 // signalIgnore makes the guard deaf to the signals that stop a job: it

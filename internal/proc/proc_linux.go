@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -43,7 +44,9 @@ type Spec struct {
 	ExtraFiles []*os.File
 	// Guard, when not nil, watches the process group from its start until
 	// the leader has ended and the group was killed, so that the group
-	// dies even if gorun is killed with SIGKILL.
+	// dies even if gorun is killed with SIGKILL; the process's environment
+	// gets the guard's mark (GuardMarkEnv), so that it and its descendants
+	// die too when gorun is killed before it told the guard of the group.
 	Guard *Guard
 	// Stdin is the process's standard input, shared with whoever else
 	// holds it (torchrun's workers inherit the agent's, so that pdb works);
@@ -97,6 +100,12 @@ func Start(spec Spec) (*Process, error) {
 	}
 	cmd := exec.Command(spec.Path, spec.Args...)
 	cmd.Env = spec.Env
+	if mark := spec.Guard.markEnv(); mark != "" {
+		if cmd.Env == nil {
+			cmd.Env = os.Environ()
+		}
+		cmd.Env = append(slices.Clip(cmd.Env), mark)
+	}
 	cmd.Dir = spec.Dir
 	cmd.ExtraFiles = spec.ExtraFiles
 	// Assign only non-nil writers: a nil *os.File in an io.Writer would not count as nil.

@@ -471,3 +471,35 @@ func TestResultString(t *testing.T) {
 		})
 	}
 }
+
+// gorun can die between forking a worker and telling the guard its group:
+// the guard, given only the mark, still kills the marked processes and
+// their groups once its input ends. Here a marked shell in a group of its
+// own forks a grandchild (which inherits the mark) and the guard is told
+// nothing else.
+func TestRunGuardKillsMarkedProcesses(t *testing.T) {
+	dir := t.TempDir()
+	const mark = "0123456789abcdef0123456789abcdef"
+	sh := exec.Command("/bin/sh", "-c", `sleep 300 & printf %s $! > "$1/g"; mv "$1/g" "$1/grandchild"; printf %s $$ > "$1/w"; mv "$1/w" "$1/worker"; wait`, "sh", dir)
+	sh.Env = append(os.Environ(), proc.GuardMarkEnv+"="+mark)
+	sh.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	require.NoError(t, sh.Start())
+	reaped := make(chan struct{})
+	go func() { _ = sh.Wait(); close(reaped) }()
+	t.Cleanup(func() { _ = syscall.Kill(-sh.Process.Pid, syscall.SIGKILL); <-reaped })
+	grandchild := readPID(t, filepath.Join(dir, "grandchild"))
+	readPID(t, filepath.Join(dir, "worker")) // the shell has forked
+
+	unmarked := exec.Command("sleep", "300")
+	require.NoError(t, unmarked.Start())
+	t.Cleanup(func() { _ = unmarked.Process.Kill(); _ = unmarked.Wait() })
+
+	guard := exec.Command(self())
+	guard.Env = roleEnviron("guard", "", "")
+	guard.Stdin = strings.NewReader("=" + mark + "\n")
+	out, err := guard.CombinedOutput()
+	require.NoError(t, err, string(out))
+	<-reaped
+	requireGone(t, grandchild)
+	require.True(t, alive(unmarked.Process.Pid), "a process without the mark is left alone")
+}
