@@ -170,6 +170,8 @@ func NewApp() *cli.App {
 				UsageText: "gorun plan [flags] ENTRYPOINT [args...]",
 				Flags:     launchFlags(),
 				Action:    planAction,
+				// The launch's own flags: the same errors as gorun's.
+				OnUsageError: onUsageError,
 			},
 			benchCommand(),
 			statusCommand(),
@@ -200,15 +202,20 @@ func NewApp() *cli.App {
 		},
 		HideHelpCommand: true,
 		ExitErrHandler:  func(*cli.Context, error) {}, // main maps errors to exit codes
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			msg := err.Error()
-			if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
-				msg = "unknown flag --" + strings.TrimPrefix(name, "-") + " (gorun --help lists the flags)"
-			}
-			return cli.Exit(msg, exitUsage)
-		},
+		OnUsageError:    onUsageError,
 	}
 	return app
+}
+
+// onUsageError turns a flag the parser refused into a one-line error
+// with exit status 2, naming the flag as the user writes it (--name).
+func onUsageError(_ *cli.Context, err error, _ bool) error {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		msg = "unknown flag --" + strings.TrimPrefix(name, "-") + " (gorun --help lists the flags)"
+	}
+	msg = strings.Replace(msg, " for flag -", " for flag --", 1)
+	return cli.Exit(msg, exitUsage)
 }
 
 // options reads the launch flags of c.
