@@ -225,6 +225,8 @@ func TestTorchrunRecipeErrors(t *testing.T) {
 		{"bad event log handler", opts(func(o *Options) { o.EventLogHandler = "kafka" }), nil, "--event-log-handler=kafka"},
 		{"bad numa binding", opts(func(o *Options) { o.NumaBinding = "gpu" }), nil, "--numa-binding=gpu: want node, socket, exclusive, core-complex"},
 		{"bad signal", opts(func(o *Options) { o.SignalsToHandle = "SIGTERM,SIGNOPE" }), nil, "--signals-to-handle=SIGTERM,SIGNOPE"},
+		{"--standalone in a multi-node step", opts(func(o *Options) { o.Standalone = true }), slurmStep(), "this launch has 3 nodes (the SLURM step's nodes): give --nnodes=1"},
+		{"--standalone with nodes", opts(func(o *Options) { o.Standalone, o.NNodes = true, "2:4" }), nil, "this launch has 2 to 4 nodes (--nnodes=2:4)"},
 		{"negative monitor interval", opts(func(o *Options) { o.MonitorInterval = -time.Second }), nil, "--monitor-interval"},
 	}
 	for _, key := range []string{"read_timeout=0", "close_timeout=x", "heartbeat=-1", "keep_alive_interval=0", "keep_alive_max_attempt=0", "use_libuv=maybe"} {

@@ -255,7 +255,7 @@ func (l *Launch) resolveNodes(opts Options, job slurm.Job, underSLURM bool) erro
 	}
 	if opts.Standalone {
 		if l.MaxNodes != 1 {
-			return usagef("--standalone runs one node, but --nnodes=%s", opts.NNodes)
+			return usagef("--standalone runs one node, but this launch has %s (%s): give --nnodes=1 to run one node on its own", nodesDesc(l.MinNodes, l.MaxNodes), orDefault(flagOrEmpty("--nnodes=", opts.NNodes), "the SLURM step's nodes"))
 		}
 		l.NodeRank = 0
 	}
@@ -514,6 +514,22 @@ func freePort(host string) (int, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// nodesDesc says "4 nodes" or "2 to 4 nodes".
+func nodesDesc(min, max int) string {
+	if min == max {
+		return fmt.Sprintf("%d nodes", min)
+	}
+	return fmt.Sprintf("%d to %d nodes", min, max)
+}
+
+// flagOrEmpty is flag+value, or "" when value is.
+func flagOrEmpty(flag, value string) string {
+	if value == "" {
+		return ""
+	}
+	return flag + value
 }
 
 func orDefault(s, def string) string {
