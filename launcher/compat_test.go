@@ -229,7 +229,7 @@ func TestTorchrunRecipeErrors(t *testing.T) {
 		{"--standalone with nodes", opts(func(o *Options) { o.Standalone, o.NNodes = true, "2:4" }), nil, "this launch has 2 to 4 nodes (--nnodes=2:4)"},
 		{"negative monitor interval", opts(func(o *Options) { o.MonitorInterval = -time.Second }), nil, "--monitor-interval"},
 	}
-	for _, key := range []string{"read_timeout=0", "close_timeout=x", "heartbeat=-1", "keep_alive_interval=0", "keep_alive_max_attempt=0", "use_libuv=maybe"} {
+	for _, key := range []string{"keep_alive_interval=1000000,keep_alive_max_attempt=999999999", "read_timeout=0", "close_timeout=x", "heartbeat=-1", "keep_alive_interval=0", "keep_alive_max_attempt=0", "use_libuv=maybe"} {
 		k, _, _ := strings.Cut(key, "=")
 		tests = append(tests, struct {
 			name string

@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -304,6 +305,9 @@ func (r *Rendezvous) torchrunKeys(conf map[string]string) error {
 	_, keepAlive := conf[confKeepAliveInterval]
 	_, keepAttempts := conf[confKeepAliveAttempts]
 	if _, ttl := conf[confLeaseTTL]; !ttl && (keepAlive || keepAttempts) {
+		if interval > time.Duration(math.MaxInt64)/time.Duration(attempts) {
+			return usagef("--rdzv-conf %s x %s: %s x %d is too long", confKeepAliveInterval, confKeepAliveAttempts, interval, attempts)
+		}
 		r.Timing.LeaseTTL = Duration(max(interval*time.Duration(attempts), time.Second))
 	}
 	return nil
