@@ -151,6 +151,14 @@ func TestTorchrunRecipes(t *testing.T) {
 			require.Equal(t, Duration(900*time.Second), l.Rendezvous.Timing.JoinTimeout)
 			require.Equal(t, Duration(10*time.Second), l.Rendezvous.Timing.LastCall)
 		}},
+		{"torchrun's etcd-v2 TLS keys", opts(func(o *Options) {
+			o.NNodes, o.RdzvBackend, o.RdzvEndpoint, o.RdzvID = "2", "etcd-v2", "head:2379", "j"
+			o.RdzvConf = "protocol=https,ssl_cert=/c.pem,ssl_cert_key=/k.pem,ca_cert=/ca.pem,read_timeout=60"
+		}), nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, "/c.pem", l.Rendezvous.Client.Cert)
+			require.Equal(t, "/k.pem", l.Rendezvous.Client.Key)
+			require.Equal(t, "/ca.pem", l.Rendezvous.Client.CACert)
+		}},
 		{"the heuristic host may fall back to client", opts(func(o *Options) {
 			o.NNodes, o.RdzvBackend, o.RdzvEndpoint = "2", "c10d", "box:29400"
 		}), nil, func(t *testing.T, l *Launch) {
@@ -225,6 +233,15 @@ func TestTorchrunRecipeErrors(t *testing.T) {
 		{"bad event log handler", opts(func(o *Options) { o.EventLogHandler = "kafka" }), nil, "--event-log-handler=kafka"},
 		{"bad numa binding", opts(func(o *Options) { o.NumaBinding = "gpu" }), nil, "--numa-binding=gpu: want node, socket, exclusive, core-complex"},
 		{"bad signal", opts(func(o *Options) { o.SignalsToHandle = "SIGTERM,SIGNOPE" }), nil, "--signals-to-handle=SIGTERM,SIGNOPE"},
+		{"https without a certificate", opts(func(o *Options) {
+			o.NNodes, o.RdzvBackend, o.RdzvEndpoint, o.RdzvID, o.RdzvConf = "2", "etcd-v2", "head:2379", "j", "protocol=https"
+		}), nil, "protocol=https: give ca_cert="},
+		{"a bad protocol", opts(func(o *Options) {
+			o.NNodes, o.RdzvBackend, o.RdzvEndpoint, o.RdzvID, o.RdzvConf = "2", "etcd", "head:2379", "j", "protocol=grpc"
+		}), nil, "protocol=grpc: want http or https"},
+		{"one file named twice", opts(func(o *Options) {
+			o.NNodes, o.RdzvBackend, o.RdzvEndpoint, o.RdzvID, o.RdzvConf = "2", "etcd", "head:2379", "j", "ca_cert=/a,cacert=/b"
+		}), nil, "ca_cert=/a and cacert=/b"},
 		{"--standalone in a multi-node step", opts(func(o *Options) { o.Standalone = true }), slurmStep(), "this launch has 3 nodes (the SLURM step's nodes): give --nnodes=1"},
 		{"--standalone with nodes", opts(func(o *Options) { o.Standalone, o.NNodes = true, "2:4" }), nil, "this launch has 2 to 4 nodes (--nnodes=2:4)"},
 		{"negative monitor interval", opts(func(o *Options) { o.MonitorInterval = -time.Second }), nil, "--monitor-interval"},

@@ -76,6 +76,48 @@ const (
 	confUseLibuv          = "use_libuv"     // the TCPStore's event loop
 )
 
+// torchrun's etcd-v2 backend names the TLS files of the etcd client
+// ssl_cert, ssl_cert_key and ca_cert, and says protocol=http|https.
+const (
+	confProtocol   = "protocol"
+	confSSLCert    = "ssl_cert"
+	confSSLCertKey = "ssl_cert_key"
+	confCACertV2   = "ca_cert"
+)
+
+// etcdV2Keys turns torchrun's etcd-v2 keys into gorun's (cert, key,
+// cacert) in conf. protocol=http is the default; protocol=https needs a
+// certificate to verify etcd's or to present (gorun uses TLS exactly
+// when it has one).
+func etcdV2Keys(conf map[string]string) error {
+	for v2, key := range map[string]string{confSSLCert: etcdstore.ConfCert, confSSLCertKey: etcdstore.ConfKey, confCACertV2: etcdstore.ConfCACert} {
+		v, ok := conf[v2]
+		if !ok {
+			continue
+		}
+		if have, set := conf[key]; set && have != v {
+			return usagef("--rdzv-conf %s=%s and %s=%s name the same file differently: give one", v2, v, key, have)
+		}
+		delete(conf, v2)
+		conf[key] = v
+	}
+	p, ok := conf[confProtocol]
+	if !ok {
+		return nil
+	}
+	delete(conf, confProtocol)
+	switch strings.ToLower(strings.TrimSpace(p)) {
+	case "http":
+		return nil
+	case "https":
+		if conf[etcdstore.ConfCACert] == "" && conf[etcdstore.ConfCert] == "" {
+			return usagef("--rdzv-conf %s=https: give %s= (the CA file that signs etcd's certificate) or %s=,%s= (a client certificate); gorun speaks TLS to etcd when it has one", confProtocol, confCACertV2, confSSLCert, confSSLCertKey)
+		}
+		return nil
+	}
+	return usagef("--rdzv-conf %s=%s: want http or https", confProtocol, p)
+}
+
 // torchrun's keep-alive defaults: a node is dead after 3 missed 5 s
 // keep-alives.
 const (
@@ -184,6 +226,9 @@ func (l *Launch) c10dAtEndpoint(opts Options) bool {
 // the member this node runs, timing and budgets from --rdzv-conf.
 func (l *Launch) resolveEtcd(opts Options, job slurm.Job, underSLURM bool, host Host) error {
 	r := &l.Rendezvous
+	if err := etcdV2Keys(r.Conf); err != nil {
+		return err
+	}
 	conf := r.Conf
 	for k := range conf {
 		if !slices.Contains(knownConf, k) {

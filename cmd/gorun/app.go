@@ -124,8 +124,8 @@ func launchFlags() []cli.Flag {
 		secondsFlag(catWorkers, "heartbeat-timeout", 0, "seconds (or a duration): a worker that reported progress (the embedded trainer does, each step) and then none for this long is hung: stack dump (SIGQUIT), kill, restart; 0: off", nil, nil),
 		stringFlag(catWorkers, "start-method", "spawn", "spawn, fork or forkserver: accepted for torchrun compatibility; every worker is a new process either way"),
 		stringFlag(catWorkers, "signals-to-handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT", "torchrun's list, checked; gorun always stops the job on SIGTERM, SIGINT, SIGHUP, SIGQUIT and passes SIGUSR1, SIGUSR2 on to the workers"),
-		stringFlag(catWorkers, "numa-binding", "", "bind each worker to the CPUs near its GPU: node, socket, exclusive or core-complex"),
-		boolFlag(catWorkers, "virtual-local-rank", "LOCAL_RANK=0 in every worker, each seeing only its own GPU (as torchrun)"),
+		stringFlag(catWorkers, "numa-binding", "", "torchrun's NUMA binding of each worker to the CPUs near its GPU: node, socket, exclusive or core-complex (accepted and checked; the binding is being built)"),
+		boolFlag(catWorkers, "virtual-local-rank", "torchrun's LOCAL_RANK=0 in every worker, each seeing only its own GPU (accepted; being built)"),
 
 		stringFlag(catNodes, "nnodes", "", "number of nodes N, or MIN:MAX for an elastic job (default: SLURM's, or 1)"),
 		intFlag(catNodes, "node-rank", -1, "this node's rank (default: SLURM_NODEID, or 0)"),
