@@ -1,11 +1,13 @@
 package launcher
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // c10dDefaultPort is torchrun's port for a c10d --rdzv-endpoint given
@@ -35,7 +37,12 @@ func (l *Launch) hostAtEndpoint(opts Options, host Host) error {
 	if h == "" {
 		return usagef("--rdzv-endpoint=%s: no host: give the address of the node that hosts the rendezvous", opts.RdzvEndpoint)
 	}
-	port = firstNonZero(port, c10dDefaultPort)
+	if port == 0 {
+		return usagef("--rdzv-endpoint=%s: port 0 (a free port) works for one node only: every node of --nnodes=%s must dial the same port", opts.RdzvEndpoint, orDefault(opts.NNodes, strconv.Itoa(l.MaxNodes)))
+	}
+	if port < 0 {
+		port = c10dDefaultPort
+	}
 	if port == 65535 {
 		return usagef("--rdzv-endpoint=%s: the rendezvous also needs port+1 on that node for its etcd peer listener: pick a port below 65535", opts.RdzvEndpoint)
 	}
@@ -50,6 +57,8 @@ func (l *Launch) hostAtEndpoint(opts Options, host Host) error {
 	where := fmt.Sprintf("embedded etcd at the c10d endpoint %s (peers: port %d)", clientAddr, port+1)
 	if owns {
 		r.Member = &member
+		_, told := r.Conf[confIsHost]
+		r.HostGuessed = !told
 		r.Hosting = where + ", run by this node: " + why
 	} else {
 		r.Hosting = where + ", run by another node (this node is a client): " + why
@@ -71,7 +80,7 @@ func (l *Launch) hostAtEndpoint(opts Options, host Host) error {
 //     hosts; else it is a client.
 func (l *Launch) ownsEndpoint(h string, opts Options, host Host) (bool, string, error) {
 	if v, ok := l.Rendezvous.Conf[confIsHost]; ok {
-		b, err := strconv.ParseBool(v)
+		b, err := parseConfBool(v)
 		if err != nil {
 			return false, "", usagef("--rdzv-conf %s=%s: want true or false", confIsHost, v)
 		}
@@ -149,4 +158,15 @@ func commonIP(a, b []net.IP) (net.IP, bool) {
 		}
 	}
 	return nil, false
+}
+
+// clientFallback says whether this node, having failed with err to start
+// the c10d endpoint's embedded etcd member, goes on as a client instead,
+// as torchrun's c10d rendezvous does when its heuristic host cannot bind
+// the endpoint: the node took itself for the host by ownsEndpoint's rules
+// (an explicit --rdzv-conf is_host is obeyed, and fails), and a port of
+// the member was taken, most likely by another agent of the job on this
+// machine, which then hosts it.
+func (r Rendezvous) clientFallback(err error) bool {
+	return r.Member != nil && r.HostGuessed && errors.Is(err, syscall.EADDRINUSE)
 }

@@ -34,10 +34,24 @@ type Options struct {
 	LocalAddr        string        // address other nodes reach this node at; "" is the node name
 	JobSecretFile    string        // file holding the job secret (else GORUN_JOB_SECRET; see resolveSecret)
 	MetricsAddr      string        // HOST:PORT the agent serves Prometheus /metrics on; "": none
-	NumaBinding      string        // torchrun --numa-binding: node | socket | exclusive | core-complex; "": none
-	VirtualLocalRank bool          // torchrun --virtual-local-rank: LOCAL_RANK=0, one GPU per worker
-	Entrypoint       string
-	Args             []string
+
+	// torchrun's flags that gorun accepts for a drop-in command line
+	// (README, "torchrun flags"); checkCompat validates them.
+
+	Module           bool          // -m: the entrypoint is a Python module, run as python -u -m MODULE
+	RunPath          bool          // --run-path: the script runs through runpy.run_path; wins over NoPython and Module
+	MonitorInterval  time.Duration // torchrun's polling period; gorun does not poll (0 or more)
+	StartMethod      string        // spawn | fork | forkserver; no effect (each worker is a new program, as for a torchrun script)
+	EventLogHandler  string        // null | console | dynamic_rendezvous; no effect
+	LogsSpecs        string        // a torchrun.logs_specs plugin name; gorun has no Python plugins: noted as ignored
+	NumaBinding      string        // "" | node | socket | exclusive | core-complex
+	SignalsToHandle  string        // comma-separated signal names, torchrun's SIGTERM,SIGINT,SIGHUP,SIGQUIT by default
+	VirtualLocalRank bool          // LOCAL_RANK=0 and one GPU per worker, as torchrun's --virtual-local-rank
+	DupStdoutFilters string        // torchrun's --duplicate-stdout-filters, comma-separated (",," a comma)
+	DupStderrFilters string        // torchrun's --duplicate-stderr-filters
+
+	Entrypoint string
+	Args       []string
 }
 
 // UsageError is an error in what the user asked for: the CLI prints it on
@@ -106,7 +120,9 @@ func checkMetricsAddr(addr string) error {
 	return nil
 }
 
-// splitHostPort splits HOST[:PORT]; port is 0 when absent.
+// splitHostPort splits HOST[:PORT]; port is -1 when absent, and 0
+// (torchrun's "a free port") is allowed: callers say where it means
+// something.
 func splitHostPort(endpoint string) (string, int, error) {
 	host, portStr, hasPort := strings.Cut(endpoint, ":")
 	if strings.HasPrefix(endpoint, "[") { // [v6]:port
@@ -118,11 +134,11 @@ func splitHostPort(endpoint string) (string, int, error) {
 		portStr, hasPort = strings.CutPrefix(endpoint[end+1:], ":")
 	}
 	if !hasPort {
-		return host, 0, nil
+		return host, -1, nil
 	}
 	port, err := strconv.Atoi(portStr)
-	if err != nil || port < 1 || port > 65535 {
-		return "", 0, fmt.Errorf("endpoint %q: port %q is not 1-65535", endpoint, portStr)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("endpoint %q: port %q is not 1-65535 (or 0 for a free port on one node)", endpoint, portStr)
 	}
 	return host, port, nil
 }

@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -30,6 +31,10 @@ type Rendezvous struct {
 	// Hosting says, for a c10d endpoint, where its embedded etcd runs and
 	// why this node does or does not run it.
 	Hosting string `json:"hosting,omitempty"`
+	// HostGuessed says that this node hosts the c10d endpoint by
+	// ownsEndpoint's heuristic rather than --rdzv-conf is_host: if the
+	// endpoint's port is taken, it goes on as a client (clientFallback).
+	HostGuessed bool `json:"host_guessed,omitempty"`
 	// Generation is SLURM_RESTART_COUNT: a requeued job (a larger one,
 	// same run id) starts a new incarnation of its run.
 	Generation int                    `json:"generation,omitempty"`
@@ -63,6 +68,65 @@ const (
 	confTimeout     = "timeout" // torchrun's name for join_timeout
 	confMaxChanges  = "max_membership_changes"
 	confIsHost      = "is_host" // torchrun's: whether this node hosts the c10d endpoint
+
+	// torchrun's c10d keys. A node is dead when its keep-alives lapse
+	// for keep_alive_interval x keep_alive_max_attempt: gorun's lease
+	// TTL. The others tune torchrun's TCPStore and have no counterpart.
+	confKeepAliveInterval = "keep_alive_interval" // seconds (torchrun: 5)
+	confKeepAliveAttempts = "keep_alive_max_attempt"
+	confReadTimeout       = "read_timeout"  // seconds: the TCPStore's request timeout; gorun retries etcd until join_timeout
+	confCloseTimeout      = "close_timeout" // seconds: torchrun's wait to close the rendezvous; gorun's host lingers for the others itself
+	confHeartbeat         = "heartbeat"     // seconds: torchrun's keep-alive deadline; etcd keeps leases alive itself
+	confUseLibuv          = "use_libuv"     // the TCPStore's event loop
+)
+
+// torchrun's etcd-v2 backend names the TLS files of the etcd client
+// ssl_cert, ssl_cert_key and ca_cert, and says protocol=http|https.
+const (
+	confProtocol   = "protocol"
+	confSSLCert    = "ssl_cert"
+	confSSLCertKey = "ssl_cert_key"
+	confCACertV2   = "ca_cert"
+)
+
+// etcdV2Keys turns torchrun's etcd-v2 keys into gorun's (cert, key,
+// cacert) in conf. protocol=http is the default; protocol=https needs a
+// certificate to verify etcd's or to present (gorun uses TLS exactly
+// when it has one).
+func etcdV2Keys(conf map[string]string) error {
+	for v2, key := range map[string]string{confSSLCert: etcdstore.ConfCert, confSSLCertKey: etcdstore.ConfKey, confCACertV2: etcdstore.ConfCACert} {
+		v, ok := conf[v2]
+		if !ok {
+			continue
+		}
+		if have, set := conf[key]; set && have != v {
+			return usagef("--rdzv-conf %s=%s and %s=%s name the same file differently: give one", v2, v, key, have)
+		}
+		delete(conf, v2)
+		conf[key] = v
+	}
+	p, ok := conf[confProtocol]
+	if !ok {
+		return nil
+	}
+	delete(conf, confProtocol)
+	switch strings.ToLower(strings.TrimSpace(p)) {
+	case "http":
+		return nil
+	case "https":
+		if conf[etcdstore.ConfCACert] == "" && conf[etcdstore.ConfCert] == "" {
+			return usagef("--rdzv-conf %s=https: give %s= (the CA file that signs etcd's certificate) or %s=,%s= (a client certificate); gorun speaks TLS to etcd when it has one", confProtocol, confCACertV2, confSSLCert, confSSLCertKey)
+		}
+		return nil
+	}
+	return usagef("--rdzv-conf %s=%s: want http or https", confProtocol, p)
+}
+
+// torchrun's keep-alive defaults: a node is dead after 3 missed 5 s
+// keep-alives.
+const (
+	torchrunKeepAliveInterval = 5 * time.Second
+	torchrunKeepAliveAttempts = 3
 )
 
 // Defaults: etcd leases are coarse, so a TTL under 5 s buys little; the
@@ -76,6 +140,7 @@ const (
 
 var knownConf = []string{
 	confLeaseTTL, confLastCall, confJoinTimeout, confTimeout, confMaxChanges, confIsHost,
+	confKeepAliveInterval, confKeepAliveAttempts, confReadTimeout, confCloseTimeout, confHeartbeat, confUseLibuv,
 	etcdstore.ConfCACert, etcdstore.ConfCert, etcdstore.ConfKey, etcdstore.ConfUser,
 	etcdstore.ConfPassword, etcdstore.ConfDialTimeout, etcdstore.ConfConnectTimeout,
 }
@@ -118,6 +183,11 @@ func (l *Launch) chooseBackend(opts Options, underSLURM, rankKnown bool) (string
 	switch {
 	case opts.Standalone || l.MaxNodes == 1:
 		return BackendStatic, nil
+	case underSLURM && opts.RdzvEndpoint == "" && !elastic && masterGiven(opts):
+		// torchrun's static recipe under srun: the master it names is
+		// honoured; gorun's elastic rounds would move it to node rank 0.
+		l.note("--master-addr/--master-port under SLURM: static rendezvous at the given master, as torchrun; drop them for gorun's elastic etcd rendezvous (a job-wide first failure, node losses survived)")
+		return BackendStatic, nil
 	case underSLURM || opts.RdzvEndpoint != "":
 		return BackendEtcd, nil
 	case elastic:
@@ -126,6 +196,26 @@ func (l *Launch) chooseBackend(opts Options, underSLURM, rankKnown bool) (string
 		return "", usagef("--nnodes=%d without SLURM: give each node its --node-rank (0..%d) and --master-addr, or --rdzv-endpoint of an etcd", l.MinNodes, l.MinNodes-1)
 	}
 	return BackendStatic, nil
+}
+
+// masterGiven says whether the user named worker rank 0's store.
+func masterGiven(opts Options) bool { return opts.MasterAddr != "" || opts.MasterPort != 0 }
+
+// checkMasterUnused deals with --master-addr/--master-port given to an
+// etcd rendezvous, where node rank 0 of each round hosts the workers'
+// store at a port it picks: torchrun's c10d recipe ignores them with a
+// warning, and so does gorun; an etcd backend asked for by name, or an
+// elastic range, refuses them rather than drop them.
+func (l *Launch) checkMasterUnused(opts Options) error {
+	if !masterGiven(opts) {
+		return nil
+	}
+	const why = "with etcd rendezvous worker rank 0's store is on node rank 0 of each round, at a port it picks"
+	if l.c10dAtEndpoint(opts) {
+		l.note("--master-addr/--master-port ignored, as torchrun ignores them with --rdzv-backend=c10d: " + why)
+		return nil
+	}
+	return usagef("--master-addr/--master-port: only static rendezvous uses them (%s); drop them, or give --rdzv-backend=static with a fixed --nnodes", why)
 }
 
 // c10dAtEndpoint says whether opts ask for torchrun's c10d rendezvous at
@@ -140,12 +230,18 @@ func (l *Launch) c10dAtEndpoint(opts Options) bool {
 // the member this node runs, timing and budgets from --rdzv-conf.
 func (l *Launch) resolveEtcd(opts Options, job slurm.Job, underSLURM bool, host Host) error {
 	r := &l.Rendezvous
+	if err := etcdV2Keys(r.Conf); err != nil {
+		return err
+	}
 	conf := r.Conf
 	for k := range conf {
 		if !slices.Contains(knownConf, k) {
 			known := slices.Sorted(slices.Values(knownConf))
 			return usagef("--rdzv-conf: unknown key %q (known: %s)", k, strings.Join(known, ", "))
 		}
+	}
+	if err := l.checkMasterUnused(opts); err != nil {
+		return err
 	}
 	c10d := l.c10dAtEndpoint(opts)
 	if _, ok := conf[confIsHost]; ok && !c10d {
@@ -203,6 +299,9 @@ func (l *Launch) resolveEtcd(opts Options, job slurm.Job, underSLURM bool, host 
 			*d.dst = Duration(dur)
 		}
 	}
+	if err := r.torchrunKeys(conf); err != nil {
+		return err
+	}
 	if _, set := conf[etcdstore.ConfConnectTimeout]; c10d && !set {
 		// Waiting for the node that hosts the endpoint to come up is part
 		// of waiting for the round to form, which join_timeout bounds.
@@ -221,10 +320,58 @@ func (l *Launch) resolveEtcd(opts Options, job slurm.Job, underSLURM bool, host 
 }
 
 // parseConfDuration reads "30s", "1m" or "30" (seconds).
-func parseConfDuration(v string) (time.Duration, error) {
-	if d, err := time.ParseDuration(v); err == nil {
-		return d, nil
+func parseConfDuration(v string) (time.Duration, error) { return ParseSeconds(v) }
+
+// torchrunKeys reads torchrun's c10d keys: keep_alive_interval and
+// keep_alive_max_attempt make the lease TTL (unless lease_ttl is given);
+// read_timeout, close_timeout, heartbeat and use_libuv are checked as
+// torchrun checks them and change nothing.
+func (r *Rendezvous) torchrunKeys(conf map[string]string) error {
+	interval, attempts := torchrunKeepAliveInterval, torchrunKeepAliveAttempts
+	for _, key := range []string{confKeepAliveInterval, confReadTimeout, confCloseTimeout, confHeartbeat} {
+		v, ok := conf[key]
+		if !ok {
+			continue
+		}
+		d, err := ParseSeconds(v)
+		if err != nil || d <= 0 {
+			return usagef("--rdzv-conf %s=%s: want a positive number of seconds", key, v)
+		}
+		if key == confKeepAliveInterval {
+			interval = d
+		}
 	}
-	secs, err := strconv.ParseFloat(v, 64)
-	return time.Duration(secs * float64(time.Second)), err
+	if v, ok := conf[confKeepAliveAttempts]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return usagef("--rdzv-conf %s=%s: want a number of keep-alives, 1 or more", confKeepAliveAttempts, v)
+		}
+		attempts = n
+	}
+	if v, ok := conf[confUseLibuv]; ok {
+		if _, err := parseConfBool(v); err != nil {
+			return usagef("--rdzv-conf %s=%s: %v", confUseLibuv, v, err)
+		}
+	}
+	_, keepAlive := conf[confKeepAliveInterval]
+	_, keepAttempts := conf[confKeepAliveAttempts]
+	if _, ttl := conf[confLeaseTTL]; !ttl && (keepAlive || keepAttempts) {
+		if interval > time.Duration(math.MaxInt64)/time.Duration(attempts) {
+			return usagef("--rdzv-conf %s x %s: %s x %d is too long", confKeepAliveInterval, confKeepAliveAttempts, interval, attempts)
+		}
+		r.Timing.LeaseTTL = Duration(max(interval*time.Duration(attempts), time.Second))
+	}
+	return nil
+}
+
+// parseConfBool reads a boolean as torchrun's rendezvous parameters do:
+// 1, true, t, yes, y, on or 0, false, f, no, n, off, in any case.
+func parseConfBool(v string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "1", "true", "t", "yes", "y", "on":
+		return true, nil
+	case "0", "false", "f", "no", "n", "off":
+		return false, nil
+	}
+	return false, fmt.Errorf("want true or false")
 }

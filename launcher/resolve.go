@@ -146,6 +146,11 @@ type Launch struct {
 	InPlace bool `json:"in_place"`
 	// gpuDevices are the machine devices of the GPUs (see gpuSet.Devices).
 	gpuDevices []string
+	// Notes say what gorun does differently from torchrun for this
+	// command line (a flag accepted but ignored, a default that may
+	// surprise): `gorun plan` prints them and the launch logs each as a
+	// warning.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // Duration prints as "30s" in JSON.
@@ -184,6 +189,9 @@ func Resolve(opts Options, host Host) (*Launch, error) {
 	}
 	if opts.TermTimeout < 0 {
 		return nil, usagef("--term-timeout=%s: want a duration of 0 or more", opts.TermTimeout)
+	}
+	if err := l.checkCompat(opts); err != nil {
+		return nil, err
 	}
 	if underSLURM {
 		l.SLURM = &job
@@ -276,7 +284,7 @@ func (l *Launch) resolveNodes(opts Options, job slurm.Job, underSLURM bool) erro
 	}
 	if opts.Standalone {
 		if l.MaxNodes != 1 {
-			return usagef("--standalone runs one node, but --nnodes=%s", opts.NNodes)
+			return usagef("--standalone runs one node, but this launch has %s (%s): give --nnodes=1 to run one node on its own", nodesDesc(l.MinNodes, l.MaxNodes), orDefault(flagOrEmpty("--nnodes=", opts.NNodes), "the SLURM step's nodes"))
 		}
 		l.NodeRank = 0
 	}
@@ -299,8 +307,9 @@ func (l *Launch) resolveNodes(opts Options, job slurm.Job, underSLURM bool) erro
 
 // resolveRunID picks the run id: --rdzv-id, else SLURM_JOB_ID, else a
 // fresh one for a launch of one node. A launch that meets other nodes over
-// etcd needs the same run id on every node, which only the user can give;
-// a static one shares nothing, and takes torchrun's "none".
+// an etcd of the user's needs the same run id on every node, which only
+// the user can give; a static one shares nothing, and a c10d one meets
+// over an etcd made for this launch: both take torchrun's "none".
 func (l *Launch) resolveRunID(opts Options, job slurm.Job, underSLURM bool, host Host) error {
 	switch {
 	case opts.RdzvID != "":
@@ -313,6 +322,10 @@ func (l *Launch) resolveRunID(opts Options, job slurm.Job, underSLURM bool, host
 			return err
 		}
 		l.RunID = id
+	case l.c10dAtEndpoint(opts):
+		// torchrun's default: the endpoint's embedded etcd is fresh for
+		// every launch, so nothing of another run is met there.
+		l.RunID = "none"
 	case l.Rendezvous.Backend == BackendEtcd:
 		return usagef("--nnodes=%s over etcd outside SLURM: give every node the same --rdzv-id (a name for this run, e.g. --rdzv-id=myjob-1), so that they meet in one run", orDefault(opts.NNodes, strconv.Itoa(l.MaxNodes)))
 	default:
@@ -325,34 +338,50 @@ func (l *Launch) resolveRunID(opts Options, job slurm.Job, underSLURM bool, host
 	return nil
 }
 
+// torchrunMasterPort is torchrun's --master-port: what a static launch of
+// several nodes outside SLURM uses when none is given.
+const torchrunMasterPort = 29500
+
 // resolveMaster picks MASTER_ADDR and MASTER_PORT: flags, then the
 // rendezvous endpoint, then SLURM's first node and a port derived from the
-// job id, then a free port on this machine.
+// job id, then, outside SLURM, 127.0.0.1 and a free port for one node or
+// torchrun's 29500 for several. An endpoint HOST:0 (torchrun's stacked
+// single-node recipe) asks for a free port.
 func (l *Launch) resolveMaster(opts Options, job slurm.Job, underSLURM bool, host Host) error {
 	addr, port := opts.MasterAddr, opts.MasterPort
+	freeAsked := false
 	if opts.RdzvEndpoint != "" && !opts.Standalone {
 		h, p, err := splitHostPort(opts.RdzvEndpoint)
 		if err != nil {
 			return usagef("--rdzv-endpoint: %v", err)
 		}
-		addr, port = firstNonEmpty(addr, h), firstNonZero(port, p)
+		if p == 0 && l.MinNodes > 1 && port == 0 {
+			return usagef("--rdzv-endpoint=%s: port 0 (a free port) works for one node only: with --nnodes=%d every node must be given the same port", opts.RdzvEndpoint, l.MinNodes)
+		}
+		freeAsked = p == 0 && port == 0
+		addr = firstNonEmpty(addr, h)
+		if port == 0 && p > 0 {
+			port = p
+		}
 	}
 	if underSLURM && !opts.Standalone {
 		if len(job.Nodes) > 0 {
 			addr = firstNonEmpty(addr, job.Nodes[0])
 		}
-		port = firstNonZero(port, slurm.JobPorts(job.JobID).Master)
+		if !freeAsked {
+			port = firstNonZero(port, slurm.JobPorts(job.JobID).Master)
+		}
 	}
 	if addr == "" {
 		if l.MinNodes > 1 {
-			return usagef("--nnodes=%d: give --master-addr (the host of node rank 0) or --rdzv-endpoint", l.MinNodes)
+			return usagef("--nnodes=%d: give --master-addr (the host of node rank 0) or --rdzv-endpoint (torchrun would take 127.0.0.1, which only works when every node is this machine: then say --master-addr=127.0.0.1)", l.MinNodes)
 		}
 		addr = "127.0.0.1"
 	}
+	if port == 0 && l.MinNodes > 1 {
+		port = torchrunMasterPort
+	}
 	if port == 0 {
-		if l.MinNodes > 1 {
-			return usagef("--nnodes=%d: give --master-port (a port free on %s) or --rdzv-endpoint HOST:PORT", l.MinNodes, addr)
-		}
 		p, err := host.FreePort(addr)
 		if err != nil {
 			return fmt.Errorf("pick a free master port on %s: %w", addr, err)
@@ -368,7 +397,7 @@ func (l *Launch) resolveMaster(opts Options, job slurm.Job, underSLURM bool, hos
 
 // embeddedTrainer reports whether the workers run gorun's own trainer (a train.toml entrypoint).
 func embeddedTrainer(opts Options) bool {
-	return !opts.NoPython && strings.HasSuffix(opts.Entrypoint, ".toml")
+	return !opts.NoPython && !opts.Module && !opts.RunPath && strings.HasSuffix(opts.Entrypoint, ".toml")
 }
 
 func (l *Launch) resolveNProc(opts Options, host Host) error {
@@ -411,11 +440,32 @@ func (l *Launch) resolveNProc(opts Options, host Host) error {
 
 // command builds the worker argv: a .toml entrypoint is the embedded
 // trainer (this binary's `worker` command), a .py entrypoint runs with
-// $PYTHON_EXEC (torchrun's), else $PYTHON, else python3, with -u, anything else, or anything under --no-python,
-// runs as a program.
+// the Python interpreter (pythonInterpreter: $PYTHON_EXEC, $PYTHON, python3) -u, anything else, or
+// anything under --no-python, runs as a program. As in torchrun,
+// --run-path runs the script through runpy.run_path whatever its name,
+// and -m runs python -u -m MODULE.
 func command(opts Options, host Host) ([]string, error) {
 	if opts.Entrypoint == "" {
-		return nil, usagef("no entrypoint: gorun [flags] train.toml|script.py [args], or gorun [flags] -- program [args]")
+		return nil, usagef("no entrypoint: gorun [flags] train.toml|script.py [args], gorun [flags] -m module [args], or gorun [flags] -- program [args]")
+	}
+	switch {
+	case opts.RunPath:
+		if _, err := host.Stat(opts.Entrypoint); err != nil {
+			return nil, usagef("--run-path script %s: %v", opts.Entrypoint, unwrapPathError(err))
+		}
+		python, err := pythonInterpreter(host)
+		if err != nil {
+			return nil, err
+		}
+		return append([]string{python, "-u", "-c", runPathCode, opts.Entrypoint}, opts.Args...), nil
+	case opts.Module && opts.NoPython:
+		return nil, usagef("-m/--module runs a Python module and --no-python runs a program: give one of them, not both")
+	case opts.Module:
+		python, err := pythonInterpreter(host)
+		if err != nil {
+			return nil, err
+		}
+		return append([]string{python, "-u", "-m", opts.Entrypoint}, opts.Args...), nil
 	}
 	if !opts.NoPython && strings.HasSuffix(opts.Entrypoint, ".toml") {
 		if _, err := host.Stat(opts.Entrypoint); err != nil {
@@ -431,18 +481,9 @@ func command(opts Options, host Host) ([]string, error) {
 		if _, err := host.Stat(opts.Entrypoint); err != nil {
 			return nil, usagef("script %s: %v", opts.Entrypoint, unwrapPathError(err))
 		}
-		// torchrun's PYTHON_EXEC first, then gorun's PYTHON.
-		pyVar, pyName := "PYTHON_EXEC", ""
-		for _, v := range []string{"PYTHON_EXEC", "PYTHON"} {
-			if s, _ := host.Lookup(v); s != "" {
-				pyVar, pyName = v, s
-				break
-			}
-		}
-		pyName = orDefault(pyName, "python3")
-		python, err := host.LookPath(pyName)
+		python, err := pythonInterpreter(host)
 		if err != nil {
-			return nil, usagef("python interpreter %q not found (set %s to the interpreter that has torch): %v", pyName, pyVar, errors.Unwrap(err))
+			return nil, err
 		}
 		return append([]string{python, "-u", opts.Entrypoint}, opts.Args...), nil
 	}
@@ -451,6 +492,31 @@ func command(opts Options, host Host) ([]string, error) {
 		return nil, usagef("program %s: not found or not executable", opts.Entrypoint)
 	}
 	return append([]string{prog}, opts.Args...), nil
+}
+
+// runPathCode is what --run-path runs with python -c SCRIPT ARGS...: the
+// script as __main__ through runpy.run_path, with sys.argv as the script
+// would see it under python SCRIPT ARGS..., which is what torchrun's
+// --run-path does in its worker process.
+const runPathCode = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+
+// pythonInterpreter finds the interpreter of Python workers: $PYTHON,
+// else python3, on PATH.
+func pythonInterpreter(host Host) (string, error) {
+	// torchrun's PYTHON_EXEC first, then gorun's PYTHON.
+	pyVar, pyName := "PYTHON_EXEC", ""
+	for _, v := range []string{"PYTHON_EXEC", "PYTHON"} {
+		if s, _ := host.Lookup(v); s != "" {
+			pyVar, pyName = v, s
+			break
+		}
+	}
+	pyName = orDefault(pyName, "python3")
+	python, err := host.LookPath(pyName)
+	if err != nil {
+		return "", usagef("python interpreter %q not found (set %s to the interpreter that has torch): %v", pyName, pyVar, errors.Unwrap(err))
+	}
+	return python, nil
 }
 
 func (l *Launch) resolveLogs(opts Options) error {
@@ -482,6 +548,22 @@ func freePort(host string) (int, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// nodesDesc says "4 nodes" or "2 to 4 nodes".
+func nodesDesc(min, max int) string {
+	if min == max {
+		return fmt.Sprintf("%d nodes", min)
+	}
+	return fmt.Sprintf("%d to %d nodes", min, max)
+}
+
+// flagOrEmpty is flag+value, or "" when value is.
+func flagOrEmpty(flag, value string) string {
+	if value == "" {
+		return ""
+	}
+	return flag + value
 }
 
 func orDefault(s, def string) string {
@@ -517,7 +599,7 @@ func (d Duration) Std() time.Duration { return time.Duration(d) }
 // starts), and takes gorun's own settings from its [elastic] section
 // unless a flag set them.
 func (l *Launch) readTrainConfig(opts Options, host Host) error {
-	if opts.NoPython || !strings.HasSuffix(opts.Entrypoint, ".toml") {
+	if !embeddedTrainer(opts) {
 		return nil
 	}
 	data, err := host.ReadFile(opts.Entrypoint)

@@ -219,17 +219,23 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 			cfg.Secret = l.Secret // the agents' credentials come from it
 		}
 		server, err = etcdembed.Start(ctx, cfg)
-		if err != nil {
+		if err != nil && r.clientFallback(err) {
+			log.Info().Err(err).Strs("endpoints", r.Endpoints).Msg("the c10d endpoint's port is taken (another agent of this job on this machine hosts it?): this node is a client, as under torchrun")
+			if err := dataDir.Release(); err != nil {
+				log.Warn().Err(err).Msg("removing the unused etcd data dir")
+			}
+		} else if err != nil {
 			err = errors.Join(err, dataDir.Release())
 			if r.Hosting != "" {
 				err = fmt.Errorf("%w (%s; agents sharing a machine: give each its own --local-addr, or --rdzv-conf %s=false to all but one)",
 					err, r.Hosting, confIsHost)
 			}
 			return elastic.Outcome{ExitCode: 1}, fmt.Errorf("embedded etcd on %s: %w", m.Host, err)
+		} else {
+			log.Info().Strs("endpoints", server.Endpoints()).Bool("auth", !cfg.Secret.IsZero()).Msg("hosting an embedded etcd member")
+			// The data dir goes even when the member does not stop in time.
+			defer func() { err = errors.Join(err, closeWithin(server.Close, serverCloseTimeout, log), dataDir.Release()) }()
 		}
-		log.Info().Strs("endpoints", server.Endpoints()).Bool("auth", !cfg.Secret.IsZero()).Msg("hosting an embedded etcd member")
-		// The data dir goes even when the member does not stop in time.
-		defer func() { err = errors.Join(err, closeWithin(server.Close, serverCloseTimeout, log), dataDir.Release()) }()
 	}
 	client, err := dialRendezvous(ctx, r, log)
 	if err != nil {

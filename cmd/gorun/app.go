@@ -62,8 +62,51 @@ func boolFlag(cat, name, usage string) *cli.BoolFlag {
 	return &cli.BoolFlag{Name: name, Aliases: aliases(name), EnvVars: envVars(name), Usage: usage, Category: cat}
 }
 
-func durationFlag(cat, name string, value time.Duration, usage string) *cli.DurationFlag {
-	return &cli.DurationFlag{Name: name, Aliases: aliases(name), EnvVars: envVars(name), Value: value, Usage: usage, Category: cat}
+// secondsValue is a time flag's value: seconds as torchrun writes them
+// ("5", "0.1"), or a Go duration ("100ms"): launcher.ParseSeconds.
+type secondsValue struct{ d time.Duration }
+
+// Set implements flag.Value.
+func (v *secondsValue) Set(s string) error {
+	d, err := launcher.ParseSeconds(s)
+	if err != nil {
+		return err
+	}
+	v.d = d
+	return nil
+}
+
+// String implements flag.Value.
+func (v *secondsValue) String() string { return v.d.String() }
+
+// secondsFlag is a time flag that takes seconds or a duration; extra
+// names and variables (torchrun's other spelling of the same setting)
+// follow the usual ones.
+func secondsFlag(cat, name string, value time.Duration, usage string, extraNames, extraEnv []string) *cli.GenericFlag {
+	return &cli.GenericFlag{
+		Name: name, Aliases: append(aliases(name), extraNames...), EnvVars: append(envVars(name), extraEnv...),
+		Value: &secondsValue{d: value}, Usage: usage, Category: cat,
+	}
+}
+
+// seconds reads the value of a secondsFlag.
+func seconds(c *cli.Context, name string) time.Duration {
+	if v, ok := c.Generic(name).(*secondsValue); ok {
+		return v.d
+	}
+	return 0
+}
+
+// shortString and shortBool add a one-letter spelling (torchrun's -m,
+// -r, -t) to f.
+func shortString(f *cli.StringFlag, short string) *cli.StringFlag {
+	f.Aliases = append([]string{short}, f.Aliases...)
+	return f
+}
+
+func shortBool(f *cli.BoolFlag, short string) *cli.BoolFlag {
+	f.Aliases = append([]string{short}, f.Aliases...)
+	return f
 }
 
 // launchFlags are the flags of `gorun` and `gorun plan`.
@@ -71,31 +114,40 @@ func launchFlags() []cli.Flag {
 	return []cli.Flag{
 		stringFlag(catWorkers, "nproc-per-node", "1", "workers on this node: N, or auto (GPUs, else CPUs), gpu, cpu"),
 		boolFlag(catWorkers, "no-python", "run ENTRYPOINT as a program, not as a Python script"),
+		shortBool(boolFlag(catWorkers, "module", "ENTRYPOINT is a Python module: each worker runs python -u -m MODULE args (torchrun's -m)"), "m"),
+		boolFlag(catWorkers, "run-path", "run the script with runpy.run_path (python -u -c ...), whatever its name; wins over --no-python and -m"),
 		stringFlag(catWorkers, "role", "default", "ROLE_NAME of the workers"),
 		intFlag(catWorkers, "max-restarts", 0, "restarts after worker failures before the job fails, counted across all nodes (node losses have their own budget: --rdzv-conf max_membership_changes)"),
-		durationFlag(catWorkers, "monitor-interval", 100*time.Millisecond, "accepted for torchrun compatibility: gorun sees a worker exit at once, without polling"),
-		durationFlag(catWorkers, "term-timeout", 30*time.Second, "grace between the stop signal and SIGKILL; also how long a successful worker's background children may run on before they are killed"),
+		secondsFlag(catWorkers, "monitor-interval", 100*time.Millisecond, "seconds; accepted for torchrun compatibility: gorun sees a worker exit at once, without polling", nil, nil),
+		secondsFlag(catWorkers, "term-timeout", 30*time.Second, "seconds (or a duration: 30s) between the stop signal and SIGKILL (torchrun's --shutdown-timeout); also how long a successful worker's background children may run on before they are killed",
+			[]string{"shutdown-timeout", "shutdown_timeout"}, []string{"PET_SHUTDOWN_TIMEOUT", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"}),
+		secondsFlag(catWorkers, "heartbeat-timeout", 0, "seconds (or a duration): a worker that reported progress (the embedded trainer does, each step) and then none for this long is hung: stack dump (SIGQUIT), kill, restart; 0: off", nil, nil),
+		stringFlag(catWorkers, "start-method", "spawn", "spawn, fork or forkserver: accepted for torchrun compatibility; every worker is a new process either way"),
+		stringFlag(catWorkers, "signals-to-handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT", "torchrun's list, checked; gorun always stops the job on SIGTERM, SIGINT, SIGHUP, SIGQUIT and passes SIGUSR1, SIGUSR2 on to the workers"),
 		stringFlag(catWorkers, "numa-binding", "", "bind each worker to CPUs near its GPU, as torchrun: node, socket, exclusive or core-complex (CPU workers: exclusive, a disjoint share of this task's CPUs each)"),
 		boolFlag(catWorkers, "virtual-local-rank", "as torchrun: LOCAL_RANK=0 for every worker, each seeing only its own GPU in CUDA_VISIBLE_DEVICES"),
-		durationFlag(catWorkers, "heartbeat-timeout", 0, "a worker that reported progress (the embedded trainer does, each step) and then none for this long is hung: stack dump (SIGQUIT), kill, restart; 0: off"),
 
 		stringFlag(catNodes, "nnodes", "", "number of nodes N, or MIN:MAX for an elastic job (default: SLURM's, or 1)"),
 		intFlag(catNodes, "node-rank", -1, "this node's rank (default: SLURM_NODEID, or 0)"),
-		stringFlag(catNodes, "master-addr", "", "host of worker rank 0 (default: first node of the SLURM step, or 127.0.0.1)"),
-		intFlag(catNodes, "master-port", 0, "port of worker rank 0's store (default: derived from the SLURM job id, or a free port)"),
+		stringFlag(catNodes, "master-addr", "", "host of worker rank 0, static rendezvous (default: first node of the SLURM step, or 127.0.0.1); under SLURM it makes a multi-node job static"),
+		intFlag(catNodes, "master-port", 0, "port of worker rank 0's store, static rendezvous (default: derived from the SLURM job id; several nodes: 29500; one node: a free port)"),
 		boolFlag(catNodes, "standalone", "one node on its own: a free local port (or --master-port), nothing to rendezvous with"),
 		stringFlag(catNodes, "rdzv-backend", "", "etcd (elastic rounds; the default under SLURM with several nodes, over an embedded etcd), static, or c10d (with --rdzv-endpoint and several nodes: elastic rounds over an etcd that the endpoint's node embeds; else static)"),
-		stringFlag(catNodes, "rdzv-endpoint", "", "etcd HOST:PORT[,HOST:PORT...]; c10d: the HOST:PORT that the node owning HOST serves the rendezvous at (peers at PORT+1); static: the master"),
-		stringFlag(catNodes, "rdzv-id", "", "run id, the same on every node; a finished or dead run id runs again as its next incarnation (default: SLURM_JOB_ID; on one node, a fresh one)"),
-		stringFlag(catNodes, "rdzv-conf", "", "rendezvous settings k=v,...: lease_ttl, last_call_timeout, join_timeout, max_membership_changes, cacert, cert, key, user, password, dial_timeout, connect_timeout; c10d: is_host"),
+		stringFlag(catNodes, "rdzv-endpoint", "", "etcd HOST:PORT[,HOST:PORT...]; c10d: the HOST:PORT that the node owning HOST serves the rendezvous at (peers at PORT+1); static: the master; one node: HOST:0 picks a free port"),
+		stringFlag(catNodes, "rdzv-id", "", "run id, the same on every node; a finished or dead run id runs again as its next incarnation (default: SLURM_JOB_ID; on one node, a fresh one; c10d at an endpoint: torchrun's none)"),
+		stringFlag(catNodes, "rdzv-conf", "", "rendezvous settings k=v,...: lease_ttl, last_call_timeout, join_timeout, max_membership_changes, cacert, cert, key, user, password, dial_timeout, connect_timeout; torchrun's c10d keys: is_host, keep_alive_interval, keep_alive_max_attempt, read_timeout, close_timeout, heartbeat, use_libuv (README)"),
 		stringFlag(catNodes, "node-name", "", "host name this node announces (default: SLURMD_NODENAME or the host name)"),
 		stringFlag(catNodes, "local-addr", "", "address other nodes and workers reach this node at (default: the node name)"),
 		stringFlag(catNodes, "job-secret-file", "", "file (mode 600) holding the job secret, the same on every node: at least 32 hex digits, e.g. from gorun job-secret; else GORUN_JOB_SECRET, else one made for a one-node launch"),
 
 		stringFlag(catOutput, "log-dir", "", "write each worker's output to DIR/RUN_ID/attempt_N/RANK/{stdout,stderr}.log"),
-		stringFlag(catOutput, "redirects", "", "streams sent only to the log files: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank 0:1,1:2"),
-		stringFlag(catOutput, "tee", "", "streams sent to the log files as well as the console (the default with --log-dir)"),
+		shortString(stringFlag(catOutput, "redirects", "", "streams sent only to the log files: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank 0:1,1:2"), "r"),
+		shortString(stringFlag(catOutput, "tee", "", "streams sent to the log files as well as the console (the default with --log-dir)"), "t"),
 		stringFlag(catOutput, "local-ranks-filter", "", "local ranks shown on the console, e.g. 0,2 (default: all)"),
+		stringFlag(catOutput, "duplicate-stdout-filters", "", "torchrun's: copy console lines matching any of these (comma-separated, ,, for a comma) to a side file; accepted, not done yet (a warning says so)"),
+		stringFlag(catOutput, "duplicate-stderr-filters", "", "the same for stderr"),
+		stringFlag(catOutput, "logs-specs", "", "torchrun's torchrun.logs_specs plugin name: accepted and ignored with a warning (gorun loads no Python plugins)"),
+		stringFlag(catOutput, "event-log-handler", "null", "torchrun's event handler: null, console or dynamic_rendezvous; gorun logs its own events on stderr"),
 		stringFlag(catOutput, "metrics-addr", "", "serve this agent's Prometheus metrics at http://HOST:PORT/metrics (e.g. 0.0.0.0:9400; port 0: a free one, logged): job and round state, restarts, node losses, rendezvous time, per worker step, loss, tokens/s, MFU, heartbeat age, exit code"),
 		stringFlag(catOutput, "log-format", "auto", "gorun's own log lines: auto (console on a terminal, else JSON), console, json"),
 		stringFlag(catOutput, "log-level", "info", "debug, info, warn, error"),
@@ -118,6 +170,8 @@ func NewApp() *cli.App {
 				UsageText: "gorun plan [flags] ENTRYPOINT [args...]",
 				Flags:     launchFlags(),
 				Action:    planAction,
+				// The launch's own flags: the same errors as gorun's.
+				OnUsageError: onUsageError,
 			},
 			benchCommand(),
 			statusCommand(),
@@ -148,15 +202,20 @@ func NewApp() *cli.App {
 		},
 		HideHelpCommand: true,
 		ExitErrHandler:  func(*cli.Context, error) {}, // main maps errors to exit codes
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			msg := err.Error()
-			if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
-				msg = "unknown flag --" + strings.TrimPrefix(name, "-") + " (gorun --help lists the flags)"
-			}
-			return cli.Exit(msg, exitUsage)
-		},
+		OnUsageError:    onUsageError,
 	}
 	return app
+}
+
+// onUsageError turns a flag the parser refused into a one-line error
+// with exit status 2, naming the flag as the user writes it (--name).
+func onUsageError(_ *cli.Context, err error, _ bool) error {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		msg = "unknown flag --" + strings.TrimPrefix(name, "-") + " (gorun --help lists the flags)"
+	}
+	msg = strings.Replace(msg, " for flag -", " for flag --", 1)
+	return cli.Exit(msg, exitUsage)
 }
 
 // options reads the launch flags of c.
@@ -169,10 +228,15 @@ func options(c *cli.Context) launcher.Options {
 		RdzvEndpoint: c.String("rdzv-endpoint"), RdzvID: c.String("rdzv-id"), RdzvConf: c.String("rdzv-conf"),
 		MaxRestarts: c.Int("max-restarts"), Role: c.String("role"), LogDir: c.String("log-dir"),
 		Tee: c.String("tee"), Redirects: c.String("redirects"), LocalRanksFilter: c.String("local-ranks-filter"),
-		NoPython: c.Bool("no-python"), TermTimeout: c.Duration("term-timeout"), NodeName: c.String("node-name"),
-		LocalAddr: c.String("local-addr"), HeartbeatTimeout: c.Duration("heartbeat-timeout"),
+		NoPython: c.Bool("no-python"), TermTimeout: seconds(c, "term-timeout"), NodeName: c.String("node-name"),
+		LocalAddr: c.String("local-addr"), HeartbeatTimeout: seconds(c, "heartbeat-timeout"),
 		JobSecretFile: c.String("job-secret-file"), MetricsAddr: c.String("metrics-addr"),
-		NumaBinding: c.String("numa-binding"), VirtualLocalRank: c.Bool("virtual-local-rank"),
+
+		Module: c.Bool("module"), RunPath: c.Bool("run-path"), MonitorInterval: seconds(c, "monitor-interval"),
+		StartMethod: c.String("start-method"), EventLogHandler: c.String("event-log-handler"),
+		LogsSpecs: c.String("logs-specs"), NumaBinding: c.String("numa-binding"),
+		SignalsToHandle: c.String("signals-to-handle"), VirtualLocalRank: c.Bool("virtual-local-rank"),
+		DupStdoutFilters: c.String("duplicate-stdout-filters"), DupStderrFilters: c.String("duplicate-stderr-filters"),
 	}
 	if len(args) > 0 {
 		opts.Entrypoint, opts.Args = args[0], args[1:]
@@ -212,6 +276,9 @@ func runAction(c *cli.Context) error {
 		ev = ev.Int("node_rank", l.NodeRank).Int("nodes", l.MinNodes).Str("master", fmt.Sprintf("%s:%d", l.MasterAddr, l.MasterPort))
 	}
 	ev.Msg("launching")
+	for _, n := range l.Notes {
+		log.Warn().Str("component", "launcher").Msg(n)
+	}
 	if l.Unauthenticated() {
 		log.Warn().Str("component", "launcher").Msg(launcher.UnauthenticatedWarning)
 	}

@@ -123,7 +123,7 @@ func TestEveryFlagHasBothSpellingsAndEnv(t *testing.T) {
 		}
 		envs := f.(interface{ GetEnvVars() []string }).GetEnvVars()
 		up := strings.ToUpper(strings.ReplaceAll(names[0], "-", "_"))
-		require.Equal(t, []string{"GORUN_" + up, "PET_" + up}, envs)
+		require.Equal(t, []string{"GORUN_" + up, "PET_" + up}, envs[:2], "then torchrun's other names of the same setting")
 		require.NotEmpty(t, f.(cli.DocGenerationFlag).GetUsage())
 	}
 }
