@@ -204,6 +204,20 @@ func (f *Follower) Await(ctx context.Context, stop <-chan struct{}) (distenv.Wor
 	}
 }
 
+// Keep puts back, in phase Idle, a contract Leave handed over that the
+// worker does not act on yet: the next Enter starts ended, or Await
+// takes it (unless a newer one arrives first).
+func (f *Follower) Keep(w distenv.Worker) error {
+	f.mu.Lock()
+	if f.phase != Idle {
+		defer f.mu.Unlock()
+		return fmt.Errorf("heartbeat: follower: keep round %d: the worker is %s", w.RestartCount, f.phase)
+	}
+	f.mu.Unlock()
+	f.deliver(w)
+	return nil
+}
+
 // deliver takes a contract from the agent: the newest round wins (a
 // contract of an older round than the one pending is dropped), and a
 // Training or Reforming phase ends.
