@@ -158,3 +158,17 @@ func waitPending(f *Follower, round int) {
 		<-arrived
 	}
 }
+
+// Keep puts a contract back between phases: the next phase starts ended
+// with it; out of Idle it is refused.
+func TestFollowerKeep(t *testing.T) {
+	f := (*Beater)(nil).Follow(context.Background(), nil)
+	require.NoError(t, f.Keep(contract(3)))
+	pctx, err := f.Enter(context.Background(), Reforming)
+	require.NoError(t, err)
+	require.ErrorIs(t, context.Cause(pctx), ErrNewRound)
+	require.ErrorContains(t, f.Keep(contract(4)), "the worker is reforming")
+	w, err := f.Leave()
+	require.NoError(t, err)
+	require.Equal(t, contract(3), *w)
+}
