@@ -70,15 +70,37 @@ func (s *session) afterStep(t *trainer.Trainer, rec metrics.Record) error {
 // The collectives come in the order of a re-form (exchange, then the
 // checkpointer's and memory copies' groups), so that fresh workers and
 // re-forming survivors meet in the same ones.
+//
+// The exchange is the follower's Reforming phase: when the agent sends a
+// newer round meanwhile (a node of this one is gone), it is aborted and
+// the worker re-forms in that round instead, as a rank new to the job.
 func (s *session) start() error {
-	rec, err := s.t.Exchange(s.ctx, nil)
+	ctx, err := s.follow.Enter(s.ctx, heartbeat.Reforming)
+	if err != nil {
+		return err
+	}
+	rec, err := s.t.Exchange(ctx, nil)
+	newer, lerr := s.follow.Leave()
+	what := "started"
+	switch {
+	case lerr != nil:
+		return lerr
+	case err == nil && newer != nil:
+		_ = s.follow.Keep(*newer) // the first Run starts ended, and re-forms
+	case err != nil && newer != nil && s.ctx.Err() == nil:
+		var next distenv.Worker
+		if rec, next, err = s.reform(*newer, nil); err != nil {
+			return fmt.Errorf("re-form in round %d: %w", next.RestartCount, err)
+		}
+		s.worker, what = next, fmt.Sprintf("round %d: re-formed", next.RestartCount)
+	}
 	if err != nil {
 		return err
 	}
 	if err := s.attach(); err != nil {
 		return err
 	}
-	return s.resumeFrom(rec, "started")
+	return s.resumeFrom(rec, what)
 }
 
 // attach makes the checkpointer and memory copies on the trainer's

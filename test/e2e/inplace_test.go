@@ -205,21 +205,22 @@ func TestInPlace(t *testing.T) {
 				victimRanks = append(victimRanks, w.rank)
 			}
 		}
+		killVictim := func() { // SIGKILL ends stopped processes too
+			for _, w := range paused {
+				if w.agent == victim {
+					_ = syscall.Kill(w.pid, syscall.SIGKILL)
+				}
+			}
+			_ = victim.cmd.Process.Kill()
+		}
+		t.Cleanup(killVictim) // also when the test fails before its end
 		at := time.Now()
 		if err := victim.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
 		resume(paused, victimRanks...) // node-c's workers stay stopped, with their sockets open
 		row, after := j.observeWorldSize("a node stopped (SIGSTOP of its agent and workers: silent, sockets open), in place", at, rec.Step, 4, survivors...)
-		// Only now does node-c go: the survivors went on while it was stopped.
-		for _, w := range paused {
-			if w.agent == victim {
-				_ = syscall.Kill(w.pid, syscall.SIGKILL)
-			}
-		}
-		if err := victim.cmd.Process.Kill(); err != nil {
-			t.Fatal(err)
-		}
+		killVictim() // only now: the survivors went on while node-c was stopped
 		j.finish(victim)
 		if !slices.Equal(before, after) {
 			t.Errorf("the survivors' workers changed: pids %v before node-c stopped, %v after", before, after)
