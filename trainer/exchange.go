@@ -95,8 +95,9 @@ type carried struct {
 // With no step covered (a fresh job: nobody holds anything), Source is
 // RecoveryNone and the Trainer is as New made it: the caller resumes
 // from a checkpoint. Otherwise the Trainer holds the chosen step and Run
-// goes on after it. When ctx ends Exchange closes the world and returns
-// ctx's error; a peer that fails makes it return an error naming it.
+// goes on after it. When ctx ends Exchange aborts the world (as Run
+// does) and returns ctx's cause; a peer that fails makes it return an
+// error naming it.
 func (t *Trainer) Exchange(ctx context.Context, extra []Holding) (Recovery, error) {
 	start := time.Now()
 	rec, err := t.exchange(ctx, extra)
@@ -115,7 +116,8 @@ func (t *Trainer) exchange(ctx context.Context, extra []Holding) (Recovery, erro
 		}
 	}
 	if t.world != nil {
-		stop := context.AfterFunc(ctx, func() { _ = t.world.Close() })
+		world := t.world
+		stop := context.AfterFunc(ctx, func() { world.Abort(context.Cause(ctx)) })
 		defer stop()
 	}
 	own, done, round := t.holdings()

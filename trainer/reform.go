@@ -10,8 +10,9 @@ import (
 
 // Reform moves this rank into the world w describes and recovers the
 // state to go on from. Call it after Run returned an error with a
-// *comm.PeerError in its chain (a peer died, stalled or left) or an
-// AfterStep error the caller chose to stop on, on every rank of the new
+// *comm.PeerError in its chain (a peer died, stalled or left), Run's
+// context's cause (the caller ended the round: the world was aborted),
+// or an AfterStep error the caller chose to stop on, on every rank of the new
 // world that comes from the old one; ranks new to the job call New with w
 // and then Exchange instead.
 //

@@ -39,6 +39,9 @@ type Config struct {
 	// Dataset is the text to train on; nil loads Train.Data.Files.
 	Dataset *data.Dataset
 	// CommTimeout bounds every wait for a peer; 0 is comm.DefaultTimeout.
+	// Once Run has timed a step in a world, the step's collectives wait at
+	// most what comm.TimeoutRule makes of the median step time (10 s at
+	// least, 10 median steps), and never longer than CommTimeout.
 	CommTimeout time.Duration
 	// Secret is the job secret the ranks authenticate each other with
 	// (comm.Config.Secret); the zero Secret authenticates nothing.
@@ -114,6 +117,10 @@ type Trainer struct {
 	// an Exchange tells a rank that comes back from an older world than
 	// the others' by it (see decide).
 	liveRound int
+	// stepTimes are the durations of the last steps in this world; the
+	// step's collectives wait at most timeoutRule.For their median.
+	stepTimes   comm.StepTimes
+	timeoutRule comm.TimeoutRule
 	// carried is what this rank held before the last Reform re-laid its
 	// buffers out, until an Exchange settles it; nil when the buffers
 	// themselves are what it holds.
@@ -248,6 +255,8 @@ func (t *Trainer) setGeometry(geo geometry) {
 	t.owned = make([]float32, geo.hi-geo.lo)
 	t.rollback = rollback{}
 	t.live, t.done, t.liveRound = false, 0, 0
+	t.stepTimes.Reset() // a new world's steps take another time
+	t.timeoutRule = comm.TimeoutRule{Ceiling: t.cfg.CommTimeout}
 }
 
 // connectWorld connects rank w.Rank to w's world (none for a world of
@@ -328,9 +337,12 @@ func orNone(s string) string {
 // marked with this world's round, appended to the records of the worlds
 // before (see metrics.Open: records of steps this Run redoes stay, and
 // metrics.History reads the job's final line of steps).
-// When ctx ends Run closes the world, so that no rank waits on a peer,
-// and returns ctx's error; a peer that dies or stalls makes it return an
-// error naming that peer's rank (a *comm.PeerError in its chain).
+// When ctx ends Run aborts the world with ctx's cause (comm.World.Abort:
+// a collective blocked on a peer returns at once; the world is closed by
+// Reform or Close) and returns that cause; a peer that dies or stalls
+// makes it return an error naming that peer's rank (a *comm.PeerError in
+// its chain). A peer stalls when a send or receive of the step's
+// collectives moves nothing for the timeout of Config.CommTimeout.
 //
 // After such an error, or an AfterStep error, the Trainer keeps the state
 // of the last step every rank completed (see Exchange): Reform it into
@@ -342,7 +354,8 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	}
 	t.live, t.liveRound = true, t.cfg.Worker.RestartCount
 	if t.world != nil {
-		stop := context.AfterFunc(ctx, func() { _ = t.world.Close() })
+		world := t.world
+		stop := context.AfterFunc(ctx, func() { world.Abort(context.Cause(ctx)) })
 		defer stop()
 	}
 	tc := t.cfg.Train.Train
@@ -436,6 +449,8 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 			rec.Profile = &st
 			res.Profile.Add(st)
 		}
+		t.stepTimes.Add(now.Sub(lastRecord))
+		t.groups.SetTimeout(t.timeoutRule.For(t.stepTimes.Median()))
 		lastRecord = now
 		if err := t.metrics.Write(rec); err != nil {
 			return res, fmt.Errorf("trainer: step %d: %w", step+1, err)
@@ -489,8 +504,8 @@ func (t *Trainer) openMetrics() error {
 	return nil
 }
 
-// runErr prefers ctx's error: a collective that failed because Run closed
-// the world on cancellation reports the cancellation, not a closed world.
+// runErr prefers ctx's error: a collective that failed because Run aborted
+// the world on cancellation reports the cancellation's cause.
 func (t *Trainer) runErr(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("trainer: stopped at step %d: %w", t.state.Step, context.Cause(ctx))

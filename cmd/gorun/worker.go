@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/signal"
@@ -123,7 +124,7 @@ func runWorker(sigs *workerSignals, c *cli.Context, cfg config.Config, w distenv
 	ctx := sigs.ctx
 	beat := heartbeat.FromEnv(os.LookupEnv) // nil (no-op) unless the agent gave the worker a channel
 	s := &session{ctx: ctx, cfg: cfg, worker: w, log: c.App.Writer, stop: &sigs.stop, term: sigs.term, beat: beat,
-		rounds: beat.Rounds(ctx), waitRound: comm.DefaultTimeout, redone: math.NaN()}
+		follow: beat.Follow(ctx, logPhase(c.App.ErrWriter, w.Rank)), waitRound: comm.DefaultTimeout, redone: math.NaN()}
 	s.t, err = trainer.New(ctx, trainer.Config{Train: cfg, Worker: w, Threads: c.Int("threads"),
 		Secret: secret, CommLog: c.App.ErrWriter, Profile: c.Bool("profile"),
 		Metrics: c.String("metrics"), Log: c.App.Writer, AfterStep: s.afterStep})
@@ -159,6 +160,19 @@ func runWorker(sigs *workerSignals, c *cli.Context, cfg config.Config, w distenv
 		return dumpParams(dir, s.t.Plan().Rank, s.t.State().Params)
 	}
 	return nil
+}
+
+// logPhase logs the round follower's phase changes that a round change
+// causes (a phase ended by a new contract, the wait for one and its
+// end) to out; the plain start and end of each Run and Reform are not
+// worth a line. rank is the worker's rank at start.
+func logPhase(out io.Writer, rank int) func(from, to heartbeat.Phase, why string) {
+	return func(from, to heartbeat.Phase, why string) {
+		if why == "enter" || why == "leave" {
+			return
+		}
+		fmt.Fprintf(out, "worker rank %d: %s -> %s: %s\n", rank, from, to, why)
+	}
 }
 
 // progressOf is the heartbeat of a step's record made in round, with the

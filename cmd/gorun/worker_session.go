@@ -18,11 +18,6 @@ import (
 	"github.com/gorun/gorun/trainer/resume"
 )
 
-// errNewRound stops Run at a step boundary because the agent sent this
-// worker its contract in a new round (a node joined, or left while this
-// rank's collectives had not noticed yet): the worker re-forms in place.
-var errNewRound = errors.New("the agent started a new round")
-
 // session is one worker process's training across the rounds of its
 // job: the trainer, its checkpointer and memory copies, re-formed in
 // place whenever the agent sends a new round's contract instead of
@@ -35,12 +30,15 @@ type session struct {
 	stop   *resume.Stop
 	term   <-chan struct{} // closed by a SIGTERM that asks for a save at the next step boundary
 
-	t       *trainer.Trainer
-	ck      *resume.Checkpointer
-	keeper  *memcopy.Keeper // nil unless [checkpoint] memory and several nodes
-	beat    *heartbeat.Beater
-	rounds  <-chan distenv.Worker // the agent's new contracts; nil without an agent channel
-	pending *distenv.Worker       // a contract that arrived during a step
+	t      *trainer.Trainer
+	ck     *resume.Checkpointer
+	keeper *memcopy.Keeper   // nil unless [checkpoint] memory and several nodes
+	beat   *heartbeat.Beater // nil without an agent channel
+	// follow is where the worker stands between rounds: a contract the
+	// agent sends while it trains or re-forms aborts that world at once
+	// (a collective blocked on a peer that is gone returns), and one it
+	// awaits after its world broke is handed over.
+	follow *heartbeat.Follower
 	// waitRound bounds how long a worker whose world broke waits for the
 	// agent's next round before it fails with the peer's error.
 	waitRound time.Duration
@@ -51,7 +49,8 @@ type session struct {
 }
 
 // afterStep is the trainer's AfterStep hook: heartbeat, memory copy,
-// checkpoint, and a stop at this boundary if a new round is pending.
+// checkpoint. (A new round's contract does not wait for a step boundary:
+// it ends Run's context, see run.)
 func (s *session) afterStep(t *trainer.Trainer, rec metrics.Record) error {
 	s.beat.Report(progressOf(rec, s.worker.RestartCount, s.redone))
 	s.redone = math.NaN()
@@ -61,19 +60,7 @@ func (s *session) afterStep(t *trainer.Trainer, rec metrics.Record) error {
 			return err
 		}
 	}
-	if err := s.ck.AfterStep(s.ctx, rec); err != nil {
-		return err
-	}
-	select {
-	case w, ok := <-s.rounds:
-		if ok {
-			s.pending = &w
-			return errNewRound
-		}
-		s.rounds = nil
-	default:
-	}
-	return nil
+	return s.ck.AfterStep(s.ctx, rec)
 }
 
 // start makes the first round's trainer state: from live peers when a
@@ -83,15 +70,37 @@ func (s *session) afterStep(t *trainer.Trainer, rec metrics.Record) error {
 // The collectives come in the order of a re-form (exchange, then the
 // checkpointer's and memory copies' groups), so that fresh workers and
 // re-forming survivors meet in the same ones.
+//
+// The exchange is the follower's Reforming phase: when the agent sends a
+// newer round meanwhile (a node of this one is gone), it is aborted and
+// the worker re-forms in that round instead, as a rank new to the job.
 func (s *session) start() error {
-	rec, err := s.t.Exchange(s.ctx, nil)
+	ctx, err := s.follow.Enter(s.ctx, heartbeat.Reforming)
+	if err != nil {
+		return err
+	}
+	rec, err := s.t.Exchange(ctx, nil)
+	newer, lerr := s.follow.Leave()
+	what := "started"
+	switch {
+	case lerr != nil:
+		return lerr
+	case err == nil && newer != nil:
+		_ = s.follow.Keep(*newer) // the first Run starts ended, and re-forms
+	case err != nil && newer != nil && s.ctx.Err() == nil:
+		var next distenv.Worker
+		if rec, next, err = s.reform(*newer, nil); err != nil {
+			return fmt.Errorf("re-form in round %d: %w", next.RestartCount, err)
+		}
+		s.worker, what = next, fmt.Sprintf("round %d: re-formed", next.RestartCount)
+	}
 	if err != nil {
 		return err
 	}
 	if err := s.attach(); err != nil {
 		return err
 	}
-	return s.resumeFrom(rec, "started")
+	return s.resumeFrom(rec, what)
 }
 
 // attach makes the checkpointer and memory copies on the trainer's
@@ -153,21 +162,34 @@ func (s *session) resumeFrom(rec trainer.Recovery, what string) error {
 }
 
 // run trains to the end, re-forming in place each time the agent sends
-// a new round: at a step boundary when one is pending, or after the
-// world broke (a peer is gone) once the agent's contract arrives.
+// a new round. Each Run is the follower's Training phase: a contract
+// that arrives ends its context, which aborts the world, so Run returns
+// at once even from a collective blocked on a peer that is gone (a node
+// cut off: its lease expired and the agent formed the new round without
+// it). A world that broke on its own (a peer's error) awaits the next
+// contract. Each Reform is the Reforming phase: a newer contract aborts
+// it, and the worker re-forms in that round instead.
 //
 // The Result is the last Run's, with Steps counting the steps of every
 // Run of this process.
 func (s *session) run() (trainer.Result, error) {
 	steps := 0
 	for {
-		res, err := s.t.Run(s.ctx)
+		ctx, err := s.follow.Enter(s.ctx, heartbeat.Training)
+		if err != nil {
+			return trainer.Result{Steps: steps}, err
+		}
+		res, err := s.t.Run(ctx)
+		pending, lerr := s.follow.Leave()
 		steps += res.Steps
 		res.Steps = steps
+		if lerr != nil {
+			return res, lerr
+		}
 		if err == nil {
 			return res, nil
 		}
-		next, ok := s.nextRound(err)
+		next, ok := s.nextRound(err, pending)
 		if !ok {
 			return res, err
 		}
@@ -175,7 +197,7 @@ func (s *session) run() (trainer.Result, error) {
 		if derr != nil {
 			return res, derr
 		}
-		rec, rerr := s.t.Reform(s.ctx, next, extra)
+		rec, next, rerr := s.reform(next, extra)
 		if rerr != nil {
 			return res, fmt.Errorf("re-form in round %d: %w (after: %v)", next.RestartCount, rerr, err)
 		}
@@ -189,30 +211,57 @@ func (s *session) run() (trainer.Result, error) {
 	}
 }
 
+// reform re-forms the trainer in next's round, in the follower's
+// Reforming phase; when a newer contract arrives meanwhile, that round's
+// world will never be whole: it re-forms in the newer one instead. It
+// returns the contract it re-formed with.
+func (s *session) reform(next distenv.Worker, extra []trainer.Holding) (trainer.Recovery, distenv.Worker, error) {
+	for {
+		ctx, err := s.follow.Enter(s.ctx, heartbeat.Reforming)
+		if err != nil {
+			return trainer.Recovery{}, next, err
+		}
+		rec, rerr := s.t.Reform(ctx, next, extra)
+		newer, lerr := s.follow.Leave()
+		switch {
+		case lerr != nil:
+			return rec, next, lerr
+		case rerr == nil:
+			// A newer contract that came after the world was whole waits:
+			// the next Run starts with its context ended.
+			if newer != nil {
+				_ = s.follow.Keep(*newer)
+			}
+			return rec, next, nil
+		case newer == nil || s.ctx.Err() != nil:
+			return rec, next, rerr
+		}
+		next = *newer // the Trainer kept its state: Reform again
+	}
+}
+
 // nextRound is the contract to re-form with after Run's error err, if
-// the worker is to go on: the pending one, or, when a peer broke the
-// world, the next one the agent sends within waitRound.
-func (s *session) nextRound(err error) (distenv.Worker, bool) {
-	if errors.Is(err, errNewRound) && s.pending != nil {
-		w := *s.pending
-		s.pending = nil
-		return w, true
+// the worker is to go on: pending, the contract that arrived during Run
+// (it aborted the world, or came as the world broke), or, when a peer
+// broke the world, the next one the agent sends within waitRound.
+func (s *session) nextRound(err error, pending *distenv.Worker) (distenv.Worker, bool) {
+	if s.ctx.Err() != nil {
+		return distenv.Worker{}, false
 	}
 	var pe *comm.PeerError
-	if s.rounds == nil || s.ctx.Err() != nil || !errors.As(err, &pe) {
+	broke := errors.As(err, &pe)
+	if pending != nil && (broke || errors.Is(err, heartbeat.ErrNewRound)) {
+		return *pending, true
+	}
+	if s.beat == nil || !broke {
 		return distenv.Worker{}, false
 	}
 	s.beat.Await(s.t.Step(), pe.Rank)
-	timer := time.NewTimer(s.waitRound)
-	defer timer.Stop()
-	select {
-	case w, ok := <-s.rounds:
-		return w, ok
-	case <-timer.C:
-	case <-s.ctx.Done():
-	case <-s.term: // no step boundary to save at: stop now
-	}
-	return distenv.Worker{}, false
+	ctx, cancel := context.WithTimeout(s.ctx, s.waitRound)
+	defer cancel()
+	// s.term: a SIGTERM with no step boundary to save at stops now.
+	w, aerr := s.follow.Await(ctx, s.term)
+	return w, aerr == nil
 }
 
 // close closes the checkpointer (waiting for a background save, which

@@ -281,6 +281,15 @@ func beaterOn(fd int) *Beater {
 	return &Beater{f: os.NewFile(uintptr(fd), "heartbeat")}
 }
 
+// Close closes the worker's end of the channel (a nil Beater has none):
+// the agent reads end of file, and Rounds and Follow end.
+func (b *Beater) Close() error {
+	if b == nil {
+		return nil
+	}
+	return b.f.Close()
+}
+
 // Beat reports that step is done. Errors are ignored: an agent that went
 // away has its own way of stopping the worker.
 func (b *Beater) Beat(step int) {

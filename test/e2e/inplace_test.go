@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -97,6 +98,16 @@ func (j *faultJob) stdoutOf() string {
 	return b.String()
 }
 
+// stderrOf is every agent's standard error so far (the workers' stderr, prefixed, and the
+// agents' logs).
+func (j *faultJob) stderrOf() string {
+	var b strings.Builder
+	for _, a := range j.agents {
+		b.WriteString(a.stderr.String())
+	}
+	return b.String()
+}
+
 // requireNoCheckpointRead fails t if a worker read a checkpoint back.
 func requireNoCheckpointRead(t *testing.T, j *faultJob) {
 	t.Helper()
@@ -171,6 +182,54 @@ func TestInPlace(t *testing.T) {
 			t.Errorf("gorun status does not count one in-place recovery for the loss of %s and no restart:\n%s", victim.name, st)
 		}
 		t.Logf("status after the loss:\n%s", st)
+		row.Result = "same worker processes, no checkpoint read, finished at world size 4, " + requireAllClose(t, ref6.dir, j.dir)
+		rows = append(rows, row)
+	})
+
+	// A node cut off (issue 19 item 2): node-c's agent and workers are stopped, not dead, so
+	// the survivors' workers block in a collective on peers that never answer (their sockets
+	// stay open: no end of file, only silence). Node-c's lease expires, the survivors form the
+	// next round, and its contracts, sent over the workers' channels, abort the blocked
+	// collectives: the job steps on at world size 4 while node-c is still stopped (it is
+	// killed only afterwards), long before the collectives' own timeout could end the wait.
+	t.Run("node partitioned (stopped)", func(t *testing.T) {
+		j := run(job("ip-node-stopped", "2:3"), "node-a", "node-b", "node-c")
+		j.t = t
+		rec := j.waitStep(40)
+		paused := j.pause()
+		survivors, victim := j.agents[:2], j.agents[2]
+		before := j.pidsOf(survivors...)
+		var victimRanks []int
+		for _, w := range paused {
+			if w.agent == victim {
+				victimRanks = append(victimRanks, w.rank)
+			}
+		}
+		killVictim := func() { // SIGKILL ends stopped processes too
+			for _, w := range paused {
+				if w.agent == victim {
+					_ = syscall.Kill(w.pid, syscall.SIGKILL)
+				}
+			}
+			_ = victim.cmd.Process.Kill()
+		}
+		t.Cleanup(killVictim) // also when the test fails before its end
+		at := time.Now()
+		if err := victim.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		resume(paused, victimRanks...) // node-c's workers stay stopped, with their sockets open
+		row, after := j.observeWorldSize("a node stopped (SIGSTOP of its agent and workers: silent, sockets open), in place", at, rec.Step, 4, survivors...)
+		killVictim() // only now: the survivors went on while node-c was stopped
+		j.finish(victim)
+		if !slices.Equal(before, after) {
+			t.Errorf("the survivors' workers changed: pids %v before node-c stopped, %v after", before, after)
+		}
+		requireNoCheckpointRead(t, j)
+		requireEachStepOnce(t, j)
+		if out := j.stderrOf(); !strings.Contains(out, "training -> training: phase ended: round 1 arrived") {
+			t.Errorf("no survivor's worker says the round's contract ended its training phase:\n%s", out)
+		}
 		row.Result = "same worker processes, no checkpoint read, finished at world size 4, " + requireAllClose(t, ref6.dir, j.dir)
 		rows = append(rows, row)
 	})

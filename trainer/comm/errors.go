@@ -8,6 +8,10 @@ import (
 // ErrClosed is returned by collectives on a World that was closed.
 var ErrClosed = errors.New("comm: world closed")
 
+// ErrAborted is in the chain of every error of a World after Abort: its
+// round ended, and this rank was told so instead of waiting on a peer.
+var ErrAborted = errors.New("comm: world aborted")
+
 // PeerError says which peer rank made an operation fail: it died, stalled
 // past the timeout, closed its World, or disagreed about the collective.
 type PeerError struct {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // Group is an ordered set of ranks that run collectives together over a
@@ -22,11 +24,29 @@ type Group struct {
 	next, prev         net.Conn
 	nextRank, prevRank int
 	tx, rx             *shmRing // shared memory of a same-node link, or nil
+	// timeout bounds each send or receive of a collective, in
+	// nanoseconds; 0: the world's timeout (SetTimeout).
+	timeout atomic.Int64
 
 	mu      sync.Mutex
 	seq     uint32
 	tmp     []byte    // one received chunk, before it is added
 	scratch [2][]byte // reduce-scatter partial sums (8-byte aligned)
+}
+
+// SetTimeout bounds each send or receive of this group's collectives
+// from now on (one already waiting keeps its bound): a peer that moves
+// nothing for d fails the world, naming it. The trainer sets it from the
+// observed step time (TimeoutRule). 0 or less returns to the world's
+// timeout (Config.Timeout). Safe to call while a collective runs.
+func (g *Group) SetTimeout(d time.Duration) { g.timeout.Store(int64(max(d, 0))) }
+
+// ioTimeout is the bound of one send or receive (SetTimeout).
+func (g *Group) ioTimeout() time.Duration {
+	if d := time.Duration(g.timeout.Load()); d > 0 {
+		return d
+	}
+	return g.w.timeout
 }
 
 // Size is the number of members.

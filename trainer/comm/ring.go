@@ -111,7 +111,7 @@ func (g *Group) blame(op string, le *linkError) error {
 	case w.ctrl[le.rank] != nil && w.ctrl[le.rank].departed.Load():
 		reason = fmt.Errorf("it closed its World: %w", le.err)
 	case errors.As(le.err, &ne) && ne.Timeout():
-		reason = fmt.Errorf("nothing moved for %s (stalled?): %w", w.timeout, le.err)
+		reason = fmt.Errorf("nothing moved for %s (stalled?): %w", g.ioTimeout(), le.err)
 	case errors.Is(le.err, io.EOF) || errors.Is(le.err, io.ErrUnexpectedEOF) || errors.Is(le.err, net.ErrClosed):
 		reason = fmt.Errorf("connection lost (process died?): %w", le.err)
 	}
@@ -122,7 +122,7 @@ func (g *Group) blame(op string, le *linkError) error {
 
 // ioSome reads what c has, at least one byte, within the timeout.
 func (g *Group) ioSome(c net.Conn, b []byte, stopped *atomic.Bool) (int, error) {
-	if err := c.SetReadDeadline(time.Now().Add(g.w.timeout)); err != nil {
+	if err := c.SetReadDeadline(time.Now().Add(g.ioTimeout())); err != nil {
 		return 0, err
 	}
 	if stopped.Load() || g.w.failedFlag.Load() {
@@ -135,7 +135,7 @@ func (g *Group) ioSome(c net.Conn, b []byte, stopped *atomic.Bool) (int, error) 
 // the world stopped (checked after the deadline is set, so a concurrent
 // stop that sets a past deadline is never overwritten unseen).
 func (g *Group) io(c net.Conn, write bool, b []byte, stopped *atomic.Bool) error {
-	dl := time.Now().Add(g.w.timeout)
+	dl := time.Now().Add(g.ioTimeout())
 	var err error
 	if write {
 		err = c.SetWriteDeadline(dl)

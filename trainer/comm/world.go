@@ -49,7 +49,10 @@ type World struct {
 
 	failed     chan struct{} // closed on the first failure
 	failedFlag atomic.Bool
-	failure    *PeerError
+	// failure is the first failure: a *PeerError (a peer died, stalled or
+	// disagreed) or an error that wraps ErrAborted (Abort). Set once,
+	// under mu, before failed closes and failedFlag is set.
+	failure error
 
 	all *Group
 }
@@ -387,6 +390,7 @@ func (w *World) await(ctx context.Context, key connKey, op string) (net.Conn, er
 	t := time.NewTimer(w.timeout)
 	defer t.Stop()
 	var err error
+	failed := false
 	select {
 	case c := <-ch:
 		return c, nil
@@ -396,6 +400,8 @@ func (w *World) await(ctx context.Context, key connKey, op string) (net.Conn, er
 		err = fmt.Errorf("did not connect: %w", ctx.Err())
 	case <-w.closing:
 		err = ErrClosed
+	case <-w.failed: // the world failed or was aborted: nobody need come
+		failed = true
 	}
 	w.mu.Lock()
 	delete(w.waiting, key)
@@ -404,6 +410,9 @@ func (w *World) await(ctx context.Context, key connKey, op string) (net.Conn, er
 	case c := <-ch:
 		c.Close()
 	default:
+	}
+	if failed {
+		return nil, w.broken(op)
 	}
 	return nil, &PeerError{Rank: key.from, Op: op, Err: err}
 }
@@ -427,6 +436,10 @@ func (w *World) dial(ctx context.Context, rank int, kind, group string) (net.Con
 		_ = uc.SetWriteBuffer(sockBuf)
 		_ = uc.SetReadBuffer(sockBuf)
 	}
+	// The handshake's reads and writes take deadlines, not ctx: an end of
+	// ctx (an abort of the world, say) sets one in the past.
+	unblock := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	defer unblock()
 	fail := func(err error) (net.Conn, error) {
 		c.Close()
 		return nil, &PeerError{Rank: rank, Op: "connect", Err: err}
@@ -446,6 +459,9 @@ func (w *World) dial(ctx context.Context, rank int, kind, group string) (net.Con
 	}
 	if a.Error != "" {
 		return fail(errors.New("refused: " + a.Error))
+	}
+	if !unblock() { // ctx ended under the handshake: its deadline may be set
+		return fail(fmt.Errorf("did not connect: %w", ctx.Err()))
 	}
 	_ = c.SetDeadline(time.Time{})
 	return c, nil
@@ -514,6 +530,16 @@ func (w *World) newGroup(ctx context.Context, ranks []int) (*Group, error) {
 		c   net.Conn
 		err error
 	}
+	// An abort or failure of the world ends the dial as it ends the await.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-w.failed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	ch := make(chan dialed, 1)
 	go func() {
 		c, err := w.dial(ctx, next, kindData, key)
@@ -615,20 +641,7 @@ func (w *World) heartbeat() {
 // flight and, when broadcast is set (the failure was seen on a data
 // link, which other ranks cannot see), tells every peer whom to blame.
 func (w *World) fail(pe *PeerError, broadcast bool) {
-	w.mu.Lock()
-	if w.failure != nil {
-		w.mu.Unlock()
-		return
-	}
-	w.failure = pe
-	w.failedFlag.Store(true)
-	close(w.failed)
-	conns := append([]net.Conn(nil), w.data...)
-	w.mu.Unlock()
-	for _, c := range conns {
-		_ = c.SetDeadline(time.Now())
-	}
-	if !broadcast {
+	if !w.stop(pe) || !broadcast {
 		return
 	}
 	for _, cc := range w.ctrl {
@@ -636,6 +649,45 @@ func (w *World) fail(pe *PeerError, broadcast bool) {
 			_ = cc.send(control{Type: "abort", Blame: pe.Rank, Reason: pe.Err.Error()}, min(w.timeout, time.Second))
 		}
 	}
+}
+
+// stop records err as the world's failure if it is the first and
+// unblocks every collective in flight: each data connection's deadline
+// is set in the past, so a blocked read or write returns at once (and
+// io, which checks failedFlag after setting its own deadline, never
+// starts a new one). It reports whether err was the first.
+func (w *World) stop(err error) bool {
+	w.mu.Lock()
+	if w.failure != nil {
+		w.mu.Unlock()
+		return false
+	}
+	w.failure = err
+	w.failedFlag.Store(true)
+	close(w.failed)
+	conns := append([]net.Conn(nil), w.data...)
+	w.mu.Unlock()
+	for _, c := range conns {
+		_ = c.SetDeadline(time.Now())
+	}
+	return true
+}
+
+// Abort fails the world because its round is over (the agent said so),
+// without waiting for any peer: every collective in flight on any of its
+// groups returns at once, and every later one fails, with an error that
+// wraps ErrAborted and cause (nil: ErrAborted alone). A rank blocked on a
+// peer that is gone (a node cut off, a process stopped) is woken by it,
+// not by the timeout. Abort sends nothing: peers of the same round learn
+// the same from their own agent, and a peer gone cannot be reached. A
+// world that failed already keeps its first failure. Close it afterwards
+// as ever; Abort is safe to call from any goroutine, more than once.
+func (w *World) Abort(cause error) {
+	err := ErrAborted
+	if cause != nil {
+		err = fmt.Errorf("%w: %w", ErrAborted, cause)
+	}
+	w.stop(err)
 }
 
 // broken returns the world's failure as seen by op, ErrClosed after
@@ -651,7 +703,10 @@ func (w *World) broken(op string) error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return &PeerError{Rank: w.failure.Rank, Op: op, Err: w.failure.Err}
+	if pe, ok := w.failure.(*PeerError); ok {
+		return &PeerError{Rank: pe.Rank, Op: op, Err: pe.Err}
+	}
+	return fmt.Errorf("comm: %s: %w", op, w.failure)
 }
 
 // Close says goodbye to every peer (so they do not take this rank's exit

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/gorun/gorun/trainer/comm"
 )
@@ -48,6 +49,17 @@ func Join(w *comm.World, p Plan) (*Groups, error) {
 	}
 	g.world = w.All()
 	return g, nil
+}
+
+// SetTimeout bounds each send or receive of the step's collectives from
+// now on (comm.Group.SetTimeout): d is what comm.TimeoutRule makes of the
+// observed step time; 0 returns to the world's timeout.
+func (g *Groups) SetTimeout(d time.Duration) {
+	for _, c := range []*comm.Group{g.shard, g.replica, g.world} {
+		if c != nil {
+			c.SetTimeout(d)
+		}
+	}
 }
 
 // Plan is the plan the groups were joined for.
