@@ -39,8 +39,6 @@ func ParseSeconds(s string) (time.Duration, error) {
 var (
 	startMethods     = []string{"spawn", "fork", "forkserver"}
 	eventLogHandlers = []string{"null", "console", "dynamic_rendezvous"}
-	// NumaBindings are torchrun's --numa-binding modes.
-	NumaBindings = []string{"node", "socket", "exclusive", "core-complex"}
 )
 
 // handledSignals are the signals a gorun agent acts on: the first four
@@ -102,9 +100,6 @@ func (l *Launch) checkCompat(opts Options) error {
 	}
 	if opts.LogsSpecs != "" {
 		l.note(fmt.Sprintf("--logs-specs=%s ignored: gorun loads no torchrun.logs_specs plugins; worker logs go where --log-dir, --redirects and --tee say", opts.LogsSpecs))
-	}
-	if b := opts.NumaBinding; b != "" && !slices.Contains(NumaBindings, b) {
-		return usagef("--numa-binding=%s: want %s", b, strings.Join(NumaBindings, ", "))
 	}
 	if opts.SignalsToHandle != "" {
 		sigs, err := ParseSignals(opts.SignalsToHandle)

@@ -188,7 +188,7 @@ func TestTorchrunRecipes(t *testing.T) {
 			require.Equal(t, "-c", l.Command[2])
 		}},
 		{"accepted flags with no effect", opts(func(o *Options) {
-			o.StartMethod, o.EventLogHandler, o.MonitorInterval, o.NumaBinding, o.VirtualLocalRank = "forkserver", "null", 5*time.Second, "core-complex", true
+			o.StartMethod, o.EventLogHandler, o.MonitorInterval = "forkserver", "null", 5*time.Second
 			o.SignalsToHandle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"
 		}), nil, func(t *testing.T, l *Launch) {
 			require.Empty(t, l.Notes)
@@ -231,7 +231,7 @@ func TestTorchrunRecipeErrors(t *testing.T) {
 		{"--run-path without the script", opts(func(o *Options) { o.RunPath, o.Entrypoint = true, "nope.py" }), nil, "--run-path script nope.py"},
 		{"bad start method", opts(func(o *Options) { o.StartMethod = "thread" }), nil, "--start-method=thread: want spawn, fork, forkserver"},
 		{"bad event log handler", opts(func(o *Options) { o.EventLogHandler = "kafka" }), nil, "--event-log-handler=kafka"},
-		{"bad numa binding", opts(func(o *Options) { o.NumaBinding = "gpu" }), nil, "--numa-binding=gpu: want node, socket, exclusive, core-complex"},
+		{"bad numa binding", opts(func(o *Options) { o.NumaBinding = "gpu" }), nil, "--numa-binding=gpu: want node, socket, exclusive or core-complex"},
 		{"bad signal", opts(func(o *Options) { o.SignalsToHandle = "SIGTERM,SIGNOPE" }), nil, "--signals-to-handle=SIGTERM,SIGNOPE"},
 		{"https without a certificate", opts(func(o *Options) {
 			o.NNodes, o.RdzvBackend, o.RdzvEndpoint, o.RdzvID, o.RdzvConf = "2", "etcd-v2", "head:2379", "j", "protocol=https"

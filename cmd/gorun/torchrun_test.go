@@ -181,7 +181,7 @@ func TestTorchrunCommandLines(t *testing.T) {
 		{"ignored flags are noted", []string{"--standalone", "--logs-specs=x", "--duplicate-stdout-filters=loss", "--", "true"}, func(t *testing.T, p planOf) {
 			require.Len(t, p.Notes, 2)
 		}},
-		{"accepted, for other parts of gorun", []string{"--standalone", "--numa-binding=node", "--virtual-local-rank", "--signals-to-handle=SIGTERM,SIGUSR1", "--event-log-handler=null", "--", "true"}, func(t *testing.T, p planOf) {
+		{"accepted, for other parts of gorun", []string{"--standalone", "--virtual-local-rank", "--signals-to-handle=SIGTERM,SIGUSR1", "--event-log-handler=null", "--", "true"}, func(t *testing.T, p planOf) {
 			require.Empty(t, p.Notes)
 		}},
 	}
