@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,6 +41,13 @@ type corpusLine struct {
 	// says MASTER_PORT must be {port} (a static rendezvous at a given port).
 	master     string
 	masterPort bool
+	// console is which local ranks' output reaches the console: "" every
+	// rank's, "none" (--redirects without --tee), or a --local-ranks-filter
+	// list such as "0".
+	console string
+	// logs says {tmp} is the --log-dir: each rank's output must be in a
+	// stdout.log under it, once.
+	logs bool
 	// skip names the gorun bug that keeps this line from running.
 	skip string
 }
@@ -80,7 +88,7 @@ var corpus = []corpusLine{
 		name:  "torchtitan-run-train",
 		src:   "pytorch/torchtitan run_train.sh: torchrun --nproc_per_node=${NGPU} --rdzv_backend c10d --rdzv_endpoint=\"localhost:0\" --local-ranks-filter ${LOG_RANK} --role rank --tee 3 -m torchtitan.train --job.config_file ${CONFIG_FILE} \"$@\"",
 		line:  `torchrun --nproc_per_node=2 --rdzv_backend c10d --rdzv_endpoint="localhost:0" --local-ranks-filter 0 --role rank --tee 3 -m probepkg.train --job.config_file ./torchtitan/models/llama3/train_configs/debug_model.toml --training.steps 10`,
-		world: 2, nproc: 2,
+		world: 2, nproc: 2, console: "0",
 	},
 	{
 		name:  "torchtitan-run-llama-train-older",
@@ -179,13 +187,13 @@ var corpus = []corpusLine{
 		name:  "redirects-tee-short",
 		src:   "torch/distributed/run.py -r/--redirects and -t/--tee with --log-dir (torchx's dist.ddp passes --tee 3)",
 		line:  "torchrun --standalone --nproc_per_node=2 --log-dir {tmp} -r 3 -t 3 {probe}",
-		world: 2, nproc: 2,
+		world: 2, nproc: 2, logs: true,
 	},
 	{
 		name:  "redirects-to-log-dir",
 		src:   "torch/distributed/run.py: --redirects 3 --log_dir sends worker output only to log files",
 		line:  "torchrun --nnodes=1 --nproc_per_node=2 --redirects 3 --log_dir {tmp} --max_restarts=0 {probe}",
-		world: 2, nproc: 2,
+		world: 2, nproc: 2, console: "none", logs: true,
 	},
 	{
 		name:  "run-path",
@@ -307,6 +315,7 @@ func runCorpusLine(t *testing.T, c corpusLine, python, probeDir string) {
 		}
 	}
 	agents := make([]*gorunProc, nodes)
+	var console strings.Builder
 	for node := range agents {
 		env := append([]string{}, base...)
 		for _, e := range c.env {
@@ -319,14 +328,72 @@ func runCorpusLine(t *testing.T, c corpusLine, python, probeDir string) {
 		agents[node] = startGorun(t, fmt.Sprintf("node%d", node), env, args...)
 	}
 	for node, a := range agents {
-		if r := a.wait(); r.ExitCode != 0 {
+		r := a.wait()
+		if r.ExitCode != 0 {
 			t.Errorf("node %d: exit %d, want 0:\n%s", node, r.ExitCode, tail(r.Stderr, 20))
 		}
+		console.WriteString(r.Stdout)
 	}
 	if t.Failed() {
 		return
 	}
-	checkCorpusRanks(t, c, out, port, wantArgs)
+	recs := checkCorpusRanks(t, c, out, port, wantArgs)
+	checkCorpusOutput(t, c, recs, console.String(), tmp)
+}
+
+// checkCorpusOutput checks where the ranks' output went: the console
+// (gorun's stdout, "[host:rank] " prefixed) shows each shown rank's line
+// once and no other rank's; with logs, a stdout.log under logDir holds
+// each rank's line once.
+func checkCorpusOutput(t *testing.T, c corpusLine, recs map[int]probeRecord, console, logDir string) {
+	t.Helper()
+	shown := func(r probeRecord) bool {
+		switch c.console {
+		case "":
+			return true
+		case "none":
+			return false
+		}
+		return slices.Contains(strings.Split(c.console, ","), r.LocalRank)
+	}
+	seen := map[int]int{}
+	for _, l := range workerLines(console) {
+		var r probeRecord
+		if json.Unmarshal([]byte(l.Text), &r) == nil && l.Rank == r.Rank {
+			seen[r.Rank]++
+		}
+	}
+	for rank, r := range recs {
+		if want := map[bool]int{true: 1, false: 0}[shown(r)]; seen[rank] != want {
+			t.Errorf("rank %d (local rank %s): its line is on the console %d times, want %d (console %q)",
+				rank, r.LocalRank, seen[rank], want, c.console)
+		}
+	}
+	if !c.logs {
+		return
+	}
+	logged := map[int]int{}
+	err := filepath.WalkDir(logDir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "stdout.log" {
+			return err
+		}
+		raw, err := os.ReadFile(path)
+		for _, l := range nonEmptyLines(string(raw)) {
+			var r probeRecord
+			if json.Unmarshal([]byte(l), &r) == nil {
+				logged[r.Rank]++
+			}
+		}
+		return err
+	})
+	if err != nil {
+		t.Errorf("reading the log dir: %v", err)
+	}
+	for rank := range recs {
+		if logged[rank] != 1 {
+			t.Errorf("rank %d: its line is in the stdout.log files under --log-dir %d times, want once", rank, logged[rank])
+		}
+	}
 }
 
 // probeRecord is one line of the probe's output.
@@ -343,9 +410,11 @@ type probeRecord struct {
 	AllReduce          float64  `json:"allreduce"`
 }
 
-// checkCorpusRanks checks the probe's records in out against line c.
-func checkCorpusRanks(t *testing.T, c corpusLine, out string, port int, wantArgs []string) {
+// checkCorpusRanks checks the probe's records in out against line c and
+// returns them by rank.
+func checkCorpusRanks(t *testing.T, c corpusLine, out string, port int, wantArgs []string) map[int]probeRecord {
 	t.Helper()
+	recs := map[int]probeRecord{}
 	files, _ := filepath.Glob(filepath.Join(out, "rank-*.jsonl"))
 	sort.Strings(files)
 	if len(files) != c.world {
@@ -388,6 +457,7 @@ func checkCorpusRanks(t *testing.T, c corpusLine, out string, port int, wantArgs
 			t.Errorf("rank %d: %v: %s", rank, err, lines[0])
 			continue
 		}
+		recs[rank] = rec
 		if rec.WorldSize != c.world || rec.EnvRank != strconv.Itoa(rank) || rec.AllReduce != wantSum {
 			t.Errorf("rank %d: world size %d, RANK=%s, all-reduce %v; want %d, %d, %v",
 				rank, rec.WorldSize, rec.EnvRank, rec.AllReduce, c.world, rank, wantSum)
@@ -420,6 +490,7 @@ func checkCorpusRanks(t *testing.T, c corpusLine, out string, port int, wantArgs
 			t.Errorf("rank %d: OMP_NUM_THREADS %s, want %s", rank, show(rec.OMPNumThreads), show(wantOMP))
 		}
 	}
+	return recs
 }
 
 func quoteAll(ss []string) []string {
@@ -465,8 +536,8 @@ func splitWords(line string) ([]string, error) {
 	return words, nil
 }
 
-// TestSplitWords pins the corpus's word splitting.
-func TestSplitWords(t *testing.T) {
+// TestTorchrunCorpusSplitWords pins the corpus's word splitting.
+func TestTorchrunCorpusSplitWords(t *testing.T) {
 	got, err := splitWords(`torchrun --x="localhost:0" '' 'a b' c'd'e`)
 	want := []string{"torchrun", "--x=localhost:0", "", "a b", "cde"}
 	if err != nil || !reflect.DeepEqual(got, want) {
