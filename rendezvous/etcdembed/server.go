@@ -3,6 +3,7 @@ package etcdembed
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
@@ -41,7 +43,7 @@ const (
 	serverSnapshotCount = 10000     // raft entries between snapshots (etcd: 100000)
 	serverQuotaBytes    = 256 << 20 // backend size before a NOSPACE alarm (etcd: 2 GiB)
 	serverKeepRevisions = "10000"   // revision-mode auto-compaction keeps this many
-	serverScheme        = "http"    // members and clients speak plain HTTP/2 on the LAN
+	tlsDirName          = "tls"     // in DataDir: the member's TLS files (writeMemberTLS)
 )
 
 // Config describes one embedded etcd member.
@@ -72,9 +74,13 @@ type Config struct {
 	StartTimeout time.Duration
 	// UnsafeNoFsync skips fsync: for tests only, a crash loses data.
 	UnsafeNoFsync bool
-	// Secret, when set, turns on etcd's authentication before Start
-	// returns: only the user and password Credentials(Secret) gives may
-	// read or write, and only keys under AuthPrefix. Every member of a
+	// Secret, when set, makes the member speak only mutual TLS on its
+	// client and peer ports, with certificates of the job's CA (NewPKI:
+	// every holder of Secret derives the same; the member writes its own
+	// certificate into DataDir/tls), and turns on etcd's authentication
+	// before Start returns: only the user and password Credentials(Secret)
+	// gives may read or write, and only keys under AuthPrefix. Clients
+	// need ClientTLS(Secret) as well. Every member of a
 	// cluster must have the same Secret; a data dir keeps the secret it
 	// was first started with. Passwords are hashed with bcrypt's minimum
 	// cost (they are 256-bit keys, slow hashing adds nothing but CPU per
@@ -174,14 +180,14 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{dataDir: cfg.DataDir, removeDir: cfg.RemoveDataDir}
-	ecfg, err := embedConfig(ctx, cfg, &s.closing)
-	if err != nil {
-		return nil, err
-	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("rendezvous: server data dir: %w", err)
 	}
 	fresh := !memberInitialized(cfg.DataDir)
+	ecfg, err := embedConfig(ctx, cfg, &s.closing)
+	if err != nil {
+		return nil, errors.Join(err, s.removeData())
+	}
 	for _, u := range ecfg.AdvertiseClientUrls {
 		s.endpoints = append(s.endpoints, u.String())
 	}
@@ -239,11 +245,15 @@ func (s *Server) secure(ctx context.Context, cfg Config, deadline time.Time, fre
 // embedConfig translates cfg into etcd's configuration, resolving host
 // names to addresses.
 func embedConfig(ctx context.Context, cfg Config, closing *atomic.Bool) (*embed.Config, error) {
-	clientURL, err := resolveURL(ctx, cfg.ClientAddr)
+	scheme := "http" // no secret: members and clients speak plain HTTP/2 on the LAN
+	if !cfg.Secret.IsZero() {
+		scheme = "https"
+	}
+	clientURL, err := resolveURL(ctx, cfg.ClientAddr, scheme)
 	if err != nil {
 		return nil, err
 	}
-	peerURL, err := resolveURL(ctx, cfg.PeerAddr)
+	peerURL, err := resolveURL(ctx, cfg.PeerAddr, scheme)
 	if err != nil {
 		return nil, err
 	}
@@ -260,7 +270,7 @@ func embedConfig(ctx context.Context, cfg Config, closing *atomic.Bool) (*embed.
 	for _, name := range names {
 		u := peerURL
 		if name != cfg.Name {
-			if u, err = resolveURL(ctx, cluster[name]); err != nil {
+			if u, err = resolveURL(ctx, cluster[name], scheme); err != nil {
 				return nil, err
 			}
 		}
@@ -293,6 +303,11 @@ func embedConfig(ctx context.Context, cfg Config, closing *atomic.Bool) (*embed.
 	e.EnableGRPCGateway = false
 	e.BcryptCost = bcryptCost
 	e.AuthTokenTTL = tokenTTL
+	if !cfg.Secret.IsZero() {
+		if err := memberTLS(e, cfg); err != nil {
+			return nil, err
+		}
+	}
 	e.Logger = "zap"
 	e.LogLevel = "warn"
 	e.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(zerologCore{
@@ -302,9 +317,38 @@ func embedConfig(ctx context.Context, cfg Config, closing *atomic.Bool) (*embed.
 	return e, nil
 }
 
-// resolveURL turns host:port into http://IP:port, the host resolved to
+// memberTLS writes the member's TLS files for cfg.Secret into
+// cfg.DataDir/tls and sets e to speak only mutual TLS with them on both
+// ports. The certificate names the member's resolved addresses and the
+// host names cfg gives. Client certificates must come from the job's CA;
+// their names are not checked against the address they come from (a
+// member or agent may dial from any of its addresses).
+func memberTLS(e *embed.Config, cfg Config) error {
+	var hosts []string
+	for _, u := range slices.Concat(e.ListenClientUrls, e.ListenPeerUrls) {
+		hosts = append(hosts, u.Hostname())
+	}
+	for _, addr := range []string{cfg.ClientAddr, cfg.PeerAddr} {
+		host, _, _ := net.SplitHostPort(addr)
+		hosts = append(hosts, host)
+	}
+	ips, names := certNames(hosts...)
+	files, err := writeMemberTLS(filepath.Join(cfg.DataDir, tlsDirName), cfg.Secret, cfg.Name, ips, names)
+	if err != nil {
+		return err
+	}
+	info := transport.TLSInfo{
+		CertFile: files.cert, KeyFile: files.key, TrustedCAFile: files.ca,
+		ClientCertFile: files.cert, ClientKeyFile: files.key,
+		ClientCertAuth: true, SkipClientSANVerify: true, MinVersion: tls.VersionTLS12,
+	}
+	e.ClientTLSInfo, e.PeerTLSInfo = info, info
+	return nil
+}
+
+// resolveURL turns host:port into scheme://IP:port, the host resolved to
 // its first IPv4 address (an IP literal is kept as it is).
-func resolveURL(ctx context.Context, addr string) (url.URL, error) {
+func resolveURL(ctx context.Context, addr, scheme string) (url.URL, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return url.URL{}, fmt.Errorf("rendezvous: address %q: %w", addr, err)
@@ -313,7 +357,7 @@ func resolveURL(ctx context.Context, addr string) (url.URL, error) {
 	if err != nil {
 		return url.URL{}, err
 	}
-	return url.URL{Scheme: serverScheme, Host: net.JoinHostPort(ip, port)}, nil
+	return url.URL{Scheme: scheme, Host: net.JoinHostPort(ip, port)}, nil
 }
 
 // ResolveIPv4 returns host's first IPv4 address as text; an IP literal is
