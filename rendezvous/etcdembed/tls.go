@@ -258,3 +258,74 @@ func certNames(hosts ...string) (ips []net.IP, names []string) {
 	}
 	return ips, names
 }
+
+// ClientFiles are the files with which a holder of a job secret points
+// etcdctl (or any etcd client) at an etcd gorun runs with that secret.
+type ClientFiles struct {
+	CA, Cert, Key string // PEM: the job CA, the client certificate and its key
+	Password      string // AuthUser's password (Credentials), without a newline
+}
+
+// WriteClientFiles writes the job CA (ca.pem), the client certificate
+// (client.pem) and key (client-key.pem), and AuthUser's password
+// (password) of secret into dir, made 0700 if need be, every file 0600,
+// and returns their paths.
+func WriteClientFiles(dir string, secret jobsecret.Secret) (ClientFiles, error) {
+	p, err := NewPKI(secret)
+	if err != nil {
+		return ClientFiles{}, err
+	}
+	certPEM, keyPEM, err := p.Client(secret)
+	if err != nil {
+		return ClientFiles{}, err
+	}
+	_, password := Credentials(secret)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return ClientFiles{}, fmt.Errorf("rendezvous: client files: %w", err)
+	}
+	f := ClientFiles{
+		CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, "client.pem"),
+		Key: filepath.Join(dir, "client-key.pem"), Password: filepath.Join(dir, "password"),
+	}
+	for _, w := range []struct {
+		path string
+		data []byte
+	}{{f.CA, p.CAPEM()}, {f.Cert, certPEM}, {f.Key, keyPEM}, {f.Password, []byte(password)}} {
+		if err := os.WriteFile(w.path, w.data, 0o600); err != nil {
+			return ClientFiles{}, fmt.Errorf("rendezvous: client files: %w", err)
+		}
+	}
+	return f, nil
+}
+
+// EtcdctlShell returns a shell command line that runs etcdctl against
+// endpoints with f, the password read from its file when the line runs;
+// etcdctl's command (e.g. "get --prefix /gorun/") follows it.
+func (f ClientFiles) EtcdctlShell(endpoints []string) string {
+	return fmt.Sprintf("etcdctl --endpoints=%s --cacert=%s --cert=%s --key=%s --user=%s:\"$(cat %s)\"",
+		shellWord(httpsEndpoints(endpoints)), shellWord(f.CA), shellWord(f.Cert), shellWord(f.Key), AuthUser, shellWord(f.Password))
+}
+
+// httpsEndpoints joins endpoints with commas, each with https://.
+func httpsEndpoints(endpoints []string) string {
+	out := make([]string, len(endpoints))
+	for i, ep := range endpoints {
+		_, rest, ok := strings.Cut(ep, "://")
+		if !ok {
+			rest = ep
+		}
+		out[i] = "https://" + rest
+	}
+	return strings.Join(out, ",")
+}
+
+// shellWord quotes s for a POSIX shell when it needs it.
+func shellWord(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r == '/' || r == '.' || r == '-' || r == '_' || r == ':' || r == ',' || r == '=' ||
+			r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
