@@ -17,12 +17,14 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/internal/jobsecret"
 )
@@ -163,6 +165,9 @@ type Server struct {
 	removeDir bool
 
 	closing atomic.Bool // set by Leaving or Close: etcd's shutdown noise goes to debug
+	trap    *fatalTrap  // etcd's panics and fatal errors, as errors
+	errc    chan error  // Err's channel: forwardErr fills and closes it
+	lock    *os.File    // holds the data dir's flock (lockDataDir); nil: none
 
 	closeOnce sync.Once
 	closeErr  error
@@ -173,30 +178,39 @@ type Server struct {
 // Host names in the addresses are resolved to their first IPv4 address.
 // It gives up, stops the member and returns an error when ctx ends, when
 // cfg.StartTimeout passes, or when etcd fails to start (a port in use, a
-// data dir of another cluster), or when it cannot turn on or confirm the
-// authentication cfg.Secret asks for. It does not retry.
+// data dir in use by another member or of another cluster), or when it
+// cannot turn on or confirm the authentication cfg.Secret asks for. It
+// does not retry. Errors are one line naming the port or the directory
+// at fault; etcd's own panics and fatal errors come back as errors too
+// (fatalTrap), never as a stack trace or an exit of the process.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{dataDir: cfg.DataDir, removeDir: cfg.RemoveDataDir}
+	s := &Server{dataDir: cfg.DataDir, removeDir: cfg.RemoveDataDir, trap: newFatalTrap()}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("rendezvous: server data dir: %w", err)
 	}
-	fresh := !memberInitialized(cfg.DataDir)
-	ecfg, err := embedConfig(ctx, cfg, &s.closing)
+	lock, err := lockDataDir(cfg.DataDir)
 	if err != nil {
-		return nil, errors.Join(err, s.removeData())
+		return nil, err // not ours to remove
+	}
+	s.lock = lock
+	fresh := !memberInitialized(cfg.DataDir)
+	ecfg, err := embedConfig(ctx, cfg, &s.closing, s.trap)
+	if err != nil {
+		return nil, errors.Join(err, s.Close())
 	}
 	for _, u := range ecfg.AdvertiseClientUrls {
 		s.endpoints = append(s.endpoints, u.String())
 	}
-	e, err := embed.StartEtcd(ecfg)
+	e, err := startEtcd(ecfg, s.trap)
 	if err != nil {
-		s.removeData()
-		return nil, fmt.Errorf("rendezvous: start etcd member %s at %s: %w", cfg.Name, cfg.ClientAddr, err)
+		return nil, errors.Join(startError(cfg, err), s.Close())
 	}
 	s.etcd = e
+	s.errc = make(chan error, 1)
+	go s.forwardErr()
 	timeout := cmp.Or(cfg.StartTimeout, DefaultStartTimeout)
 	deadline := time.Now().Add(timeout)
 	timer := time.NewTimer(timeout)
@@ -207,8 +221,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		if fail = s.secure(ctx, cfg, deadline, fresh); fail == nil {
 			return s, nil
 		}
-	case err := <-e.Err():
-		fail = fmt.Errorf("rendezvous: etcd member %s failed while starting: %w", cfg.Name, err)
+	case err := <-s.errc:
+		fail = fmt.Errorf("rendezvous: etcd member %s failed while starting: %w", cfg.Name, startError(cfg, err))
 	case <-e.Server.StopNotify():
 		fail = fmt.Errorf("rendezvous: etcd member %s stopped while starting", cfg.Name)
 	case <-timer.C:
@@ -218,6 +232,104 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		fail = fmt.Errorf("rendezvous: etcd member %s: start: %w", cfg.Name, ctx.Err())
 	}
 	return nil, errors.Join(fail, s.Close())
+}
+
+// startEtcd runs embed.StartEtcd on a goroutine of its own, so that a
+// panic or fatal error etcd logs while starting (trap: it ends the
+// goroutine that logged it) ends that goroutine, not the caller's, and
+// comes back as the error; so does a panic of etcd's own while starting
+// (e.g. a nil pointer on a damaged WAL), recovered. What etcd opened
+// before it failed that way is left to the process's exit.
+func startEtcd(cfg *embed.Config, trap *fatalTrap) (*embed.Etcd, error) {
+	type result struct {
+		e   *embed.Etcd
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				done <- result{err: fmt.Errorf("etcd crashed while starting on data dir %s: %v", cfg.Dir, r)}
+			}
+		}()
+		e, err := embed.StartEtcd(cfg)
+		done <- result{e, err}
+	}()
+	select {
+	case r := <-done:
+		return r.e, r.err
+	case err := <-trap.c:
+		return nil, err
+	}
+}
+
+// forwardErr passes the member's first serving error, from etcd or its
+// logger's trap, to errc, and closes errc when etcd's channel closes
+// (Close) or after the error.
+func (s *Server) forwardErr() {
+	defer close(s.errc)
+	select {
+	case err, ok := <-s.etcd.Err():
+		if ok {
+			s.errc <- err
+		}
+	case err := <-s.trap.c:
+		s.errc <- err
+	}
+}
+
+// startError makes err, from etcd starting, say what to do: a port in
+// use is named as the member's client or peer port; a data dir etcd
+// could not use is named.
+func startError(cfg Config, err error) error {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		what, addr := "port", ""
+		var op *net.OpError
+		if errors.As(err, &op) && op.Addr != nil {
+			addr = op.Addr.String()
+		}
+		switch _, port, _ := net.SplitHostPort(addr); {
+		case addr == "":
+		case port == portOf(cfg.ClientAddr):
+			what = "client port"
+		case port == portOf(cfg.PeerAddr):
+			what = "peer port"
+		}
+		return fmt.Errorf("rendezvous: etcd member %s: %s %s is in use by another process (another gorun or etcd of this job on this machine?): "+
+			"stop it, or give this one other ports", cfg.Name, what, cmp.Or(addr, cfg.ClientAddr+" or "+cfg.PeerAddr))
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "WAL") || strings.Contains(msg, "snapshot") || strings.Contains(msg, "backend") ||
+		strings.Contains(msg, "data dir") || strings.Contains(msg, "member dir") {
+		return fmt.Errorf("rendezvous: etcd member %s cannot use its data dir %s: %w (another etcd member using it, or left by another cluster? give this one a data dir of its own)",
+			cfg.Name, cfg.DataDir, err)
+	}
+	return fmt.Errorf("rendezvous: start etcd member %s at %s: %w", cfg.Name, cfg.ClientAddr, err)
+}
+
+// portOf returns the port of host:port, "" when addr is not one.
+func portOf(addr string) string {
+	_, port, _ := net.SplitHostPort(addr)
+	return port
+}
+
+// lockDataDir takes an exclusive flock on dir, so that a second member
+// started on the same data dir (two gorun rendezvous serve, two agents)
+// fails at once naming it, before etcd finds its WAL locked or half
+// made. The kernel drops the lock when the process dies.
+func lockDataDir(dir string) (*os.File, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("rendezvous: server data dir: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("rendezvous: etcd data dir %s is in use by another etcd member (another gorun or gorun rendezvous serve on this machine): give each its own data dir", dir)
+		}
+		return nil, fmt.Errorf("rendezvous: lock etcd data dir %s: %w", dir, err)
+	}
+	return f, nil
 }
 
 // memberInitialized says whether dir holds a member's data already (etcd
@@ -244,7 +356,7 @@ func (s *Server) secure(ctx context.Context, cfg Config, deadline time.Time, fre
 
 // embedConfig translates cfg into etcd's configuration, resolving host
 // names to addresses.
-func embedConfig(ctx context.Context, cfg Config, closing *atomic.Bool) (*embed.Config, error) {
+func embedConfig(ctx context.Context, cfg Config, closing *atomic.Bool, trap *fatalTrap) (*embed.Config, error) {
 	scheme := "http" // no secret: members and clients speak plain HTTP/2 on the LAN
 	if !cfg.Secret.IsZero() {
 		scheme = "https"
@@ -313,7 +425,7 @@ func embedConfig(ctx context.Context, cfg Config, closing *atomic.Bool) (*embed.
 	e.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(zerologCore{
 		log:     cfg.Log.With().Str("component", "etcd").Str("member", cfg.Name).Logger(),
 		closing: closing,
-	}))
+	}, zap.WithPanicHook(trap), zap.WithFatalHook(trap)))
 	return e, nil
 }
 
@@ -389,8 +501,10 @@ func (s *Server) Leaving() { s.closing.Store(true) }
 func (s *Server) Endpoints() []string { return slices.Clone(s.endpoints) }
 
 // Err receives a fatal serving error of the member (e.g. a listener
-// failing); the member should then be closed. Close closes the channel.
-func (s *Server) Err() <-chan error { return s.etcd.Err() }
+// failing, or a panic or fatal error etcd logged, which ended only the
+// goroutine that logged it); the member should then be closed. Close
+// closes the channel.
+func (s *Server) Err() <-chan error { return s.errc }
 
 // Close stops the member and is safe to call more than once; later calls
 // return the first call's result. The order is etcd's own (embed.Close):
@@ -408,6 +522,9 @@ func (s *Server) Close() error {
 			s.etcd.Close()
 		}
 		s.closeErr = s.removeData()
+		if s.lock != nil {
+			s.lock.Close() // drops the flock, after the data dir is gone
+		}
 	})
 	return s.closeErr
 }
