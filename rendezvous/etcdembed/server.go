@@ -249,7 +249,7 @@ func startEtcd(cfg *embed.Config, trap *fatalTrap) (*embed.Etcd, error) {
 	go func() {
 		defer func() {
 			if r := recover(); r != nil {
-				done <- result{err: fmt.Errorf("etcd crashed while starting on data dir %s: %v", cfg.Dir, r)}
+				done <- result{err: fmt.Errorf("%w: %v", errStartCrash, r)}
 			}
 		}()
 		e, err := embed.StartEtcd(cfg)
@@ -262,6 +262,10 @@ func startEtcd(cfg *embed.Config, trap *fatalTrap) (*embed.Etcd, error) {
 		return nil, err
 	}
 }
+
+// errStartCrash is a panic of etcd's own while starting, recovered: in
+// practice its bootstrap, on a data dir it cannot read.
+var errStartCrash = errors.New("etcd crashed while reading it")
 
 // forwardErr passes the member's first serving error, from etcd or its
 // logger's trap, to errc, and closes errc when etcd's channel closes
@@ -299,7 +303,7 @@ func startError(cfg Config, err error) error {
 			"stop it, or give this one other ports", cfg.Name, what, cmp.Or(addr, cfg.ClientAddr+" or "+cfg.PeerAddr))
 	}
 	msg := err.Error()
-	if strings.Contains(msg, "WAL") || strings.Contains(msg, "snapshot") || strings.Contains(msg, "backend") ||
+	if errors.Is(err, errStartCrash) || strings.Contains(msg, "WAL") || strings.Contains(msg, "snapshot") || strings.Contains(msg, "backend") ||
 		strings.Contains(msg, "data dir") || strings.Contains(msg, "member dir") {
 		return fmt.Errorf("rendezvous: etcd member %s cannot use its data dir %s: %w (another etcd member using it, or left by another cluster? give this one a data dir of its own)",
 			cfg.Name, cfg.DataDir, err)

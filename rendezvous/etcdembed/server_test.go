@@ -101,8 +101,7 @@ func TestServerPortInUse(t *testing.T) {
 	require.NoError(t, err)
 	defer l.Close()
 	_, err = Start(testCtx(t), cfg)
-	require.ErrorContains(t, err, "rendezvous: start etcd member m0 at "+cfg.ClientAddr)
-	require.ErrorContains(t, err, "address already in use")
+	require.ErrorContains(t, err, "rendezvous: etcd member m0: client port "+cfg.ClientAddr+" is in use by another process")
 }
 
 func TestServerStartTimesOutWithoutQuorum(t *testing.T) {
