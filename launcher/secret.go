@@ -102,7 +102,7 @@ func (l *Launch) secureRendezvous() error {
 
 // rdzvAuthSecret is Rendezvous.Auth when the job secret opens the
 // rendezvous.
-const rdzvAuthSecret = "job secret (etcd user " + etcdembed.AuthUser + ", TLS of the job's CA)"
+const rdzvAuthSecret = "job secret (etcd user " + etcdembed.AuthUser + ")"
 
 // SecretCredentials returns cfg with the user and password of secret
 // (etcdembed.Credentials) and its TLS (etcdembed.ClientTLS): what an etcd
