@@ -129,8 +129,8 @@ func NewApp() *cli.App {
 			sbatchCommand(),
 			workerCommand(),
 			{
-				Name:      "job-secret",
-				Usage:     "print a fresh job secret (256 random bits in hex) for GORUN_JOB_SECRET or --job-secret-file; or, with --etcdctl, what etcdctl needs to reach a job's etcd",
+				Name:  "job-secret",
+				Usage: "print a fresh job secret (256 random bits in hex) for GORUN_JOB_SECRET or --job-secret-file; or, with --etcdctl, what etcdctl needs to reach a job's etcd",
 				UsageText: "export GORUN_JOB_SECRET=$(gorun job-secret)\n(umask 077; gorun job-secret > ~/.gorun-secret)\n" +
 					"GORUN_JOB_SECRET=... gorun job-secret --etcdctl DIR --endpoint HOST:PORT   # writes DIR/ca.pem, client.pem, client-key.pem, password; prints the etcdctl command",
 				Flags: []cli.Flag{
