@@ -2,6 +2,7 @@ package etcdembed
 
 import (
 	"context"
+	"crypto/tls"
 	"strings"
 	"testing"
 	"time"
@@ -183,9 +184,13 @@ func BenchmarkConnect(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			cfg := fastServer(b)
 			var user, password string
+			var tlsCfg *tls.Config
 			if withSecret {
 				cfg.Secret = newSecret(b)
 				user, password = Credentials(cfg.Secret)
+				var err error
+				tlsCfg, err = ClientTLS(cfg.Secret)
+				require.NoError(b, err)
 			}
 			s, err := Start(context.Background(), cfg)
 			require.NoError(b, err)
@@ -193,7 +198,7 @@ func BenchmarkConnect(b *testing.B) {
 			ctx := context.Background()
 			b.ResetTimer()
 			for range b.N {
-				cli, err := clientv3.New(clientv3.Config{Endpoints: s.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(), Username: user, Password: password})
+				cli, err := clientv3.New(clientv3.Config{Endpoints: s.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(), Username: user, Password: password, TLS: tlsCfg})
 				require.NoError(b, err)
 				_, err = cli.Get(ctx, AuthPrefix+"x")
 				require.NoError(b, err)
