@@ -59,14 +59,18 @@ func (l *Launch) resolveSecret(opts Options, host Host) error {
 	switch {
 	case !secret.IsZero():
 		l.Secret, l.SecretSource = secret, source
-		l.secureRendezvous()
+		if err := l.secureRendezvous(); err != nil {
+			return err
+		}
 	case l.MaxNodes == 1:
 		if l.Secret, err = jobsecret.New(); err != nil {
 			return err
 		}
 		l.SecretSource = secretNew
 		if l.Rendezvous.Embedded != nil {
-			l.secureRendezvous() // its own etcd; another etcd cannot know this secret
+			if err := l.secureRendezvous(); err != nil { // its own etcd; another etcd cannot know this secret
+				return err
+			}
 		}
 	default:
 		l.SecretSource = "none"
@@ -77,17 +81,23 @@ func (l *Launch) resolveSecret(opts Options, host Host) error {
 }
 
 // secureRendezvous gives the etcd rendezvous the job secret's
-// credentials (etcdembed.Credentials) unless --rdzv-conf gives a user or
-// a client certificate, which an external etcd may need.
-func (l *Launch) secureRendezvous() {
+// credentials and TLS (SecretCredentials) unless --rdzv-conf gives a user
+// or a client certificate, which an external etcd may need. An embedded
+// etcd speaks only TLS with the secret: its agents never try plain HTTP.
+func (l *Launch) secureRendezvous() error {
 	r := &l.Rendezvous
 	if r.Backend != BackendEtcd {
-		return
+		return nil
 	}
-	var ok bool
-	if r.Client, ok = SecretCredentials(r.Client, l.Secret); ok {
-		r.Auth = rdzvAuthSecret
+	client, ok, err := SecretCredentials(r.Client, l.Secret)
+	if err != nil {
+		return err
 	}
+	if ok {
+		r.Client, r.Auth = client, rdzvAuthSecret
+		r.Client.TLSIfOffered = r.Client.TLSIfOffered && r.Embedded == nil
+	}
+	return nil
 }
 
 // rdzvAuthSecret is Rendezvous.Auth when the job secret opens the
@@ -95,16 +105,27 @@ func (l *Launch) secureRendezvous() {
 const rdzvAuthSecret = "job secret (etcd user " + etcdembed.AuthUser + ")"
 
 // SecretCredentials returns cfg with the user and password of secret
-// (etcdembed.Credentials): what an etcd that gorun runs with that secret
-// (embedded, or gorun rendezvous serve) asks for. An etcd without
-// authentication ignores them. cfg is returned as it is, with false, when
-// secret is zero or cfg has a user or a client certificate of its own.
-func SecretCredentials(cfg etcdstore.ClientConfig, secret jobsecret.Secret) (etcdstore.ClientConfig, bool) {
+// (etcdembed.Credentials) and its TLS (etcdembed.ClientTLS): what an etcd
+// that gorun runs with that secret (embedded, or gorun rendezvous serve)
+// asks for. TLS is used where the etcd offers it (TLSIfOffered): an etcd
+// that gorun does not run speaks plain HTTP and ignores the user and
+// password when it has no authentication. cfg is returned as it is, with
+// false, when secret is zero or cfg has a user or a client certificate
+// of its own (--rdzv-conf user=, cert=); with a CA of its own (cacert=)
+// it gets the user and password only.
+func SecretCredentials(cfg etcdstore.ClientConfig, secret jobsecret.Secret) (etcdstore.ClientConfig, bool, error) {
 	if secret.IsZero() || cfg.User != "" || cfg.Cert != "" {
-		return cfg, false
+		return cfg, false, nil
+	}
+	if cfg.CACert == "" && cfg.TLS == nil {
+		tlsCfg, err := etcdembed.ClientTLS(secret)
+		if err != nil {
+			return cfg, false, err
+		}
+		cfg.TLS, cfg.TLSIfOffered = tlsCfg, true
 	}
 	cfg.User, cfg.Password = etcdembed.Credentials(secret)
-	return cfg, true
+	return cfg, true, nil
 }
 
 // Unauthenticated reports whether l runs without a job secret.

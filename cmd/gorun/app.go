@@ -19,6 +19,7 @@ import (
 	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/internal/proc"
 	"github.com/gorun/gorun/launcher"
+	"github.com/gorun/gorun/rendezvous/etcdembed"
 	"github.com/gorun/gorun/slurm"
 )
 
@@ -182,10 +183,16 @@ func NewApp() *cli.App {
 			sbatchCommand(),
 			workerCommand(),
 			{
-				Name:      "job-secret",
-				Usage:     "print a fresh job secret (256 random bits in hex) for GORUN_JOB_SECRET or --job-secret-file",
-				UsageText: "export GORUN_JOB_SECRET=$(gorun job-secret)\n(umask 077; gorun job-secret > ~/.gorun-secret)",
-				Action:    jobSecretAction,
+				Name:  "job-secret",
+				Usage: "print a fresh job secret (256 random bits in hex) for GORUN_JOB_SECRET or --job-secret-file; or, with --etcdctl, what etcdctl needs to reach a job's etcd",
+				UsageText: "export GORUN_JOB_SECRET=$(gorun job-secret)\n(umask 077; gorun job-secret > ~/.gorun-secret)\n" +
+					"GORUN_JOB_SECRET=... gorun job-secret --etcdctl DIR --endpoint HOST:PORT   # writes DIR/ca.pem, client.pem, client-key.pem, password; prints the etcdctl command",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "etcdctl", Usage: "DIR: write the job's CA, client certificate and key and etcd password (all mode 600) there for the job secret given (GORUN_JOB_SECRET or --job-secret-file), and print the etcdctl command line that uses them"},
+					&cli.StringFlag{Name: "endpoint", Usage: "HOST:PORT,... of the job's etcd, for the printed etcdctl line (default: the embedded etcd's, inside a SLURM job)"},
+					&cli.StringFlag{Name: "job-secret-file", Usage: "FILE (mode 600) holding the job secret, for --etcdctl; else GORUN_JOB_SECRET"},
+				},
+				Action: jobSecretAction,
 			},
 			{
 				Name:   guardCommand,
@@ -314,6 +321,12 @@ func jobSecretAction(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return cli.Exit("job-secret: takes no arguments", exitUsage)
 	}
+	if dir := c.String("etcdctl"); dir != "" {
+		return etcdctlFilesAction(c, dir)
+	}
+	if c.IsSet("endpoint") || c.IsSet("job-secret-file") {
+		return cli.Exit("job-secret: --endpoint and --job-secret-file go with --etcdctl", exitUsage)
+	}
 	s, err := jobsecret.New()
 	if err != nil {
 		return err
@@ -394,4 +407,36 @@ func warnUnknownEnv(log zerolog.Logger, environ []string, flags []cli.Flag) {
 func isTerminal(f *os.File) bool {
 	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 	return err == nil
+}
+
+// etcdctlFilesAction writes what etcdctl needs to reach the etcd of the
+// job whose secret the user gives into dir, and prints the command line.
+func etcdctlFilesAction(c *cli.Context, dir string) error {
+	secret, _, err := launcher.GivenSecret(os.LookupEnv, c.String("job-secret-file"))
+	if err != nil {
+		return cli.Exit("job-secret: "+err.Error(), exitUsage)
+	}
+	if secret.IsZero() {
+		return cli.Exit("job-secret --etcdctl: give the job's secret (GORUN_JOB_SECRET or --job-secret-file)", exitUsage)
+	}
+	var endpoints []string
+	for _, ep := range strings.Split(c.String("endpoint"), ",") {
+		if ep = strings.TrimSpace(ep); ep != "" {
+			endpoints = append(endpoints, ep)
+		}
+	}
+	if len(endpoints) == 0 {
+		if job, underSLURM, err := slurm.FromEnv(os.LookupEnv); err == nil && underSLURM && len(job.Nodes) > 0 {
+			endpoints = launcher.PlanEmbedded(job.JobID, job.Nodes).Endpoints
+		}
+	}
+	if len(endpoints) == 0 {
+		endpoints = []string{"HOST:PORT"}
+	}
+	files, err := etcdembed.WriteClientFiles(dir, secret)
+	if err != nil {
+		return cli.Exit("job-secret: "+err.Error(), 1)
+	}
+	_, err = fmt.Fprintf(c.App.Writer, "%s get --prefix %s\n", files.EtcdctlShell(endpoints), etcdembed.AuthPrefix)
+	return err
 }

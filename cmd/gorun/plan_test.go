@@ -65,3 +65,24 @@ func TestJobSecretCommand(t *testing.T) {
 	_, err := jobsecret.Parse(first)
 	require.NoError(t, err)
 }
+
+// `gorun job-secret --etcdctl DIR` writes what etcdctl needs for the
+// given secret and prints the command line; it needs a secret.
+func TestJobSecretEtcdctl(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "etcdctl")
+	code, _, stderr := run(t, nil, "job-secret", "--etcdctl", dir)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, stderr, "give the job's secret")
+
+	secret, err := jobsecret.New()
+	require.NoError(t, err)
+	code, stdout, stderr := run(t, map[string]string{jobsecret.EnvVar: secret.Encode()},
+		"job-secret", "--etcdctl", dir, "--endpoint", "10.0.0.1:30000")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "etcdctl --endpoints=https://10.0.0.1:30000 --cacert="+filepath.Join(dir, "ca.pem"))
+	require.Contains(t, stdout, "--user=gorun:\"$(cat "+filepath.Join(dir, "password")+")\"")
+	require.NotContains(t, stdout, secret.Encode())
+	for _, name := range []string{"ca.pem", "client.pem", "client-key.pem", "password"} {
+		require.FileExists(t, filepath.Join(dir, name))
+	}
+}

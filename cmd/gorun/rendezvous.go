@@ -34,7 +34,7 @@ func rendezvousServeCommand() *cli.Command {
 		Name:  "serve",
 		Usage: "run an etcd v3 member for gorun agents (--rdzv-endpoint) until SIGTERM or SIGINT",
 		UsageText: "gorun rendezvous serve --listen HOST:PORT --data-dir DIR [--peer-listen HOST:PORT] [--name N] [--initial-cluster NAME=HOST:PORT,...] [--job-secret-file FILE]\n" +
-			"   with a job secret (GORUN_JOB_SECRET or --job-secret-file), only agents holding it may read or write\n" +
+			"   with a job secret (GORUN_JOB_SECRET or --job-secret-file), it speaks only mutual TLS (a CA derived from the secret) and only agents holding it may read or write\n" +
 			"   three members: run on each of a, b, c (same --initial-cluster)\n" +
 			"   gorun rendezvous serve --name a --listen a:2379 --data-dir /var/lib/gorun-etcd --initial-cluster a=a:2380,b=b:2380,c=c:2380",
 		Flags: []cli.Flag{
@@ -137,7 +137,7 @@ func rendezvousServeAction(c *cli.Context) error {
 	}
 	auth := "no authentication: anyone who reaches it may read and change every key (give GORUN_JOB_SECRET or --job-secret-file)"
 	if !cfg.Secret.IsZero() {
-		auth = "only for holders of the job secret"
+		auth = "mutual TLS and authentication: only for holders of the job secret (gorun job-secret --etcdctl DIR for etcdctl)"
 	}
 	for _, ep := range server.Endpoints() {
 		fmt.Fprintf(c.App.Writer, "gorun rendezvous: serving etcd v3 at %s, %s\n", ep, auth)

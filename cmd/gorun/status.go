@@ -78,7 +78,9 @@ func statusAction(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit("status: "+err.Error(), exitUsage)
 	}
-	cfg, _ = launcher.SecretCredentials(cfg, secret)
+	if cfg, _, err = launcher.SecretCredentials(cfg, secret); err != nil {
+		return cli.Exit("status: "+err.Error(), 1)
+	}
 	var watch *statusWatch
 	if c.Bool("watch") {
 		if c.Bool("json") {

@@ -2,6 +2,8 @@ package etcdembed
 
 import (
 	"context"
+	"crypto/tls"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,13 +15,24 @@ import (
 )
 
 // dial returns a client of endpoints as user (none: ""), closed in t's
-// cleanup, or the error of its authentication.
-func dial(t *testing.T, endpoints []string, user, password string) (*clientv3.Client, error) {
+// cleanup, or the error of its authentication. With a non-zero secret it
+// speaks the secret's TLS (ClientTLS), endpoints made https.
+func dial(t *testing.T, endpoints []string, secret jobsecret.Secret, user, password string) (*clientv3.Client, error) {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{
+	cfg := clientv3.Config{
 		Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 		Username: user, Password: password,
-	})
+	}
+	if !secret.IsZero() {
+		tlsCfg, err := ClientTLS(secret)
+		require.NoError(t, err)
+		cfg.TLS = tlsCfg
+		cfg.Endpoints = nil
+		for _, ep := range endpoints {
+			cfg.Endpoints = append(cfg.Endpoints, "https://"+strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://"))
+		}
+	}
+	cli, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -38,7 +51,7 @@ func newSecret(t testing.TB) jobsecret.Secret {
 func requireGuarded(t *testing.T, ctx context.Context, endpoints []string, secret jobsecret.Secret) {
 	t.Helper()
 	user, password := Credentials(secret)
-	agent, err := dial(t, endpoints, user, password)
+	agent, err := dial(t, endpoints, secret, user, password)
 	require.NoError(t, err)
 	_, err = agent.Put(ctx, AuthPrefix+"job/state", `{"phase":"running"}`)
 	require.NoError(t, err)
@@ -48,16 +61,17 @@ func requireGuarded(t *testing.T, ctx context.Context, endpoints []string, secre
 	_, err = agent.Put(ctx, "/elsewhere", "x")
 	require.ErrorContains(t, err, "permission denied", "the agents' user reaches only "+AuthPrefix)
 
-	anyone, err := dial(t, endpoints, "", "")
+	// The job's client certificate without the password: no user.
+	certOnly, err := dial(t, endpoints, secret, "", "")
 	require.NoError(t, err)
-	_, err = anyone.Get(ctx, AuthPrefix, clientv3.WithPrefix())
-	require.ErrorContains(t, err, "user name is empty")
-	_, err = anyone.Put(ctx, AuthPrefix+"job/state", `{"phase":"closed"}`)
-	require.ErrorContains(t, err, "user name is empty")
+	_, err = certOnly.Get(ctx, AuthPrefix, clientv3.WithPrefix())
+	require.Error(t, err)
+	_, err = certOnly.Put(ctx, AuthPrefix+"job/state", `{"phase":"closed"}`)
+	require.Error(t, err)
 
 	_, other := Credentials(newSecret(t))
 	for _, u := range []string{user, rootUser} {
-		_, err = dial(t, endpoints, u, other)
+		_, err = dial(t, endpoints, secret, u, other)
 		require.ErrorContains(t, err, "authentication failed", "user %s with another secret's password", u)
 	}
 }
@@ -130,7 +144,7 @@ func TestServerAuthRefusesForeignUsers(t *testing.T) {
 			cfg := fastServer(t)
 			s, err := Start(ctx, cfg)
 			require.NoError(t, err)
-			cli, err := dial(t, s.Endpoints(), "", "")
+			cli, err := dial(t, s.Endpoints(), jobsecret.Secret{}, "", "")
 			require.NoError(t, err)
 			require.NoError(t, tc.setUp(cli))
 			require.NoError(t, cli.Close())
@@ -170,9 +184,13 @@ func BenchmarkConnect(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			cfg := fastServer(b)
 			var user, password string
+			var tlsCfg *tls.Config
 			if withSecret {
 				cfg.Secret = newSecret(b)
 				user, password = Credentials(cfg.Secret)
+				var err error
+				tlsCfg, err = ClientTLS(cfg.Secret)
+				require.NoError(b, err)
 			}
 			s, err := Start(context.Background(), cfg)
 			require.NoError(b, err)
@@ -180,7 +198,7 @@ func BenchmarkConnect(b *testing.B) {
 			ctx := context.Background()
 			b.ResetTimer()
 			for range b.N {
-				cli, err := clientv3.New(clientv3.Config{Endpoints: s.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(), Username: user, Password: password})
+				cli, err := clientv3.New(clientv3.Config{Endpoints: s.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(), Username: user, Password: password, TLS: tlsCfg})
 				require.NoError(b, err)
 				_, err = cli.Get(ctx, AuthPrefix+"x")
 				require.NoError(b, err)

@@ -1,7 +1,13 @@
 package etcdembed
 
 import (
+	"errors"
+	"fmt"
+	"maps"
+	"runtime"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/rs/zerolog"
@@ -47,6 +53,8 @@ func (c zerologCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.C
 func (c zerologCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 	level := zerolog.ErrorLevel
 	switch {
+	case e.Level >= zapcore.DPanicLevel:
+		level = zerolog.DebugLevel // fatalTrap makes it the error Start returns or Err delivers
 	case routineWarning(e.Message) || (c.closing != nil && c.closing.Load()):
 		level = zerolog.DebugLevel
 	case e.Level == zapcore.WarnLevel:
@@ -68,3 +76,40 @@ func (c zerologCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 }
 
 func (c zerologCore) Sync() error { return nil }
+
+// fatalTrap is the hook of etcd's logger at its Panic and Fatal levels
+// (zap.WithPanicHook, zap.WithFatalHook): rather than panic (a stack
+// trace on the user's screen) or exit the process, it keeps the first
+// such entry as an error, which Start returns or Err delivers, and ends
+// only the goroutine that logged it (runtime.Goexit: its deferred calls
+// run). A member in that state is broken; it is to be closed.
+type fatalTrap struct {
+	once sync.Once
+	c    chan error // buffered: the first entry's error
+}
+
+func newFatalTrap() *fatalTrap { return &fatalTrap{c: make(chan error, 1)} }
+
+// OnWrite keeps the entry and ends the calling goroutine.
+func (t *fatalTrap) OnWrite(ce *zapcore.CheckedEntry, fields []zapcore.Field) {
+	t.once.Do(func() { t.c <- entryError(ce.Entry, fields) })
+	runtime.Goexit()
+}
+
+// entryError turns a log entry into an error: its message, then its
+// fields as key=value in key order, e.g. "failed to create WAL (error=...,
+// path=...)".
+func entryError(e zapcore.Entry, fields []zapcore.Field) error {
+	enc := zapcore.NewMapObjectEncoder()
+	for _, f := range fields {
+		f.AddTo(enc)
+	}
+	if len(enc.Fields) == 0 {
+		return errors.New(e.Message)
+	}
+	parts := make([]string, 0, len(enc.Fields))
+	for _, k := range slices.Sorted(maps.Keys(enc.Fields)) {
+		parts = append(parts, fmt.Sprintf("%s=%v", k, enc.Fields[k]))
+	}
+	return fmt.Errorf("%s (%s)", e.Message, strings.Join(parts, ", "))
+}

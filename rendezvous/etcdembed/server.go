@@ -3,6 +3,7 @@ package etcdembed
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -16,11 +17,14 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/internal/jobsecret"
 )
@@ -41,7 +45,7 @@ const (
 	serverSnapshotCount = 10000     // raft entries between snapshots (etcd: 100000)
 	serverQuotaBytes    = 256 << 20 // backend size before a NOSPACE alarm (etcd: 2 GiB)
 	serverKeepRevisions = "10000"   // revision-mode auto-compaction keeps this many
-	serverScheme        = "http"    // members and clients speak plain HTTP/2 on the LAN
+	tlsDirName          = "tls"     // in DataDir: the member's TLS files (writeMemberTLS)
 )
 
 // Config describes one embedded etcd member.
@@ -72,9 +76,13 @@ type Config struct {
 	StartTimeout time.Duration
 	// UnsafeNoFsync skips fsync: for tests only, a crash loses data.
 	UnsafeNoFsync bool
-	// Secret, when set, turns on etcd's authentication before Start
-	// returns: only the user and password Credentials(Secret) gives may
-	// read or write, and only keys under AuthPrefix. Every member of a
+	// Secret, when set, makes the member speak only mutual TLS on its
+	// client and peer ports, with certificates of the job's CA (NewPKI:
+	// every holder of Secret derives the same; the member writes its own
+	// certificate into DataDir/tls), and turns on etcd's authentication
+	// before Start returns: only the user and password Credentials(Secret)
+	// gives may read or write, and only keys under AuthPrefix. Clients
+	// need ClientTLS(Secret) as well. Every member of a
 	// cluster must have the same Secret; a data dir keeps the secret it
 	// was first started with. Passwords are hashed with bcrypt's minimum
 	// cost (they are 256-bit keys, slow hashing adds nothing but CPU per
@@ -157,6 +165,9 @@ type Server struct {
 	removeDir bool
 
 	closing atomic.Bool // set by Leaving or Close: etcd's shutdown noise goes to debug
+	trap    *fatalTrap  // etcd's panics and fatal errors, as errors
+	errc    chan error  // Err's channel: forwardErr fills and closes it
+	lock    *os.File    // holds the data dir's flock (lockDataDir); nil: none
 
 	closeOnce sync.Once
 	closeErr  error
@@ -167,30 +178,39 @@ type Server struct {
 // Host names in the addresses are resolved to their first IPv4 address.
 // It gives up, stops the member and returns an error when ctx ends, when
 // cfg.StartTimeout passes, or when etcd fails to start (a port in use, a
-// data dir of another cluster), or when it cannot turn on or confirm the
-// authentication cfg.Secret asks for. It does not retry.
+// data dir in use by another member or of another cluster), or when it
+// cannot turn on or confirm the authentication cfg.Secret asks for. It
+// does not retry. Errors are one line naming the port or the directory
+// at fault; etcd's own panics and fatal errors come back as errors too
+// (fatalTrap), never as a stack trace or an exit of the process.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{dataDir: cfg.DataDir, removeDir: cfg.RemoveDataDir}
-	ecfg, err := embedConfig(ctx, cfg, &s.closing)
-	if err != nil {
-		return nil, err
-	}
+	s := &Server{dataDir: cfg.DataDir, removeDir: cfg.RemoveDataDir, trap: newFatalTrap()}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("rendezvous: server data dir: %w", err)
 	}
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err // not ours to remove
+	}
+	s.lock = lock
 	fresh := !memberInitialized(cfg.DataDir)
+	ecfg, err := embedConfig(ctx, cfg, &s.closing, s.trap)
+	if err != nil {
+		return nil, errors.Join(err, s.Close())
+	}
 	for _, u := range ecfg.AdvertiseClientUrls {
 		s.endpoints = append(s.endpoints, u.String())
 	}
-	e, err := embed.StartEtcd(ecfg)
+	e, err := startEtcd(ecfg, s.trap)
 	if err != nil {
-		s.removeData()
-		return nil, fmt.Errorf("rendezvous: start etcd member %s at %s: %w", cfg.Name, cfg.ClientAddr, err)
+		return nil, errors.Join(startError(cfg, err), s.Close())
 	}
 	s.etcd = e
+	s.errc = make(chan error, 1)
+	go s.forwardErr()
 	timeout := cmp.Or(cfg.StartTimeout, DefaultStartTimeout)
 	deadline := time.Now().Add(timeout)
 	timer := time.NewTimer(timeout)
@@ -201,8 +221,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		if fail = s.secure(ctx, cfg, deadline, fresh); fail == nil {
 			return s, nil
 		}
-	case err := <-e.Err():
-		fail = fmt.Errorf("rendezvous: etcd member %s failed while starting: %w", cfg.Name, err)
+	case err := <-s.errc:
+		fail = fmt.Errorf("rendezvous: etcd member %s failed while starting: %w", cfg.Name, startError(cfg, err))
 	case <-e.Server.StopNotify():
 		fail = fmt.Errorf("rendezvous: etcd member %s stopped while starting", cfg.Name)
 	case <-timer.C:
@@ -212,6 +232,108 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		fail = fmt.Errorf("rendezvous: etcd member %s: start: %w", cfg.Name, ctx.Err())
 	}
 	return nil, errors.Join(fail, s.Close())
+}
+
+// startEtcd runs embed.StartEtcd on a goroutine of its own, so that a
+// panic or fatal error etcd logs while starting (trap: it ends the
+// goroutine that logged it) ends that goroutine, not the caller's, and
+// comes back as the error; so does a panic of etcd's own while starting
+// (e.g. a nil pointer on a damaged WAL), recovered. What etcd opened
+// before it failed that way is left to the process's exit.
+func startEtcd(cfg *embed.Config, trap *fatalTrap) (*embed.Etcd, error) {
+	type result struct {
+		e   *embed.Etcd
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				done <- result{err: fmt.Errorf("%w: %v", errStartCrash, r)}
+			}
+		}()
+		e, err := embed.StartEtcd(cfg)
+		done <- result{e, err}
+	}()
+	select {
+	case r := <-done:
+		return r.e, r.err
+	case err := <-trap.c:
+		return nil, err
+	}
+}
+
+// errStartCrash is a panic of etcd's own while starting, recovered: in
+// practice its bootstrap, on a data dir it cannot read.
+var errStartCrash = errors.New("etcd crashed while reading it")
+
+// forwardErr passes the member's first serving error, from etcd or its
+// logger's trap, to errc, and closes errc when etcd's channel closes
+// (Close) or after the error.
+func (s *Server) forwardErr() {
+	defer close(s.errc)
+	select {
+	case err, ok := <-s.etcd.Err():
+		if ok {
+			s.errc <- err
+		}
+	case err := <-s.trap.c:
+		s.errc <- err
+	}
+}
+
+// startError makes err, from etcd starting, say what to do: a port in
+// use is named as the member's client or peer port; a data dir etcd
+// could not use is named.
+func startError(cfg Config, err error) error {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		what, addr := "port", ""
+		var op *net.OpError
+		if errors.As(err, &op) && op.Addr != nil {
+			addr = op.Addr.String()
+		}
+		switch _, port, _ := net.SplitHostPort(addr); {
+		case addr == "":
+		case port == portOf(cfg.ClientAddr):
+			what = "client port"
+		case port == portOf(cfg.PeerAddr):
+			what = "peer port"
+		}
+		return fmt.Errorf("rendezvous: etcd member %s: %s %s is in use by another process (another gorun or etcd of this job on this machine?): "+
+			"stop it, or give this one other ports", cfg.Name, what, cmp.Or(addr, cfg.ClientAddr+" or "+cfg.PeerAddr))
+	}
+	msg := err.Error()
+	if errors.Is(err, errStartCrash) || strings.Contains(msg, "WAL") || strings.Contains(msg, "snapshot") || strings.Contains(msg, "backend") ||
+		strings.Contains(msg, "data dir") || strings.Contains(msg, "member dir") {
+		return fmt.Errorf("rendezvous: etcd member %s cannot use its data dir %s: %w (another etcd member using it, or left by another cluster? give this one a data dir of its own)",
+			cfg.Name, cfg.DataDir, err)
+	}
+	return fmt.Errorf("rendezvous: start etcd member %s at %s: %w", cfg.Name, cfg.ClientAddr, err)
+}
+
+// portOf returns the port of host:port, "" when addr is not one.
+func portOf(addr string) string {
+	_, port, _ := net.SplitHostPort(addr)
+	return port
+}
+
+// lockDataDir takes an exclusive flock on dir, so that a second member
+// started on the same data dir (two gorun rendezvous serve, two agents)
+// fails at once naming it, before etcd finds its WAL locked or half
+// made. The kernel drops the lock when the process dies.
+func lockDataDir(dir string) (*os.File, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("rendezvous: server data dir: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("rendezvous: etcd data dir %s is in use by another etcd member (another gorun or gorun rendezvous serve on this machine): give each its own data dir", dir)
+		}
+		return nil, fmt.Errorf("rendezvous: lock etcd data dir %s: %w", dir, err)
+	}
+	return f, nil
 }
 
 // memberInitialized says whether dir holds a member's data already (etcd
@@ -238,12 +360,16 @@ func (s *Server) secure(ctx context.Context, cfg Config, deadline time.Time, fre
 
 // embedConfig translates cfg into etcd's configuration, resolving host
 // names to addresses.
-func embedConfig(ctx context.Context, cfg Config, closing *atomic.Bool) (*embed.Config, error) {
-	clientURL, err := resolveURL(ctx, cfg.ClientAddr)
+func embedConfig(ctx context.Context, cfg Config, closing *atomic.Bool, trap *fatalTrap) (*embed.Config, error) {
+	scheme := "http" // no secret: members and clients speak plain HTTP/2 on the LAN
+	if !cfg.Secret.IsZero() {
+		scheme = "https"
+	}
+	clientURL, err := resolveURL(ctx, cfg.ClientAddr, scheme)
 	if err != nil {
 		return nil, err
 	}
-	peerURL, err := resolveURL(ctx, cfg.PeerAddr)
+	peerURL, err := resolveURL(ctx, cfg.PeerAddr, scheme)
 	if err != nil {
 		return nil, err
 	}
@@ -260,7 +386,7 @@ func embedConfig(ctx context.Context, cfg Config, closing *atomic.Bool) (*embed.
 	for _, name := range names {
 		u := peerURL
 		if name != cfg.Name {
-			if u, err = resolveURL(ctx, cluster[name]); err != nil {
+			if u, err = resolveURL(ctx, cluster[name], scheme); err != nil {
 				return nil, err
 			}
 		}
@@ -293,18 +419,52 @@ func embedConfig(ctx context.Context, cfg Config, closing *atomic.Bool) (*embed.
 	e.EnableGRPCGateway = false
 	e.BcryptCost = bcryptCost
 	e.AuthTokenTTL = tokenTTL
+	if !cfg.Secret.IsZero() {
+		if err := memberTLS(e, cfg); err != nil {
+			return nil, err
+		}
+	}
 	e.Logger = "zap"
 	e.LogLevel = "warn"
 	e.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(zerologCore{
 		log:     cfg.Log.With().Str("component", "etcd").Str("member", cfg.Name).Logger(),
 		closing: closing,
-	}))
+	}, zap.WithPanicHook(trap), zap.WithFatalHook(trap)))
 	return e, nil
 }
 
-// resolveURL turns host:port into http://IP:port, the host resolved to
+// memberTLS writes the member's TLS files for cfg.Secret into
+// cfg.DataDir/tls and sets e to speak only mutual TLS with them on both
+// ports. The certificate names the member's resolved addresses and the
+// host names cfg gives. Client certificates must come from the job's CA;
+// their names are not checked against the address they come from (a
+// member or agent may dial from any of its addresses).
+func memberTLS(e *embed.Config, cfg Config) error {
+	var hosts []string
+	for _, u := range slices.Concat(e.ListenClientUrls, e.ListenPeerUrls) {
+		hosts = append(hosts, u.Hostname())
+	}
+	for _, addr := range []string{cfg.ClientAddr, cfg.PeerAddr} {
+		host, _, _ := net.SplitHostPort(addr)
+		hosts = append(hosts, host)
+	}
+	ips, names := certNames(hosts...)
+	files, err := writeMemberTLS(filepath.Join(cfg.DataDir, tlsDirName), cfg.Secret, cfg.Name, ips, names)
+	if err != nil {
+		return err
+	}
+	info := transport.TLSInfo{
+		CertFile: files.cert, KeyFile: files.key, TrustedCAFile: files.ca,
+		ClientCertFile: files.cert, ClientKeyFile: files.key,
+		ClientCertAuth: true, SkipClientSANVerify: true, MinVersion: tls.VersionTLS12,
+	}
+	e.ClientTLSInfo, e.PeerTLSInfo = info, info
+	return nil
+}
+
+// resolveURL turns host:port into scheme://IP:port, the host resolved to
 // its first IPv4 address (an IP literal is kept as it is).
-func resolveURL(ctx context.Context, addr string) (url.URL, error) {
+func resolveURL(ctx context.Context, addr, scheme string) (url.URL, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return url.URL{}, fmt.Errorf("rendezvous: address %q: %w", addr, err)
@@ -313,7 +473,7 @@ func resolveURL(ctx context.Context, addr string) (url.URL, error) {
 	if err != nil {
 		return url.URL{}, err
 	}
-	return url.URL{Scheme: serverScheme, Host: net.JoinHostPort(ip, port)}, nil
+	return url.URL{Scheme: scheme, Host: net.JoinHostPort(ip, port)}, nil
 }
 
 // ResolveIPv4 returns host's first IPv4 address as text; an IP literal is
@@ -345,8 +505,10 @@ func (s *Server) Leaving() { s.closing.Store(true) }
 func (s *Server) Endpoints() []string { return slices.Clone(s.endpoints) }
 
 // Err receives a fatal serving error of the member (e.g. a listener
-// failing); the member should then be closed. Close closes the channel.
-func (s *Server) Err() <-chan error { return s.etcd.Err() }
+// failing, or a panic or fatal error etcd logged, which ended only the
+// goroutine that logged it); the member should then be closed. Close
+// closes the channel.
+func (s *Server) Err() <-chan error { return s.errc }
 
 // Close stops the member and is safe to call more than once; later calls
 // return the first call's result. The order is etcd's own (embed.Close):
@@ -364,6 +526,9 @@ func (s *Server) Close() error {
 			s.etcd.Close()
 		}
 		s.closeErr = s.removeData()
+		if s.lock != nil {
+			s.lock.Close() // drops the flock, after the data dir is gone
+		}
 	})
 	return s.closeErr
 }

@@ -101,8 +101,7 @@ func TestServerPortInUse(t *testing.T) {
 	require.NoError(t, err)
 	defer l.Close()
 	_, err = Start(testCtx(t), cfg)
-	require.ErrorContains(t, err, "rendezvous: start etcd member m0 at "+cfg.ClientAddr)
-	require.ErrorContains(t, err, "address already in use")
+	require.ErrorContains(t, err, "rendezvous: etcd member m0: client port "+cfg.ClientAddr+" is in use by another process")
 }
 
 func TestServerStartTimesOutWithoutQuorum(t *testing.T) {
@@ -292,6 +291,7 @@ type memberChild struct {
 	stdin interface{ Close() error }
 	out   *bufio.Reader
 	done  chan struct{}
+	first chan string // the child's first line of output ("ready URL", or why not)
 }
 
 // startMembers starts one child process per member of cfgs (with test
@@ -320,8 +320,15 @@ func startMembersIn(t *testing.T, cfgs []Config, secret jobsecret.Secret, scratc
 		stdout, err := cmd.StdoutPipe()
 		require.NoError(t, err)
 		require.NoError(t, cmd.Start())
-		c := &memberChild{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout), done: make(chan struct{})}
+		c := &memberChild{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout), done: make(chan struct{}), first: make(chan string, 1)}
 		children[i] = c
+		go func() { // the first line goes to first, the rest to the test's output
+			line, _ := c.out.ReadString('\n')
+			c.first <- line
+			_, _ = c.out.WriteTo(os.Stdout)
+			_ = c.cmd.Wait()
+			close(c.done)
+		}()
 		t.Cleanup(func() {
 			_ = c.stdin.Close()
 			select {
@@ -333,14 +340,12 @@ func startMembersIn(t *testing.T, cfgs []Config, secret jobsecret.Secret, scratc
 		})
 	}
 	for i, c := range children {
-		line, err := c.out.ReadString('\n')
-		require.NoError(t, err, "member %d said %q", i, line)
-		require.True(t, strings.HasPrefix(line, "ready http://"+cfgs[i].ClientAddr), "member %d said %q", i, line)
-		go func() {
-			_, _ = c.out.WriteTo(os.Stdout)
-			_ = c.cmd.Wait()
-			close(c.done)
-		}()
+		line := <-c.first
+		scheme := "http"
+		if !secret.IsZero() {
+			scheme = "https"
+		}
+		require.True(t, strings.HasPrefix(line, "ready "+scheme+"://"+cfgs[i].ClientAddr), "member %d said %q", i, line)
 	}
 	return children
 }

@@ -98,12 +98,12 @@ const testTimeout = 60 * time.Second
 func requireGuardedOnce(t *testing.T, ctx context.Context, endpoints []string, secret jobsecret.Secret) {
 	t.Helper()
 	user, password := Credentials(secret)
-	cli, err := dial(t, endpoints, user, password)
+	cli, err := dial(t, endpoints, secret, user, password)
 	require.NoError(t, err)
 	_, err = cli.Put(ctx, AuthPrefix+"started", "1")
 	require.NoError(t, err)
 	require.NoError(t, cli.Close())
 	_, other := Credentials(newSecret(t))
-	_, err = dial(t, endpoints, user, other)
+	_, err = dial(t, endpoints, secret, user, other)
 	require.ErrorContains(t, err, "authentication failed")
 }

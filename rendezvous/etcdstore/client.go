@@ -57,6 +57,15 @@ type ClientConfig struct {
 	// cacert=,cert=,key=). CACert alone verifies the server; Cert and Key
 	// go together and authenticate the client.
 	CACert, Cert, Key string
+	// TLS, when set, is used in place of the files CACert, Cert and Key:
+	// a job secret's TLS (etcdembed.ClientTLS), made in memory.
+	TLS *tls.Config
+	// TLSIfOffered makes TLS conditional for endpoints without a scheme:
+	// Dial uses it when the endpoint it reaches completes a TLS handshake,
+	// and speaks plain HTTP when it answers otherwise (an etcd that
+	// gorun does not run, which knows nothing of the job secret). An
+	// https:// endpoint always gets TLS, an http:// one never.
+	TLSIfOffered bool
 	// User and Password authenticate to etcd (from --rdzv-conf
 	// user=,password=); both or neither.
 	User, Password string
@@ -150,8 +159,12 @@ func endpointHostPort(ep string) (string, error) {
 	return hostport, nil
 }
 
-// tlsConfig loads the TLS files of c; nil when c uses none.
+// tlsConfig loads the TLS files of c, or gives c.TLS; nil when c uses
+// none.
 func (c ClientConfig) tlsConfig() (*tls.Config, error) {
+	if c.TLS != nil {
+		return c.TLS.Clone(), nil
+	}
 	if c.CACert == "" && c.Cert == "" {
 		return nil, nil
 	}
@@ -242,6 +255,12 @@ func Dial(ctx context.Context, cfg ClientConfig) (*clientv3.Client, error) {
 		actx, acancel := context.WithTimeout(deadlineCtx, dialTimeout)
 		defer acancel()
 		ep, err := firstReachable(actx, cfg.Endpoints, tlsCfg)
+		ccfg := ccfg
+		if err != nil && cfg.TLSIfOffered && tlsCfg != nil && plainAnswer(err) {
+			// No TLS there: an etcd without the job's TLS.
+			ccfg.TLS = nil
+			ep, err = firstReachable(actx, cfg.Endpoints, nil)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -324,6 +343,14 @@ func probe(ctx context.Context, ep string, tlsCfg *tls.Config) error {
 		return classify(err)
 	}
 	return nil
+}
+
+// plainAnswer says whether err, from a TLS handshake, is what a server
+// that does not speak TLS answers: a hang-up, no answer, or a reply that
+// is not TLS.
+func plainAnswer(err error) bool {
+	var rec tls.RecordHeaderError
+	return errors.Is(err, errNoHandshake) || errors.As(err, &rec)
 }
 
 // errNoHandshake is a TLS handshake that got no answer in time or a
