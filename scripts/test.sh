@@ -12,7 +12,8 @@ export PATH=/usr/local/go/bin:$PATH
 # job secret is refused),
 # slurm-wlm (slurmctld, slurmd), munge and iproute2's ss for the real SLURM
 # cluster of test/slurm, prometheus (prometheus, promtool) for the metrics
-# tests. A test whose dependency is missing skips, except when
+# tests, iproute2's ip and nftables' nft for the network faults of
+# test/e2e TestNetFaults (network namespaces, drops on a bridge). A test whose dependency is missing skips, except when
 # CI=true (CI sets it): then it fails, so that a broken set-up cannot pass.
 need=()
 /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || need+=(python3-torch)
@@ -22,6 +23,7 @@ command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 command -v slurmctld >/dev/null 2>&1 || need+=(slurm-wlm)
 command -v munged >/dev/null 2>&1 || need+=(munge)
 command -v ss >/dev/null 2>&1 || need+=(iproute2)
+command -v nft >/dev/null 2>&1 || need+=(nftables)
 { command -v prometheus && command -v promtool; } >/dev/null 2>&1 || need+=(prometheus)
 if ((${#need[@]})); then
   echo "== apt-get install ${need[*]}"

@@ -7,6 +7,11 @@
 //	go test ./test/e2e/ -v
 //	GORUN_BIN=/path/to/gorun go test ./test/e2e/   # test a prebuilt binary
 //	E2E_PYTHON=/usr/bin/python3                    # interpreter with torch (default)
+//	GORUN_NETFAULT=all go test ./test/e2e/ -run TestNetFaults -v   # every network fault
+//
+// TestNetFaults (issue 19's network faults) needs root, ip and nft: it puts the agents and
+// etcd in network namespaces of their own behind a bridge and drops packets with nftables
+// (netLab); it skips without them, or fails when CI=true.
 //
 // Every gorun run is bounded by a context timeout, stopped with SIGTERM then
 // SIGKILL, and every process it started (found by a per-run marker in its
