@@ -48,10 +48,9 @@ type netScenario struct {
 	// rules are the nft matches to drop for the fault's duration.
 	rules func(l *netLab) []string
 	dur   time.Duration
-	// needsItem2 marks a scenario that cannot meet the bounds until issue 19 item 2 (a round
-	// change wakes a worker blocked in a collective) is merged: its violations skip the subtest,
-	// naming item 2, instead of failing it. Remove the mark once item 2 is in.
-	needsItem2 bool
+	// knownGap, when not empty, says why a scenario does not meet the bounds yet: its
+	// violations skip the subtest, naming the gap, instead of failing it. Remove it once fixed.
+	knownGap string
 	// full: only with GORUN_NETFAULT=all (the CI run stays under about 3 minutes).
 	full bool
 }
@@ -103,16 +102,18 @@ func TestNetFaults(t *testing.T) {
 	all := os.Getenv("GORUN_NETFAULT") == "all"
 
 	scenarios := []netScenario{
-		{name: "node C cut off 10 s", dur: 10 * time.Second, needsItem2: true,
+		{name: "node C cut off 10 s", dur: 10 * time.Second,
 			rules: func(l *netLab) []string { return l.Cut("c") }},
 		{name: "C cut from etcd only 15 s", dur: 15 * time.Second,
 			rules: func(l *netLab) []string { return l.CutBetween("c", "etcd") }},
 		{name: "etcd cut off 15 s", dur: 15 * time.Second,
 			rules: func(l *netLab) []string { return l.Cut("etcd") }},
-		{name: "one way C -> A dropped 10 s", dur: 10 * time.Second, needsItem2: true, full: true,
-			rules: func(l *netLab) []string { return []string{l.OneWay("c", "a")} }},
-		{name: "B 30 % loss both ways 20 s", dur: 20 * time.Second, needsItem2: true, full: true,
-			rules: func(l *netLab) []string { return l.Loss("b", 30) }},
+		{name: "one way C -> A dropped 10 s", dur: 10 * time.Second, full: true,
+			knownGap: "a one-way drop breaks the world without a membership change: no new round comes, the workers time out their collectives and await one until the agent restarts them from a checkpoint (a same-membership in-place re-form is issue 21's)",
+			rules:    func(l *netLab) []string { return []string{l.OneWay("c", "a")} }},
+		{name: "B 30 % loss both ways 20 s", dur: 20 * time.Second, full: true,
+			knownGap: "random loss: B's lease renewals may be dropped long enough for it to be counted lost, and the stall follows TCP's retransmission back-off",
+			rules:    func(l *netLab) []string { return l.Loss("b", 30) }},
 	}
 	var rows []netRow
 	t.Cleanup(func() {
@@ -141,9 +142,8 @@ func TestNetFaults(t *testing.T) {
 				bad = append(bad, fmt.Sprintf("every node back in the job %v after the heal, want within %v", row.rejoin.Round(time.Millisecond), netBound))
 			}
 			bad = append(bad, row.notes...)
-			if len(bad) > 0 && sc.needsItem2 {
-				t.Skipf("needs issue 19 item 2 (a round change wakes a worker blocked in a collective), not on this branch yet: %s; "+
-					"remove needsItem2 from this scenario once item 2 is merged", strings.Join(bad, "; "))
+			if len(bad) > 0 && sc.knownGap != "" {
+				t.Skipf("known gap (%s): %s", sc.knownGap, strings.Join(bad, "; "))
 			}
 			for _, b := range bad {
 				t.Error(b)
