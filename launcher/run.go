@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -169,11 +172,32 @@ func Run(ctx context.Context, l *Launch, rt Runtime) (elastic.Outcome, error) {
 	if l.Rendezvous.Backend == BackendEtcd {
 		return runElastic(ctx, l, rt, spec)
 	}
+	if err := checkMasterPort(l.staticRound()); err != nil {
+		return elastic.Outcome{ExitCode: 1}, err
+	}
 	agent, err := elastic.New(spec, &rendezvous.Static{Round: l.staticRound(), MaxFailures: l.MaxRestarts})
 	if err != nil {
 		return elastic.Outcome{ExitCode: 1}, err
 	}
 	return agent.Run(ctx)
+}
+
+// checkMasterPort fails, naming the port, when round r's worker rank 0
+// runs on this node and its MASTER_PORT is taken here: the workers'
+// store would fail to bind it, deep in every worker's traceback. It
+// checks at the launch only; a port taken later fails the workers.
+func checkMasterPort(r rendezvous.Round) error {
+	if r.NodeRank != 0 || r.MasterPort <= 0 {
+		return nil
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(r.MasterPort)))
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("MASTER_PORT %d is already in use on this node, where worker rank 0 hosts the workers' store: give another --master-port, or stop what holds it", r.MasterPort)
+	}
+	if err != nil {
+		return nil // not ours to judge (no permission, no such address): the store reports it
+	}
+	return ln.Close()
 }
 
 // serveMetrics serves the agent's Prometheus metrics at l.MetricsAddr
