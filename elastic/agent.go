@@ -40,6 +40,10 @@ type Rendezvous interface {
 	// no culprit here, and blocks until r ends elsewhere (false) or this
 	// node is the one to name a culprit among its own workers (true).
 	Stalled(ctx context.Context, r rendezvous.Round) (bool, error)
+	// Reform ends r for a world that broke with no node lost, opening a
+	// round of the same members (a membership change), or does nothing
+	// when r is over already.
+	Reform(ctx context.Context, r rendezvous.Round, reason string) error
 	// Failed reports this node's worker failures in r and says how r ends:
 	// a restart, or the job closed as failed.
 	Failed(ctx context.Context, r rendezvous.Round, failures []rendezvous.Failure) (rendezvous.End, error)
@@ -132,7 +136,17 @@ type Spec struct {
 	// the lease TTL plus the join timeout, the longest a round change
 	// may take.
 	AwaitTimeout time.Duration
-	Log          zerolog.Logger
+	// ReformAfter, when positive and InPlace, is how long a worker awaits
+	// a new round before the agent asks for one itself (Rendezvous.Reform):
+	// a world that broke while no node's lease expired (a one-way or
+	// partial network fault) re-forms in place with the same members
+	// instead of waiting out AwaitTimeout and restarting from a checkpoint.
+	// Each further re-form before the workers make progress again waits
+	// twice as long (at most 32 times), sparing the membership-change
+	// budget during a long fault. The launcher gives the lease TTL plus one
+	// second: by then a node that is really gone has lost its lease.
+	ReformAfter time.Duration
+	Log         zerolog.Logger
 }
 
 // DefaultAwaitTimeout is Spec.AwaitTimeout when it is 0.
@@ -211,6 +225,10 @@ type Agent struct {
 
 	// Worker events, for the monitor of whichever round runs: they
 	// outlive a round when the workers are kept in place.
+	// reforms counts the re-forms this agent asked for since its workers
+	// last made progress in a new round (Spec.ReformAfter's back-off).
+	reforms atomic.Int32
+
 	exits   chan *worker    // a worker's process ended
 	awaits  chan *worker    // a worker awaits a new round
 	resumed chan resumption // a kept worker's first progress in its new round

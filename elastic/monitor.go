@@ -107,6 +107,9 @@ type roundMonitor struct {
 	// awaitOver is set while a worker awaits a new round: when it fires,
 	// the workers still awaiting count as failed.
 	awaitOver <-chan time.Time
+	// reformDue is set while a worker awaits a new round and the agent
+	// may ask for one itself (Spec.ReformAfter).
+	reformDue <-chan time.Time
 	// recovering, in a round whose workers were kept in place, is where
 	// they came from, until their first progress in this round.
 	recovering *reforming
@@ -147,6 +150,8 @@ func (m *roundMonitor) run() roundResult {
 			m.onAwait(w)
 		case <-m.awaitOver:
 			done = m.onAwaitOver()
+		case <-m.reformDue:
+			m.onReformDue()
 		case r := <-m.a.resumed:
 			m.onResumed(r)
 		case <-m.requeue:
@@ -271,6 +276,39 @@ func (m *roundMonitor) onAwait(w *worker) {
 	if m.awaitOver == nil {
 		m.awaitOver = time.After(m.a.spec.AwaitTimeout)
 	}
+	if m.reformDue == nil && m.a.spec.InPlace && m.a.spec.ReformAfter > 0 {
+		m.reformDue = time.After(m.a.spec.ReformAfter << min(m.a.reforms.Load(), maxReformBackOff))
+	}
+}
+
+// maxReformBackOff caps the doubling of Spec.ReformAfter (a factor of 32).
+const maxReformBackOff = 5
+
+// onReformDue: a worker awaited a new round for ReformAfter (doubled per
+// re-form without progress) and none came, so no node was lost: the
+// world broke on a partial network fault. The agent asks the rendezvous
+// to re-form the same members; the new round then keeps the workers in
+// place as for any membership change. A rendezvous that cannot leaves
+// the wait to AwaitTimeout.
+func (m *roundMonitor) onReformDue() {
+	m.reformDue = nil
+	var awaiting []int
+	for _, w := range m.workers {
+		if _, ok := w.heartbeat.Awaiting(); ok && !w.endedOnItsOwn() {
+			awaiting = append(awaiting, w.contract.Rank)
+		}
+	}
+	if len(awaiting) == 0 {
+		return
+	}
+	n := m.a.reforms.Add(1)
+	reason := fmt.Sprintf("ranks %v on %s lost a peer while no node was lost (a partial network fault?): the same nodes re-form", awaiting, m.a.spec.Host)
+	m.a.log.Info().Ints("ranks", awaiting).Int32("reforms", n).Msg("workers await a round that does not come: asking to re-form in place")
+	ctx, cancel := context.WithTimeout(m.ctx, blameTimeout)
+	defer cancel()
+	if err := m.a.rdzv.Reform(ctx, m.round, reason); err != nil {
+		m.a.log.Warn().Err(err).Msg("re-forming in place: the workers wait for a round change")
+	}
 }
 
 // onAwaitOver: workers awaited a new round for AwaitTimeout and none
@@ -309,6 +347,7 @@ func (m *roundMonitor) onResumed(r resumption) {
 		return
 	}
 	m.recovering = nil
+	m.a.reforms.Store(0)
 	for _, w := range m.workers {
 		w.resuming.Store(false)
 	}

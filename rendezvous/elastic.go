@@ -357,6 +357,23 @@ func (e *Elastic) Failed(ctx context.Context, r Round, failures []Failure) (End,
 	}
 }
 
+// Reform ends round r for a world that broke with no node lost (a one-way
+// or partial network fault: every lease renews, but some workers cannot
+// reach others), by opening the next round as a membership change: the
+// same members join it again, and agents that keep their workers in place
+// re-form them without losing a step. It spends the membership-change
+// budget (the job closes as failed when it is spent). When the job
+// already moved past r it does nothing; the round's watchers learn of the
+// new round as of any other.
+func (e *Elastic) Reform(ctx context.Context, r Round, reason string) error {
+	snap, _ := e.agent.read()
+	st := snap.state
+	if _, over := roundOver(st, r); over {
+		return nil
+	}
+	return e.cas(ctx, snap.stateRev, st, st.Next(CauseMembership, reason, e.cfg.Limits, time.Now()))
+}
+
 // recordLost writes a failure report for each lost node of round, with
 // the global ranks it held: its death is what broke its peers' workers, so
 // OrderFailures puts it before them.

@@ -139,3 +139,32 @@ func TestStalledNamesOneNode(t *testing.T) {
 	require.False(t, blame)
 	require.NoError(t, <-failed)
 }
+
+// A world that broke with no node lost re-forms: Reform opens the next
+// round as a membership change of the same members (the in-place path),
+// charged to the membership budget, and a second Reform of the same
+// round, from another node, does nothing.
+func TestReformOpensARoundOfTheSameMembers(t *testing.T) {
+	b := rdzvtest.NewBackend()
+	a, bb := join(t, b, config("a", -1, testLimits)), join(t, b, config("b", -1, testLimits))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r := nextAll(t, a, bb)
+	ends := bb.rdzv.Watch(ctx, r[1])
+	require.NoError(t, a.rdzv.Reform(ctx, r[0], "ranks [0] on a lost a peer"))
+	end := <-ends
+	require.False(t, end.Closed)
+	require.Equal(t, rendezvous.CauseMembership, end.Cause)
+	require.Contains(t, end.Reason, "lost a peer")
+	require.Empty(t, end.Lost, "nobody is lost")
+	require.NoError(t, bb.rdzv.Reform(ctx, r[1], "the same fault seen from b"), "the job moved on: nothing to do")
+
+	next := nextAll(t, a, bb)
+	require.Equal(t, r[0].Number+1, next[0].Number, "one round, not two")
+	require.Equal(t, r[0].WorldSize, next[0].WorldSize)
+	require.Equal(t, r[0].NodeRank, next[0].NodeRank)
+	require.Equal(t, r[1].NodeRank, next[1].NodeRank)
+
+	var static rendezvous.Static
+	require.ErrorIs(t, static.Reform(ctx, r[0], "x"), rendezvous.ErrNoReform)
+}

@@ -2,6 +2,7 @@ package rendezvous
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -69,6 +70,13 @@ func (s *Static) Blame(_ context.Context, r Round, failures []Failure) error {
 
 // Stalled is always this node's to judge: there is no other.
 func (s *Static) Stalled(context.Context, Round) (bool, error) { return true, nil }
+
+// ErrNoReform says a static rendezvous cannot re-form a running world: its
+// round is fixed.
+var ErrNoReform = errors.New("rendezvous: a static launch cannot re-form its world")
+
+// Reform returns ErrNoReform: a static world has one round.
+func (s *Static) Reform(context.Context, Round, string) error { return ErrNoReform }
 
 // Abandon records the agent's own failure f; nothing else shares the job.
 func (s *Static) Abandon(_ context.Context, f Failure) error {

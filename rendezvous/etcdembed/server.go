@@ -299,8 +299,10 @@ func startError(cfg Config, err error) error {
 		case port == portOf(cfg.PeerAddr):
 			what = "peer port"
 		}
+		// %w keeps EADDRINUSE for callers that fall back (a c10d host that
+		// finds the endpoint taken becomes a client).
 		return fmt.Errorf("rendezvous: etcd member %s: %s %s is in use by another process (another gorun or etcd of this job on this machine?): "+
-			"stop it, or give this one other ports", cfg.Name, what, cmp.Or(addr, cfg.ClientAddr+" or "+cfg.PeerAddr))
+			"stop it, or give this one other ports (%w)", cfg.Name, what, cmp.Or(addr, cfg.ClientAddr+" or "+cfg.PeerAddr), syscall.EADDRINUSE)
 	}
 	msg := err.Error()
 	if errors.Is(err, errStartCrash) || strings.Contains(msg, "WAL") || strings.Contains(msg, "snapshot") || strings.Contains(msg, "backend") ||

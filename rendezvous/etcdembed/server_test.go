@@ -102,6 +102,7 @@ func TestServerPortInUse(t *testing.T) {
 	defer l.Close()
 	_, err = Start(testCtx(t), cfg)
 	require.ErrorContains(t, err, "rendezvous: etcd member m0: client port "+cfg.ClientAddr+" is in use by another process")
+	require.ErrorIs(t, err, syscall.EADDRINUSE, "callers can tell a taken port (a c10d host falls back to client)")
 }
 
 func TestServerStartTimesOutWithoutQuorum(t *testing.T) {
