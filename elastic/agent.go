@@ -143,8 +143,8 @@ type Spec struct {
 	// instead of waiting out AwaitTimeout and restarting from a checkpoint.
 	// Each further re-form before the workers make progress again waits
 	// twice as long (at most 32 times), sparing the membership-change
-	// budget during a long fault. The launcher gives the lease TTL plus one
-	// second: by then a node that is really gone has lost its lease.
+	// budget during a long fault. The launcher gives twice the lease TTL:
+	// by then a node that is really gone has lost its lease.
 	ReformAfter time.Duration
 	Log         zerolog.Logger
 }

@@ -111,9 +111,10 @@ func (l *Launch) AgentSpec(rt Runtime, errorDir string) elastic.Spec {
 	spec.InPlace = l.InPlace
 	if l.Rendezvous.Backend == BackendEtcd {
 		spec.AwaitTimeout = l.Rendezvous.Timing.LeaseTTL.Std() + l.Rendezvous.Timing.JoinTimeout.Std()
-		// A node that is gone has lost its lease by then; a world broken
-		// with no node lost re-forms in place.
-		spec.ReformAfter = l.Rendezvous.Timing.LeaseTTL.Std() + time.Second
+		// A node that is gone has lost its lease by then (leases are
+		// coarse: one may outlive its TTL by half); a world broken with no
+		// node lost re-forms in place.
+		spec.ReformAfter = 2 * l.Rendezvous.Timing.LeaseTTL.Std()
 	}
 	return spec
 }
