@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"time"
@@ -108,7 +109,12 @@ func tlsFailure(err error) bool {
 	var certErr *tls.CertificateVerificationError
 	var alert tls.AlertError
 	var recordErr tls.RecordHeaderError
-	return errors.As(err, &certErr) || errors.As(err, &alert) || errors.As(err, &recordErr)
+	// A certificate judged by our own verification (the job CA's, in
+	// VerifyPeerCertificate) comes as x509's errors, not wrapped in tls's.
+	var unknownCA x509.UnknownAuthorityError
+	var invalid x509.CertificateInvalidError
+	return errors.As(err, &certErr) || errors.As(err, &alert) || errors.As(err, &recordErr) ||
+		errors.As(err, &unknownCA) || errors.As(err, &invalid)
 }
 
 // grpcCode returns the gRPC code etcd answered err with; answered is
