@@ -22,11 +22,16 @@ import (
 )
 
 // ClientCertCN is the common name of the client certificate PKI.Client
-// gives. etcd takes a verified client certificate's common name for the
-// user of a request that carries no password: this one names no user, so
-// the certificate gets a client through TLS and the password (from the
-// same secret) still decides what it may do.
-const ClientCertCN = "gorun agent"
+// gives: AuthUser. etcd takes a verified client certificate's common name
+// for the user of a request that carries no password (or no token yet),
+// so the certificate alone gives AuthUser's rights: read-write under
+// AuthPrefix. Both it and AuthUser's password come from the job secret.
+// It must name that user: an agent that connects while the leader is
+// still turning authentication on gets no token (authentication is off
+// then) and is judged by its certificate afterwards; a certificate naming
+// no user made every request of such an agent "permission denied" (seen on
+// 2-node SLURM jobs, whose second node connects at once).
+const ClientCertCN = AuthUser
 
 // jobsecret.Key purposes of the PKI's keys.
 const (

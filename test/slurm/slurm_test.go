@@ -204,6 +204,12 @@ func TestScancelSignals(t *testing.T) {
 	script := writeFile(t, dir, "job.sbatch", render(t, worker, "--nodes", "2", "--nproc-per-node", "2", "--time", "10",
 		"--output", dir, "--env", "OUT="+dir, "--", "--term-timeout=20s"), 0o644)
 	id := c.Sbatch(t, dir, script)
+	defer func() {
+		if t.Failed() {
+			out, _ := os.ReadFile(c.Job(t, id)["StdOut"])
+			t.Logf("job output:\n%s", tail(string(out), 40))
+		}
+	}()
 	waitFiles(t, filepath.Join(dir, "ready-*"), 4, 60*time.Second)
 
 	c.MustRun(t, "scancel", "--signal=USR1", id)
