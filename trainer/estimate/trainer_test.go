@@ -74,6 +74,7 @@ func TestTrainerAsItAllocates(t *testing.T) {
 	c.Train.MicroBatch, c.Train.GlobalBatch, c.Train.Steps = 4, 4, 2
 	c.Optim.Warmup = 1
 	c.Checkpoint.Dir = ""
+	c.Train.Metrics = "" // the default, metrics.jsonl, would be written into this package's directory
 	ds := data.New([]byte(strings.Repeat("the quick brown fox jumps over the lazy dog; ", 200)))
 	want, err := Trainer(c, 1, 1)
 	require.NoError(t, err)
