@@ -2,6 +2,7 @@ package etcdembed
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -59,12 +60,7 @@ func TestPKIDeterministic(t *testing.T) {
 func TestServerTLSOnly(t *testing.T) {
 	ctx := testCtx(t)
 	secret := newSecret(t)
-	cfg := fastServer(t)
-	cfg.Secret = secret
-	cfg.RemoveDataDir = true
-	s, err := Start(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	cfg, s := startWithSecret(t, ctx, secret)
 	require.Equal(t, []string{"https://" + cfg.ClientAddr}, s.Endpoints())
 
 	for _, addr := range []string{cfg.ClientAddr, cfg.PeerAddr} {
@@ -142,12 +138,7 @@ func needTool(t *testing.T, name string) string {
 func TestServerTLSTools(t *testing.T) {
 	ctx := testCtx(t)
 	secret := newSecret(t)
-	cfg := fastServer(t)
-	cfg.Secret = secret
-	cfg.RemoveDataDir = true
-	s, err := Start(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	cfg, s := startWithSecret(t, ctx, secret)
 	files, err := WriteClientFiles(filepath.Join(t.TempDir(), "etcdctl"), secret)
 	require.NoError(t, err)
 	for _, path := range []string{files.CA, files.Cert, files.Key, files.Password} {
@@ -201,4 +192,17 @@ func TestClientFilesMatchMember(t *testing.T) {
 	b, err := os.ReadFile(member.ca)
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(a, b))
+}
+
+// startWithSecret starts a single member with secret on free loopback
+// ports, closed (and its data dir removed) in t's cleanup.
+func startWithSecret(t *testing.T, ctx context.Context, secret jobsecret.Secret) (Config, *Server) {
+	t.Helper()
+	cfg := fastServer(t)
+	cfg.Secret = secret
+	cfg.RemoveDataDir = true
+	s, err := Start(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	return cfg, s
 }
