@@ -284,6 +284,17 @@ func (m *roundMonitor) onAwait(w *worker) {
 // maxReformBackOff caps the doubling of Spec.ReformAfter (a factor of 32).
 const maxReformBackOff = 5
 
+// awaitingWorkers are this round's workers that still await a new round.
+func (m *roundMonitor) awaitingWorkers() []*worker {
+	var out []*worker
+	for _, w := range m.workers {
+		if _, ok := w.heartbeat.Awaiting(); ok && !w.endedOnItsOwn() {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
 // onReformDue: a worker awaited a new round for ReformAfter (doubled per
 // re-form without progress) and none came, so no node was lost: the
 // world broke on a partial network fault. The agent asks the rendezvous
@@ -293,10 +304,8 @@ const maxReformBackOff = 5
 func (m *roundMonitor) onReformDue() {
 	m.reformDue = nil
 	var awaiting []int
-	for _, w := range m.workers {
-		if _, ok := w.heartbeat.Awaiting(); ok && !w.endedOnItsOwn() {
-			awaiting = append(awaiting, w.contract.Rank)
-		}
+	for _, w := range m.awaitingWorkers() {
+		awaiting = append(awaiting, w.contract.Rank)
 	}
 	if len(awaiting) == 0 {
 		return
@@ -316,11 +325,10 @@ func (m *roundMonitor) onReformDue() {
 // others stop and the round ends with their failure.
 func (m *roundMonitor) onAwaitOver() *roundResult {
 	m.awaitOver = nil
-	var over []*worker
-	for _, w := range m.workers {
-		if aw, ok := w.heartbeat.Awaiting(); ok && !w.endedOnItsOwn() {
+	over := m.awaitingWorkers()
+	for _, w := range over {
+		if aw, ok := w.heartbeat.Awaiting(); ok {
 			w.abandoned.Store(&aw)
-			over = append(over, w)
 		}
 	}
 	if len(over) == 0 {
