@@ -247,10 +247,13 @@ func (m *roundMonitor) onRoundEnd(end rendezvous.End, ok bool) *roundResult {
 // keepable says whether the workers go on into the next round in place:
 // the round ended for a membership change only, in-place recovery is on,
 // and every worker here is alive, with a channel to be told its new
-// contract, and not being judged or stopped for a requeue.
+// contract, and not being judged or stopped for a requeue. Workers that
+// were passed a requeue signal (SIGUSR1/SIGUSR2) are checkpointing to
+// stop: a round that ends meanwhile (a node whose workers stopped first
+// left) is the job stopping, not a membership change to re-form for.
 func (m *roundMonitor) keepable(end rendezvous.End) bool {
 	if !m.a.spec.InPlace || end.Closed || end.Cause != rendezvous.CauseMembership ||
-		m.requeue != nil || m.judging || m.running != len(m.workers) {
+		m.requeue != nil || m.a.signalled.Load() || m.judging || m.running != len(m.workers) {
 		return false
 	}
 	for _, w := range m.workers {
