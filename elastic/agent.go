@@ -40,6 +40,11 @@ type Rendezvous interface {
 	// no culprit here, and blocks until r ends elsewhere (false) or this
 	// node is the one to name a culprit among its own workers (true).
 	Stalled(ctx context.Context, r rendezvous.Round) (bool, error)
+	// Unreachable checks whether the node holding global rank `rank` of r
+	// can be reached, a worker here having heard nothing from it, and
+	// reports it when not: the rendezvous then leaves one side of the
+	// fault out of the next round.
+	Unreachable(ctx context.Context, r rendezvous.Round, rank int) error
 	// Reform ends r for a world that broke with no node lost, opening a
 	// round of the same members (a membership change), or does nothing
 	// when r is over already.
@@ -231,6 +236,7 @@ type Agent struct {
 
 	exits   chan *worker    // a worker's process ended
 	awaits  chan *worker    // a worker awaits a new round
+	silent  chan silence    // a worker heard nothing from a peer for heartbeat.SilentAfter
 	resumed chan resumption // a kept worker's first progress in its new round
 }
 
@@ -260,6 +266,7 @@ func New(spec Spec, rdzv Rendezvous) (*Agent, error) {
 		spec: spec, observed: observed, rdzv: rdzv, log: spec.Log.With().Str("component", "agent").Logger(),
 		kill: make(chan struct{}), passOn: make(chan syscall.Signal, 4),
 		exits: make(chan *worker), awaits: make(chan *worker, 4*spec.LocalWorkers),
+		silent:  make(chan silence, 4*spec.LocalWorkers),
 		resumed: make(chan resumption, spec.LocalWorkers),
 	}, nil
 }

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gorun/gorun/internal/heartbeat"
 	"github.com/gorun/gorun/internal/workerlog"
 	"github.com/gorun/gorun/rendezvous"
 )
@@ -62,7 +64,10 @@ func (a *Agent) runRound(ctx context.Context, r rendezvous.Round, inPlace *refor
 		roundEnd: a.rdzv.Watch(watchCtx, r), recovering: inPlace,
 	}
 	m.watchWorkers()
-	return m.run(), nil
+	res = m.run()
+	stopWatch()
+	m.probes.Wait()
+	return res, nil
 }
 
 // startRound starts fresh workers for round r; when not all of them
@@ -113,6 +118,13 @@ type roundMonitor struct {
 	// recovering, in a round whose workers were kept in place, is where
 	// they came from, until their first progress in this round.
 	recovering *reforming
+	probes     sync.WaitGroup // Unreachable checks of silent peers, bound to watchCtx
+}
+
+// silence is a worker's report of a peer rank it heard nothing from.
+type silence struct {
+	w    *worker
+	peer int
 }
 
 // watchWorkers turns each worker's heartbeat stall into an event (the
@@ -148,6 +160,8 @@ func (m *roundMonitor) run() roundResult {
 			}
 		case w := <-m.a.awaits:
 			m.onAwait(w)
+		case s := <-m.a.silent:
+			m.onSilent(s)
 		case <-m.awaitOver:
 			done = m.onAwaitOver()
 		case <-m.reformDue:
@@ -282,6 +296,28 @@ func (m *roundMonitor) onAwait(w *worker) {
 	if m.reformDue == nil && m.a.spec.InPlace && m.a.spec.ReformAfter > 0 {
 		m.reformDue = time.After(m.a.spec.ReformAfter << min(m.a.reforms.Load(), maxReformBackOff))
 	}
+}
+
+// onSilent: a worker heard nothing from peer rank s.peer for
+// heartbeat.SilentAfter while its world runs. A peer on another node is
+// checked (Rendezvous.Unreachable: a probe of its node, reported when it
+// fails) in the background, bound to the round; a peer on this node is a
+// process, not a network, and the heartbeat timeout judges it.
+func (m *roundMonitor) onSilent(s silence) {
+	if slices.Index(m.workers, s.w) < 0 {
+		return
+	}
+	if first := m.round.FirstRank; s.peer >= first && s.peer < first+len(m.workers) {
+		return
+	}
+	m.a.log.Info().Int("rank", s.w.contract.Rank).Int("peer", s.peer).Dur("silent", heartbeat.SilentAfter).Msg("worker heard nothing from a peer on another node: probing that node")
+	m.probes.Go(func() {
+		ctx, cancel := context.WithTimeout(m.watchCtx, blameTimeout)
+		defer cancel()
+		if err := m.a.rdzv.Unreachable(ctx, m.round, s.peer); err != nil && m.watchCtx.Err() == nil {
+			m.a.log.Warn().Err(err).Int("peer", s.peer).Msg("checking whether a silent peer's node can be reached")
+		}
+	})
 }
 
 // maxReformBackOff caps the doubling of Spec.ReformAfter (a factor of 32).

@@ -198,6 +198,12 @@ func (a *Agent) startWorkers(sink *workerlog.Sink, r rendezvous.Round) ([]*worke
 				default: // the monitor checks every worker when its bound is over
 				}
 			})
+			beat.OnSilent(func(peer int) {
+				select {
+				case a.silent <- silence{w: w, peer: peer}:
+				default: // the other workers that hear nothing from that node say so too
+				}
+			})
 		}
 		go a.followExit(w)
 		a.log.Debug().Int("rank", c.Rank).Int("local_rank", local).Int("pid", p.PID()).Msg("worker started")

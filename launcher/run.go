@@ -21,6 +21,7 @@ import (
 	"github.com/gorun/gorun/internal/filetimer"
 	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/internal/proc"
+	"github.com/gorun/gorun/internal/reach"
 	"github.com/gorun/gorun/internal/straggler"
 	"github.com/gorun/gorun/internal/workerlog"
 	"github.com/gorun/gorun/rendezvous"
@@ -297,9 +298,19 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 	if err != nil {
 		return elastic.Outcome{ExitCode: 1}, err
 	}
+	// The agent answers reachability probes on its node's address, so
+	// that a network fault between nodes that costs no lease can be told
+	// from a slow process, and a node left out for it can tell when it may
+	// come back (rendezvous.Unreachable).
+	prober, err := reach.Listen(l.Addr)
+	if err != nil {
+		_ = store.Close()
+		return elastic.Outcome{ExitCode: 1}, fmt.Errorf("%w: the agent answers the other nodes' reachability probes on this node's address (--local-addr)", err)
+	}
+	defer prober.Close()
 	rdzv, err := rendezvous.Join(ctx, store, rendezvous.Config{
 		Self: rendezvous.Member{
-			ID: r.NodeID, Host: l.Host, Addr: l.Addr, Preferred: l.NodeRank, NProc: l.NProcPerNode,
+			ID: r.NodeID, Host: l.Host, Addr: l.Addr, Preferred: l.NodeRank, NProc: l.NProcPerNode, Reach: prober.Port(),
 		},
 		Limits: r.Limits, LastCall: r.Timing.LastCall.Std(), JoinTimeout: r.Timing.JoinTimeout.Std(),
 		LeaseTTL: r.Timing.LeaseTTL.Std(),

@@ -109,6 +109,9 @@ type aggregator struct {
 	e             *Elastic
 	lastCallRound int       // the round whose last call started
 	lastCall      time.Time // when that last call ends
+	// cannotLeaveOut is the last round whose unreachable members could
+	// not be left out (too few nodes would be left): said once.
+	cannotLeaveOut int
 }
 
 // lead follows every key of the job and takes the transitions that fall to
@@ -126,7 +129,7 @@ func (e *Elastic) lead(ctx context.Context) {
 		cancel()
 		<-viewDone
 	}()
-	a := &aggregator{e: e, lastCallRound: -1}
+	a := &aggregator{e: e, lastCallRound: -1, cannotLeaveOut: -1}
 	for {
 		// A snapshot costs O(nodes): thousands joining at once are taken
 		// in batches, not one snapshot each.
@@ -170,6 +173,9 @@ func (a *aggregator) step(ctx context.Context, snap snapshot) (<-chan time.Time,
 	if gone, err := a.reopenIfMembersLeft(ctx, snap); gone || err != nil {
 		return nil, err
 	}
+	if out, err := a.leaveOutUnreachable(ctx, snap); out || err != nil {
+		return nil, err
+	}
 	if closed, err := a.closeIfAllSucceeded(ctx, snap); closed || err != nil {
 		return nil, err
 	}
@@ -207,8 +213,16 @@ func (a *aggregator) joinable(ctx context.Context, snap snapshot) (<-chan time.T
 		}
 		return nil, e.cas(ctx, snap.stateRev, st, re)
 	}
+	// A node left out of this round is alive but waits until it reaches
+	// every member: the round does not wait for it.
+	alive := len(snap.alive)
+	for _, id := range st.LeftOut {
+		if snap.alive[id] && !slices.ContainsFunc(snap.joined, func(m Member) bool { return m.ID == id }) {
+			alive--
+		}
+	}
 	settled := len(snap.joined) >= lim.MaxNodes || !e.settling()
-	if !settled || !ShouldFreeze(st, len(snap.joined), len(snap.alive), lim, passed) {
+	if !settled || !ShouldFreeze(st, len(snap.joined), alive, lim, passed) {
 		return wake, nil
 	}
 	joined := slices.Clone(snap.joined)

@@ -93,6 +93,7 @@ type Elastic struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	last   int // the last round Next returned; -1 before the first
+	reach  reachState
 }
 
 // Join registers this node with the job (a leased key: its liveness) and
@@ -189,6 +190,7 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 	timeout := time.NewTimer(e.cfg.JoinTimeout)
 	defer timeout.Stop()
 	joinedRound, waiting := -1, false
+	var retry <-chan time.Time // a node left out probes the members again
 	for {
 		snap, changed := e.agent.read()
 		st, p := snap.state, snap.placement
@@ -202,6 +204,11 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 			// This node's view has not yet caught up with the round that
 			// replaced the one it ran: wait for it.
 		case st.Phase == PhaseJoinable:
+			e.setLeftOut(st)
+			if joinedRound != st.Round && !e.rejoinable(ctx) {
+				retry = time.After(reachEvery)
+				break
+			}
 			if joinedRound != st.Round {
 				self := e.cfg.Self
 				port, err := e.cfg.FreePort(self.Addr)
@@ -225,8 +232,14 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 			return r, nil
 		case (placed || joinedRound != st.Round) && !waiting:
 			// The round formed without this node: it came late, or the
-			// round was full. The aggregator opens the next one for it
-			// when there is room.
+			// round was full, or it was left out and reaches every member
+			// again. The aggregator opens the next one for it when there
+			// is room.
+			e.setLeftOut(st)
+			if !e.rejoinable(ctx) {
+				retry = time.After(reachEvery)
+				break
+			}
 			if err := e.put(ctx, prefixWait+e.cfg.Self.ID, e.cfg.Self, true); err != nil {
 				return Round{}, err
 			}
@@ -235,6 +248,8 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 		}
 		select {
 		case <-changed:
+		case <-retry:
+			retry = nil
 		case <-timeout.C:
 			return Round{}, e.formError(ctx, st)
 		case <-ctx.Done():
@@ -247,6 +262,10 @@ func (e *Elastic) formError(ctx context.Context, st State) error {
 	if sess, _ := e.store.Session(); !sess.Live {
 		return fmt.Errorf("%w: no answer for %s, and no round took this node within join_timeout=%s",
 			ErrEtcdUnreachable, time.Since(sess.Since).Round(time.Second), e.cfg.JoinTimeout)
+	}
+	if err := e.leftOutError(); err != nil {
+		return fmt.Errorf("rendezvous: this node was left out of the job for a network fault and could not reach every member within join_timeout=%s: %w",
+			e.cfg.JoinTimeout, err)
 	}
 	lim := e.cfg.Limits
 	if st.Phase == PhaseJoinable {

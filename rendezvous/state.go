@@ -32,6 +32,10 @@ type Member struct {
 	// Port is the MASTER_PORT this node offers, free on Addr when it
 	// joined a round, should it be node rank 0 of that round.
 	Port int `json:"port,omitempty"`
+	// Reach is the port on Addr where this node's agent answers
+	// reachability probes (package reach); 0: it answers none, and it is
+	// never left out for being unreachable.
+	Reach int `json:"reach,omitempty"`
 }
 
 // Limits are the job's bounds, the same on every node.
@@ -72,6 +76,11 @@ type State struct {
 	// Lost are the hosts whose loss opened this round, when that is its
 	// cause.
 	Lost []string `json:"lost,omitempty"`
+	// LeftOut are the nodes (ids) this round opened without: alive, but
+	// another member of the round before could not reach them (a network
+	// fault no lease shows, such as packets dropped one way). Each joins
+	// a round again once it reaches every member (Elastic.Next).
+	LeftOut []string `json:"left_out,omitempty"`
 	// Judge, in a running round whose every member stalled with no
 	// culprit of its own, is the member that names the culprit: the
 	// first to report its stall.

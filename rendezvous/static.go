@@ -78,6 +78,10 @@ var ErrNoReform = errors.New("rendezvous: a static launch cannot re-form its wor
 // Reform returns ErrNoReform: a static world has one round.
 func (s *Static) Reform(context.Context, Round, string) error { return ErrNoReform }
 
+// Unreachable does nothing: a static world has no other round to leave a
+// node out of (the workers' own timeouts end it).
+func (s *Static) Unreachable(context.Context, Round, int) error { return nil }
+
 // Abandon records the agent's own failure f; nothing else shares the job.
 func (s *Static) Abandon(_ context.Context, f Failure) error {
 	s.mu.Lock()

@@ -26,9 +26,10 @@ type view struct {
 	// again under a new lease after an etcd outage, and lists of the
 	// keys, so node ranks stay put.
 	order   map[string]int64
-	joined  map[int]map[string]Member // round -> id -> member, Order = its join key's revision
-	done    map[int]map[string]bool   // round -> ids whose workers succeeded
-	stalls  map[int]map[string]int64  // round -> ids whose workers stalled -> revision of the report
+	joined  map[int]map[string]Member   // round -> id -> member, Order = its join key's revision
+	done    map[int]map[string]bool     // round -> ids whose workers succeeded
+	stalls  map[int]map[string]int64    // round -> ids whose workers stalled -> revision of the report
+	unreach map[int]map[string][]string // round -> id -> the members it cannot reach (Elastic.Unreachable)
 	waiting map[string]Member
 	changed chan struct{}
 }
@@ -45,6 +46,7 @@ func (v *view) clearLocked() {
 	v.joined = map[int]map[string]Member{}
 	v.done = map[int]map[string]bool{}
 	v.stalls = map[int]map[string]int64{}
+	v.unreach = map[int]map[string][]string{}
 	v.waiting = map[string]Member{}
 }
 
@@ -157,6 +159,16 @@ func (v *view) applyLocked(ev Event) {
 			} else {
 				v.done[round][id] = true
 			}
+		case "unreach":
+			if v.unreach[round] == nil {
+				v.unreach[round] = map[string][]string{}
+			}
+			var ids []string
+			if ev.Deleted {
+				delete(v.unreach[round], id)
+			} else if json.Unmarshal(ev.Value, &ids) == nil {
+				v.unreach[round][id] = ids
+			}
 		case "stall":
 			if v.stalls[round] == nil {
 				v.stalls[round] = map[string]int64{}
@@ -177,6 +189,7 @@ func (v *view) forgetRoundsBefore(round int) {
 	forgetBefore(v.joined, round)
 	forgetBefore(v.done, round)
 	forgetBefore(v.stalls, round)
+	forgetBefore(v.unreach, round)
 }
 
 // forgetBefore deletes the entries of m for rounds before round.
@@ -210,8 +223,9 @@ type snapshot struct {
 	joined   []Member
 	alive    map[string]bool // node ids with a live session
 	waiting  []Member
-	done     map[string]bool  // members whose workers succeeded in the state's round
-	stalls   map[string]int64 // members whose workers stalled in the state's round -> revision
+	done     map[string]bool     // members whose workers succeeded in the state's round
+	stalls   map[string]int64    // members whose workers stalled in the state's round -> revision
+	unreach  map[string][]string // members of the state's round -> the members they cannot reach
 }
 
 // Keys of a job, relative to its prefix.
@@ -232,6 +246,9 @@ func roundPrefix(round int) string         { return fmt.Sprintf("rounds/%08d/", 
 func joinKey(round int, id string) string  { return roundPrefix(round) + "join/" + id }
 func doneKey(round int, id string) string  { return roundPrefix(round) + "done/" + id }
 func stallKey(round int, id string) string { return roundPrefix(round) + "stall/" + id }
+func unreachKey(round int, id string) string {
+	return roundPrefix(round) + "unreach/" + id
+}
 
 // read returns a snapshot and the channel that closes at the next change.
 func (v *view) read() (snapshot, <-chan struct{}) {
@@ -255,6 +272,10 @@ func (v *view) read() (snapshot, <-chan struct{}) {
 	}
 	for id, rev := range v.stalls[v.state.Round] {
 		s.stalls[id] = rev
+	}
+	s.unreach = make(map[string][]string, len(v.unreach[v.state.Round]))
+	for id, ids := range v.unreach[v.state.Round] {
+		s.unreach[id] = ids
 	}
 	for _, m := range v.waiting {
 		s.waiting = append(s.waiting, m)

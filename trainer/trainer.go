@@ -49,6 +49,11 @@ type Config struct {
 	// CommLog receives a line per connection refused by this rank (see
 	// comm.Config.Log); nil discards them.
 	CommLog io.Writer
+	// SilentAfter and OnPeerSilent report a peer rank this rank heard
+	// nothing from for SilentAfter, in every world it connects (see
+	// comm.Config.SilentAfter and OnSilent); zero or nil: never.
+	SilentAfter  time.Duration
+	OnPeerSilent func(rank int)
 	// AfterStep, when set, is called on every rank after each optimizer
 	// step, once the parameters are gathered again, with the Trainer and
 	// the step's figures; the Trainer's State is then the state after
@@ -267,6 +272,7 @@ func connectWorld(ctx context.Context, cfg Config, w distenv.Worker, plan hsdp.P
 	if w.WorldSize > 1 {
 		cc := comm.ConfigFrom(w, cfg.Secret)
 		cc.Timeout, cc.Log = cfg.CommTimeout, cfg.CommLog
+		cc.SilentAfter, cc.OnSilent = cfg.SilentAfter, cfg.OnPeerSilent
 		var err error
 		if world, err = comm.Connect(ctx, cc); err != nil {
 			return nil, nil, fmt.Errorf("connect rank %d of %d: %w", w.Rank, w.WorldSize, err)

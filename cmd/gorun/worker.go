@@ -125,9 +125,15 @@ func runWorker(sigs *workerSignals, c *cli.Context, cfg config.Config, w distenv
 	beat := heartbeat.FromEnv(os.LookupEnv) // nil (no-op) unless the agent gave the worker a channel
 	s := &session{ctx: ctx, cfg: cfg, worker: w, log: c.App.Writer, stop: &sigs.stop, term: sigs.term, beat: beat,
 		follow: beat.Follow(ctx, logPhase(c.App.ErrWriter, w.Rank)), waitRound: comm.DefaultTimeout, redone: math.NaN()}
-	s.t, err = trainer.New(ctx, trainer.Config{Train: cfg, Worker: w, Threads: c.Int("threads"),
+	tcfg := trainer.Config{Train: cfg, Worker: w, Threads: c.Int("threads"),
 		Secret: secret, CommLog: c.App.ErrWriter, Profile: c.Bool("profile"),
-		Metrics: c.String("metrics"), Log: c.App.Writer, AfterStep: s.afterStep})
+		Metrics: c.String("metrics"), Log: c.App.Writer, AfterStep: s.afterStep}
+	if beat != nil {
+		// A peer silent past heartbeat.SilentAfter goes to the agent,
+		// which checks whether its node can be reached.
+		tcfg.SilentAfter, tcfg.OnPeerSilent = heartbeat.SilentAfter, beat.Silent
+	}
+	s.t, err = trainer.New(ctx, tcfg)
 	if err != nil {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)

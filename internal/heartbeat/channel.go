@@ -26,11 +26,47 @@ type Await struct {
 // Line is a as one line of the channel, newline included.
 func (a Await) Line() string { return fmt.Sprintf("await %d peer=%d\n", a.Step, a.LostPeer) }
 
-// awaitWord and roundWord start the channel's lines that are not progress.
+// awaitWord, silentWord and roundWord start the channel's lines that are
+// not progress.
 const (
-	awaitWord = "await"
-	roundWord = "round"
+	awaitWord  = "await"
+	silentWord = "silent"
+	roundWord  = "round"
 )
+
+// SilentAfter is how long a worker hears nothing from a peer rank (no
+// heartbeat of the collectives' control connections) before it tells its
+// agent (Beater.Silent): long enough that a busy machine's scheduling
+// does not trip it, short enough that a network fault that costs no lease
+// (a one-way drop) is acted on within the lease TTL.
+const SilentAfter = time.Second
+
+// SilentLine is the line saying the worker heard nothing from peer rank
+// peer for SilentAfter, newline included:
+//
+//	silent peer=5
+func SilentLine(peer int) string { return fmt.Sprintf("%s peer=%d\n", silentWord, peer) }
+
+// ParseSilent reads a silent line (with or without its newline); ok is
+// false when line is not one, and one without a valid peer=RANK
+// (RANK >= 0) is an error.
+func ParseSilent(line string) (peer int, ok bool, err error) {
+	fields := strings.Fields(line)
+	if len(fields) == 0 || fields[0] != silentWord {
+		return 0, false, nil
+	}
+	if len(fields) != 2 {
+		return 0, true, fmt.Errorf("heartbeat: line %q: want %q", line, "silent peer=RANK")
+	}
+	v, found := strings.CutPrefix(fields[1], "peer=")
+	if !found {
+		return 0, true, fmt.Errorf("heartbeat: line %q: want %q", line, "silent peer=RANK")
+	}
+	if peer, err = strconv.Atoi(v); err != nil || peer < 0 {
+		return 0, true, fmt.Errorf("heartbeat: line %q: peer %q is not a rank", line, v)
+	}
+	return peer, true, nil
+}
 
 // ParseAwait reads an await line (with or without its newline); ok is
 // false when line is not one. A missing peer field is -1 (unknown); a

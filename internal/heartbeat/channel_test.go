@@ -46,6 +46,35 @@ func TestParseAwait(t *testing.T) {
 	require.Error(t, err, "an agent that knows only progress skips await lines")
 }
 
+func TestParseSilent(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		peer int
+		ok   bool
+		err  string
+	}{
+		{line: SilentLine(5), peer: 5, ok: true},
+		{line: "silent peer=0", peer: 0, ok: true},
+		{line: "41 loss=2", ok: false},
+		{line: "await 41 peer=5", ok: false},
+		{line: "silent", ok: true, err: "want"},
+		{line: "silent 5", ok: true, err: "want"},
+		{line: "silent peer=-1", ok: true, err: "not a rank"},
+		{line: "silent peer=x", ok: true, err: "not a rank"},
+	} {
+		t.Run(tc.line, func(t *testing.T) {
+			peer, ok, err := ParseSilent(tc.line)
+			require.Equal(t, tc.ok, ok)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.peer, peer)
+		})
+	}
+}
+
 func TestRoundLineRoundTrips(t *testing.T) {
 	w := distenv.Worker{Rank: 3, LocalRank: 1, WorldSize: 4, LocalWorldSize: 2, GroupRank: 1, GroupWorldSize: 2,
 		MasterAddr: "10.0.0.1", MasterPort: 29500, RestartCount: 2, RunID: "job", ErrorFile: "/e/attempt_2/3/error.json"}
@@ -90,11 +119,17 @@ func TestChannelRoundTrip(t *testing.T) {
 	p, b := inProcess(t)
 	awaits := make(chan Await, 1)
 	p.OnAwait(func(a Await) { awaits <- a })
+	silent := make(chan int, 1)
+	p.OnSilent(func(peer int) { silent <- peer })
 	ctx, cancel := context.WithCancel(context.Background())
 	stalls := p.Watch(ctx, 0)
 	rounds := b.Rounds(ctx)
 
 	b.Beat(7)
+	b.Silent(4)
+	require.Equal(t, 4, <-silent)
+	_, awaiting := p.Awaiting()
+	require.False(t, awaiting, "a silent peer is no broken world")
 	b.Await(7, 2)
 	got := <-awaits
 	require.False(t, got.At.IsZero(), "the agent stamps when it received the await")
@@ -120,6 +155,7 @@ func TestNilBeater(t *testing.T) {
 	var b *Beater
 	b.Beat(1)
 	b.Await(1, 0)
+	b.Silent(0)
 	require.Nil(t, b.Rounds(context.Background()))
 	require.Nil(t, FromEnv(func(string) (string, bool) { return "", false }))
 }

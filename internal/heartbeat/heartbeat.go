@@ -49,6 +49,7 @@ type Pipe struct {
 	wake     chan struct{} // closed (and replaced) at each line read
 	onBeat   func(Progress)
 	onAwait  func(Await)
+	onSilent func(peer int)
 
 	sendMu    sync.Mutex
 	closeOnce sync.Once
@@ -114,6 +115,12 @@ func (p *Pipe) OnBeat(f func(Progress)) { p.onBeat = f }
 // Watch.
 func (p *Pipe) OnAwait(f func(Await)) { p.onAwait = f }
 
+// OnSilent makes the pipe call f with the peer rank of every silent line
+// (the worker heard nothing from that peer for SilentAfter), from its
+// reading goroutine, as it arrives: f must not block. Call it before the
+// first Watch.
+func (p *Pipe) OnSilent(f func(peer int)) { p.onSilent = f }
+
 // read reads the worker's lines until its end closes or Close.
 func (p *Pipe) read() {
 	defer close(p.done)
@@ -123,9 +130,16 @@ func (p *Pipe) read() {
 	}
 }
 
-// handle takes one line from the worker; a line that is neither progress
-// nor an await is ignored, as a newer worker may send others.
+// handle takes one line from the worker; a line that is neither
+// progress, an await nor a silence is ignored, as a newer worker may send
+// others.
 func (p *Pipe) handle(line string) {
+	if peer, ok, err := ParseSilent(line); ok {
+		if err == nil && p.onSilent != nil {
+			p.onSilent(peer)
+		}
+		return
+	}
 	if a, ok, err := ParseAwait(line); ok {
 		if err != nil {
 			return
@@ -315,6 +329,17 @@ func (b *Beater) Await(step, lostPeer int) {
 		return
 	}
 	_, _ = b.f.WriteString(Await{Step: step, LostPeer: lostPeer}.Line())
+}
+
+// Silent tells the agent that the worker heard nothing from peer rank
+// peer for SilentAfter while its world runs: the agent checks whether the
+// peer's node can be reached (a network fault no lease shows). It changes
+// nothing for the worker. Errors are ignored, as Beat's.
+func (b *Beater) Silent(peer int) {
+	if b == nil {
+		return
+	}
+	_, _ = b.f.WriteString(SilentLine(peer))
 }
 
 // Rounds delivers the contracts the agent sends for the next rounds, in

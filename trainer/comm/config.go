@@ -48,6 +48,15 @@ type Config struct {
 	// TCPOnly disables Unix sockets between ranks of one node (they are
 	// used by default because they move data faster than loopback TCP).
 	TCPOnly bool
+	// SilentAfter, when positive, is how long a peer may send nothing on
+	// its control connection (whose heartbeats then come at least four
+	// times as often) before OnSilent is called with its rank. It fails
+	// nothing: the world goes on waiting for the peer up to Timeout.
+	SilentAfter time.Duration
+	// OnSilent is called once per silence, from the world's heartbeat
+	// goroutine (it must not block), with the rank of a peer that sent
+	// nothing for SilentAfter; again only after that peer was heard from.
+	OnSilent func(rank int)
 }
 
 // ConfigFrom builds a Config from the worker environment contract and the
@@ -76,6 +85,8 @@ func (c Config) Validate() error {
 		return errors.New("comm: no token (run id + restart count)")
 	case c.Timeout < 0:
 		return fmt.Errorf("comm: negative timeout %s", c.Timeout)
+	case c.SilentAfter < 0:
+		return fmt.Errorf("comm: negative silence bound %s", c.SilentAfter)
 	}
 	if c.BindAddr != "" {
 		ip := net.ParseIP(c.BindAddr)

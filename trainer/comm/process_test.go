@@ -38,6 +38,10 @@ func runChild() int {
 		MasterPort: atoi("MASTER_PORT"), Token: "proc/0", Timeout: timeout,
 		Secret: secret, Log: os.Stderr,
 	}
+	if d, err := time.ParseDuration(os.Getenv("COMM_TEST_SILENT_AFTER")); err == nil {
+		cfg.SilentAfter = d
+		cfg.OnSilent = func(rank int) { fmt.Printf("silent %d\n", rank) }
+	}
 	w, err := Connect(context.Background(), cfg)
 	if err != nil {
 		fmt.Printf("error: %v\n", err)
@@ -155,6 +159,33 @@ func TestDeadPeer(t *testing.T) {
 				require.Contains(t, l, tc.want, "rank %d", r)
 			}
 		})
+	}
+}
+
+// A stopped peer is reported silent (Config.OnSilent) by every other rank
+// after SilentAfter, once, without failing their world (Timeout is ten
+// minutes: nothing else could end a wait).
+func TestSilentPeer(t *testing.T) {
+	const size, victim = 3, 2
+	port := testutil.FreePort(t)
+	kids := make([]*child, size)
+	for r := range kids {
+		kids[r] = startChild(t, r, size, port, 10*time.Minute, "COMM_TEST_SILENT_AFTER=300ms")
+	}
+	for r, k := range kids {
+		require.Equal(t, "ready", k.line(t, 30*time.Second), "rank %d: %s", r, k.errText(t))
+	}
+	require.NoError(t, kids[victim].cmd.Process.Signal(syscall.SIGSTOP))
+	for r, k := range kids[:victim] {
+		require.Equal(t, fmt.Sprintf("silent %d", victim), k.line(t, time.Minute), "rank %d: %s", r, k.errText(t))
+	}
+	require.NoError(t, kids[victim].cmd.Process.Signal(syscall.SIGCONT))
+	for r, k := range kids[:victim] {
+		select {
+		case l := <-k.lines:
+			t.Fatalf("rank %d: %q after the silence: once is enough, and the world must not fail", r, l)
+		default:
+		}
 	}
 }
 

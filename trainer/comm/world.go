@@ -67,6 +67,10 @@ type ctrlConn struct {
 	c        net.Conn
 	wmu      sync.Mutex
 	departed atomic.Bool // the peer said goodbye: its silence is no failure
+	// heard is when the last message came from the peer (UnixNano);
+	// silent is set once OnSilent was called for the silence since.
+	heard  atomic.Int64
+	silent atomic.Bool
 }
 
 func (cc *ctrlConn) send(m control, timeout time.Duration) error {
@@ -155,6 +159,7 @@ func (w *World) connect(ctx context.Context) error {
 	w.all = g
 	for _, cc := range w.ctrl {
 		if cc != nil {
+			cc.heard.Store(time.Now().UnixNano())
 			w.wg.Add(1)
 			go w.watch(cc)
 		}
@@ -588,6 +593,10 @@ func (w *World) watch(cc *ctrlConn) {
 	for {
 		var m control
 		err := readMsg(cc.c, &m, w.timeout, maxSmall)
+		if err == nil {
+			cc.heard.Store(time.Now().UnixNano())
+			cc.silent.Store(false)
+		}
 		if err != nil {
 			select {
 			case <-w.closing:
@@ -618,10 +627,16 @@ func (w *World) watch(cc *ctrlConn) {
 	}
 }
 
-// heartbeat tells every peer this rank is alive, four times per timeout.
+// heartbeat tells every peer this rank is alive, four times per timeout
+// (and per Config.SilentAfter, when set), and reports the peers it heard
+// nothing from for SilentAfter (Config.OnSilent).
 func (w *World) heartbeat() {
 	defer w.wg.Done()
-	t := time.NewTicker(w.timeout / 4)
+	every := w.timeout / 4
+	if s := w.cfg.SilentAfter; s > 0 && w.cfg.OnSilent != nil {
+		every = min(every, s/4)
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -634,6 +649,22 @@ func (w *World) heartbeat() {
 				_ = cc.send(control{Type: "hb"}, w.timeout)
 			}
 		}
+		w.reportSilent()
+	}
+}
+
+// reportSilent calls OnSilent for each peer heard from no sooner than
+// SilentAfter ago, once per silence.
+func (w *World) reportSilent() {
+	if w.cfg.SilentAfter <= 0 || w.cfg.OnSilent == nil || w.failedFlag.Load() {
+		return // a failed world's collectives are over: silence means nothing
+	}
+	quiet := time.Now().Add(-w.cfg.SilentAfter).UnixNano()
+	for _, cc := range w.ctrl {
+		if cc == nil || cc.departed.Load() || cc.heard.Load() > quiet || cc.silent.Swap(true) {
+			continue
+		}
+		w.cfg.OnSilent(cc.rank)
 	}
 }
 

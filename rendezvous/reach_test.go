@@ -1,0 +1,126 @@
+package rendezvous_test
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gorun/gorun/rendezvous"
+	"github.com/gorun/gorun/rendezvous/rdzvtest"
+)
+
+func TestLeaveOut(t *testing.T) {
+	members := []rendezvous.Member{{ID: "a"}, {ID: "b"}, {ID: "c"}, {ID: "d"}}
+	for _, tc := range []struct {
+		name    string
+		reports map[string][]string
+		want    []string
+	}{
+		{"nothing reported", nil, []string{}},
+		{"one way: the node reported goes", map[string][]string{"a": {"c"}}, []string{"c"}},
+		{"both ways: the higher node rank goes", map[string][]string{"a": {"c"}, "c": {"a"}}, []string{"c"}},
+		{"a lossy node reported by all its peers", map[string][]string{"a": {"b"}, "c": {"b"}, "d": {"b"}}, []string{"b"}},
+		{"a node that reaches nobody", map[string][]string{"d": {"a", "b", "c"}}, []string{"d"}},
+		{"the reporter is reported by more", map[string][]string{"a": {"b"}, "b": {"d"}, "c": {"b"}}, []string{"b"}},
+		{"two separate pairs", map[string][]string{"a": {"b"}, "c": {"d"}}, []string{"b", "d"}},
+		{"strangers and itself are ignored", map[string][]string{"x": {"a"}, "a": {"y", "a"}}, []string{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, rendezvous.LeaveOut(members, tc.reports))
+		})
+	}
+}
+
+// gate answers reachability probes as an agent does (package reach) while
+// open; closed, it takes connections and never answers, as a node does
+// whose packets back are dropped.
+type gate struct {
+	l      net.Listener
+	closed atomic.Bool
+	wg     sync.WaitGroup
+}
+
+func newGate(t *testing.T) *gate {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	g := &gate{l: l}
+	var held []net.Conn
+	g.wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				for _, c := range held {
+					c.Close()
+				}
+				return
+			}
+			if g.closed.Load() {
+				held = append(held, c)
+				continue
+			}
+			var b [1]byte
+			if _, err := c.Read(b[:]); err == nil {
+				_, _ = c.Write(b[:])
+			}
+			c.Close()
+		}
+	})
+	t.Cleanup(func() { l.Close(); g.wg.Wait() })
+	return g
+}
+
+func (g *gate) port() int { return g.l.Addr().(*net.TCPAddr).Port }
+
+// A node that another member cannot reach (its probes go unanswered) is
+// left out of the next round, which forms without waiting for it; it
+// joins again once it reaches every member, and its workers' silences
+// about a rank of its own node are no report.
+func TestUnreachableNodeIsLeftOut(t *testing.T) {
+	b := rdzvtest.NewBackend()
+	gates := []*gate{newGate(t), newGate(t), newGate(t)}
+	var nodes []*node
+	for i, host := range []string{"a", "b", "c"} {
+		cfg := config(host, i, testLimits)
+		cfg.Self.Reach = gates[i].port()
+		nodes = append(nodes, join(t, b, cfg))
+	}
+	first := nextAll(t, nodes...)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	watchA := nodes[0].rdzv.Watch(ctx, first[0])
+
+	require.NoError(t, nodes[0].rdzv.Unreachable(ctx, first[0], 1), "rank 1 is a's own")
+	for _, g := range gates {
+		g.closed.Store(true) // c's link is cut: a's probe of c, c's of a and b go unanswered
+	}
+	require.NoError(t, nodes[0].rdzv.Unreachable(ctx, first[0], 4))
+	end := <-watchA
+	require.Equal(t, rendezvous.CauseMembership, end.Cause)
+	require.Equal(t, []string{"c"}, end.Lost)
+	require.Contains(t, end.Reason, "node c (a could not reach it) left out")
+
+	var cRound rendezvous.Round
+	var cErr error
+	cDone := make(chan struct{})
+	go func() {
+		defer close(cDone)
+		cRound, cErr = nodes[2].rdzv.Next(ctx)
+	}()
+	second := nextAll(t, nodes[0], nodes[1])
+	requireConsistent(t, second, 2)
+
+	watchA = nodes[0].rdzv.Watch(ctx, second[0])
+	for _, g := range gates {
+		g.closed.Store(false) // healed
+	}
+	end = <-watchA
+	require.Contains(t, end.Reason, "node c waiting to join")
+	third := nextAll(t, nodes[0], nodes[1])
+	<-cDone
+	require.NoError(t, cErr)
+	requireConsistent(t, append(third, cRound), 3)
+}
