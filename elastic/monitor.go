@@ -290,6 +290,7 @@ func (m *roundMonitor) onAwait(w *worker) {
 		return // it went on already
 	}
 	m.a.log.Info().Int("rank", w.contract.Rank).Int("step", aw.Step).Int("lost_peer", aw.LostPeer).Msg("worker awaits a new round")
+	m.checkPeer(w, aw.LostPeer, "its world broke on it")
 	if m.awaitOver == nil {
 		m.awaitOver = time.After(m.a.spec.AwaitTimeout)
 	}
@@ -307,15 +308,26 @@ func (m *roundMonitor) onSilent(s silence) {
 	if slices.Index(m.workers, s.w) < 0 {
 		return
 	}
-	if first := m.round.FirstRank; s.peer >= first && s.peer < first+len(m.workers) {
+	m.checkPeer(s.w, s.peer, fmt.Sprintf("heard nothing from it for %s", heartbeat.SilentAfter))
+}
+
+// checkPeer checks in the background, bound to the round, whether the
+// node of peer rank `peer` can be reached (Rendezvous.Unreachable: a
+// probe of its agent, reported when it fails), worker w having lost
+// touch with it (why). A peer on this node is a process, not a network:
+// its exit or the heartbeat timeout judges it. A node whose agent is gone
+// with its kernel up refuses the probe at once, so a node killed is left
+// out in a fraction of its lease.
+func (m *roundMonitor) checkPeer(w *worker, peer int, why string) {
+	if first := m.round.FirstRank; peer < 0 || peer >= first && peer < first+len(m.workers) {
 		return
 	}
-	m.a.log.Info().Int("rank", s.w.contract.Rank).Int("peer", s.peer).Dur("silent", heartbeat.SilentAfter).Msg("worker heard nothing from a peer on another node: probing that node")
+	m.a.log.Info().Int("rank", w.contract.Rank).Int("peer", peer).Str("why", why).Msg("worker lost touch with a peer on another node: probing that node")
 	m.probes.Go(func() {
 		ctx, cancel := context.WithTimeout(m.watchCtx, blameTimeout)
 		defer cancel()
-		if err := m.a.rdzv.Unreachable(ctx, m.round, s.peer); err != nil && m.watchCtx.Err() == nil {
-			m.a.log.Warn().Err(err).Int("peer", s.peer).Msg("checking whether a silent peer's node can be reached")
+		if err := m.a.rdzv.Unreachable(ctx, m.round, peer); err != nil && m.watchCtx.Err() == nil {
+			m.a.log.Warn().Err(err).Int("peer", peer).Msg("checking whether a peer's node can be reached")
 		}
 	})
 }

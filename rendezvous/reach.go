@@ -25,12 +25,17 @@ import (
 // out stays in the job: it joins a round again once it reaches every
 // member, a few probes in a row (rejoinable).
 
-// Reachability probes: how long one may take, how many in a row must pass
-// before a node left out joins again, and how far apart.
+// Reachability probes: how long one may take before a node is reported
+// unreachable (a lost SYN is retried by the kernel after a second, so a
+// lossy link fails it); how long one of the probes of a node left out
+// may take, how many in a row must pass before it joins again, and how
+// far apart (a node that answers does so in milliseconds: a short bound
+// sees a heal sooner).
 const (
-	ProbeTimeout = time.Second
-	reachPasses  = 3
-	reachEvery   = 200 * time.Millisecond
+	ProbeTimeout       = time.Second
+	rejoinProbeTimeout = 500 * time.Millisecond
+	reachPasses        = 3
+	reachEvery         = 100 * time.Millisecond
 )
 
 // reachState is what this agent knows of reachability: whom it reported
@@ -72,7 +77,7 @@ func (e *Elastic) Unreachable(ctx context.Context, r Round, rank int) error {
 		return context.Cause(ctx)
 	}
 	ids := e.reach.reportedIn(r.Number)
-	e.log.Warn().Int("rank", rank).Str("node", m.Host).AnErr("probe", perr).Msg("cannot reach a peer's node (a network fault): reporting it")
+	e.log.Warn().Int("rank", rank).Str("node", m.Host).AnErr("probe", perr).Msg("cannot reach a peer's node (it died, or a network fault): reporting it")
 	return e.put(ctx, unreachKey(r.Number, e.cfg.Self.ID), ids, true)
 }
 
@@ -233,7 +238,7 @@ func (a *aggregator) leaveOutUnreachable(ctx context.Context, snap snapshot) (bo
 		slices.Sort(by)
 		why = append(why, fmt.Sprintf("%s (%s could not reach it)", m.Host, strings.Join(slices.Compact(by), ", ")))
 	}
-	reason := fmt.Sprintf("node %s left out: a network fault between members that costs no lease; it rejoins once it reaches every member", strings.Join(why, ", "))
+	reason := fmt.Sprintf("node %s left out: its agent did not answer a member's probe (the node died, or a network fault cut it off one way or both); it rejoins once it reaches every member", strings.Join(why, ", "))
 	if err := e.recordLeftOut(ctx, st.Round, snap.roster.Members, lost, reason); err != nil {
 		return true, err
 	}
@@ -328,7 +333,7 @@ func (e *Elastic) reachMembers(ctx context.Context) error {
 			continue
 		}
 		wg.Go(func() {
-			if err := reach.Probe(ctx, m.Addr, m.Reach, ProbeTimeout); err != nil {
+			if err := reach.Probe(ctx, m.Addr, m.Reach, rejoinProbeTimeout); err != nil {
 				errs[i] = fmt.Errorf("node %s: %w", m.Host, err)
 			}
 		})

@@ -36,10 +36,12 @@ const (
 
 // SilentAfter is how long a worker hears nothing from a peer rank (no
 // heartbeat of the collectives' control connections) before it tells its
-// agent (Beater.Silent): long enough that a busy machine's scheduling
-// does not trip it, short enough that a network fault that costs no lease
-// (a one-way drop) is acted on within the lease TTL.
-const SilentAfter = time.Second
+// agent (Beater.Silent): short, so that a network fault that costs no
+// lease (a one-way drop, heavy loss) is acted on well within the lease
+// TTL. A silence is only a suspicion: the agent acts on it only when a
+// probe of the peer's node fails too, so a busy machine's late heartbeat
+// costs one probe.
+const SilentAfter = 500 * time.Millisecond
 
 // SilentLine is the line saying the worker heard nothing from peer rank
 // peer for SilentAfter, newline included:

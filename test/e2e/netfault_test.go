@@ -48,9 +48,6 @@ type netScenario struct {
 	// rules are the nft matches to drop for the fault's duration.
 	rules func(l *netLab) []string
 	dur   time.Duration
-	// knownGap, when not empty, says why a scenario does not meet the bounds yet: its
-	// violations skip the subtest, naming the gap, instead of failing it. Remove it once fixed.
-	knownGap string
 	// full: only with GORUN_NETFAULT=all (the CI run stays under about 3 minutes).
 	full bool
 }
@@ -108,15 +105,12 @@ func TestNetFaults(t *testing.T) {
 			rules: func(l *netLab) []string { return l.CutBetween("c", "etcd") }},
 		{name: "etcd cut off 15 s", dur: 15 * time.Second,
 			rules: func(l *netLab) []string { return l.Cut("etcd") }},
-		{name: "one way C -> A dropped 10 s", dur: 10 * time.Second, full: true,
-			knownGap: "a one-way drop loses no lease: every rank stalls until the heal (TCP retransmits) or, past the collectives' timeout, until the same nodes re-form in place; the bound needs one side of the drop left out of the world",
-			rules:    func(l *netLab) []string { return []string{l.OneWay("c", "a")} }},
+		{name: "one way C -> A dropped 10 s", dur: 10 * time.Second,
+			rules: func(l *netLab) []string { return []string{l.OneWay("c", "a")} }},
 		{name: "one way C -> A dropped 30 s", dur: 30 * time.Second, full: true,
-			knownGap: "a one-way drop loses no lease: past the collectives' timeout the same nodes re-form in place, again until the heal; the bound needs one side of the drop left out of the world",
-			rules:    func(l *netLab) []string { return []string{l.OneWay("c", "a")} }},
+			rules: func(l *netLab) []string { return []string{l.OneWay("c", "a")} }},
 		{name: "B 30 % loss both ways 20 s", dur: 20 * time.Second, full: true,
-			knownGap: "random loss: B's lease renewals may be dropped long enough for it to be counted lost, and the stall follows TCP's retransmission back-off",
-			rules:    func(l *netLab) []string { return l.Loss("b", 30) }},
+			rules: func(l *netLab) []string { return l.Loss("b", 30) }},
 	}
 	var rows []netRow
 	t.Cleanup(func() {
@@ -145,9 +139,6 @@ func TestNetFaults(t *testing.T) {
 				bad = append(bad, fmt.Sprintf("every node back in the job %v after the heal, want within %v", row.rejoin.Round(time.Millisecond), netBound))
 			}
 			bad = append(bad, row.notes...)
-			if len(bad) > 0 && sc.knownGap != "" {
-				t.Skipf("known gap (%s): %s", sc.knownGap, strings.Join(bad, "; "))
-			}
 			for _, b := range bad {
 				t.Error(b)
 			}
