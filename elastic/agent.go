@@ -52,6 +52,10 @@ type Rendezvous interface {
 	// Failed reports this node's worker failures in r and says how r ends:
 	// a restart, or the job closed as failed.
 	Failed(ctx context.Context, r rendezvous.Round, failures []rendezvous.Failure) (rendezvous.End, error)
+	// FailedInPlace is Failed for failures the agent recovers from by
+	// restarting the failed workers alone: the next round, if the budget
+	// allows, keeps every other worker of the job in place (End.InPlace).
+	FailedInPlace(ctx context.Context, r rendezvous.Round, failures []rendezvous.Failure) (rendezvous.End, error)
 	// Abandon records the agent's own failure f (it cannot go on) and ends
 	// the job for every node.
 	Abandon(ctx context.Context, f rendezvous.Failure) error
@@ -449,6 +453,11 @@ func (a *Agent) rounds(ctx context.Context) (Outcome, error) {
 			return Outcome{ExitCode: ExitRequeue, Requeue: true, Restarts: round.Number, Reason: "checkpointed on request"}, nil
 		case res.ended != nil:
 			end = *res.ended
+		case res.respawn:
+			end, err = a.rdzv.FailedInPlace(ctx, round, res.failures)
+			if kept != nil {
+				kept.end = end
+			}
 		case len(res.failures) > 0:
 			end, err = a.rdzv.Failed(ctx, round, res.failures)
 		default:
@@ -463,6 +472,13 @@ func (a *Agent) rounds(ctx context.Context) (Outcome, error) {
 			return a.closed(end, round), nil
 		}
 		a.log.Warn().Int("round", round.Number).Str("reason", end.Reason).Msg("round ended: rejoining")
+		if kept != nil && !keptAcross(end) {
+			// This node kept its workers to restart one alone, and the job
+			// restarts them all instead (a static world, or the round
+			// ended another way first).
+			a.discard(kept.workers, syscall.SIGTERM, "the next round restarts every worker")
+			kept = nil
+		}
 		if len(res.failures) == 0 {
 			continue
 		}

@@ -248,27 +248,55 @@ func TestInPlaceOutputTakesTheNewRank(t *testing.T) {
 	}
 }
 
-// A worker that dies is still a worker failure: every worker of every
-// node restarts, none is kept.
-func TestInPlaceWorkerFailureRestartsAll(t *testing.T) {
+// A worker killed: its agent restarts it alone and every other worker,
+// on both nodes, goes on in place (one process each, told the next
+// round over its channel); the restart is reported and charged to the
+// failure budget, so a worker that keeps failing ends the job once
+// --max-restarts (3 here) is spent.
+func TestInPlaceWorkerFailureRestartsItAlone(t *testing.T) {
 	eps := etcdtest.Start(t).Endpoints()
 	dir := t.TempDir()
 	a := startEtcdAgent(t, eps, "job", "a", dir, 100*time.Millisecond)
 	b := startEtcdAgent(t, eps, "job", "b", dir, 100*time.Millisecond)
 	waitFiles(t, dir, "pids", 1, "a", "b")
-	pid, err := strconv.Atoi(pids(dir, "a")[1][0])
-	require.NoError(t, err)
-	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
-
-	waitFiles(t, dir, "pids", 2, "a", "b")
+	kill := func(restarts int) {
+		t.Helper()
+		p := pids(dir, "a")[1]
+		require.Len(t, p, restarts+1)
+		pid, err := strconv.Atoi(p[restarts])
+		require.NoError(t, err)
+		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+		require.Eventually(t, func() bool { return len(pids(dir, "a")[1]) == restarts+2 }, 90*time.Second, 20*time.Millisecond,
+			"rank 1 restarted alone after %d restarts", restarts)
+	}
+	kill(0)
+	waitFiles(t, dir, "rounds", 1, "b")
+	require.Eventually(t, func() bool { return len(lines(filepath.Join(dir, "rounds.a.0"))) > 0 }, 90*time.Second, 20*time.Millisecond)
 	for _, n := range []string{"a", "b"} {
 		for local := range 2 {
-			require.Empty(t, roundLines(t, filepath.Join(dir, fmt.Sprintf("rounds.%s.%d", n, local))), "no worker is kept after a worker failure")
+			if n == "a" && local == 1 {
+				continue
+			}
+			require.Len(t, pids(dir, n)[local], 1, "%s's local rank %d kept its process", n, local)
+			require.Equal(t, []int{4}, roundLines(t, filepath.Join(dir, fmt.Sprintf("rounds.%s.%d", n, local))), "%s's local rank %d told the next round", n, local)
 		}
 	}
+	require.Contains(t, a.report.String(), "restarting rank 1 alone, the other workers go on in place")
+
+	// A crash loop spends the budget: two more restarts, then the fourth
+	// failure closes the job.
+	kill(1)
+	kill(2)
+	p := pids(dir, "a")[1]
+	pid, err := strconv.Atoi(p[len(p)-1])
+	require.NoError(t, err)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
 	for _, n := range []*etcdAgent{a, b} {
-		require.Equal(t, 128+int(syscall.SIGTERM), n.stop().ExitCode)
+		o := <-n.done
+		n.done <- o
+		require.NotZero(t, o.ExitCode, "%s", n.name)
 	}
+	require.Contains(t, b.report.String(), "restart budget spent")
 }
 
 // A node joining a running job: the running nodes keep their workers

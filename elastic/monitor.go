@@ -22,6 +22,9 @@ type roundResult struct {
 	ended    *rendezvous.End      // the round ended elsewhere first
 	requeue  bool                 // the workers checkpointed on request and stopped
 	kept     *reforming           // the workers still run, kept for the next round
+	// respawn: failures are of workers that this node restarts alone,
+	// the others kept (kept.workers holds nil in their places).
+	respawn bool
 }
 
 // reforming is workers kept alive from a round that ended for a
@@ -207,10 +210,52 @@ func (m *roundMonitor) onExit(i int) *roundResult {
 		}
 		return nil
 	}
+	if m.respawnable(i) {
+		return m.respawn(i)
+	}
 	m.a.transition(StateStopping, "reason", "worker failed", "rank", w.contract.Rank, "result", res.String())
 	failures := m.stopAll(syscall.SIGTERM)
 	writeFailureTable(m.a.spec.Report, failures, len(m.workers)-len(failures))
 	return &roundResult{failures: failures}
+}
+
+// respawnable says whether worker i, which failed, is restarted alone
+// while every other worker of the job goes on in place: in-place recovery
+// is on, i is the only worker here that ended, and none is being judged
+// or stopped for a requeue (a failure while the job stops is no failure
+// to recover from).
+func (m *roundMonitor) respawnable(i int) bool {
+	if !m.a.spec.InPlace || m.requeue != nil || m.a.signalled.Load() || m.running != len(m.workers)-1 {
+		return false
+	}
+	for j, w := range m.workers {
+		if j != i && (w.heartbeat == nil || w.endedOnItsOwn() || w.hung.Load() != nil) {
+			return false
+		}
+	}
+	return true
+}
+
+// respawn: worker i failed and is restarted alone in the next round; the
+// others are kept. Its failure is reported to the rendezvous by the
+// agent (FailedInPlace), which opens that round.
+func (m *roundMonitor) respawn(i int) *roundResult {
+	w := m.workers[i]
+	m.a.transition(StateReforming, "reason", "worker failed: restarting it alone", "rank", w.contract.Rank, "result", w.process.Result().String())
+	failures := m.a.failures([]*worker{w}, m.round)
+	fmt.Fprintf(m.a.spec.Report, "gorun: %s: restarting rank %d alone, the other workers go on in place\n", failures[0], w.contract.Rank)
+	m.a.release([]*worker{w})
+	kept := &reforming{workers: slices.Clone(m.workers), endedAt: time.Now(), lastStep: -1}
+	kept.workers[i] = nil
+	for _, o := range kept.workers {
+		if o != nil {
+			kept.lastStep = max(kept.lastStep, o.heartbeat.LastStep())
+		}
+	}
+	if res := w.process.Result(); !res.Ended.IsZero() {
+		kept.endedAt = res.Ended
+	}
+	return &roundResult{failures: failures, kept: kept, respawn: true}
 }
 
 // onRequeueGraceOver: workers still run TermTimeout after one stopped to
@@ -231,7 +276,11 @@ func (m *roundMonitor) onRoundEnd(end rendezvous.End, ok bool) *roundResult {
 		return nil
 	}
 	if m.keepable(end) {
-		m.a.transition(StateReforming, "reason", end.Reason, "cause", "membership")
+		cause := "membership"
+		if end.Cause == rendezvous.CauseFailure {
+			cause = "a worker restarted alone"
+		}
+		m.a.transition(StateReforming, "reason", end.Reason, "cause", cause)
 		kept := &reforming{workers: m.workers, end: end, endedAt: time.Now(), lastStep: -1}
 		for _, w := range m.workers {
 			kept.lastStep = max(kept.lastStep, w.heartbeat.LastStep())
@@ -245,7 +294,7 @@ func (m *roundMonitor) onRoundEnd(end rendezvous.End, ok bool) *roundResult {
 	}
 	m.a.transition(StateStopping, "reason", end.Reason)
 	failures := m.stopAll(syscall.SIGTERM)
-	if m.requeue != nil || (m.a.signalled.Load() && slices.ContainsFunc(failures, isRequeue)) {
+	if m.requeue != nil || (m.a.signalled.Load() && m.anyRequeued()) {
 		// The workers were stopping to be requeued (SLURM's --signal) when
 		// the round ended: most likely a node whose workers stopped first
 		// left. The job is to be requeued, not re-formed without it.
@@ -258,6 +307,18 @@ func (m *roundMonitor) onRoundEnd(end rendezvous.End, ok bool) *roundResult {
 	return &roundResult{ended: &end}
 }
 
+// anyRequeued says whether a worker of the round exited with ExitRequeue
+// (checkpointed on request and stopped), on its own or while stopAll
+// stopped it: once a requeue signal was passed on, a worker still
+// writing its checkpoint when the round ended (a node whose workers
+// stopped first left) finishes it and exits so.
+func (m *roundMonitor) anyRequeued() bool {
+	return slices.ContainsFunc(m.workers, func(w *worker) bool {
+		res := w.process.Result()
+		return !res.Ended.IsZero() && res.Signal == 0 && res.ExitCode == ExitRequeue
+	})
+}
+
 // keepable says whether the workers go on into the next round in place:
 // the round ended for a membership change only, in-place recovery is on,
 // and every worker here is alive, with a channel to be told its new
@@ -266,7 +327,7 @@ func (m *roundMonitor) onRoundEnd(end rendezvous.End, ok bool) *roundResult {
 // stop: a round that ends meanwhile (a node whose workers stopped first
 // left) is the job stopping, not a membership change to re-form for.
 func (m *roundMonitor) keepable(end rendezvous.End) bool {
-	if !m.a.spec.InPlace || end.Closed || end.Cause != rendezvous.CauseMembership ||
+	if !m.a.spec.InPlace || !keptAcross(end) ||
 		m.requeue != nil || m.a.signalled.Load() || m.judging || m.running != len(m.workers) {
 		return false
 	}
@@ -276,6 +337,13 @@ func (m *roundMonitor) keepable(end rendezvous.End) bool {
 		}
 	}
 	return true
+}
+
+// keptAcross says whether a round that ended with end keeps live workers
+// in place: a membership change, or a worker failure whose agent restarts
+// that worker alone.
+func keptAcross(end rendezvous.End) bool {
+	return !end.Closed && (end.Cause == rendezvous.CauseMembership || end.Cause == rendezvous.CauseFailure && end.InPlace)
 }
 
 // onAwait: worker w says its world broke and it awaits a new round. The
@@ -440,11 +508,6 @@ func stepsLost(lastStep int, r resumption) int {
 	}
 	return max(0, lastStep-(r.step-1))
 }
-
-// isRequeue says whether f is a worker that exited with ExitRequeue: after
-// gorun passed a signal on to the workers (Agent.signalled), one that
-// checkpointed on request and stopped, not a failure.
-func isRequeue(f rendezvous.Failure) bool { return f.Signal == "" && f.ExitCode == ExitRequeue }
 
 // onStall: worker i sent no heartbeat for HeartbeatTimeout. A hung worker
 // holds every other in a collective, so all stop beating together: a

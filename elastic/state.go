@@ -16,7 +16,7 @@ const (
 	StateStopping
 	StateSucceeded
 	StateFailed
-	StateReforming // the round ended for a membership change; the workers run on into the next
+	StateReforming // the round ended for a membership change, or a worker restarted alone; the workers run on into the next
 )
 
 func (s State) String() string {
@@ -50,8 +50,10 @@ var transitions = map[State][]State{
 	StateRunning:  {StateStopping, StateSucceeded, StateRendezvous, StateFailed, StateReforming},
 	StateStopping: {StateRendezvous, StateSucceeded, StateFailed},
 	// The kept workers' next round: rejoin. (The job closing or a stop
-	// signal is seen in the rendezvous, which stops them.)
-	StateReforming: {StateRendezvous},
+	// signal is seen in the rendezvous, which stops them.) A worker
+	// restarted alone whose failure spent the restart budget: the job
+	// closed as failed.
+	StateReforming: {StateRendezvous, StateFailed},
 }
 
 // checkTransition reports an edge the agent must never take: a bug.

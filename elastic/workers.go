@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -148,68 +149,79 @@ func longestSilent(workers []*worker) int {
 	return max(best, 0)
 }
 
+// startWorkers starts every worker of this node for round r; on error it
+// returns those it started.
 func (a *Agent) startWorkers(sink *workerlog.Sink, r rendezvous.Round) ([]*worker, error) {
 	var workers []*worker
 	for local := 0; local < a.spec.LocalWorkers; local++ {
-		c := a.spec.Contract(r, local)
-		logs, err := sink.Worker(c.Rank, c.LocalRank)
+		w, err := a.startWorker(sink, r, local)
 		if err != nil {
 			return workers, err
 		}
-		if err := os.MkdirAll(filepath.Dir(c.ErrorFile), 0o755); err != nil {
-			logs.Close()
-			return workers, fmt.Errorf("error file of rank %d: %w", c.Rank, err)
-		}
-		_ = os.Remove(c.ErrorFile) // a stale file would name an old error
-		spec := proc.Spec{
-			Path: a.spec.Command[0], Args: a.spec.Command[1:], Env: c.Environ(a.spec.Environ),
-			Stdout: logs.Stdout(), Stderr: logs.Stderr(), Guard: a.spec.Guard,
-			Stdin: a.spec.Stdin, Linger: a.spec.TermTimeout,
-		}
-		if local < len(a.spec.WorkerCPUs) {
-			spec.CPUs = a.spec.WorkerCPUs[local]
-		}
-		var beat *heartbeat.Pipe
-		if a.wantsHeartbeats() {
-			if beat, err = heartbeat.NewPipe(); err != nil {
-				logs.Close()
-				return workers, err
-			}
-			spec.ExtraFiles = []*os.File{beat.WorkerEnd()}
-			spec.Env = append(spec.Env, fmt.Sprintf("%s=%d", heartbeat.EnvVar, heartbeat.WorkerFD))
-		}
-		p, err := proc.Start(spec)
-		if beat != nil {
-			_ = beat.CloseWorkerEnd()
-		}
-		if err != nil {
-			logs.Close()
-			return workers, fmt.Errorf("start rank %d: %w", c.Rank, err)
-		}
-		a.workerPIDs.Store(p.PID(), struct{}{})
-		a.spec.Observer.WorkerStarted(c)
-		w := &worker{started: c, process: p, logs: logs, heartbeat: beat, released: make(chan struct{}), exitTold: make(chan struct{})}
-		w.setContract(c)
-		if beat != nil {
-			beat.OnBeat(func(prog heartbeat.Progress) { a.onProgress(w, prog) })
-			beat.OnAwait(func(heartbeat.Await) {
-				select {
-				case a.awaits <- w:
-				default: // the monitor checks every worker when its bound is over
-				}
-			})
-			beat.OnSilent(func(peer int) {
-				select {
-				case a.silent <- silence{w: w, peer: peer}:
-				default: // the other workers that hear nothing from that node say so too
-				}
-			})
-		}
-		go a.followExit(w)
-		a.log.Debug().Int("rank", c.Rank).Int("local_rank", local).Int("pid", p.PID()).Msg("worker started")
 		workers = append(workers, w)
 	}
 	return workers, nil
+}
+
+// startWorker starts local worker `local` of this node for round r.
+func (a *Agent) startWorker(sink *workerlog.Sink, r rendezvous.Round, local int) (*worker, error) {
+	c := a.spec.Contract(r, local)
+	logs, err := sink.Worker(c.Rank, c.LocalRank)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(c.ErrorFile), 0o755); err != nil {
+		logs.Close()
+		return nil, fmt.Errorf("error file of rank %d: %w", c.Rank, err)
+	}
+	_ = os.Remove(c.ErrorFile) // a stale file would name an old error
+	spec := proc.Spec{
+		Path: a.spec.Command[0], Args: a.spec.Command[1:], Env: c.Environ(a.spec.Environ),
+		Stdout: logs.Stdout(), Stderr: logs.Stderr(), Guard: a.spec.Guard,
+		Stdin: a.spec.Stdin, Linger: a.spec.TermTimeout,
+	}
+	if local < len(a.spec.WorkerCPUs) {
+		spec.CPUs = a.spec.WorkerCPUs[local]
+	}
+	var beat *heartbeat.Pipe
+	if a.wantsHeartbeats() {
+		if beat, err = heartbeat.NewPipe(); err != nil {
+			logs.Close()
+			return nil, err
+		}
+		spec.ExtraFiles = []*os.File{beat.WorkerEnd()}
+		spec.Env = append(spec.Env, fmt.Sprintf("%s=%d", heartbeat.EnvVar, heartbeat.WorkerFD))
+	}
+	p, err := proc.Start(spec)
+	if beat != nil {
+		_ = beat.CloseWorkerEnd()
+	}
+	if err != nil {
+		logs.Close()
+		return nil, fmt.Errorf("start rank %d: %w", c.Rank, err)
+	}
+	a.workerPIDs.Store(p.PID(), struct{}{})
+	a.spec.Observer.WorkerStarted(c)
+	w := &worker{started: c, process: p, logs: logs, heartbeat: beat, released: make(chan struct{}), exitTold: make(chan struct{})}
+	w.setContract(c)
+	if beat != nil {
+		beat.OnBeat(func(prog heartbeat.Progress) { a.onProgress(w, prog) })
+		beat.OnAwait(func(heartbeat.Await) {
+			select {
+			case a.awaits <- w:
+			default: // the monitor checks every worker when its bound is over
+			}
+		})
+		beat.OnSilent(func(peer int) {
+			select {
+			case a.silent <- silence{w: w, peer: peer}:
+			default: // the other workers that hear nothing from that node say so too
+			}
+		})
+	}
+	go a.followExit(w)
+	a.log.Debug().Int("rank", c.Rank).Int("local_rank", local).Int("pid", p.PID()).Msg("worker started")
+	return w, nil
 }
 
 // onProgress passes a worker's heartbeat on to the observer and, for the
@@ -259,21 +271,24 @@ func (a *Agent) release(workers []*worker) {
 // discard stops kept workers that cannot go on into the next round and
 // releases them; why says why, for the log.
 func (a *Agent) discard(workers []*worker, sig syscall.Signal, why string) {
-	a.log.Warn().Str("reason", why).Int("workers", len(workers)).Msg("stopping the workers kept in place: fresh workers start instead")
+	workers = slices.DeleteFunc(slices.Clone(workers), func(w *worker) bool { return w == nil }) // a failed one's place
+	a.log.Warn().Str("reason", why).Int("workers", len(workers)).Msg("stopping the workers kept in place")
 	a.stopAll(workers, sig)
 	a.release(workers)
 }
 
 // adopt gives the workers kept from the round before their contracts in
-// round r over their channels. It fails, sending nothing more, when one
-// of them ended meanwhile or cannot be told: the caller then stops them
-// all and starts fresh workers.
+// round r over their channels, and starts a fresh worker in the place of
+// one that failed and is restarted alone (nil in kept; it takes the
+// place in kept). It fails, sending nothing more, when one of them ended
+// meanwhile or cannot be told: the caller then stops them all and starts
+// fresh workers.
 func (a *Agent) adopt(r rendezvous.Round, kept []*worker) error {
 	if len(kept) != a.spec.LocalWorkers {
 		return fmt.Errorf("%d workers kept, %d wanted", len(kept), a.spec.LocalWorkers)
 	}
 	for _, w := range kept {
-		if w.endedOnItsOwn() {
+		if w != nil && w.endedOnItsOwn() {
 			return fmt.Errorf("rank %d ended while the round changed: %s", w.contract.Rank, w.process.Result())
 		}
 	}
@@ -282,6 +297,15 @@ func (a *Agent) adopt(r rendezvous.Round, kept []*worker) error {
 		return err
 	}
 	for local, w := range kept {
+		if w == nil {
+			fresh, err := a.startWorker(sink, r, local)
+			if err != nil {
+				return err
+			}
+			kept[local] = fresh
+			a.log.Info().Int("rank", fresh.contract.Rank).Int("pid", fresh.process.PID()).Msg("worker restarted alone: it takes its state from its peers")
+			continue
+		}
 		c := a.spec.Contract(r, local)
 		if err := os.MkdirAll(filepath.Dir(c.ErrorFile), 0o755); err != nil {
 			return fmt.Errorf("error file of rank %d: %w", c.Rank, err)

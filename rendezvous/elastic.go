@@ -40,6 +40,10 @@ type End struct {
 	// Lost names the nodes whose loss opened the next round, when they
 	// are known (CauseMembership).
 	Lost []string
+	// InPlace says the next round opened for a worker failure whose agent
+	// restarts that worker alone (CauseFailure): the other workers go on
+	// in place.
+	InPlace bool
 }
 
 // Config is one agent's part in an elastic job.
@@ -323,7 +327,7 @@ func roundOver(st State, r Round) (End, bool) {
 	case st.Phase == PhaseClosed:
 		return End{Closed: true, Result: st.Result, Reason: st.Reason}, true
 	case st.Round != r.Number:
-		return End{Reason: st.Reason, Cause: st.Cause, Lost: st.Lost}, true
+		return End{Reason: st.Reason, Cause: st.Cause, Lost: st.Lost, InPlace: st.InPlace}, true
 	}
 	return End{}, false
 }
@@ -334,12 +338,28 @@ func roundOver(st State, r Round) (End, bool) {
 // spent. It returns how round r ended; when another node already moved
 // the job on, that is what it returns.
 func (e *Elastic) Failed(ctx context.Context, r Round, failures []Failure) (End, error) {
+	return e.failed(ctx, r, failures, false)
+}
+
+// FailedInPlace is Failed for failures this node's agent recovers from
+// alone: it restarts the failed workers by themselves, and every other
+// worker of the job goes on into the next round in place (State.InPlace).
+// The restart is charged to the worker-failure budget all the same, so a
+// worker that keeps failing ends the job when the budget is spent.
+func (e *Elastic) FailedInPlace(ctx context.Context, r Round, failures []Failure) (End, error) {
+	return e.failed(ctx, r, failures, true)
+}
+
+func (e *Elastic) failed(ctx context.Context, r Round, failures []Failure, inPlace bool) (End, error) {
 	if err := e.Blame(ctx, r, failures); err != nil {
 		return End{}, err
 	}
 	reason := "worker failure"
 	if len(failures) > 0 {
 		reason = "worker failure: " + failures[0].String()
+	}
+	if inPlace {
+		reason += "; restarted alone, the other workers go on in place"
 	}
 	// A node that dies makes its peers' workers fail before its lease
 	// expires. When this failure would spend the last of the budget and
@@ -353,6 +373,7 @@ func (e *Elastic) Failed(ctx context.Context, r Round, failures []Failure) (End,
 			return end, nil
 		}
 		next := st.Next(CauseFailure, reason, e.cfg.Limits, time.Now())
+		next.InPlace = inPlace && next.Phase == PhaseJoinable
 		if next.Phase == PhaseClosed && !waited {
 			if lossDeadline == nil {
 				e.log.Info().Dur("wait", e.cfg.LeaseTTL+time.Second).Msg("restart budget spent: waiting out the lease TTL for a lost node that would explain the failure")

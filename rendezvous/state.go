@@ -76,6 +76,11 @@ type State struct {
 	// Lost are the hosts whose loss opened this round, when that is its
 	// cause.
 	Lost []string `json:"lost,omitempty"`
+	// InPlace, in a round opened for a worker failure (CauseFailure),
+	// says that the failed worker's agent restarts it alone: every other
+	// worker goes on into this round in place, as after a membership
+	// change (Elastic.FailedInPlace).
+	InPlace bool `json:"in_place,omitempty"`
 	// LeftOut are the nodes (ids) this round opened without: alive, but
 	// another member of the round before could not reach them (a network
 	// fault no lease shows, such as packets dropped one way). Each joins

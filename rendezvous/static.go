@@ -103,6 +103,12 @@ func (s *Static) Failed(_ context.Context, r Round, failures []Failure) (End, er
 	return End{Reason: "worker failure"}, nil
 }
 
+// FailedInPlace is Failed: a static world has one round, which cannot
+// re-form around a restarted worker, so every worker restarts.
+func (s *Static) FailedInPlace(ctx context.Context, r Round, failures []Failure) (End, error) {
+	return s.Failed(ctx, r, failures)
+}
+
 // Succeeded ends the job: a static node does not wait for the others.
 func (s *Static) Succeeded(context.Context, Round) (End, error) {
 	return End{Closed: true, Result: ResultSucceeded, Reason: "the workers succeeded"}, nil

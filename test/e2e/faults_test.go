@@ -347,7 +347,12 @@ func TestFaults(t *testing.T) {
 		requireEqual(t, ref6.dir, j.dir)
 		st := j.status()
 		requireFirstFailure(t, st, 1, `rank 2 on `+agent.name+` \(node \d\): SIGKILL`)
-		row.Result = "finished, bit-identical (--rtol 0)"
+		// Issue 21: the worker is restarted alone; every other worker goes
+		// on in place (the recovery is an in-place one, not a restart).
+		if !strings.Contains(st, "in-place recoveries (workers kept, not restarted): 1; last: round 1: worker failure: rank 2 on "+agent.name) {
+			t.Errorf("gorun status shows no in-place recovery of the killed worker alone:\n%s", st)
+		}
+		row.Result = "restarted alone, the others in place; finished, bit-identical (--rtol 0)"
 		rows = append(rows, row)
 	})
 
