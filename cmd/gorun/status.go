@@ -122,9 +122,10 @@ again under a time line each time the status changed.
 
 The text fits one screen whatever the job's size: the round, its phase and why it opened, the
 budgets, the master, counts of members (alive, lost), agents and waiting nodes, then the members:
-a table for up to 16 members, else their hosts as SLURM hostlists (node[0001-4096]) with the lost
-ones named, the waiting nodes likewise, the stragglers, and the job's first failure with the latest ones. Lists
-too long for one line end in "... N more": --json has them all.
+a table for up to 16 members (with each node's latest step, loss and tokens/s once its agent
+published them), else their hosts as SLURM hostlists (node[0001-4096]) with the lost ones named,
+the waiting nodes likewise, the stragglers, and the job's first failure with the latest ones.
+Lists too long for one line end in "... N more": --json has them all.
 
 --json prints one object:
   run_id, started, incarnation, generation (SLURM_RESTART_COUNT), exists (false: no round yet)
@@ -136,7 +137,9 @@ too long for one line end in "... N more": --json has them all.
           they still count in change_restarts, the budget they use)
   members: the round's members in node-rank order (none while it is joinable):
            node_rank, first_rank (global rank of its local rank 0), id, host, addr, nproc,
-           since, alive (its agent's lease lives)
+           since, alive (its agent's lease lives), progress (the node's latest heartbeat figures
+           as its agent published them every 2 s: rank, step, loss, tokens_per_s of its rank
+           that finished the newest step; absent when it published none)
   waiting: agents waiting for the next round: id, host, addr, nproc, since
   others:  agents with a live lease, neither members nor waiting: id, host, addr, nproc, since
   failures: every failure report, first first (the fields of the agents' reports)
@@ -218,6 +221,11 @@ type statusMember struct {
 	FirstRank int `json:"first_rank"`
 	statusNode
 	Alive bool `json:"alive"`
+	// Progress is the node's latest heartbeat figures as its agent last
+	// published them (every 2 s): those of its rank that finished the
+	// newest step. Nil when it published none (workers other than the
+	// embedded trainer may report steps only, an older agent nothing).
+	Progress *straggler.RankProgress `json:"progress,omitempty"`
 }
 
 func nodeOf(m rendezvous.Member) statusNode {
@@ -253,7 +261,8 @@ func newStatusReport(st etcdstore.Status) statusReport {
 	if st.Exists && st.Roster.Round == s.Round {
 		first := 0
 		for i, m := range st.Roster.Members {
-			r.Members = append(r.Members, statusMember{NodeRank: i, FirstRank: first, statusNode: nodeOf(m), Alive: alive[m.ID]})
+			r.Members = append(r.Members, statusMember{NodeRank: i, FirstRank: first, statusNode: nodeOf(m), Alive: alive[m.ID],
+				Progress: latestOf(st.Stats[m.ID])})
 			first += m.NProc
 			placed[m.ID] = true
 			if alive[m.ID] {
@@ -301,6 +310,19 @@ func stragglersOf(stats map[string][]byte) []string {
 		names = append(names, s.String())
 	}
 	return names
+}
+
+// latestOf is the latest figures in a node's published stats value (a
+// straggler.Report), nil when it holds none or does not decode.
+func latestOf(stats []byte) *straggler.RankProgress {
+	rep, err := straggler.ParseReport(stats)
+	if err != nil {
+		return nil
+	}
+	if p, ok := rep.Latest(); ok {
+		return &p
+	}
+	return nil
 }
 
 // shownStragglers is how many stragglers gorun status lists.
@@ -401,10 +423,19 @@ func writeHeader(w io.Writer, r statusReport) {
 func writeMembers(w io.Writer, r statusReport, ago func(time.Time) string) (elided bool) {
 	if len(r.Members) <= tableMembers {
 		if len(r.Members) > 0 {
+			progress := slices.ContainsFunc(r.Members, func(m statusMember) bool { return m.Progress != nil })
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NODE RANK\tHOST\tADDR\tWORKERS\tALIVE\tSINCE")
+			head := "NODE RANK\tHOST\tADDR\tWORKERS\tALIVE\tSINCE"
+			if progress {
+				head += "\tSTEP\tLOSS\tTOK/S"
+			}
+			fmt.Fprintln(tw, head)
 			for _, m := range r.Members {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%v\t%s\n", m.NodeRank, m.Host, m.Addr, m.NProc, m.Alive, ago(m.Since))
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%v\t%s", m.NodeRank, m.Host, m.Addr, m.NProc, m.Alive, ago(m.Since))
+				if progress {
+					fmt.Fprint(tw, progressColumns(m.Progress))
+				}
+				fmt.Fprintln(tw)
 			}
 			tw.Flush()
 		}
@@ -423,6 +454,22 @@ func writeMembers(w io.Writer, r statusReport, ago func(time.Time) string) (elid
 		}
 	}
 	return elided
+}
+
+// progressColumns are a member's STEP, LOSS and TOK/S cells, each after a
+// tab: "-" for a figure it did not publish.
+func progressColumns(p *straggler.RankProgress) string {
+	if p == nil {
+		return "\t-\t-\t-"
+	}
+	loss, tok := "-", "-"
+	if p.Loss != 0 {
+		loss = fmt.Sprintf("%.3f", p.Loss)
+	}
+	if p.TokensPerS != 0 {
+		tok = fmt.Sprintf("%.0f", p.TokensPerS)
+	}
+	return fmt.Sprintf("\t%d\t%s\t%s", p.Step, loss, tok)
 }
 
 // writeWaiting prints the waiting nodes, one a line when they are few,
