@@ -109,7 +109,9 @@ func (j *job) startAgent(slot int) error {
 	args := []string{fmt.Sprintf("--nnodes=2:%d", nodes), "--nproc-per-node=2", "--rdzv-backend=etcd",
 		"--rdzv-endpoint=" + joinComma(j.b.etcd.endpoints()), "--rdzv-id=" + j.runID, "--node-name=" + name,
 		"--local-addr=127.0.0.1", "--max-restarts=1000", "--term-timeout=5s",
-		"--rdzv-conf=lease_ttl=2,last_call_timeout=1,join_timeout=120,max_membership_changes=1000", j.b.toml}
+		// join_timeout: a spare that no round takes within it fails, and its failure ends the
+		// job (gorun today): a spare must outwait the run.
+		"--rdzv-conf=lease_ttl=2,last_call_timeout=1,join_timeout=3600,max_membership_changes=1000", j.b.toml}
 	args = append(append(args, j.b.sets...), "--set", fmt.Sprintf("checkpoint.dir=%q", j.ckpt), "--metrics", j.metrics)
 	cmd := exec.Command(j.b.gorun, args...)
 	cmd.Env = append(os.Environ(), markerEnv+"="+j.b.marker, "TMPDIR="+filepath.Join(j.b.dir, "tmp"))
