@@ -178,9 +178,9 @@ func byKind(costs []faultCost) []kindRow {
 		if row.N == 0 {
 			continue
 		}
-		row.DowntimeMed = medianDuration(downs).Seconds()
+		row.DowntimeMed = medianDuration(downs).Round(time.Millisecond).Seconds()
 		if len(downs) > 0 {
-			row.DowntimeMax = slices.Max(downs).Seconds()
+			row.DowntimeMax = slices.Max(downs).Round(time.Millisecond).Seconds()
 		}
 		rows = append(rows, row)
 	}
