@@ -146,6 +146,7 @@ Lists too long for one line end in "... N more": --json has them all.
   recoveries: every in-place recovery, first first: round, host (node rank 0 that recorded it),
            reason, lost (hosts), nodes, workers, at_step, steps_lost, seconds (round end to the
            first progress after it), time
+  lost:    in_place_seconds, in_place_steps: the recoveries' seconds and steps_lost, summed
   stragglers: ranks whose median step compute (last 10 steps) is at least 1.5x the job's median,
            e.g. "rank 3 on node-b, 1.9x the median step compute"; the embedded trainer only`
 
@@ -175,6 +176,8 @@ type statusReport struct {
 	// Recoveries are the in-place recoveries: rounds that kept the
 	// workers instead of restarting them, first first.
 	Recoveries []rendezvous.Recovery `json:"recoveries"`
+	// Lost is what the in-place recoveries cost, in all.
+	Lost statusLost `json:"lost"`
 	// Stragglers are the ranks whose median step compute is at least
 	// straggler.Factor times the job's, as the agents last published it
 	// (embedded trainer only: other workers report no timing).
@@ -204,6 +207,14 @@ type statusCounts struct {
 	Others     int `json:"others"`
 	Failures   int `json:"failures"`
 	InPlace    int `json:"in_place"` // in-place recoveries: not restarts
+}
+
+// statusLost is what the job's in-place recoveries cost in all, as the
+// agents recorded them: the time from each round's end to the first step
+// after it, and the steps they threw away.
+type statusLost struct {
+	InPlaceSeconds float64 `json:"in_place_seconds"`
+	InPlaceSteps   int     `json:"in_place_steps"`
 }
 
 // statusNode is one agent as the report lists it.
@@ -291,6 +302,10 @@ func newStatusReport(st etcdstore.Status) statusReport {
 		r.Recoveries = []rendezvous.Recovery{}
 	}
 	r.Counts.InPlace = len(r.Recoveries)
+	for _, rec := range r.Recoveries {
+		r.Lost.InPlaceSeconds += rec.Seconds
+		r.Lost.InPlaceSteps += rec.StepsLost
+	}
 	r.Stragglers = stragglersOf(st.Stats)
 	return r
 }
@@ -398,6 +413,8 @@ func writeHeader(w io.Writer, r statusReport) {
 		b.MinNodes, b.MaxNodes, b.FailureRestarts, b.MaxFailureRestarts, b.ChangeRestarts, b.MaxChangeRestarts)
 	if n := len(r.Recoveries); n > 0 {
 		fmt.Fprintf(w, "in-place recoveries (workers kept, not restarted): %d; last: %s\n", n, r.Recoveries[n-1])
+		fmt.Fprintf(w, "time lost in them: %.1f s (each round's end to its first step), %d steps redone\n",
+			r.Lost.InPlaceSeconds, r.Lost.InPlaceSteps)
 	}
 	if r.Phase == rendezvous.PhaseRunning {
 		fmt.Fprintf(w, "master: %s:%d\n", r.MasterAddr, r.MasterPort)
