@@ -122,9 +122,10 @@ again under a time line each time the status changed.
 
 The text fits one screen whatever the job's size: the round, its phase and why it opened, the
 budgets, the master, counts of members (alive, lost), agents and waiting nodes, then the members:
-a table for up to 16 members, else their hosts as SLURM hostlists (node[0001-4096]) with the lost
-ones named, the waiting nodes likewise, the stragglers, and the job's first failure with the latest ones. Lists
-too long for one line end in "... N more": --json has them all.
+a table for up to 16 members (with each node's latest step, loss and tokens/s once its agent
+published them), else their hosts as SLURM hostlists (node[0001-4096]) with the lost ones named,
+the waiting nodes likewise, the stragglers, and the job's first failure with the latest ones.
+Lists too long for one line end in "... N more": --json has them all.
 
 --json prints one object:
   run_id, started, incarnation, generation (SLURM_RESTART_COUNT), exists (false: no round yet)
@@ -136,13 +137,16 @@ too long for one line end in "... N more": --json has them all.
           they still count in change_restarts, the budget they use)
   members: the round's members in node-rank order (none while it is joinable):
            node_rank, first_rank (global rank of its local rank 0), id, host, addr, nproc,
-           since, alive (its agent's lease lives)
+           since, alive (its agent's lease lives), progress (the node's latest heartbeat figures
+           as its agent published them every 2 s: rank, step, loss, tokens_per_s of its rank
+           that finished the newest step; absent when it published none)
   waiting: agents waiting for the next round: id, host, addr, nproc, since
   others:  agents with a live lease, neither members nor waiting: id, host, addr, nproc, since
   failures: every failure report, first first (the fields of the agents' reports)
   recoveries: every in-place recovery, first first: round, host (node rank 0 that recorded it),
            reason, lost (hosts), nodes, workers, at_step, steps_lost, seconds (round end to the
            first progress after it), time
+  lost:    in_place_seconds, in_place_steps: the recoveries' seconds and steps_lost, summed
   stragglers: ranks whose median step compute (last 10 steps) is at least 1.5x the job's median,
            e.g. "rank 3 on node-b, 1.9x the median step compute"; the embedded trainer only`
 
@@ -172,6 +176,8 @@ type statusReport struct {
 	// Recoveries are the in-place recoveries: rounds that kept the
 	// workers instead of restarting them, first first.
 	Recoveries []rendezvous.Recovery `json:"recoveries"`
+	// Lost is what the in-place recoveries cost, in all.
+	Lost statusLost `json:"lost"`
 	// Stragglers are the ranks whose median step compute is at least
 	// straggler.Factor times the job's, as the agents last published it
 	// (embedded trainer only: other workers report no timing).
@@ -203,6 +209,14 @@ type statusCounts struct {
 	InPlace    int `json:"in_place"` // in-place recoveries: not restarts
 }
 
+// statusLost is what the job's in-place recoveries cost in all, as the
+// agents recorded them: the time from each round's end to the first step
+// after it, and the steps they threw away.
+type statusLost struct {
+	InPlaceSeconds float64 `json:"in_place_seconds"`
+	InPlaceSteps   int     `json:"in_place_steps"`
+}
+
 // statusNode is one agent as the report lists it.
 type statusNode struct {
 	ID    string    `json:"id"`
@@ -218,6 +232,11 @@ type statusMember struct {
 	FirstRank int `json:"first_rank"`
 	statusNode
 	Alive bool `json:"alive"`
+	// Progress is the node's latest heartbeat figures as its agent last
+	// published them (every 2 s): those of its rank that finished the
+	// newest step. Nil when it published none (workers other than the
+	// embedded trainer may report steps only, an older agent nothing).
+	Progress *straggler.RankProgress `json:"progress,omitempty"`
 }
 
 func nodeOf(m rendezvous.Member) statusNode {
@@ -253,7 +272,8 @@ func newStatusReport(st etcdstore.Status) statusReport {
 	if st.Exists && st.Roster.Round == s.Round {
 		first := 0
 		for i, m := range st.Roster.Members {
-			r.Members = append(r.Members, statusMember{NodeRank: i, FirstRank: first, statusNode: nodeOf(m), Alive: alive[m.ID]})
+			r.Members = append(r.Members, statusMember{NodeRank: i, FirstRank: first, statusNode: nodeOf(m), Alive: alive[m.ID],
+				Progress: latestOf(st.Stats[m.ID])})
 			first += m.NProc
 			placed[m.ID] = true
 			if alive[m.ID] {
@@ -282,6 +302,10 @@ func newStatusReport(st etcdstore.Status) statusReport {
 		r.Recoveries = []rendezvous.Recovery{}
 	}
 	r.Counts.InPlace = len(r.Recoveries)
+	for _, rec := range r.Recoveries {
+		r.Lost.InPlaceSeconds += rec.Seconds
+		r.Lost.InPlaceSteps += rec.StepsLost
+	}
 	r.Stragglers = stragglersOf(st.Stats)
 	return r
 }
@@ -301,6 +325,19 @@ func stragglersOf(stats map[string][]byte) []string {
 		names = append(names, s.String())
 	}
 	return names
+}
+
+// latestOf is the latest figures in a node's published stats value (a
+// straggler.Report), nil when it holds none or does not decode.
+func latestOf(stats []byte) *straggler.RankProgress {
+	rep, err := straggler.ParseReport(stats)
+	if err != nil {
+		return nil
+	}
+	if p, ok := rep.Latest(); ok {
+		return &p
+	}
+	return nil
 }
 
 // shownStragglers is how many stragglers gorun status lists.
@@ -376,6 +413,8 @@ func writeHeader(w io.Writer, r statusReport) {
 		b.MinNodes, b.MaxNodes, b.FailureRestarts, b.MaxFailureRestarts, b.ChangeRestarts, b.MaxChangeRestarts)
 	if n := len(r.Recoveries); n > 0 {
 		fmt.Fprintf(w, "in-place recoveries (workers kept, not restarted): %d; last: %s\n", n, r.Recoveries[n-1])
+		fmt.Fprintf(w, "time lost in them: %.1f s (each round's end to its first step), %d steps redone\n",
+			r.Lost.InPlaceSeconds, r.Lost.InPlaceSteps)
 	}
 	if r.Phase == rendezvous.PhaseRunning {
 		fmt.Fprintf(w, "master: %s:%d\n", r.MasterAddr, r.MasterPort)
@@ -401,10 +440,19 @@ func writeHeader(w io.Writer, r statusReport) {
 func writeMembers(w io.Writer, r statusReport, ago func(time.Time) string) (elided bool) {
 	if len(r.Members) <= tableMembers {
 		if len(r.Members) > 0 {
+			progress := slices.ContainsFunc(r.Members, func(m statusMember) bool { return m.Progress != nil })
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NODE RANK\tHOST\tADDR\tWORKERS\tALIVE\tSINCE")
+			head := "NODE RANK\tHOST\tADDR\tWORKERS\tALIVE\tSINCE"
+			if progress {
+				head += "\tSTEP\tLOSS\tTOK/S"
+			}
+			fmt.Fprintln(tw, head)
 			for _, m := range r.Members {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%v\t%s\n", m.NodeRank, m.Host, m.Addr, m.NProc, m.Alive, ago(m.Since))
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%v\t%s", m.NodeRank, m.Host, m.Addr, m.NProc, m.Alive, ago(m.Since))
+				if progress {
+					fmt.Fprint(tw, progressColumns(m.Progress))
+				}
+				fmt.Fprintln(tw)
 			}
 			tw.Flush()
 		}
@@ -423,6 +471,22 @@ func writeMembers(w io.Writer, r statusReport, ago func(time.Time) string) (elid
 		}
 	}
 	return elided
+}
+
+// progressColumns are a member's STEP, LOSS and TOK/S cells, each after a
+// tab: "-" for a figure it did not publish.
+func progressColumns(p *straggler.RankProgress) string {
+	if p == nil {
+		return "\t-\t-\t-"
+	}
+	loss, tok := "-", "-"
+	if p.Loss != 0 {
+		loss = fmt.Sprintf("%.3f", p.Loss)
+	}
+	if p.TokensPerS != 0 {
+		tok = fmt.Sprintf("%.0f", p.TokensPerS)
+	}
+	return fmt.Sprintf("\t%d\t%s\t%s", p.Step, loss, tok)
 }
 
 // writeWaiting prints the waiting nodes, one a line when they are few,

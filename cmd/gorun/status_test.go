@@ -299,19 +299,23 @@ func TestStatusInPlaceRecoveries(t *testing.T) {
 	st := syntheticStatus(3, 0, 0, 0, now)
 	st.Recoveries = []rendezvous.Recovery{
 		{Round: 1, Host: "node0001", Lost: []string{"node0004"}, Nodes: 3, Workers: 24, AtStep: 12, Seconds: 0.8},
-		{Round: 3, Host: "node0001", Lost: []string{"c"}, Nodes: 2, Workers: 4, AtStep: 41, Seconds: 1.2},
+		{Round: 3, Host: "node0001", Lost: []string{"c"}, Nodes: 2, Workers: 4, AtStep: 41, StepsLost: 1, Seconds: 1.25},
 	}
 	var b strings.Builder
 	writeStatus(&b, st, now)
-	require.Contains(t, b.String(), "in-place recoveries (workers kept, not restarted): 2; last: round 3: node c lost at step 41; in place on 2 nodes (4 workers), 0 steps lost, 1.2 s\n")
+	require.Contains(t, b.String(), "in-place recoveries (workers kept, not restarted): 2; last: round 3: node c lost at step 41; in place on 2 nodes (4 workers), 1 steps lost, 1.2 s\n"+
+		"time lost in them: 2.0 s (each round's end to its first step), 1 steps redone\n")
 
 	out, err := json.Marshal(newStatusReport(st))
 	require.NoError(t, err)
 	var got struct {
 		Counts     map[string]int        `json:"counts"`
 		Recoveries []rendezvous.Recovery `json:"recoveries"`
+		Lost       map[string]float64    `json:"lost"`
 	}
 	require.NoError(t, json.Unmarshal(out, &got))
 	require.Equal(t, 2, got.Counts["in_place"])
 	require.Equal(t, st.Recoveries, got.Recoveries)
+	require.InDelta(t, 2.05, got.Lost["in_place_seconds"], 1e-9)
+	require.Equal(t, map[string]float64{"in_place_seconds": got.Lost["in_place_seconds"], "in_place_steps": 1}, got.Lost)
 }

@@ -57,6 +57,8 @@ type Metrics struct {
 	inPlace    prometheus.Counter
 	rendezvous prometheus.Histogram
 	workers    *workerCollector
+	lost       *prometheus.CounterVec
+	goodput    *goodput
 }
 
 var _ elastic.Observer = (*Metrics)(nil)
@@ -93,7 +95,14 @@ func New(cfg Config) (*Metrics, error) {
 			Help:    "How long this node waited in the rendezvous for each of its rounds to form.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 4, 9)}),
 		workers: newWorkerCollector(cfg.Now),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gorun_time_lost_seconds_total",
+			Help: "Training time this node lost to recoveries, by cause (worker_failure, membership_change: restarts; in_place) and phase: detection (last step to leaving the round), rendezvous (to the next round formed), first_step (to the first step after it: start or re-forming, state transfer or checkpoint load, the step), redone_steps (steps thrown away, at the median step time). Counted when the recovery's first step ends."},
+			[]string{"cause", "phase"}),
 	}
+	m.goodput = newGoodput(cfg.Now, func(cause, phase string, seconds float64) { m.lost.WithLabelValues(cause, phase).Add(seconds) })
+	goodputRatio := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gorun_goodput_ratio",
+		Help: "Time this node's workers spent on steps the job kept (between consecutive steps, less the redone ones) over the time since their first step; NaN before it."},
+		m.goodput.ratio)
 	for _, s := range agentStates {
 		m.state.WithLabelValues(s.String())
 	}
@@ -101,8 +110,13 @@ func New(cfg Config) (*Metrics, error) {
 	for _, c := range []elastic.RestartCause{elastic.RestartWorkerFailure, elastic.RestartMembershipChange} {
 		m.restarts.WithLabelValues(c.String())
 	}
+	for _, c := range lossCauses {
+		for _, p := range lossPhases {
+			m.lost.WithLabelValues(c, p)
+		}
+	}
 	labelled := prometheus.WrapRegistererWith(prometheus.Labels{"run_id": cfg.RunID, "node": cfg.Node}, m.reg)
-	for _, c := range []prometheus.Collector{m.state, m.round, m.nodes, m.worldSize, m.nodeRank, m.restarts, m.nodeLosses, m.inPlace, m.rendezvous, m.workers} {
+	for _, c := range []prometheus.Collector{m.state, m.round, m.nodes, m.worldSize, m.nodeRank, m.restarts, m.nodeLosses, m.inPlace, m.rendezvous, m.workers, m.lost, goodputRatio} {
 		if err := labelled.Register(c); err != nil {
 			return nil, err
 		}
@@ -123,10 +137,14 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
-// StateChanged sets the state-set gauge gorun_agent_state.
+// StateChanged sets the state-set gauge gorun_agent_state; leaving a
+// round that trained, for anything but the job's end, starts a recovery.
 func (m *Metrics) StateChanged(from, to elastic.State) {
 	m.state.WithLabelValues(from.String()).Set(0)
 	m.state.WithLabelValues(to.String()).Set(1)
+	if from == elastic.StateRunning && to != elastic.StateSucceeded && to != elastic.StateFailed {
+		m.goodput.leftRound()
+	}
 }
 
 // RoundStarted sets the round gauges and observes the rendezvous time.
@@ -141,20 +159,31 @@ func (m *Metrics) RoundStarted(r rendezvous.Round, formed time.Duration) {
 // Restarted counts a restart by cause, and the nodes it lost.
 func (m *Metrics) Restarted(cause elastic.RestartCause, nodesLost int) {
 	m.restarts.WithLabelValues(cause.String()).Inc()
+	if cause == elastic.RestartWorkerFailure {
+		m.goodput.roundFormed(causeWorkerFailure)
+	} else {
+		m.goodput.roundFormed(causeMembershipChange)
+	}
 	m.nodeLosses.Add(float64(nodesLost))
 }
 
 // RecoveredInPlace counts an in-place recovery, and the nodes it lost.
 func (m *Metrics) RecoveredInPlace(_ rendezvous.Round, nodesLost int) {
 	m.inPlace.Inc()
+	m.goodput.roundFormed(causeInPlace)
 	m.nodeLosses.Add(float64(nodesLost))
 }
 
 // WorkerStarted makes w the worker of its local rank, with no figures yet.
 func (m *Metrics) WorkerStarted(w distenv.Worker) { m.workers.started(w) }
 
-// WorkerProgress records w's heartbeat.
-func (m *Metrics) WorkerProgress(w distenv.Worker, p heartbeat.Progress) { m.workers.progress(w, p) }
+// WorkerProgress records w's heartbeat for the per-worker series,
+// and a step of the lowest local rank for gorun_goodput_ratio.
+func (m *Metrics) WorkerProgress(w distenv.Worker, p heartbeat.Progress) {
+	if m.workers.progress(w, p) {
+		m.goodput.step(w.LocalRank, p.Redone)
+	}
+}
 
 // WorkerExited records w's exit code.
 func (m *Metrics) WorkerExited(w distenv.Worker, exitCode int) { m.workers.exited(w, exitCode) }

@@ -76,12 +76,14 @@ func (c *workerCollector) current(w distenv.Worker) *workerState {
 	return s
 }
 
-func (c *workerCollector) progress(w distenv.Worker, p heartbeat.Progress) {
+// progress records w's heartbeat; it reports false, recording nothing,
+// when w is no longer its local rank's worker (an older round's).
+func (c *workerCollector) progress(w distenv.Worker, p heartbeat.Progress) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.current(w)
 	if s == nil {
-		return
+		return false
 	}
 	s.step, s.lastBeat = float64(p.Step), c.now()
 	s.compute.Add(p.ComputeS)
@@ -93,6 +95,7 @@ func (c *workerCollector) progress(w distenv.Worker, p heartbeat.Progress) {
 			*f.to = f.v
 		}
 	}
+	return true
 }
 
 func (c *workerCollector) exited(w distenv.Worker, code int) {

@@ -16,6 +16,8 @@ import (
 	"slices"
 	"sort"
 	"sync"
+
+	"github.com/gorun/gorun/internal/heartbeat"
 )
 
 // WindowSize is how many of the latest steps a Window keeps.
@@ -68,10 +70,35 @@ type RankCompute struct {
 }
 
 // Report is what one node publishes: the median compute of each of its
-// ranks that reported one.
+// ranks that reported one, and each rank's latest figures (for gorun
+// status; a report of an older agent has none).
 type Report struct {
-	Node  string        `json:"node"`
-	Ranks []RankCompute `json:"ranks"`
+	Node     string         `json:"node"`
+	Ranks    []RankCompute  `json:"ranks"`
+	Progress []RankProgress `json:"progress,omitempty"`
+}
+
+// RankProgress is the latest heartbeat figures of one rank: the step it
+// finished, that step's loss and the job's tokens per second. A figure
+// the worker did not report is left out (0 in Go).
+type RankProgress struct {
+	Rank       int     `json:"rank"`
+	Step       int     `json:"step"`
+	Loss       float64 `json:"loss,omitempty"`
+	TokensPerS float64 `json:"tokens_per_s,omitempty"`
+}
+
+// Latest is the figures of the rank that finished the newest step (the
+// lowest such rank), and false when there are none.
+func (r Report) Latest() (RankProgress, bool) {
+	var best RankProgress
+	found := false
+	for _, p := range r.Progress {
+		if !found || p.Step > best.Step || p.Step == best.Step && p.Rank < best.Rank {
+			best, found = p, true
+		}
+	}
+	return best, found
 }
 
 // ParseReport decodes a Report as Encode wrote it; an error names what
@@ -166,6 +193,7 @@ type Tracker struct {
 type tracked struct {
 	rank   int
 	window Window
+	latest *RankProgress // the last heartbeat's figures; nil before the first
 }
 
 // NewTracker returns an empty Tracker.
@@ -192,8 +220,30 @@ func (t *Tracker) Add(localRank, rank int, seconds float64) {
 	tr.window.Add(seconds)
 }
 
-// Report is this node's ranks' median compute, by rank; ranks with no
-// time yet are left out.
+// Observe records one heartbeat of the worker of localRank with global
+// rank rank: its step compute time (as Add does) and its step, loss and
+// tokens per second, which Report carries. A heartbeat of a worker that is
+// no longer its local rank's (an older round's) is ignored.
+func (t *Tracker) Observe(localRank, rank int, p heartbeat.Progress) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tr := t.ranks[localRank]
+	if tr == nil || tr.rank != rank {
+		return
+	}
+	tr.window.Add(p.ComputeS)
+	finite := func(v float64) float64 {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return 0
+		}
+		return v
+	}
+	tr.latest = &RankProgress{Rank: rank, Step: p.Step, Loss: finite(p.Loss), TokensPerS: finite(p.TokensPerS)}
+}
+
+// Report is this node's ranks' median compute, by rank, and their latest
+// figures (see Observe); ranks with no time yet are left out of Ranks,
+// ranks with no heartbeat yet out of Progress.
 func (t *Tracker) Report(node string) Report {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -202,7 +252,11 @@ func (t *Tracker) Report(node string) Report {
 		if m := tr.window.Median(); !math.IsNaN(m) {
 			r.Ranks = append(r.Ranks, RankCompute{Rank: tr.rank, ComputeS: m})
 		}
+		if tr.latest != nil {
+			r.Progress = append(r.Progress, *tr.latest)
+		}
 	}
 	sort.Slice(r.Ranks, func(i, j int) bool { return r.Ranks[i].Rank < r.Ranks[j].Rank })
+	sort.Slice(r.Progress, func(i, j int) bool { return r.Progress[i].Rank < r.Progress[j].Rank })
 	return r
 }

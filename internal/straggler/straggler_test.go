@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gorun/gorun/internal/heartbeat"
 )
 
 func TestWindowMedian(t *testing.T) {
@@ -99,4 +101,31 @@ func TestTrackerForgetsOldWorkers(t *testing.T) {
 	tr.Add(0, 2, 0.2)
 	tr.Add(7, 7, 1) // never started
 	require.Equal(t, Report{Node: "a", Ranks: []RankCompute{{2, 0.2}, {5, 0.1}}}, tr.Report("a"))
+}
+
+// TestTrackerReportsLatestProgress: Observe feeds the compute window as Add does and keeps each
+// rank's last figures, which Report carries and Latest picks (the newest step, lowest rank); a
+// figure not reported stays out, and an old worker's heartbeat is ignored.
+func TestTrackerReportsLatestProgress(t *testing.T) {
+	tr := NewTracker()
+	tr.Started(0, 4)
+	tr.Started(1, 5)
+	tr.Observe(0, 4, heartbeat.Progress{Step: 11, Loss: 3.5, TokensPerS: 900, ComputeS: 0.3})
+	tr.Observe(0, 4, heartbeat.Progress{Step: 12, Loss: 3.25, TokensPerS: 1000, ComputeS: 0.3})
+	tr.Observe(1, 5, heartbeat.Progress{Step: 12, Loss: math.NaN(), TokensPerS: math.NaN(), ComputeS: 0.1})
+	tr.Observe(1, 9, heartbeat.Progress{Step: 99, Loss: 1, ComputeS: 5}) // not local rank 1's worker
+	rep := tr.Report("a")
+	require.Equal(t, []RankCompute{{4, 0.3}, {5, 0.1}}, rep.Ranks)
+	require.Equal(t, []RankProgress{{Rank: 4, Step: 12, Loss: 3.25, TokensPerS: 1000}, {Rank: 5, Step: 12}}, rep.Progress)
+	got, err := ParseReport(rep.Encode())
+	require.NoError(t, err)
+	require.Equal(t, rep, got)
+	latest, ok := rep.Latest()
+	require.True(t, ok)
+	require.Equal(t, RankProgress{Rank: 4, Step: 12, Loss: 3.25, TokensPerS: 1000}, latest)
+	tr.Observe(1, 5, heartbeat.Progress{Step: 13, Loss: 3, TokensPerS: math.Inf(1), ComputeS: 0.1})
+	latest, _ = tr.Report("a").Latest()
+	require.Equal(t, RankProgress{Rank: 5, Step: 13, Loss: 3}, latest)
+	_, ok = Report{Node: "old agent", Ranks: rep.Ranks}.Latest()
+	require.False(t, ok)
 }
