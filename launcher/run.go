@@ -302,15 +302,19 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 	// that a network fault between nodes that costs no lease can be told
 	// from a slow process, and a node left out for it can tell when it may
 	// come back (rendezvous.Unreachable).
-	prober, err := reach.Listen(l.Addr)
-	if err != nil {
-		_ = store.Close()
-		return elastic.Outcome{ExitCode: 1}, fmt.Errorf("%w: the agent answers the other nodes' reachability probes on this node's address (--local-addr)", err)
+	// An address it cannot listen on is reported once the agent joined
+	// the job (the port it offers the master is on the same address), so
+	// that every node hears of it; meanwhile it answers no probes.
+	reachPort := 0
+	if prober, err := reach.Listen(l.Addr); err != nil {
+		log.Warn().Err(err).Msg("this node answers no reachability probes: a network fault that cuts it off costs the other nodes its lease TTL")
+	} else {
+		defer prober.Close()
+		reachPort = prober.Port()
 	}
-	defer prober.Close()
 	rdzv, err := rendezvous.Join(ctx, store, rendezvous.Config{
 		Self: rendezvous.Member{
-			ID: r.NodeID, Host: l.Host, Addr: l.Addr, Preferred: l.NodeRank, NProc: l.NProcPerNode, Reach: prober.Port(),
+			ID: r.NodeID, Host: l.Host, Addr: l.Addr, Preferred: l.NodeRank, NProc: l.NProcPerNode, Reach: reachPort,
 		},
 		Limits: r.Limits, LastCall: r.Timing.LastCall.Std(), JoinTimeout: r.Timing.JoinTimeout.Std(),
 		LeaseTTL: r.Timing.LeaseTTL.Std(),

@@ -63,7 +63,7 @@ func (o trackingObserver) WorkerStarted(w distenv.Worker) {
 }
 
 func (o trackingObserver) WorkerProgress(w distenv.Worker, p heartbeat.Progress) {
-	o.tracker.Add(w.LocalRank, w.Rank, p.ComputeS)
+	o.tracker.Observe(w.LocalRank, w.Rank, p)
 	if o.next != nil {
 		o.next.WorkerProgress(w, p)
 	}

@@ -207,21 +207,8 @@ func (t *Tracker) Started(localRank, rank int) {
 	t.ranks[localRank] = &tracked{rank: rank}
 }
 
-// Add records one step's compute time of the worker of localRank with
-// global rank rank; a time of a worker that is no longer its local
-// rank's (an older round's) is ignored.
-func (t *Tracker) Add(localRank, rank int, seconds float64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	tr := t.ranks[localRank]
-	if tr == nil || tr.rank != rank {
-		return
-	}
-	tr.window.Add(seconds)
-}
-
 // Observe records one heartbeat of the worker of localRank with global
-// rank rank: its step compute time (as Add does) and its step, loss and
+// rank rank: its step compute time and its step, loss and
 // tokens per second, which Report carries. A heartbeat of a worker that is
 // no longer its local rank's (an older round's) is ignored.
 func (t *Tracker) Observe(localRank, rank int, p heartbeat.Progress) {

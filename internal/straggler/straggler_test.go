@@ -93,17 +93,17 @@ func TestTrackerForgetsOldWorkers(t *testing.T) {
 	require.Empty(t, tr.Report("a").Ranks)
 	tr.Started(0, 4)
 	tr.Started(1, 5)
-	tr.Add(0, 4, 0.9)
-	tr.Add(1, 5, 0.1)
-	require.Equal(t, Report{Node: "a", Ranks: []RankCompute{{4, 0.9}, {5, 0.1}}}, tr.Report("a"))
+	tr.Observe(0, 4, heartbeat.Progress{ComputeS: 0.9})
+	tr.Observe(1, 5, heartbeat.Progress{ComputeS: 0.1})
+	require.Equal(t, []RankCompute{{4, 0.9}, {5, 0.1}}, tr.Report("a").Ranks)
 	tr.Started(0, 2)
-	tr.Add(0, 4, 0.9)
-	tr.Add(0, 2, 0.2)
-	tr.Add(7, 7, 1) // never started
-	require.Equal(t, Report{Node: "a", Ranks: []RankCompute{{2, 0.2}, {5, 0.1}}}, tr.Report("a"))
+	tr.Observe(0, 4, heartbeat.Progress{ComputeS: 0.9})
+	tr.Observe(0, 2, heartbeat.Progress{ComputeS: 0.2})
+	tr.Observe(7, 7, heartbeat.Progress{ComputeS: 1}) // never started
+	require.Equal(t, []RankCompute{{2, 0.2}, {5, 0.1}}, tr.Report("a").Ranks)
 }
 
-// TestTrackerReportsLatestProgress: Observe feeds the compute window as Add does and keeps each
+// TestTrackerReportsLatestProgress: Observe feeds the compute window and keeps each
 // rank's last figures, which Report carries and Latest picks (the newest step, lowest rank); a
 // figure not reported stays out, and an old worker's heartbeat is ignored.
 func TestTrackerReportsLatestProgress(t *testing.T) {

@@ -404,12 +404,15 @@ func TestFaults(t *testing.T) {
 	t.Run("corrupt newest checkpoint", func(t *testing.T) {
 		j := three(t, "corrupt")
 		rec := j.waitStep(17)
-		// Keep rank 3 stopped so that no step (and no checkpoint) completes while the newest one is
-		// corrupted, then kill it: the restart must skip the corrupt checkpoint. The others may
-		// still finish a checkpoint rank 3 had done its part of: let that settle first.
+		// Ranks 1, 3 and 5 hold shard 1 of the model in the job's 3 replicas x 2 shards: killed
+		// together, no live rank covers it, so the workers restarted alone and the others resume
+		// from the newest checkpoint (issue 21: only then). Keep them stopped so that no step (and
+		// no checkpoint) completes while the newest one is corrupted, then kill them: the resume
+		// must skip the corrupt checkpoint. The others may still finish a checkpoint those ranks
+		// had done their part of: let that settle first.
 		paused := j.pause()
-		pid, agent := j.workerOf(3)
-		resume(paused, 3)
+		holders := []int{1, 3, 5}
+		resume(paused, holders...)
 		time.Sleep(300 * time.Millisecond)
 		newest := newestStep(t, j.dir)
 		shards, _ := filepath.Glob(filepath.Join(j.dir, checkpoint.StepName(newest), "shard-*.bin"))
@@ -426,10 +429,14 @@ func TestFaults(t *testing.T) {
 		}
 		ended := j.roundsEnded()
 		at := time.Now()
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatal(err)
+		for _, w := range paused {
+			if slices.Contains(holders, w.rank) {
+				if err := syscall.Kill(w.pid, syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
-		row := j.observe(fmt.Sprintf("corrupt newest checkpoint (step %d), then kill -9 of a worker", newest), at, rec.Step, ended)
+		row := j.observe(fmt.Sprintf("corrupt newest checkpoint (step %d), then kill -9 of the 3 workers holding a shard", newest), at, rec.Step, ended)
 		j.finish()
 		var out string
 		for _, a := range j.agents {
@@ -440,8 +447,9 @@ func TestFaults(t *testing.T) {
 			t.Errorf("want %q in the log and a resume from step %d, resumed from %d", want, newest-5, row.FromStep)
 		}
 		requireEqual(t, ref6.dir, j.dir)
-		requireFirstFailure(t, j.status(), 1, `rank 3 on `+agent.name+` \(node \d\): SIGKILL`)
-		row.Result = "skipped the corrupt one (logged), finished, bit-identical (--rtol 0)"
+		// One restart: the first failure opens the round, the others find it open.
+		requireFirstFailure(t, j.status(), 1, `rank [135] on node-[abc] \(node \d\): SIGKILL`)
+		row.Result = "no live copy: resumed from the checkpoint before the corrupt one (logged), finished, bit-identical (--rtol 0)"
 		rows = append(rows, row)
 	})
 

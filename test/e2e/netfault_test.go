@@ -111,6 +111,13 @@ func TestNetFaults(t *testing.T) {
 			rules: func(l *netLab) []string { return []string{l.OneWay("c", "a")} }},
 		{name: "B 30 % loss both ways 20 s", dur: 20 * time.Second, full: true,
 			rules: func(l *netLab) []string { return l.Loss("b", 30) }},
+		// Node A hosts rank 0, which commits the shared checkpoint directory's
+		// steps: the world without it must commit, and A must not commit
+		// anything stale when it comes back.
+		{name: "node A (rank 0) cut off 10 s", dur: 10 * time.Second, full: true,
+			rules: func(l *netLab) []string { return l.Cut("a") }},
+		{name: "node C cut off 150 s", dur: 150 * time.Second, full: true,
+			rules: func(l *netLab) []string { return l.Cut("c") }},
 	}
 	var rows []netRow
 	t.Cleanup(func() {
