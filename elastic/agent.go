@@ -410,11 +410,17 @@ func (a *Agent) rounds(ctx context.Context) (Outcome, error) {
 	for {
 		a.transition(StateRendezvous)
 		joined := time.Now()
-		round, err := a.rdzv.Next(ctx)
+		round, requeue, err := a.next(ctx, kept == nil)
 		var closed *rendezvous.ClosedError
 		switch {
 		case ctx.Err() != nil:
 			return a.stopped(ctx, last), nil
+		case requeue != 0:
+			// SLURM's warning before the job's end: nothing here to save.
+			reason := fmt.Sprintf("%s while waiting for a round, with no workers to checkpoint", unix.SignalName(requeue))
+			a.transition(StateFailed, "reason", "requeue", "signal", unix.SignalName(requeue))
+			fmt.Fprintf(a.spec.Report, "gorun: %s: exit %d, requeue the job to resume\n", reason, ExitRequeue)
+			return Outcome{ExitCode: ExitRequeue, Requeue: true, Restarts: last.Number, Reason: reason}, nil
 		case errors.As(err, &closed) && closed.Result == rendezvous.ResultSucceeded:
 			// Only a round that this node did not run in can close while
 			// it waits to join one: the job went on without it.
@@ -488,6 +494,47 @@ func (a *Agent) rounds(ctx context.Context) (Outcome, error) {
 			return a.stopped(ctx, round), nil
 		}
 	}
+}
+
+// next is Rendezvous.Next. An agent with no workers (idle: a spare, or
+// one whose workers stopped) that gets SIGUSR1 or SIGUSR2 meanwhile (the
+// warning SLURM sends before a job's end, for a checkpoint and a
+// requeue) stops waiting and returns that signal: it has nothing to
+// save, and waiting on would hold the job's end. With workers kept in
+// place, the signal waits for the next round's monitor, which passes it
+// on; so does one that arrives as Next returns.
+func (a *Agent) next(ctx context.Context, idle bool) (rendezvous.Round, syscall.Signal, error) {
+	if !idle {
+		r, err := a.rdzv.Next(ctx)
+		return r, 0, err
+	}
+	nctx, cancel := context.WithCancel(ctx)
+	got := make(chan syscall.Signal, 1)
+	go func() {
+		defer close(got)
+		select {
+		case s := <-a.passOn:
+			got <- s
+			cancel()
+		case <-nctx.Done():
+		}
+	}()
+	r, err := a.rdzv.Next(nctx)
+	cancel()
+	s, ok := <-got
+	switch {
+	case !ok:
+		return r, 0, err
+	case err == nil:
+		select {
+		case a.passOn <- s: // a round came first: its monitor passes the signal on
+		default: // the same signal is waiting there already
+		}
+		return r, 0, nil
+	case ctx.Err() != nil:
+		return r, 0, err
+	}
+	return rendezvous.Round{}, s, nil
 }
 
 // takeOver hands the workers kept from the round before (nil: none) to

@@ -353,3 +353,24 @@ func TestAdopt(t *testing.T) {
 	<-workers[0].process.Done()
 	require.ErrorContains(t, a.adopt(next, workers), "rank 2 ended while the round changed")
 }
+
+// A spare (a fourth node of a job of at most three) waits without
+// workers; SLURM's warning (SIGUSR1) makes it exit 75 at once, as the
+// members' agents do once their workers checkpointed, instead of holding
+// the job's end.
+func TestSpareRequeuesOnSIGUSR1(t *testing.T) {
+	eps := etcdtest.Start(t).Endpoints()
+	dir := t.TempDir()
+	for _, n := range []string{"a", "b", "c"} {
+		startEtcdAgent(t, eps, "job", n, dir, 100*time.Millisecond)
+	}
+	waitFiles(t, dir, "pids", 1, "a", "b", "c")
+	spare := startEtcdAgent(t, eps, "job", "d", dir, 100*time.Millisecond)
+	spare.signals <- syscall.SIGUSR1
+	o := <-spare.done
+	spare.done <- o
+	require.Equal(t, ExitRequeue, o.ExitCode, o.Reason)
+	require.True(t, o.Requeue)
+	require.Contains(t, spare.report.String(), "SIGUSR1 while waiting for a round, with no workers to checkpoint")
+	require.Empty(t, pids(dir, "d")[0], "the spare started no worker")
+}

@@ -189,7 +189,8 @@ func (e *Elastic) logTransition(from, next State) {
 // before) and blocks until it runs, then returns this node's place in it.
 // It fails when the job is closed (*ClosedError), when the round does not
 // form within JoinTimeout (ErrEtcdUnreachable when etcd was away all
-// that time), or when ctx ends.
+// that time), or when ctx ends. A node that waits while the job runs
+// without it (a spare, a node left out) waits as long as it runs.
 func (e *Elastic) Next(ctx context.Context) (Round, error) {
 	timeout := time.NewTimer(e.cfg.JoinTimeout)
 	defer timeout.Stop()
@@ -255,6 +256,15 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 		case <-retry:
 			retry = nil
 		case <-timeout.C:
+			if sess, _ := e.store.Session(); sess.Live && st.Phase == PhaseRunning && (waiting || e.leftOutError() != nil) {
+				// A spare, or a node left out for a network fault, waits
+				// as long as the job runs without it: the aggregator takes
+				// it in when there is room (once it reaches every member),
+				// and the job's end ends the wait. Giving up would close
+				// the job for everyone.
+				timeout.Reset(e.cfg.JoinTimeout)
+				continue
+			}
 			return Round{}, e.formError(ctx, st)
 		case <-ctx.Done():
 			return Round{}, context.Cause(ctx)

@@ -321,3 +321,19 @@ func TestSpentBudgetWaitsForNodeLoss(t *testing.T) {
 		})
 	}
 }
+
+// A spare waits as long as the job runs without it, however long that is
+// past join_timeout: giving up would close the job for everyone. Only
+// its context ends the wait here.
+func TestSpareWaitsPastJoinTimeout(t *testing.T) {
+	b := rdzvtest.NewBackend()
+	lim := rendezvous.Limits{MinNodes: 2, MaxNodes: 2, MaxFailures: 1, MaxChanges: 1}
+	nextAll(t, join(t, b, config("a", -1, lim)), join(t, b, config("b", -1, lim)))
+	cfg := config("spare", -1, lim)
+	cfg.JoinTimeout = 100 * time.Millisecond
+	spare := join(t, b, cfg)
+	ctx, cancel := context.WithTimeoutCause(context.Background(), 10*cfg.JoinTimeout, errors.New("the test is over"))
+	defer cancel()
+	_, err := spare.rdzv.Next(ctx)
+	require.EqualError(t, err, "the test is over")
+}
