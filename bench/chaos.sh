@@ -4,7 +4,7 @@
 # Runs the embedded trainer (examples/train.toml, a small model: --set overrides in
 # bench/chaosbench/main.go) as 4 agents x 2 workers plus one spare agent (--nnodes=2:4) on this
 # machine, over a three-member etcd of `gorun rendezvous serve` (members e0-e2, "hosted" by node
-# slots 0-2), lease_ttl 2 s, join_timeout 3600 s (a spare that waits longer fails the job). First
+# slots 0-2), lease_ttl 2 s, join_timeout at its default (a spare waits as long as the job runs). First
 # a fault-free run of DURATION, then, for each period T, a run of DURATION with one failure every
 # T (the first at T/2), drawn from a seeded mix (SEED; each kind once in a random order before
 # any repeats):

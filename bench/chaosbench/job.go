@@ -109,9 +109,7 @@ func (j *job) startAgent(slot int) error {
 	args := []string{fmt.Sprintf("--nnodes=2:%d", nodes), "--nproc-per-node=2", "--rdzv-backend=etcd",
 		"--rdzv-endpoint=" + joinComma(j.b.etcd.endpoints()), "--rdzv-id=" + j.runID, "--node-name=" + name,
 		"--local-addr=127.0.0.1", "--max-restarts=1000", "--term-timeout=5s",
-		// join_timeout: a spare that no round takes within it fails, and its failure ends the
-		// job (gorun today): a spare must outwait the run.
-		"--rdzv-conf=lease_ttl=2,last_call_timeout=1,join_timeout=3600,max_membership_changes=1000", j.b.toml}
+		"--rdzv-conf=lease_ttl=2,last_call_timeout=1,max_membership_changes=1000", j.b.toml}
 	args = append(append(args, j.b.sets...), "--set", fmt.Sprintf("checkpoint.dir=%q", j.ckpt), "--metrics", j.metrics)
 	cmd := exec.Command(j.b.gorun, args...)
 	cmd.Env = append(os.Environ(), markerEnv+"="+j.b.marker, "TMPDIR="+filepath.Join(j.b.dir, "tmp"))
@@ -211,11 +209,12 @@ func (j *job) stop() {
 			signalTree(a.cmd.Process.Pid, syscall.SIGKILL)
 		}
 	}
-	// A spare waiting for a round does not act on SIGUSR1 (it has no workers to pass it to):
-	// the members checkpoint and exit first, then whoever is left gets SIGTERM.
+	// The members' workers checkpoint and exit 75; a spare waiting for a round exits 75 at once.
 	members := j.members()
-	for _, a := range members {
-		_ = a.cmd.Process.Signal(syscall.SIGUSR1)
+	for _, a := range j.agents {
+		if a != nil && a.alive() {
+			_ = a.cmd.Process.Signal(syscall.SIGUSR1)
+		}
 	}
 	wait := func(d time.Duration, agents []*agent) bool {
 		deadline := time.Now().Add(d)
