@@ -545,7 +545,7 @@ func (a *Agent) takeOver(r rendezvous.Round, kept *reforming) *reforming {
 	if kept == nil {
 		return nil
 	}
-	if err := a.adopt(r, kept.workers); err != nil {
+	if err := a.adopt(r, kept.workers, kept.end.Grow); err != nil {
 		a.discard(kept.workers, syscall.SIGTERM, err.Error())
 		return nil
 	}

@@ -344,14 +344,14 @@ func TestAdopt(t *testing.T) {
 	waitFiles(t, dir, "pids", 1, "a")
 
 	next := rendezvous.Round{Number: 1, NodeRank: 1, NumNodes: 2, FirstRank: 2, WorldSize: 4}
-	require.NoError(t, a.adopt(next, workers))
+	require.NoError(t, a.adopt(next, workers, false))
 	waitFiles(t, dir, "rounds", 1, "a")
 	require.Equal(t, 3, workers[1].contract.Rank)
 	require.Equal(t, 1, workers[1].started.Rank, "the contract it started with is kept")
 
 	require.NoError(t, workers[0].process.Signal(syscall.SIGKILL))
 	<-workers[0].process.Done()
-	require.ErrorContains(t, a.adopt(next, workers), "rank 2 ended while the round changed")
+	require.ErrorContains(t, a.adopt(next, workers, false), "rank 2 ended while the round changed")
 }
 
 // A spare (a fourth node of a job of at most three) waits without

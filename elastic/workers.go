@@ -280,10 +280,12 @@ func (a *Agent) discard(workers []*worker, sig syscall.Signal, why string) {
 // adopt gives the workers kept from the round before their contracts in
 // round r over their channels, and starts a fresh worker in the place of
 // one that failed and is restarted alone (nil in kept; it takes the
-// place in kept). It fails, sending nothing more, when one of them ended
-// meanwhile or cannot be told: the caller then stops them all and starts
-// fresh workers.
-func (a *Agent) adopt(r rendezvous.Round, kept []*worker) error {
+// place in kept). With atBoundary (their world is intact: only nodes
+// join) a worker still training goes into r at the next step boundary
+// its world agrees on, so that no rank is left a step ahead. It fails,
+// sending nothing more, when one of them ended meanwhile or cannot be
+// told: the caller then stops them all and starts fresh workers.
+func (a *Agent) adopt(r rendezvous.Round, kept []*worker, atBoundary bool) error {
 	if len(kept) != a.spec.LocalWorkers {
 		return fmt.Errorf("%d workers kept, %d wanted", len(kept), a.spec.LocalWorkers)
 	}
@@ -315,7 +317,7 @@ func (a *Agent) adopt(r rendezvous.Round, kept []*worker) error {
 			return fmt.Errorf("output of rank %d: %w", c.Rank, err)
 		}
 		w.resuming.Store(true)
-		if err := w.heartbeat.SendRound(c); err != nil {
+		if err := w.heartbeat.SendRound(c, atBoundary); err != nil {
 			return err
 		}
 		a.log.Debug().Int("rank", c.Rank).Int("was", w.contract.Rank).Int("pid", w.process.PID()).Msg("worker kept in place")

@@ -313,7 +313,9 @@ func (a *aggregator) reopenIfWaiting(ctx context.Context, snap snapshot) error {
 	}
 	sort.Strings(hosts)
 	reason := fmt.Sprintf("node %s waiting to join", strings.Join(hosts, ", "))
-	return e.cas(ctx, snap.stateRev, st, st.Next(CauseMembership, reason, e.cfg.Limits, time.Now()))
+	next := st.Next(CauseMembership, reason, e.cfg.Limits, time.Now())
+	next.Grow = next.Phase == PhaseJoinable
+	return e.cas(ctx, snap.stateRev, st, next)
 }
 
 // closeIfAllSucceeded closes the job as succeeded once every member's

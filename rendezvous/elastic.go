@@ -44,6 +44,9 @@ type End struct {
 	// restarts that worker alone (CauseFailure): the other workers go on
 	// in place.
 	InPlace bool
+	// Grow says the next round opened only for nodes waiting to join: the
+	// running workers' world is intact (State.Grow).
+	Grow bool
 }
 
 // Config is one agent's part in an elastic job.
@@ -337,7 +340,7 @@ func roundOver(st State, r Round) (End, bool) {
 	case st.Phase == PhaseClosed:
 		return End{Closed: true, Result: st.Result, Reason: st.Reason}, true
 	case st.Round != r.Number:
-		return End{Reason: st.Reason, Cause: st.Cause, Lost: st.Lost, InPlace: st.InPlace}, true
+		return End{Reason: st.Reason, Cause: st.Cause, Lost: st.Lost, InPlace: st.InPlace, Grow: st.Grow}, true
 	}
 	return End{}, false
 }

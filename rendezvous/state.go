@@ -81,6 +81,10 @@ type State struct {
 	// worker goes on into this round in place, as after a membership
 	// change (Elastic.FailedInPlace).
 	InPlace bool `json:"in_place,omitempty"`
+	// Grow says this round opened only for nodes waiting to join: the
+	// members of the round before lost nobody, so their workers' world is
+	// intact and they go into this round at a step boundary.
+	Grow bool `json:"grow,omitempty"`
 	// LeftOut are the nodes (ids) this round opened without: alive, but
 	// another member of the round before could not reach them (a network
 	// fault no lease shows, such as packets dropped one way). Each joins

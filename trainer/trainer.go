@@ -49,6 +49,12 @@ type Config struct {
 	// CommLog receives a line per connection refused by this rank (see
 	// comm.Config.Log); nil discards them.
 	CommLog io.Writer
+	// StopAsked, when set, is asked once per step of Run: when it says
+	// yes on any rank, every rank of the world returns ErrStopped from
+	// Run at the same step boundary, before that step's update (a round
+	// that only adds nodes: the running world goes into it without a rank
+	// a step ahead of the others). nil: never.
+	StopAsked func() bool
 	// SilentAfter and OnPeerSilent report a peer rank this rank heard
 	// nothing from for SilentAfter, in every world it connects (see
 	// comm.Config.SilentAfter and OnSilent); zero or nil: never.
@@ -337,6 +343,11 @@ func orNone(s string) string {
 	return s
 }
 
+// ErrStopped is Run's error when Config.StopAsked said yes on a rank of
+// the world: every rank stopped at the same step boundary, before that
+// step's update, and the world is intact (Reform leaves it in order).
+var ErrStopped = errors.New("trainer: stopped at a step boundary, as asked")
+
 // Run trains from the current step (0, or the one Restore set) to
 // train.steps. Every rank must call it. Rank 0 writes a progress line to
 // cfg.Log every log_every steps; the metrics file gets a record every step,
@@ -416,9 +427,14 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 		ownedSquares := optim.SumSquares(t.eng, t.owned)
 		prof.Lap(profile.Optimizer)
 		collStart = time.Now()
-		loss, sumSquares, err := t.groups.Stats(lossSum/float64(accum), ownedSquares)
+		loss, sumSquares, stop, err := t.groups.Stats(lossSum/float64(accum), ownedSquares, t.cfg.StopAsked != nil && t.cfg.StopAsked())
 		if err != nil {
 			return res, t.runErr(ctx, err)
+		}
+		if stop {
+			// Before the update: every rank of the world stops here, at
+			// step `step`, and none is a step ahead.
+			return res, ErrStopped
 		}
 		inCollectives += time.Since(collStart)
 		prof.Lap(profile.Collectives)

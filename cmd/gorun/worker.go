@@ -127,7 +127,7 @@ func runWorker(sigs *workerSignals, c *cli.Context, cfg config.Config, w distenv
 		follow: beat.Follow(ctx, logPhase(c.App.ErrWriter, w.Rank)), waitRound: comm.DefaultTimeout, redone: math.NaN()}
 	tcfg := trainer.Config{Train: cfg, Worker: w, Threads: c.Int("threads"),
 		Secret: secret, CommLog: c.App.ErrWriter, Profile: c.Bool("profile"),
-		Metrics: c.String("metrics"), Log: c.App.Writer, AfterStep: s.afterStep}
+		Metrics: c.String("metrics"), Log: c.App.Writer, AfterStep: s.afterStep, StopAsked: s.follow.StopAsked}
 	if beat != nil {
 		// A peer silent past heartbeat.SilentAfter goes to the agent,
 		// which checks whether its node can be reached.

@@ -242,21 +242,28 @@ func (s *session) reform(next distenv.Worker, extra []trainer.Holding) (trainer.
 
 // nextRound is the contract to re-form with after Run's error err, if
 // the worker is to go on: pending, the contract that arrived during Run
-// (it aborted the world, or came as the world broke), or, when a peer
-// broke the world, the next one the agent sends within waitRound.
+// (it aborted the world, came as the world broke, or stopped it at a step
+// boundary), or, when a peer broke the world or another rank's contract
+// stopped it (trainer.ErrStopped), the next one the agent sends within
+// waitRound.
 func (s *session) nextRound(err error, pending *distenv.Worker) (distenv.Worker, bool) {
 	if s.ctx.Err() != nil {
 		return distenv.Worker{}, false
 	}
 	var pe *comm.PeerError
 	broke := errors.As(err, &pe)
-	if pending != nil && (broke || errors.Is(err, heartbeat.ErrNewRound)) {
+	// Stopped at a step boundary for a round that adds nodes: another
+	// rank's contract may have come first; this one's is on its way.
+	stopped := errors.Is(err, trainer.ErrStopped)
+	if pending != nil && (broke || stopped || errors.Is(err, heartbeat.ErrNewRound)) {
 		return *pending, true
 	}
-	if s.beat == nil || !broke {
+	if s.beat == nil || !broke && !stopped {
 		return distenv.Worker{}, false
 	}
-	s.beat.Await(s.t.Step(), pe.Rank)
+	if broke {
+		s.beat.Await(s.t.Step(), pe.Rank)
+	}
 	ctx, cancel := context.WithTimeout(s.ctx, s.waitRound)
 	defer cancel()
 	// s.term: a SIGTERM with no step boundary to save at stops now.

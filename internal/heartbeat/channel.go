@@ -26,12 +26,13 @@ type Await struct {
 // Line is a as one line of the channel, newline included.
 func (a Await) Line() string { return fmt.Sprintf("await %d peer=%d\n", a.Step, a.LostPeer) }
 
-// awaitWord, silentWord and roundWord start the channel's lines that are
-// not progress.
+// awaitWord, silentWord, roundWord and nextWord start the channel's
+// lines that are not progress.
 const (
 	awaitWord  = "await"
 	silentWord = "silent"
 	roundWord  = "round"
+	nextWord   = "next"
 )
 
 // SilentAfter is how long a worker hears nothing from a peer rank (no
@@ -105,17 +106,48 @@ func RoundLine(w distenv.Worker) (string, error) {
 	return roundWord + " " + string(data) + "\n", nil
 }
 
+// NextLine is RoundLine for a worker whose world is intact (the next
+// round only adds nodes): "next " and w as JSON. The worker goes into the
+// round at the next step boundary its world's ranks agree on, not at
+// once, so that no rank is left a step ahead of the others.
+func NextLine(w distenv.Worker) (string, error) {
+	line, err := RoundLine(w)
+	if err != nil {
+		return "", err
+	}
+	return nextWord + strings.TrimPrefix(line, roundWord), nil
+}
+
+// Contract is a worker's contract in the next round as its agent sent
+// it: AtBoundary for a next line (NextLine), else a round line.
+type Contract struct {
+	distenv.Worker
+	AtBoundary bool
+}
+
 // ParseRound reads a round line (with or without its newline); ok is
 // false when line is not one, and a round line whose contract is not
 // JSON of a distenv.Worker is an error (fields it does not know are
-// ignored, so a newer agent may add some).
+// ignored, so a newer agent may add some). A next line reads as its
+// round line.
 func ParseRound(line string) (w distenv.Worker, ok bool, err error) {
-	rest, found := strings.CutPrefix(strings.TrimSpace(line), roundWord+" ")
+	c, ok, err := ParseContract(line)
+	return c.Worker, ok, err
+}
+
+// ParseContract reads a round or a next line; ok is false when line is
+// neither.
+func ParseContract(line string) (c Contract, ok bool, err error) {
+	line = strings.TrimSpace(line)
+	rest, found := strings.CutPrefix(line, roundWord+" ")
 	if !found {
-		return distenv.Worker{}, false, nil
+		if rest, found = strings.CutPrefix(line, nextWord+" "); !found {
+			return Contract{}, false, nil
+		}
+		c.AtBoundary = true
 	}
-	if err := json.Unmarshal([]byte(rest), &w); err != nil {
-		return distenv.Worker{}, true, fmt.Errorf("heartbeat: round line: %w", err)
+	if err := json.Unmarshal([]byte(rest), &c.Worker); err != nil {
+		return Contract{}, true, fmt.Errorf("heartbeat: round line: %w", err)
 	}
-	return w, true, nil
+	return c, true, nil
 }

@@ -141,8 +141,8 @@ func TestChannelRoundTrip(t *testing.T) {
 	require.Equal(t, 7, p.LastStep())
 
 	w := distenv.Worker{Rank: 1, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: 1, RestartCount: 1}
-	require.NoError(t, p.SendRound(w))
-	require.Equal(t, w, <-rounds)
+	require.NoError(t, p.SendRound(w, false))
+	require.Equal(t, w, (<-rounds).Worker)
 
 	cancel()
 	_, open := <-rounds
@@ -194,7 +194,7 @@ func TestChannelWithChildProcess(t *testing.T) {
 	default:
 	}
 	w := distenv.Worker{Rank: 0, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: 2, RestartCount: 1}
-	require.NoError(t, p.SendRound(w))
+	require.NoError(t, p.SendRound(w, false))
 	stall, ok := <-stalls
 	require.True(t, ok, "the progress after the round restarts the judgement")
 	require.Equal(t, 2, stall.LastStep)

@@ -68,8 +68,11 @@ type Follower struct {
 	phase   Phase
 	cancel  context.CancelCauseFunc // ends the Training or Reforming phase's context; nil otherwise
 	pending *distenv.Worker         // the newest contract not yet taken
-	gone    bool                    // the agent's end closed: no contract will come
-	arrived chan struct{}           // closed (and replaced) when a contract arrives or the agent goes
+	// atBoundary: pending came in Training as a next line (the world is
+	// intact): the phase goes on until a step boundary (StopAsked).
+	atBoundary bool
+	gone       bool          // the agent's end closed: no contract will come
+	arrived    chan struct{} // closed (and replaced) when a contract arrives or the agent goes
 }
 
 // Follow starts reading the agent's contracts on b (until the agent's end
@@ -83,8 +86,8 @@ func (b *Beater) Follow(ctx context.Context, log func(from, to Phase, why string
 		return f
 	}
 	go func() {
-		for w := range rounds {
-			f.deliver(w)
+		for c := range rounds {
+			f.deliver(c)
 		}
 		f.agentGone()
 	}()
@@ -127,6 +130,7 @@ func (f *Follower) Enter(ctx context.Context, p Phase) (context.Context, error) 
 	pctx, cancel := context.WithCancelCause(ctx)
 	f.cancel = cancel
 	if f.pending != nil {
+		f.atBoundary = false
 		f.end(fmt.Sprintf("round %d had arrived already", f.pending.RestartCount))
 	}
 	return pctx, nil
@@ -158,7 +162,7 @@ func (f *Follower) Leave() (*distenv.Worker, error) {
 	f.cancel(context.Canceled) // release the context; a no-op when a contract ended it
 	f.cancel = nil
 	w := f.pending
-	f.pending = nil
+	f.pending, f.atBoundary = nil, false
 	return w, nil
 }
 
@@ -175,7 +179,7 @@ func (f *Follower) Await(ctx context.Context, stop <-chan struct{}) (distenv.Wor
 	}
 	for {
 		if w := f.pending; w != nil {
-			f.pending = nil
+			f.pending, f.atBoundary = nil, false
 			_ = f.move(Awaiting, Idle, fmt.Sprintf("round %d arrived", w.RestartCount))
 			f.mu.Unlock()
 			return *w, nil
@@ -214,21 +218,39 @@ func (f *Follower) Keep(w distenv.Worker) error {
 		return fmt.Errorf("heartbeat: follower: keep round %d: the worker is %s", w.RestartCount, f.phase)
 	}
 	f.mu.Unlock()
-	f.deliver(w)
+	f.deliver(Contract{Worker: w})
 	return nil
+}
+
+// StopAsked says whether a contract that came as a next line waits for
+// the Training phase to reach a step boundary: the trainer then stops at
+// the first boundary its world's ranks agree on (any rank asked), and
+// Leave hands the contract over.
+func (f *Follower) StopAsked() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.phase == Training && f.pending != nil && f.atBoundary
 }
 
 // deliver takes a contract from the agent: the newest round wins (a
 // contract of an older round than the one pending is dropped), and a
-// Training or Reforming phase ends.
-func (f *Follower) deliver(w distenv.Worker) {
+// Training or Reforming phase ends, except that a next line in Training
+// leaves the phase to end at a step boundary (StopAsked).
+func (f *Follower) deliver(c Contract) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	w := c.Worker
 	if f.pending != nil && f.pending.RestartCount > w.RestartCount {
 		return
 	}
 	f.pending = &w
-	if f.phase == Training || f.phase == Reforming {
+	f.atBoundary = c.AtBoundary && f.phase == Training
+	switch {
+	case f.atBoundary:
+		if f.log != nil {
+			f.log(f.phase, f.phase, fmt.Sprintf("round %d arrived: going into it at the next step boundary", w.RestartCount))
+		}
+	case f.phase == Training || f.phase == Reforming:
 		f.end(fmt.Sprintf("round %d arrived", w.RestartCount))
 	}
 	f.wake()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -47,7 +48,7 @@ func TestFollowerTrainingEndsOnRound(t *testing.T) {
 	pctx, err := f.Enter(ctx, Training)
 	require.NoError(t, err)
 	require.Equal(t, Training, f.Phase())
-	require.NoError(t, p.SendRound(contract(1)))
+	require.NoError(t, p.SendRound(contract(1), false))
 	<-pctx.Done() // the test's own timeout is the hang guard
 	require.ErrorIs(t, context.Cause(pctx), ErrNewRound)
 	require.Equal(t, Training, f.Phase(), "the phase lasts until Leave")
@@ -82,14 +83,14 @@ func TestFollowerIdleAndAwait(t *testing.T) {
 	defer cancel()
 	f := b.Follow(ctx, nil)
 
-	require.NoError(t, p.SendRound(contract(2)))
+	require.NoError(t, p.SendRound(contract(2), false))
 	got, err := f.Await(ctx, nil)
 	require.NoError(t, err)
 	require.Equal(t, contract(2), got)
 	require.Equal(t, Idle, f.Phase())
 
-	require.NoError(t, p.SendRound(contract(3)))
-	require.NoError(t, p.SendRound(contract(4)))
+	require.NoError(t, p.SendRound(contract(3), false))
+	require.NoError(t, p.SendRound(contract(4), false))
 	// Both lines are read before Await can miss one: take them in order.
 	got, err = f.Await(ctx, nil)
 	require.NoError(t, err)
@@ -99,11 +100,11 @@ func TestFollowerIdleAndAwait(t *testing.T) {
 	}
 	require.Equal(t, contract(4), got)
 
-	require.NoError(t, p.SendRound(contract(5)))
+	require.NoError(t, p.SendRound(contract(5), false))
 	got, err = f.Await(ctx, nil)
 	require.NoError(t, err)
 	require.Equal(t, 5, got.RestartCount)
-	require.NoError(t, p.SendRound(contract(6)))
+	require.NoError(t, p.SendRound(contract(6), false))
 	waitPending(f, 6)
 	pctx, err := f.Enter(ctx, Training)
 	require.NoError(t, err)
@@ -172,3 +173,52 @@ func TestFollowerKeep(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, contract(3), *w)
 }
+
+// A next line (the worker's world is intact: nodes only join) leaves a
+// Training phase running: StopAsked says so until Leave hands the
+// contract over. In Reforming it ends the phase as a round line does,
+// and a round line that follows it ends Training at once.
+func TestFollowerNextWaitsForAStepBoundary(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	p, b := inProcess(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var log phaseLog
+	f := b.Follow(ctx, log.add)
+
+	pctx, err := f.Enter(ctx, Training)
+	require.NoError(t, err)
+	require.False(t, f.StopAsked())
+	require.NoError(t, p.SendRound(contract(1), true))
+	require.Eventually(t, f.StopAsked, hangGuardFollow, time.Millisecond, "the next line reaches the follower")
+	require.NoError(t, pctx.Err(), "the phase goes on to a step boundary")
+	w, err := f.Leave()
+	require.NoError(t, err)
+	require.Equal(t, contract(1), *w)
+	require.False(t, f.StopAsked(), "taken")
+
+	// A round line after a next line: the world is over after all.
+	pctx, err = f.Enter(ctx, Training)
+	require.NoError(t, err)
+	require.NoError(t, p.SendRound(contract(2), true))
+	require.Eventually(t, f.StopAsked, hangGuardFollow, time.Millisecond)
+	require.NoError(t, p.SendRound(contract(3), false))
+	<-pctx.Done()
+	require.ErrorIs(t, context.Cause(pctx), ErrNewRound)
+	require.False(t, f.StopAsked())
+	w, err = f.Leave()
+	require.NoError(t, err)
+	require.Equal(t, contract(3), *w)
+
+	// In Reforming a next line ends the phase: that world will never be whole.
+	pctx, err = f.Enter(ctx, Reforming)
+	require.NoError(t, err)
+	require.NoError(t, p.SendRound(contract(4), true))
+	<-pctx.Done()
+	require.ErrorIs(t, context.Cause(pctx), ErrNewRound)
+	_, err = f.Leave()
+	require.NoError(t, err)
+}
+
+// hangGuardFollow bounds a wait that only a bug makes long.
+const hangGuardFollow = time.Minute

@@ -239,11 +239,16 @@ func (p *Pipe) LastStep() int {
 }
 
 // SendRound gives the worker its contract w in the next round (a round
-// line). It fails when the worker's end is gone, the channel is closed,
-// or the worker has not read its channel for so long that the line does
-// not fit within sendTimeout.
-func (p *Pipe) SendRound(w distenv.Worker) error {
+// line; with atBoundary, a next line: its world is intact, and it goes
+// into the round at a step boundary its ranks agree on). It fails when
+// the worker's end is gone, the channel is closed, or the worker has not
+// read its channel for so long that the line does not fit within
+// sendTimeout.
+func (p *Pipe) SendRound(w distenv.Worker, atBoundary bool) error {
 	line, err := RoundLine(w)
+	if atBoundary {
+		line, err = NextLine(w)
+	}
 	if err != nil {
 		return err
 	}
@@ -346,23 +351,23 @@ func (b *Beater) Silent(peer int) {
 // order. The channel closes when the agent's end closes (the agent is
 // gone) or ctx ends; lines that are not round lines are skipped. Call it
 // once. A nil Beater returns nil (a channel that never delivers).
-func (b *Beater) Rounds(ctx context.Context) <-chan distenv.Worker {
+func (b *Beater) Rounds(ctx context.Context) <-chan Contract {
 	if b == nil {
 		return nil
 	}
-	out := make(chan distenv.Worker, 1)
+	out := make(chan Contract, 1)
 	go func() {
 		defer close(out)
 		stop := context.AfterFunc(ctx, func() { _ = b.f.SetReadDeadline(time.Now()) })
 		defer stop()
 		sc := bufio.NewScanner(b.f)
 		for sc.Scan() {
-			w, ok, err := ParseRound(sc.Text())
+			c, ok, err := ParseContract(sc.Text())
 			if !ok || err != nil {
 				continue
 			}
 			select {
-			case out <- w:
+			case out <- c:
 			case <-ctx.Done():
 				return
 			}

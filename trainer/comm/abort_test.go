@@ -173,7 +173,7 @@ func TestRoundLineUnblocksCollective(t *testing.T) {
 	ev.add("blocked")
 	next := distenv.Worker{Rank: 0, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: 1, RestartCount: 1}
 	ev.add("round line sent")
-	require.NoError(t, pipe.SendRound(next))
+	require.NoError(t, pipe.SendRound(next, false))
 	err = result(t, done)
 	require.ErrorIs(t, err, ErrAborted)
 	require.ErrorIs(t, err, heartbeat.ErrNewRound)

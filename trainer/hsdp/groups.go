@@ -110,29 +110,35 @@ func (g *Groups) ReduceGrads(full, owned []float64) error {
 }
 
 // Stats combines the figures of one step over the world: the mean of
-// every rank's loss, and the sum of the shard group's gradient sums of
+// every rank's loss, the sum of the shard group's gradient sums of
 // squares (each slice counted once, not once per replica), which is the
-// square of the global gradient norm. Both are added in float64 in rank
-// order, so every rank gets the same bits.
-func (g *Groups) Stats(loss, sumSquares float64) (meanLoss, globalSumSquares float64, err error) {
+// square of the global gradient norm, and whether any rank asks to stop
+// (before this step's update: the same answer on every rank, so they all
+// stop at the same step). The sums are added in float64 in rank order,
+// so every rank gets the same bits.
+func (g *Groups) Stats(loss, sumSquares float64, stop bool) (meanLoss, globalSumSquares float64, anyStop bool, err error) {
 	if g.world == nil {
-		return loss, sumSquares, nil
+		return loss, sumSquares, stop, nil
 	}
-	var b [16]byte
+	var b [17]byte
 	binary.LittleEndian.PutUint64(b[0:], math.Float64bits(loss))
 	binary.LittleEndian.PutUint64(b[8:], math.Float64bits(sumSquares))
+	if stop {
+		b[16] = 1
+	}
 	all, err := g.world.AllGatherBytes(b[:])
 	if err != nil {
-		return 0, 0, fmt.Errorf("hsdp: step statistics: %w", err)
+		return 0, 0, false, fmt.Errorf("hsdp: step statistics: %w", err)
 	}
 	for r, d := range all {
 		if len(d) != len(b) {
-			return 0, 0, fmt.Errorf("hsdp: step statistics: rank %d sent %d bytes, want %d", r, len(d), len(b))
+			return 0, 0, false, fmt.Errorf("hsdp: step statistics: rank %d sent %d bytes, want %d", r, len(d), len(b))
 		}
 		meanLoss += math.Float64frombits(binary.LittleEndian.Uint64(d[0:]))
 		if r < g.plan.Shards { // replica 0's shard group: every slice once
 			globalSumSquares += math.Float64frombits(binary.LittleEndian.Uint64(d[8:]))
 		}
+		anyStop = anyStop || d[16] != 0
 	}
-	return meanLoss / float64(len(all)), globalSumSquares, nil
+	return meanLoss / float64(len(all)), globalSumSquares, anyStop, nil
 }

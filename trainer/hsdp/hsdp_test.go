@@ -139,7 +139,11 @@ func TestStep(t *testing.T) {
 					ss += float64(x) * float64(x)
 				}
 				var err error
-				losses[r], norms[r], err = g.Stats(float64(r+1), ss)
+				var stop bool
+				losses[r], norms[r], stop, err = g.Stats(float64(r+1), ss, r == world-1)
+				if err == nil && !stop {
+					err = fmt.Errorf("rank %d: the last rank asked to stop, and Stats says nobody did", r)
+				}
 				return err
 			})
 			for r, g := range groups {
@@ -186,8 +190,9 @@ func TestJoinErrors(t *testing.T) {
 	buf := []float64{1, 2}
 	require.NoError(t, g.ReduceGrads(buf, buf))
 	require.NoError(t, g.GatherParams([]float32{1, 2}))
-	loss, ss, err := g.Stats(3, 4)
+	loss, ss, stop, err := g.Stats(3, 4, true)
 	require.NoError(t, err)
 	require.Equal(t, []float64{3, 4}, []float64{loss, ss})
+	require.True(t, stop)
 	require.ErrorContains(t, g.ReduceGrads(buf, buf[:1]), "owned slice of 1 elements")
 }
