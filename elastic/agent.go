@@ -412,6 +412,7 @@ func (a *Agent) rounds(ctx context.Context) (Outcome, error) {
 		joined := time.Now()
 		round, requeue, err := a.next(ctx, kept == nil)
 		var closed *rendezvous.ClosedError
+		var evicted *rendezvous.EvictedError
 		switch {
 		case ctx.Err() != nil:
 			return a.stopped(ctx, last), nil
@@ -427,6 +428,11 @@ func (a *Agent) rounds(ctx context.Context) (Outcome, error) {
 			return a.leftOut(closed, last, ranOne), nil
 		case errors.As(err, &closed):
 			return a.closed(rendezvous.End{Closed: true, Result: closed.Result, Reason: closed.Reason}, last), nil
+		case errors.As(err, &evicted):
+			// The job goes on without this node: its end is not the job's.
+			a.transition(StateFailed, "reason", evicted.Reason)
+			fmt.Fprintf(a.spec.Report, "gorun: %s; the job goes on without it\n", evicted.Reason)
+			return Outcome{ExitCode: 1, Restarts: last.Number, Reason: evicted.Reason}, nil
 		case err != nil:
 			return a.abandon(last, err)
 		}

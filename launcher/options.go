@@ -30,6 +30,7 @@ type Options struct {
 	NoPython         bool          // the entrypoint is a program, not a Python script
 	TermTimeout      time.Duration // grace between the stop signal and SIGKILL
 	HeartbeatTimeout time.Duration // a worker silent this long after a heartbeat is hung; 0: off
+	EvictStragglers  time.Duration // a node whose rank stays the job's straggler this long leaves the job; 0: off
 	NodeName         string        // host name this node announces; "" is SLURMD_NODENAME or the host name
 	LocalAddr        string        // address other nodes reach this node at; "" is the node name
 	JobSecretFile    string        // file holding the job secret (else GORUN_JOB_SECRET; see resolveSecret)

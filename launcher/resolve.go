@@ -91,29 +91,32 @@ func randomRunID() (string, error) {
 // Launch is everything this node will do, resolved: `gorun plan` prints it
 // as JSON and the agent runs it.
 type Launch struct {
-	RunID        string            `json:"run_id"`
-	Host         string            `json:"host"`
-	Addr         string            `json:"addr"`      // where other nodes and workers reach this node (--local-addr)
-	NodeRank     int               `json:"node_rank"` // static: this node's rank; etcd: the preferred rank, -1 for join order
-	MinNodes     int               `json:"min_nodes"`
-	MaxNodes     int               `json:"max_nodes"`
-	NProcPerNode int               `json:"nproc_per_node"`
-	NProcSource  string            `json:"nproc_source"`
-	MasterAddr   string            `json:"master_addr"`
-	MasterPort   int               `json:"master_port"`
-	Rendezvous   Rendezvous        `json:"rendezvous"`
-	Role         string            `json:"role"`
-	MaxRestarts  int               `json:"max_restarts"`
-	TermTimeout  Duration          `json:"term_timeout"`
-	Heartbeat    Duration          `json:"heartbeat_timeout,omitempty"`
-	MetricsAddr  string            `json:"metrics_addr,omitempty"` // Prometheus /metrics of this agent
-	Command      []string          `json:"command"`
-	LogDir       string            `json:"log_dir,omitempty"`
-	Redirects    workerlog.StdSpec `json:"-"`
-	Tee          workerlog.StdSpec `json:"-"`
-	ShowRanks    []int             `json:"local_ranks_filter,omitempty"`
-	GPUs         []string          `json:"gpus,omitempty"`
-	GPUSource    string            `json:"gpu_source,omitempty"`
+	RunID        string     `json:"run_id"`
+	Host         string     `json:"host"`
+	Addr         string     `json:"addr"`      // where other nodes and workers reach this node (--local-addr)
+	NodeRank     int        `json:"node_rank"` // static: this node's rank; etcd: the preferred rank, -1 for join order
+	MinNodes     int        `json:"min_nodes"`
+	MaxNodes     int        `json:"max_nodes"`
+	NProcPerNode int        `json:"nproc_per_node"`
+	NProcSource  string     `json:"nproc_source"`
+	MasterAddr   string     `json:"master_addr"`
+	MasterPort   int        `json:"master_port"`
+	Rendezvous   Rendezvous `json:"rendezvous"`
+	Role         string     `json:"role"`
+	MaxRestarts  int        `json:"max_restarts"`
+	TermTimeout  Duration   `json:"term_timeout"`
+	Heartbeat    Duration   `json:"heartbeat_timeout,omitempty"`
+	// EvictStragglers: a node whose rank stays the job's straggler this
+	// long evicts itself (the job goes on without it); 0: never.
+	EvictStragglers Duration          `json:"evict_stragglers,omitempty"`
+	MetricsAddr     string            `json:"metrics_addr,omitempty"` // Prometheus /metrics of this agent
+	Command         []string          `json:"command"`
+	LogDir          string            `json:"log_dir,omitempty"`
+	Redirects       workerlog.StdSpec `json:"-"`
+	Tee             workerlog.StdSpec `json:"-"`
+	ShowRanks       []int             `json:"local_ranks_filter,omitempty"`
+	GPUs            []string          `json:"gpus,omitempty"`
+	GPUSource       string            `json:"gpu_source,omitempty"`
 	// VirtualLocalRank (torchrun's --virtual-local-rank): every worker
 	// gets LOCAL_RANK=0 and WorkerGPUs[local rank] as its only GPU.
 	VirtualLocalRank bool       `json:"virtual_local_rank,omitempty"`
@@ -170,19 +173,23 @@ func Resolve(opts Options, host Host) (*Launch, error) {
 		return nil, usagef("%v", err)
 	}
 	l := &Launch{
-		Role:        orDefault(opts.Role, "default"),
-		MaxRestarts: opts.MaxRestarts,
-		TermTimeout: Duration(opts.TermTimeout),
-		Heartbeat:   Duration(opts.HeartbeatTimeout),
-		MetricsAddr: opts.MetricsAddr,
-		LogDir:      opts.LogDir,
-		Environ:     host.Environ,
+		Role:            orDefault(opts.Role, "default"),
+		MaxRestarts:     opts.MaxRestarts,
+		TermTimeout:     Duration(opts.TermTimeout),
+		Heartbeat:       Duration(opts.HeartbeatTimeout),
+		EvictStragglers: Duration(opts.EvictStragglers),
+		MetricsAddr:     opts.MetricsAddr,
+		LogDir:          opts.LogDir,
+		Environ:         host.Environ,
 	}
 	if opts.MaxRestarts < 0 {
 		return nil, usagef("--max-restarts=%d: want 0 or more", opts.MaxRestarts)
 	}
 	if opts.HeartbeatTimeout < 0 {
 		return nil, usagef("--heartbeat-timeout=%s: want a duration of 0 (off) or more", opts.HeartbeatTimeout)
+	}
+	if opts.EvictStragglers < 0 {
+		return nil, usagef("--evict-stragglers=%s: want a duration of 0 (off) or more", opts.EvictStragglers)
 	}
 	if err := checkMetricsAddr(opts.MetricsAddr); err != nil {
 		return nil, err

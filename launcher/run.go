@@ -349,7 +349,8 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 	statsDone := make(chan struct{})
 	go func() {
 		defer close(statsDone)
-		publishStats(statsCtx, store, r.NodeID, l.Host, tracker, rt.Log.With().Str("component", "stragglers").Logger())
+		publishStats(statsCtx, store, r.NodeID, l.Host, tracker, eviction{after: l.EvictStragglers.Std(), evict: rdzv.Evict},
+			rt.Log.With().Str("component", "stragglers").Logger())
 	}()
 	out, err = agent.Run(ctx)
 	if server != nil {

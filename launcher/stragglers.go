@@ -2,6 +2,8 @@ package launcher
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -79,15 +81,21 @@ func (o trackingObserver) WorkerExited(w distenv.Worker, exitCode int) {
 // key every statsEvery until ctx ends, and logs once each of its ranks
 // that becomes (or stops being) a straggler of the whole job. A failed
 // write or read is logged and tried again at the next tick.
-func publishStats(ctx context.Context, store rendezvous.Store, nodeID, host string, tracker *straggler.Tracker, log zerolog.Logger) {
+//
+// With an eviction policy (ev.after > 0), a node whose rank stays the
+// job's straggler for ev.after evicts itself (ev.evict): the job goes on
+// without it, and a spare takes its place.
+func publishStats(ctx context.Context, store rendezvous.Store, nodeID, host string, tracker *straggler.Tracker, ev eviction, log zerolog.Logger) {
 	tick := time.NewTicker(statsEvery)
 	defer tick.Stop()
 	slow := map[int]bool{} // this node's ranks named last time
+	clock := evictionClock{after: ev.after}
 	for {
+		var now time.Time
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case now = <-tick.C:
 		}
 		own := tracker.Report(host)
 		if len(own.Ranks) == 0 {
@@ -106,8 +114,73 @@ func publishStats(ctx context.Context, store rendezvous.Store, nodeID, host stri
 			}
 			continue
 		}
-		slow = logStragglers(log, own, straggler.Find(decodeReports(kvs)), slow)
+		found := straggler.Find(decodeReports(kvs))
+		slow = logStragglers(log, own, found, slow)
+		if ev.after <= 0 {
+			continue
+		}
+		worst, straggling := ownStraggler(own, found)
+		if !clock.observe(now, straggling) {
+			continue
+		}
+		why := fmt.Sprintf("its rank %d was the job's straggler for %s (%.1fx the median step compute; --evict-stragglers=%s)", worst.Rank, now.Sub(clock.since).Round(time.Second), worst.Ratio, ev.after)
+		switch err := ev.evict(ctx, why); {
+		case errors.Is(err, rendezvous.ErrEvictTooFew):
+			log.Warn().Str("why", why).Msg("not evicting this node: the job would have fewer nodes than its minimum")
+			clock.since = now // say so once per period, not every tick
+		case err != nil:
+			if ctx.Err() == nil {
+				log.Warn().Err(err).Msg("evicting this node")
+			}
+		default:
+			log.Warn().Str("why", why).Msg("evicted this node from the job")
+		}
 	}
+}
+
+// eviction is what publishStats does with a node that stays the job's
+// straggler: after (0: never), evict.
+type eviction struct {
+	after time.Duration
+	evict func(ctx context.Context, why string) error
+}
+
+// ownStraggler is the slowest of this node's ranks among the job's
+// stragglers found, if any.
+func ownStraggler(own straggler.Report, found []straggler.Straggler) (straggler.Straggler, bool) {
+	mine := map[int]bool{}
+	for _, rc := range own.Ranks {
+		mine[rc.Rank] = true
+	}
+	var worst straggler.Straggler
+	ok := false
+	for _, s := range found {
+		if mine[s.Rank] && (!ok || s.Ratio > worst.Ratio) {
+			worst, ok = s, true
+		}
+	}
+	return worst, ok
+}
+
+// evictionClock tells when a node has been the job's straggler for long
+// enough to evict it: without a break, from the first look that found
+// it one.
+type evictionClock struct {
+	after time.Duration
+	since time.Time // when the node became the straggler; zero: it is not
+}
+
+// observe records whether the node was a straggler at now and says
+// whether it has been one for at least after.
+func (c *evictionClock) observe(now time.Time, straggling bool) bool {
+	if !straggling {
+		c.since = time.Time{}
+		return false
+	}
+	if c.since.IsZero() {
+		c.since = now
+	}
+	return now.Sub(c.since) >= c.after
 }
 
 // logStragglers logs this node's ranks among found that were not named

@@ -101,6 +101,7 @@ type Elastic struct {
 	wg     sync.WaitGroup
 	last   int // the last round Next returned; -1 before the first
 	reach  reachState
+	evict  evictState
 }
 
 // Join registers this node with the job (a leased key: its liveness) and
@@ -200,6 +201,9 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 	joinedRound, waiting := -1, false
 	var retry <-chan time.Time // a node left out probes the members again
 	for {
+		if err := e.evictedError(); err != nil {
+			return Round{}, err
+		}
 		snap, changed := e.agent.read()
 		st, p := snap.state, snap.placement
 		placed := p.Round == st.Round

@@ -124,3 +124,33 @@ func TestUnreachableNodeIsLeftOut(t *testing.T) {
 	require.NoError(t, cErr)
 	requireConsistent(t, append(third, cRound), 3)
 }
+
+// A node that evicts itself (a straggler) leaves the job for good: the
+// round it ran ends for the others as a membership change that lost it,
+// they go on without waiting for it, its Next says it was evicted, and a
+// job at its minimum of nodes refuses to lose one.
+func TestEvictedNodeLeavesTheJob(t *testing.T) {
+	b := rdzvtest.NewBackend()
+	nodes := []*node{join(t, b, config("a", 0, testLimits)), join(t, b, config("b", 1, testLimits)), join(t, b, config("c", 2, testLimits))}
+	first := nextAll(t, nodes...)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	watchA := nodes[0].rdzv.Watch(ctx, first[0])
+
+	require.NoError(t, nodes[2].rdzv.Evict(ctx, "its rank 4 was the job's straggler for 2m0s"))
+	end := <-watchA
+	require.Equal(t, rendezvous.CauseMembership, end.Cause)
+	require.Equal(t, []string{"c"}, end.Lost)
+	require.Equal(t, "node c evicted: its rank 4 was the job's straggler for 2m0s", end.Reason)
+	_, err := nodes[2].rdzv.Next(ctx)
+	var evicted *rendezvous.EvictedError
+	require.ErrorAs(t, err, &evicted)
+
+	second := nextAll(t, nodes[0], nodes[1])
+	requireConsistent(t, second, 2)
+	failures, err := nodes[0].rdzv.Failures(ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, failures)
+	require.Equal(t, "evicted", failures[0].Signal)
+	require.ErrorIs(t, nodes[1].rdzv.Evict(ctx, "slow"), rendezvous.ErrEvictTooFew)
+}

@@ -122,6 +122,7 @@ func launchFlags() []cli.Flag {
 		secondsFlag(catWorkers, "monitor-interval", 100*time.Millisecond, "seconds; accepted for torchrun compatibility: gorun sees a worker exit at once, without polling", nil, nil),
 		secondsFlag(catWorkers, "term-timeout", 30*time.Second, "seconds (or a duration: 30s) between the stop signal and SIGKILL (torchrun's --shutdown-timeout); also how long a successful worker's background children may run on before they are killed",
 			[]string{"shutdown-timeout", "shutdown_timeout"}, []string{"PET_SHUTDOWN_TIMEOUT", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"}),
+		secondsFlag(catNodes, "evict-stragglers", 0, "seconds (or a duration: 2m): a node whose rank stays the job's straggler (1.5x its peers' median step compute or more) this long leaves the job, which goes on without it (a waiting spare takes its place; etcd rendezvous); 0: off", nil, nil),
 		secondsFlag(catWorkers, "heartbeat-timeout", 0, "seconds (or a duration): a worker that reported progress (the embedded trainer does, each step) and then none for this long is hung: stack dump (SIGQUIT), kill, restart; 0: off", nil, nil),
 		stringFlag(catWorkers, "start-method", "spawn", "spawn, fork or forkserver: accepted for torchrun compatibility; every worker is a new process either way"),
 		stringFlag(catWorkers, "signals-to-handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT", "torchrun's list, checked; gorun always stops the job on SIGTERM, SIGINT, SIGHUP, SIGQUIT and passes SIGUSR1, SIGUSR2 on to the workers"),
@@ -237,7 +238,8 @@ func options(c *cli.Context) launcher.Options {
 		Tee: c.String("tee"), Redirects: c.String("redirects"), LocalRanksFilter: c.String("local-ranks-filter"),
 		NoPython: c.Bool("no-python"), TermTimeout: seconds(c, "term-timeout"), NodeName: c.String("node-name"),
 		LocalAddr: c.String("local-addr"), HeartbeatTimeout: seconds(c, "heartbeat-timeout"),
-		JobSecretFile: c.String("job-secret-file"), MetricsAddr: c.String("metrics-addr"),
+		EvictStragglers: seconds(c, "evict-stragglers"),
+		JobSecretFile:   c.String("job-secret-file"), MetricsAddr: c.String("metrics-addr"),
 
 		Module: c.Bool("module"), RunPath: c.Bool("run-path"), MonitorInterval: seconds(c, "monitor-interval"),
 		StartMethod: c.String("start-method"), EventLogHandler: c.String("event-log-handler"),
