@@ -13,7 +13,9 @@ import (
 // job goes on without it.
 type EvictedError struct{ Reason string }
 
-func (e *EvictedError) Error() string { return "rendezvous: this node was evicted from the job: " + e.Reason }
+func (e *EvictedError) Error() string {
+	return "rendezvous: this node was evicted from the job: " + e.Reason
+}
 
 // ErrEvictTooFew is Evict's error when the round could not go on without
 // this node: fewer than the job's minimum of nodes would be left.
