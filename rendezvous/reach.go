@@ -78,7 +78,19 @@ func (e *Elastic) Unreachable(ctx context.Context, r Round, rank int) error {
 	}
 	ids := e.reach.reportedIn(r.Number)
 	e.log.Warn().Int("rank", rank).Str("node", m.Host).AnErr("probe", perr).Msg("cannot reach a peer's node (it died, or a network fault): reporting it")
-	return e.put(ctx, unreachKey(r.Number, e.cfg.Self.ID), ids, true)
+	if err := e.put(ctx, unreachKey(r.Number, e.cfg.Self.ID), ids, true); err != nil {
+		return err
+	}
+	if snap, _ := e.agent.read(); snap.leader == m.ID {
+		// The node gone is the aggregator, which would act on the report:
+		// its leader key would outlive it by its lease TTL. Deleting it
+		// makes the candidates claim it at once. Should that node live
+		// after all (a network fault), it leads no longer and its
+		// transitions, compare-and-swaps on the state, cannot clash.
+		e.log.Info().Str("node", m.Host).Msg("the node gone held the aggregator's key: releasing it for a new aggregator")
+		return e.store.Delete(ctx, keyLeader)
+	}
+	return nil
 }
 
 // mark records id as reported in round; false when it was already.

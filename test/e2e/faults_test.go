@@ -41,10 +41,12 @@ type faultJob struct {
 	agents   []*gorunProc
 	// sets are --set overrides after faultSets; steps is the run's
 	// train.steps when they change it (0: faultSets' 40); lastCall is the
-	// rendezvous's last_call_timeout in seconds (0: 10).
+	// rendezvous's last_call_timeout in seconds (0: 10); leaseTTL its
+	// lease_ttl in seconds (0: 2).
 	sets     []string
 	steps    int
 	lastCall int
+	leaseTTL int
 }
 
 func newFaultJob(t *testing.T, toml, endpoint, runID, root, nnodes string) *faultJob {
@@ -57,7 +59,7 @@ func (j *faultJob) start(name string, extra ...string) *gorunProc {
 	j.t.Helper()
 	args := []string{"--nnodes=" + j.nnodes, "--nproc-per-node=2", "--rdzv-backend=etcd", "--rdzv-endpoint=" + j.endpoint,
 		"--rdzv-id=" + j.runID, "--node-name=" + name, "--local-addr=127.0.0.1", "--max-restarts=5", "--term-timeout=5s",
-		fmt.Sprintf("--rdzv-conf=lease_ttl=2,last_call_timeout=%d,join_timeout=60", cmp.Or(j.lastCall, 10))}
+		fmt.Sprintf("--rdzv-conf=lease_ttl=%d,last_call_timeout=%d,join_timeout=120", cmp.Or(j.leaseTTL, 2), cmp.Or(j.lastCall, 10))}
 	args = append(append(args, extra...), j.toml)
 	args = append(append(append(args, faultSets...), j.sets...), "--set", fmt.Sprintf("checkpoint.dir=%q", j.dir), "--metrics", j.metrics)
 	p := startGorun(j.t, name, nil, args...)
