@@ -112,7 +112,7 @@ func (s *session) attach() error {
 	}
 	s.ck = ck
 	if s.cfg.Checkpoint.Memory && s.t.World() != nil && s.t.Plan().WorldSize() > s.worker.LocalWorldSize {
-		if s.keeper, err = memcopy.New(s.t.World(), s.worker.LocalWorldSize); err != nil {
+		if s.keeper, err = memcopy.New(s.t.World(), s.worker.LocalWorldSize, s.cfg.Checkpoint.MemoryReplicas); err != nil {
 			return err
 		}
 	}

@@ -320,6 +320,38 @@ func TestInPlace(t *testing.T) {
 			requireAllClose(t, refFSDP.dir, j.dir)
 		rows = append(rows, row)
 	})
+
+	// Issue 21 item 3: fsdp across three nodes keeps no replica; with memory_replicas = 2 each
+	// rank's state is also on the two next nodes, so two nodes lost at once (the last two: the
+	// first holds both their copies) still recover in place, from memory.
+	t.Run("fsdp two nodes lost, two memory copies", func(t *testing.T) {
+		j := run(job("ip-fsdp-two-copies", "1:3", append(fsdp, "--set", "checkpoint.memory_replicas=2")...), "node-a", "node-b", "node-c")
+		j.t = t
+		rec := j.waitStep(40)
+		paused := j.pause()
+		survivor, victims := j.agents[0], j.agents[1:]
+		before := j.pidsOf(survivor)
+		at := time.Now()
+		for _, v := range victims {
+			if err := v.cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		resume(paused)
+		row, after := j.observeWorldSize("kill -9 of two nodes of an fsdp job across 3 nodes, memory_replicas = 2, in place from the memory copies", at, rec.Step, 2, survivor)
+		j.finish(victims...)
+		if !slices.Equal(before, after) {
+			t.Errorf("the survivor's workers changed: pids %v before the loss, %v after", before, after)
+		}
+		requireNoCheckpointRead(t, j)
+		requireEachStepOnce(t, j)
+		if out := j.stdoutOf(); !strings.Contains(out, "from memory") {
+			t.Errorf("no worker says it took its state from the memory copies:\n%s", out)
+		}
+		row.Result = "same worker processes, both lost nodes' shards from the survivor's memory copies, finished at world size 2, " +
+			requireAllClose(t, ref6.dir, j.dir)
+		rows = append(rows, row)
+	})
 }
 
 // resumeOnceRoundSent continues paused workers once the agents of nodes sent their workers a new

@@ -96,6 +96,11 @@ type Checkpoint struct {
 	// MemoryEvery is the number of steps between memory copies (1: every
 	// step). A recovery from memory redoes up to MemoryEvery steps.
 	MemoryEvery int `toml:"memory_every"`
+	// MemoryReplicas is how many other nodes hold each rank's memory copy
+	// (1: the next node): the state survives that many nodes lost at once.
+	// Each replica costs one more shard-sized transfer a copy and two
+	// more shard-sized buffers a rank.
+	MemoryReplicas int `toml:"memory_replicas"`
 }
 
 // Elastic is what the agent (gorun) reads from the config, not the
@@ -140,7 +145,7 @@ func Default() Config {
 		Optim: Optim{LR: 3e-3, MinLR: 3e-4, Warmup: 20, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8,
 			WeightDecay: 0.1, GradClip: 1.0},
 		Parallel:   Parallel{Mode: ModeHSDP},
-		Checkpoint: Checkpoint{Dir: "ckpt", Every: 50, Keep: 3, MemoryEvery: 1},
+		Checkpoint: Checkpoint{Dir: "ckpt", Every: 50, Keep: 3, MemoryEvery: 1, MemoryReplicas: 1},
 	}
 	c.rawFiles = c.Data.Files
 	return c

@@ -193,7 +193,7 @@ func TestMalformed(t *testing.T) {
 		{"dir empty", "[checkpoint]\ndir = \"\"\n", "train.toml:2: checkpoint.dir = \"\": must name a directory"},
 		{"memory_every zero", "[checkpoint]\nmemory = true\nmemory_every = 0\n", "train.toml:3: checkpoint.memory_every = 0: must be at least 1"},
 		{"memory not a bool", "[checkpoint]\nmemory = 1\n", "train.toml:2: checkpoint.memory: want true or false, got a TOML integer"},
-		{"memory misspelt", "[checkpoint]\nmemroy = true\n", "train.toml:2: unknown key checkpoint.memroy ([checkpoint] has dir, every, keep, async, memory, memory_every)"},
+		{"memory misspelt", "[checkpoint]\nmemroy = true\n", "train.toml:2: unknown key checkpoint.memroy ([checkpoint] has dir, every, keep, async, memory, memory_every, memory_replicas)"},
 		{"batch not divisible", "[train]\nglobal_batch = 30\n", "train.toml:2: train.global_batch = 30: must be a multiple of train.micro_batch = 8"},
 		{"micro not dividing", "[train]\nglobal_batch = 32\nmicro_batch = 5\n", "train.toml:2: train.global_batch = 32: must be a multiple of train.micro_batch = 5"},
 		{"micro alone", "[train]\nmicro_batch = 5\n", "train.toml:2: train.micro_batch = 5: must divide train.global_batch = 32"},

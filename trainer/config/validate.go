@@ -154,6 +154,7 @@ func (c Config) problem() []blame {
 		func() []blame { return atLeast("checkpoint.every", c.Checkpoint.Every, 0) },
 		func() []blame { return atLeast("checkpoint.keep", c.Checkpoint.Keep, 1) },
 		func() []blame { return atLeast("checkpoint.memory_every", c.Checkpoint.MemoryEvery, 1) },
+		func() []blame { return atLeast("checkpoint.memory_replicas", c.Checkpoint.MemoryReplicas, 1) },
 		func() []blame {
 			if v := c.Elastic.HeartbeatTimeout; v != "" {
 				if d, err := time.ParseDuration(v); err != nil || d < 0 {

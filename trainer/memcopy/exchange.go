@@ -48,44 +48,56 @@ const (
 	verdictStep          // the received copy is of another step
 )
 
-// exchange sends generation i's own snapshot to the buddy, receives the
-// reverse buddy's into the generation, verifies it and agrees with every
-// rank of the world on whether the step is complete everywhere. It holds no lock
-// while data moves: Snapshot does not touch generation i until it ended,
-// and Copies reads only the generations it names.
+// exchange sends generation i's own snapshot to the next node's rank and
+// receives the previous node's into the generation, then passes on what it
+// received, Replicas times in all, verifies every copy and agrees with
+// every rank of the world on whether the step is complete everywhere. It
+// holds no lock while data moves: Snapshot does not touch generation i
+// until it ended, and Copies reads only the generations it names.
 func (k *Keeper) exchange(i int) error {
 	gen := &k.gens[i]
 	step := gen.own.Step
-	payload := bytesOf(gen.ownBuf)
-	mine := header{step: step, lo: int64(gen.own.Lo), hi: int64(gen.own.Hi), crc: crc32.Checksum(payload, k.table)}
-	got := make([]byte, headerLen)
-	if err := k.g.Shift(mine.encode(), got); err != nil {
-		return k.fail(step, err)
+	send := bytesOf(gen.ownBuf)
+	sendHeader := header{step: step, lo: int64(gen.own.Lo), hi: int64(gen.own.Hi), crc: crc32.Checksum(send, k.table)}
+	for len(gen.heldBufs) < k.replicas {
+		gen.heldBufs = append(gen.heldBufs, nil)
 	}
-	theirs, err := decodeHeader(got)
-	if err != nil {
-		// Cannot happen between two Keepers (Snapshot validates); the ring
-		// is out of step now and the World fails within its timeout.
-		return k.fail(step, fmt.Errorf("rank %d sent a malformed header: %w", k.from, err))
-	}
-	gen.heldBuf = grow(gen.heldBuf, 3*int(theirs.hi-theirs.lo))
-	received := bytesOf(gen.heldBuf)
-	if err := k.g.Shift(payload, received); err != nil {
-		return k.fail(step, err)
-	}
-	if k.tamper != nil {
-		k.tamper(received)
-	}
+	held := make([]Copy, 0, k.replicas)
 	verdict := verdictOK
-	switch {
-	case crc32.Checksum(received, k.table) != theirs.crc:
-		verdict = verdictChecksum
-	case theirs.step != step:
-		verdict = verdictStep
+	for hop := range k.replicas {
+		got := make([]byte, headerLen)
+		if err := k.g.Shift(sendHeader.encode(), got); err != nil {
+			return k.fail(step, err)
+		}
+		theirs, err := decodeHeader(got)
+		if err != nil {
+			// Cannot happen between two Keepers (Snapshot validates); the ring
+			// is out of step now and the World fails within its timeout.
+			return k.fail(step, fmt.Errorf("rank %d sent a malformed header: %w", k.from, err))
+		}
+		gen.heldBufs[hop] = grow(gen.heldBufs[hop], 3*int(theirs.hi-theirs.lo))
+		received := bytesOf(gen.heldBufs[hop])
+		if err := k.g.Shift(send, received); err != nil {
+			return k.fail(step, err)
+		}
+		if k.tamper != nil {
+			k.tamper(received)
+		}
+		switch {
+		case verdict != verdictOK:
+		case crc32.Checksum(received, k.table) != theirs.crc:
+			verdict = verdictChecksum
+		case theirs.step != step:
+			verdict = verdictStep
+		}
+		held = append(held, split(theirs.step, int(theirs.lo), int(theirs.hi), gen.heldBufs[hop]))
+		// The next hop passes on what this one received, with the header
+		// it came with: the next rank checks it against its sender's crc.
+		send, sendHeader = received, theirs
 	}
 	if verdict == verdictOK {
 		k.mu.Lock()
-		gen.held = split(theirs.step, int(theirs.lo), int(theirs.hi), gen.heldBuf)
+		gen.held = held
 		k.pending = i
 		k.mu.Unlock()
 	}
@@ -112,7 +124,8 @@ func (k *Keeper) fail(step int64, err error) error {
 }
 
 // rejections says which ranks rejected what they received ("" when none
-// did): rank r receives from rank r - perNode.
+// did): rank r receives first from rank r - perNode, which passes on what
+// it received before.
 func (k *Keeper) rejections(verdicts [][]byte) string {
 	var why []string
 	for r, v := range verdicts {

@@ -45,25 +45,26 @@ var ErrRejected = errors.New("memcopy: a copy was rejected")
 var ErrClosed = errors.New("memcopy: keeper closed")
 
 // Keeper keeps this rank's memory copies: its own snapshot of its shard
-// and the copy of the shard of its reverse buddy, rank - localWorldSize
-// (mod world), the rank at the same local rank on the previous node. Its
-// snapshots go to its buddy, rank + localWorldSize (mod world).
+// and, with r replicas, the copies of the shards of the r ranks at the same
+// local rank on the r previous nodes, rank - j*localWorldSize (mod world)
+// for j = 1..r. Its snapshots go to the r next nodes' ranks.
 //
 // Each snapshot is one exchange over a ring of the ranks with this local
 // rank, one per node in node order: a header and the data move one step
-// around the ring (comm.Group.Shift), each rank checks the crc32c of what
-// it received, and then every rank of the world learns every rank's
-// verdict (an all-gather over a group of all ranks of the Keeper's own).
-// Invariant: a rank keeps a step as committed only when every rank of the
-// world reported a verified copy of that step; so when any rank committed
-// step s, every rank holds a complete, verified pair of step s, committed
-// or pending (see Copies), and the state of every shard at step s
-// survives the loss of any one node. The own snapshot is kept with the
-// held copy of its step, never alone.
+// around the ring (comm.Group.Shift), r times, each rank passing on what
+// it received the time before, and each rank checks the crc32c of what it
+// received; then every rank of the world learns every rank's verdict (an
+// all-gather over a group of all ranks of the Keeper's own). Invariant: a
+// rank keeps a step as committed only when every rank of the world
+// reported verified copies of that step; so when any rank committed step
+// s, every rank holds a complete, verified set of step s, committed or
+// pending (see Copies), and the state of every shard at step s survives
+// the loss of any r nodes. The own snapshot is kept with the held copies
+// of its step, never alone.
 //
-// Memory: two generations of one own snapshot and one held copy each (the
-// committed one and the one in flight): four shard-sized buffers of three
-// arrays.
+// Memory: two generations of one own snapshot and r held copies each (the
+// committed one and the one in flight): 2(1+r) shard-sized buffers of
+// three arrays.
 //
 // Snapshot, Wait and Close are called by one goroutine (the training
 // loop); Copies is safe at any time from any goroutine.
@@ -72,7 +73,8 @@ type Keeper struct {
 	all         *comm.Group // every rank, for the verdicts
 	rank        int
 	perNode     int
-	buddy, from int // global ranks: where snapshots go, where held copies come from; -1: none
+	replicas    int // copies of each shard on other nodes (0 in a world of one node)
+	buddy, from int // global ranks: where snapshots go, where the first held copy comes from; -1: none
 	table       *crc32.Table
 
 	mu        sync.Mutex
@@ -90,24 +92,33 @@ type Keeper struct {
 	tamper func(received []byte)
 }
 
-// generation is one own snapshot and the copy held for the same step.
+// generation is one own snapshot and the copies held for the same step:
+// held[j] is the shard of the rank j+1 nodes back.
 type generation struct {
-	own, held       Copy
-	ownBuf, heldBuf []float32 // params | m | v
+	own      Copy
+	held     []Copy
+	ownBuf   []float32   // params | m | v
+	heldBufs [][]float32 // params | m | v, per held copy
 }
 
-// New makes rank w.Rank()'s Keeper: a collective, every rank of w calls it
-// at the same point (after the trainer made its groups, if both make
-// groups on w). Ranks must be numbered node by node, localWorldSize per
-// node (node = rank / localWorldSize), as the launcher numbers them. It
-// makes two groups on w, the ranks of this local rank in node order, then
-// every rank, and waits for their ring neighbours within w's timeout. In a world of one node
-// there is no other node to hold a copy: the Keeper then keeps only its
-// own snapshots (Copies returns no held copy) and sends nothing.
-func New(w *comm.World, localWorldSize int) (*Keeper, error) {
+// New makes rank w.Rank()'s Keeper, keeping each shard on `replicas`
+// other nodes (at most the number of other nodes; fewer are kept when the
+// world has fewer): a collective, every rank of w calls it at the same
+// point with the same replicas (after the trainer made its groups, if
+// both make groups on w). Ranks must be numbered node by node,
+// localWorldSize per node (node = rank / localWorldSize), as the launcher
+// numbers them. It makes two groups on w, the ranks of this local rank in
+// node order, then every rank, and waits for their ring neighbours within
+// w's timeout. In a world of one node there is no other node to hold a
+// copy: the Keeper then keeps only its own snapshots (Copies returns no
+// held copy) and sends nothing.
+func New(w *comm.World, localWorldSize, replicas int) (*Keeper, error) {
 	size, rank := w.Size(), w.Rank()
 	if localWorldSize < 1 || size%localWorldSize != 0 {
 		return nil, fmt.Errorf("memcopy: new: local world size %d does not divide world size %d", localWorldSize, size)
+	}
+	if replicas < 1 {
+		return nil, fmt.Errorf("memcopy: new: %d replicas, want 1 or more", replicas)
 	}
 	k := &Keeper{rank: rank, perNode: localWorldSize, buddy: -1, from: -1, committed: -1, pending: -1,
 		table: crc32.MakeTable(crc32.Castagnoli), lastStep: -1}
@@ -115,6 +126,7 @@ func New(w *comm.World, localWorldSize int) (*Keeper, error) {
 	if nodes == 1 {
 		return k, nil
 	}
+	k.replicas = min(replicas, nodes-1)
 	ring := make([]int, nodes)
 	for node := range ring {
 		ring[node] = node*localWorldSize + rank%localWorldSize
@@ -136,13 +148,17 @@ func New(w *comm.World, localWorldSize int) (*Keeper, error) {
 	return k, nil
 }
 
-// Buddy is the global rank this rank's snapshots go to, -1 in a world of
-// one node.
+// Buddy is the global rank this rank's snapshots go to first (the next
+// node's), -1 in a world of one node.
 func (k *Keeper) Buddy() int { return k.buddy }
 
-// From is the global rank whose copies this rank holds, -1 in a world of
-// one node.
+// From is the global rank whose copy this rank holds first (the previous
+// node's), -1 in a world of one node.
 func (k *Keeper) From() int { return k.from }
+
+// Replicas is how many other nodes hold each shard (0 in a world of one
+// node).
+func (k *Keeper) Replicas() int { return k.replicas }
 
 // Snapshot takes c, the state of this rank's shard after a completed step,
 // into a buffer of the Keeper's (c may change once it returns) and starts
@@ -220,8 +236,9 @@ func (k *Keeper) Wait() error {
 }
 
 // Copies returns the complete, verified copies this rank holds, newest
-// step first, each step as a pair: this rank's own snapshot, then the
-// copy of rank From()'s shard (without it in a world of one node). It
+// step first, each step as a set: this rank's own snapshot, then the
+// copies of the shards of the Replicas() previous nodes' ranks, nearest
+// first (none in a world of one node). It
 // returns at most two steps: the newest step whose exchange every rank
 // confirmed (committed) and, when a failure cut the confirmation short,
 // the newer step this rank itself received and verified (pending: whether
@@ -241,9 +258,7 @@ func (k *Keeper) Copies() []Copy {
 			continue
 		}
 		out = append(out, k.gens[i].own)
-		if k.g != nil {
-			out = append(out, k.gens[i].held)
-		}
+		out = append(out, k.gens[i].held...)
 	}
 	return out
 }
@@ -260,7 +275,8 @@ func (k *Keeper) Close() error {
 	return nil
 }
 
-// fill copies c into the generation's own buffer and forgets its held copy.
+// fill copies c into the generation's own buffer and forgets its held
+// copies.
 func (gen *generation) fill(c Copy) {
 	n := c.Hi - c.Lo
 	gen.ownBuf = grow(gen.ownBuf, 3*n)
@@ -268,7 +284,7 @@ func (gen *generation) fill(c Copy) {
 	copy(gen.own.Params, c.Params)
 	copy(gen.own.M, c.M)
 	copy(gen.own.V, c.V)
-	gen.held = Copy{}
+	gen.held = gen.held[:0]
 }
 
 // split views buf (3 x (hi-lo) long) as the params, m and v of a Copy.

@@ -27,8 +27,14 @@ type job struct {
 	keepers []*Keeper
 }
 
-// start connects size ranks, perNode per node, and makes their Keepers.
+// start connects size ranks, perNode per node, and makes their Keepers
+// (one replica).
 func start(t testing.TB, size, perNode int, tcpOnly bool) *job {
+	return startReplicas(t, size, perNode, 1, tcpOnly)
+}
+
+// startReplicas is start with Keepers of replicas copies.
+func startReplicas(t testing.TB, size, perNode, replicas int, tcpOnly bool) *job {
 	t.Helper()
 	port := testutil.FreePort(t)
 	j := &job{worlds: make([]*comm.World, size), keepers: make([]*Keeper, size)}
@@ -39,7 +45,7 @@ func start(t testing.TB, size, perNode int, tcpOnly bool) *job {
 			return err
 		}
 		j.worlds[r] = w
-		j.keepers[r], err = New(w, perNode)
+		j.keepers[r], err = New(w, perNode, replicas)
 		return err
 	}))
 	t.Cleanup(func() {
@@ -89,6 +95,36 @@ func requirePairs(t *testing.T, rank, from, n int, copies []Copy) []int64 {
 		steps = append(steps, own.Step)
 	}
 	return steps
+}
+
+// TestTwoReplicas: 4 nodes x 1 rank, two replicas: each rank holds the
+// shards of the two ranks before it, of the same step, so any two nodes
+// lost at once (here the adjacent ranks 1 and 2) leave every shard on a
+// survivor. More replicas than other nodes are capped.
+func TestTwoReplicas(t *testing.T) {
+	const size, n = 4, 1000
+	j := startReplicas(t, size, 1, 2, false)
+	for step := int64(1); step <= 2; step++ {
+		j.snapshotAll(t, step, n)
+	}
+	for r, k := range j.keepers {
+		require.Equal(t, 2, k.Replicas())
+		copies := k.Copies()
+		require.Len(t, copies, 3, "rank %d: own and two held copies of step 2", r)
+		require.Equal(t, shard(r, 2, n), copies[0], "rank %d: own", r)
+		require.Equal(t, shard((r-1+size)%size, 2, n), copies[1], "rank %d: the previous node's", r)
+		require.Equal(t, shard((r-2+size)%size, 2, n), copies[2], "rank %d: the one before", r)
+	}
+	held := map[int]bool{}
+	for _, r := range []int{0, 3} { // the survivors of nodes 1 and 2
+		for _, c := range j.keepers[r].Copies() {
+			held[c.Lo/n] = true
+		}
+	}
+	require.Len(t, held, size, "every shard survives two adjacent nodes lost")
+
+	capped := startReplicas(t, 2, 1, 5, false)
+	require.Equal(t, 1, capped.keepers[0].Replicas(), "one other node: one replica")
 }
 
 // TestNodeLoss: 3 nodes x 2 ranks snapshot three steps, then node 2's ranks
@@ -267,8 +303,10 @@ func TestBadInput(t *testing.T) {
 	j.snapshotAll(t, 1, 10)
 	require.ErrorContains(t, j.keepers[0].Snapshot(shard(0, 1, 10)), "not after step 1")
 
-	_, err := New(j.worlds[0], 3)
+	_, err := New(j.worlds[0], 3, 1)
 	require.ErrorContains(t, err, "local world size 3 does not divide world size 4")
+	_, err = New(j.worlds[0], 2, 0)
+	require.ErrorContains(t, err, "0 replicas")
 
 	before := j.keepers[1].Copies()
 	require.NoError(t, j.keepers[1].Close())
