@@ -21,7 +21,7 @@ import (
 
 // markerEnv is set in the environment of every process the bench starts (and so of their
 // workers): the cleanup finds and kills what is left by it, whoever the parent was.
-const markerEnv = "GORUN_CHAOS_BENCH_MARKER"
+const markerEnv = "CHAOS_BENCH_MARKER"
 
 // etcdMember is one `gorun rendezvous serve` member of the bench's three-member etcd.
 type etcdMember struct {
