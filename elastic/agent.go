@@ -45,6 +45,9 @@ type Rendezvous interface {
 	// reports it when not: the rendezvous then leaves one side of the
 	// fault out of the next round.
 	Unreachable(ctx context.Context, r rendezvous.Round, rank int) error
+	// Connected says whether this node can hear of a round change now
+	// (its session with the rendezvous is live).
+	Connected() bool
 	// Reform ends r for a world that broke with no node lost, opening a
 	// round of the same members (a membership change), or does nothing
 	// when r is over already.

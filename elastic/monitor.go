@@ -441,9 +441,19 @@ func (m *roundMonitor) onReformDue() {
 
 // onAwaitOver: workers awaited a new round for AwaitTimeout and none
 // came. Those still awaiting count as failed, as a hung worker does: the
-// others stop and the round ends with their failure.
+// others stop and the round ends with their failure. While this node
+// cannot reach the rendezvous, they wait on.
 func (m *roundMonitor) onAwaitOver() *roundResult {
 	m.awaitOver = nil
+	if !m.a.rdzv.Connected() {
+		// This node is cut off from the rendezvous (a partition): the new
+		// round may well exist, it just cannot hear of it. The workers keep
+		// their state and wait; once the session is back, the round change
+		// reaches them and they re-form in place.
+		m.a.log.Warn().Dur("waited", m.a.spec.AwaitTimeout).Msg("workers still await a round, and this node cannot reach the rendezvous: they keep waiting")
+		m.awaitOver = time.After(m.a.spec.AwaitTimeout)
+		return nil
+	}
 	over := m.awaitingWorkers()
 	for _, w := range over {
 		if aw, ok := w.heartbeat.Awaiting(); ok {

@@ -414,6 +414,13 @@ func (e *Elastic) failed(ctx context.Context, r Round, failures []Failure, inPla
 	}
 }
 
+// Connected says whether this node's session with the store is live (etcd
+// answers): only then can it learn of a round change.
+func (e *Elastic) Connected() bool {
+	sess, _ := e.store.Session()
+	return sess.Live
+}
+
 // Reform ends round r for a world that broke with no node lost (a one-way
 // or partial network fault: every lease renews, but some workers cannot
 // reach others), by opening the next round as a membership change: the

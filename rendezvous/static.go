@@ -78,6 +78,9 @@ var ErrNoReform = errors.New("rendezvous: a static launch cannot re-form its wor
 // Reform returns ErrNoReform: a static world has one round.
 func (s *Static) Reform(context.Context, Round, string) error { return ErrNoReform }
 
+// Connected is always true: a static world has no store to lose.
+func (s *Static) Connected() bool { return true }
+
 // Unreachable does nothing: a static world has no other round to leave a
 // node out of (the workers' own timeouts end it).
 func (s *Static) Unreachable(context.Context, Round, int) error { return nil }
