@@ -26,14 +26,14 @@ import (
 // channelWorker is a shell worker that speaks the heartbeat channel as
 // the embedded trainer does: it prints "started as <rank>", appends its
 // pid to pids.<agent>.<local rank> (a restart adds a line), reports step 1, and then appends every
-// round line it gets to rounds.<agent>.<local rank> and to its stdout and
+// round or next line it gets to rounds.<agent>.<local rank> and to its stdout and
 // reports the next step, until its channel closes.
 const channelWorker = `echo "started as $RANK"
 echo $$ >> "$DIR/pids.$AGENT.$LOCAL_RANK"
 step=1
 echo $step >&3
 while read -r line <&3; do
-  case "$line" in round*)
+  case "$line" in round*|next*)
     echo "$line"
     echo "$line" >> "$DIR/rounds.$AGENT.$LOCAL_RANK"
     step=$((step+1))
