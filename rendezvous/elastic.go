@@ -157,6 +157,15 @@ func (e *Elastic) cas(ctx context.Context, rev int64, from, next State) error {
 	if err != nil {
 		return err
 	}
+	if next.Phase == PhaseClosed {
+		// The close is seen by every agent's watch as soon as etcd commits
+		// it, before this call hears back: the agents leave, and this one's
+		// Close cancels ctx. Cut short there, the call would report a lost
+		// race for a close that happened, and skip the retention.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), retainTimeout)
+		defer cancel()
+	}
 	won, err := e.store.Txn(ctx, keyState, rev, KV{Key: keyState, Value: data})
 	if won {
 		e.logTransition(from, next)
@@ -410,6 +419,28 @@ func (e *Elastic) failed(ctx context.Context, r Round, failures []Failure, inPla
 		}
 		if err := e.await(ctx, changed); err != nil {
 			return End{}, err
+		}
+	}
+}
+
+// RunsWithout says whether the job runs a round that this node has no
+// place in, so that Next would have it wait for a later one (a spare over
+// the maximum of nodes, a late or replacement node): its agent can get
+// its workers ready meanwhile. It waits for this node's first view of the
+// job's state, until ctx ends; false when the job has not started, is
+// between rounds or closed, or when ctx ends first.
+func (e *Elastic) RunsWithout(ctx context.Context) bool {
+	for {
+		snap, changed := e.agent.read()
+		if snap.stateRead {
+			st, p := snap.state, snap.placement
+			member := p.Round == st.Round && p.Member
+			return snap.stateRev != 0 && st.Phase == PhaseRunning && st.Round > e.last && !member
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false
 		}
 	}
 }
