@@ -280,7 +280,7 @@ func (a *aggregator) reopenIfMembersLeft(ctx context.Context, snap snapshot) (bo
 	if len(gone) == 0 || !e.missingAreLost(ctx) {
 		return false, nil
 	}
-	reason := fmt.Sprintf("node %s left (its lease expired)", strings.Join(gone, ", "))
+	reason := fmt.Sprintf("node %s left (its lease expired, or a peer found its agent dead)", strings.Join(gone, ", "))
 	if err := e.recordLost(ctx, st.Round, snap.roster.Members, lost); err != nil {
 		return true, err
 	}

@@ -216,6 +216,11 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 		snap, changed := e.agent.read()
 		st, p := snap.state, snap.placement
 		placed := p.Round == st.Round
+		if snap.unregistered {
+			if err := e.register(ctx); err != nil {
+				return Round{}, err
+			}
+		}
 		switch {
 		case snap.stateRev == 0:
 			// The aggregator writes the job's first state.
@@ -423,6 +428,18 @@ func (e *Elastic) failed(ctx context.Context, r Round, failures []Failure, inPla
 	}
 }
 
+// register puts this node's key back when it is gone while its session
+// lives: a peer found its agent dead (a refused probe) and fenced it, but
+// it is alive after all, so it joins again as a new node does. During an
+// etcd outage the session puts its keys back itself.
+func (e *Elastic) register(ctx context.Context) error {
+	if sess, _ := e.store.Session(); !sess.Live {
+		return nil
+	}
+	e.log.Warn().Msg("this node's registration was removed (a peer found its agent dead): registering again")
+	return e.put(ctx, prefixNodes+e.cfg.Self.ID, e.cfg.Self, true)
+}
+
 // RunsWithout says whether the job runs a round that this node has no
 // place in, so that Next would have it wait for a later one (a spare over
 // the maximum of nodes, a late or replacement node): its agent can get
@@ -476,7 +493,7 @@ func (e *Elastic) recordLost(ctx context.Context, round int, members, lost []Mem
 	for _, m := range lost {
 		f := Failure{Host: m.Host, NodeRank: -1, Rank: -1, ExitCode: 137, Signal: "node lost", Time: time.Now(), Attempt: round,
 			Ranks: ranksOf(members, m.ID),
-			Error: fmt.Sprintf("node %s stopped answering: its lease expired (the node died, or was cut off)", m.Host)}
+			Error: fmt.Sprintf("node %s stopped answering: its lease expired or its agent refused a peer's probe (the node died, or was cut off)", m.Host)}
 		if err := e.put(ctx, fmt.Sprintf("%s%08d/0-node-%s", prefixFail, round, m.ID), f, false); err != nil {
 			return err
 		}

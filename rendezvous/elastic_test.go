@@ -337,3 +337,20 @@ func TestSpareWaitsPastJoinTimeout(t *testing.T) {
 	_, err := spare.rdzv.Next(ctx)
 	require.EqualError(t, err, "the test is over")
 }
+
+// RunsWithout tells a node that the job runs a round without it (so its
+// agent can start its workers as a hot spare before it waits), and not
+// when it joins a job that has yet to form, or runs in the round.
+func TestRunsWithout(t *testing.T) {
+	b := rdzvtest.NewBackend()
+	lim := rendezvous.Limits{MinNodes: 2, MaxNodes: 2, MaxFailures: 1, MaxChanges: 1}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := join(t, b, config("a", -1, lim))
+	require.False(t, a.rdzv.RunsWithout(ctx), "no round runs yet")
+	bb := join(t, b, config("b", -1, lim))
+	nextAll(t, a, bb)
+	require.False(t, a.rdzv.RunsWithout(ctx), "a runs in the round")
+	spare := join(t, b, config("spare", -1, lim))
+	require.True(t, spare.rdzv.RunsWithout(ctx), "the round runs without the spare")
+}

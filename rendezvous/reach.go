@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gorun/gorun/internal/reach"
@@ -76,6 +77,9 @@ func (e *Elastic) Unreachable(ctx context.Context, r Round, rank int) error {
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
+	if errors.Is(perr, syscall.ECONNREFUSED) {
+		return e.fence(ctx, m, perr)
+	}
 	ids := e.reach.reportedIn(r.Number)
 	e.log.Warn().Int("rank", rank).Str("node", m.Host).AnErr("probe", perr).Msg("cannot reach a peer's node (it died, or a network fault): reporting it")
 	if err := e.put(ctx, unreachKey(r.Number, e.cfg.Self.ID), ids, true); err != nil {
@@ -88,6 +92,26 @@ func (e *Elastic) Unreachable(ctx context.Context, r Round, rank int) error {
 		// after all (a network fault), it leads no longer and its
 		// transitions, compare-and-swaps on the state, cannot clash.
 		e.log.Info().Str("node", m.Host).Msg("the node gone held the aggregator's key: releasing it for a new aggregator")
+		return e.store.Delete(ctx, keyLeader)
+	}
+	return nil
+}
+
+// fence removes the registration of member m, whose agent refused a
+// probe: its kernel answers and nothing listens on the agent's probe
+// port, so the agent is gone (it died with its kernel up: kill -9, a
+// crash). That is a death seen, not a suspicion to weigh against other
+// reports (LeaveOut would weigh a survivor that reports two dead peers
+// against them, and leave it out): the aggregator opens the next round
+// without m at once, as its lease's expiry would. Should m be alive after
+// all, it registers again and joins as a new node (Next). When m held the
+// aggregator's key, that goes too, so that a new aggregator acts now.
+func (e *Elastic) fence(ctx context.Context, m Member, perr error) error {
+	e.log.Warn().Str("node", m.Host).AnErr("probe", perr).Msg("a peer's agent is gone (its probe port refused): removing its registration")
+	if err := e.store.Delete(ctx, prefixNodes+m.ID); err != nil {
+		return err
+	}
+	if snap, _ := e.agent.read(); snap.leader == m.ID {
 		return e.store.Delete(ctx, keyLeader)
 	}
 	return nil

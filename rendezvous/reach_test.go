@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -123,6 +124,50 @@ func TestUnreachableNodeIsLeftOut(t *testing.T) {
 	<-cDone
 	require.NoError(t, cErr)
 	requireConsistent(t, append(third, cRound), 3)
+}
+
+// A survivor whose two peers' agents died with their kernels up (their
+// probe ports refuse) fences them: their registrations go, and the job
+// goes on with the survivor alone at once, with no lease to wait out.
+// LeaveOut, weighing the reports, would have left the survivor out: it is
+// in both reported pairs. Peers fenced that are alive after all register
+// again and join the next round as new nodes do.
+func TestRefusedProbeFencesTheDeadNodes(t *testing.T) {
+	b := rdzvtest.NewBackend()
+	lim := rendezvous.Limits{MinNodes: 1, MaxNodes: 3, MaxFailures: 2, MaxChanges: 5}
+	gates := []*gate{newGate(t), newGate(t), newGate(t)}
+	var nodes []*node
+	for i, host := range []string{"a", "b", "c"} {
+		cfg := config(host, i, lim)
+		cfg.Self.Reach = gates[i].port()
+		nodes = append(nodes, join(t, b, cfg))
+	}
+	rounds := nextAll(t, nodes...)
+	requireConsistent(t, rounds, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, g := range gates[1:] {
+		require.NoError(t, g.l.Close()) // b's and c's agents are gone: their ports refuse
+	}
+	require.NoError(t, nodes[0].rdzv.Unreachable(ctx, rounds[0], 2))
+	require.NoError(t, nodes[0].rdzv.Unreachable(ctx, rounds[0], 4))
+	r := rounds[0]
+	for r.NumNodes != 1 {
+		end := <-nodes[0].rdzv.Watch(ctx, r)
+		require.False(t, end.Closed, end.Reason)
+		require.NotContains(t, end.Lost, "a", "the survivor is not left out")
+		var err error
+		r, err = nodes[0].rdzv.Next(ctx)
+		require.NoError(t, err)
+	}
+	require.Equal(t, 0, r.NodeRank)
+	failures, err := nodes[0].rdzv.Failures(ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, failures)
+	require.Contains(t, failures[0].Error, "refused a peer's probe")
+
+	// b and c were alive all along: they register again and come back.
+	requireConsistent(t, nextAll(t, nodes...), 3)
 }
 
 // A node that evicts itself (a straggler) leaves the job for good: the

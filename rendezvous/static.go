@@ -78,6 +78,10 @@ var ErrNoReform = errors.New("rendezvous: a static launch cannot re-form its wor
 // Reform returns ErrNoReform: a static world has one round.
 func (s *Static) Reform(context.Context, Round, string) error { return ErrNoReform }
 
+// RunsWithout is always false: a static world has one round, with every
+// node in it.
+func (s *Static) RunsWithout(context.Context) bool { return false }
+
 // Connected is always true: a static world has no store to lose.
 func (s *Static) Connected() bool { return true }
 

@@ -213,7 +213,7 @@ func TestInPlace(t *testing.T) {
 		}
 		requireNoCheckpointRead(t, j)
 		requireEachStepOnce(t, j)
-		if st := j.status(); !strings.Contains(st, "could not reach it) left out") {
+		if st := j.status(); !strings.Contains(st, "refused a peer's probe") {
 			t.Errorf("gorun status does not say a dead node was fenced for refusing a probe:\n%s", st)
 		}
 		row.Result = "same worker processes, no checkpoint read, finished at world size 2, " + requireAllClose(t, ref6.dir, j.dir)
