@@ -336,13 +336,20 @@ func runNetScenario(t *testing.T, lab *netLab, toml, dir string, sc netScenario)
 	}
 	byTime := slices.Clone(recs)
 	sort.SliceStable(byTime, func(i, j int) bool { return byTime[i].Time.Before(byTime[j].Time) })
-	var lastSmall time.Time
+	var firstSmall, lastSmall time.Time
+	during := 0 // records written during the fault
 	for i, r := range byTime {
 		if i > 0 && !r.Time.Before(faultAt.Add(-time.Second)) {
 			row.stall = max(row.stall, r.Time.Sub(byTime[i-1].Time))
 		}
 		if r.WorldSize < 6 && r.Time.After(faultAt) {
+			if !row.left {
+				firstSmall = r.Time
+			}
 			row.left, lastSmall = true, r.Time
+		}
+		if r.Time.After(faultAt) && r.Time.Before(healAt) {
+			during++
 		}
 	}
 	if row.left {
@@ -358,8 +365,12 @@ func runNetScenario(t *testing.T, lab *netLab, toml, dir string, sc netScenario)
 	for _, r := range recs {
 		rounds[r.Round] = max(rounds[r.Round], r.WorldSize)
 	}
-	t.Logf("%s: %d records, %d steps, stall %.2f s, redone %d, left %v, rejoin %v after the heal, rounds (round: world size) %v",
-		sc.name, len(recs), len(hist), row.stall.Seconds(), row.redone, row.left, row.rejoin.Round(time.Millisecond), rounds)
+	left := "no"
+	if row.left {
+		left = fmt.Sprintf("%v after the fault began (a record at a smaller world)", firstSmall.Sub(faultAt).Round(time.Millisecond))
+	}
+	t.Logf("%s: %d records, %d steps (%d during the fault), stall %.2f s, redone %d, left %s, rejoin %v after the heal, rounds (round: world size) %v",
+		sc.name, len(recs), len(hist), during, row.stall.Seconds(), row.redone, left, row.rejoin.Round(time.Millisecond), rounds)
 	return row
 }
 
