@@ -134,6 +134,9 @@ func TestNetFaults(t *testing.T) {
 			}
 		}
 	}
+	if len(relayed) > 0 {
+		requireTun(t)
+	}
 	lab := newNetLab(t, []string{"etcd", "a", "b", "c"}, withRelay(relayed...))
 	toml := trainerToml(t)
 	root := t.TempDir()

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gorun/gorun/internal/testutil"
 )
 
 // netRelay is a host's link to the netLab bridge with this process in the middle, for delay
@@ -190,11 +192,23 @@ func inNetns(ns string, fn func() error) error {
 	return <-errc
 }
 
+// requireTun skips t unless this process can create TAP devices (/dev/net/tun opens; under
+// CI=true it fails t instead).
+func requireTun(t *testing.T) {
+	t.Helper()
+	f, err := os.OpenFile("/dev/net/tun", os.O_RDWR, 0)
+	if err != nil {
+		testutil.SkipOrFail(t, "a netRelay needs TAP devices: %v (modprobe tun)", err)
+	}
+	f.Close()
+}
+
 // TestNetRelay sends UDP echoes from host a to host b, whose link is a relay: at delay 0 they
 // come back, at 100 ms each round trip takes at least 200 ms (the request and the reply each
 // cross b's relay once), and back at 0 they come back fast again.
 func TestNetRelay(t *testing.T) {
 	requireNetLab(t)
+	requireTun(t)
 	lab := newNetLab(t, []string{"a", "b"}, withRelay("b"))
 
 	var echo, client net.PacketConn
