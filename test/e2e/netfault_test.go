@@ -18,7 +18,9 @@ import (
 
 // Issue 19 item 7: real network faults. Three agents of 2 workers of the embedded trainer and a
 // `gorun rendezvous serve` etcd, each host in its own network namespace behind a bridge (netLab),
-// lease_ttl 2 s; faults are silent drops by nftables on the bridge, healed by deleting the rules.
+// lease_ttl 2 s; faults are silent drops by nftables on the bridge, and a delay by a userspace
+// relay in a host's link (netRelay: the kernel has no netem), healed by deleting the rules and
+// setting the delay back to 0.
 const (
 	// netLeaseTTL is the agents' lease_ttl.
 	netLeaseTTL = 2 * time.Second
@@ -47,7 +49,10 @@ type netScenario struct {
 	name string
 	// rules are the nft matches to drop for the fault's duration.
 	rules func(l *netLab) []string
-	dur   time.Duration
+	// delays hold each frame a host sends or receives that long for the fault's duration
+	// (netLab.Delay; the host's link is then a relay).
+	delays map[string]time.Duration
+	dur    time.Duration
 	// full: only with GORUN_NETFAULT=all (the CI run stays under about 3 minutes).
 	full bool
 }
@@ -93,9 +98,6 @@ func TestNetFaults(t *testing.T) {
 		t.Skip("network faults take minutes (-short)")
 	}
 	requireNetLab(t)
-	lab := newNetLab(t, "etcd", "a", "b", "c")
-	toml := trainerToml(t)
-	root := t.TempDir()
 	all := os.Getenv("GORUN_NETFAULT") == "all"
 
 	scenarios := []netScenario{
@@ -111,6 +113,9 @@ func TestNetFaults(t *testing.T) {
 			rules: func(l *netLab) []string { return []string{l.OneWay("c", "a")} }},
 		{name: "B 30 % loss both ways 20 s", dur: 20 * time.Second, full: true,
 			rules: func(l *netLab) []string { return l.Loss("b", 30) }},
+		{name: "B 30 % loss + 100 ms delay both ways 20 s", dur: 20 * time.Second, full: true,
+			rules:  func(l *netLab) []string { return l.Loss("b", 30) },
+			delays: map[string]time.Duration{"b": 100 * time.Millisecond}},
 		// Node A hosts rank 0, which commits the shared checkpoint directory's
 		// steps: the world without it must commit, and A must not commit
 		// anything stale when it comes back.
@@ -119,6 +124,22 @@ func TestNetFaults(t *testing.T) {
 		{name: "node C cut off 150 s", dur: 150 * time.Second, full: true,
 			rules: func(l *netLab) []string { return l.Cut("c") }},
 	}
+	// A host's link is a relay (userspace, for the delay) only when a scenario that runs delays
+	// it: the others keep the kernel's veth.
+	var relayed []string
+	for _, sc := range scenarios {
+		for h := range sc.delays {
+			if (all || !sc.full) && !slices.Contains(relayed, h) {
+				relayed = append(relayed, h)
+			}
+		}
+	}
+	if len(relayed) > 0 {
+		requireTun(t)
+	}
+	lab := newNetLab(t, []string{"etcd", "a", "b", "c"}, withRelay(relayed...))
+	toml := trainerToml(t)
+	root := t.TempDir()
 	var rows []netRow
 	t.Cleanup(func() {
 		var b strings.Builder
@@ -247,6 +268,9 @@ func runNetScenario(t *testing.T, lab *netLab, toml, dir string, sc netScenario)
 
 	faultAt := time.Now()
 	lab.Drop(sc.rules(lab)...)
+	for h, d := range sc.delays {
+		lab.Delay(h, d)
+	}
 	time.Sleep(sc.dur) // the fault's own duration: the one fixed wait
 	lab.Heal()
 	healAt := time.Now()
@@ -315,13 +339,20 @@ func runNetScenario(t *testing.T, lab *netLab, toml, dir string, sc netScenario)
 	}
 	byTime := slices.Clone(recs)
 	sort.SliceStable(byTime, func(i, j int) bool { return byTime[i].Time.Before(byTime[j].Time) })
-	var lastSmall time.Time
+	var firstSmall, lastSmall time.Time
+	during := 0 // records written during the fault
 	for i, r := range byTime {
 		if i > 0 && !r.Time.Before(faultAt.Add(-time.Second)) {
 			row.stall = max(row.stall, r.Time.Sub(byTime[i-1].Time))
 		}
 		if r.WorldSize < 6 && r.Time.After(faultAt) {
+			if !row.left {
+				firstSmall = r.Time
+			}
 			row.left, lastSmall = true, r.Time
+		}
+		if r.Time.After(faultAt) && r.Time.Before(healAt) {
+			during++
 		}
 	}
 	if row.left {
@@ -337,8 +368,12 @@ func runNetScenario(t *testing.T, lab *netLab, toml, dir string, sc netScenario)
 	for _, r := range recs {
 		rounds[r.Round] = max(rounds[r.Round], r.WorldSize)
 	}
-	t.Logf("%s: %d records, %d steps, stall %.2f s, redone %d, left %v, rejoin %v after the heal, rounds (round: world size) %v",
-		sc.name, len(recs), len(hist), row.stall.Seconds(), row.redone, row.left, row.rejoin.Round(time.Millisecond), rounds)
+	left := "no"
+	if row.left {
+		left = fmt.Sprintf("%v after the fault began (a record at a smaller world)", firstSmall.Sub(faultAt).Round(time.Millisecond))
+	}
+	t.Logf("%s: %d records, %d steps (%d during the fault), stall %.2f s, redone %d, left %s, rejoin %v after the heal, rounds (round: world size) %v",
+		sc.name, len(recs), len(hist), during, row.stall.Seconds(), row.redone, left, row.rejoin.Round(time.Millisecond), rounds)
 	return row
 }
 

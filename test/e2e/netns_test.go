@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gorun/gorun/internal/testutil"
 )
@@ -18,14 +19,28 @@ import (
 // bridge namespace of its own, and private addresses 10.77.0.N/24 that exist only inside them.
 // Faults are silent packet drops: nftables rules on the bridge's forward hook (family bridge), so
 // no host sees a reset or an ICMP error, only silence, as behind a cut cable or a dead switch
-// port. Every name starts with a prefix unique to the test run; t.Cleanup deletes the nft table
-// and every namespace, even when the test fails.
+// port. A host made withRelay has a netRelay instead of the veth, and can be given a delay
+// (Delay). Every name starts with a prefix unique to the test run; t.Cleanup closes the relays
+// and deletes the nft table and every namespace, even when the test fails.
 type netLab struct {
 	t      *testing.T
 	prefix string
-	bridge string            // the bridge namespace
-	addr   map[string]string // host -> its address
-	ns     map[string]string // host -> its namespace
+	bridge string               // the bridge namespace
+	addr   map[string]string    // host -> its address
+	ns     map[string]string    // host -> its namespace
+	relay  map[string]*netRelay // host -> its relay, for the hosts made withRelay
+}
+
+// netLabOption changes how newNetLab builds the lab.
+type netLabOption func(*netLab)
+
+// withRelay makes hosts' links netRelays (whose delay Delay sets) instead of veths.
+func withRelay(hosts ...string) netLabOption {
+	return func(l *netLab) {
+		for _, h := range hosts {
+			l.relay[h] = nil
+		}
+	}
 }
 
 // nftTable is the lab's nft table (family bridge) in the bridge namespace, with one chain,
@@ -49,13 +64,17 @@ func requireNetLab(t *testing.T) {
 // newNetLab makes the bridge namespace and one namespace per host, host i (from 0) at
 // 10.77.0.(i+1), every host reaching every other through the bridge, and the empty faults
 // chain.
-func newNetLab(t *testing.T, hosts ...string) *netLab {
+func newNetLab(t *testing.T, hosts []string, opts ...netLabOption) *netLab {
 	t.Helper()
 	var b [3]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		t.Fatal(err)
 	}
-	l := &netLab{t: t, prefix: "gnf" + hex.EncodeToString(b[:]), addr: map[string]string{}, ns: map[string]string{}}
+	l := &netLab{t: t, prefix: "gnf" + hex.EncodeToString(b[:]), addr: map[string]string{}, ns: map[string]string{},
+		relay: map[string]*netRelay{}}
+	for _, o := range opts {
+		o(l)
+	}
 	l.bridge = l.prefix + "-br"
 	t.Cleanup(l.remove)
 	l.ip("netns", "add", l.bridge)
@@ -64,11 +83,25 @@ func newNetLab(t *testing.T, hosts ...string) *netLab {
 	l.ip("-n", l.bridge, "link", "set", "br0", "up")
 	for i, h := range hosts {
 		ns := fmt.Sprintf("%s-%s", l.prefix, h)
-		port := fmt.Sprintf("veth%d", i) // the bridge's end
+		port := fmt.Sprintf("port%d", i) // the bridge's end
 		addr := fmt.Sprintf("10.77.0.%d", i+1)
 		l.ns[h], l.addr[h] = ns, addr
 		l.ip("netns", "add", ns)
-		l.ip("-n", l.bridge, "link", "add", "name", port, "type", "veth", "peer", "name", "eth0", "netns", ns)
+		if _, ok := l.relay[h]; ok {
+			r, err := newNetRelay(ns, "eth0", l.bridge, port)
+			if err != nil {
+				t.Fatalf("relay for %s: %v", h, err)
+			}
+			l.relay[h] = r
+			// Before l.remove (cleanups run last first): the TAPs go before their namespaces.
+			t.Cleanup(func() {
+				if err := r.Close(); err != nil {
+					t.Errorf("closing %s's relay: %v", h, err)
+				}
+			})
+		} else {
+			l.ip("-n", l.bridge, "link", "add", "name", port, "type", "veth", "peer", "name", "eth0", "netns", ns)
+		}
 		l.ip("-n", l.bridge, "link", "set", port, "master", "br0", "up")
 		l.ip("-n", ns, "addr", "add", addr+"/24", "dev", "eth0")
 		l.ip("-n", ns, "link", "set", "eth0", "up")
@@ -97,10 +130,24 @@ func (l *netLab) Drop(matches ...string) {
 	l.nft(b.String())
 }
 
-// Heal deletes every fault rule.
+// Heal deletes every fault rule and sets every relay's delay back to 0.
 func (l *netLab) Heal() {
 	l.t.Helper()
 	l.nft(fmt.Sprintf("flush chain bridge %s faults\n", nftTable))
+	for _, r := range l.relay {
+		r.SetDelay(0)
+	}
+}
+
+// Delay holds every frame host sends or receives for d (netRelay.SetDelay), from now until the
+// next Delay or Heal; host must have been made withRelay.
+func (l *netLab) Delay(host string, d time.Duration) {
+	l.t.Helper()
+	r := l.relay[host]
+	if r == nil {
+		l.t.Fatalf("netLab.Delay(%q): the host has no relay (newNetLab withRelay)", host)
+	}
+	r.SetDelay(d)
 }
 
 // Cut drops everything host sends or receives.
