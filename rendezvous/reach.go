@@ -77,7 +77,7 @@ func (e *Elastic) Unreachable(ctx context.Context, r Round, rank int) error {
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
-	if errors.Is(perr, syscall.ECONNREFUSED) {
+	if agentGone(perr) {
 		return e.fence(ctx, m, perr)
 	}
 	ids := e.reach.reportedIn(r.Number)
@@ -97,10 +97,20 @@ func (e *Elastic) Unreachable(ctx context.Context, r Round, rank int) error {
 	return nil
 }
 
+// agentGone says whether a probe's error shows the prober's peer agent
+// gone with its kernel up: the connection was refused (nothing listens on
+// its probe port) or reset (the listener closed with the probe still in
+// its backlog, as the agent died). A live agent reads the probe and
+// answers it; a node cut off or powered off answers nothing, which is
+// only a suspicion (a timeout), not this.
+func agentGone(perr error) bool {
+	return errors.Is(perr, syscall.ECONNREFUSED) || errors.Is(perr, syscall.ECONNRESET)
+}
+
 // fence removes the registration of member m, whose agent refused a
-// probe: its kernel answers and nothing listens on the agent's probe
-// port, so the agent is gone (it died with its kernel up: kill -9, a
-// crash). That is a death seen, not a suspicion to weigh against other
+// probe (agentGone): its kernel answers and nothing listens on the
+// agent's probe port, so the agent is gone (it died with its kernel up:
+// kill -9, a crash). That is a death seen, not a suspicion to weigh against other
 // reports (LeaveOut would weigh a survivor that reports two dead peers
 // against them, and leave it out): the aggregator opens the next round
 // without m at once, as its lease's expiry would. Should m be alive after
