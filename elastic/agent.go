@@ -29,6 +29,10 @@ import (
 type Rendezvous interface {
 	// Next blocks until this node's next round runs.
 	Next(ctx context.Context) (rendezvous.Round, error)
+	// RunsWithout says whether the job runs a round without this node,
+	// so that Next would have it wait (a spare, a replacement): its
+	// workers can start meanwhile.
+	RunsWithout(ctx context.Context) bool
 	// Watch sends one End when round r is over for a reason that is not
 	// this node's own (another node failed or left, the job closed).
 	Watch(ctx context.Context, r rendezvous.Round) <-chan rendezvous.End
@@ -407,13 +411,20 @@ func (a *Agent) rounds(ctx context.Context) (Outcome, error) {
 			if ctx.Err() != nil {
 				sig = stoppedBy(ctx)
 			}
-			a.discard(kept.workers, sig, "the job ended while the round changed")
+			why := "the job ended while the round changed"
+			if kept.standby {
+				why = "the job ended while this node waited as a hot spare"
+			}
+			a.discard(kept.workers, sig, why)
 		}
 	}()
 	for {
 		a.transition(StateRendezvous)
 		joined := time.Now()
-		round, requeue, err := a.next(ctx, kept == nil)
+		if kept == nil {
+			kept = a.standby(ctx)
+		}
+		round, requeue, err := a.next(ctx, kept == nil || kept.standby)
 		var closed *rendezvous.ClosedError
 		var evicted *rendezvous.EvictedError
 		switch {
@@ -442,6 +453,8 @@ func (a *Agent) rounds(ctx context.Context) (Outcome, error) {
 		a.spec.Observer.RoundStarted(round, time.Since(joined))
 		inPlace := a.takeOver(round, kept)
 		switch {
+		case inPlace != nil && inPlace.standby:
+			a.log.Info().Int("round", round.Number).Msg("taken in with its workers started and ready (hot spare): they take their state from their peers")
 		case inPlace != nil:
 			a.spec.Observer.RecoveredInPlace(round, len(inPlace.end.Lost))
 		case ranOne:
@@ -451,7 +464,7 @@ func (a *Agent) rounds(ctx context.Context) (Outcome, error) {
 		last, ranOne = round, true
 		a.transition(StateRunning, "round", round.Number, "node_rank", round.NodeRank, "nodes", round.NumNodes,
 			"world_size", round.WorldSize, "master", fmt.Sprintf("%s:%d", round.MasterAddr, round.MasterPort),
-			"in_place", inPlace != nil)
+			"in_place", inPlace != nil && !inPlace.standby)
 		started := time.Now()
 		res, err := a.runRound(ctx, round, inPlace)
 		kept = res.kept

@@ -27,11 +27,18 @@ import (
 // the embedded trainer does: it prints "started as <rank>", appends its
 // pid to pids.<agent>.<local rank> (a restart adds a line), reports step 1, and then appends every
 // round or next line it gets to rounds.<agent>.<local rank> and to its stdout and
-// reports the next step, until its channel closes.
-const channelWorker = `echo "started as $RANK"
+// reports the next step, until its channel closes. As a hot spare
+// (GORUN_STANDBY=1) it prints "standby" and says it is ready instead of
+// reporting a step, until its first round.
+const channelWorker = `step=1
+if [ "$GORUN_STANDBY" = 1 ]; then
+  echo standby
+  step=0
+else
+  echo "started as $RANK"
+fi
 echo $$ >> "$DIR/pids.$AGENT.$LOCAL_RANK"
-step=1
-echo $step >&3
+if [ $step = 0 ]; then echo ready >&3; else echo $step >&3; fi
 while read -r line <&3; do
   case "$line" in round*|next*)
     echo "$line"
@@ -300,7 +307,9 @@ func TestInPlaceWorkerFailureRestartsItAlone(t *testing.T) {
 }
 
 // A node joining a running job: the running nodes keep their workers
-// (told world size 6), the new node starts its own.
+// (told world size 6); the new node is a hot spare: it starts its
+// workers before it has a round, and the round takes them in with their
+// contracts over their channels, not a process start.
 func TestInPlaceScaleUp(t *testing.T) {
 	eps := etcdtest.Start(t).Endpoints()
 	dir := t.TempDir()
@@ -318,9 +327,13 @@ func TestInPlaceScaleUp(t *testing.T) {
 			require.Equal(t, []int{6}, roundLines(t, filepath.Join(dir, fmt.Sprintf("rounds.%s.%d", n, local))))
 		}
 	}
+	waitFiles(t, dir, "rounds", 1, "c")
 	for local := range 2 {
 		require.Len(t, pids(dir, "c")[local], 1)
+		require.Equal(t, []int{6}, roundLines(t, filepath.Join(dir, fmt.Sprintf("rounds.c.%d", local))), "c's local rank %d, started as a hot spare, told its round", local)
 	}
+	require.Equal(t, 2, strings.Count(c.console.String(), "] standby\n"), "c's workers started before its round: %q", c.console)
+	require.NotContains(t, c.console.String(), "started as", "c's round started no fresh worker")
 	for _, n := range []*etcdAgent{a, b, c} {
 		require.Equal(t, 128+int(syscall.SIGTERM), n.stop().ExitCode)
 	}
@@ -354,8 +367,9 @@ func TestAdopt(t *testing.T) {
 	require.ErrorContains(t, a.adopt(next, workers, false), "rank 2 ended while the round changed")
 }
 
-// A spare (a fourth node of a job of at most three) waits without
-// workers; SLURM's warning (SIGUSR1) makes it exit 75 at once, as the
+// A spare (a fourth node of a job of at most three) waits with its
+// workers started and idle (a hot spare: they hold no state yet); SLURM's
+// warning (SIGUSR1) makes it stop them and exit 75 at once, as the
 // members' agents do once their workers checkpointed, instead of holding
 // the job's end.
 func TestSpareRequeuesOnSIGUSR1(t *testing.T) {
@@ -372,5 +386,11 @@ func TestSpareRequeuesOnSIGUSR1(t *testing.T) {
 	require.Equal(t, ExitRequeue, o.ExitCode, o.Reason)
 	require.True(t, o.Requeue)
 	require.Contains(t, spare.report.String(), "SIGUSR1 while waiting for a round, with no workers to checkpoint")
-	require.Empty(t, pids(dir, "d")[0], "the spare started no worker")
+	for _, p := range pids(dir, "d") {
+		for _, pid := range p {
+			n, err := strconv.Atoi(pid)
+			require.NoError(t, err)
+			require.ErrorIs(t, syscall.Kill(n, 0), syscall.ESRCH, "the spare's worker %d is stopped", n)
+		}
+	}
 }

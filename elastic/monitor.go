@@ -34,6 +34,10 @@ type reforming struct {
 	end      rendezvous.End
 	endedAt  time.Time // when this node's first worker saw its world break, else when this node saw the round end
 	lastStep int       // the last step its workers reported before, -1: none
+	// standby: the workers of a hot spare, started before this node had a
+	// round (Agent.standby); they ran no round, so taking them in is no
+	// recovery of this node's.
+	standby bool
 }
 
 // blameTimeout bounds the report of a culprit before the agent acts on
@@ -49,8 +53,12 @@ const blameTimeout = 5 * time.Second
 // it). It fails only when the workers could not be started.
 func (a *Agent) runRound(ctx context.Context, r rendezvous.Round, inPlace *reforming) (res roundResult, err error) {
 	var workers []*worker
+	recovering := inPlace
 	if inPlace != nil {
 		workers = inPlace.workers
+		if inPlace.standby {
+			recovering = nil
+		}
 	} else if workers, err = a.startRound(r); err != nil {
 		return roundResult{}, err
 	}
@@ -64,7 +72,7 @@ func (a *Agent) runRound(ctx context.Context, r rendezvous.Round, inPlace *refor
 	m := &roundMonitor{
 		a: a, ctx: ctx, watchCtx: watchCtx, round: r, workers: workers, running: len(workers),
 		stalled: make(chan int, len(workers)), verdict: make(chan bool, 1),
-		roundEnd: a.rdzv.Watch(watchCtx, r), recovering: inPlace,
+		roundEnd: a.rdzv.Watch(watchCtx, r), recovering: recovering,
 	}
 	m.watchWorkers()
 	res = m.run()

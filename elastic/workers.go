@@ -165,7 +165,15 @@ func (a *Agent) startWorkers(sink *workerlog.Sink, r rendezvous.Round) ([]*worke
 
 // startWorker starts local worker `local` of this node for round r.
 func (a *Agent) startWorker(sink *workerlog.Sink, r rendezvous.Round, local int) (*worker, error) {
-	c := a.spec.Contract(r, local)
+	return a.launch(sink, a.spec.Contract(r, local), false)
+}
+
+// launch starts a worker under contract c; a standby worker (a hot
+// spare's: c is a placeholder, see standbyContract) also gets
+// heartbeat.StandbyEnvVar, and the observer hears of it only once a
+// round adopts it.
+func (a *Agent) launch(sink *workerlog.Sink, c distenv.Worker, standby bool) (*worker, error) {
+	local := c.LocalRank
 	logs, err := sink.Worker(c.Rank, c.LocalRank)
 	if err != nil {
 		return nil, err
@@ -191,6 +199,9 @@ func (a *Agent) startWorker(sink *workerlog.Sink, r rendezvous.Round, local int)
 		}
 		spec.ExtraFiles = []*os.File{beat.WorkerEnd()}
 		spec.Env = append(spec.Env, fmt.Sprintf("%s=%d", heartbeat.EnvVar, heartbeat.WorkerFD))
+		if standby {
+			spec.Env = append(spec.Env, heartbeat.StandbyEnvVar+"=1")
+		}
 	}
 	p, err := proc.Start(spec)
 	if beat != nil {
@@ -201,7 +212,9 @@ func (a *Agent) startWorker(sink *workerlog.Sink, r rendezvous.Round, local int)
 		return nil, fmt.Errorf("start rank %d: %w", c.Rank, err)
 	}
 	a.workerPIDs.Store(p.PID(), struct{}{})
-	a.spec.Observer.WorkerStarted(c)
+	if !standby {
+		a.spec.Observer.WorkerStarted(c)
+	}
 	w := &worker{started: c, process: p, logs: logs, heartbeat: beat, released: make(chan struct{}), exitTold: make(chan struct{})}
 	w.setContract(c)
 	if beat != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -83,6 +84,10 @@ func workerAction(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit("worker: "+err.Error(), exitUsage)
 	}
+	standby := os.Getenv(heartbeat.StandbyEnvVar) == "1"
+	if _, channel := os.LookupEnv(heartbeat.EnvVar); standby && !channel {
+		return cli.Exit(fmt.Sprintf("worker: %s=1 needs the agent's channel (%s): only gorun starts hot spares", heartbeat.StandbyEnvVar, heartbeat.EnvVar), exitUsage)
+	}
 	secret, err := jobsecret.FromEnv(os.LookupEnv)
 	if err != nil {
 		return cli.Exit("worker: "+err.Error(), exitUsage)
@@ -96,7 +101,7 @@ func workerAction(c *cli.Context) error {
 
 	sigs, stop := watchSignals(c.Context)
 	defer stop()
-	err = runWorker(sigs, c, cfg, w, secret)
+	err = runWorker(sigs, c, cfg, w, secret, standby)
 	var stopped *resume.StoppedError
 	var sig signalError
 	switch {
@@ -120,12 +125,25 @@ func workerAction(c *cli.Context) error {
 	return nil
 }
 
-func runWorker(sigs *workerSignals, c *cli.Context, cfg config.Config, w distenv.Worker, secret jobsecret.Secret) (err error) {
+// runWorker trains as rank w. A hot spare (standby: its agent started it
+// before the node had a round) builds its trainer for a world of its own,
+// which it never runs, and awaits its first round's contract instead.
+func runWorker(sigs *workerSignals, c *cli.Context, cfg config.Config, w distenv.Worker, secret jobsecret.Secret, standby bool) (err error) {
 	ctx := sigs.ctx
 	beat := heartbeat.FromEnv(os.LookupEnv) // nil (no-op) unless the agent gave the worker a channel
+	threads := c.Int("threads")
+	who := fmt.Sprintf("worker rank %d", w.Rank)
+	if standby {
+		who = fmt.Sprintf("hot spare, local rank %d", w.LocalRank)
+		// Its threads are those of its place on the node; its world is
+		// its own until the round.
+		threads = cmp.Or(threads, trainer.DefaultThreads(w.LocalWorldSize))
+		w = distenv.Worker{WorldSize: 1, LocalWorldSize: 1, GroupWorldSize: 1, ErrorFile: w.ErrorFile,
+			RunID: w.RunID, RoleName: w.RoleName, MaxRestarts: w.MaxRestarts}
+	}
 	s := &session{ctx: ctx, cfg: cfg, worker: w, log: c.App.Writer, stop: &sigs.stop, term: sigs.term, beat: beat,
-		follow: beat.Follow(ctx, logPhase(c.App.ErrWriter, w.Rank)), waitRound: comm.DefaultTimeout, redone: math.NaN()}
-	tcfg := trainer.Config{Train: cfg, Worker: w, Threads: c.Int("threads"),
+		follow: beat.Follow(ctx, logPhase(c.App.ErrWriter, who)), waitRound: comm.DefaultTimeout, redone: math.NaN()}
+	tcfg := trainer.Config{Train: cfg, Worker: w, Threads: threads,
 		Secret: secret, CommLog: c.App.ErrWriter, Profile: c.Bool("profile"),
 		Metrics: c.String("metrics"), Log: c.App.Writer, AfterStep: s.afterStep, StopAsked: s.follow.StopAsked}
 	if beat != nil {
@@ -141,14 +159,18 @@ func runWorker(sigs *workerSignals, c *cli.Context, cfg config.Config, w distenv
 		return err
 	}
 	defer func() { err = errors.Join(err, s.close()) }()
-	if w.Rank == 0 {
+	if w.Rank == 0 && !standby {
 		fmt.Fprintln(c.App.Writer, s.t.Describe())
 	}
 	// Checkpoints: resume from live peers (a job re-forming around this
 	// worker) or the newest valid checkpoint, then save from AfterStep
 	// every checkpoint.every steps, at the last step and when a signal
 	// asks (sigs.stop).
-	if err := s.start(); err != nil {
+	begin := s.start
+	if standby {
+		begin = s.join
+	}
+	if err := begin(); err != nil {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
@@ -171,13 +193,13 @@ func runWorker(sigs *workerSignals, c *cli.Context, cfg config.Config, w distenv
 // logPhase logs the round follower's phase changes that a round change
 // causes (a phase ended by a new contract, the wait for one and its
 // end) to out; the plain start and end of each Run and Reform are not
-// worth a line. rank is the worker's rank at start.
-func logPhase(out io.Writer, rank int) func(from, to heartbeat.Phase, why string) {
+// worth a line. who names the worker as it started ("worker rank 3").
+func logPhase(out io.Writer, who string) func(from, to heartbeat.Phase, why string) {
 	return func(from, to heartbeat.Phase, why string) {
 		if why == "enter" || why == "leave" {
 			return
 		}
-		fmt.Fprintf(out, "worker rank %d: %s -> %s: %s\n", rank, from, to, why)
+		fmt.Fprintf(out, "%s: %s -> %s: %s\n", who, from, to, why)
 	}
 }
 

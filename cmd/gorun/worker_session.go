@@ -103,6 +103,28 @@ func (s *session) start() error {
 	return s.resumeFrom(rec, what)
 }
 
+// join is start for a hot spare: it tells the agent it is ready, awaits
+// its first round's contract (as long as it takes: the agent ends the
+// channel or the process when the job ends) and re-forms into that
+// round's world, where it holds nothing and takes its slice from its
+// peers, as the workers of a node that joins do.
+func (s *session) join() error {
+	s.beat.Ready()
+	first, err := s.follow.Await(s.ctx, s.term)
+	if err != nil {
+		return fmt.Errorf("hot spare: awaiting a round: %w", err)
+	}
+	rec, next, err := s.reform(first, nil)
+	if err != nil {
+		return fmt.Errorf("hot spare: join round %d: %w", next.RestartCount, err)
+	}
+	s.worker = next
+	if err := s.attach(); err != nil {
+		return err
+	}
+	return s.resumeFrom(rec, fmt.Sprintf("round %d: joined as a hot spare", next.RestartCount))
+}
+
 // attach makes the checkpointer and memory copies on the trainer's
 // current world, in the same order on every rank.
 func (s *session) attach() error {

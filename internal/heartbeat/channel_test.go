@@ -151,11 +151,33 @@ func TestChannelRoundTrip(t *testing.T) {
 	require.False(t, stalled)
 }
 
+// A hot spare's ready line closes Ready (which starts reading the
+// channel by itself, before any Watch) and is no progress and no await.
+func TestReady(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after inProcess's cleanup
+	p, b := inProcess(t)
+	ready := p.Ready()
+	select {
+	case <-ready:
+		t.Fatal("ready before the worker said so")
+	default:
+	}
+	b.Ready()
+	b.Ready() // a second one changes nothing
+	<-ready
+	require.Equal(t, -1, p.LastStep(), "a ready line is no progress")
+	_, awaiting := p.Awaiting()
+	require.False(t, awaiting, "a ready line is no await")
+	require.NoError(t, b.Close())
+	<-p.Done()
+}
+
 func TestNilBeater(t *testing.T) {
 	var b *Beater
 	b.Beat(1)
 	b.Await(1, 0)
 	b.Silent(0)
+	b.Ready()
 	require.Nil(t, b.Rounds(context.Background()))
 	require.Nil(t, FromEnv(func(string) (string, bool) { return "", false }))
 }

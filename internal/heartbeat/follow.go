@@ -173,7 +173,7 @@ func (f *Follower) Leave() (*distenv.Worker, error) {
 // save at); the phase is Idle again when it returns.
 func (f *Follower) Await(ctx context.Context, stop <-chan struct{}) (distenv.Worker, error) {
 	f.mu.Lock()
-	if err := f.move(Idle, Awaiting, "the world broke"); err != nil {
+	if err := f.move(Idle, Awaiting, "awaiting the next round's contract"); err != nil {
 		f.mu.Unlock()
 		return distenv.Worker{}, err
 	}

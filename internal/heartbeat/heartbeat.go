@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +24,12 @@ import (
 // EnvVar names the file descriptor of a worker's end of the channel. The
 // agent sets it; a worker that never writes is never judged hung.
 const EnvVar = "GORUN_HEARTBEAT_FD"
+
+// StandbyEnvVar, set to 1 in a worker's environment, makes it a hot
+// spare: its contract variables describe no round yet, so it builds its
+// trainer, says it is ready (Beater.Ready) and awaits its first round's
+// contract on the channel instead of training.
+const StandbyEnvVar = "GORUN_STANDBY"
 
 // WorkerFD is the descriptor the worker end has in the worker: the first
 // of exec.Cmd.ExtraFiles.
@@ -46,6 +53,8 @@ type Pipe struct {
 	lastBeat time.Time
 	beats    int64         // progress lines read
 	awaiting *Await        // the worker awaits a round: set by an await line, cleared by progress
+	ready    chan struct{} // closed by a ready line
+	isReady  bool
 	wake     chan struct{} // closed (and replaced) at each line read
 	onBeat   func(Progress)
 	onAwait  func(Await)
@@ -74,7 +83,7 @@ func NewPipe() (*Pipe, error) {
 	}
 	return &Pipe{
 		agent: os.NewFile(uintptr(fds[0]), "heartbeat-agent"), worker: os.NewFile(uintptr(fds[1]), "heartbeat"),
-		lastStep: -1, done: make(chan struct{}), wake: make(chan struct{}),
+		lastStep: -1, done: make(chan struct{}), wake: make(chan struct{}), ready: make(chan struct{}),
 	}, nil
 }
 
@@ -130,10 +139,32 @@ func (p *Pipe) read() {
 	}
 }
 
+// Ready starts reading the worker's lines, if nothing did yet, and
+// returns a channel that closes when the worker says it is ready (a
+// ready line: a hot spare that built its trainer and awaits its first
+// round), or never. Done closes when the worker's end is gone.
+func (p *Pipe) Ready() <-chan struct{} {
+	p.start.Do(func() { go p.read() })
+	return p.ready
+}
+
+// Done closes when the worker's end of the channel is closed everywhere
+// (the worker and its children are gone) or at Close.
+func (p *Pipe) Done() <-chan struct{} { return p.done }
+
 // handle takes one line from the worker; a line that is neither
-// progress, an await nor a silence is ignored, as a newer worker may send
-// others.
+// progress, an await, a silence nor a ready line is ignored, as a newer
+// worker may send others.
 func (p *Pipe) handle(line string) {
+	if strings.TrimSpace(line) == readyWord {
+		p.mu.Lock()
+		if !p.isReady {
+			p.isReady = true
+			close(p.ready)
+		}
+		p.mu.Unlock()
+		return
+	}
 	if peer, ok, err := ParseSilent(line); ok {
 		if err == nil && p.onSilent != nil {
 			p.onSilent(peer)
@@ -334,6 +365,16 @@ func (b *Beater) Await(step, lostPeer int) {
 		return
 	}
 	_, _ = b.f.WriteString(Await{Step: step, LostPeer: lostPeer}.Line())
+}
+
+// Ready tells the agent that a hot spare (StandbyEnvVar) built its
+// trainer and awaits its first round's contract. Errors are ignored, as
+// Beat's.
+func (b *Beater) Ready() {
+	if b == nil {
+		return
+	}
+	_, _ = b.f.WriteString(readyWord + "\n")
 }
 
 // Silent tells the agent that the worker heard nothing from peer rank
