@@ -37,9 +37,13 @@ type summary struct {
 	// record before it in the same round; a step that opened a round counts the median step.
 	KeptTime time.Duration
 	// StepTime is the median time of a step (between two records of one round).
-	StepTime  time.Duration
-	LastStep  int
-	Costs     []faultCost
+	StepTime time.Duration
+	LastStep int
+	Costs    []faultCost
+	// Joins are the pauses of the running world as a node was taken in (a
+	// spare or a replacement agent): for each round that made the world
+	// larger, its last record before to its first record.
+	Joins     []time.Duration
 	WorldSize map[int]int // records by world size
 }
 
@@ -88,6 +92,11 @@ func analyze(j *job) (summary, error) {
 		}
 	}
 	s.Window = recs[len(recs)-1].Time.Sub(recs[0].Time) + s.StepTime
+	for i := 1; i < len(recs); i++ {
+		if r, prev := recs[i], recs[i-1]; r.Round > prev.Round && r.WorldSize > prev.WorldSize {
+			s.Joins = append(s.Joins, r.Time.Sub(prev.Time))
+		}
+	}
 
 	var prevAfter time.Time
 	for _, f := range j.faults {

@@ -45,9 +45,36 @@ func TestAnalyze(t *testing.T) {
 	require.Equal(t, 5, s.Costs[0].Lost)
 	require.True(t, s.Costs[1].Unrecovered)
 
+	require.Empty(t, s.Joins, "the world did not grow")
+
 	rows := byKind(s.Costs)
 	require.Equal(t, []kindRow{
 		{Kind: kindWorker, N: 1, DowntimeMed: 1.1, DowntimeMax: 1.1, StepsLost: 5, LostMax: 5},
 		{Kind: kindNode, N: 1, Unrecovered: 1},
 	}, rows)
+}
+
+// TestAnalyzeJoins: a round that makes the world larger (a node taken in) is a join, whose
+// pause is its last record before to its first; a round that makes it smaller is not.
+func TestAnalyzeJoins(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	path := filepath.Join(t.TempDir(), "metrics.jsonl")
+	w, err := metrics.Open(path, 0)
+	require.NoError(t, err)
+	for i, r := range []metrics.Record{
+		{Step: 1, Time: at(0), WorldSize: 6, Round: 0},
+		{Step: 2, Time: at(0.1), WorldSize: 6, Round: 0},
+		{Step: 3, Time: at(1.1), WorldSize: 4, Round: 1}, // a node lost
+		{Step: 4, Time: at(1.2), WorldSize: 4, Round: 1},
+		{Step: 5, Time: at(1.5), WorldSize: 6, Round: 2}, // a node taken in: 0.3 s
+		{Step: 6, Time: at(1.6), WorldSize: 6, Round: 2},
+	} {
+		require.NoError(t, w.Write(r), "record %d", i)
+	}
+	require.NoError(t, w.Close())
+	s, err := analyze(&job{metrics: path})
+	require.NoError(t, err)
+	require.Len(t, s.Joins, 1)
+	require.InDelta(t, 0.3, s.Joins[0].Seconds(), 1e-9)
 }

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -194,6 +195,10 @@ func printTable(w io.Writer, b *bench, j *job, s, ref summary, cmp comparison) {
 		s.Kept, s.Window.Seconds(), s.Rate(), ref.Kept, ref.Window.Seconds(), ref.Rate(), s.Rate()/ref.Rate())
 	fmt.Fprintf(w, "steps redone: %d (records %d); median step %.1f ms (fault-free %.1f ms); checkpoint every %d steps\n",
 		s.Records-s.Kept, s.Records, ms(s.StepTime), ms(ref.StepTime), b.every)
+	if len(s.Joins) > 0 {
+		fmt.Fprintf(w, "nodes taken in (spares, replacements): %d, the running world paused %.2f s median, %.2f s max\n",
+			len(s.Joins), medianDuration(s.Joins).Seconds(), slices.Max(s.Joins).Seconds())
+	}
 	fmt.Fprintf(w, "final model: %s\n", cmp)
 	for _, c := range s.Costs {
 		state := fmt.Sprintf("downtime %.2f s, %d steps lost", c.Downtime.Seconds(), c.Lost)
@@ -228,6 +233,9 @@ func jsonLine(b *bench, j *job, s, ref summary, cmp comparison) (string, error) 
 		FaultFreeStepMS    float64   `json:"fault_free_step_ms_median"`
 		CheckpointEvery    int       `json:"checkpoint_every"`
 		ByKind             []kindRow `json:"by_kind"`
+		Joins              int       `json:"joins"`
+		JoinPauseMedS      float64   `json:"join_pause_median_s"`
+		JoinPauseMaxS      float64   `json:"join_pause_max_s"`
 		CompareStep        int64     `json:"compare_step"`
 		AllClose           bool      `json:"allclose"`
 		MaxAbsDiff         float64   `json:"max_abs_diff"`
@@ -236,7 +244,10 @@ func jsonLine(b *bench, j *job, s, ref summary, cmp comparison) (string, error) 
 		PeriodS: j.period.Seconds(), DurationS: b.duration.Seconds(), Seed: b.seed, Failures: injected,
 		Effective: round3(s.Effective()), FaultFreeEffective: round3(ref.Effective()), Goodput: round3(s.Rate() / ref.Rate()),
 		StepsKept: s.Kept, StepsRedone: s.Records - s.Kept, StepMS: round3(ms(s.StepTime)), FaultFreeStepMS: round3(ms(ref.StepTime)),
-		CheckpointEvery: b.every, ByKind: byKind(s.Costs), CompareStep: cmp.Step, AllClose: cmp.AllClose, MaxAbsDiff: cmp.MaxAbs, CompareError: cmp.Err,
+		CheckpointEvery: b.every, ByKind: byKind(s.Costs), Joins: len(s.Joins), CompareStep: cmp.Step, AllClose: cmp.AllClose, MaxAbsDiff: cmp.MaxAbs, CompareError: cmp.Err,
+	}
+	if len(s.Joins) > 0 {
+		v.JoinPauseMedS, v.JoinPauseMaxS = round3(medianDuration(s.Joins).Seconds()), round3(slices.Max(s.Joins).Seconds())
 	}
 	out, err := json.Marshal(v)
 	return string(out), err
