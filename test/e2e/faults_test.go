@@ -481,8 +481,9 @@ func TestFaults(t *testing.T) {
 		survivors := slices.Clone(j.agents[:2])
 		ended := j.roundsEnded()
 		at := time.Now()
+		sent := roundsSent(survivors)
 		j.start("node-d")
-		j.resumeOnceRoundSent(paused, survivors)
+		j.resumeOnceRoundSent(paused, survivors, sent)
 		row := j.observe("a node comes back (scale up 4 -> 6 workers)", at, rec.Step, ended)
 		j.finish(victim)
 		if recs := j.records(); recs[len(recs)-1].WorldSize != 6 {

@@ -279,7 +279,7 @@ func TestInPlace(t *testing.T) {
 		j.start("node-c")
 		// Paused, the job cannot finish at world size 4 before node-c joins: the workers go on
 		// once their agents sent them the new round.
-		j.resumeOnceRoundSent(paused, survivors)
+		j.resumeOnceRoundSent(paused, survivors, roundsSent(survivors))
 		row, after := j.observeWorldSize("a node joins, in place (scale up 4 -> 6 workers)", at, rec.Step, 6, survivors...)
 		j.finish()
 		if !slices.Equal(before, after) {
@@ -355,13 +355,14 @@ func TestInPlace(t *testing.T) {
 }
 
 // resumeOnceRoundSent continues paused workers once the agents of nodes sent their workers a new
-// round over the channel (their log says so), so that no paused worker steps on in the old one
-// for long: it stops at its next step boundary.
-func (j *faultJob) resumeOnceRoundSent(ws []worker, nodes []*gorunProc) {
+// round over the channel (their log says so once more than the counts of sent, taken with
+// roundsSent before the change began: an earlier in-place recovery said it already), so that no
+// paused worker steps on in the old one for long: it stops at its next step boundary.
+func (j *faultJob) resumeOnceRoundSent(ws []worker, nodes []*gorunProc, sent []int) {
 	j.t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
-	for _, a := range nodes {
-		for !strings.Contains(a.stderr.String(), roundSentMessage) {
+	for i, a := range nodes {
+		for strings.Count(a.stderr.String(), roundSentMessage) <= sent[i] {
 			if time.Now().After(deadline) {
 				resume(ws)
 				j.t.Fatalf("%s: %s did not send its workers a new round within 90 s", j.runID, a.name)
@@ -370,6 +371,15 @@ func (j *faultJob) resumeOnceRoundSent(ws []worker, nodes []*gorunProc) {
 		}
 	}
 	resume(ws)
+}
+
+// roundsSent counts, per node, the rounds its agent has sent its kept workers so far.
+func roundsSent(nodes []*gorunProc) []int {
+	n := make([]int, len(nodes))
+	for i, a := range nodes {
+		n[i] = strings.Count(a.stderr.String(), roundSentMessage)
+	}
+	return n
 }
 
 // roundSentMessage is what an agent logs when it sent its kept workers a new round.
