@@ -256,7 +256,7 @@ func (t *Trainer) setGeometry(geo geometry) {
 	t.params = make([]float32, geo.n)
 	t.unit = make([]float32, geo.n)
 	t.sum = make([]float64, geo.n)
-	t.decay = t.model.Layout().DecayMask(geo.n)[geo.lo:geo.hi]
+	t.decay = t.model.Layout().DecayMaskRange(geo.lo, geo.hi)
 	t.state = optim.NewState(geo.hi - geo.lo)
 	if geo.plan.Shards == 1 {
 		t.owned64 = t.sum

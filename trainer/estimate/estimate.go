@@ -212,8 +212,8 @@ func FromConfig(c config.Config, nodes, procPerNode int) (Model, Layout, string)
 //   - grads: a micro batch's fp32 gradient and the fp64 sum of the step's
 //     micro batches, whole (12N), and the owned slice of the reduced
 //     gradient in fp32 (4S) and, when sharded, fp64 (8S);
-//   - optimizer: AdamW's two moments (8S) and the weight-decay mask (1
-//     byte per element of N);
+//   - optimizer: AdamW's two moments (8S) and the weight-decay mask of
+//     the slice (1 byte per element of S);
 //   - copies: the previous step's params, m and v of the slice, to roll
 //     back a step that not every rank completed (12S); with [checkpoint]
 //     memory, four slice-sized copies of params, m and v across nodes (48S,
@@ -237,7 +237,7 @@ func Trainer(c config.Config, nodes, procPerNode int) (Estimate, error) {
 	e := Estimate{Strategy: strategy, Shards: shards, Replicas: replicas,
 		Params:      4 * padded,
 		Grads:       12*padded + 4*slice,
-		Optimizer:   8*slice + padded,
+		Optimizer:   9 * slice,
 		Copies:      12 * slice,
 		Activations: int64(math.Round(TrainerActivations(c.Model, c.Train.MicroBatch))),
 	}
