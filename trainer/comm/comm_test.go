@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -192,6 +193,40 @@ func testGroupCollectives(t *testing.T, worlds []*World, groups []*Group, n int)
 		}
 	})
 
+	t.Run(fmt.Sprintf("reducescatterwiden/n=%d", n*size), func(t *testing.T) {
+		in, _ := inputs(size, n*size, uint64(n)+3)
+		for r := range size {
+			for i := range in[r] {
+				switch {
+				case i%5 == 0:
+					in[r][i] = float32(math.Copysign(0, -1)) // -0 everywhere: a zeroed sum holds +0
+				case i%11 == 0:
+					in[r][i] = math.SmallestNonzeroFloat32 * float32(r+1)
+				}
+			}
+		}
+		want, got := make([][]float64, size), make([][]float64, size)
+		testutil.RequireRanks(t, testutil.OnRanks(size, func(r int) error {
+			want[r], got[r] = make([]float64, n), make([]float64, n)
+			zeroed := make([]float64, n*size) // what the trainer's float64 sum held
+			for i, x := range in[r] {
+				zeroed[i] += float64(x)
+			}
+			if err := groups[r].ReduceScatter64(zeroed, want[r]); err != nil {
+				return err
+			}
+			keep := append([]float32(nil), in[r]...)
+			err := groups[r].ReduceScatterWiden(in[r], got[r])
+			if err == nil && !equalBits(keep, in[r]) {
+				err = fmt.Errorf("reducescatterwiden changed its input")
+			}
+			return err
+		}))
+		for r := range size {
+			require.Equal(t, -1, firstDiff64(want[r], got[r]), "member %d: this element differs from ReduceScatter64 of a zeroed sum", r)
+		}
+	})
+
 	t.Run(fmt.Sprintf("allgather/n=%d", n), func(t *testing.T) {
 		outs := make([][]float32, size)
 		testutil.RequireRanks(t, testutil.OnRanks(size, func(r int) error {
@@ -223,6 +258,17 @@ func testGroupCollectives(t *testing.T, worlds []*World, groups []*Group, n int)
 	t.Run("barrier", func(t *testing.T) {
 		testutil.RequireRanks(t, testutil.OnRanks(size, func(r int) error { return groups[r].Barrier() }))
 	})
+}
+
+// firstDiff64 is the first index where a and b differ in their bits; -1
+// when none does.
+func firstDiff64(a, b []float64) int {
+	for i := range a {
+		if math.Float64bits(a[i]) != math.Float64bits(b[i]) {
+			return i
+		}
+	}
+	return -1
 }
 
 func equalBits(a, b []float32) bool {

@@ -209,9 +209,11 @@ func FromConfig(c config.Config, nodes, procPerNode int) (Model, Layout, string)
 // and S = N/shards the slice the rank owns (S = N for ddp):
 //   - params: the fp32 parameters, whole (4N): every mode gathers them
 //     before the forward pass and keeps them;
-//   - grads: a micro batch's fp32 gradient and the fp64 sum of the step's
-//     micro batches, whole (12N), and the owned slice of the reduced
-//     gradient in fp32 (4S) and, when sharded, fp64 (8S);
+//   - grads: a micro batch's fp32 gradient, whole (4N), and the owned
+//     slice of the reduced gradient in fp32 (4S) and fp64 (8S); with
+//     more than one micro batch per rank and step, the fp64 sum of the
+//     step's micro batches, whole (8N), which is the fp64 slice itself
+//     when S = N;
 //   - optimizer: AdamW's two moments (8S) and the weight-decay mask of
 //     the slice (1 byte per element of S);
 //   - copies: the previous step's params, m and v of the slice, to roll
@@ -222,7 +224,7 @@ func FromConfig(c config.Config, nodes, procPerNode int) (Model, Layout, string)
 //   - activations: TrainerActivations.
 //
 // Communication buffers and the runtime's own are not counted. It fails
-// when c's layout does not fit the world.
+// when c's layout or batch does not fit the world.
 func Trainer(c config.Config, nodes, procPerNode int) (Estimate, error) {
 	if nodes < 1 || procPerNode < 1 {
 		return Estimate{}, fmt.Errorf("estimate: nodes %d, processes per node %d: both must be at least 1", nodes, procPerNode)
@@ -231,18 +233,25 @@ func Trainer(c config.Config, nodes, procPerNode int) (Estimate, error) {
 	if err != nil {
 		return Estimate{}, fmt.Errorf("estimate: %w", err)
 	}
+	accumulation, err := c.Accumulation(nodes * procPerNode)
+	if err != nil {
+		return Estimate{}, fmt.Errorf("estimate: %w", err)
+	}
 	padded := (c.Model.Params() + int64(shards) - 1) / int64(shards) * int64(shards)
 	slice := padded / int64(shards)
 	_, _, strategy := FromConfig(c, nodes, procPerNode)
 	e := Estimate{Strategy: strategy, Shards: shards, Replicas: replicas,
 		Params:      4 * padded,
-		Grads:       12*padded + 4*slice,
+		Grads:       4*padded + 4*slice,
 		Optimizer:   9 * slice,
 		Copies:      12 * slice,
 		Activations: int64(math.Round(TrainerActivations(c.Model, c.Train.MicroBatch))),
 	}
-	if shards > 1 {
-		e.Grads += 8 * slice
+	if accumulation > 1 {
+		e.Grads += 8 * padded // the sum of the micro batches
+	}
+	if accumulation == 1 || shards > 1 {
+		e.Grads += 8 * slice // the fp64 slice, a buffer of its own
 	}
 	if c.Checkpoint.Memory {
 		e.Copies += 24 * slice

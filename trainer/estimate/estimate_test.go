@@ -124,7 +124,8 @@ func TestFromConfig(t *testing.T) {
 }
 
 // TestTrainer: the embedded trainer's state per rank for the default
-// model (120,576 parameters) by layout and recovery options.
+// model (120,576 parameters, 4 micro batches a step) by layout and
+// recovery options.
 func TestTrainer(t *testing.T) {
 	const n = 120_576
 	tests := []struct {
@@ -136,8 +137,10 @@ func TestTrainer(t *testing.T) {
 		grads, opt, copies int64
 	}{
 		{"ddp, one rank", config.ModeDDP, 1, 1, false, false, 1, 12*n + 4*n, 9 * n, 12 * n},
-		{"fsdp over 4: slices of 30,144", config.ModeFSDP, 2, 2, false, false, 4, 12*n + 12*30_144, 9 * 30_144, 12 * 30_144},
-		{"hsdp 2x2, memory copies across nodes", config.ModeHSDP, 2, 2, true, false, 2, 12*n + 12*60_288, 9 * 60_288, 60 * 60_288},
+		{"fsdp over 4: slices of 30,144, one micro batch", config.ModeFSDP, 2, 2, false, false, 4, 4*n + 12*30_144, 9 * 30_144, 12 * 30_144},
+		{"fsdp over 2: two micro batches, summed", config.ModeFSDP, 1, 2, false, false, 2, 12*n + 12*60_288, 9 * 60_288, 12 * 60_288},
+		{"hsdp 2x2, memory copies across nodes", config.ModeHSDP, 2, 2, true, false, 2, 4*n + 12*60_288, 9 * 60_288, 60 * 60_288},
+		{"ddp over 4: one micro batch, no sum", config.ModeDDP, 1, 4, false, false, 1, 4*n + 12*n, 9 * n, 12 * n},
 		{"ddp on one node, memory copies and async saves", config.ModeDDP, 1, 2, true, true, 1, 12*n + 4*n, 9 * n, (12 + 24 + 12) * n},
 	}
 	for _, tc := range tests {
@@ -155,6 +158,8 @@ func TestTrainer(t *testing.T) {
 	}
 	_, err := Trainer(config.Default(), 0, 1)
 	require.Error(t, err)
+	_, err = Trainer(config.Default(), 1, 3)
+	require.ErrorContains(t, err, "global_batch", "4 micro batches do not split over 3 ranks")
 }
 
 func TestFormatBytes(t *testing.T) {
