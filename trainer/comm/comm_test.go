@@ -271,6 +271,66 @@ func firstDiff64(a, b []float64) int {
 	return -1
 }
 
+// TestReduceScatterSpans: a reduce-scatter run in spans of the blocks
+// (bounded scratch) gives the bits of one span, whatever the span: a
+// span of a few elements, spans too small to pipeline, spans of several
+// pipelined chunks with a shorter last one, and a span past the block. It
+// runs every kind (float32, float64, float32 widened) on 2, 3 and 4
+// members, the last over TCP only.
+func TestReduceScatterSpans(t *testing.T) {
+	const m = 300_001 // elements of each member's block
+	tests := []struct {
+		name    string
+		size    int
+		tcpOnly bool
+		spans   []int
+	}{
+		{"2 members", 2, false, []int{1000, 100_000}},
+		{"3 members", 3, false, []int{7, 1000, 100_000, 2 * m}},
+		{"4 members over TCP", 4, true, []int{1000, 100_000, 150_001}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			worlds := startWorld(t, tc.size, func(c *Config) { c.TCPOnly = tc.tcpOnly })
+			in, _ := inputs(tc.size, m*tc.size, uint64(tc.size))
+			// run reduce-scatters in with spans of span elements on every member
+			run := func(span int) (out32 [][]float32, out64, outWide [][]float64) {
+				out32, out64, outWide = make([][]float32, tc.size), make([][]float64, tc.size), make([][]float64, tc.size)
+				testutil.RequireRanks(t, testutil.OnRanks(tc.size, func(r int) error {
+					g := worlds[r].All()
+					out32[r], out64[r], outWide[r] = make([]float32, m), make([]float64, m), make([]float64, m)
+					if err := reduceScatterSpans(g, "reducescatter", opReduceScatter, in[r], out32[r], span); err != nil {
+						return err
+					}
+					if err := reduceScatterSpans(g, "reducescatter64", opReduceScatter64, widen(in[r]), out64[r], span); err != nil {
+						return err
+					}
+					return reduceScatterSpans(g, "reducescatter64", opReduceScatter64, in[r], outWide[r], span)
+				}))
+				return out32, out64, outWide
+			}
+			want32, want64, wantWide := run(m)
+			for _, span := range tc.spans {
+				got32, got64, gotWide := run(span)
+				for r := range tc.size {
+					require.True(t, equalBits(want32[r], got32[r]), "span %d, member %d: float32", span, r)
+					require.Equal(t, -1, firstDiff64(want64[r], got64[r]), "span %d, member %d: float64", span, r)
+					require.Equal(t, -1, firstDiff64(wantWide[r], gotWide[r]), "span %d, member %d: widened", span, r)
+				}
+			}
+			if tc.size > 2 { // blocks of 8 MB in float64: the scratch stays at its bound
+				const big = 1 << 20
+				testutil.RequireRanks(t, testutil.OnRanks(tc.size, func(r int) error {
+					return worlds[r].All().ReduceScatter64(make([]float64, big*tc.size), make([]float64, big))
+				}))
+				for k, buf := range worlds[0].All().scratch {
+					require.LessOrEqual(t, cap(buf), scratchBytes, "scratch %d", k)
+				}
+			}
+		})
+	}
+}
+
 func equalBits(a, b []float32) bool {
 	if len(a) != len(b) {
 		return false

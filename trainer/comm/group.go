@@ -211,9 +211,29 @@ func (g *Group) ReduceScatterWiden(in []float32, out []float64) error {
 	return reduceScatter(g, "reducescatter64", opReduceScatter64, in, out)
 }
 
+// scratchBytes bounds each of a reduce-scatter's two scratch buffers
+// (Group.scratch): the partial sums move through them one span of the
+// blocks at a time (8 chunks), so they take the same memory whatever the
+// length of the blocks.
+const scratchBytes = 8 * chunkBytes
+
 // reduceScatter sums S elements in Ts: S is T, or S is float32 and T
-// float64 (the elements are widened).
+// float64 (the elements are widened). It runs the ring on spans of
+// scratchBytes of Ts (see reduceScatterSpans).
 func reduceScatter[S, T float32 | float64](g *Group, op string, code uint32, in []S, out []T) error {
+	return reduceScatterSpans(g, op, code, in, out, scratchBytes/sizeOf[T]())
+}
+
+// reduceScatterSpans is reduceScatter in spans of span elements of each
+// block: the n-1 steps of the ring for elements [0, span) of every block,
+// then those for [span, 2·span), and so on, all in one ring call, so a
+// span's first chunks go out while the previous span's last ones arrive.
+// Each element is summed by the same additions in the same order as with
+// one span (a sum never mixes elements), so the result has the same bits
+// whatever span is; only the scratch, two buffers of span Ts, depends on
+// it. The step that receives into a scratch buffer waits, chunk by chunk,
+// for the step that sent the buffer's previous content.
+func reduceScatterSpans[S, T float32 | float64](g *Group, op string, code uint32, in []S, out []T, span int) error {
 	if len(in) != g.Size()*len(out) {
 		return fmt.Errorf("comm: %s: len(in) = %d, want group size %d x len(out) %d", op, len(in), g.Size(), len(out))
 	}
@@ -222,7 +242,6 @@ func reduceScatter[S, T float32 | float64](g *Group, op string, code uint32, in 
 	}
 	defer g.end()
 	n, i, m := g.Size(), g.me, len(out)
-	blk := func(k int) []S { return in[k*m : (k+1)*m] }
 	if n == 1 {
 		if wide, ok := any(in).([]float32); ok && isWide(out) {
 			Widen(any(out).([]float64), wide)
@@ -231,35 +250,45 @@ func reduceScatter[S, T float32 | float64](g *Group, op string, code uint32, in 
 		}
 		return nil
 	}
-	size := len(bytesOf(out))
-	for k := range g.scratch {
-		if cap(g.scratch[k]) < size {
-			g.scratch[k] = bytesOf(make([]float64, (size+7)/8))
+	span = max(1, min(span, m))
+	if n > 2 && m > 0 { // with two members the one step adds into out
+		size := span * sizeOf[T]()
+		for k := range g.scratch {
+			if cap(g.scratch[k]) < size {
+				g.scratch[k] = bytesOf(make([]float64, (size+7)/8))
+			}
+			g.scratch[k] = g.scratch[k][:size]
 		}
-		g.scratch[k] = g.scratch[k][:size]
 	}
-	steps := make([]step, 0, n-1)
-	for s := 0; s < n-1; s++ {
-		st := step{sendAfter: s - 1, recvAfter: -1}
-		if s == 0 {
-			first := blk(mod(i-1, n))
-			if wide, ok := any(first).([]float32); ok && isWide(out) {
-				st.sendWide = wide
-			} else {
-				st.send = bytesOf(first)
+	steps := make([]step, 0, (m+span-1)/span*(n-1))
+	fill := 1                // the scratch buffer the last step received into
+	sentBy := [2]int{-1, -1} // the step that sent each scratch buffer's content
+	for c0 := 0; c0 < m; c0 += span {
+		c1 := min(m, c0+span)
+		blk := func(k int) []S { return in[k*m+c0 : k*m+c1] }
+		for s := 0; s < n-1; s++ {
+			t := len(steps)
+			st := step{sendAfter: -1, recvAfter: -1}
+			if s == 0 {
+				first := blk(mod(i-1, n))
+				if wide, ok := any(first).([]float32); ok && isWide(out) {
+					st.sendWide = wide
+				} else {
+					st.send = bytesOf(first)
+				}
+			} else { // what step t-1 received
+				st.send, st.sendAfter = bytesOf(floatsOf[T](g.scratch[fill])[:c1-c0]), t-1
+				sentBy[fill] = t
 			}
-		} else {
-			st.send = g.scratch[(s-1)%2]
-		}
-		dst := out
-		if s < n-2 {
-			dst = floatsOf[T](g.scratch[s%2])
-			if s >= 2 {
-				st.recvAfter = s - 1
+			dst := out[c0:c1]
+			if s < n-2 {
+				fill = 1 - fill
+				dst = floatsOf[T](g.scratch[fill])[:c1-c0]
+				st.recvAfter = sentBy[fill]
 			}
+			st.sumDst, st.sum = bytesOf(dst), sumOf(dst, blk(mod(i-s-2, n)))
+			steps = append(steps, st)
 		}
-		st.sumDst, st.sum = bytesOf(dst), sumOf(dst, blk(mod(i-s-2, n)))
-		steps = append(steps, st)
 	}
 	return g.ring(op, header{op: code, n: uint64(len(in))}, steps)
 }

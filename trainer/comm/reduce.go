@@ -3,8 +3,7 @@ package comm
 // summer returns a step's sum for adding received Ts to src into dst
 // (see step.sum): dst and src may be the same slice.
 func summer[T float32 | float64](dst, src []T) func(off int, b []byte) {
-	var x T
-	size := len(bytesOf([]T{x}))
+	size := sizeOf[T]()
 	return func(off int, b []byte) {
 		lo := off / size
 		recv := floatsOf[T](b)

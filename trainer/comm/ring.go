@@ -73,6 +73,12 @@ func chunks(n int) int { return (n + chunkBytes - 1) / chunkBytes }
 
 func chunk(b []byte, j int) []byte { return b[j*chunkBytes : min(len(b), (j+1)*chunkBytes)] }
 
+// sizeOf is the size of a T in bytes.
+func sizeOf[T float32 | float64]() int {
+	var x T
+	return int(unsafe.Sizeof(x))
+}
+
 // bytesOf views f as its bytes, in the machine's order (all ranks share it).
 func bytesOf[T float32 | float64](f []T) []byte {
 	if len(f) == 0 {
