@@ -100,10 +100,11 @@ type Trainer struct {
 
 	params []float32 // the full padded flat buffer, gathered before every step
 	// unit is the gradient of one micro batch, the unit of the global
-	// batch (see accumulate); sum is the float64 sum of this rank's units;
-	// owned64 is this rank's slice of sum reduced over the world (sum
-	// itself with one shard); owned is that, over the units, in float32:
-	// the step's gradient.
+	// batch (see accumulate); sum is the float64 sum of this rank's units,
+	// nil when a step has one micro batch per rank (reduceGrads then
+	// reduces unit itself); owned64 is this rank's slice of the units'
+	// sum reduced over the world (sum itself with one shard); owned is
+	// that, over the units, in float32: the step's gradient.
 	unit    []float32
 	sum     []float64
 	owned64 []float64
@@ -255,10 +256,13 @@ func (t *Trainer) setGeometry(geo geometry) {
 	t.plan, t.batch, t.lo, t.hi = geo.plan, geo.batch, geo.lo, geo.hi
 	t.params = make([]float32, geo.n)
 	t.unit = make([]float32, geo.n)
-	t.sum = make([]float64, geo.n)
-	t.decay = t.model.Layout().DecayMask(geo.n)[geo.lo:geo.hi]
+	t.decay = t.model.Layout().DecayMaskRange(geo.lo, geo.hi)
 	t.state = optim.NewState(geo.hi - geo.lo)
-	if geo.plan.Shards == 1 {
+	t.sum = nil
+	if geo.batch.Accumulation() > 1 {
+		t.sum = make([]float64, geo.n)
+	}
+	if t.sum != nil && geo.plan.Shards == 1 {
 		t.owned64 = t.sum
 	} else {
 		t.owned64 = make([]float64, geo.hi-geo.lo)
@@ -405,7 +409,9 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 			return res, t.runErr(ctx, err)
 		}
 		step := t.state.Step
-		zero(t.eng, t.sum)
+		if t.sum != nil {
+			zero(t.eng, t.sum)
+		}
 		var lossSum float64
 		for micro := range accum {
 			first := t.batch.MicroFirst(int64(step), rank, micro)
@@ -414,11 +420,13 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 			lossSum += float64(t.model.Forward(t.params, t.tokens))
 			zero(t.eng, t.unit)
 			t.model.Backward(t.params, t.unit, 1)
-			accumulate(t.eng, t.sum, t.unit)
+			if t.sum != nil {
+				accumulate(t.eng, t.sum, t.unit)
+			}
 			prof.Lap(profile.Elementwise)
 		}
 		collStart := time.Now()
-		if err := t.groups.ReduceGrads(t.sum, t.owned64); err != nil {
+		if err := t.reduceGrads(); err != nil {
 			return res, t.runErr(ctx, err)
 		}
 		inCollectives := time.Since(collStart)
@@ -511,6 +519,18 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// reduceGrads leaves this rank's slice of the step's gradient sum over
+// the world in owned64: the sum of its units (sum) reduced, or with one
+// unit per rank the unit itself, widened as the ring uses it. The two give
+// the same bits: sum would hold 0 + float64(unit), which is what
+// hsdp.Groups.ReduceGrads32 adds.
+func (t *Trainer) reduceGrads() error {
+	if t.sum == nil {
+		return t.groups.ReduceGrads32(t.unit, t.owned64)
+	}
+	return t.groups.ReduceGrads(t.sum, t.owned64)
 }
 
 // openMetrics (re)opens the metrics file to append this Run's records.

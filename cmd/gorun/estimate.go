@@ -25,8 +25,9 @@ func estimateCommand() *cli.Command {
 			"bytes (Korthikanti et al.), divided by the tensor-parallel degree. For a train.toml: the\n" +
 			"strategies in fp32 (4 + 4 + 8 bytes/param), and the row of the strategy it runs (*) as the\n" +
 			"embedded trainer allocates it: whole fp32 weights, fp32 and fp64 gradient sums, AdamW's\n" +
-			"moments of the rank's slice, its recovery copies (rollback, [checkpoint] memory and async)\n" +
-			"and its activation buffers. Decimal units; before framework overhead, communication\n" +
+			"moments of the rank's slice, its recovery copies (rollback, [checkpoint] memory and async),\n" +
+			"its activation buffers, the buffers of its collectives and the process's own memory\n" +
+			"(runtime). Decimal units; the other rows are before framework overhead, communication\n" +
 			"buffers and fragmentation.",
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "nodes", Value: 1, Usage: "nodes N"},
@@ -84,7 +85,8 @@ func estimateAction(c *cli.Context) error {
 			fmt.Sprintf("%s: %d parameters (%d layers, d_model %d, %d heads), micro batch %d x %d bytes, parallel.mode = %s",
 				path, mo.Params(), mo.Layers, mo.DModel, mo.Heads, cfg.Train.MicroBatch, mo.Context, cfg.Parallel.Mode),
 			"* as the embedded trainer allocates it: whole fp32 weights (every mode gathers them), fp32 + fp64 gradient sums,"+
-				" AdamW's moments of the rank's slice, recovery copies; other rows: 4 B weights + 4 B gradients + 8 B AdamW per parameter")
+				" AdamW's moments of the rank's slice, recovery copies, the collectives' buffers (comm) and the process itself (runtime);"+
+				" other rows: 4 B weights + 4 B gradients + 8 B AdamW per parameter")
 		if _, err := cfg.Accumulation(l.Nodes * l.ProcPerNode); err != nil {
 			header = append(header, "note: "+strings.TrimPrefix(err.Error(), "config: accumulation: "))
 		}
@@ -173,7 +175,8 @@ func writeEstimate(w io.Writer, header []string, m estimate.Model, l estimate.La
 	}
 	foot := "\nsizes per GPU in decimal units (1 GB = 1e9 bytes), before framework overhead, communication buffers and fragmentation"
 	if selected != "" {
-		foot += "\n* the strategy the train.toml runs"
+		foot = "\nsizes per GPU in decimal units (1 GB = 1e9 bytes); the rows without * are before framework overhead," +
+			" communication buffers and fragmentation\n* the strategy the train.toml runs"
 	}
 	_, err := fmt.Fprintln(w, foot)
 	return err

@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -192,6 +193,40 @@ func testGroupCollectives(t *testing.T, worlds []*World, groups []*Group, n int)
 		}
 	})
 
+	t.Run(fmt.Sprintf("reducescatterwiden/n=%d", n*size), func(t *testing.T) {
+		in, _ := inputs(size, n*size, uint64(n)+3)
+		for r := range size {
+			for i := range in[r] {
+				switch {
+				case i%5 == 0:
+					in[r][i] = float32(math.Copysign(0, -1)) // -0 everywhere: a zeroed sum holds +0
+				case i%11 == 0:
+					in[r][i] = math.SmallestNonzeroFloat32 * float32(r+1)
+				}
+			}
+		}
+		want, got := make([][]float64, size), make([][]float64, size)
+		testutil.RequireRanks(t, testutil.OnRanks(size, func(r int) error {
+			want[r], got[r] = make([]float64, n), make([]float64, n)
+			zeroed := make([]float64, n*size) // what the trainer's float64 sum held
+			for i, x := range in[r] {
+				zeroed[i] += float64(x)
+			}
+			if err := groups[r].ReduceScatter64(zeroed, want[r]); err != nil {
+				return err
+			}
+			keep := append([]float32(nil), in[r]...)
+			err := groups[r].ReduceScatterWiden(in[r], got[r])
+			if err == nil && !equalBits(keep, in[r]) {
+				err = fmt.Errorf("reducescatterwiden changed its input")
+			}
+			return err
+		}))
+		for r := range size {
+			require.Equal(t, -1, firstDiff64(want[r], got[r]), "member %d: this element differs from ReduceScatter64 of a zeroed sum", r)
+		}
+	})
+
 	t.Run(fmt.Sprintf("allgather/n=%d", n), func(t *testing.T) {
 		outs := make([][]float32, size)
 		testutil.RequireRanks(t, testutil.OnRanks(size, func(r int) error {
@@ -223,6 +258,77 @@ func testGroupCollectives(t *testing.T, worlds []*World, groups []*Group, n int)
 	t.Run("barrier", func(t *testing.T) {
 		testutil.RequireRanks(t, testutil.OnRanks(size, func(r int) error { return groups[r].Barrier() }))
 	})
+}
+
+// firstDiff64 is the first index where a and b differ in their bits; -1
+// when none does.
+func firstDiff64(a, b []float64) int {
+	for i := range a {
+		if math.Float64bits(a[i]) != math.Float64bits(b[i]) {
+			return i
+		}
+	}
+	return -1
+}
+
+// TestReduceScatterSpans: a reduce-scatter run in spans of the blocks
+// (bounded scratch) gives the bits of one span, whatever the span: a
+// span of a few elements, spans too small to pipeline, spans of several
+// pipelined chunks with a shorter last one, and a span past the block. It
+// runs every kind (float32, float64, float32 widened) on 2, 3 and 4
+// members, the last over TCP only.
+func TestReduceScatterSpans(t *testing.T) {
+	const m = 300_001 // elements of each member's block
+	tests := []struct {
+		name    string
+		size    int
+		tcpOnly bool
+		spans   []int
+	}{
+		{"2 members", 2, false, []int{1000, 100_000}},
+		{"3 members", 3, false, []int{7, 1000, 100_000, 2 * m}},
+		{"4 members over TCP", 4, true, []int{1000, 100_000, 150_001}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			worlds := startWorld(t, tc.size, func(c *Config) { c.TCPOnly = tc.tcpOnly })
+			in, _ := inputs(tc.size, m*tc.size, uint64(tc.size))
+			// run reduce-scatters in with spans of span elements on every member
+			run := func(span int) (out32 [][]float32, out64, outWide [][]float64) {
+				out32, out64, outWide = make([][]float32, tc.size), make([][]float64, tc.size), make([][]float64, tc.size)
+				testutil.RequireRanks(t, testutil.OnRanks(tc.size, func(r int) error {
+					g := worlds[r].All()
+					out32[r], out64[r], outWide[r] = make([]float32, m), make([]float64, m), make([]float64, m)
+					if err := reduceScatterSpans(g, "reducescatter", opReduceScatter, in[r], out32[r], span); err != nil {
+						return err
+					}
+					if err := reduceScatterSpans(g, "reducescatter64", opReduceScatter64, widen(in[r]), out64[r], span); err != nil {
+						return err
+					}
+					return reduceScatterSpans(g, "reducescatter64", opReduceScatter64, in[r], outWide[r], span)
+				}))
+				return out32, out64, outWide
+			}
+			want32, want64, wantWide := run(m)
+			for _, span := range tc.spans {
+				got32, got64, gotWide := run(span)
+				for r := range tc.size {
+					require.True(t, equalBits(want32[r], got32[r]), "span %d, member %d: float32", span, r)
+					require.Equal(t, -1, firstDiff64(want64[r], got64[r]), "span %d, member %d: float64", span, r)
+					require.Equal(t, -1, firstDiff64(wantWide[r], gotWide[r]), "span %d, member %d: widened", span, r)
+				}
+			}
+			if tc.size > 2 { // blocks of 8 MB in float64: the scratch stays at its bound
+				const big = 1 << 20
+				testutil.RequireRanks(t, testutil.OnRanks(tc.size, func(r int) error {
+					return worlds[r].All().ReduceScatter64(make([]float64, big*tc.size), make([]float64, big))
+				}))
+				for k, buf := range worlds[0].All().scratch {
+					require.LessOrEqual(t, cap(buf), scratchBytes, "scratch %d", k)
+				}
+			}
+		})
+	}
 }
 
 func equalBits(a, b []float32) bool {

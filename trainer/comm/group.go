@@ -31,6 +31,7 @@ type Group struct {
 	mu      sync.Mutex
 	seq     uint32
 	tmp     []byte    // one received chunk, before it is added
+	wide    []float64 // one widened chunk, before it is sent (step.sendWide)
 	scratch [2][]byte // reduce-scatter partial sums (8-byte aligned)
 }
 
@@ -151,17 +152,17 @@ func mod(a, n int) int { return ((a % n) + n) % n }
 // of additions is fixed by the ring, so every member gets bit-identical
 // sums. buf must have the same length on every member.
 func (g *Group) AllReduce(buf []float32) error {
-	return allReduce(g, "allreduce", opAllReduce, buf, sum32)
+	return allReduce(g, "allreduce", opAllReduce, buf)
 }
 
 // AllReduce64 is AllReduce in float64 (twice the bytes on the wire): sums
 // of float32 values made in it keep about 29 more bits, so the order of
 // the additions almost never shows once they are rounded to float32.
 func (g *Group) AllReduce64(buf []float64) error {
-	return allReduce(g, "allreduce64", opAllReduce64, buf, sum64)
+	return allReduce(g, "allreduce64", opAllReduce64, buf)
 }
 
-func allReduce[T float32 | float64](g *Group, op string, code uint32, buf []T, sum func(dst, a, b []byte)) error {
+func allReduce[T float32 | float64](g *Group, op string, code uint32, buf []T) error {
 	if err := g.begin(op); err != nil {
 		return err
 	}
@@ -176,7 +177,7 @@ func allReduce[T float32 | float64](g *Group, op string, code uint32, buf []T, s
 		rlo, rhi := block(len(buf), n, mod(i-s-1, n))
 		st := step{send: bytesOf(buf[slo:shi]), sendAfter: s - 1, recvAfter: -1}
 		if s < n-1 {
-			st.sumDst, st.sumSrc, st.sum = bytesOf(buf[rlo:rhi]), bytesOf(buf[rlo:rhi]), sum
+			st.sumDst, st.sum = bytesOf(buf[rlo:rhi]), summer(buf[rlo:rhi], buf[rlo:rhi])
 		} else {
 			st.recvInto = bytesOf(buf[rlo:rhi])
 			if s+1-n >= 0 {
@@ -193,15 +194,46 @@ func allReduce[T float32 | float64](g *Group, op string, code uint32, buf []T, s
 // Size()*len(out) on every member; in is not changed; in and out must not
 // overlap.
 func (g *Group) ReduceScatter(in, out []float32) error {
-	return reduceScatter(g, "reducescatter", opReduceScatter, in, out, sum32)
+	return reduceScatter(g, "reducescatter", opReduceScatter, in, out)
 }
 
 // ReduceScatter64 is ReduceScatter in float64 (see AllReduce64).
 func (g *Group) ReduceScatter64(in, out []float64) error {
-	return reduceScatter(g, "reducescatter64", opReduceScatter64, in, out, sum64)
+	return reduceScatter(g, "reducescatter64", opReduceScatter64, in, out)
 }
 
-func reduceScatter[T float32 | float64](g *Group, op string, code uint32, in, out []T, sum func(dst, a, b []byte)) error {
+// ReduceScatterWiden is ReduceScatter64 of in widened to float64 (see
+// Widen), without a float64 copy of in: each element is widened where
+// the ring first uses it, so out gets the same bits as ReduceScatter64 of
+// a float64 buffer that was zeroed and then had in added to it. What goes
+// on the wire is the same too: members may mix the two calls.
+func (g *Group) ReduceScatterWiden(in []float32, out []float64) error {
+	return reduceScatter(g, "reducescatter64", opReduceScatter64, in, out)
+}
+
+// scratchBytes bounds each of a reduce-scatter's two scratch buffers
+// (Group.scratch): the partial sums move through them one span of the
+// blocks at a time (8 chunks), so they take the same memory whatever the
+// length of the blocks.
+const scratchBytes = 8 * chunkBytes
+
+// reduceScatter sums S elements in Ts: S is T, or S is float32 and T
+// float64 (the elements are widened). It runs the ring on spans of
+// scratchBytes of Ts (see reduceScatterSpans).
+func reduceScatter[S, T float32 | float64](g *Group, op string, code uint32, in []S, out []T) error {
+	return reduceScatterSpans(g, op, code, in, out, scratchBytes/sizeOf[T]())
+}
+
+// reduceScatterSpans is reduceScatter in spans of span elements of each
+// block: the n-1 steps of the ring for elements [0, span) of every block,
+// then those for [span, 2·span), and so on, all in one ring call, so a
+// span's first chunks go out while the previous span's last ones arrive.
+// Each element is summed by the same additions in the same order as with
+// one span (a sum never mixes elements), so the result has the same bits
+// whatever span is; only the scratch, two buffers of span Ts, depends on
+// it. The step that receives into a scratch buffer waits, chunk by chunk,
+// for the step that sent the buffer's previous content.
+func reduceScatterSpans[S, T float32 | float64](g *Group, op string, code uint32, in []S, out []T, span int) error {
 	if len(in) != g.Size()*len(out) {
 		return fmt.Errorf("comm: %s: len(in) = %d, want group size %d x len(out) %d", op, len(in), g.Size(), len(out))
 	}
@@ -211,36 +243,72 @@ func reduceScatter[T float32 | float64](g *Group, op string, code uint32, in, ou
 	defer g.end()
 	n, i, m := g.Size(), g.me, len(out)
 	if n == 1 {
-		copy(out, in)
+		if wide, ok := any(in).([]float32); ok && isWide(out) {
+			Widen(any(out).([]float64), wide)
+		} else {
+			copy(out, any(in).([]T))
+		}
 		return nil
 	}
-	blk := func(k int) []byte { return bytesOf(in[k*m : (k+1)*m]) }
-	size := len(bytesOf(out))
-	for k := range g.scratch {
-		if cap(g.scratch[k]) < size {
-			g.scratch[k] = bytesOf(make([]float64, (size+7)/8))
-		}
-		g.scratch[k] = g.scratch[k][:size]
-	}
-	steps := make([]step, 0, n-1)
-	for s := 0; s < n-1; s++ {
-		st := step{sendAfter: s - 1, recvAfter: -1, sumSrc: blk(mod(i-s-2, n)), sum: sum}
-		if s == 0 {
-			st.send = blk(mod(i-1, n))
-		} else {
-			st.send = g.scratch[(s-1)%2]
-		}
-		if s == n-2 {
-			st.sumDst = bytesOf(out)
-		} else {
-			st.sumDst = g.scratch[s%2]
-			if s >= 2 {
-				st.recvAfter = s - 1
+	span = max(1, min(span, m))
+	if n > 2 && m > 0 { // with two members the one step adds into out
+		size := span * sizeOf[T]()
+		for k := range g.scratch {
+			if cap(g.scratch[k]) < size {
+				g.scratch[k] = bytesOf(make([]float64, (size+7)/8))
 			}
+			g.scratch[k] = g.scratch[k][:size]
 		}
-		steps = append(steps, st)
+	}
+	steps := make([]step, 0, (m+span-1)/span*(n-1))
+	fill := 1                // the scratch buffer the last step received into
+	sentBy := [2]int{-1, -1} // the step that sent each scratch buffer's content
+	for c0 := 0; c0 < m; c0 += span {
+		c1 := min(m, c0+span)
+		blk := func(k int) []S { return in[k*m+c0 : k*m+c1] }
+		for s := 0; s < n-1; s++ {
+			t := len(steps)
+			st := step{sendAfter: -1, recvAfter: -1}
+			if s == 0 {
+				first := blk(mod(i-1, n))
+				if wide, ok := any(first).([]float32); ok && isWide(out) {
+					st.sendWide = wide
+				} else {
+					st.send = bytesOf(first)
+				}
+			} else { // what step t-1 received
+				st.send, st.sendAfter = bytesOf(floatsOf[T](g.scratch[fill])[:c1-c0]), t-1
+				sentBy[fill] = t
+			}
+			dst := out[c0:c1]
+			if s < n-2 {
+				fill = 1 - fill
+				dst = floatsOf[T](g.scratch[fill])[:c1-c0]
+				st.recvAfter = sentBy[fill]
+			}
+			st.sumDst, st.sum = bytesOf(dst), sumOf(dst, blk(mod(i-s-2, n)))
+			steps = append(steps, st)
+		}
 	}
 	return g.ring(op, header{op: code, n: uint64(len(in))}, steps)
+}
+
+// isWide reports whether out holds float64s (a reduce-scatter of float32s
+// into it widens them).
+func isWide[T float32 | float64](out []T) bool {
+	_, ok := any(out).([]float64)
+	return ok
+}
+
+// sumOf is the step.sum that adds received Ts to src into dst: summer
+// when S is T, wideSummer when S is float32 and T float64.
+func sumOf[S, T float32 | float64](dst []T, src []S) func(off int, b []byte) {
+	if d, ok := any(dst).([]float64); ok {
+		if s, ok := any(src).([]float32); ok {
+			return wideSummer(d, s)
+		}
+	}
+	return summer(dst, any(src).([]T))
 }
 
 // AllGather concatenates every member's in, in group order, into out.

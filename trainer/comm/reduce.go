@@ -1,12 +1,46 @@
 package comm
 
-// sum32 adds the float32s of b to those of a into dst (the bytes of
-// float32s, see add).
-func sum32(dst, a, b []byte) { add(floatsOf[float32](dst), floatsOf[float32](a), floatsOf[float32](b)) }
+// summer returns a step's sum for adding received Ts to src into dst
+// (see step.sum): dst and src may be the same slice.
+func summer[T float32 | float64](dst, src []T) func(off int, b []byte) {
+	size := sizeOf[T]()
+	return func(off int, b []byte) {
+		lo := off / size
+		recv := floatsOf[T](b)
+		add(dst[lo:lo+len(recv)], src[lo:lo+len(recv)], recv)
+	}
+}
 
-// sum64 adds the float64s of b to those of a into dst (the bytes of
-// float64s, see add).
-func sum64(dst, a, b []byte) { add(floatsOf[float64](dst), floatsOf[float64](a), floatsOf[float64](b)) }
+// wideSummer is summer for float32s that are widened (see Widen) as they
+// are added to received float64s.
+func wideSummer(dst []float64, src []float32) func(off int, b []byte) {
+	return func(off int, b []byte) {
+		lo := off / 8
+		recv := floatsOf[float64](b)
+		addWide(dst[lo:lo+len(recv)], src[lo:lo+len(recv)], recv)
+	}
+}
+
+// Widen sets dst[i] to 0 + float64(src[i]), which is float64(src[i])
+// except that -0 becomes +0: the value a float64 accumulator that starts
+// at zero holds once src[i] is added to it. len(dst) must be at least
+// len(src).
+func Widen(dst []float64, src []float32) {
+	dst = dst[:len(src)]
+	for i, x := range src {
+		dst[i] = 0 + float64(x)
+	}
+}
+
+// addWide sets dst[i] = (0 + float64(a[i])) + b[i] (see Widen). dst may
+// not alias a.
+func addWide(dst []float64, a []float32, b []float64) {
+	n := len(dst)
+	a, b = a[:n], b[:n]
+	for i := range dst {
+		dst[i] = (0 + float64(a[i])) + b[i]
+	}
+}
 
 // add sets dst[i] = a[i] + b[i]. dst may alias a. The loop is unrolled so
 // the compiler drops bounds checks; the order of additions per element is

@@ -23,27 +23,61 @@ const seqLimit = 64 << 10
 // step is one round of a ring collective: send a region to the next
 // member, receive a region from the previous one.
 type step struct {
-	send      []byte // sent to next; empty: nothing
-	sendAfter int    // chunk j is sent after chunk j of this step's receive finished; -1: at once
-	// Received bytes either land in recvInto, or are added element-wise
-	// by sum: sumDst = sumSrc + received, all three the bytes of float32s
-	// or float64s.
-	recvInto       []byte
-	sumDst, sumSrc []byte
-	sum            func(dst, a, b []byte)
-	recvAfter      int // chunk j is received after chunk j of this step's send left; -1: at once
+	send []byte // sent to next; empty: nothing
+	// sendWide, when set, is sent instead of send, as the float64s
+	// Widen makes of its float32s (8 bytes on the wire per element).
+	sendWide  []float32
+	sendAfter int // chunk j is sent after chunk j of this step's receive finished; -1: at once
+	// Received bytes either land in recvInto, or, when sum is set, are
+	// added: sum(off, b) adds the received bytes b, which belong at byte
+	// offset off of sumDst, to the step's source there and stores the
+	// result in sumDst (the received bytes have sumDst's element type).
+	recvInto  []byte
+	sumDst    []byte
+	sum       func(off int, b []byte)
+	recvAfter int // chunk j is received after chunk j of this step's send left; -1: at once
 }
 
 func (s *step) recvLen() int {
-	if s.sumDst != nil {
+	if s.sum != nil {
 		return len(s.sumDst)
 	}
 	return len(s.recvInto)
 }
 
+// sendLen is the number of bytes the step sends.
+func (s *step) sendLen() int {
+	if s.sendWide != nil {
+		return 8 * len(s.sendWide)
+	}
+	return len(s.send)
+}
+
+// sendBytes is chunk j of what the step sends; a widened chunk is made
+// in g.wide, which only the goroutine that sends uses.
+func (g *Group) sendBytes(s *step, j int) []byte {
+	if s.sendWide == nil {
+		return chunk(s.send, j)
+	}
+	const per = chunkBytes / 8
+	src := s.sendWide[j*per : min(len(s.sendWide), (j+1)*per)]
+	if g.wide == nil {
+		g.wide = make([]float64, per)
+	}
+	dst := g.wide[:len(src)]
+	Widen(dst, src)
+	return bytesOf(dst)
+}
+
 func chunks(n int) int { return (n + chunkBytes - 1) / chunkBytes }
 
 func chunk(b []byte, j int) []byte { return b[j*chunkBytes : min(len(b), (j+1)*chunkBytes)] }
+
+// sizeOf is the size of a T in bytes.
+func sizeOf[T float32 | float64]() int {
+	var x T
+	return int(unsafe.Sizeof(x))
+}
 
 // bytesOf views f as its bytes, in the machine's order (all ranks share it).
 func bytesOf[T float32 | float64](f []T) []byte {
@@ -68,7 +102,7 @@ func (g *Group) ring(op string, h header, steps []step) error {
 	var stopped atomic.Bool
 	largest := 0
 	for k := range steps {
-		largest = max(largest, len(steps[k].send), steps[k].recvLen())
+		largest = max(largest, steps[k].sendLen(), steps[k].recvLen())
 	}
 	var err *linkError
 	if largest <= seqLimit {
@@ -220,11 +254,10 @@ func (g *Group) recvShm(st *step, j, n int, stopped *atomic.Bool) *linkError {
 	}
 	slot := rx.slot(rx.seq)[:n]
 	rx.seq++
-	if st.sumDst == nil {
+	if st.sum == nil {
 		copy(chunk(st.recvInto, j), slot)
 	} else {
-		lo := j * chunkBytes
-		st.sum(st.sumDst[lo:lo+n], st.sumSrc[lo:lo+n], slot)
+		st.sum(j*chunkBytes, slot)
 	}
 	if err := g.io(g.prev, true, []byte{1}, stopped); err != nil {
 		return &linkError{g.prevRank, err}
@@ -247,7 +280,7 @@ func (g *Group) recvChunk(st *step, j int, stopped *atomic.Bool) *linkError {
 		return g.recvShm(st, j, n, stopped)
 	}
 	var err error
-	if st.sumDst == nil {
+	if st.sum == nil {
 		err = g.io(g.prev, false, chunk(st.recvInto, j), stopped)
 	} else {
 		lo := j * chunkBytes
@@ -257,7 +290,7 @@ func (g *Group) recvChunk(st *step, j int, stopped *atomic.Bool) *linkError {
 		}
 		tmp := g.tmp[:hi-lo]
 		if err = g.io(g.prev, false, tmp, stopped); err == nil {
-			st.sum(st.sumDst[lo:hi], st.sumSrc[lo:hi], tmp)
+			st.sum(lo, tmp)
 		}
 	}
 	if err != nil {
@@ -278,8 +311,8 @@ func (g *Group) ringSeq(h header, steps []step, stopped *atomic.Bool) *linkError
 	for s := range steps {
 		st := &steps[s]
 		send := func() *linkError {
-			for j := range chunks(len(st.send)) {
-				if err := g.sendChunk(chunk(st.send, j), stopped); err != nil {
+			for j := range chunks(st.sendLen()) {
+				if err := g.sendChunk(g.sendBytes(st, j), stopped); err != nil {
 					return err
 				}
 			}
@@ -311,7 +344,7 @@ func (g *Group) ringPipelined(h header, steps []step, stopped *atomic.Bool) *lin
 	sendBase := make([]int, len(steps)+1) // ordinal of a step's first chunk
 	recvBase := make([]int, len(steps)+1)
 	for s := range steps {
-		sendBase[s+1] = sendBase[s] + chunks(len(steps[s].send))
+		sendBase[s+1] = sendBase[s] + chunks(steps[s].sendLen())
 		recvBase[s+1] = recvBase[s] + chunks(steps[s].recvLen())
 	}
 	sent := make(chan struct{}, sendBase[len(steps)])
@@ -353,11 +386,11 @@ func (g *Group) ringPipelined(h header, steps []step, stopped *atomic.Bool) *lin
 		have := 0
 		for s := range steps {
 			st := &steps[s]
-			for j := range chunks(len(st.send)) {
+			for j := range chunks(st.sendLen()) {
 				if st.sendAfter >= 0 && !wait(recvd, &have, recvBase[st.sendAfter]+j) {
 					return
 				}
-				if err := g.sendChunk(chunk(st.send, j), stopped); err != nil {
+				if err := g.sendChunk(g.sendBytes(st, j), stopped); err != nil {
 					abort(err)
 					return
 				}
@@ -375,7 +408,7 @@ func (g *Group) ringPipelined(h header, steps []step, stopped *atomic.Bool) *lin
 			st := &steps[s]
 			for j := range chunks(st.recvLen()) {
 				if a := st.recvAfter; a >= 0 {
-					if n := chunks(len(steps[a].send)); n > 0 && !wait(sent, &have, sendBase[a]+min(j, n-1)) {
+					if n := chunks(steps[a].sendLen()); n > 0 && !wait(sent, &have, sendBase[a]+min(j, n-1)) {
 						return
 					}
 				}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/gorun/gorun/trainer/comm"
 	"github.com/gorun/gorun/trainer/config"
 )
 
@@ -83,7 +84,13 @@ type Estimate struct {
 	// 0 in the generic accounting.
 	Copies      int64 `json:"copies_bytes"`
 	Activations int64 `json:"activations_bytes"`
-	Total       int64 `json:"total_bytes"`
+	// Comm is what the collectives keep (the embedded trainer's groups,
+	// see comm.GroupUse); 0 in the generic accounting.
+	Comm int64 `json:"comm_bytes,omitempty"`
+	// Runtime is the process's own memory (RuntimeBytes for the embedded
+	// trainer); 0 in the generic accounting.
+	Runtime int64 `json:"runtime_bytes,omitempty"`
+	Total   int64 `json:"total_bytes"`
 }
 
 // Validate checks that every size is positive and that the layout splits.
@@ -209,20 +216,30 @@ func FromConfig(c config.Config, nodes, procPerNode int) (Model, Layout, string)
 // and S = N/shards the slice the rank owns (S = N for ddp):
 //   - params: the fp32 parameters, whole (4N): every mode gathers them
 //     before the forward pass and keeps them;
-//   - grads: a micro batch's fp32 gradient and the fp64 sum of the step's
-//     micro batches, whole (12N), and the owned slice of the reduced
-//     gradient in fp32 (4S) and, when sharded, fp64 (8S);
-//   - optimizer: AdamW's two moments (8S) and the weight-decay mask (1
-//     byte per element of N);
+//   - grads: a micro batch's fp32 gradient, whole (4N), and the owned
+//     slice of the reduced gradient in fp32 (4S) and fp64 (8S); with
+//     more than one micro batch per rank and step, the fp64 sum of the
+//     step's micro batches, whole (8N), which is the fp64 slice itself
+//     when S = N;
+//   - optimizer: AdamW's two moments (8S) and the weight-decay mask of
+//     the slice (1 byte per element of S);
 //   - copies: the previous step's params, m and v of the slice, to roll
 //     back a step that not every rank completed (12S); with [checkpoint]
 //     memory, four slice-sized copies of params, m and v across nodes (48S,
 //     24S on one node: no buddy); with [checkpoint] async, the staging copy
 //     of the slice a background save writes from (12S);
-//   - activations: TrainerActivations.
+//   - activations: TrainerActivations;
+//   - comm: the buffers of the shard group (it reduce-scatters float64
+//     slices, widened from float32 with one micro batch per rank) and of
+//     the replica group (it all-reduces them), as comm.GroupUse counts
+//     them: a few MB, whatever the model (none for one rank);
+//   - runtime: RuntimeBytes.
 //
-// Communication buffers and the runtime's own are not counted. It fails
-// when c's layout does not fit the world.
+// The data set is not counted (the built-in corpus is part of
+// RuntimeBytes; data.files are read whole into memory), nor the buffers of
+// memory copies' own groups. It fails when c's layout does not fit the
+// world; a batch that does not split over it (the trainer refuses that
+// too) is counted with the sum of several micro batches.
 func Trainer(c config.Config, nodes, procPerNode int) (Estimate, error) {
 	if nodes < 1 || procPerNode < 1 {
 		return Estimate{}, fmt.Errorf("estimate: nodes %d, processes per node %d: both must be at least 1", nodes, procPerNode)
@@ -231,18 +248,25 @@ func Trainer(c config.Config, nodes, procPerNode int) (Estimate, error) {
 	if err != nil {
 		return Estimate{}, fmt.Errorf("estimate: %w", err)
 	}
+	accumulation, err := c.Accumulation(nodes * procPerNode)
+	if err != nil {
+		accumulation = 2 // the trainer refuses this world; count the larger figure, with the sum
+	}
 	padded := (c.Model.Params() + int64(shards) - 1) / int64(shards) * int64(shards)
 	slice := padded / int64(shards)
 	_, _, strategy := FromConfig(c, nodes, procPerNode)
 	e := Estimate{Strategy: strategy, Shards: shards, Replicas: replicas,
 		Params:      4 * padded,
-		Grads:       12*padded + 4*slice,
-		Optimizer:   8*slice + padded,
+		Grads:       4*padded + 4*slice,
+		Optimizer:   9 * slice,
 		Copies:      12 * slice,
 		Activations: int64(math.Round(TrainerActivations(c.Model, c.Train.MicroBatch))),
 	}
-	if shards > 1 {
-		e.Grads += 8 * slice
+	if accumulation > 1 {
+		e.Grads += 8 * padded // the sum of the micro batches
+	}
+	if accumulation == 1 || shards > 1 {
+		e.Grads += 8 * slice // the fp64 slice, a buffer of its own
 	}
 	if c.Checkpoint.Memory {
 		e.Copies += 24 * slice
@@ -253,9 +277,28 @@ func Trainer(c config.Config, nodes, procPerNode int) (Estimate, error) {
 	if c.Checkpoint.Async {
 		e.Copies += 12 * slice
 	}
-	e.Total = e.Params + e.Grads + e.Optimizer + e.Copies + e.Activations
+	if shards > 1 { // neighbors on the node share memory (shard groups are consecutive ranks)
+		e.Comm += comm.GroupUse{Members: shards, SharedMemory: procPerNode > 1,
+			ScatterOut: int(slice), ScatterElem: 8, Widen: accumulation == 1}.Bytes()
+	}
+	if replicas > 1 { // members are shards apart
+		e.Comm += comm.GroupUse{Members: replicas, SharedMemory: shards < procPerNode}.Bytes()
+	}
+	e.Runtime = RuntimeBytes
+	e.Total = e.Params + e.Grads + e.Optimizer + e.Copies + e.Activations + e.Comm + e.Runtime
 	return e, nil
 }
+
+// RuntimeBytes is the resident memory of a trainer worker (gorun worker)
+// that the state, the activations and the collectives leave out: the Go
+// runtime and its heap's slack, the pages of the gorun binary it runs, the
+// goroutine and thread stacks, and the built-in corpus. Measured with
+// bench/memory.sh on a model where it is nearly all of a worker (1 layer,
+// d_model 64, 2 heads, context 64: 0.1M parameters): the peak VmHWM per
+// worker less what Trainer counts without it was 29.3 MB for ddp on 4
+// workers, 29.5 MB for fsdp on 4 and 28.9 MB for fsdp on 8 (linux/amd64,
+// go1.26, 2 CPUs).
+const RuntimeBytes = 29_000_000
 
 // TrainerActivations is the memory the embedded trainer (trainer/model)
 // holds for one micro batch of b sequences, in bytes: with n = b·context

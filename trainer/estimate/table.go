@@ -10,15 +10,20 @@ import (
 
 // WriteTable writes es as an aligned table, one strategy a line, sizes in
 // decimal units; the row of strategy selected (if any) is marked with *.
-// The copies column is there when a row has copies. It returns the first
-// write error.
+// The copies column is there when a row has copies, the comm and runtime
+// columns when a row has either. It returns the first write error.
 func WriteTable(w io.Writer, es []Estimate, selected string) error {
 	copies := slices.ContainsFunc(es, func(e Estimate) bool { return e.Copies > 0 })
+	runtime := slices.ContainsFunc(es, func(e Estimate) bool { return e.Comm > 0 || e.Runtime > 0 })
 	head := []string{"strategy", "shards", "replicas", "params", "grads", "optimizer"}
 	if copies {
 		head = append(head, "copies")
 	}
-	rows := [][]string{append(head, "activations", "total")}
+	head = append(head, "activations")
+	if runtime {
+		head = append(head, "comm", "runtime")
+	}
+	rows := [][]string{append(head, "total")}
 	for _, e := range es {
 		name := e.Strategy
 		if name == selected {
@@ -28,7 +33,11 @@ func WriteTable(w io.Writer, es []Estimate, selected string) error {
 		if copies {
 			row = append(row, FormatBytes(e.Copies))
 		}
-		rows = append(rows, append(row, FormatBytes(e.Activations), FormatBytes(e.Total)))
+		row = append(row, FormatBytes(e.Activations))
+		if runtime {
+			row = append(row, FormatBytes(e.Comm), FormatBytes(e.Runtime))
+		}
+		rows = append(rows, append(row, FormatBytes(e.Total)))
 	}
 	width := make([]int, len(rows[0]))
 	for _, r := range rows {

@@ -101,6 +101,31 @@ func (g *Groups) ReduceGrads(full, owned []float64) error {
 	} else if len(owned) > 0 && &owned[0] != &full[0] {
 		copy(owned, full)
 	}
+	return g.reduceReplicas(owned)
+}
+
+// ReduceGrads32 is ReduceGrads of a float32 full buffer, for a step of one
+// micro batch per rank: owned gets the same bits as ReduceGrads gives for
+// a float64 buffer that was zeroed and then had full added to it, with no
+// such buffer (comm.Group.ReduceScatterWiden). len(owned) must be
+// len(full)/Shards; full is left as it was.
+func (g *Groups) ReduceGrads32(full []float32, owned []float64) error {
+	if len(owned)*g.plan.Shards != len(full) {
+		return fmt.Errorf("hsdp: reduce gradients: owned slice of %d elements, want %d/%d", len(owned), len(full), g.plan.Shards)
+	}
+	if g.shard != nil {
+		if err := g.shard.ReduceScatterWiden(full, owned); err != nil {
+			return fmt.Errorf("hsdp: reduce gradients in shard group: %w", err)
+		}
+	} else {
+		comm.Widen(owned, full)
+	}
+	return g.reduceReplicas(owned)
+}
+
+// reduceReplicas all-reduces this rank's owned slice of the gradient sum
+// in the replica group.
+func (g *Groups) reduceReplicas(owned []float64) error {
 	if g.replica != nil {
 		if err := g.replica.AllReduce64(owned); err != nil {
 			return fmt.Errorf("hsdp: reduce gradients in replica group: %w", err)

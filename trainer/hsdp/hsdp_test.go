@@ -126,12 +126,20 @@ func TestStep(t *testing.T) {
 			for _, s := range sum {
 				norm2 += s * s
 			}
-			owned := make([][]float64, world)
+			owned, owned32 := make([][]float64, world), make([][]float64, world)
 			losses := make([]float64, world)
 			norms := make([]float64, world)
 			each(t, groups, func(r int, g *Groups) error {
 				owned[r] = make([]float64, n/shards)
 				if err := g.ReduceGrads(grads[r], owned[r]); err != nil {
+					return err
+				}
+				g32 := make([]float32, n) // the same gradient as float32s: a step of one micro batch
+				for i, x := range grads[r] {
+					g32[i] = float32(x)
+				}
+				owned32[r] = make([]float64, n/shards)
+				if err := g.ReduceGrads32(g32, owned32[r]); err != nil {
 					return err
 				}
 				var ss float64
@@ -152,6 +160,7 @@ func TestStep(t *testing.T) {
 					require.InDelta(t, sum[i], owned[r][i-lo], 1e-12, "rank %d element %d", r, i)
 					require.Equal(t, float32(sum[i]), float32(owned[r][i-lo]), "rank %d element %d, rounded", r, i)
 				}
+				require.Equal(t, owned[r], owned32[r], "rank %d: ReduceGrads32 is ReduceGrads of its float32s", r)
 				peer := g.Plan().ReplicaGroup()[0]
 				require.Equal(t, owned[peer], owned[r], "rank %d and its replica %d", r, peer)
 				require.Equal(t, 2.5, losses[r], "mean of 1..4")
@@ -195,4 +204,8 @@ func TestJoinErrors(t *testing.T) {
 	require.Equal(t, []float64{3, 4}, []float64{loss, ss})
 	require.True(t, stop)
 	require.ErrorContains(t, g.ReduceGrads(buf, buf[:1]), "owned slice of 1 elements")
+	owned := make([]float64, 2)
+	require.NoError(t, g.ReduceGrads32([]float32{1, 2}, owned))
+	require.Equal(t, buf, owned, "one rank: its gradient, widened")
+	require.ErrorContains(t, g.ReduceGrads32([]float32{1, 2}, owned[:1]), "owned slice of 1 elements")
 }

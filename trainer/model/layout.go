@@ -93,16 +93,21 @@ func (t TensorInfo) Decayed() bool { return len(t.Shape) >= 2 }
 
 // DecayMask returns n flags, one per element of a flat buffer of length n (n >= Size for a
 // padded buffer), true where weight decay applies. Padding past Size is false. A rank that owns
-// the slice [lo, hi) of the buffer passes mask[lo:hi] to the optimizer.
-func (l Layout) DecayMask(n int) []bool {
-	mask := make([]bool, max(n, 0))
+// the slice [lo, hi) of the buffer takes DecayMaskRange(lo, hi) instead.
+func (l Layout) DecayMask(n int) []bool { return l.DecayMaskRange(0, n) }
+
+// DecayMaskRange returns the flags of DecayMask for the elements [lo, hi) of the flat buffer
+// only: hi-lo flags (none when hi <= lo), the first for element lo. A rank passes the mask of
+// the slice it owns to the optimizer; it costs that slice's length, not the buffer's.
+func (l Layout) DecayMaskRange(lo, hi int) []bool {
+	lo = max(lo, 0)
+	mask := make([]bool, max(hi-lo, 0))
 	for _, t := range l.Tensors {
 		if !t.Decayed() {
 			continue
 		}
-		end := min(t.Offset+t.Len(), n)
-		for i := t.Offset; i < end; i++ {
-			mask[i] = true
+		for i := max(t.Offset, lo); i < min(t.Offset+t.Len(), hi); i++ {
+			mask[i-lo] = true
 		}
 	}
 	return mask

@@ -120,6 +120,38 @@ func TestLayout(t *testing.T) {
 	}
 }
 
+// TestDecayMaskRange: the mask of a slice is that slice of the whole
+// buffer's mask, wherever the slice starts and ends.
+func TestDecayMaskRange(t *testing.T) {
+	l := NewLayout(defaultConfig)
+	n := l.PaddedSize(7)
+	whole := l.DecayMask(n)
+	w, ok := l.Find("h.0.attn.c_attn.weight") // decayed, then its bias is not
+	require.True(t, ok)
+	end := w.Offset + w.Len()
+	tests := []struct {
+		name   string
+		lo, hi int
+	}{
+		{"whole buffer", 0, n},
+		{"first shard of 7", 0, n / 7},
+		{"last shard of 7, with the padding", n - n/7, n},
+		{"the padding alone", l.Size, n},
+		{"across the end of a decayed tensor", end - 3, end + 3},
+		{"starting at the end of a decayed tensor", end, end + 5},
+		{"one element", w.Offset, w.Offset + 1},
+		{"empty", 5, 5},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := l.DecayMaskRange(tc.lo, tc.hi)
+			require.Len(t, got, tc.hi-tc.lo)
+			require.Equal(t, whole[tc.lo:tc.hi], got)
+		})
+	}
+	require.Empty(t, l.DecayMaskRange(7, 3), "hi below lo is an empty slice")
+}
+
 func TestInit(t *testing.T) {
 	cfg := defaultConfig
 	l := NewLayout(cfg)
