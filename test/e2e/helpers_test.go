@@ -122,7 +122,14 @@ func startGorun(t *testing.T, name string, extraEnv []string, args ...string) *g
 // startProc is startGorun for any launcher binary (e.g. torchrun for a comparison).
 func startProc(t *testing.T, name, bin string, extraEnv []string, args ...string) *gorunProc {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	return startProcWithin(t, runTimeout, name, bin, extraEnv, args...)
+}
+
+// startProcWithin is startProc bounded by timeout instead of runTimeout, for a run that lasts
+// longer by design (a network fault of minutes).
+func startProcWithin(t *testing.T, timeout time.Duration, name, bin string, extraEnv []string, args ...string) *gorunProc {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	p := &gorunProc{
 		t: t, name: name, args: args, cancel: cancel, marker: newMarker(t),
 		stdout: &testutil.SyncBuffer{}, stderr: &testutil.SyncBuffer{}, done: make(chan struct{}),
@@ -175,7 +182,7 @@ func (p *gorunProc) wait() result {
 	p.cancel()
 	r := p.res
 	if r.TimedOut {
-		p.t.Errorf("%s: gorun did not finish within %v and was stopped", p.name, runTimeout)
+		p.t.Errorf("%s: gorun did not finish within its time bound and was stopped", p.name)
 	}
 	logOutput(p.t, p.name, r)
 	// Workers are children of gorun: by the time it has exited they must be

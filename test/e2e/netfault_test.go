@@ -225,7 +225,9 @@ func runNetScenario(t *testing.T, lab *netLab, toml, dir string, sc netScenario)
 		t.Fatal(err)
 	}
 	etcdAddr := lab.Addr("etcd") + ":2379"
-	etcd := startProc(t, "etcd", "ip", nil, lab.Exec("etcd", gorunBin, "rendezvous", "serve", "--listen="+etcdAddr,
+	// Every process lasts the fault's duration longer than a run of gorun may otherwise.
+	within := runTimeout + sc.dur
+	etcd := startProcWithin(t, within, "etcd", "ip", nil, lab.Exec("etcd", gorunBin, "rendezvous", "serve", "--listen="+etcdAddr,
 		"--peer-listen="+lab.Addr("etcd")+":2380", "--data-dir="+filepath.Join(dir, "etcd"))...)
 	waitFor(t, 30*time.Second, "etcd serving", func() bool {
 		return strings.Contains(etcd.stderr.String()+etcd.stdout.String(), "serving etcd v3 at")
@@ -237,7 +239,7 @@ func runNetScenario(t *testing.T, lab *netLab, toml, dir string, sc netScenario)
 			"--max-restarts=5", "--term-timeout=5s",
 			fmt.Sprintf("--rdzv-conf=lease_ttl=%d,last_call_timeout=1,join_timeout=60", int(netLeaseTTL.Seconds())), toml}
 		args = append(append(args, netFaultSets...), "--set", fmt.Sprintf("checkpoint.dir=%q", row.dir), "--metrics", metricsPath)
-		agents = append(agents, startProc(t, "node-"+n, "ip", nil, lab.Exec(n, args...)...))
+		agents = append(agents, startProcWithin(t, within, "node-"+n, "ip", nil, lab.Exec(n, args...)...))
 	}
 	dump := func() {
 		for _, a := range append([]*gorunProc{etcd}, agents...) {
@@ -303,7 +305,7 @@ func runNetScenario(t *testing.T, lab *netLab, toml, dir string, sc netScenario)
 	}
 	if !backOK {
 		// A job that did not recover may not checkpoint either: stop it (SIGTERM, then SIGKILL
-		// after stopGrace) well inside runTimeout, so that what failed is reported, not a timeout.
+		// after stopGrace) well inside the processes' time bound, so that what failed is reported, not a timeout.
 		dump()
 		row.notes = append(row.notes, "the job did not get all three nodes back and a checkpoint after the heal (stopped with SIGTERM)")
 		for _, a := range agents {
