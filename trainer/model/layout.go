@@ -112,3 +112,47 @@ func (l Layout) DecayMaskRange(lo, hi int) []bool {
 	}
 	return mask
 }
+
+// Unit is a contiguous range [Lo, Hi) of the flat buffer that the model reads as one piece:
+// the embeddings, one transformer block, or the final layer norm. A sharded trainer gathers and
+// frees the parameters, and reduces the gradients, one unit at a time.
+type Unit struct {
+	Lo, Hi int
+}
+
+// Len is the number of elements of the unit.
+func (u Unit) Len() int { return u.Hi - u.Lo }
+
+// Units splits the layout into the units the model reads, in buffer order: unit 0 holds the
+// embeddings (wte, wpe), units 1 to Layers one block each, and the last unit ln_f. They cover
+// [0, Size) without gaps or overlaps.
+func (l Layout) Units() []Unit {
+	blocks := (len(l.Tensors) - 4) / tensorsPerBlock
+	units := make([]Unit, 0, blocks+2)
+	add := func(first, count int) {
+		a, b := l.Tensors[first], l.Tensors[first+count-1]
+		units = append(units, Unit{Lo: a.Offset, Hi: b.Offset + b.Len()})
+	}
+	add(0, 2)
+	for i := range blocks {
+		add(2+i*tensorsPerBlock, tensorsPerBlock)
+	}
+	add(len(l.Tensors)-2, 2)
+	return units
+}
+
+// tensorsPerBlock is the number of tensors NewLayout adds per block.
+const tensorsPerBlock = 12
+
+// unitTensors slices buf, the elements of unit u, into the tensors of l that lie in u, in
+// layout order.
+func (l Layout) unitTensors(u Unit, buf []float32) [][]float32 {
+	var out [][]float32
+	for _, t := range l.Tensors {
+		if t.Offset >= u.Lo && t.Offset < u.Hi {
+			a, b := t.Offset-u.Lo, t.Offset-u.Lo+t.Len()
+			out = append(out, buf[a:b:b])
+		}
+	}
+	return out
+}

@@ -20,6 +20,7 @@ import (
 type Model struct {
 	cfg    Config
 	layout Layout
+	units  []Unit // layout.Units()
 	dm     dims
 	eng    *kernels.Engine
 	par    pool           // row- and head-parallel work outside the matrix products
@@ -86,6 +87,7 @@ func New(cfg Config, microBatch int, eng *kernels.Engine) (*Model, error) {
 	m := &Model{
 		cfg:     cfg,
 		layout:  NewLayout(cfg),
+		units:   NewLayout(cfg).Units(),
 		dm:      dm,
 		eng:     eng,
 		par:     pool{threads: eng.Threads(), team: eng, eng: eng.WithThreads(1)},
@@ -135,6 +137,18 @@ func (m *Model) Forward(params []float32, tokens []byte) float32 {
 	if len(params) < m.layout.Size {
 		panic(fmt.Sprintf("model: Forward with %d params, layout needs %d", len(params), m.layout.Size))
 	}
+	loss, err := m.ForwardUnits(flat{m.units, params}, tokens)
+	if err != nil {
+		panic(err) // flat never fails
+	}
+	return loss
+}
+
+// ForwardUnits is Forward with the parameters taken from w one unit at a time (see Weights
+// for the order); it gives the same bits as Forward of a buffer holding the same parameters.
+// When w fails it returns that error and Backward may not follow.
+func (m *Model) ForwardUnits(w Weights, tokens []byte) (float32, error) {
+	m.forwarded = false
 	if len(tokens) != m.TokensLen() {
 		panic(fmt.Sprintf("model: Forward with %d tokens, want %d (%d sequences of %d)",
 			len(tokens), m.TokensLen(), m.dm.b, m.dm.t+1))
@@ -150,17 +164,25 @@ func (m *Model) Forward(params []float32, tokens []byte) float32 {
 		copy(m.inputs[b*dm.t:], seq[:dm.t])
 		copy(m.targets[b*dm.t:], seq[1:])
 	}
-	w := views(m.layout, params)
 	n, d := dm.n, dm.d
+	final := len(m.units) - 1
 
-	embedForward(m.par, m.xs[0], w.wte, w.wpe, m.inputs, dm.t, d)
+	emb, err := m.embeddings(w.Unit(0))
+	if err != nil {
+		return 0, err
+	}
+	embedForward(m.par, m.xs[0], emb.wte, emb.wpe, m.inputs, dm.t, d)
 	m.prof.Lap(profile.Elementwise)
 	// A block's output is the residual x2 plus its MLP branch; the branch goes into the output
 	// buffer first and the addition of res = x2 is left to the layer norm that reads the
 	// output next, which does both in one pass.
 	var res []float32
 	for l := range m.blocks {
-		a, bw, in, out := &m.blocks[l], &w.blocks[l], m.xs[l], m.xs[l+1]
+		bw, err := m.block(w.Unit(1 + l))
+		if err != nil {
+			return 0, err
+		}
+		a, in, out := &m.blocks[l], m.xs[l], m.xs[l+1]
 		// Attention: x2 = in + c_proj(attn(c_attn(ln_1(in)))).
 		addLayerNorm(m.par, a.ln1, in, res, bw.ln1w, bw.ln1b, n, d)
 		m.prof.Lap(profile.Elementwise)
@@ -181,15 +203,22 @@ func (m *Model) Forward(params []float32, tokens []byte) float32 {
 		m.prof.Lap(profile.GEMM)
 		res = a.x2
 	}
+	fin, err := m.final(w.Unit(final))
+	if err != nil {
+		return 0, err
+	}
 	last := m.xs[len(m.xs)-1]
-	addLayerNorm(m.par, m.lnf, last, res, w.lnfw, w.lnfb, n, d)
+	addLayerNorm(m.par, m.lnf, last, res, fin.lnfw, fin.lnfb, n, d)
 	m.prof.Lap(profile.Elementwise)
-	m.eng.MatMul(m.probs, m.lnf.out, w.wte, n, dm.v, d, false, true, false) // logits = ln_f(x)·wteᵀ
+	if emb, err = m.embeddings(w.Unit(0)); err != nil {
+		return 0, err
+	}
+	m.eng.MatMul(m.probs, m.lnf.out, emb.wte, n, dm.v, d, false, true, false) // logits = ln_f(x)·wteᵀ
 	m.prof.Lap(profile.GEMM)
 	m.forwarded = true
 	loss := crossEntropyForward(m.par, m.probs, m.rowLoss, m.targets, n, dm.v)
 	m.prof.Lap(profile.Elementwise)
-	return loss
+	return loss, nil
 }
 
 // Backward adds to grads[:Layout().Size] scale times the gradient of the loss of the last
@@ -198,32 +227,70 @@ func (m *Model) Forward(params []float32, tokens []byte) float32 {
 // the 1/(R*S) of data parallelism. It panics when called before Forward or with a buffer
 // shorter than the layout: those are bugs in the caller.
 func (m *Model) Backward(params, grads []float32, scale float32) {
-	if !m.forwarded {
-		panic("model: Backward before Forward")
-	}
 	if len(params) < m.layout.Size || len(grads) < m.layout.Size {
 		panic(fmt.Sprintf("model: Backward with %d params and %d grads, layout needs %d",
 			len(params), len(grads), m.layout.Size))
 	}
+	if err := m.BackwardUnits(flat{m.units, params}, flat{m.units, grads}, scale); err != nil {
+		panic(err) // flat never fails
+	}
+}
+
+// BackwardUnits is Backward with the parameters taken from w and the gradients added into g,
+// one unit at a time (see Weights and Grads for the orders); w must give the parameters the
+// last ForwardUnits read. It gives the same bits as Backward. When w or g fails it returns
+// that error, and the gradients of the units not yet Done are partial. It panics when called
+// before a forward pass that succeeded.
+func (m *Model) BackwardUnits(w Weights, g Grads, scale float32) error {
+	if !m.forwarded {
+		panic("model: Backward before Forward")
+	}
 	dm := m.dm
 	n, d, v := dm.n, dm.d, dm.v
-	w, g := views(m.layout, params), views(m.layout, grads)
+	final := len(m.units) - 1
 
 	// Logits and the tied output projection: logits = xf·wteᵀ, so
 	// dxf = dlogits·wte and dwte += dlogitsᵀ·xf.
 	crossEntropyBackward(m.par, m.dlogits, m.probs, m.targets, n, v, scale)
 	m.prof.Lap(profile.Elementwise)
-	m.eng.MatMul(m.dtmp, m.dlogits, w.wte, n, d, v, false, false, false)
-	m.eng.MatMul(g.wte, m.dlogits, m.lnf.out, v, d, n, true, false, true)
+	emb, err := m.embeddings(w.Unit(0))
+	if err != nil {
+		return err
+	}
+	m.eng.MatMul(m.dtmp, m.dlogits, emb.wte, n, d, v, false, false, false)
+	gemb, err := m.embeddings(g.Grad(0))
+	if err != nil {
+		return err
+	}
+	m.eng.MatMul(gemb.wte, m.dlogits, m.lnf.out, v, d, n, true, false, true)
 	m.prof.Lap(profile.GEMM)
+	fin, err := m.final(w.Unit(final))
+	if err != nil {
+		return err
+	}
+	gfin, err := m.final(g.Grad(final))
+	if err != nil {
+		return err
+	}
 	last := m.xs[len(m.xs)-1]
-	layerNormBackward(m.par, m.part, m.dx, g.lnfw, g.lnfb, m.dtmp, last, m.lnf.mean, m.lnf.rstd, w.lnfw, n, d, true)
+	layerNormBackward(m.par, m.part, m.dx, gfin.lnfw, gfin.lnfb, m.dtmp, last, m.lnf.mean, m.lnf.rstd, fin.lnfw, n, d, true)
 	m.prof.Lap(profile.Elementwise)
+	if err := g.Done(final); err != nil {
+		return err
+	}
 
 	// Blocks, last first. On entry to each, dx = dL/d(block output). A residual connection
 	// passes dx through unchanged, and each branch adds its own gradient to it.
 	for l := len(m.blocks) - 1; l >= 0; l-- {
-		a, bw, bg, in := &m.blocks[l], &w.blocks[l], &g.blocks[l], m.xs[l]
+		bw, err := m.block(w.Unit(1 + l))
+		if err != nil {
+			return err
+		}
+		bg, err := m.block(g.Grad(1 + l))
+		if err != nil {
+			return err
+		}
+		a, in := &m.blocks[l], m.xs[l]
 		// MLP branch: dx += d(ln_2 ∘ c_fc ∘ gelu ∘ c_proj)ᵀ dx; afterwards dx = dL/dx2.
 		// c_proj's bias gradient is the column sums of dx, which the layer norm backward that
 		// wrote dx summed by chunks (see layerNormBackward).
@@ -244,9 +311,16 @@ func (m *Model) Backward(params, grads []float32, scale float32) {
 		m.attnInputBackward(bg.attnw, bg.attnb, a.ln1.out, bw.attnw)
 		layerNormBackward(m.par, m.part, m.dx, bg.ln1w, bg.ln1b, m.dtmp, in, a.ln1.mean, a.ln1.rstd, bw.ln1w, n, d, false)
 		m.prof.Lap(profile.Elementwise)
+		if err := g.Done(1 + l); err != nil {
+			return err
+		}
 	}
-	embedBackward(m.par, g.wte, g.wpe, m.dx, m.inputs, dm.t, d)
+	if gemb, err = m.embeddings(g.Grad(0)); err != nil {
+		return err
+	}
+	embedBackward(m.par, gemb.wte, gemb.wpe, m.dx, m.inputs, dm.t, d)
 	m.prof.Lap(profile.Elementwise)
+	return g.Done(0)
 }
 
 // attnInputBackward is the backward of c_attn: it takes the gradient of its output in m.qkv
@@ -269,12 +343,11 @@ func (m *Model) attnInputBackward(gw, gb, in, w []float32) {
 	copy(gb[d:2*d], m.keyBias)
 }
 
-// weights are the tensors of one flat buffer (parameters or gradients) as slices.
-type weights struct {
-	wte, wpe   []float32
-	blocks     []blockWeights
-	lnfw, lnfb []float32
-}
+// embeddingWeights are the tensors of unit 0.
+type embeddingWeights struct{ wte, wpe []float32 }
+
+// finalWeights are the tensors of the last unit.
+type finalWeights struct{ lnfw, lnfb []float32 }
 
 type blockWeights struct {
 	ln1w, ln1b   []float32
@@ -285,26 +358,47 @@ type blockWeights struct {
 	mlpw, mlpb   []float32 // mlp.c_proj
 }
 
-// views slices buf into the tensors of l, in the order NewLayout adds them.
-func views(l Layout, buf []float32) weights {
-	i := 0
-	next := func() []float32 {
-		t := l.Tensors[i]
-		i++
-		return buf[t.Offset : t.Offset+t.Len() : t.Offset+t.Len()]
+// embeddings slices buf, unit 0's elements, into its tensors; it passes err on.
+func (m *Model) embeddings(buf []float32, err error) (embeddingWeights, error) {
+	if err != nil {
+		return embeddingWeights{}, err
 	}
-	var w weights
-	w.wte, w.wpe = next(), next()
-	for len(w.blocks) < (len(l.Tensors)-4)/12 {
-		var b blockWeights
-		for _, p := range []*[]float32{
-			&b.ln1w, &b.ln1b, &b.attnw, &b.attnb, &b.projw, &b.projb,
-			&b.ln2w, &b.ln2b, &b.fcw, &b.fcb, &b.mlpw, &b.mlpb,
-		} {
-			*p = next()
-		}
-		w.blocks = append(w.blocks, b)
+	ts := m.layout.unitTensors(m.units[0], m.checkLen(0, buf))
+	return embeddingWeights{wte: ts[0], wpe: ts[1]}, nil
+}
+
+// final slices buf, the last unit's elements, into its tensors; it passes err on.
+func (m *Model) final(buf []float32, err error) (finalWeights, error) {
+	if err != nil {
+		return finalWeights{}, err
 	}
-	w.lnfw, w.lnfb = next(), next()
-	return w
+	u := len(m.units) - 1
+	ts := m.layout.unitTensors(m.units[u], m.checkLen(u, buf))
+	return finalWeights{lnfw: ts[0], lnfb: ts[1]}, nil
+}
+
+// block slices buf, the elements of one block's unit, into its tensors; it passes err on.
+func (m *Model) block(buf []float32, err error) (blockWeights, error) {
+	if err != nil {
+		return blockWeights{}, err
+	}
+	// Every block unit has the same length and tensor offsets: unit 1's serve them all.
+	ts := m.layout.unitTensors(m.units[1], m.checkLen(1, buf))
+	var b blockWeights
+	for i, p := range []*[]float32{
+		&b.ln1w, &b.ln1b, &b.attnw, &b.attnb, &b.projw, &b.projb,
+		&b.ln2w, &b.ln2b, &b.fcw, &b.fcb, &b.mlpw, &b.mlpb,
+	} {
+		*p = ts[i]
+	}
+	return b, nil
+}
+
+// checkLen returns buf, unit u's elements; it panics when buf has another length, a bug in the
+// Weights or Grads implementation.
+func (m *Model) checkLen(u int, buf []float32) []float32 {
+	if len(buf) != m.units[u].Len() {
+		panic(fmt.Sprintf("model: unit %d has %d elements, got %d", u, m.units[u].Len(), len(buf)))
+	}
+	return buf
 }
