@@ -299,13 +299,13 @@ func TestReduceScatterSpans(t *testing.T) {
 				testutil.RequireRanks(t, testutil.OnRanks(tc.size, func(r int) error {
 					g := worlds[r].All()
 					out32[r], out64[r], outWide[r] = make([]float32, m), make([]float64, m), make([]float64, m)
-					if err := reduceScatterSpans(g, "reducescatter", opReduceScatter, in[r], out32[r], span); err != nil {
+					if err := reduceScatterSpans(g, "reducescatter", opReduceScatter, in[r], equalBounds(tc.size, m), out32[r], span, false); err != nil {
 						return err
 					}
-					if err := reduceScatterSpans(g, "reducescatter64", opReduceScatter64, widen(in[r]), out64[r], span); err != nil {
+					if err := reduceScatterSpans(g, "reducescatter64", opReduceScatter64, widen(in[r]), equalBounds(tc.size, m), out64[r], span, false); err != nil {
 						return err
 					}
-					return reduceScatterSpans(g, "reducescatter64", opReduceScatter64, in[r], outWide[r], span)
+					return reduceScatterSpans(g, "reducescatter64", opReduceScatter64, in[r], equalBounds(tc.size, m), outWide[r], span, false)
 				}))
 				return out32, out64, outWide
 			}

@@ -219,39 +219,62 @@ const scratchBytes = 8 * chunkBytes
 
 // reduceScatter sums S elements in Ts: S is T, or S is float32 and T
 // float64 (the elements are widened). It runs the ring on spans of
-// scratchBytes of Ts (see reduceScatterSpans).
+// scratchBytes of Ts (see reduceScatterSpans), on blocks of equal length.
 func reduceScatter[S, T float32 | float64](g *Group, op string, code uint32, in []S, out []T) error {
-	return reduceScatterSpans(g, op, code, in, out, scratchBytes/sizeOf[T]())
-}
-
-// reduceScatterSpans is reduceScatter in spans of span elements of each
-// block: the n-1 steps of the ring for elements [0, span) of every block,
-// then those for [span, 2·span), and so on, all in one ring call, so a
-// span's first chunks go out while the previous span's last ones arrive.
-// Each element is summed by the same additions in the same order as with
-// one span (a sum never mixes elements), so the result has the same bits
-// whatever span is; only the scratch, two buffers of span Ts, depends on
-// it. The step that receives into a scratch buffer waits, chunk by chunk,
-// for the step that sent the buffer's previous content.
-func reduceScatterSpans[S, T float32 | float64](g *Group, op string, code uint32, in []S, out []T, span int) error {
 	if len(in) != g.Size()*len(out) {
 		return fmt.Errorf("comm: %s: len(in) = %d, want group size %d x len(out) %d", op, len(in), g.Size(), len(out))
+	}
+	bounds := make([]int, g.Size()+1)
+	for k := range bounds {
+		bounds[k] = k * len(out)
+	}
+	return reduceScatterSpans(g, op, code, in, bounds, out, scratchBytes/sizeOf[T](), false)
+}
+
+// reduceScatterSpans sums in over the members and leaves in out block
+// Rank() of the sum, block k being in[bounds[k]:bounds[k+1]] (blocks may
+// differ in length, and be empty); with accumulate, it adds the block to
+// out instead, each element as out + sum.
+//
+// It runs in spans of span elements of each block: the n-1 steps of the
+// ring for elements [0, span) of every block, then those for [span,
+// 2·span), and so on, all in one ring call, so a span's first chunks go
+// out while the previous span's last ones arrive. Each element of block k
+// is summed by the same additions in the same order whatever span and the
+// other blocks' bounds are (a sum never mixes elements, and the ring
+// starts block k's sum at member k+1 and ends it at member k), so the
+// result has the same bits; only the scratch, two buffers of span Ts,
+// depends on span. The step that receives into a scratch buffer waits,
+// chunk by chunk, for the step that sent the buffer's previous content.
+func reduceScatterSpans[S, T float32 | float64](g *Group, op string, code uint32, in []S, bounds []int, out []T, span int, accumulate bool) error {
+	n, i := g.Size(), g.me
+	if err := checkBounds(op, bounds, n, len(in)); err != nil {
+		return err
+	}
+	if m := bounds[i+1] - bounds[i]; len(out) != m {
+		return fmt.Errorf("comm: %s: len(out) = %d, want this member's block of %d", op, len(out), m)
 	}
 	if err := g.begin(op); err != nil {
 		return err
 	}
 	defer g.end()
-	n, i, m := g.Size(), g.me, len(out)
 	if n == 1 {
-		if wide, ok := any(in).([]float32); ok && isWide(out) {
-			Widen(any(out).([]float64), wide)
-		} else {
+		switch {
+		case accumulate:
+			addInto(out, in)
+		case isWide(out):
+			Widen(any(out).([]float64), any(in).([]float32))
+		default:
 			copy(out, any(in).([]T))
 		}
 		return nil
 	}
-	span = max(1, min(span, m))
-	if n > 2 && m > 0 { // with two members the one step adds into out
+	longest := 0
+	for k := range n {
+		longest = max(longest, bounds[k+1]-bounds[k])
+	}
+	span = max(1, min(span, longest))
+	if n > 2 && longest > 0 { // with two members the one step adds into out
 		size := span * sizeOf[T]()
 		for k := range g.scratch {
 			if cap(g.scratch[k]) < size {
@@ -260,12 +283,15 @@ func reduceScatterSpans[S, T float32 | float64](g *Group, op string, code uint32
 			g.scratch[k] = g.scratch[k][:size]
 		}
 	}
-	steps := make([]step, 0, (m+span-1)/span*(n-1))
+	steps := make([]step, 0, (longest+span-1)/span*(n-1))
 	fill := 1                // the scratch buffer the last step received into
 	sentBy := [2]int{-1, -1} // the step that sent each scratch buffer's content
-	for c0 := 0; c0 < m; c0 += span {
-		c1 := min(m, c0+span)
-		blk := func(k int) []S { return in[k*m+c0 : k*m+c1] }
+	for c0 := 0; c0 < longest; c0 += span {
+		c1 := c0 + span
+		blk := func(k int) []S {
+			lo, hi := bounds[k], bounds[k+1]
+			return in[min(lo+c0, hi):min(lo+c1, hi)]
+		}
 		for s := 0; s < n-1; s++ {
 			t := len(steps)
 			st := step{sendAfter: -1, recvAfter: -1}
@@ -277,20 +303,79 @@ func reduceScatterSpans[S, T float32 | float64](g *Group, op string, code uint32
 					st.send = bytesOf(first)
 				}
 			} else { // what step t-1 received
-				st.send, st.sendAfter = bytesOf(floatsOf[T](g.scratch[fill])[:c1-c0]), t-1
+				st.send, st.sendAfter = bytesOf(floatsOf[T](g.scratch[fill])[:len(blk(mod(i-s-1, n)))]), t-1
 				sentBy[fill] = t
 			}
-			dst := out[c0:c1]
+			own := blk(mod(i-s-2, n))
 			if s < n-2 {
 				fill = 1 - fill
-				dst = floatsOf[T](g.scratch[fill])[:c1-c0]
+				dst := floatsOf[T](g.scratch[fill])[:len(own)]
 				st.recvAfter = sentBy[fill]
+				st.sumDst, st.sum = bytesOf(dst), sumOf(dst, own)
+			} else {
+				dst := out[min(c0, len(out)):min(c1, len(out))]
+				st.sumDst, st.sum = bytesOf(dst), sumOf(dst, own)
+				if accumulate {
+					st.sum = accumulator(dst, own)
+				}
 			}
-			st.sumDst, st.sum = bytesOf(dst), sumOf(dst, blk(mod(i-s-2, n)))
 			steps = append(steps, st)
 		}
 	}
 	return g.ring(op, header{op: code, n: uint64(len(in))}, steps)
+}
+
+// checkBounds checks that bounds splits a buffer of length total into n
+// blocks: n+1 offsets from 0 to total, none below the one before.
+func checkBounds(op string, bounds []int, n, total int) error {
+	if len(bounds) != n+1 || bounds[0] != 0 || bounds[n] != total {
+		return fmt.Errorf("comm: %s: bounds %v do not split %d elements into %d blocks", op, bounds, total, n)
+	}
+	for k := range n {
+		if bounds[k+1] < bounds[k] {
+			return fmt.Errorf("comm: %s: bounds %v: block %d ends before it starts", op, bounds, k)
+		}
+	}
+	return nil
+}
+
+// ReduceScatterAddV sums in over the members, widened to float64 as
+// ReduceScatterWiden does, and adds block Rank() of the sum to out: block
+// k is in[bounds[k]:bounds[k+1]], bounds being Size()+1 offsets from 0 to
+// len(in), the same on every member; blocks may differ in length or be
+// empty. Each element of the sum has the bits ReduceScatterWiden gives it
+// in a buffer of equal blocks where it lies in the same block, and is
+// added to out as out + sum: a trainer reduces the gradient of one part
+// of its model at a time, into the slice of the whole that each member
+// owns, with the bits of one reduce-scatter of the whole. len(out) must be
+// this member's block's length; in is not changed.
+func (g *Group) ReduceScatterAddV(in []float32, bounds []int, out []float64) error {
+	return reduceScatterSpans(g, "reducescatter64", opReduceScatter64, in, bounds, out, scratchBytes/8, true)
+}
+
+// AllGatherV is AllGather of blocks of any length, in place: block k of
+// out is out[bounds[k]:bounds[k+1]], bounds being Size()+1 offsets from 0
+// to len(out), the same on every member. On entry this member's block
+// holds its part; on return every block holds its member's.
+func (g *Group) AllGatherV(out []float32, bounds []int) error {
+	const op = "allgather"
+	n, i := g.Size(), g.me
+	if err := checkBounds(op, bounds, n, len(out)); err != nil {
+		return err
+	}
+	if err := g.begin(op); err != nil {
+		return err
+	}
+	defer g.end()
+	if n == 1 {
+		return nil
+	}
+	blk := func(k int) []byte { return bytesOf(out[bounds[k]:bounds[k+1]]) }
+	steps := make([]step, 0, n-1)
+	for s := 0; s < n-1; s++ {
+		steps = append(steps, step{send: blk(mod(i-s, n)), sendAfter: s - 1, recvAfter: -1, recvInto: blk(mod(i-s-1, n))})
+	}
+	return g.ring(op, header{op: opAllGather, n: uint64(len(out))}, steps)
 }
 
 // isWide reports whether out holds float64s (a reduce-scatter of float32s

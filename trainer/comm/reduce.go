@@ -64,3 +64,26 @@ func add[T float32 | float64](dst, a, b []T) {
 		dst[i] = a[i] + b[i]
 	}
 }
+
+// accumulator is the step.sum of an accumulating reduce-scatter's last
+// step: it adds the received sum and src, widened as Widen does, to dst,
+// each element as dst + ((0 + src) + recv).
+func accumulator[S, T float32 | float64](dst []T, src []S) func(off int, b []byte) {
+	size := sizeOf[T]()
+	return func(off int, b []byte) {
+		lo := off / size
+		recv := floatsOf[T](b)
+		d, a := dst[lo:lo+len(recv)], src[lo:lo+len(recv)]
+		for i := range d {
+			d[i] += (0 + T(a[i])) + recv[i]
+		}
+	}
+}
+
+// addInto adds src, widened as Widen does, to dst: dst[i] + (0 + src[i]).
+func addInto[S, T float32 | float64](dst []T, src []S) {
+	src = src[:len(dst)]
+	for i := range dst {
+		dst[i] += 0 + T(src[i])
+	}
+}
