@@ -9,28 +9,18 @@ import "github.com/gorun/gorun/trainer/kernels"
 // Backward starts from a zeroed buffer, and the kernels never split a
 // reduction over threads. Only the sum over units depends on the world:
 // how many each rank adds locally, and the order in which the ranks' sums
-// meet in the collectives. That sum is made in float64 (accumulate, then
-// hsdp.Groups.ReduceGrads) and rounded to float32 once (roundMean), so the
+// meet in the collectives. That sum is made in float64 (each unit's
+// gradient reduced into it, hsdp.Groups.ReducePart and ReduceReplicas) and
+// rounded to float32 once (roundMean), so the
 // order almost never shows: float64 keeps about 29 bits more than float32,
 // and a sum of a few float32 values of similar size is exact in it. In
 // float32 the order did show, as rounding noise that AdamW (eps 1e-8)
 // turns into steps of the learning rate's size where gradients are tiny.
 
 // bufferChunk is how many elements one item of the per-step buffer work
-// (accumulate, roundMean, zero, rollback.keep) covers on the engine's
+// (roundMean, zero, rollback.keep) covers on the engine's
 // threads: elementwise work, so any split gives the same bits.
 const bufferChunk = 1 << 15
-
-// accumulate adds unit to sum element-wise, in float64, on e's threads.
-func accumulate(e *kernels.Engine, sum []float64, unit []float32) {
-	sum = sum[:len(unit)]
-	e.ForChunks(len(unit), bufferChunk, func(lo, hi int) {
-		s := sum[lo:hi]
-		for i, g := range unit[lo:hi] {
-			s[i] += float64(g)
-		}
-	})
-}
 
 // roundMean sets dst[i] to sum[i]/units rounded to float32: the mean of
 // the units' gradients, the step's gradient of the mean loss. It runs on

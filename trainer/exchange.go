@@ -169,7 +169,7 @@ func (t *Trainer) holdings() ([]Holding, int, int) {
 		return nil, -1, 0
 	}
 	held := []Holding{{Step: int64(t.state.Step), Lo: t.lo, Hi: t.hi,
-		Params: t.params[t.lo:t.hi], M: t.state.M, V: t.state.V}}
+		Params: t.params, M: t.state.M, V: t.state.V}}
 	if rb := &t.rollback; rb.valid && rb.step != t.state.Step {
 		held = append(held, Holding{Step: int64(rb.step), Lo: t.lo, Hi: t.hi, Params: rb.params, M: rb.m, V: rb.v})
 	}
@@ -411,8 +411,7 @@ func (t *Trainer) agreeIntact(bad int) error {
 // install makes slice this rank's owned state after step: Run goes on
 // from there, after gathering the full parameters.
 func (t *Trainer) install(step int64, s slice) {
-	clear(t.params)
-	copy(t.params[t.lo:t.hi], s.params)
+	copy(t.params, s.params)
 	t.state.M, t.state.V, t.state.Step = s.m, s.v, int(step)
 	t.rollback.valid = false
 	t.live, t.done, t.carried = true, int(step), nil
@@ -423,7 +422,7 @@ func (t *Trainer) install(step int64, s slice) {
 // zero AdamW state at step 0, nothing held.
 func (t *Trainer) reset() {
 	clear(t.params)
-	model.Init(t.modelCfg, t.params, t.cfg.Train.Train.Seed)
+	model.InitRange(t.modelCfg, t.params, t.lo, t.cfg.Train.Train.Seed)
 	clear(t.state.M)
 	clear(t.state.V)
 	t.state.Step = 0

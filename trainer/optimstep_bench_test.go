@@ -36,7 +36,6 @@ func BenchmarkOptimizerPhase(b *testing.B) {
 		}{
 			{"zeroSum", func() { zero(e, sum) }},
 			{"zeroUnit", func() { zero(e, unit) }},
-			{"accumulate", func() { accumulate(e, sum, unit) }},
 			{"roundMean", func() { roundMean(e, owned, sum, 1) }},
 			{"roundMean3", func() { roundMean(e, owned, sum, 3) }},
 			{"sumSquares", func() { optim.SumSquares(e, owned) }},

@@ -129,7 +129,7 @@ func play(t *testing.T, sc scenario) []outcome {
 		if p.next < 0 {
 			return nil
 		}
-		tr.hooks.beforeUpdate, tr.hooks.beforeGather = nil, nil
+		tr.hooks.beforeUpdate, tr.hooks.afterUpdate = nil, nil
 		if o.rec, o.err = tr.Reform(context.Background(), w2, nil); o.err != nil {
 			return nil
 		}
@@ -436,17 +436,19 @@ func TestReformRollsBackADivergedStep(t *testing.T) {
 		name   string
 		setup  func(old int, tr *Trainer)
 		redone int
+		// completed11 are the ranks that completed step 11 (and redo it)
+		completed11 []int
 	}{
-		{"only rank 0 applied update 11", func(old int, tr *Trainer) {
+		{"only rank 0 applied update 11 (and completed the step: no gather follows the update)", func(old int, tr *Trainer) {
 			if old != 0 {
 				tr.hooks.beforeUpdate = failAt(11)
 			}
-		}, 0},
-		{"replica 1 applied update 11 but did not gather; replica 0 completed step 11", func(old int, tr *Trainer) {
+		}, 1, []int{0}},
+		{"replica 1 applied update 11 but did not complete the step; replica 0 completed step 11", func(old int, tr *Trainer) {
 			if old >= 2 {
-				tr.hooks.beforeGather = failAt(11)
+				tr.hooks.afterUpdate = failAt(11)
 			}
-		}, 1},
+		}, 1, []int{0, 1}},
 	}
 	cfg := reformConfig(t, config.ModeHSDP)
 	want := faultFree(t, cfg, 4, 2)
@@ -462,7 +464,7 @@ func TestReformRollsBackADivergedStep(t *testing.T) {
 				require.Equal(t, want[i], o.state, "rank %d: bit for bit the fault-free run", i)
 				recs, err := metrics.ReadFile(filepath.Join(dir, fmt.Sprintf("m%d.jsonl", i)))
 				require.NoError(t, err)
-				completed11 := i < 2 && tc.redone == 1
+				completed11 := slices.Contains(tc.completed11, i)
 				require.Equal(t, slices.Concat(steps(1, 10, 0), steps(11, 11, 0)[:b2i(completed11)], steps(11, 20, 1)), roundsOf(recs),
 					"rank %d: the records of both worlds, step 11 twice where it was completed and redone", i)
 				require.Equal(t, slices.Concat(steps(1, 10, 0), steps(11, 20, 1)), roundsOf(metrics.History(recs)), "rank %d: every step once", i)

@@ -52,9 +52,9 @@ type hooks struct {
 	// beforeUpdate runs after the step's Stats, before this rank applies
 	// the optimizer update; an error stops Run without the update.
 	beforeUpdate func(step int) error
-	// beforeGather runs after the update, before the parameters are
-	// gathered again; an error stops Run with the update applied.
-	beforeGather func(step int) error
+	// afterUpdate runs after the update, before the step's record; an
+	// error stops Run with the update applied and the step not completed.
+	afterUpdate func(step int) error
 	// corrupt changes a payload this rank sends in an exchange, after its
 	// checksum was taken.
 	corrupt func(payload []byte)

@@ -19,7 +19,7 @@ type State struct {
 func (t *Trainer) State() State {
 	step := int64(t.state.Step)
 	return State{Step: step, Sample: t.batch.First(step), Lo: t.lo, Hi: t.hi,
-		Params: t.params[t.lo:t.hi], M: t.state.M, V: t.state.V}
+		Params: t.params, M: t.state.M, V: t.state.V}
 }
 
 // Restore sets this rank's state from s, typically read back from a
@@ -41,7 +41,7 @@ func (t *Trainer) Restore(s State) error {
 		return fmt.Errorf("trainer: restore: sample index %d does not start step %d (want %d): global batch changed?",
 			s.Sample, s.Step, t.batch.First(s.Step))
 	}
-	copy(t.params[t.lo:t.hi], s.Params)
+	copy(t.params, s.Params)
 	copy(t.state.M, s.M)
 	copy(t.state.V, s.V)
 	t.state.Step = int(s.Step)

@@ -98,20 +98,20 @@ type Trainer struct {
 	metricsPattern string
 	metrics        *metrics.Writer
 
-	params []float32 // the full padded flat buffer, gathered before every step
-	// unit is the gradient of one micro batch, the unit of the global
-	// batch (see accumulate); sum is the float64 sum of this rank's units,
-	// nil when a step has one micro batch per rank (reduceGrads then
-	// reduces unit itself); owned64 is this rank's slice of the units'
-	// sum reduced over the world (sum itself with one shard); owned is
-	// that, over the units, in float32: the step's gradient.
-	unit    []float32
-	sum     []float64
-	owned64 []float64
-	owned   []float32
-	decay   []bool // weight-decay mask of the owned slice
-	tokens  []byte // one micro batch
-	lo, hi  int    // the owned slice of params
+	// params is this rank's slice [lo, hi) of the padded flat parameters
+	// (all of them with one shard): the parameters are sharded at rest,
+	// and weights gathers each unit when the model needs it (see units.go).
+	params  []float32
+	weights *unitWeights
+	// grads reduces each unit's gradient into grad64, this rank's slice
+	// of the float64 sum of the step's units (micro batches) over the
+	// world; grad is that, over the units, in float32: the step's gradient.
+	grads  *unitGrads
+	grad64 []float64
+	grad   []float32
+	decay  []bool // weight-decay mask of the owned slice
+	tokens []byte // one micro batch
+	lo, hi int    // the owned slice of params
 
 	// rollback holds the owned state as it was before the last optimizer
 	// update, so that a rank that applied the update of a step its peers
@@ -200,11 +200,11 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 		peakGFLOPS: eng.MeasurePeak(), flopsPerToken: mc.TrainFLOPsPerToken(),
 		tokens: make([]byte, m.TokensLen()),
 	}
-	t.setGeometry(geo)
-	model.Init(mc, t.params, tc.Train.Seed)
 	if t.world, t.groups, err = connectWorld(ctx, cfg, w, geo.plan); err != nil {
 		return nil, fmt.Errorf("trainer: %w", err)
 	}
+	t.setGeometry(geo)
+	model.InitRange(mc, t.params, t.lo, tc.Train.Seed)
 	t.metricsPattern = cfg.Metrics
 	if t.metricsPattern == "" {
 		t.metricsPattern = tc.Train.Metrics
@@ -254,20 +254,14 @@ func geometryFor(tc config.Config, w distenv.Worker, layout model.Layout) (geome
 // state at step 0, no rollback copy, and nothing held for an exchange.
 func (t *Trainer) setGeometry(geo geometry) {
 	t.plan, t.batch, t.lo, t.hi = geo.plan, geo.batch, geo.lo, geo.hi
-	t.params = make([]float32, geo.n)
-	t.unit = make([]float32, geo.n)
+	units := t.model.Layout().Units()
+	t.params = make([]float32, geo.hi-geo.lo)
+	t.grad64 = make([]float64, geo.hi-geo.lo)
+	t.grad = make([]float32, geo.hi-geo.lo)
 	t.decay = t.model.Layout().DecayMaskRange(geo.lo, geo.hi)
 	t.state = optim.NewState(geo.hi - geo.lo)
-	t.sum = nil
-	if geo.batch.Accumulation() > 1 {
-		t.sum = make([]float64, geo.n)
-	}
-	if t.sum != nil && geo.plan.Shards == 1 {
-		t.owned64 = t.sum
-	} else {
-		t.owned64 = make([]float64, geo.hi-geo.lo)
-	}
-	t.owned = make([]float32, geo.hi-geo.lo)
+	t.weights = newUnitWeights(t.groups, units, t.params, geo.lo, geo.n)
+	t.grads = newUnitGrads(t.groups, units, geo.n, t.grad64)
 	t.rollback = rollback{}
 	t.live, t.done, t.liveRound = false, 0, 0
 	t.stepTimes.Reset() // a new world's steps take another time
@@ -388,12 +382,8 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	if err := t.openMetrics(); err != nil {
 		return Result{}, err
 	}
-	if err := t.groups.GatherParams(t.params); err != nil {
-		return Result{}, t.runErr(ctx, err)
-	}
 	accum := t.batch.Accumulation()
 	units := tc.GlobalBatch / tc.MicroBatch
-	window := t.cfg.Train.Model.Context + 1
 	tokensPerStep := float64(tc.GlobalBatch * t.cfg.Train.Model.Context)
 
 	var res Result
@@ -409,30 +399,19 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 			return res, t.runErr(ctx, err)
 		}
 		step := t.state.Step
-		if t.sum != nil {
-			zero(t.eng, t.sum)
-		}
-		var lossSum float64
-		for micro := range accum {
-			first := t.batch.MicroFirst(int64(step), rank, micro)
-			t.dataset.Samples(tc.Seed, first, window, t.tokens)
-			prof.Lap(profile.Waiting)
-			lossSum += float64(t.model.Forward(t.params, t.tokens))
-			zero(t.eng, t.unit)
-			t.model.Backward(t.params, t.unit, 1)
-			if t.sum != nil {
-				accumulate(t.eng, t.sum, t.unit)
-			}
-			prof.Lap(profile.Elementwise)
-		}
-		collStart := time.Now()
-		if err := t.reduceGrads(); err != nil {
+		t.weights.timer, t.grads.timer = collectiveTimer{prof: prof}, collectiveTimer{prof: prof}
+		lossSum, err := t.accumulate(step, prof)
+		if err != nil {
 			return res, t.runErr(ctx, err)
 		}
-		inCollectives := time.Since(collStart)
+		collStart := time.Now()
+		if err := t.groups.ReduceReplicas(t.grad64); err != nil {
+			return res, t.runErr(ctx, err)
+		}
+		inCollectives := time.Since(collStart) + t.weights.timer.spent + t.grads.timer.spent
 		prof.Lap(profile.Collectives)
-		roundMean(t.eng, t.owned, t.owned64, units)
-		ownedSquares := optim.SumSquares(t.eng, t.owned)
+		roundMean(t.eng, t.grad, t.grad64, units)
+		ownedSquares := optim.SumSquares(t.eng, t.grad)
 		prof.Lap(profile.Optimizer)
 		collStart = time.Now()
 		loss, sumSquares, stop, err := t.groups.Stats(lossSum/float64(accum), ownedSquares, t.cfg.StopAsked != nil && t.cfg.StopAsked())
@@ -450,23 +429,17 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 		if err := t.hooks.before(t.hooks.beforeUpdate, step+1); err != nil {
 			return res, err
 		}
-		t.rollback.keep(t.eng, t.state.Step, t.params[t.lo:t.hi], t.state.M, t.state.V)
-		lr, err := optim.Update(t.eng, t.optim, &t.state, t.params[t.lo:t.hi], t.owned, t.decay, clip)
+		t.rollback.keep(t.eng, t.state.Step, t.params, t.state.M, t.state.V)
+		lr, err := optim.Update(t.eng, t.optim, &t.state, t.params, t.grad, t.decay, clip)
 		if err != nil {
 			return res, fmt.Errorf("trainer: step %d: %w", step+1, err)
 		}
 		prof.Lap(profile.Optimizer)
-		if err := t.hooks.before(t.hooks.beforeGather, step+1); err != nil {
+		if err := t.hooks.before(t.hooks.afterUpdate, step+1); err != nil {
 			return res, err
 		}
-		collStart = time.Now()
-		if err := t.groups.GatherParams(t.params); err != nil {
-			return res, t.runErr(ctx, err)
-		}
-		prof.Lap(profile.Collectives)
 
 		now := time.Now()
-		inCollectives += now.Sub(collStart)
 		res.Steps++
 		res.Loss = loss
 		tokPerS := tokensPerStep / now.Sub(lastRecord).Seconds()
@@ -521,16 +494,31 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
-// reduceGrads leaves this rank's slice of the step's gradient sum over
-// the world in owned64: the sum of its units (sum) reduced, or with one
-// unit per rank the unit itself, widened as the ring uses it. The two give
-// the same bits: sum would hold 0 + float64(unit), which is what
-// hsdp.Groups.ReduceGrads32 adds.
-func (t *Trainer) reduceGrads() error {
-	if t.sum == nil {
-		return t.groups.ReduceGrads32(t.unit, t.owned64)
+// accumulate runs the forward and backward passes of this rank's micro
+// batches of step, leaving in grad64 this rank's slice of their gradients'
+// sum over the shard group (each unit reduced as the backward pass leaves
+// it, see units.go), and returns the sum of their losses' means.
+func (t *Trainer) accumulate(step int, prof *profile.Timer) (float64, error) {
+	tc := t.cfg.Train.Train
+	window := t.cfg.Train.Model.Context + 1
+	zero(t.eng, t.grad64)
+	var lossSum float64
+	for micro := range t.batch.Accumulation() {
+		first := t.batch.MicroFirst(int64(step), t.cfg.Worker.Rank, micro)
+		t.dataset.Samples(tc.Seed, first, window, t.tokens)
+		prof.Lap(profile.Waiting)
+		loss, err := t.model.ForwardUnits(t.weights, t.tokens)
+		if err != nil {
+			return 0, err
+		}
+		lossSum += float64(loss)
+		t.grads.begin()
+		if err := t.model.BackwardUnits(t.weights, t.grads, 1); err != nil {
+			return 0, err
+		}
+		prof.Lap(profile.Elementwise)
 	}
-	return t.groups.ReduceGrads(t.sum, t.owned64)
+	return lossSum, nil
 }
 
 // openMetrics (re)opens the metrics file to append this Run's records.

@@ -259,11 +259,12 @@ func reduceScatterSpans[S, T float32 | float64](g *Group, op string, code uint32
 	}
 	defer g.end()
 	if n == 1 {
+		wide, isFloat32 := any(in).([]float32)
 		switch {
 		case accumulate:
 			addInto(out, in)
-		case isWide(out):
-			Widen(any(out).([]float64), any(in).([]float32))
+		case isFloat32 && isWide(out):
+			Widen(any(out).([]float64), wide)
 		default:
 			copy(out, any(in).([]T))
 		}

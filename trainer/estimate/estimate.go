@@ -7,6 +7,7 @@ import (
 
 	"github.com/gorun/gorun/trainer/comm"
 	"github.com/gorun/gorun/trainer/config"
+	"github.com/gorun/gorun/trainer/model"
 )
 
 // Precision is what one parameter costs, in bytes, and how wide the
@@ -212,15 +213,18 @@ func FromConfig(c config.Config, nodes, procPerNode int) (Model, Layout, string)
 
 // Trainer is the memory one rank of the embedded trainer holds for c on
 // nodes x procPerNode ranks, as trainer.New and its first steps allocate
-// it, with N the parameter count padded to a multiple of the shard count
-// and S = N/shards the slice the rank owns (S = N for ddp):
-//   - params: the fp32 parameters, whole (4N): every mode gathers them
-//     before the forward pass and keeps them;
-//   - grads: a micro batch's fp32 gradient, whole (4N), and the owned
-//     slice of the reduced gradient in fp32 (4S) and fp64 (8S); with
-//     more than one micro batch per rank and step, the fp64 sum of the
-//     step's micro batches, whole (8N), which is the fp64 slice itself
-//     when S = N;
+// it, with N the parameter count padded to a multiple of the shard count,
+// S = N/shards the slice the rank owns (S = N for ddp), and U the longest
+// unit the model reads at once (model.Layout.Units: a block, or the
+// embeddings if longer):
+//   - params: the rank's slice of the fp32 parameters (4S): sharded at
+//     rest; with more than one shard, the buffer a unit is gathered into
+//     (4U);
+//   - grads: the rank's slice of the step's gradient sum in fp64 (8S) and
+//     of the step's gradient in fp32 (4S); the buffers the backward pass
+//     adds a unit's gradient into before it is reduced: one for the
+//     embeddings, one for ln_f, one shared by the blocks (4 bytes per
+//     element of each);
 //   - optimizer: AdamW's two moments (8S) and the weight-decay mask of
 //     the slice (1 byte per element of S);
 //   - copies: the previous step's params, m and v of the slice, to roll
@@ -229,17 +233,16 @@ func FromConfig(c config.Config, nodes, procPerNode int) (Model, Layout, string)
 //     24S on one node: no buddy); with [checkpoint] async, the staging copy
 //     of the slice a background save writes from (12S);
 //   - activations: TrainerActivations;
-//   - comm: the buffers of the shard group (it reduce-scatters float64
-//     slices, widened from float32 with one micro batch per rank) and of
-//     the replica group (it all-reduces them), as comm.GroupUse counts
-//     them: a few MB, whatever the model (none for one rank);
+//   - comm: the buffers of the shard group (it reduce-scatters float32
+//     unit gradients into float64 slices, and gathers units) and of the
+//     replica group (it all-reduces the float64 slices), as comm.GroupUse
+//     counts them: a few MB, whatever the model (none for one rank);
 //   - runtime: RuntimeBytes.
 //
 // The data set is not counted (the built-in corpus is part of
 // RuntimeBytes; data.files are read whole into memory), nor the buffers of
 // memory copies' own groups. It fails when c's layout does not fit the
-// world; a batch that does not split over it (the trainer refuses that
-// too) is counted with the sum of several micro batches.
+// world.
 func Trainer(c config.Config, nodes, procPerNode int) (Estimate, error) {
 	if nodes < 1 || procPerNode < 1 {
 		return Estimate{}, fmt.Errorf("estimate: nodes %d, processes per node %d: both must be at least 1", nodes, procPerNode)
@@ -248,25 +251,29 @@ func Trainer(c config.Config, nodes, procPerNode int) (Estimate, error) {
 	if err != nil {
 		return Estimate{}, fmt.Errorf("estimate: %w", err)
 	}
-	accumulation, err := c.Accumulation(nodes * procPerNode)
-	if err != nil {
-		accumulation = 2 // the trainer refuses this world; count the larger figure, with the sum
+	layout := model.NewLayout(model.Config{Layers: c.Model.Layers, DModel: c.Model.DModel, Heads: c.Model.Heads,
+		Context: c.Model.Context, Vocab: config.Vocab})
+	units := layout.Units()
+	longest, blocks := 0, 0
+	for k, u := range units {
+		longest = max(longest, u.Len())
+		if k > 0 && k < len(units)-1 {
+			blocks = max(blocks, u.Len())
+		}
 	}
-	padded := (c.Model.Params() + int64(shards) - 1) / int64(shards) * int64(shards)
+	unitGrads := int64(units[0].Len() + units[len(units)-1].Len() + blocks)
+	padded := int64(layout.PaddedSize(shards))
 	slice := padded / int64(shards)
 	_, _, strategy := FromConfig(c, nodes, procPerNode)
 	e := Estimate{Strategy: strategy, Shards: shards, Replicas: replicas,
-		Params:      4 * padded,
-		Grads:       4*padded + 4*slice,
+		Params:      4 * slice,
+		Grads:       12*slice + 4*unitGrads,
 		Optimizer:   9 * slice,
 		Copies:      12 * slice,
 		Activations: int64(math.Round(TrainerActivations(c.Model, c.Train.MicroBatch))),
 	}
-	if accumulation > 1 {
-		e.Grads += 8 * padded // the sum of the micro batches
-	}
-	if accumulation == 1 || shards > 1 {
-		e.Grads += 8 * slice // the fp64 slice, a buffer of its own
+	if shards > 1 {
+		e.Params += 4 * int64(longest)
 	}
 	if c.Checkpoint.Memory {
 		e.Copies += 24 * slice
@@ -279,7 +286,7 @@ func Trainer(c config.Config, nodes, procPerNode int) (Estimate, error) {
 	}
 	if shards > 1 { // neighbors on the node share memory (shard groups are consecutive ranks)
 		e.Comm += comm.GroupUse{Members: shards, SharedMemory: procPerNode > 1,
-			ScatterOut: int(slice), ScatterElem: 8, Widen: accumulation == 1}.Bytes()
+			ScatterOut: int(min(slice, int64(longest))), ScatterElem: 8, Widen: true}.Bytes()
 	}
 	if replicas > 1 { // members are shards apart
 		e.Comm += comm.GroupUse{Members: replicas, SharedMemory: shards < procPerNode}.Bytes()

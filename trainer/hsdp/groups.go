@@ -65,67 +65,81 @@ func (g *Groups) SetTimeout(d time.Duration) {
 // Plan is the plan the groups were joined for.
 func (g *Groups) Plan() Plan { return g.plan }
 
-// GatherParams fills full from the owned slices of the shard group: on
-// entry this rank's slice full[Owned(len(full))] is current, on return
-// every element is. len(full) must be a multiple of Shards and the same on
-// every rank.
-func (g *Groups) GatherParams(full []float32) error {
+// GatherPart fills part with elements [a, a+len(part)) of the padded flat
+// buffer of n elements whose slices the shard group owns: owned is this
+// rank's slice, Owned(n), and is current; on return every element of part
+// is. It moves only the part: a trainer gathers one unit of the model at a
+// time and reuses the memory for the next. part may be owned's own
+// elements [a, a+len(part)) (a part within this rank's slice is read in
+// place: this rank only sends), and must not overlap owned otherwise.
+func (g *Groups) GatherPart(owned, part []float32, a, n int) error {
+	lo, hi := g.plan.Owned(n)
+	if len(owned) != hi-lo {
+		return fmt.Errorf("hsdp: gather part: owned slice of %d elements, want %d", len(owned), hi-lo)
+	}
+	b := a + len(part)
+	if a < 0 || b > n {
+		return fmt.Errorf("hsdp: gather part: [%d, %d) outside the buffer of %d", a, b, n)
+	}
+	if c, d := max(a, lo), min(b, hi); c < d {
+		copy(part[c-a:d-a], owned[c-lo:d-lo])
+	}
 	if g.shard == nil {
 		return nil
 	}
-	lo, hi := g.plan.Owned(len(full))
-	if err := g.shard.AllGather(full[lo:hi], full); err != nil {
-		return fmt.Errorf("hsdp: gather parameters: %w", err)
+	if err := g.shard.AllGatherV(part, g.partBounds(a, b, n)); err != nil {
+		return fmt.Errorf("hsdp: gather parameters [%d, %d): %w", a, b, err)
 	}
 	return nil
 }
 
-// ReduceGrads sums the full gradient buffers of every rank and leaves this
-// rank's slice of the sum in owned: a reduce-scatter in the shard group,
-// then an all-reduce of the slice in the replica group, both in float64.
-// Sums of float32 gradients made in float64 keep about 29 bits more than
-// float32 does, so the order of the additions, which depends on the
-// layout, almost never shows once they are rounded to float32: any
-// layout gives the same bits. It does not scale. len(owned) must be
-// len(full)/Shards; with one shard, owned may be full itself. full is
-// left as it was, except that with one shard and owned == full the sum is
-// made in place.
-func (g *Groups) ReduceGrads(full, owned []float64) error {
-	if len(owned)*g.plan.Shards != len(full) {
-		return fmt.Errorf("hsdp: reduce gradients: owned slice of %d elements, want %d/%d", len(owned), len(full), g.plan.Shards)
+// ReducePart adds, to this rank's slice owned of a float64 gradient sum
+// (Owned(n) of the padded flat buffer of n elements), the elements of the
+// shard group's sum of grads, elements [a, a+len(grads)) of each rank's
+// flat gradient, that fall in the slice. Each element gets the bits
+// comm.Group.ReduceScatterWiden gives it in a reduce-scatter of the
+// whole buffer, added to
+// what owned held: a trainer reduces each unit's gradient as soon as the
+// backward pass is done with it. The replica group is left to
+// ReduceReplicas, once per step. grads is left as it was.
+func (g *Groups) ReducePart(grads []float32, a, n int, owned []float64) error {
+	lo, hi := g.plan.Owned(n)
+	if len(owned) != hi-lo {
+		return fmt.Errorf("hsdp: reduce part: owned slice of %d elements, want %d", len(owned), hi-lo)
 	}
-	if g.shard != nil {
-		if err := g.shard.ReduceScatter64(full, owned); err != nil {
-			return fmt.Errorf("hsdp: reduce gradients in shard group: %w", err)
+	b := a + len(grads)
+	if a < 0 || b > n {
+		return fmt.Errorf("hsdp: reduce part: [%d, %d) outside the buffer of %d", a, b, n)
+	}
+	mine := owned[min(max(a, lo), hi)-lo : max(min(b, hi), lo)-lo]
+	if g.shard == nil {
+		for i, x := range grads[max(a, lo)-a : max(min(b, hi), lo)-a] {
+			mine[i] += 0 + float64(x)
 		}
-	} else if len(owned) > 0 && &owned[0] != &full[0] {
-		copy(owned, full)
+		return nil
 	}
-	return g.reduceReplicas(owned)
+	if err := g.shard.ReduceScatterAddV(grads, g.partBounds(a, b, n), mine); err != nil {
+		return fmt.Errorf("hsdp: reduce gradients [%d, %d) in shard group: %w", a, b, err)
+	}
+	return nil
 }
 
-// ReduceGrads32 is ReduceGrads of a float32 full buffer, for a step of one
-// micro batch per rank: owned gets the same bits as ReduceGrads gives for
-// a float64 buffer that was zeroed and then had full added to it, with no
-// such buffer (comm.Group.ReduceScatterWiden). len(owned) must be
-// len(full)/Shards; full is left as it was.
-func (g *Groups) ReduceGrads32(full []float32, owned []float64) error {
-	if len(owned)*g.plan.Shards != len(full) {
-		return fmt.Errorf("hsdp: reduce gradients: owned slice of %d elements, want %d/%d", len(owned), len(full), g.plan.Shards)
+// partBounds are the bounds of [a, b) split by the shard group's slices of
+// a buffer of n elements: block k is [a, b)'s overlap with shard k's slice,
+// offset from a.
+func (g *Groups) partBounds(a, b, n int) []int {
+	m := n / g.plan.Shards
+	bounds := make([]int, g.plan.Shards+1)
+	for k := range bounds {
+		bounds[k] = min(max(k*m, a), b) - a
 	}
-	if g.shard != nil {
-		if err := g.shard.ReduceScatterWiden(full, owned); err != nil {
-			return fmt.Errorf("hsdp: reduce gradients in shard group: %w", err)
-		}
-	} else {
-		comm.Widen(owned, full)
-	}
-	return g.reduceReplicas(owned)
+	return bounds
 }
 
-// reduceReplicas all-reduces this rank's owned slice of the gradient sum
-// in the replica group.
-func (g *Groups) reduceReplicas(owned []float64) error {
+// ReduceReplicas all-reduces this rank's slice of the step's gradient sum
+// over the replica group, in float64 (nothing with one replica): after
+// ReducePart of every unit, owned holds the world's sum.
+func (g *Groups) ReduceReplicas(owned []float64) error {
 	if g.replica != nil {
 		if err := g.replica.AllReduce64(owned); err != nil {
 			return fmt.Errorf("hsdp: reduce gradients in replica group: %w", err)

@@ -104,42 +104,48 @@ func each(t *testing.T, groups []*Groups, f func(r int, g *Groups) error) {
 	testutil.RequireRanks(t, testutil.OnRanks(len(groups), func(r int) error { return f(r, groups[r]) }))
 }
 
-// TestStep: reduce, statistics and gather over every layout of 4 ranks give
-// what one process computes, and every replica of a slice gets the same bits;
-// the reduced gradients rounded to float32 are the same bits in every layout.
+// cuts are the ends of the parts TestStep reduces and gathers a buffer of
+// n = 4000 elements in: parts that end inside a slice, span slices, lie in
+// one, or are empty.
+var cuts = []int{1, 999, 1000, 1000, 2500, 3999, 4000}
+
+// TestStep: gradients reduced part by part (ReducePart, ReduceReplicas),
+// statistics, and parameters gathered part by part (GatherPart) over every
+// layout of 4 ranks give what one process computes, every replica of a
+// slice gets the same bits, and the reduced gradients rounded to float32
+// are the same bits in every layout.
 func TestStep(t *testing.T) {
 	const world, n = 4, 4 * 1000
 	for _, shards := range []int{1, 2, 4} {
 		t.Run(fmt.Sprintf("%dx%d", world/shards, shards), func(t *testing.T) {
 			groups := connect(t, world, shards)
 			rng := rand.New(rand.NewPCG(1, uint64(shards)))
-			grads := make([][]float64, world)
+			grads := make([][]float32, world)
 			sum := make([]float64, n)
 			for r := range grads {
-				grads[r] = make([]float64, n)
+				grads[r] = make([]float32, n)
 				for i := range grads[r] {
-					grads[r][i] = float64(float32(rng.NormFloat64()))
-					sum[i] += grads[r][i]
+					grads[r][i] = float32(rng.NormFloat64())
+					sum[i] += float64(grads[r][i])
 				}
 			}
 			var norm2 float64
 			for _, s := range sum {
 				norm2 += s * s
 			}
-			owned, owned32 := make([][]float64, world), make([][]float64, world)
+			owned := make([][]float64, world)
 			losses := make([]float64, world)
 			norms := make([]float64, world)
 			each(t, groups, func(r int, g *Groups) error {
 				owned[r] = make([]float64, n/shards)
-				if err := g.ReduceGrads(grads[r], owned[r]); err != nil {
-					return err
+				a := 0
+				for _, b := range cuts {
+					if err := g.ReducePart(grads[r][a:b], a, n, owned[r]); err != nil {
+						return err
+					}
+					a = b
 				}
-				g32 := make([]float32, n) // the same gradient as float32s: a step of one micro batch
-				for i, x := range grads[r] {
-					g32[i] = float32(x)
-				}
-				owned32[r] = make([]float64, n/shards)
-				if err := g.ReduceGrads32(g32, owned32[r]); err != nil {
+				if err := g.ReduceReplicas(owned[r]); err != nil {
 					return err
 				}
 				var ss float64
@@ -160,7 +166,6 @@ func TestStep(t *testing.T) {
 					require.InDelta(t, sum[i], owned[r][i-lo], 1e-12, "rank %d element %d", r, i)
 					require.Equal(t, float32(sum[i]), float32(owned[r][i-lo]), "rank %d element %d, rounded", r, i)
 				}
-				require.Equal(t, owned[r], owned32[r], "rank %d: ReduceGrads32 is ReduceGrads of its float32s", r)
 				peer := g.Plan().ReplicaGroup()[0]
 				require.Equal(t, owned[peer], owned[r], "rank %d and its replica %d", r, peer)
 				require.Equal(t, 2.5, losses[r], "mean of 1..4")
@@ -170,12 +175,20 @@ func TestStep(t *testing.T) {
 
 			params := make([][]float32, world)
 			each(t, groups, func(r int, g *Groups) error {
-				params[r] = make([]float32, n)
 				lo, hi := g.Plan().Owned(n)
-				for i := lo; i < hi; i++ {
-					params[r][i] = float32(i)
+				mine := make([]float32, hi-lo)
+				for i := range mine {
+					mine[i] = float32(lo + i)
 				}
-				return g.GatherParams(params[r])
+				params[r] = make([]float32, n)
+				a := 0
+				for _, b := range cuts {
+					if err := g.GatherPart(mine, params[r][a:b], a, n); err != nil {
+						return err
+					}
+					a = b
+				}
+				return nil
 			})
 			for r := range params {
 				for i, p := range params[r] {
@@ -196,16 +209,17 @@ func TestJoinErrors(t *testing.T) {
 	require.NoError(t, err)
 	g, err := Join(nil, solo)
 	require.NoError(t, err)
-	buf := []float64{1, 2}
-	require.NoError(t, g.ReduceGrads(buf, buf))
-	require.NoError(t, g.GatherParams([]float32{1, 2}))
 	loss, ss, stop, err := g.Stats(3, 4, true)
 	require.NoError(t, err)
 	require.Equal(t, []float64{3, 4}, []float64{loss, ss})
 	require.True(t, stop)
-	require.ErrorContains(t, g.ReduceGrads(buf, buf[:1]), "owned slice of 1 elements")
-	owned := make([]float64, 2)
-	require.NoError(t, g.ReduceGrads32([]float32{1, 2}, owned))
-	require.Equal(t, buf, owned, "one rank: its gradient, widened")
-	require.ErrorContains(t, g.ReduceGrads32([]float32{1, 2}, owned[:1]), "owned slice of 1 elements")
+	owned := []float64{1, 2}
+	require.NoError(t, g.ReducePart([]float32{1}, 1, 2, owned))
+	require.Equal(t, []float64{1, 3}, owned, "one rank: its gradient, added")
+	require.ErrorContains(t, g.ReducePart([]float32{1, 2}, 0, 2, owned[:1]), "owned slice of 1 elements")
+	require.ErrorContains(t, g.ReducePart([]float32{1, 2}, 1, 2, owned), "outside the buffer")
+	part := make([]float32, 2)
+	require.NoError(t, g.GatherPart([]float32{5, 6}, part, 0, 2))
+	require.Equal(t, []float32{5, 6}, part)
+	require.ErrorContains(t, g.GatherPart([]float32{5}, part, 0, 2), "owned slice of 1 elements")
 }
