@@ -255,13 +255,14 @@ func geometryFor(tc config.Config, w distenv.Worker, layout model.Layout) (geome
 func (t *Trainer) setGeometry(geo geometry) {
 	t.plan, t.batch, t.lo, t.hi = geo.plan, geo.batch, geo.lo, geo.hi
 	units := t.model.Layout().Units()
-	t.params = make([]float32, geo.hi-geo.lo)
+	mode := t.cfg.Train.Parallel.Mode
+	t.weights = newUnitWeights(t.groups, units, geo.lo, geo.hi, geo.n, !config.ShardsParams(mode))
+	t.params = t.weights.owned
 	t.grad64 = make([]float64, geo.hi-geo.lo)
 	t.grad = make([]float32, geo.hi-geo.lo)
 	t.decay = t.model.Layout().DecayMaskRange(geo.lo, geo.hi)
 	t.state = optim.NewState(geo.hi - geo.lo)
-	t.weights = newUnitWeights(t.groups, units, t.params, geo.lo, geo.n)
-	t.grads = newUnitGrads(t.groups, units, geo.n, t.grad64)
+	t.grads = newUnitGrads(t.groups, units, geo.n, t.grad64, !config.ShardsGrads(mode) && geo.plan.Shards > 1)
 	t.rollback = rollback{}
 	t.live, t.done, t.liveRound = false, 0, 0
 	t.stepTimes.Reset() // a new world's steps take another time
@@ -382,6 +383,9 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	if err := t.openMetrics(); err != nil {
 		return Result{}, err
 	}
+	if err := t.weights.refresh(); err != nil {
+		return Result{}, t.runErr(ctx, err)
+	}
 	accum := t.batch.Accumulation()
 	units := tc.GlobalBatch / tc.MicroBatch
 	tokensPerStep := float64(tc.GlobalBatch * t.cfg.Train.Model.Context)
@@ -438,6 +442,11 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 		if err := t.hooks.before(t.hooks.afterUpdate, step+1); err != nil {
 			return res, err
 		}
+		t.weights.timer = collectiveTimer{prof: prof}
+		if err := t.weights.refresh(); err != nil {
+			return res, t.runErr(ctx, err)
+		}
+		inCollectives += t.weights.timer.spent
 
 		now := time.Now()
 		res.Steps++

@@ -164,11 +164,23 @@ func TestLayoutsMatchOneProcess(t *testing.T) {
 	}{
 		{"ddp 2x1", config.ModeDDP, 2, 2, 1},
 		{"fsdp 1x2", config.ModeFSDP, 2, 2, 2},
+		{"zero1 1x2", config.ModeZeRO1, 2, 2, 2},
+		{"zero2 1x2", config.ModeZeRO2, 2, 2, 2},
+		{"zero3 1x4", config.ModeZeRO3, 4, 4, 4},
 		{"hsdp 2x2", config.ModeHSDP, 4, 2, 2},
 	}
+	// The sharded modes of one world sum every element in the same order
+	// (one reduce-scatter of the whole, or of one unit at a time), so they
+	// end with the same bits.
+	sharded := map[string][]State{}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			runs := runWorld(t, tinyConfig(t, "parallel.mode="+tc.mode), tc.size, tc.perNode, runOpts{})
+			if tc.size == 2 && tc.shards == 2 {
+				for _, run := range runs {
+					sharded[tc.mode] = append(sharded[tc.mode], run.state)
+				}
+			}
 			for r, run := range runs {
 				require.NoError(t, run.err, "rank %d", r)
 				require.Less(t, maxRelDiff(run.losses, one.losses), 1e-5, "rank %d", r)
@@ -182,6 +194,9 @@ func TestLayoutsMatchOneProcess(t *testing.T) {
 				}
 			}
 		})
+	}
+	for _, mode := range []string{config.ModeZeRO1, config.ModeZeRO2} {
+		require.Equal(t, sharded[config.ModeFSDP], sharded[mode], "%s and fsdp on the same world: the same bits", mode)
 	}
 }
 

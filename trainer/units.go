@@ -21,6 +21,11 @@ import (
 // the gradients added into the sum of the whole, and nothing moves until
 // the replicas' all-reduce at the end of the step.
 //
+// zero2 keeps the parameters whole (gathered once per update) and shards
+// the gradients as above; zero1 keeps both whole and reduce-scatters the
+// whole gradient once the backward pass is done, which moves the fewest
+// messages and takes the most memory (config.ShardsParams, ShardsGrads).
+//
 // Every rank of the shard group gathers and reduces the same units in the
 // same order (the pass's order), so the collectives pair up; each element
 // of the sum is added in the order a reduce-scatter of the whole buffer
@@ -33,23 +38,38 @@ type unitWeights struct {
 	units  []model.Unit
 	owned  []float32 // this rank's slice of the flat parameters
 	lo, n  int       // where owned starts, and the padded length of the flat buffer
-	buf    []float32 // a gathered unit, as long as the longest
-	timer  collectiveTimer
+	// whole, in the modes that keep the parameters whole (ddp, zero1,
+	// zero2), is the flat buffer, owned its slice, gathered once per
+	// update (refresh); nil: each unit is gathered into buf when needed.
+	whole []float32
+	buf   []float32 // a gathered unit, as long as the longest
+	timer collectiveTimer
 }
 
-func newUnitWeights(groups *hsdp.Groups, units []model.Unit, owned []float32, lo, n int) *unitWeights {
-	w := &unitWeights{groups: groups, units: units, owned: owned, lo: lo, n: n}
-	if groups.Plan().Shards > 1 {
+// newUnitWeights lays out this rank's parameters for a flat buffer of n
+// elements of which it owns [lo, hi): whole, or only the slice with a
+// buffer for one unit.
+func newUnitWeights(groups *hsdp.Groups, units []model.Unit, lo, hi, n int, whole bool) *unitWeights {
+	w := &unitWeights{groups: groups, units: units, lo: lo, n: n}
+	switch {
+	case whole || groups.Plan().Shards == 1:
+		w.whole = make([]float32, n)
+		w.owned = w.whole[lo:hi]
+	default:
+		w.owned = make([]float32, hi-lo)
 		w.buf = make([]float32, longestUnit(units))
 	}
 	return w
 }
 
-// Unit gathers unit u: into buf, or, when u lies in this rank's slice
-// (always with one shard), in place, while the other ranks gather it from
-// this one.
+// Unit gives unit u: from the whole parameters; or gathered into buf;
+// or, when u lies in this rank's slice, in place, while the other ranks
+// gather it from this one.
 func (w *unitWeights) Unit(u int) ([]float32, error) {
 	un := w.units[u]
+	if w.whole != nil {
+		return w.whole[un.Lo:un.Hi], nil
+	}
 	var part []float32
 	if un.Lo >= w.lo && un.Hi <= w.lo+len(w.owned) {
 		part = w.owned[un.Lo-w.lo : un.Hi-w.lo]
@@ -60,16 +80,32 @@ func (w *unitWeights) Unit(u int) ([]float32, error) {
 	return part, w.groups.GatherPart(w.owned, part, un.Lo, w.n)
 }
 
+// refresh brings the whole parameters up to date with every rank's slice
+// after the slices changed (an update, a restore, an exchange): one
+// all-gather of the whole in the shard group. Nothing when the units are
+// gathered as the passes need them, or with one shard.
+func (w *unitWeights) refresh() error {
+	if w.whole == nil || w.groups.Plan().Shards == 1 {
+		return nil
+	}
+	defer w.timer.start()()
+	return w.groups.GatherPart(w.owned, w.whole, 0, w.n)
+}
+
 // unitGrads is model.Grads into this rank's slice of the step's gradient
-// sum: it hands out a zeroed buffer per unit and reduces it when the pass
-// is done with the unit. The embeddings and the final layer norm have
-// buffers of their own (the pass adds to the embeddings' at its start and
-// at its end); the blocks share one.
+// sum. In the modes that shard gradients it hands out a zeroed buffer per
+// unit and reduces it when the pass is done with the unit: the embeddings
+// and the final layer norm have buffers of their own (the pass adds to the
+// embeddings' at its start and at its end), the blocks share one. In the
+// others (zero1, ddp) the pass adds into a whole gradient buffer, reduced
+// once the pass is done with its last unit, the embeddings.
 type unitGrads struct {
 	groups *hsdp.Groups
 	units  []model.Unit
 	n      int
 	sum    []float64 // this rank's slice of the step's gradient sum
+	// whole is the whole gradient buffer (zero1, ddp), nil when sharded.
+	whole []float32
 	// bufs are the buffers of the embeddings, the final unit and the
 	// blocks; open is the unit each holds the gradient of (-1: none).
 	bufs  [3][]float32
@@ -77,18 +113,26 @@ type unitGrads struct {
 	timer collectiveTimer
 }
 
-func newUnitGrads(groups *hsdp.Groups, units []model.Unit, n int, sum []float64) *unitGrads {
+func newUnitGrads(groups *hsdp.Groups, units []model.Unit, n int, sum []float64, whole bool) *unitGrads {
 	g := &unitGrads{groups: groups, units: units, n: n, sum: sum}
-	last := len(units) - 1
-	g.bufs[0] = make([]float32, units[0].Len())
-	g.bufs[1] = make([]float32, units[last].Len())
-	g.bufs[2] = make([]float32, longestUnit(units[1:last]))
+	if whole {
+		g.whole = make([]float32, n)
+	} else {
+		last := len(units) - 1
+		g.bufs[0] = make([]float32, units[0].Len())
+		g.bufs[1] = make([]float32, units[last].Len())
+		g.bufs[2] = make([]float32, longestUnit(units[1:last]))
+	}
 	g.begin()
 	return g
 }
 
-// begin readies the buffers for a backward pass: none holds a unit.
-func (g *unitGrads) begin() { g.open = [3]int{-1, -1, -1} }
+// begin readies the buffers for a backward pass: none holds a unit, and
+// the whole buffer is zero.
+func (g *unitGrads) begin() {
+	g.open = [3]int{-1, -1, -1}
+	clear(g.whole)
+}
 
 // kind is which of bufs unit u uses.
 func (g *unitGrads) kind(u int) int {
@@ -102,6 +146,9 @@ func (g *unitGrads) kind(u int) int {
 }
 
 func (g *unitGrads) Grad(u int) ([]float32, error) {
+	if g.whole != nil {
+		return g.whole[g.units[u].Lo:g.units[u].Hi], nil
+	}
 	k := g.kind(u)
 	buf := g.bufs[k][:g.units[u].Len()]
 	if g.open[k] != u {
@@ -112,6 +159,13 @@ func (g *unitGrads) Grad(u int) ([]float32, error) {
 }
 
 func (g *unitGrads) Done(u int) error {
+	if g.whole != nil {
+		if u != 0 { // the embeddings are the last unit the pass is done with
+			return nil
+		}
+		defer g.timer.start()()
+		return g.groups.ReducePart(g.whole, 0, g.n, g.sum)
+	}
 	k := g.kind(u)
 	g.open[k] = -1
 	defer g.timer.start()()

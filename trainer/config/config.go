@@ -75,7 +75,7 @@ type Optim struct {
 
 // Parallel is [parallel]: how the world is split into replicas x shards.
 type Parallel struct {
-	Mode      string `toml:"mode"`       // hsdp | fsdp | ddp
+	Mode      string `toml:"mode"`       // ddp | zero1 | zero2 | fsdp (zero3) | hsdp
 	ShardSize int    `toml:"shard_size"` // 0: the number of workers per node
 }
 
@@ -128,12 +128,31 @@ const (
 	PrecisionBF16 = "bf16"
 )
 
-// Parallel modes.
+// Parallel modes: what each rank keeps whole and what it keeps only its
+// slice of (of a world-wide shard group, or of a shard group per node for
+// hsdp). Every mode but ddp shards the optimizer state.
 const (
-	ModeHSDP = "hsdp"
-	ModeFSDP = "fsdp"
-	ModeDDP  = "ddp"
+	ModeHSDP  = "hsdp"  // zero3 within a shard group (a node), replicas across
+	ModeFSDP  = "fsdp"  // zero3 over the whole world
+	ModeZeRO3 = "zero3" // fsdp: parameters, gradients and optimizer state sharded
+	ModeZeRO2 = "zero2" // gradients and optimizer state sharded, parameters whole
+	ModeZeRO1 = "zero1" // optimizer state sharded, parameters and gradients whole
+	ModeDDP   = "ddp"   // everything whole, gradients all-reduced
 )
+
+// modes lists the parallel modes as errors name them.
+const modes = "ddp, zero1, zero2, fsdp (or zero3) or hsdp"
+
+// ShardsParams says whether mode keeps only a slice of the parameters
+// between uses, gathering them one unit at a time (zero3, fsdp, hsdp).
+func ShardsParams(mode string) bool {
+	return mode == ModeFSDP || mode == ModeZeRO3 || mode == ModeHSDP
+}
+
+// ShardsGrads says whether mode reduces each unit's gradient into the
+// rank's slice as the backward pass leaves it (every mode but zero1 and
+// ddp), rather than the whole gradient once the pass is done.
+func ShardsGrads(mode string) bool { return ShardsParams(mode) || mode == ModeZeRO2 }
 
 // Default returns the defaults of DESIGN.md's train.toml, which every key
 // a file leaves out keeps. Its paths are still relative.
@@ -183,8 +202,9 @@ func (c Config) Accumulation(worldSize int) (microSteps int, err error) {
 }
 
 // Layout splits worldSize workers, perNode of them on each node, into
-// replicas x shards as parallel.mode says: ddp shards nothing, fsdp shards
-// over the whole world, hsdp shards over shard_size workers (0: perNode)
+// replicas x shards as parallel.mode says: ddp shards nothing, zero1,
+// zero2, zero3 and fsdp shard over the whole world, hsdp shards over
+// shard_size workers (0: perNode)
 // and replicates across them. The shard size must divide the world.
 func (p Parallel) Layout(worldSize, perNode int) (replicas, shards int, err error) {
 	if worldSize < 1 || perNode < 1 {
@@ -193,7 +213,7 @@ func (p Parallel) Layout(worldSize, perNode int) (replicas, shards int, err erro
 	switch p.Mode {
 	case ModeDDP:
 		shards = 1
-	case ModeFSDP:
+	case ModeZeRO1, ModeZeRO2, ModeZeRO3, ModeFSDP:
 		shards = worldSize
 	case ModeHSDP:
 		shards = p.ShardSize
@@ -201,7 +221,7 @@ func (p Parallel) Layout(worldSize, perNode int) (replicas, shards int, err erro
 			shards = min(perNode, worldSize)
 		}
 	default:
-		return 0, 0, fmt.Errorf("config: layout: parallel.mode = %q: want hsdp, fsdp or ddp", p.Mode)
+		return 0, 0, fmt.Errorf("config: layout: parallel.mode = %q: want %s", p.Mode, modes)
 	}
 	if shards < 1 || worldSize%shards != 0 {
 		return 0, 0, fmt.Errorf("config: layout: shard size %d does not divide world size %d; shard sizes that work: %s",

@@ -139,10 +139,10 @@ func (c Config) problem() []blame {
 		func() []blame { return nonNegative("optim.grad_clip", o.GradClip) },
 		func() []blame {
 			switch c.Parallel.Mode {
-			case ModeHSDP, ModeFSDP, ModeDDP:
+			case ModeHSDP, ModeFSDP, ModeZeRO3, ModeZeRO2, ModeZeRO1, ModeDDP:
 				return nil
 			}
-			return []blame{{"parallel.mode", "must be hsdp, fsdp or ddp"}}
+			return []blame{{"parallel.mode", "must be " + modes}}
 		},
 		func() []blame { return atLeast("parallel.shard_size", c.Parallel.ShardSize, 0) },
 		func() []blame {

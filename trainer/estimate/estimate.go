@@ -205,7 +205,11 @@ func FromConfig(c config.Config, nodes, procPerNode int) (Model, Layout, string)
 	switch c.Parallel.Mode {
 	case config.ModeDDP:
 		strategy = DDP
-	case config.ModeFSDP:
+	case config.ModeZeRO1:
+		strategy = ZeRO1
+	case config.ModeZeRO2:
+		strategy = ZeRO2
+	case config.ModeFSDP, config.ModeZeRO3:
 		strategy = ZeRO3
 	}
 	return m, l, strategy
@@ -217,14 +221,15 @@ func FromConfig(c config.Config, nodes, procPerNode int) (Model, Layout, string)
 // S = N/shards the slice the rank owns (S = N for ddp), and U the longest
 // unit the model reads at once (model.Layout.Units: a block, or the
 // embeddings if longer):
-//   - params: the rank's slice of the fp32 parameters (4S): sharded at
-//     rest; with more than one shard, the buffer a unit is gathered into
-//     (4U);
+//   - params: the fp32 parameters, whole (4N) in ddp, zero1 and zero2;
+//     in the modes that shard them at rest (zero3, fsdp, hsdp over more
+//     than one shard) the rank's slice (4S) and the buffer a unit is
+//     gathered into (4U);
 //   - grads: the rank's slice of the step's gradient sum in fp64 (8S) and
 //     of the step's gradient in fp32 (4S); the buffers the backward pass
 //     adds a unit's gradient into before it is reduced: one for the
 //     embeddings, one for ln_f, one shared by the blocks (4 bytes per
-//     element of each);
+//     element of each), or in zero1 the whole gradient (4N) instead;
 //   - optimizer: AdamW's two moments (8S) and the weight-decay mask of
 //     the slice (1 byte per element of S);
 //   - copies: the previous step's params, m and v of the slice, to roll
@@ -266,14 +271,19 @@ func Trainer(c config.Config, nodes, procPerNode int) (Estimate, error) {
 	slice := padded / int64(shards)
 	_, _, strategy := FromConfig(c, nodes, procPerNode)
 	e := Estimate{Strategy: strategy, Shards: shards, Replicas: replicas,
-		Params:      4 * slice,
+		Params:      4 * padded,
 		Grads:       12*slice + 4*unitGrads,
 		Optimizer:   9 * slice,
 		Copies:      12 * slice,
 		Activations: int64(math.Round(TrainerActivations(c.Model, c.Train.MicroBatch))),
 	}
-	if shards > 1 {
-		e.Params += 4 * int64(longest)
+	scatterOut := min(slice, int64(longest))
+	if shards > 1 && config.ShardsParams(c.Parallel.Mode) {
+		e.Params = 4*slice + 4*int64(longest)
+	}
+	if shards > 1 && !config.ShardsGrads(c.Parallel.Mode) {
+		e.Grads = 12*slice + 4*padded
+		scatterOut = slice
 	}
 	if c.Checkpoint.Memory {
 		e.Copies += 24 * slice
@@ -286,7 +296,7 @@ func Trainer(c config.Config, nodes, procPerNode int) (Estimate, error) {
 	}
 	if shards > 1 { // neighbors on the node share memory (shard groups are consecutive ranks)
 		e.Comm += comm.GroupUse{Members: shards, SharedMemory: procPerNode > 1,
-			ScatterOut: int(min(slice, int64(longest))), ScatterElem: 8, Widen: true}.Bytes()
+			ScatterOut: int(scatterOut), ScatterElem: 8, Widen: true}.Bytes()
 	}
 	if replicas > 1 { // members are shards apart
 		e.Comm += comm.GroupUse{Members: replicas, SharedMemory: shards < procPerNode}.Bytes()
