@@ -32,17 +32,19 @@ type Model struct {
 	// output buffer first gets only its MLP branch; the layer norm that reads it next (block
 	// l+1's ln_1, or ln_f) adds the residual in place, so after the forward pass xs[l] is the
 	// whole input of block l, which is what activation checkpointing recomputes from.
-	xs [][]float32
-	// blocks holds the activations of each block, or with activation checkpointing
-	// (checkpointing true) of one block at a time: those of block held, -1 none.
-	blocks        []blockActs
+	xs        [][]float32
+	blocks    []blockActs // one per block; with checkpointing one that every block shares
+	lnf       normActs
+	probs     []float32 // [n, v] softmax of the logits
+	rowLoss   []float64 // [n] loss of each position
+	forwarded bool
+
+	// Activation checkpointing (WithActivationCheckpointing): blocks[0] holds the activations
+	// of block held (-1: none).
 	checkpointing bool
 	held          int
-	floats        int // fp32 values of every buffer New allocated, for ActivationBytes
-	lnf           normActs
-	probs         []float32 // [n, v] softmax of the logits
-	rowLoss       []float64 // [n] loss of each position
-	forwarded     bool
+
+	floats int // fp32 values of every buffer New allocated, for ActivationBytes
 
 	// Scratch.
 	qkv     []float32 // [n, 3d]: c_attn output's gradient in backward
