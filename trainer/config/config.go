@@ -62,8 +62,8 @@ type Train struct {
 	// ActivationCheckpointing keeps only each transformer block's input
 	// in the forward pass and recomputes the block's activations in the
 	// backward pass (model.WithActivationCheckpointing): the activations
-	// of one block instead of all of them, for about 20 % more FLOPs a
-	// step. Off by default. It changes no bits, so it stays out of the
+	// of one block instead of all of them, for up to about a fifth more
+	// FLOPs a step (gorun estimate prints both). Off by default. It changes no bits, so it stays out of the
 	// config hash.
 	ActivationCheckpointing bool `toml:"activation_checkpointing"`
 }
