@@ -191,7 +191,7 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	if prec != kernels.FP32 {
 		eng = eng.WithPrecision(prec)
 	}
-	m, err := model.New(mc, tc.Train.MicroBatch, eng)
+	m, err := model.New(mc, tc.Train.MicroBatch, eng, model.WithActivationCheckpointing(tc.Train.ActivationCheckpointing))
 	if err != nil {
 		return nil, fmt.Errorf("trainer: %w", err)
 	}

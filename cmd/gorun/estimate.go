@@ -27,8 +27,10 @@ func estimateCommand() *cli.Command {
 			"embedded trainer allocates it: whole fp32 weights, fp32 and fp64 gradient sums, AdamW's\n" +
 			"moments of the rank's slice, its recovery copies (rollback, [checkpoint] memory and async),\n" +
 			"its activation buffers, the buffers of its collectives and the process's own memory\n" +
-			"(runtime). Decimal units; the other rows are before framework overhead, communication\n" +
-			"buffers and fragmentation.",
+			"(runtime), and what train.activation_checkpointing trades: the activations of one block\n" +
+			"instead of all of them, for a recomputation in the backward pass (its FLOPs are printed).\n" +
+			"Decimal units; the other rows are before framework overhead, communication buffers and\n" +
+			"fragmentation.",
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "nodes", Value: 1, Usage: "nodes N"},
 			&cli.IntFlag{Name: "nproc-per-node", Aliases: []string{"nproc_per_node"}, Usage: "GPUs (processes) per node P", DefaultText: "1 for a train.toml, else 8"},
@@ -86,7 +88,8 @@ func estimateAction(c *cli.Context) error {
 				path, mo.Params(), mo.Layers, mo.DModel, mo.Heads, cfg.Train.MicroBatch, mo.Context, cfg.Parallel.Mode),
 			"* as the embedded trainer allocates it: whole fp32 weights (every mode gathers them), fp32 + fp64 gradient sums,"+
 				" AdamW's moments of the rank's slice, recovery copies, the collectives' buffers (comm) and the process itself (runtime);"+
-				" other rows: 4 B weights + 4 B gradients + 8 B AdamW per parameter")
+				" other rows: 4 B weights + 4 B gradients + 8 B AdamW per parameter",
+			estimate.TrainerCheckpointing(loaded).String())
 		if _, err := cfg.Accumulation(l.Nodes * l.ProcPerNode); err != nil {
 			header = append(header, "note: "+strings.TrimPrefix(err.Error(), "config: accumulation: "))
 		}

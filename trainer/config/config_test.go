@@ -157,7 +157,7 @@ func TestMalformed(t *testing.T) {
 	}{
 		{"negative steps", "[train]\nsteps = -5\n", "train.toml:2: train.steps = -5: must be at least 1"},
 		{"zero steps", "\n\n[train]\n\nsteps = 0 # none\n", "train.toml:5: train.steps = 0: must be at least 1"},
-		{"unknown key", "[train]\nsteps = 5\nstepz = 6\n", "train.toml:3: unknown key train.stepz ([train] has steps, global_batch, micro_batch, seed, log_every, metrics, precision)"},
+		{"unknown key", "[train]\nsteps = 5\nstepz = 6\n", "train.toml:3: unknown key train.stepz ([train] has steps, global_batch, micro_batch, seed, log_every, metrics, precision, activation_checkpointing)"},
 		{"unknown section", "[modle]\nlayers = 2\n", "train.toml:1: unknown section [modle] (the sections are model, data, train, optim, parallel, checkpoint, elastic)"},
 		{"top-level key", "steps = 2\n", "train.toml:1: unknown key steps outside any section (the sections are model, data, train, optim, parallel, checkpoint, elastic)"},
 		{"wrong type string", "[model]\nlayers = \"two\"\n", "train.toml:2: model.layers: want an integer, got a TOML string"},
@@ -187,6 +187,10 @@ func TestMalformed(t *testing.T) {
 		{"mode", "[parallel]\nmode = \"zero4\"\n", "train.toml:2: parallel.mode = \"zero4\": must be ddp, zero1, zero2, fsdp (or zero3) or hsdp"},
 		{"precision", "[train]\nprecision = \"fp16\"\n", "train.toml:2: train.precision = \"fp16\": must be fp32 or bf16"},
 		{"precision not a string", "[train]\nprecision = 16\n", "train.toml:2: train.precision: want a string, got a TOML integer"},
+		{"activation_checkpointing not a bool", "[train]\nactivation_checkpointing = \"yes\"\n",
+			"train.toml:2: train.activation_checkpointing: want true or false, got a TOML string"},
+		{"activation_checkpointing misspelt", "[train]\nactivation_checkpoint = true\n",
+			"train.toml:2: unknown key train.activation_checkpoint ([train] has steps, global_batch, micro_batch, seed, log_every, metrics, precision, activation_checkpointing)"},
 		{"shard size", "[parallel]\nshard_size = -2\n", "train.toml:2: parallel.shard_size = -2: must be at least 0"},
 		{"keep zero", "[checkpoint]\nkeep = 0\n", "train.toml:2: checkpoint.keep = 0: must be at least 1"},
 		{"every negative", "[checkpoint]\nevery = -1\n", "train.toml:2: checkpoint.every = -1: must be at least 0"},
@@ -243,7 +247,7 @@ func TestSetErrors(t *testing.T) {
 		sets []string
 		want string
 	}{
-		{"unknown key", []string{"train.stepz=5"}, "--set train.stepz=5: unknown key train.stepz ([train] has steps, global_batch, micro_batch, seed, log_every, metrics, precision)"},
+		{"unknown key", []string{"train.stepz=5"}, "--set train.stepz=5: unknown key train.stepz ([train] has steps, global_batch, micro_batch, seed, log_every, metrics, precision, activation_checkpointing)"},
 		{"unknown section", []string{"trian.steps=5"}, "--set trian.steps=5: unknown key trian.steps (the sections are model, data, train, optim, parallel, checkpoint, elastic)"},
 		{"no dot", []string{"steps=5"}, "--set steps=5: want section.key=value, e.g. --set train.steps=20"},
 		{"no value", []string{"train.steps"}, "--set train.steps: want section.key=value, e.g. --set train.steps=20"},
@@ -293,6 +297,28 @@ func TestMemoryCopies(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, tc.memory, c.Checkpoint.Memory)
 			require.Equal(t, tc.every, c.Checkpoint.MemoryEvery)
+		})
+	}
+}
+
+// TestActivationCheckpointing: [train] activation_checkpointing is off by
+// default and turned on by the file or by --set.
+func TestActivationCheckpointing(t *testing.T) {
+	cases := []struct {
+		name, doc string
+		sets      []string
+		want      bool
+	}{
+		{"default", design, nil, false},
+		{"on", "[train]\nactivation_checkpointing = true\n", nil, true},
+		{"set", design, []string{"train.activation_checkpointing=true"}, true},
+		{"set off", "[train]\nactivation_checkpointing = true\n", []string{"train.activation_checkpointing=false"}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse("/r/train.toml", []byte(tc.doc), tc.sets)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, c.Train.ActivationCheckpointing)
 		})
 	}
 }
@@ -375,7 +401,7 @@ func TestHash(t *testing.T) {
 	require.Len(t, base.Hash(), 64)
 
 	same := []string{"train.steps=400", "train.micro_batch=4", "parallel.mode=ddp", "checkpoint.keep=9", "train.log_every=1",
-		"checkpoint.memory=true", "checkpoint.memory_every=5"}
+		"checkpoint.memory=true", "checkpoint.memory_every=5", "train.activation_checkpointing=true"}
 	for _, s := range same {
 		c, err := Parse("/a/train.toml", []byte(design), []string{s})
 		require.NoError(t, err)

@@ -10,8 +10,9 @@ import (
 // change the math of a run: [model], data.files as written (before $VARS
 // and the toml's directory), train.seed, train.global_batch and [optim].
 // Checkpoints record it; a run resumes only from a checkpoint whose hash
-// matches. Steps, micro batch, logging, parallel layout and checkpointing
-// (memory copies included) leave it alone, so a run may be extended or resharded.
+// matches. Steps, micro batch, logging, activation checkpointing, parallel
+// layout and checkpointing (memory copies included) leave it alone, so a
+// run may be extended or resharded.
 func (c Config) Hash() string {
 	files := c.rawFiles
 	if files == nil {

@@ -191,14 +191,15 @@ func Compute(m Model, l Layout, p Precision) ([]Estimate, error) {
 // FromConfig describes the embedded trainer of a train.toml: the exact
 // parameter count of its model, a micro batch of train.micro_batch
 // sequences of model.context bytes, logits over the 256 byte values, the
-// trainer's activation memory counted exactly (TrainerActivations), and
+// trainer's activation memory counted exactly (TrainerActivations, with
+// train.activation_checkpointing as set), and
 // the HSDP shard group of parallel.shard_size (0: a node). It also returns
 // the strategy the config runs: ddp, zero3/fsdp or hsdp.
 func FromConfig(c config.Config, nodes, procPerNode int) (Model, Layout, string) {
 	m := Model{
 		Params: float64(c.Model.Params()), Layers: c.Model.Layers, Hidden: c.Model.DModel,
 		Heads: c.Model.Heads, Seq: c.Model.Context, Batch: c.Train.MicroBatch, Vocab: config.Vocab,
-		ActivationBytes: TrainerActivations(c.Model, c.Train.MicroBatch),
+		ActivationBytes: TrainerActivations(c),
 	}
 	l := Layout{Nodes: nodes, ProcPerNode: procPerNode, TP: 1, HSDPShard: c.Parallel.ShardSize}
 	strategy := HSDP
@@ -275,7 +276,7 @@ func Trainer(c config.Config, nodes, procPerNode int) (Estimate, error) {
 		Grads:       12*slice + 4*unitGrads,
 		Optimizer:   9 * slice,
 		Copies:      12 * slice,
-		Activations: int64(math.Round(TrainerActivations(c.Model, c.Train.MicroBatch))),
+		Activations: int64(math.Round(TrainerActivations(c))),
 	}
 	scatterOut := min(slice, int64(longest))
 	if shards > 1 && config.ShardsParams(c.Parallel.Mode) {
@@ -318,23 +319,74 @@ func Trainer(c config.Config, nodes, procPerNode int) (Estimate, error) {
 const RuntimeBytes = 29_000_000
 
 // TrainerActivations is the memory the embedded trainer (trainer/model)
-// holds for one micro batch of b sequences, in bytes: with n = b·context
-// tokens, d = d_model, a = heads, t = context, V = 256 and L layers, per
-// layer the two LayerNorm outputs with their statistics, the fused q, k,
-// v (c_attn's output, which attention reads in place), the attention
-// probabilities, the attention output, the residual, and the MLP input,
-// GELU derivative and GELU output (20nd + 4n + a·n·t fp32 values, with
-// the layer's residual input); and once the final LayerNorm, the backward
-// work buffers (c_attn's output gradient among them), the probabilities
-// and logit gradients, and the partial column sums of 64-row chunks
-// (11nd + 2n + 2nV + a·n·t + 4d·⌈n/64⌉ fp32 values); plus n fp64 per-row
-// losses and 2n bytes of input and target tokens. Unlike the
-// mixed-precision formula it has no dropout masks and keeps one t x t
-// attention matrix per head. TestAgainstTheTrainer keeps it equal to what
-// model.New allocates.
-func TrainerActivations(m config.Model, b int) float64 {
-	n, d, a, t, l := float64(b*m.Context), float64(m.DModel), float64(m.Heads), float64(m.Context), float64(m.Layers)
-	perLayer := 20*n*d + 4*n + a*n*t
-	once := 11*n*d + 2*n + 2*n*config.Vocab + a*n*t + 4*d*math.Ceil(n/64)
-	return 4*(l*perLayer+once) + 8*n + 2*n
+// holds for one micro batch of train.micro_batch sequences, in bytes, as
+// model.ActivationBytes counts what model.New allocates: with n =
+// micro_batch·context tokens, d = d_model, a = heads, t = context, V = 256
+// and L layers, per block the two LayerNorm outputs with their statistics,
+// the fused q, k, v (c_attn's output, which attention reads in place), the
+// attention probabilities, the attention output, the residual, and the MLP
+// input, GELU derivative and GELU output (19nd + 4n + a·n·t fp32 values),
+// for every block or, with train.activation_checkpointing, for one; the
+// residual stream, which holds the blocks' inputs ((L+1)·nd); and once the
+// final LayerNorm, the backward work buffers (c_attn's output gradient
+// among them), the probabilities and logit gradients, and the partial
+// column sums of 64-row chunks (10nd + 2n + 2nV + a·n·t + 4d·⌈n/64⌉ + d
+// fp32 values); plus n fp64 per-row losses and 2n bytes of input and
+// target tokens. Unlike the mixed-precision formula it has no dropout
+// masks and keeps one t x t attention matrix per head.
+// TestAgainstTheTrainer keeps it equal to what model.New allocates.
+func TrainerActivations(c config.Config) float64 {
+	return float64(model.ActivationBytes(modelConfig(c.Model), c.Train.MicroBatch,
+		model.WithActivationCheckpointing(c.Train.ActivationCheckpointing)))
+}
+
+// modelConfig is the trainer's model.Config of [model].
+func modelConfig(m config.Model) model.Config {
+	return model.Config{Layers: m.Layers, DModel: m.DModel, Heads: m.Heads, Context: m.Context, Vocab: config.Vocab}
+}
+
+// Checkpointing is what activation checkpointing (train.activation_checkpointing)
+// trades in the embedded trainer: activation memory for a recomputation in
+// the backward pass.
+type Checkpointing struct {
+	On bool // train.activation_checkpointing
+	// ActivationsOff and ActivationsOn are TrainerActivations with it off
+	// and on, in bytes.
+	ActivationsOff, ActivationsOn int64
+	// TrainFLOPsPerToken are the model FLOPs of a trained token, forward and
+	// backward (model.Config.TrainFLOPsPerToken; the trainer's mfu counts
+	// these), and RecomputeFLOPsPerToken what checkpointing adds to them
+	// (model.Config.RecomputeFLOPsPerToken).
+	TrainFLOPsPerToken, RecomputeFLOPsPerToken float64
+}
+
+// TrainerCheckpointing is Checkpointing for the embedded trainer of c.
+func TrainerCheckpointing(c config.Config) Checkpointing {
+	off, on := c, c
+	off.Train.ActivationCheckpointing, on.Train.ActivationCheckpointing = false, true
+	mc := modelConfig(c.Model)
+	return Checkpointing{
+		On:                     c.Train.ActivationCheckpointing,
+		ActivationsOff:         int64(TrainerActivations(off)),
+		ActivationsOn:          int64(TrainerActivations(on)),
+		TrainFLOPsPerToken:     mc.TrainFLOPsPerToken(),
+		RecomputeFLOPsPerToken: mc.RecomputeFLOPsPerToken(),
+	}
+}
+
+// Extra is the compute checkpointing adds, as a fraction of a step's FLOPs
+// without it.
+func (k Checkpointing) Extra() float64 { return k.RecomputeFLOPsPerToken / k.TrainFLOPsPerToken }
+
+// String says, in one line, what checkpointing costs and saves, with the
+// figures of the setting that runs first.
+func (k Checkpointing) String() string {
+	cost := fmt.Sprintf("+%.1f %% FLOPs (%s FLOP a token recomputed, over %s)", 100*k.Extra(),
+		FormatCount(k.RecomputeFLOPsPerToken), FormatCount(k.TrainFLOPsPerToken))
+	if k.On {
+		return fmt.Sprintf("activation checkpointing on: activations %s (%s without) for %s",
+			FormatBytes(k.ActivationsOn), FormatBytes(k.ActivationsOff), cost)
+	}
+	return fmt.Sprintf("activation checkpointing off: activations %s; with train.activation_checkpointing = true %s, for %s",
+		FormatBytes(k.ActivationsOff), FormatBytes(k.ActivationsOn), cost)
 }

@@ -107,10 +107,26 @@ func TestFromConfig(t *testing.T) {
 	// = 54, in fp32 (x2), plus fp32 logits 4·64·8·256.
 	require.InDelta(t, 65_536*54*2+4*64*8*256, Activations(m, 1, 2), 0)
 	// The trainer's own count: n = 512 tokens, nd = 32,768, a·n·t = 131,072;
-	// per layer 20nd + 4n + ant = 788,480 values, once 11nd + 2n + 2nV +
-	// ant + 4d·⌈n/64⌉ = 756,736 values, all fp32, plus 8n bytes of fp64 row
-	// losses and 2n token bytes.
-	require.Equal(t, int64(4*(2*788_480+756_736)+8*512+2*512), ddp.Activations)
+	// per layer 19nd + 4n + ant = 755,712 values and its input nd, once the
+	// last block's output nd, and 10nd + 2n + 2nV + ant + 4d·⌈n/64⌉ + d =
+	// 724,032 values, all fp32, plus 8n bytes of fp64 row losses and 2n
+	// token bytes.
+	require.Equal(t, int64(4*(2*(755_712+32_768)+32_768+724_032)+8*512+2*512), ddp.Activations)
+	// With activation checkpointing, the activations of one block.
+	c.Train.ActivationCheckpointing = true
+	m, _, _ = FromConfig(c, 1, 4)
+	require.InDelta(t, float64(4*(755_712+3*32_768+724_032)+8*512+2*512), m.ActivationBytes, 0)
+	k := TrainerCheckpointing(c)
+	require.True(t, k.On)
+	require.Equal(t, ddp.Activations, k.ActivationsOff)
+	require.Equal(t, int64(m.ActivationBytes), k.ActivationsOn)
+	// One block recomputed (the last one's activations are still there):
+	// 2·8·64² + 4·64·64 FLOPs a token, over 6·(12·2·64² + 256·64) + 12·2·64·64.
+	require.InDelta(t, 16*4096+4*4096, k.RecomputeFLOPsPerToken, 0)
+	require.InDelta(t, float64(16*4096+4*4096)/(6*(24*4096+256*64)+24*4096), k.Extra(), 1e-15)
+	require.Contains(t, k.String(), "activation checkpointing on: activations 6.32 MB (9.34 MB without) for +10.4 % FLOPs (81920 FLOP a token recomputed, over 786432)")
+	c.Train.ActivationCheckpointing = false
+	require.Contains(t, TrainerCheckpointing(c).String(), "activation checkpointing off: activations 9.34 MB; with train.activation_checkpointing = true 6.32 MB, for +10.4 % FLOPs")
 	hsdp := es[4]
 	require.Equal(t, 4, hsdp.Shards)
 	require.Equal(t, int64(4*30_144), hsdp.Params, "120,576 / 4 = 30,144 parameters per rank")

@@ -32,16 +32,20 @@ func TestAgainstTheTrainer(t *testing.T) {
 	}
 	cases := []struct {
 		layers, d, heads, context, micro int
+		checkpointing                    bool
 	}{
-		{2, 64, 4, 64, 8},
-		{4, 128, 4, 128, 4},
-		{6, 192, 6, 256, 2},
-		{2, 64, 4, 512, 1},
+		{2, 64, 4, 64, 8, false},
+		{4, 128, 4, 128, 4, false},
+		{6, 192, 6, 256, 2, false},
+		{2, 64, 4, 512, 1, false},
+		{6, 192, 6, 256, 2, true},
+		{8, 512, 8, 64, 2, true},
 	}
 	for _, tc := range cases {
 		c := config.Default()
 		c.Model = config.Model{Layers: tc.layers, DModel: tc.d, Heads: tc.heads, Context: tc.context}
 		c.Train.MicroBatch = tc.micro
+		c.Train.ActivationCheckpointing = tc.checkpointing
 		cfg := model.Config{Layers: tc.layers, DModel: tc.d, Heads: tc.heads, Context: tc.context, Vocab: config.Vocab}
 		require.Equal(t, int64(model.NewLayout(cfg).Size), c.Model.Params(), "parameter count of %+v", tc)
 
@@ -49,7 +53,7 @@ func TestAgainstTheTrainer(t *testing.T) {
 		es, err := Compute(m, l, FP32())
 		require.NoError(t, err)
 		before := heapAlloc()
-		mod, err := model.New(cfg, tc.micro, kernels.New(1))
+		mod, err := model.New(cfg, tc.micro, kernels.New(1), model.WithActivationCheckpointing(tc.checkpointing))
 		require.NoError(t, err)
 		measured := float64(heapAlloc() - before)
 		runtime.KeepAlive(mod)

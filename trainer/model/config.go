@@ -62,3 +62,17 @@ func (c Config) TrainFLOPsPerToken() float64 {
 	l, d, t, v := float64(c.Layers), float64(c.DModel), float64(c.Context), float64(c.Vocab)
 	return 6*(12*l*d*d+v*d) + 12*l*t*d
 }
+
+// RecomputeFLOPsPerToken is what activation checkpointing (WithActivationCheckpointing) adds to
+// TrainFLOPsPerToken, counted the same way: the backward pass recomputes the forward pass of
+// every block but the last, whose activations are still there after the forward pass, without
+// the MLP's output projection, which the backward pass does not need:
+//
+//	(L-1)·(2·8·d² + 4·T·d)
+//
+// 8d² being the weights of QKV (3d²), the attention output (d²) and c_fc (4d²), and 4·T·d
+// attention's q·kᵀ and P·v.
+func (c Config) RecomputeFLOPsPerToken() float64 {
+	l, d, t := float64(c.Layers), float64(c.DModel), float64(c.Context)
+	return max(l-1, 0) * (16*d*d + 4*t*d)
+}

@@ -11,7 +11,8 @@ import (
 // Model runs the forward and backward passes of one micro-batch. It owns the activation and
 // scratch buffers for microBatch sequences, not the parameters: Forward and Backward take the
 // flat parameter and gradient buffers laid out by NewLayout. A Model is not safe for
-// concurrent use; use one per goroutine.
+// concurrent use; use one per goroutine. With activation checkpointing (see
+// WithActivationCheckpointing) it keeps the activations of one block at a time.
 //
 // Architecture (GPT-2, pre-LN): x = wte[token] + wpe[position]; per block
 // x += attn(ln_1(x)); x += mlp(ln_2(x)); then logits = ln_f(x)·wteᵀ (the output projection is
@@ -27,12 +28,23 @@ type Model struct {
 	prof   *profile.Timer // nil: no profiling
 
 	inputs, targets []byte
-	xs              [][]float32 // residual stream: xs[0] embeddings, xs[l+1] output of block l
-	blocks          []blockActs
-	lnf             normActs
-	probs           []float32 // [n, v] softmax of the logits
-	rowLoss         []float64 // [n] loss of each position
-	forwarded       bool
+	// xs is the residual stream: xs[0] the embeddings, xs[l+1] the output of block l. Block l's
+	// output buffer first gets only its MLP branch; the layer norm that reads it next (block
+	// l+1's ln_1, or ln_f) adds the residual in place, so after the forward pass xs[l] is the
+	// whole input of block l, which is what activation checkpointing recomputes from.
+	xs        [][]float32
+	blocks    []blockActs // one per block; with checkpointing one that every block shares
+	lnf       normActs
+	probs     []float32 // [n, v] softmax of the logits
+	rowLoss   []float64 // [n] loss of each position
+	forwarded bool
+
+	// Activation checkpointing (WithActivationCheckpointing): blocks[0] holds the activations
+	// of block held (-1: none).
+	checkpointing bool
+	held          int
+
+	floats int // fp32 values of every buffer New allocated, for ActivationBytes
 
 	// Scratch.
 	qkv     []float32 // [n, 3d]: c_attn output's gradient in backward
@@ -67,9 +79,10 @@ type blockActs struct {
 // with its matrix products on eng; attention heads and row-wise work (layer norm, GELU,
 // softmax) are spread over eng.Threads() goroutines, each row on one goroutine in a fixed
 // order, and sums over rows in chunks of rowChunk rows, so results do not depend on
-// scheduling or on the thread count.
+// scheduling or on the thread count. It allocates ActivationBytes(cfg, microBatch, opts...)
+// bytes of buffers.
 // It returns an error when cfg is invalid, microBatch < 1 or eng is nil.
-func New(cfg Config, microBatch int, eng *kernels.Engine) (*Model, error) {
+func New(cfg Config, microBatch int, eng *kernels.Engine, opts ...Option) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("model: new: %w", err)
 	}
@@ -82,7 +95,11 @@ func New(cfg Config, microBatch int, eng *kernels.Engine) (*Model, error) {
 	d, t := cfg.DModel, cfg.Context
 	dm := dims{b: microBatch, t: t, d: d, h: cfg.Heads, hd: d / cfg.Heads, v: cfg.Vocab, n: microBatch * t}
 	n, bht := dm.n, microBatch*cfg.Heads*t
-	f := func(size int) []float32 { return make([]float32, size) }
+	floats := 0
+	f := func(size int) []float32 {
+		floats += size
+		return make([]float32, size)
+	}
 	norm := func() normActs { return normActs{out: f(n * d), mean: f(n), rstd: f(n)} }
 	m := &Model{
 		cfg:     cfg,
@@ -104,18 +121,68 @@ func New(cfg Config, microBatch int, eng *kernels.Engine) (*Model, error) {
 		dlogits: f(n * cfg.Vocab),
 		part:    f(chunks(n) * 4 * d),
 		keyBias: f(d),
+		held:    -1,
 	}
+	m.checkpointing = collect(opts).checkpointing
 	for i := 0; i <= cfg.Layers; i++ {
 		m.xs = append(m.xs, f(n*d))
 	}
-	for i := 0; i < cfg.Layers; i++ {
+	blocks := cfg.Layers
+	if m.checkpointing {
+		blocks = 1
+	}
+	for i := 0; i < blocks; i++ {
 		m.blocks = append(m.blocks, blockActs{
 			ln1: norm(), qkv: f(n * 3 * d), att: f(bht * t),
 			y: f(n * d), x2: f(n * d), ln2: norm(), fc: f(n * 4 * d), gelu: f(n * 4 * d), dgelu: f(n * 4 * d),
 		})
 	}
+	m.floats = floats
 	return m, nil
 }
+
+// ActivationBytes is the memory New allocates for cfg, microBatch and opts, in bytes: the
+// activations kept for the backward pass and the backward pass's scratch. With n =
+// microBatch·Context tokens, d = DModel, V = Vocab, L = Layers and a·n·t the attention
+// probabilities (Heads·microBatch·Context² values), all fp32:
+//   - per block: the two layer norms' outputs and row statistics, c_attn's output (q, k and v),
+//     the attention probabilities, the heads merged, the residual after attention, c_fc's
+//     output, the GELU and its derivative: 19nd + 4n + a·n·t values, for each of the L blocks,
+//     or for one with activation checkpointing;
+//   - the residual stream, L+1 buffers of nd values: the embeddings and each block's output,
+//     which are the blocks' inputs that checkpointing keeps;
+//   - once: ln_f's output and statistics, the softmax probabilities, and the backward pass's
+//     scratch (c_attn's output gradient, the attention probabilities' gradient, dL/dx and two
+//     more, the logits' gradient, the partial sums of chunks of rowChunk rows, the key bias):
+//     10nd + 2n + 2nV + a·n·t + 4d·⌈n/64⌉ + d values;
+//
+// plus n fp64 per-row losses and 2n bytes of input and target tokens. It is 0 for an invalid
+// cfg or microBatch < 1.
+func ActivationBytes(cfg Config, microBatch int, opts ...Option) int64 {
+	if cfg.Validate() != nil || microBatch < 1 {
+		return 0
+	}
+	n, d, v := int64(microBatch*cfg.Context), int64(cfg.DModel), int64(cfg.Vocab)
+	ant := int64(cfg.Heads) * n * int64(cfg.Context)
+	blocks := int64(cfg.Layers)
+	if collect(opts).checkpointing {
+		blocks = 1
+	}
+	perBlock := 19*n*d + 4*n + ant
+	residual := int64(cfg.Layers+1) * n * d
+	once := 10*n*d + 2*n + 2*n*v + ant + 4*d*int64(chunks(int(n))) + d
+	return 4*(blocks*perBlock+residual+once) + 8*n + 2*n
+}
+
+// ActivationBytes is the memory this Model's buffers take, in bytes: ActivationBytes of its
+// Config, micro batch and options.
+func (m *Model) ActivationBytes() int64 {
+	return 4*int64(m.floats) + 8*int64(len(m.rowLoss)) + int64(len(m.inputs)+len(m.targets))
+}
+
+// Checkpointing says whether the Model recomputes each block's activations in the backward
+// pass (WithActivationCheckpointing).
+func (m *Model) Checkpointing() bool { return m.checkpointing }
 
 // SetProfile makes Forward and Backward lap t after each operation, so
 // that t attributes their time to the phases (GEMM, attention,
@@ -175,32 +242,19 @@ func (m *Model) ForwardUnits(w Weights, tokens []byte) (float32, error) {
 	m.prof.Lap(profile.Elementwise)
 	// A block's output is the residual x2 plus its MLP branch; the branch goes into the output
 	// buffer first and the addition of res = x2 is left to the layer norm that reads the
-	// output next, which does both in one pass.
+	// output next, which does both in one pass. With checkpointing every block has the same
+	// activations, so that layer norm reads the previous block's x2 before this block's
+	// attention overwrites it.
+	m.held = -1
 	var res []float32
-	for l := range m.blocks {
+	for l := range m.cfg.Layers {
 		bw, err := m.block(w.Unit(1 + l))
 		if err != nil {
 			return 0, err
 		}
-		a, in, out := &m.blocks[l], m.xs[l], m.xs[l+1]
-		// Attention: x2 = in + c_proj(attn(c_attn(ln_1(in)))).
-		addLayerNorm(m.par, a.ln1, in, res, bw.ln1w, bw.ln1b, n, d)
-		m.prof.Lap(profile.Elementwise)
-		linearForward(m.eng, a.qkv, a.ln1.out, bw.attnw, bw.attnb, n, d, 3*d)
-		m.prof.Lap(profile.GEMM)
-		attentionForward(m.par, a.y, a.att, a.qkv, dm)
-		m.prof.Lap(profile.Attention)
-		linearForward(m.eng, a.x2, a.y, bw.projw, bw.projb, n, d, d)
-		m.prof.Lap(profile.GEMM)
-		// MLP: out = x2 + c_proj(gelu(c_fc(ln_2(x2)))).
-		addLayerNorm(m.par, a.ln2, a.x2, in, bw.ln2w, bw.ln2b, n, d)
-		m.prof.Lap(profile.Elementwise)
-		linearForward(m.eng, a.fc, a.ln2.out, bw.fcw, bw.fcb, n, d, 4*d)
-		m.prof.Lap(profile.GEMM)
-		geluForward(m.par, a.gelu, a.dgelu, a.fc)
-		m.prof.Lap(profile.Elementwise)
-		linearForward(m.eng, out, a.gelu, bw.mlpw, bw.mlpb, n, 4*d, d)
-		m.prof.Lap(profile.GEMM)
+		a := m.acts(l)
+		m.blockForward(a, bw, m.xs[l], res, m.xs[l+1])
+		m.held = l
 		res = a.x2
 	}
 	fin, err := m.final(w.Unit(final))
@@ -219,6 +273,46 @@ func (m *Model) ForwardUnits(w Weights, tokens []byte) (float32, error) {
 	loss := crossEntropyForward(m.par, m.probs, m.rowLoss, m.targets, n, dm.v)
 	m.prof.Lap(profile.Elementwise)
 	return loss, nil
+}
+
+// blockForward runs block a's forward pass with weights bw from its input in and keeps its
+// activations in a. The residual res, when not nil, is added to in first: in holds only the
+// MLP branch of the block before, whose residual is res (see ForwardUnits); afterwards in is
+// the whole input. out gets the block's MLP branch; a nil out skips the MLP's output
+// projection, which the backward pass does not need: that is the recomputation of activation
+// checkpointing, from an in that is whole already.
+func (m *Model) blockForward(a *blockActs, bw blockWeights, in, res, out []float32) {
+	dm := m.dm
+	n, d := dm.n, dm.d
+	// Attention: x2 = in + c_proj(attn(c_attn(ln_1(in)))).
+	addLayerNorm(m.par, a.ln1, in, res, bw.ln1w, bw.ln1b, n, d)
+	m.prof.Lap(profile.Elementwise)
+	linearForward(m.eng, a.qkv, a.ln1.out, bw.attnw, bw.attnb, n, d, 3*d)
+	m.prof.Lap(profile.GEMM)
+	attentionForward(m.par, a.y, a.att, a.qkv, dm)
+	m.prof.Lap(profile.Attention)
+	linearForward(m.eng, a.x2, a.y, bw.projw, bw.projb, n, d, d)
+	m.prof.Lap(profile.GEMM)
+	// MLP: out = x2 + c_proj(gelu(c_fc(ln_2(x2)))).
+	addLayerNorm(m.par, a.ln2, a.x2, in, bw.ln2w, bw.ln2b, n, d)
+	m.prof.Lap(profile.Elementwise)
+	linearForward(m.eng, a.fc, a.ln2.out, bw.fcw, bw.fcb, n, d, 4*d)
+	m.prof.Lap(profile.GEMM)
+	geluForward(m.par, a.gelu, a.dgelu, a.fc)
+	m.prof.Lap(profile.Elementwise)
+	if out != nil {
+		linearForward(m.eng, out, a.gelu, bw.mlpw, bw.mlpb, n, 4*d, d)
+		m.prof.Lap(profile.GEMM)
+	}
+}
+
+// acts is where block l's activations are kept: its own, or with checkpointing the one set
+// every block shares.
+func (m *Model) acts(l int) *blockActs {
+	if m.checkpointing {
+		return &m.blocks[0]
+	}
+	return &m.blocks[l]
 }
 
 // Backward adds to grads[:Layout().Size] scale times the gradient of the loss of the last
@@ -281,16 +375,24 @@ func (m *Model) BackwardUnits(w Weights, g Grads, scale float32) error {
 
 	// Blocks, last first. On entry to each, dx = dL/d(block output). A residual connection
 	// passes dx through unchanged, and each branch adds its own gradient to it.
-	for l := len(m.blocks) - 1; l >= 0; l-- {
+	for l := m.cfg.Layers - 1; l >= 0; l-- {
 		bw, err := m.block(w.Unit(1 + l))
 		if err != nil {
 			return err
+		}
+		a, in := m.acts(l), m.xs[l]
+		if m.checkpointing && m.held != l {
+			// Recompute the block's activations from its input, whole since the forward pass,
+			// with the weights just asked for: the same operations on the same values as the
+			// forward pass, so the same bits. The last block's are still there after the
+			// forward pass.
+			m.blockForward(a, bw, in, nil, nil)
+			m.held = l
 		}
 		bg, err := m.block(g.Grad(1 + l))
 		if err != nil {
 			return err
 		}
-		a, in := &m.blocks[l], m.xs[l]
 		// MLP branch: dx += d(ln_2 ∘ c_fc ∘ gelu ∘ c_proj)ᵀ dx; afterwards dx = dL/dx2.
 		// c_proj's bias gradient is the column sums of dx, which the layer norm backward that
 		// wrote dx summed by chunks (see layerNormBackward).

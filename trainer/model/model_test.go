@@ -438,25 +438,28 @@ func TestForwardPanicsOnCallerBugs(t *testing.T) {
 }
 
 // BenchmarkForwardBackward times one forward and backward pass of the default config with a
-// micro-batch of 8, on 1 and 2 threads, and reports tokens per second and the rate of the
-// matrix products (which are nearly all of the time).
+// micro-batch of 8, on 1 and 2 threads, with activation checkpointing off and on, and reports
+// tokens per second and the rate of the matrix products (which are nearly all of the time; the
+// recomputation's products are not counted, as in the trainer's mfu).
 func BenchmarkForwardBackward(b *testing.B) {
 	for _, threads := range []int{1, 2} {
-		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) {
-			cfg, batch := defaultConfig, 8
-			m, err := New(cfg, batch, kernels.New(threads))
-			require.NoError(b, err)
-			p := make([]float32, m.Layout().Size)
-			g := make([]float32, len(p))
-			Init(cfg, p, 1)
-			tok := randomTokens(m.TokensLen(), 256, 1)
-			for b.Loop() {
-				m.Forward(p, tok)
-				m.Backward(p, g, 1)
-			}
-			sec := b.Elapsed().Seconds()
-			b.ReportMetric(float64(b.N*batch*cfg.Context)/sec, "tokens/s")
-			b.ReportMetric(float64(b.N*batch*cfg.Context)*cfg.TrainFLOPsPerToken()/sec/1e9, "GFLOP/s")
-		})
+		for _, ckpt := range []bool{false, true} {
+			b.Run(fmt.Sprintf("threads=%d/checkpointing=%v", threads, ckpt), func(b *testing.B) {
+				cfg, batch := defaultConfig, 8
+				m, err := New(cfg, batch, kernels.New(threads), WithActivationCheckpointing(ckpt))
+				require.NoError(b, err)
+				p := make([]float32, m.Layout().Size)
+				g := make([]float32, len(p))
+				Init(cfg, p, 1)
+				tok := randomTokens(m.TokensLen(), 256, 1)
+				for b.Loop() {
+					m.Forward(p, tok)
+					m.Backward(p, g, 1)
+				}
+				sec := b.Elapsed().Seconds()
+				b.ReportMetric(float64(b.N*batch*cfg.Context)/sec, "tokens/s")
+				b.ReportMetric(float64(b.N*batch*cfg.Context)*cfg.TrainFLOPsPerToken()/sec/1e9, "GFLOP/s")
+			})
+		}
 	}
 }
