@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/gorun/gorun/trainer/kernels.(*team).work"))
 }
 
+// The trainer these tests run is a Trainer.
+var _ Trainer = (*trainer.Trainer)(nil)
+
 // tiny is a model that trains in milliseconds a step.
 var tiny = []string{"model.layers=1", "model.d_model=16", "model.heads=2", "model.context=16",
 	"train.global_batch=8", "train.micro_batch=2", "train.steps=8", "train.metrics=''",
