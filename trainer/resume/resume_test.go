@@ -21,6 +21,7 @@ import (
 	"github.com/gorun/gorun/trainer"
 	"github.com/gorun/gorun/trainer/config"
 	"github.com/gorun/gorun/trainer/data"
+	"github.com/gorun/gorun/trainer/internal/worldtest"
 	"github.com/gorun/gorun/trainer/metrics"
 	"github.com/gorun/gorun/trainer/model"
 )
@@ -75,13 +76,10 @@ type opts struct {
 // stop after that step.
 func runWorld(t *testing.T, cfg config.Config, size int, o opts) []rankRun {
 	t.Helper()
-	port := testutil.FreePort(t)
 	ds := text()
 	out := make([]rankRun, size)
-	errs := testutil.OnRanks(size, func(r int) error {
-		return runRank(cfg, ds, distenv.Worker{Rank: r, WorldSize: size, LocalRank: r, LocalWorldSize: size,
-			GroupWorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: port, RunID: "resume-test"},
-			o, &out[r])
+	errs := worldtest.New(t, "resume-test", size, size).Run(func(w distenv.Worker) error {
+		return runRank(cfg, ds, w, o, &out[w.Rank])
 	})
 	for r, err := range errs {
 		out[r].err = err
