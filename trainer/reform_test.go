@@ -17,6 +17,7 @@ import (
 	"github.com/gorun/gorun/internal/testutil"
 	"github.com/gorun/gorun/trainer/comm"
 	"github.com/gorun/gorun/trainer/config"
+	"github.com/gorun/gorun/trainer/internal/worldtest"
 	"github.com/gorun/gorun/trainer/metrics"
 )
 
@@ -63,14 +64,9 @@ type outcome struct {
 // play runs sc: every process in its own goroutine over loopback.
 func play(t *testing.T, sc scenario) []outcome {
 	t.Helper()
-	ports, err := testutil.FreePorts(2)
-	require.NoError(t, err)
+	worlds := worldtest.Rounds(t, "reform-test", worldtest.Shape{Size: sc.first, PerNode: sc.firstPerNode},
+		worldtest.Shape{Size: sc.second, PerNode: sc.secondPerNode})
 	ds := datasetOf(t, sc.cfg)
-	worker := func(rank, size, perNode, port, round int) distenv.Worker {
-		return distenv.Worker{Rank: rank, WorldSize: size, LocalRank: rank % perNode, LocalWorldSize: perNode,
-			GroupRank: rank / perNode, GroupWorldSize: size / perNode, MasterAddr: "127.0.0.1", MasterPort: port,
-			RunID: "reform-test", RestartCount: round}
-	}
 	out := make([]outcome, len(sc.procs))
 	var firstDone sync.WaitGroup // every first-world rank's first Run returned
 	for _, p := range sc.procs {
@@ -83,7 +79,7 @@ func play(t *testing.T, sc scenario) []outcome {
 		cfg := Config{Train: sc.cfg, Threads: 1, Dataset: ds, CommTimeout: 30 * time.Second, Metrics: sc.metrics}
 		var w2 distenv.Worker
 		if p.next >= 0 {
-			w2 = worker(p.next, sc.second, sc.secondPerNode, ports[1], 1)
+			w2 = worlds[1].Worker(p.next)
 		}
 		if p.old < 0 {
 			firstDone.Wait()
@@ -105,7 +101,7 @@ func play(t *testing.T, sc scenario) []outcome {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		cfg.Worker = worker(p.old, sc.first, sc.firstPerNode, ports[0], 0)
+		cfg.Worker = worlds[0].Worker(p.old)
 		cfg.AfterStep = func(_ *Trainer, rec metrics.Record) error {
 			o.steps = append(o.steps, rec.Step)
 			if sc.afterStep != nil && rec.WorldSize == sc.first {
@@ -507,10 +503,9 @@ func TestExchangeWithoutCover(t *testing.T) {
 		require.Len(t, out[0].steps, 5+20, "the second Run starts from step 0")
 	})
 	t.Run("a fresh job", func(t *testing.T) {
-		port := testutil.FreePort(t)
-		errs := testutil.OnRanks(2, func(r int) error {
-			tr, err := New(context.Background(), Config{Train: cfg, Threads: 1, Dataset: text(), CommTimeout: 30 * time.Second,
-				Worker: distenv.Worker{Rank: r, WorldSize: 2, LocalRank: r, LocalWorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: port, RunID: "fresh"}})
+		errs := worldtest.New(t, "fresh", 2, 2).Run(func(w distenv.Worker) error {
+			r := w.Rank
+			tr, err := New(context.Background(), Config{Train: cfg, Worker: w, Threads: 1, Dataset: text(), CommTimeout: 30 * time.Second})
 			if err != nil {
 				return err
 			}

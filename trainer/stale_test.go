@@ -11,9 +11,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gorun/gorun/internal/distenv"
 	"github.com/gorun/gorun/internal/testutil"
 	"github.com/gorun/gorun/trainer/config"
+	"github.com/gorun/gorun/trainer/internal/worldtest"
 	"github.com/gorun/gorun/trainer/metrics"
 )
 
@@ -43,14 +43,9 @@ func TestStaleRejoinerDoesNotRollBack(t *testing.T) {
 	cfg := reformConfig(t, config.ModeHSDP)
 	n := modelSize(t, cfg)
 	ds := datasetOf(t, cfg)
-	ports, err := testutil.FreePorts(3)
-	require.NoError(t, err)
+	rounds := worldtest.Rounds(t, "stale-test", worldtest.Shape{Size: 6, PerNode: 2},
+		worldtest.Shape{Size: 4, PerNode: 2}, worldtest.Shape{Size: 6, PerNode: 2})
 	dir := t.TempDir()
-	worker := func(rank, size, round int) distenv.Worker {
-		return distenv.Worker{Rank: rank, WorldSize: size, LocalRank: rank % 2, LocalWorldSize: 2,
-			GroupRank: rank / 2, GroupWorldSize: size / 2, MasterAddr: "127.0.0.1", MasterPort: ports[round],
-			RunID: "stale-test", RestartCount: round}
-	}
 	const cutAt, rejoinAt = 5, 12
 	out := make([]staleOutcome, 6)
 	var round1 sync.WaitGroup // the survivors' round 1 Run returned
@@ -60,7 +55,7 @@ func TestStaleRejoinerDoesNotRollBack(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		survivor := r < 4
-		tr, err := New(ctx, Config{Train: cfg, Worker: worker(r, 6, 0), Threads: 1, Dataset: ds,
+		tr, err := New(ctx, Config{Train: cfg, Worker: rounds[0].Worker(r), Threads: 1, Dataset: ds,
 			CommTimeout: 30 * time.Second, Metrics: filepath.Join(dir, "m{rank}.jsonl"),
 			AfterStep: func(tr *Trainer, rec metrics.Record) error {
 				o.steps = append(o.steps, rec.Step)
@@ -82,13 +77,13 @@ func TestStaleRejoinerDoesNotRollBack(t *testing.T) {
 		defer tr.Close()
 		_, o.cut = tr.Run(ctx)
 		if survivor {
-			if _, o.cut = tr.Reform(context.Background(), worker(r, 4, 1), nil); o.cut == nil {
+			if _, o.cut = tr.Reform(context.Background(), rounds[1].Worker(r), nil); o.cut == nil {
 				_, o.cut = tr.Run(context.Background())
 			}
 			round1.Done()
 		}
 		round1.Wait()
-		if o.rec, o.err = tr.Reform(context.Background(), worker(r, 6, 2), nil); o.err != nil {
+		if o.rec, o.err = tr.Reform(context.Background(), rounds[2].Worker(r), nil); o.err != nil {
 			return nil
 		}
 		_, o.err = tr.Run(context.Background())

@@ -1,17 +1,15 @@
 package trainer
 
-import "fmt"
+import (
+	"fmt"
 
-// State is what a checkpoint of one rank holds: its slice of the
-// parameters and of the AdamW moments, and where the run is. Every slice
-// covers elements [Lo, Hi) of the padded flat buffer laid out by Layout.
-type State struct {
-	Step   int64     // optimizer steps done
-	Sample int64     // global index of the next sample to train on: the first of step Step
-	Lo, Hi int       // the slice of the padded flat buffer that this rank owns
-	Params []float32 // parameters [Lo, Hi)
-	M, V   []float32 // AdamW first and second moments [Lo, Hi)
-}
+	"github.com/gorun/gorun/trainer/shard"
+)
+
+// State is what a checkpoint of one rank holds (see shard.State); it is
+// declared in the leaf package shard so that package resume need not
+// import trainer.
+type State = shard.State
 
 // State returns this rank's state between steps. Its slices are the
 // trainer's own buffers, valid until the next Run or Restore: copy them to

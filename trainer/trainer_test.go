@@ -21,6 +21,7 @@ import (
 	"github.com/gorun/gorun/trainer/comm"
 	"github.com/gorun/gorun/trainer/config"
 	"github.com/gorun/gorun/trainer/data"
+	"github.com/gorun/gorun/trainer/internal/worldtest"
 	"github.com/gorun/gorun/trainer/metrics"
 	"github.com/gorun/gorun/trainer/profile"
 )
@@ -86,17 +87,14 @@ type runOpts struct {
 // goroutine with its own Trainer and comm.World over loopback sockets.
 func runWorld(t *testing.T, cfg config.Config, size, perNode int, o runOpts) []rankRun {
 	t.Helper()
-	port := testutil.FreePort(t)
 	ds := datasetOf(t, cfg)
 	out := make([]rankRun, size)
-	errs := testutil.OnRanks(size, func(r int) error {
+	errs := worldtest.New(t, "trainer-test", size, perNode).Run(func(w distenv.Worker) error {
+		r := w.Rank
 		res := &out[r]
 		res.log = &bytes.Buffer{}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		w := distenv.Worker{Rank: r, WorldSize: size, LocalRank: r % perNode, LocalWorldSize: perNode,
-			GroupRank: r / perNode, GroupWorldSize: size / perNode, MasterAddr: "127.0.0.1", MasterPort: port,
-			RunID: "trainer-test"}
 		c := Config{Train: cfg, Worker: w, Threads: 1, Dataset: ds, CommTimeout: 10 * time.Second,
 			Profile: o.profile, Log: res.log,
 			AfterStep: func(tr *Trainer, rec metrics.Record) error {
@@ -412,11 +410,9 @@ func BenchmarkStepWorld(b *testing.B) {
 			cfg, err := config.Parse("/nowhere/train.toml", []byte("[data]\nfiles = [\"unused.txt\"]\n"),
 				[]string{"train.metrics=''", "optim.warmup=1", fmt.Sprintf("train.steps=%d", b.N+1)})
 			require.NoError(b, err)
-			port := testutil.FreePort(b)
 			var first, last time.Time
-			testutil.RequireRanks(b, testutil.OnRanks(ranks, func(r int) error {
-				w := distenv.Worker{Rank: r, WorldSize: ranks, LocalRank: r, LocalWorldSize: ranks,
-					GroupWorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: port, RunID: "bench"}
+			testutil.RequireRanks(b, worldtest.New(b, "bench", ranks, ranks).Run(func(w distenv.Worker) error {
+				r := w.Rank
 				tr, err := New(context.Background(), Config{Train: cfg, Worker: w, Threads: 1, Dataset: text(),
 					CommTimeout: time.Minute, AfterStep: func(_ *Trainer, rec metrics.Record) error {
 						if r == 0 && rec.Step == 1 {

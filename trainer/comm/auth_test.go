@@ -12,8 +12,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gorun/gorun/internal/distenv"
 	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/internal/testutil"
+	"github.com/gorun/gorun/trainer/internal/worldtest"
 )
 
 func secret(t testing.TB, hexDigit string) jobsecret.Secret {
@@ -27,30 +29,23 @@ func secret(t testing.TB, hexDigit string) jobsecret.Secret {
 // the store and by a rank it dials directly, both sides say why, and the
 // world of the right secret goes on.
 func TestWrongSecretRefused(t *testing.T) {
-	port := testutil.FreePort(t)
 	right, wrong := secret(t, "a"), secret(t, "b")
 	var log0 testutil.SyncBuffer
 	impostor := make(chan error, 1)
-	var worlds [2]*World
-	errs := testutil.OnRanks(2, func(r int) error {
-		if r == 1 { // the impostor comes first, as rank 1
-			cfg := testConfig(port, 1, 2)
+	worlds := worldtest.Start(t, worldtest.New(t, "test", 2, 2), func(w distenv.Worker) (*World, error) {
+		if w.Rank == 1 { // the impostor comes first, as rank 1
+			cfg := testConfig(w.MasterPort, 1, 2)
 			cfg.Secret = wrong
 			_, err := Connect(context.Background(), cfg)
 			impostor <- err
 		}
-		cfg := testConfig(port, r, 2)
+		cfg := testConfig(w.MasterPort, w.Rank, 2)
 		cfg.Secret = right
-		if r == 0 {
+		if w.Rank == 0 {
 			cfg.Log = &log0
 		}
-		var err error
-		worlds[r], err = Connect(context.Background(), cfg)
-		return err
+		return Connect(context.Background(), cfg)
 	})
-	testutil.RequireRanks(t, errs)
-	defer worlds[0].Close()
-	defer worlds[1].Close()
 
 	err := <-impostor
 	require.ErrorIs(t, err, ErrAuthFailed)

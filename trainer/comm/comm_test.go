@@ -13,7 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/gorun/gorun/internal/distenv"
 	"github.com/gorun/gorun/internal/testutil"
+	"github.com/gorun/gorun/trainer/internal/worldtest"
 )
 
 func TestMain(m *testing.M) {
@@ -28,26 +30,16 @@ func testConfig(port, rank, size int) Config {
 }
 
 // startWorld connects size ranks, each in its own goroutine with its own
-// World over real loopback sockets.
+// World over real loopback sockets, edit changing each rank's Config.
 func startWorld(t testing.TB, size int, edit func(*Config)) []*World {
 	t.Helper()
-	port := testutil.FreePort(t)
-	worlds := make([]*World, size)
-	testutil.RequireRanks(t, testutil.OnRanks(size, func(r int) error {
-		cfg := testConfig(port, r, size)
+	return worldtest.Start(t, worldtest.New(t, "test", size, size), func(w distenv.Worker) (*World, error) {
+		cfg := testConfig(w.MasterPort, w.Rank, size)
 		if edit != nil {
 			edit(&cfg)
 		}
-		var err error
-		worlds[r], err = Connect(context.Background(), cfg)
-		return err
-	}))
-	t.Cleanup(func() {
-		for _, w := range worlds {
-			require.NoError(t, w.Close())
-		}
+		return Connect(context.Background(), cfg)
 	})
-	return worlds
 }
 
 // inputs returns rank r's random data, and the plain sums over ranks in
@@ -472,24 +464,17 @@ func TestMismatchNamesPeer(t *testing.T) {
 }
 
 func TestStaleRoundRefused(t *testing.T) {
-	port := testutil.FreePort(t)
 	stale := make(chan error, 1)
-	var worlds [2]*World
-	errs := testutil.OnRanks(2, func(r int) error {
-		if r == 1 {
+	worlds := worldtest.Start(t, worldtest.New(t, "test", 2, 2), func(w distenv.Worker) (*World, error) {
+		if w.Rank == 1 {
 			// A worker of the previous round comes first, as rank 1.
-			cfg := testConfig(port, 1, 2)
+			cfg := testConfig(w.MasterPort, 1, 2)
 			cfg.Token = "test/-1"
 			_, err := Connect(context.Background(), cfg)
 			stale <- err
 		}
-		var err error
-		worlds[r], err = Connect(context.Background(), testConfig(port, r, 2))
-		return err
+		return Connect(context.Background(), testConfig(w.MasterPort, w.Rank, 2))
 	})
-	testutil.RequireRanks(t, errs)
-	defer worlds[0].Close()
-	defer worlds[1].Close()
 	err := <-stale
 	require.ErrorContains(t, err, "refused: it runs another round")
 	require.NotContains(t, err.Error(), "test/0", "the round's token is not told to a refused peer")

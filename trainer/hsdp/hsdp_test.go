@@ -10,8 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/gorun/gorun/internal/distenv"
+	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/internal/testutil"
 	"github.com/gorun/gorun/trainer/comm"
+	"github.com/gorun/gorun/trainer/internal/worldtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -70,31 +73,20 @@ func TestPlanErrors(t *testing.T) {
 // over loopback sockets, and joins the groups of a layout with shards.
 func connect(t *testing.T, size, shards int) []*Groups {
 	t.Helper()
-	port := testutil.FreePort(t)
+	worlds := worldtest.Start(t, worldtest.New(t, "hsdp-test", size, size), func(w distenv.Worker) (*comm.World, error) {
+		cfg := comm.ConfigFrom(w, jobsecret.Secret{})
+		cfg.Timeout = 10 * time.Second
+		return comm.Connect(context.Background(), cfg)
+	})
 	groups := make([]*Groups, size)
-	worlds := make([]*comm.World, size)
-	errs := testutil.OnRanks(size, func(r int) error {
-		var err error
-		worlds[r], err = comm.Connect(context.Background(), comm.Config{Rank: r, WorldSize: size,
-			MasterAddr: "127.0.0.1", MasterPort: port, Token: "hsdp-test/0", Timeout: 10 * time.Second})
-		if err != nil {
-			return err
-		}
+	testutil.RequireRanks(t, testutil.OnRanks(size, func(r int) error {
 		p, err := NewPlan(r, size, shards)
 		if err != nil {
 			return err
 		}
 		groups[r], err = Join(worlds[r], p)
 		return err
-	})
-	t.Cleanup(func() {
-		for _, w := range worlds {
-			if w != nil {
-				w.Close()
-			}
-		}
-	})
-	testutil.RequireRanks(t, errs)
+	}))
 	return groups
 }
 

@@ -10,8 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/gorun/gorun/internal/distenv"
+	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/internal/testutil"
 	"github.com/gorun/gorun/trainer/comm"
+	"github.com/gorun/gorun/trainer/internal/worldtest"
 )
 
 // An idle kernels team lets go of its goroutines within ~20 ms by itself (tested in kernels);
@@ -36,19 +39,18 @@ func start(t testing.TB, size, perNode int, tcpOnly bool) *job {
 // startReplicas is start with Keepers of replicas copies.
 func startReplicas(t testing.TB, size, perNode, replicas int, tcpOnly bool) *job {
 	t.Helper()
-	port := testutil.FreePort(t)
-	j := &job{worlds: make([]*comm.World, size), keepers: make([]*Keeper, size)}
+	j := &job{worlds: worldtest.Start(t, worldtest.New(t, "memcopy-test", size, perNode), func(w distenv.Worker) (*comm.World, error) {
+		cfg := comm.ConfigFrom(w, jobsecret.Secret{})
+		cfg.Timeout, cfg.TCPOnly = 10*time.Second, tcpOnly
+		return comm.Connect(context.Background(), cfg)
+	})}
+	j.keepers = make([]*Keeper, size)
 	testutil.RequireRanks(t, testutil.OnRanks(size, func(r int) error {
-		w, err := comm.Connect(context.Background(), comm.Config{Rank: r, WorldSize: size, MasterAddr: "127.0.0.1",
-			MasterPort: port, Token: "memcopy-test/0", Timeout: 10 * time.Second, TCPOnly: tcpOnly})
-		if err != nil {
-			return err
-		}
-		j.worlds[r] = w
-		j.keepers[r], err = New(w, perNode, replicas)
+		var err error
+		j.keepers[r], err = New(j.worlds[r], perNode, replicas)
 		return err
 	}))
-	t.Cleanup(func() {
+	t.Cleanup(func() { // before worldtest's, which then finds the worlds closed
 		for r := range j.worlds {
 			require.NoError(t, j.worlds[r].Close()) // first: ends any exchange at once
 			require.NoError(t, j.keepers[r].Close())

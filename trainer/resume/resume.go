@@ -9,11 +9,30 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/checkpoint"
-	"github.com/gorun/gorun/trainer"
 	"github.com/gorun/gorun/trainer/comm"
 	"github.com/gorun/gorun/trainer/config"
+	"github.com/gorun/gorun/trainer/hsdp"
 	"github.com/gorun/gorun/trainer/metrics"
+	"github.com/gorun/gorun/trainer/model"
+	"github.com/gorun/gorun/trainer/shard"
 )
+
+// Trainer is what a Checkpointer needs of the trainer it checkpoints; *trainer.Trainer is one.
+// Package resume names it here rather than importing package trainer, its parent.
+type Trainer interface {
+	// Plan is this rank's place in the world: its rank, and the replicas and shards.
+	Plan() hsdp.Plan
+	// World is this rank's connection to the others, nil in a world of one rank. The
+	// Checkpointer makes groups of its own on it and closes it to abort a save.
+	World() *comm.World
+	// Layout names the tensors of the flat parameter buffer.
+	Layout() model.Layout
+	// State returns this rank's state between steps; its slices may alias the trainer's own.
+	State() shard.State
+	// Restore sets this rank's state from s, or changes nothing and returns an error when s
+	// does not fit this rank.
+	Restore(s shard.State) error
+}
 
 // Config is what a Checkpointer needs besides its Trainer.
 type Config struct {
@@ -37,7 +56,7 @@ type Config struct {
 // Trainer's AfterStep hook).
 type Checkpointer struct {
 	cfg   Config
-	t     *trainer.Trainer
+	t     Trainer
 	rank  int
 	hash  string
 	ctrl  *comm.Group // the per-step agreement on stop requests; nil in a world of one rank
@@ -50,7 +69,7 @@ type Checkpointer struct {
 // rank on t.World() (one agrees on stop requests each step, one carries the saves' metadata so
 // that a background save runs beside training) and waits, up to the comm timeout, for every rank
 // to do the same. It touches no files.
-func New(t *trainer.Trainer, cfg Config) (*Checkpointer, error) {
+func New(t Trainer, cfg Config) (*Checkpointer, error) {
 	ck := cfg.Train.Checkpoint
 	if ck.Dir == "" || ck.Every < 0 || ck.Keep < 1 {
 		return nil, fmt.Errorf("resume: checkpoint.dir = %q, every = %d, keep = %d: want a directory, every >= 0 and keep >= 1",

@@ -21,6 +21,7 @@ import (
 	"github.com/gorun/gorun/trainer"
 	"github.com/gorun/gorun/trainer/config"
 	"github.com/gorun/gorun/trainer/data"
+	"github.com/gorun/gorun/trainer/internal/worldtest"
 	"github.com/gorun/gorun/trainer/metrics"
 	"github.com/gorun/gorun/trainer/model"
 )
@@ -30,6 +31,9 @@ import (
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/gorun/gorun/trainer/kernels.(*team).work"))
 }
+
+// The trainer these tests run is a Trainer.
+var _ Trainer = (*trainer.Trainer)(nil)
 
 // tiny is a model that trains in milliseconds a step.
 var tiny = []string{"model.layers=1", "model.d_model=16", "model.heads=2", "model.context=16",
@@ -72,13 +76,10 @@ type opts struct {
 // stop after that step.
 func runWorld(t *testing.T, cfg config.Config, size int, o opts) []rankRun {
 	t.Helper()
-	port := testutil.FreePort(t)
 	ds := text()
 	out := make([]rankRun, size)
-	errs := testutil.OnRanks(size, func(r int) error {
-		return runRank(cfg, ds, distenv.Worker{Rank: r, WorldSize: size, LocalRank: r, LocalWorldSize: size,
-			GroupWorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: port, RunID: "resume-test"},
-			o, &out[r])
+	errs := worldtest.New(t, "resume-test", size, size).Run(func(w distenv.Worker) error {
+		return runRank(cfg, ds, w, o, &out[w.Rank])
 	})
 	for r, err := range errs {
 		out[r].err = err
