@@ -1,6 +1,10 @@
 package trainer
 
-import "github.com/gorun/gorun/trainer/kernels"
+import (
+	"unsafe"
+
+	"github.com/gorun/gorun/trainer/kernels"
+)
 
 // The step's gradient does not depend on the world size or the layout.
 // The global batch is a fixed sequence of units of micro_batch samples
@@ -18,33 +22,35 @@ import "github.com/gorun/gorun/trainer/kernels"
 // turns into steps of the learning rate's size where gradients are tiny.
 
 // bufferChunk is how many elements one item of the per-step buffer work
-// (roundMean, zero, rollback.keep) covers on the engine's
+// (zero, rollback.keep) covers on the engine's
 // threads: elementwise work, so any split gives the same bits.
 const bufferChunk = 1 << 15
 
-// roundMean sets dst[i] to sum[i]/units rounded to float32: the mean of
-// the units' gradients, the step's gradient of the mean loss. It runs on
-// e's threads. When units is a power of two it multiplies by 1/units
-// instead: the reciprocal is exact, so the product is the quotient's bits.
-func roundMean(e *kernels.Engine, dst []float32, sum []float64, units int) {
-	sum = sum[:len(dst)]
+// roundMean rounds sum[i]/units to float32, the mean of the units'
+// gradients, the step's gradient of the mean loss, and returns those
+// float32s in sum's own memory: element i takes bytes [4i, 4i+4) of sum,
+// which hold the float64 sum[i/2], already read. So the step's gradient
+// costs no buffer beyond its float64 sum (whose values it destroys). It
+// runs on one goroutine, in order: that is what makes the overlap safe.
+// When units is a power of two it multiplies by 1/units instead: the
+// reciprocal is exact, so the product is the quotient's bits.
+func roundMean(sum []float64, units int) []float32 {
+	if len(sum) == 0 {
+		return nil
+	}
+	dst := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(sum))), len(sum))
 	n := float64(units)
 	if units&(units-1) == 0 {
 		inv := 1 / n
-		e.ForChunks(len(dst), bufferChunk, func(lo, hi int) {
-			d := dst[lo:hi]
-			for i, s := range sum[lo:hi] {
-				d[i] = float32(s * inv)
-			}
-		})
-		return
-	}
-	e.ForChunks(len(dst), bufferChunk, func(lo, hi int) {
-		d := dst[lo:hi]
-		for i, s := range sum[lo:hi] {
-			d[i] = float32(s / n)
+		for i := range dst {
+			dst[i] = float32(sum[i] * inv)
 		}
-	})
+		return dst
+	}
+	for i := range dst {
+		dst[i] = float32(sum[i] / n)
+	}
+	return dst
 }
 
 // zero sets every element of x to zero, on e's threads.

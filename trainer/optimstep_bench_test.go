@@ -36,8 +36,8 @@ func BenchmarkOptimizerPhase(b *testing.B) {
 		}{
 			{"zeroSum", func() { zero(e, sum) }},
 			{"zeroUnit", func() { zero(e, unit) }},
-			{"roundMean", func() { roundMean(e, owned, sum, 1) }},
-			{"roundMean3", func() { roundMean(e, owned, sum, 3) }},
+			{"roundMean", func() { roundMean(sum, 1) }},
+			{"roundMean3", func() { roundMean(sum, 3) }},
 			{"sumSquares", func() { optim.SumSquares(e, owned) }},
 			{"keep", func() { rb.keep(e, 0, params, st.M, st.V) }},
 			{"update", func() {

@@ -105,10 +105,10 @@ type Trainer struct {
 	weights *unitWeights
 	// grads reduces each unit's gradient into grad64, this rank's slice
 	// of the float64 sum of the step's units (micro batches) over the
-	// world; grad is that, over the units, in float32: the step's gradient.
+	// world, which roundMean then turns, in its own memory, into the
+	// step's gradient in float32.
 	grads  *unitGrads
 	grad64 []float64
-	grad   []float32
 	decay  []bool // weight-decay mask of the owned slice
 	tokens []byte // one micro batch
 	lo, hi int    // the owned slice of params
@@ -259,7 +259,6 @@ func (t *Trainer) setGeometry(geo geometry) {
 	t.weights = newUnitWeights(t.groups, units, geo.lo, geo.hi, geo.n, !config.ShardsParams(mode))
 	t.params = t.weights.owned
 	t.grad64 = make([]float64, geo.hi-geo.lo)
-	t.grad = make([]float32, geo.hi-geo.lo)
 	t.decay = t.model.Layout().DecayMaskRange(geo.lo, geo.hi)
 	t.state = optim.NewState(geo.hi - geo.lo)
 	t.grads = newUnitGrads(t.groups, units, geo.n, t.grad64, !config.ShardsGrads(mode) && geo.plan.Shards > 1)
@@ -414,8 +413,8 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 		}
 		inCollectives := time.Since(collStart) + t.weights.timer.spent + t.grads.timer.spent
 		prof.Lap(profile.Collectives)
-		roundMean(t.eng, t.grad, t.grad64, units)
-		ownedSquares := optim.SumSquares(t.eng, t.grad)
+		grad := roundMean(t.grad64, units)
+		ownedSquares := optim.SumSquares(t.eng, grad)
 		prof.Lap(profile.Optimizer)
 		collStart = time.Now()
 		loss, sumSquares, stop, err := t.groups.Stats(lossSum/float64(accum), ownedSquares, t.cfg.StopAsked != nil && t.cfg.StopAsked())
@@ -434,7 +433,7 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 			return res, err
 		}
 		t.rollback.keep(t.eng, t.state.Step, t.params, t.state.M, t.state.V)
-		lr, err := optim.Update(t.eng, t.optim, &t.state, t.params, t.grad, t.decay, clip)
+		lr, err := optim.Update(t.eng, t.optim, &t.state, t.params, grad, t.decay, clip)
 		if err != nil {
 			return res, fmt.Errorf("trainer: step %d: %w", step+1, err)
 		}

@@ -226,8 +226,8 @@ func FromConfig(c config.Config, nodes, procPerNode int) (Model, Layout, string)
 //     in the modes that shard them at rest (zero3, fsdp, hsdp over more
 //     than one shard) the rank's slice (4S) and the buffer a unit is
 //     gathered into (4U);
-//   - grads: the rank's slice of the step's gradient sum in fp64 (8S) and
-//     of the step's gradient in fp32 (4S); the buffers the backward pass
+//   - grads: the rank's slice of the step's gradient sum in fp64 (8S),
+//     rounded to fp32 in its own memory at the end of the step; the buffers the backward pass
 //     adds a unit's gradient into before it is reduced: one for the
 //     embeddings, one for ln_f, one shared by the blocks (4 bytes per
 //     element of each), or in zero1 the whole gradient (4N) instead;
@@ -273,7 +273,7 @@ func Trainer(c config.Config, nodes, procPerNode int) (Estimate, error) {
 	_, _, strategy := FromConfig(c, nodes, procPerNode)
 	e := Estimate{Strategy: strategy, Shards: shards, Replicas: replicas,
 		Params:      4 * padded,
-		Grads:       12*slice + 4*unitGrads,
+		Grads:       8*slice + 4*unitGrads,
 		Optimizer:   9 * slice,
 		Copies:      12 * slice,
 		Activations: int64(math.Round(TrainerActivations(c))),
@@ -283,7 +283,7 @@ func Trainer(c config.Config, nodes, procPerNode int) (Estimate, error) {
 		e.Params = 4*slice + 4*int64(longest)
 	}
 	if shards > 1 && !config.ShardsGrads(c.Parallel.Mode) {
-		e.Grads = 12*slice + 4*padded
+		e.Grads = 8*slice + 4*padded
 		scatterOut = slice
 	}
 	if c.Checkpoint.Memory {
