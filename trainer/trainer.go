@@ -109,9 +109,12 @@ type Trainer struct {
 	// step's gradient in float32.
 	grads  *unitGrads
 	grad64 []float64
-	decay  []bool // weight-decay mask of the owned slice
-	tokens []byte // one micro batch
-	lo, hi int    // the owned slice of params
+	// collectives times what weights and grads spend in collectives
+	// during a step.
+	collectives collectiveTimer
+	decay       []bool // weight-decay mask of the owned slice
+	tokens      []byte // one micro batch
+	lo, hi      int    // the owned slice of params
 
 	// rollback holds the owned state as it was before the last optimizer
 	// update, so that a rank that applied the update of a step its peers
@@ -256,12 +259,12 @@ func (t *Trainer) setGeometry(geo geometry) {
 	t.plan, t.batch, t.lo, t.hi = geo.plan, geo.batch, geo.lo, geo.hi
 	units := t.model.Layout().Units()
 	mode := t.cfg.Train.Parallel.Mode
-	t.weights = newUnitWeights(t.groups, units, geo.lo, geo.hi, geo.n, !config.ShardsParams(mode))
+	t.weights = newUnitWeights(t.groups, units, geo.lo, geo.hi, geo.n, !config.ShardsParams(mode), &t.collectives)
 	t.params = t.weights.owned
 	t.grad64 = make([]float64, geo.hi-geo.lo)
 	t.decay = t.model.Layout().DecayMaskRange(geo.lo, geo.hi)
 	t.state = optim.NewState(geo.hi - geo.lo)
-	t.grads = newUnitGrads(t.groups, units, geo.n, t.grad64, !config.ShardsGrads(mode) && geo.plan.Shards > 1)
+	t.grads = newUnitGrads(t.groups, units, geo.n, t.grad64, !config.ShardsGrads(mode) && geo.plan.Shards > 1, &t.collectives)
 	t.rollback = rollback{}
 	t.live, t.done, t.liveRound = false, 0, 0
 	t.stepTimes.Reset() // a new world's steps take another time
@@ -402,7 +405,7 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 			return res, t.runErr(ctx, err)
 		}
 		step := t.state.Step
-		t.weights.timer, t.grads.timer = collectiveTimer{prof: prof}, collectiveTimer{prof: prof}
+		t.collectives = collectiveTimer{prof: prof}
 		lossSum, err := t.accumulate(step, prof)
 		if err != nil {
 			return res, t.runErr(ctx, err)
@@ -411,7 +414,7 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 		if err := t.groups.ReduceReplicas(t.grad64); err != nil {
 			return res, t.runErr(ctx, err)
 		}
-		inCollectives := time.Since(collStart) + t.weights.timer.spent + t.grads.timer.spent
+		inCollectives := time.Since(collStart)
 		prof.Lap(profile.Collectives)
 		grad := roundMean(t.grad64, units)
 		ownedSquares := optim.SumSquares(t.eng, grad)
@@ -441,11 +444,10 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 		if err := t.hooks.before(t.hooks.afterUpdate, step+1); err != nil {
 			return res, err
 		}
-		t.weights.timer = collectiveTimer{prof: prof}
 		if err := t.weights.refresh(); err != nil {
 			return res, t.runErr(ctx, err)
 		}
-		inCollectives += t.weights.timer.spent
+		inCollectives += t.collectives.spent
 
 		now := time.Now()
 		res.Steps++

@@ -43,14 +43,14 @@ type unitWeights struct {
 	// update (refresh); nil: each unit is gathered into buf when needed.
 	whole []float32
 	buf   []float32 // a gathered unit, as long as the longest
-	timer collectiveTimer
+	timer *collectiveTimer
 }
 
 // newUnitWeights lays out this rank's parameters for a flat buffer of n
 // elements of which it owns [lo, hi): whole, or only the slice with a
 // buffer for one unit.
-func newUnitWeights(groups *hsdp.Groups, units []model.Unit, lo, hi, n int, whole bool) *unitWeights {
-	w := &unitWeights{groups: groups, units: units, lo: lo, n: n}
+func newUnitWeights(groups *hsdp.Groups, units []model.Unit, lo, hi, n int, whole bool, timer *collectiveTimer) *unitWeights {
+	w := &unitWeights{groups: groups, units: units, lo: lo, n: n, timer: timer}
 	switch {
 	case whole || groups.Plan().Shards == 1:
 		w.whole = make([]float32, n)
@@ -110,11 +110,11 @@ type unitGrads struct {
 	// blocks; open is the unit each holds the gradient of (-1: none).
 	bufs  [3][]float32
 	open  [3]int
-	timer collectiveTimer
+	timer *collectiveTimer
 }
 
-func newUnitGrads(groups *hsdp.Groups, units []model.Unit, n int, sum []float64, whole bool) *unitGrads {
-	g := &unitGrads{groups: groups, units: units, n: n, sum: sum}
+func newUnitGrads(groups *hsdp.Groups, units []model.Unit, n int, sum []float64, whole bool, timer *collectiveTimer) *unitGrads {
+	g := &unitGrads{groups: groups, units: units, n: n, sum: sum, timer: timer}
 	if whole {
 		g.whole = make([]float32, n)
 	} else {
@@ -181,8 +181,9 @@ func longestUnit(units []model.Unit) int {
 	return n
 }
 
-// collectiveTimer times the collectives the passes run: it adds their
-// time to spent and laps the step's profile as collectives.
+// collectiveTimer times the collectives of a step that unitWeights and
+// unitGrads run: it adds their time to spent and laps the step's profile
+// as collectives. The Trainer resets it at the start of every step.
 type collectiveTimer struct {
 	prof  *profile.Timer // nil: no profile
 	spent time.Duration

@@ -73,15 +73,12 @@ func (g *Groups) Plan() Plan { return g.plan }
 // elements [a, a+len(part)) (a part within this rank's slice is read in
 // place: this rank only sends), and must not overlap owned otherwise.
 func (g *Groups) GatherPart(owned, part []float32, a, n int) error {
-	lo, hi := g.plan.Owned(n)
-	if len(owned) != hi-lo {
-		return fmt.Errorf("hsdp: gather part: owned slice of %d elements, want %d", len(owned), hi-lo)
+	lo, hi, err := g.checkPart("gather part", len(owned), a, a+len(part), n)
+	if err != nil {
+		return err
 	}
 	b := a + len(part)
-	if a < 0 || b > n {
-		return fmt.Errorf("hsdp: gather part: [%d, %d) outside the buffer of %d", a, b, n)
-	}
-	if c, d := max(a, lo), min(b, hi); c < d {
+	if c, d := max(a, lo), min(b, hi); c < d && &part[c-a] != &owned[c-lo] {
 		copy(part[c-a:d-a], owned[c-lo:d-lo])
 	}
 	if g.shard == nil {
@@ -97,20 +94,16 @@ func (g *Groups) GatherPart(owned, part []float32, a, n int) error {
 // (Owned(n) of the padded flat buffer of n elements), the elements of the
 // shard group's sum of grads, elements [a, a+len(grads)) of each rank's
 // flat gradient, that fall in the slice. Each element gets the bits
-// comm.Group.ReduceScatterWiden gives it in a reduce-scatter of the
-// whole buffer, added to
-// what owned held: a trainer reduces each unit's gradient as soon as the
-// backward pass is done with it. The replica group is left to
-// ReduceReplicas, once per step. grads is left as it was.
+// comm.Group.ReduceScatterWiden gives it in a reduce-scatter of the whole
+// buffer, added to what owned held: a trainer reduces each unit's gradient
+// as soon as the backward pass is done with it. The replica group is left
+// to ReduceReplicas, once per step. grads is left as it was.
 func (g *Groups) ReducePart(grads []float32, a, n int, owned []float64) error {
-	lo, hi := g.plan.Owned(n)
-	if len(owned) != hi-lo {
-		return fmt.Errorf("hsdp: reduce part: owned slice of %d elements, want %d", len(owned), hi-lo)
+	lo, hi, err := g.checkPart("reduce part", len(owned), a, a+len(grads), n)
+	if err != nil {
+		return err
 	}
 	b := a + len(grads)
-	if a < 0 || b > n {
-		return fmt.Errorf("hsdp: reduce part: [%d, %d) outside the buffer of %d", a, b, n)
-	}
 	mine := owned[min(max(a, lo), hi)-lo : max(min(b, hi), lo)-lo]
 	if g.shard == nil {
 		for i, x := range grads[max(a, lo)-a : max(min(b, hi), lo)-a] {
@@ -122,6 +115,20 @@ func (g *Groups) ReducePart(grads []float32, a, n int, owned []float64) error {
 		return fmt.Errorf("hsdp: reduce gradients [%d, %d) in shard group: %w", a, b, err)
 	}
 	return nil
+}
+
+// checkPart checks a part [a, b) of the padded flat buffer of n elements
+// and this rank's slice of ownedLen elements, and returns the slice's
+// bounds [lo, hi) in the buffer.
+func (g *Groups) checkPart(op string, ownedLen, a, b, n int) (lo, hi int, err error) {
+	lo, hi = g.plan.Owned(n)
+	if ownedLen != hi-lo {
+		return 0, 0, fmt.Errorf("hsdp: %s: owned slice of %d elements, want %d", op, ownedLen, hi-lo)
+	}
+	if a < 0 || b > n {
+		return 0, 0, fmt.Errorf("hsdp: %s: [%d, %d) outside the buffer of %d", op, a, b, n)
+	}
+	return lo, hi, nil
 }
 
 // partBounds are the bounds of [a, b) split by the shard group's slices of
