@@ -109,8 +109,10 @@ type Trainer struct {
 	// step's gradient in float32.
 	grads  *unitGrads
 	grad64 []float64
-	// collectives times what weights and grads spend in collectives
-	// during a step.
+	// stream runs the shard group's collectives of weights and grads
+	// while the passes compute; collectives times what the step waits for
+	// them.
+	stream      stream
 	collectives collectiveTimer
 	decay       []bool // weight-decay mask of the owned slice
 	tokens      []byte // one micro batch
@@ -259,12 +261,12 @@ func (t *Trainer) setGeometry(geo geometry) {
 	t.plan, t.batch, t.lo, t.hi = geo.plan, geo.batch, geo.lo, geo.hi
 	units := t.model.Layout().Units()
 	mode := t.cfg.Train.Parallel.Mode
-	t.weights = newUnitWeights(t.groups, units, geo.lo, geo.hi, geo.n, !config.ShardsParams(mode), &t.collectives)
+	t.weights = newUnitWeights(t.groups, units, geo.lo, geo.hi, geo.n, !config.ShardsParams(mode), &t.stream, &t.collectives)
 	t.params = t.weights.owned
 	t.grad64 = make([]float64, geo.hi-geo.lo)
 	t.decay = t.model.Layout().DecayMaskRange(geo.lo, geo.hi)
 	t.state = optim.NewState(geo.hi - geo.lo)
-	t.grads = newUnitGrads(t.groups, units, geo.n, t.grad64, !config.ShardsGrads(mode) && geo.plan.Shards > 1, &t.collectives)
+	t.grads = newUnitGrads(t.groups, units, geo.n, t.grad64, !config.ShardsGrads(mode) && geo.plan.Shards > 1, &t.stream, &t.collectives)
 	t.rollback = rollback{}
 	t.live, t.done, t.liveRound = false, 0, 0
 	t.stepTimes.Reset() // a new world's steps take another time
@@ -507,11 +509,13 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 // accumulate runs the forward and backward passes of this rank's micro
 // batches of step, leaving in grad64 this rank's slice of their gradients'
 // sum over the shard group (each unit reduced as the backward pass leaves
-// it, see units.go), and returns the sum of their losses' means.
+// it, see units.go), and returns the sum of their losses' means. The
+// stream is empty when it returns, whatever the error.
 func (t *Trainer) accumulate(step int, prof *profile.Timer) (float64, error) {
 	tc := t.cfg.Train.Train
 	window := t.cfg.Train.Model.Context + 1
 	zero(t.eng, t.grad64)
+	t.weights.beginStep(t.model.Layout().WeightsOrder(), t.batch.Accumulation())
 	var lossSum float64
 	for micro := range t.batch.Accumulation() {
 		first := t.batch.MicroFirst(int64(step), t.cfg.Worker.Rank, micro)
@@ -519,16 +523,19 @@ func (t *Trainer) accumulate(step int, prof *profile.Timer) (float64, error) {
 		prof.Lap(profile.Waiting)
 		loss, err := t.model.ForwardUnits(t.weights, t.tokens)
 		if err != nil {
+			_ = t.stream.drain() // a collective's failure is err itself, or follows from it
 			return 0, err
 		}
 		lossSum += float64(loss)
 		t.grads.begin()
 		if err := t.model.BackwardUnits(t.weights, t.grads, 1); err != nil {
+			_ = t.stream.drain()
 			return 0, err
 		}
 		prof.Lap(profile.Elementwise)
 	}
-	return lossSum, nil
+	defer t.collectives.start()()
+	return lossSum, t.stream.drain()
 }
 
 // openMetrics (re)opens the metrics file to append this Run's records.

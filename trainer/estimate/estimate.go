@@ -224,12 +224,12 @@ func FromConfig(c config.Config, nodes, procPerNode int) (Model, Layout, string)
 // embeddings if longer):
 //   - params: the fp32 parameters, whole (4N) in ddp, zero1 and zero2;
 //     in the modes that shard them at rest (zero3, fsdp, hsdp over more
-//     than one shard) the rank's slice (4S) and the buffer a unit is
-//     gathered into (4U);
+//     than one shard) the rank's slice (4S) and the two buffers units are
+//     gathered into, the one a pass reads and the next (8U);
 //   - grads: the rank's slice of the step's gradient sum in fp64 (8S),
 //     rounded to fp32 in its own memory at the end of the step; the buffers the backward pass
 //     adds a unit's gradient into before it is reduced: one for the
-//     embeddings, one for ln_f, one shared by the blocks (4 bytes per
+//     embeddings, one for ln_f, two the blocks take in turn (4 bytes per
 //     element of each), or in zero1 the whole gradient (4N) instead;
 //   - optimizer: AdamW's two moments (8S) and the weight-decay mask of
 //     the slice (1 byte per element of S);
@@ -267,7 +267,7 @@ func Trainer(c config.Config, nodes, procPerNode int) (Estimate, error) {
 			blocks = max(blocks, u.Len())
 		}
 	}
-	unitGrads := int64(units[0].Len() + units[len(units)-1].Len() + blocks)
+	unitGrads := int64(units[0].Len() + units[len(units)-1].Len() + 2*blocks)
 	padded := int64(layout.PaddedSize(shards))
 	slice := padded / int64(shards)
 	_, _, strategy := FromConfig(c, nodes, procPerNode)
@@ -280,7 +280,7 @@ func Trainer(c config.Config, nodes, procPerNode int) (Estimate, error) {
 	}
 	scatterOut := min(slice, int64(longest))
 	if shards > 1 && config.ShardsParams(c.Parallel.Mode) {
-		e.Params = 4*slice + 4*int64(longest)
+		e.Params = 4*slice + 8*int64(longest)
 	}
 	if shards > 1 && !config.ShardsGrads(c.Parallel.Mode) {
 		e.Grads = 8*slice + 4*padded

@@ -45,3 +45,19 @@ func (f flat) Unit(u int) ([]float32, error) {
 func (f flat) Grad(u int) ([]float32, error) { return f.Unit(u) }
 
 func (f flat) Done(int) error { return nil }
+
+// WeightsOrder is the order in which a forward pass and then a backward
+// pass of a model of layout l ask Weights for units (see Weights): a
+// caller that knows it can fetch a unit before the pass asks for it.
+func (l Layout) WeightsOrder() []int {
+	units := len(l.Units())
+	order := make([]int, 0, 2*units+1)
+	for u := range units { // forward: every unit in order, then the tied wte
+		order = append(order, u)
+	}
+	order = append(order, 0, 0, units-1) // backward: wte, ln_f, then the blocks, last first
+	for u := units - 2; u >= 1; u-- {
+		order = append(order, u)
+	}
+	return order
+}

@@ -114,10 +114,10 @@ func TestUnitPassesGiveTheFlatPassesBits(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, wantLoss, loss)
 	require.Equal(t, []int{0, 1, 2, 3, 4, 0}, w.asked, "forward order")
-	w.asked = nil
 	g := &unitGrads{units: units, sum: make([]float32, len(p)), open: map[int][]float32{}}
 	require.NoError(t, m.BackwardUnits(w, g, 0.5))
-	require.Equal(t, []int{0, 4, 3, 2, 1}, w.asked, "backward order")
+	require.Equal(t, []int{0, 1, 2, 3, 4, 0, 0, 4, 3, 2, 1}, w.asked, "forward then backward order")
+	require.Equal(t, m.Layout().WeightsOrder(), w.asked, "WeightsOrder says it")
 	require.Equal(t, []int{4, 3, 2, 1, 0}, g.done, "units done last first")
 	require.Empty(t, g.open)
 	require.Equal(t, want, g.sum)
