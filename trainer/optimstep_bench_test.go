@@ -5,7 +5,9 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/gorun/gorun/trainer/config"
 	"github.com/gorun/gorun/trainer/kernels"
+	"github.com/gorun/gorun/trainer/model"
 	"github.com/gorun/gorun/trainer/optim"
 )
 
@@ -20,11 +22,11 @@ func BenchmarkOptimizerPhase(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 2))
 	n := benchElements
 	unit, owned, params := make([]float32, n), make([]float32, n), make([]float32, n)
-	sum, decay, st := make([]float64, n), make([]bool, n), optim.NewState(n)
+	sum, st := make([]float64, n), optim.NewState(n)
 	for i := range n {
 		unit[i], params[i] = r.Float32()-0.5, r.Float32()-0.5
-		decay[i] = i%5 != 0
 	}
+	decay := model.NewLayout(model.Config{Layers: 4, DModel: 128, Heads: 4, Context: 128, Vocab: config.Vocab}).DecaySpans(0, n)
 	cfg := optim.Config{LR: 3e-3, MinLR: 3e-4, Warmup: 20, Steps: 200, Beta1: 0.9, Beta2: 0.95,
 		Eps: 1e-8, WeightDecay: 0.1, GradClip: 1}
 	for _, threads := range []int{1, 2} {

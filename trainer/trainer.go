@@ -114,9 +114,9 @@ type Trainer struct {
 	// them.
 	stream      stream
 	collectives collectiveTimer
-	decay       []bool // weight-decay mask of the owned slice
-	tokens      []byte // one micro batch
-	lo, hi      int    // the owned slice of params
+	decay       []kernels.Span // where weight decay applies in the owned slice
+	tokens      []byte         // one micro batch
+	lo, hi      int            // the owned slice of params
 
 	// rollback holds the owned state as it was before the last optimizer
 	// update, so that a rank that applied the update of a step its peers
@@ -264,7 +264,7 @@ func (t *Trainer) setGeometry(geo geometry) {
 	t.weights = newUnitWeights(t.groups, units, geo.lo, geo.hi, geo.n, !config.ShardsParams(mode), &t.stream, &t.collectives)
 	t.params = t.weights.owned
 	t.grad64 = make([]float64, geo.hi-geo.lo)
-	t.decay = t.model.Layout().DecayMaskRange(geo.lo, geo.hi)
+	t.decay = t.model.Layout().DecaySpans(geo.lo, geo.hi)
 	t.state = optim.NewState(geo.hi - geo.lo)
 	t.grads = newUnitGrads(t.groups, units, geo.n, t.grad64, !config.ShardsGrads(mode) && geo.plan.Shards > 1, &t.stream, &t.collectives)
 	t.rollback = rollback{}

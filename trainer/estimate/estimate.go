@@ -231,8 +231,8 @@ func FromConfig(c config.Config, nodes, procPerNode int) (Model, Layout, string)
 //     adds a unit's gradient into before it is reduced: one for the
 //     embeddings, one for ln_f, two the blocks take in turn (4 bytes per
 //     element of each), or in zero1 the whole gradient (4N) instead;
-//   - optimizer: AdamW's two moments (8S) and the weight-decay mask of
-//     the slice (1 byte per element of S);
+//   - optimizer: AdamW's two moments (8S) (where weight decay applies is a
+//     span per tensor, nothing per element);
 //   - copies: the previous step's params, m and v of the slice, to roll
 //     back a step that not every rank completed (12S); with [checkpoint]
 //     memory, four slice-sized copies of params, m and v across nodes (48S,
@@ -274,7 +274,7 @@ func Trainer(c config.Config, nodes, procPerNode int) (Estimate, error) {
 	e := Estimate{Strategy: strategy, Shards: shards, Replicas: replicas,
 		Params:      4 * padded,
 		Grads:       8*slice + 4*unitGrads,
-		Optimizer:   9 * slice,
+		Optimizer:   8 * slice,
 		Copies:      12 * slice,
 		Activations: int64(math.Round(TrainerActivations(c))),
 	}

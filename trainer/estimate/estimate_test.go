@@ -158,21 +158,21 @@ func TestTrainer(t *testing.T) {
 		params, grads, opt, copies, comm int64
 	}{
 		{"ddp, one rank", config.ModeDDP, 1, 1, false, false, 1,
-			4 * n, 8*n + 4*unitGrads, 9 * n, 12 * n, 0},
+			4 * n, 8*n + 4*unitGrads, 8 * n, 12 * n, 0},
 		{"fsdp over 4: slices of 30,144, and two gathered blocks", config.ModeFSDP, 2, 2, false, false, 4,
-			4*30_144 + 8*block, 8*30_144 + 4*unitGrads, 9 * 30_144, 12 * 30_144, chunk + links + 2*8*30_144 + chunk},
+			4*30_144 + 8*block, 8*30_144 + 4*unitGrads, 8 * 30_144, 12 * 30_144, chunk + links + 2*8*30_144 + chunk},
 		{"fsdp over 2", config.ModeFSDP, 1, 2, false, false, 2,
-			4*60_288 + 8*block, 8*60_288 + 4*unitGrads, 9 * 60_288, 12 * 60_288, chunk + links + chunk},
+			4*60_288 + 8*block, 8*60_288 + 4*unitGrads, 8 * 60_288, 12 * 60_288, chunk + links + chunk},
 		{"hsdp 2x2, memory copies across nodes", config.ModeHSDP, 2, 2, true, false, 2,
-			4*60_288 + 8*block, 8*60_288 + 4*unitGrads, 9 * 60_288, 60 * 60_288, (chunk + links + chunk) + chunk},
+			4*60_288 + 8*block, 8*60_288 + 4*unitGrads, 8 * 60_288, 60 * 60_288, (chunk + links + chunk) + chunk},
 		{"zero2 over 4: parameters whole", config.ModeZeRO2, 1, 4, false, false, 4,
-			4 * n, 8*30_144 + 4*unitGrads, 9 * 30_144, 12 * 30_144, chunk + links + 2*8*30_144 + chunk},
+			4 * n, 8*30_144 + 4*unitGrads, 8 * 30_144, 12 * 30_144, chunk + links + 2*8*30_144 + chunk},
 		{"zero1 over 4: parameters and gradients whole", config.ModeZeRO1, 1, 4, false, false, 4,
-			4 * n, 8*30_144 + 4*n, 9 * 30_144, 12 * 30_144, chunk + links + 2*8*30_144 + chunk},
+			4 * n, 8*30_144 + 4*n, 8 * 30_144, 12 * 30_144, chunk + links + 2*8*30_144 + chunk},
 		{"ddp over 4", config.ModeDDP, 1, 4, false, false, 1,
-			4 * n, 8*n + 4*unitGrads, 9 * n, 12 * n, chunk + links},
+			4 * n, 8*n + 4*unitGrads, 8 * n, 12 * n, chunk + links},
 		{"ddp on one node, memory copies and async saves", config.ModeDDP, 1, 2, true, true, 1,
-			4 * n, 8*n + 4*unitGrads, 9 * n, (12 + 24 + 12) * n, chunk + links},
+			4 * n, 8*n + 4*unitGrads, 8 * n, (12 + 24 + 12) * n, chunk + links},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"sort"
 )
 
 // AdamWStep is the constants of one AdamW update, in float64.
@@ -23,13 +24,17 @@ const adamwChunk = 1 << 14
 // Engine.AdamW says, on one goroutine.
 type adamwFunc func(params, m, v, grads []float32, decay []bool, s *AdamWStep)
 
+// Span is the elements [Lo, Hi) of a buffer.
+type Span struct{ Lo, Hi int }
+
 // AdamW applies one AdamW update to params, its moments m and v, from
-// grads, with weight decay where decay[i] (nil: nowhere). Per element,
-// in float64, each operation rounded on its own (no fused multiply-add)
-// in this order:
+// grads, with weight decay on the elements of the spans in decay (sorted,
+// disjoint, within the buffer; none: no decay anywhere). Per element, in
+// float64, each operation rounded on its own (no fused multiply-add) in
+// this order:
 //
 //	g = Clip·grads[i]
-//	p = params[i], times Shrink where decay[i]
+//	p = params[i], times Shrink where i is in a span of decay
 //	m = Beta1·m[i] + (1-Beta1)·g
 //	v = Beta2·v[i] + ((1-Beta2)·g)·g
 //	m[i], v[i] = float32(m), float32(v)
@@ -39,21 +44,48 @@ type adamwFunc func(params, m, v, grads []float32, decay []bool, s *AdamWStep)
 // bits do not depend on the kernel, the thread count or how a caller
 // splits the buffer. The buffer is split over the Engine's threads in
 // chunks of a fixed size. grads is left unchanged. It panics when the
-// lengths differ: that is a bug in the caller.
-func (e *Engine) AdamW(params, m, v, grads []float32, decay []bool, s AdamWStep) {
+// lengths differ or decay is not sorted, disjoint and within the buffer:
+// those are bugs in the caller.
+func (e *Engine) AdamW(params, m, v, grads []float32, decay []Span, s AdamWStep) {
 	n := len(params)
-	if len(m) != n || len(v) != n || len(grads) != n || (decay != nil && len(decay) != n) {
-		panic(fmt.Sprintf("kernels: AdamW with len(params)=%d len(m)=%d len(v)=%d len(grads)=%d len(decay)=%d",
-			n, len(m), len(v), len(grads), len(decay)))
+	if len(m) != n || len(v) != n || len(grads) != n {
+		panic(fmt.Sprintf("kernels: AdamW with len(params)=%d len(m)=%d len(v)=%d len(grads)=%d",
+			n, len(m), len(v), len(grads)))
+	}
+	if err := CheckSpans(decay, n); err != nil {
+		panic("kernels: AdamW: " + err.Error())
 	}
 	update := adamwKernel(e.kern)
 	e.ForChunks(n, adamwChunk, func(lo, hi int) {
-		var d []bool
-		if decay != nil {
-			d = decay[lo:hi]
+		// The chunk in pieces that are decayed whole or not at all.
+		next := sort.Search(len(decay), func(i int) bool { return decay[i].Hi > lo })
+		for lo < hi {
+			end, d := hi, []bool(nil)
+			switch {
+			case next < len(decay) && decay[next].Lo <= lo: // inside a decayed span
+				end = min(hi, decay[next].Hi)
+				d = e.decayed[:end-lo]
+				next++
+			case next < len(decay): // before the next one
+				end = min(hi, decay[next].Lo)
+			}
+			update(params[lo:end], m[lo:end], v[lo:end], grads[lo:end], d, &s)
+			lo = end
 		}
-		update(params[lo:hi], m[lo:hi], v[lo:hi], grads[lo:hi], d, &s)
 	})
+}
+
+// CheckSpans says why spans are not sorted, disjoint, non-empty spans
+// within a buffer of n elements; nil when they are.
+func CheckSpans(spans []Span, n int) error {
+	last := 0
+	for i, sp := range spans {
+		if sp.Lo < last || sp.Hi <= sp.Lo || sp.Hi > n {
+			return fmt.Errorf("span %d [%d, %d) is not after %d, non-empty and within %d elements", i, sp.Lo, sp.Hi, last, n)
+		}
+		last = sp.Hi
+	}
+	return nil
 }
 
 // goAdamW is the portable adamwFunc. The explicit float64 conversions

@@ -49,6 +49,21 @@ func newAdamWState(r *rand.Rand, n int, decay, wild bool) adamwState {
 	return s
 }
 
+// spansOf is the spans of the runs of true in mask, for Engine.AdamW.
+func spansOf(mask []bool) []Span {
+	var spans []Span
+	for i, d := range mask {
+		switch {
+		case !d:
+		case len(spans) > 0 && spans[len(spans)-1].Hi == i:
+			spans[len(spans)-1].Hi++
+		default:
+			spans = append(spans, Span{i, i + 1})
+		}
+	}
+	return spans
+}
+
 func (s adamwState) clone() adamwState {
 	c := adamwState{params: append([]float32(nil), s.params...), m: append([]float32(nil), s.m...),
 		v: append([]float32(nil), s.v...), grads: append([]float32(nil), s.grads...)}
@@ -99,11 +114,11 @@ func TestAdamWKernelsAgree(t *testing.T) {
 							got := want.clone()
 							for _, s := range adamwSteps[:3] {
 								goAdamW(want.params, want.m, want.v, want.grads, want.decay, &s)
-								e.AdamW(got.params, got.m, got.v, got.grads, got.decay, s)
+								e.AdamW(got.params, got.m, got.v, got.grads, spansOf(got.decay), s)
 							}
 							s := adamwSteps[3]
 							goAdamW(want.params, want.m, want.v, want.grads, want.decay, &s)
-							e.AdamW(got.params, got.m, got.v, got.grads, got.decay, s)
+							e.AdamW(got.params, got.m, got.v, got.grads, spansOf(got.decay), s)
 							requireSameBits(t, want.params, got.params, "params")
 							requireSameBits(t, want.m, got.m, "m")
 							requireSameBits(t, want.v, got.v, "v")
@@ -134,7 +149,7 @@ func TestAdamWSpecialValues(t *testing.T) {
 		t.Run(kern.name, func(t *testing.T) {
 			want, got := base.clone(), base.clone()
 			goAdamW(want.params, want.m, want.v, want.grads, want.decay, &adamwSteps[1])
-			newEngine(1, kern).AdamW(got.params, got.m, got.v, got.grads, got.decay, adamwSteps[1])
+			newEngine(1, kern).AdamW(got.params, got.m, got.v, got.grads, spansOf(got.decay), adamwSteps[1])
 			requireSameBits(t, want.params, got.params, "params")
 			requireSameBits(t, want.m, got.m, "m")
 			requireSameBits(t, want.v, got.v, "v")
@@ -154,28 +169,56 @@ func TestAdamWKernelPerISA(t *testing.T) {
 
 func TestAdamWPanicsOnLengths(t *testing.T) {
 	e := New(1)
-	require.PanicsWithValue(t, "kernels: AdamW with len(params)=2 len(m)=2 len(v)=2 len(grads)=1 len(decay)=0", func() {
+	require.PanicsWithValue(t, "kernels: AdamW with len(params)=2 len(m)=2 len(v)=2 len(grads)=1", func() {
 		e.AdamW(make([]float32, 2), make([]float32, 2), make([]float32, 2), make([]float32, 1), nil, adamwSteps[0])
-	})
-	require.PanicsWithValue(t, "kernels: AdamW with len(params)=2 len(m)=2 len(v)=2 len(grads)=2 len(decay)=3", func() {
-		e.AdamW(make([]float32, 2), make([]float32, 2), make([]float32, 2), make([]float32, 2), make([]bool, 3), adamwSteps[0])
 	})
 }
 
 // BenchmarkAdamW reports ns per element of AdamW on the bench model's
-// 842496 parameters, per kernel, on one and two threads.
+// 842496 parameters, per kernel, on one and two threads, with weight decay
+// on spans the size of a block's weight matrices and undecayed gaps the
+// size of its biases between them.
 func BenchmarkAdamW(b *testing.B) {
 	r := rand.New(rand.NewPCG(33, 34))
-	s := newAdamWState(r, 842496, true, false)
+	s := newAdamWState(r, 842496, false, false)
+	var decay []Span
+	for lo := 0; lo+16384 <= len(s.params); lo += 16384 + 128 {
+		decay = append(decay, Span{lo, lo + 16384})
+	}
 	for _, kern := range kernelsForCPU() {
 		for _, threads := range []int{1, 2} {
 			e := newEngine(threads, kern)
 			b.Run(fmt.Sprintf("%s/threads=%d", kern.name, threads), func(b *testing.B) {
 				for b.Loop() {
-					e.AdamW(s.params, s.m, s.v, s.grads, s.decay, adamwSteps[0])
+					e.AdamW(s.params, s.m, s.v, s.grads, decay, adamwSteps[0])
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(s.params)), "ns/elem")
 			})
 		}
 	}
+}
+
+// TestAdamWSpansRefused: spans out of order, overlapping, empty or past
+// the buffer are a bug in the caller, and AdamW says which.
+func TestAdamWSpansRefused(t *testing.T) {
+	tests := []struct {
+		name  string
+		spans []Span
+	}{
+		{"out of order", []Span{{5, 8}, {1, 3}}},
+		{"overlapping", []Span{{1, 5}, {4, 8}}},
+		{"empty", []Span{{3, 3}}},
+		{"past the end", []Span{{8, 11}}},
+		{"negative", []Span{{-1, 2}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Error(t, CheckSpans(tc.spans, 10))
+			b := make([]float32, 10)
+			require.PanicsWithValue(t, "kernels: AdamW: "+CheckSpans(tc.spans, 10).Error(), func() {
+				New(1).AdamW(b, b, b, b, tc.spans, adamwSteps[0])
+			})
+		})
+	}
+	require.NoError(t, CheckSpans([]Span{{0, 2}, {2, 5}, {9, 10}}, 10), "touching spans are fine")
 }

@@ -33,6 +33,9 @@ type Engine struct {
 	packBF16 sync.Pool
 	// team runs the parallel regions when threads > 1 (see team).
 	team *team
+	// decayed is adamwChunk trues, the decay flags of an AdamW piece that
+	// is decayed whole; never written after newEngine.
+	decayed []bool
 }
 
 // New returns an Engine that splits work over threads goroutines
@@ -74,7 +77,11 @@ func Available() []string {
 
 // newEngine returns an Engine with the micro-kernel kern.
 func newEngine(threads int, kern *microKernel) *Engine {
-	e := &Engine{threads: max(threads, 1), kern: kern, minParallel: parallelWork, minPacked: packedWork}
+	e := &Engine{threads: max(threads, 1), kern: kern, minParallel: parallelWork, minPacked: packedWork,
+		decayed: make([]bool, adamwChunk)}
+	for i := range e.decayed {
+		e.decayed[i] = true
+	}
 	if e.threads > 1 {
 		e.team = newTeam(e.threads)
 	}

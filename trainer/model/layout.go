@@ -1,6 +1,10 @@
 package model
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/gorun/gorun/trainer/kernels"
+)
 
 // TensorInfo names one tensor of the flat parameter buffer: its global shape (row-major) and
 // the offset of its first element.
@@ -91,26 +95,25 @@ func (l Layout) PaddedSize(shards int) int {
 // parameters are not decayed.
 func (t TensorInfo) Decayed() bool { return len(t.Shape) >= 2 }
 
-// DecayMask returns n flags, one per element of a flat buffer of length n (n >= Size for a
-// padded buffer), true where weight decay applies. Padding past Size is false. A rank that owns
-// the slice [lo, hi) of the buffer takes DecayMaskRange(lo, hi) instead.
-func (l Layout) DecayMask(n int) []bool { return l.DecayMaskRange(0, n) }
-
-// DecayMaskRange returns the flags of DecayMask for the elements [lo, hi) of the flat buffer
-// only: hi-lo flags (none when hi <= lo), the first for element lo. A rank passes the mask of
-// the slice it owns to the optimizer; it costs that slice's length, not the buffer's.
-func (l Layout) DecayMaskRange(lo, hi int) []bool {
-	lo = max(lo, 0)
-	mask := make([]bool, max(hi-lo, 0))
+// DecaySpans returns where weight decay applies in the elements [lo, hi) of a flat buffer (a
+// padded one included), as spans of those elements counted from lo (the first element of the
+// slice is 0), in order: the decayed tensors' elements in the slice. A rank passes the spans
+// of the slice it owns to the optimizer (see optim.Update); there are at most as many as
+// tensors, whatever the slice's length. Padding past Size is not decayed.
+func (l Layout) DecaySpans(lo, hi int) []kernels.Span {
+	var spans []kernels.Span
 	for _, t := range l.Tensors {
-		if !t.Decayed() {
+		a, b := max(t.Offset, lo), min(t.Offset+t.Len(), hi)
+		if !t.Decayed() || a >= b {
 			continue
 		}
-		for i := max(t.Offset, lo); i < min(t.Offset+t.Len(), hi); i++ {
-			mask[i-lo] = true
+		if n := len(spans); n > 0 && spans[n-1].Hi == a-lo {
+			spans[n-1].Hi = b - lo // adjacent decayed tensors make one span
+			continue
 		}
+		spans = append(spans, kernels.Span{Lo: a - lo, Hi: b - lo})
 	}
-	return mask
+	return spans
 }
 
 // Unit is a contiguous range [Lo, Hi) of the flat buffer that the model reads as one piece:

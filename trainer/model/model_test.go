@@ -109,7 +109,7 @@ func TestLayout(t *testing.T) {
 		require.Less(t, p-l.Size, s)
 	}
 
-	mask := l.DecayMask(l.PaddedSize(7))
+	mask := maskOf(l.DecaySpans(0, l.PaddedSize(7)), l.PaddedSize(7))
 	for _, ti := range l.Tensors {
 		want := len(ti.Shape) == 2
 		require.Equal(t, want, mask[ti.Offset], ti.Name)
@@ -120,12 +120,24 @@ func TestLayout(t *testing.T) {
 	}
 }
 
-// TestDecayMaskRange: the mask of a slice is that slice of the whole
-// buffer's mask, wherever the slice starts and ends.
-func TestDecayMaskRange(t *testing.T) {
+// maskOf is spans as one flag per element of a buffer of n elements.
+func maskOf(spans []kernels.Span, n int) []bool {
+	mask := make([]bool, n)
+	for _, s := range spans {
+		for i := s.Lo; i < s.Hi; i++ {
+			mask[i] = true
+		}
+	}
+	return mask
+}
+
+// TestDecaySpans: the spans of a slice are the whole buffer's, cut to the slice and counted
+// from its start, wherever the slice starts and ends; they are few (adjacent decayed tensors
+// are one span) and valid for AdamW.
+func TestDecaySpans(t *testing.T) {
 	l := NewLayout(defaultConfig)
 	n := l.PaddedSize(7)
-	whole := l.DecayMask(n)
+	whole := maskOf(l.DecaySpans(0, n), n)
 	w, ok := l.Find("h.0.attn.c_attn.weight") // decayed, then its bias is not
 	require.True(t, ok)
 	end := w.Offset + w.Len()
@@ -144,12 +156,17 @@ func TestDecayMaskRange(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := l.DecayMaskRange(tc.lo, tc.hi)
-			require.Len(t, got, tc.hi-tc.lo)
-			require.Equal(t, whole[tc.lo:tc.hi], got)
+			got := l.DecaySpans(tc.lo, tc.hi)
+			require.NoError(t, kernels.CheckSpans(got, tc.hi-tc.lo))
+			require.Equal(t, whole[tc.lo:tc.hi], maskOf(got, tc.hi-tc.lo))
+			require.LessOrEqual(t, len(got), len(l.Tensors))
 		})
 	}
-	require.Empty(t, l.DecayMaskRange(7, 3), "hi below lo is an empty slice")
+	require.Empty(t, l.DecaySpans(7, 3), "hi below lo is an empty slice")
+	wte, _ := l.Find("wte.weight")
+	wpe, _ := l.Find("wpe.weight")
+	require.Equal(t, []kernels.Span{{Lo: 0, Hi: wte.Len() + wpe.Len()}}, l.DecaySpans(0, wpe.Offset+wpe.Len()),
+		"wte and wpe, adjacent and both decayed, are one span")
 }
 
 func TestInit(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 )
 
 // TestOverfitsOneBatch trains a tiny model with AdamW on one fixed batch of text, the way the
-// trainer will (clip factor from the sum of squares, decay mask from the layout), and requires
+// trainer will (clip factor from the sum of squares, weight-decay spans from the layout), and requires
 // the loss to fall from ln(256) to below 0.5.
 func TestOverfitsOneBatch(t *testing.T) {
 	cfg := Config{Layers: 2, DModel: 32, Heads: 4, Context: 16, Vocab: 256}
@@ -26,7 +26,7 @@ func TestOverfitsOneBatch(t *testing.T) {
 		Eps: 1e-8, WeightDecay: 0.1, GradClip: 1}
 	require.NoError(t, oc.Validate())
 	st := optim.NewState(len(params))
-	decay := l.DecayMask(len(params))
+	decay := l.DecaySpans(0, len(params))
 	tokens := []byte("the quick brown fox jumps over the lazy dog")[:m.TokensLen()]
 
 	first := m.Forward(params, tokens)

@@ -46,13 +46,13 @@ func ClipFactor(sumSquares, maxNorm float64) float32 {
 
 // Update applies one AdamW step to params, the slice of the flat buffer that this rank owns,
 // from grads (same slice), multiplied by clip (see ClipFactor), and returns the learning rate it
-// used, c.LRAt(st.Step). decay[i] says whether params[i] gets weight decay (see
-// model.Layout.DecayMask); nil means no decay anywhere. Per element, in float64, with
+// used, c.LRAt(st.Step). The elements in the spans of decay get weight decay (see
+// model.Layout.DecaySpans); none means no decay anywhere. Per element, in float64, with
 // t = st.Step+1 and lr the scheduled rate, each operation rounded on its own (no fused
 // multiply-add):
 //
 //	g = clip * grad
-//	p -= lr * WeightDecay * p            (decoupled decay, only where decay[i]: p *= 1 - lr*WeightDecay)
+//	p -= lr * WeightDecay * p            (decoupled decay, only in decay's spans: p *= 1 - lr*WeightDecay)
 //	m = Beta1 m + (1-Beta1) g
 //	v = Beta2 v + ((1-Beta2) g) g
 //	p -= lr * (m / (1-Beta1^t)) / (sqrt(v / (1-Beta2^t)) + Eps)
@@ -60,13 +60,16 @@ func ClipFactor(sumSquares, maxNorm float64) float32 {
 // The update runs on e (kernels.Engine.AdamW): vector instructions where the CPU has them,
 // split over e's threads. Elements are independent and every kernel computes exactly this, so
 // any split of the buffer over ranks or threads gives the same bits. Update leaves grads
-// unchanged and returns an error, changing nothing, when the lengths of params, grads, decay,
-// st.M and st.V differ.
-func Update(e *kernels.Engine, c Config, st *State, params, grads []float32, decay []bool, clip float32) (float64, error) {
+// unchanged and returns an error, changing nothing, when the lengths of params, grads, st.M and
+// st.V differ, or decay's spans are not sorted, disjoint and within params.
+func Update(e *kernels.Engine, c Config, st *State, params, grads []float32, decay []kernels.Span, clip float32) (float64, error) {
 	n := len(params)
-	if len(grads) != n || len(st.M) != n || len(st.V) != n || (decay != nil && len(decay) != n) {
-		return 0, fmt.Errorf("optim: update: lengths differ: params %d, grads %d, m %d, v %d, decay %d",
-			n, len(grads), len(st.M), len(st.V), len(decay))
+	if len(grads) != n || len(st.M) != n || len(st.V) != n {
+		return 0, fmt.Errorf("optim: update: lengths differ: params %d, grads %d, m %d, v %d",
+			n, len(grads), len(st.M), len(st.V))
+	}
+	if err := kernels.CheckSpans(decay, n); err != nil {
+		return 0, fmt.Errorf("optim: update: weight decay: %w", err)
 	}
 	lr := c.LRAt(st.Step)
 	st.Step++

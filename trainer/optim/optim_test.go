@@ -104,7 +104,7 @@ var constant = Config{LR: 0.01, MinLR: 0.01, Warmup: 0, Steps: 1000, Beta1: 0.9,
 func TestUpdateOneStepByHand(t *testing.T) {
 	params := []float32{1, -2, 0.5, 0.25}
 	grads := []float32{0.1, -0.3, 0, 2}
-	decay := []bool{true, true, true, false}
+	decay := []kernels.Span{{Lo: 0, Hi: 3}}
 	st := NewState(4)
 	lr, err := Update(kernels.New(1), constant, &st, params, grads, decay, 1)
 	require.NoError(t, err)
@@ -132,7 +132,7 @@ func TestUpdateOneStepByHand(t *testing.T) {
 // parameters only (two param groups).
 func TestUpdateMatchesTorch(t *testing.T) {
 	params := []float32{1, -2, 0.5, 0.25, -0.75}
-	decay := []bool{true, true, true, false, false}
+	decay := []kernels.Span{{Lo: 0, Hi: 3}}
 	st := NewState(5)
 	_, err := Update(kernels.New(1), constant, &st, params, []float32{0.1, -0.3, 0, 2, -0.5}, decay, 1)
 	require.NoError(t, err)
@@ -161,11 +161,11 @@ func TestUpdateSplitsOverRanks(t *testing.T) {
 	split := append([]float32(nil), params...)
 	lo, hi := NewState(40), NewState(n-40)
 	for range 3 {
-		_, err := Update(kernels.New(2), trainToml, &ws, whole, grads, decay, 0.7)
+		_, err := Update(kernels.New(2), trainToml, &ws, whole, grads, spansOf(decay), 0.7)
 		require.NoError(t, err)
-		_, err = Update(kernels.New(2), trainToml, &lo, split[:40], grads[:40], decay[:40], 0.7)
+		_, err = Update(kernels.New(2), trainToml, &lo, split[:40], grads[:40], spansOf(decay[:40]), 0.7)
 		require.NoError(t, err)
-		_, err = Update(kernels.New(2), trainToml, &hi, split[40:], grads[40:], decay[40:], 0.7)
+		_, err = Update(kernels.New(2), trainToml, &hi, split[40:], grads[40:], spansOf(decay[40:]), 0.7)
 		require.NoError(t, err)
 	}
 	require.Equal(t, whole, split)
@@ -178,8 +178,8 @@ func TestUpdateRejectsMismatchedLengths(t *testing.T) {
 	params := []float32{1, 2, 3}
 	_, err := Update(kernels.New(2), trainToml, &st, params, []float32{1, 2}, nil, 1)
 	require.ErrorContains(t, err, "lengths differ: params 3, grads 2")
-	_, err = Update(kernels.New(2), trainToml, &st, params, []float32{1, 2, 3}, []bool{true}, 1)
-	require.ErrorContains(t, err, "decay 1")
+	_, err = Update(kernels.New(2), trainToml, &st, params, []float32{1, 2, 3}, []kernels.Span{{Lo: 2, Hi: 4}}, 1)
+	require.ErrorContains(t, err, "weight decay: span 0 [2, 4)")
 	require.Equal(t, []float32{1, 2, 3}, params)
 	require.Zero(t, st.Step)
 }
@@ -253,7 +253,7 @@ func TestUpdateMatchesScalarBits(t *testing.T) {
 							clip = 0.137
 						}
 						scalarUpdate(trainToml, &wst, want, grads, decay, clip)
-						_, err := Update(e, trainToml, &gst, got, grads, decay, clip)
+						_, err := Update(e, trainToml, &gst, got, grads, spansOf(decay), clip)
 						require.NoError(t, err)
 					}
 					require.Equal(t, wst.Step, gst.Step)
@@ -266,4 +266,19 @@ func TestUpdateMatchesScalarBits(t *testing.T) {
 			}
 		}
 	}
+}
+
+// spansOf is the spans of the runs of true in mask, for Update.
+func spansOf(mask []bool) []kernels.Span {
+	var spans []kernels.Span
+	for i, d := range mask {
+		switch {
+		case !d:
+		case len(spans) > 0 && spans[len(spans)-1].Hi == i:
+			spans[len(spans)-1].Hi++
+		default:
+			spans = append(spans, kernels.Span{Lo: i, Hi: i + 1})
+		}
+	}
+	return spans
 }

@@ -15,7 +15,7 @@ type Config struct {
 	Beta1       float64
 	Beta2       float64
 	Eps         float64
-	WeightDecay float64 // decoupled: p -= lr * WeightDecay * p where the decay mask says so
+	WeightDecay float64 // decoupled: p -= lr * WeightDecay * p on the decayed tensors (model.Layout.DecaySpans)
 	GradClip    float64 // maximum global gradient norm; 0 disables clipping
 }
 
