@@ -44,6 +44,19 @@ func (op *streamOp) wait() error {
 	return op.err
 }
 
+// finished says whether op has finished, without waiting; a nil op has.
+func (op *streamOp) finished() bool {
+	if op == nil {
+		return true
+	}
+	select {
+	case <-op.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // drain waits for every queued collective and returns the first error
 // among them (see queue); the stream is then empty.
 func (s *stream) drain() error {

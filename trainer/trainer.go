@@ -261,12 +261,15 @@ func (t *Trainer) setGeometry(geo geometry) {
 	t.plan, t.batch, t.lo, t.hi = geo.plan, geo.batch, geo.lo, geo.hi
 	units := t.model.Layout().Units()
 	mode := t.cfg.Train.Parallel.Mode
-	t.weights = newUnitWeights(t.groups, units, geo.lo, geo.hi, geo.n, !config.ShardsParams(mode), &t.stream, &t.collectives)
+	shardedParams := config.ShardsParams(mode) && geo.plan.Shards > 1
+	wholeGrads := !config.ShardsGrads(mode) && geo.plan.Shards > 1
+	bufs := newUnitBuffersFor(units, shardedParams, wholeGrads)
+	t.weights = newUnitWeights(t.groups, units, geo.lo, geo.hi, geo.n, !shardedParams, bufs, &t.stream, &t.collectives)
 	t.params = t.weights.owned
 	t.grad64 = make([]float64, geo.hi-geo.lo)
 	t.decay = t.model.Layout().DecaySpans(geo.lo, geo.hi)
 	t.state = optim.NewState(geo.hi - geo.lo)
-	t.grads = newUnitGrads(t.groups, units, geo.n, t.grad64, !config.ShardsGrads(mode) && geo.plan.Shards > 1, &t.stream, &t.collectives)
+	t.grads = newUnitGrads(t.groups, units, geo.n, t.grad64, wholeGrads, bufs, &t.stream, &t.collectives)
 	t.rollback = rollback{}
 	t.live, t.done, t.liveRound = false, 0, 0
 	t.stepTimes.Reset() // a new world's steps take another time

@@ -19,7 +19,10 @@ import (
 // shard group into each rank's slice of a float64 sum while the pass
 // computes the next unit. So a rank needs at once the whole of two units'
 // parameters and two units' gradients, never the model's, and its slice
-// of everything else. With one shard (ddp) the units are read in place and
+// of everything else; three unit buffers, taken in turn (unitBuffers),
+// hold those four, because the stream runs one collective at a time: the
+// gather of the next unit starts only once the last reduce-scatter has
+// read its buffer, so it can gather into that very buffer. With one shard (ddp) the units are read in place and
 // the gradients added into the sum of the whole, and nothing moves until
 // the replicas' all-reduce at the end of the step.
 //
@@ -44,9 +47,9 @@ type unitWeights struct {
 	// zero2), is the flat buffer, owned its slice, gathered once per
 	// update (refresh); nil: each unit is gathered when needed.
 	whole []float32
-	// bufs hold gathered units, each as long as the longest: the one the
-	// pass reads and the next, gathered on stream meanwhile.
-	bufs   [2][]float32
+	// bufs holds gathered units: the one the pass reads and the next,
+	// gathered on stream meanwhile (shared with the gradients' blocks).
+	bufs   *unitBuffers
 	stream *stream
 	timer  *collectiveTimer
 	// schedule is the order in which the step's passes ask for units
@@ -56,28 +59,28 @@ type unitWeights struct {
 	schedule []int
 	next     int
 	ahead    *gathering
+	// reading is the gather of the unit the pass reads now (nil: none).
+	reading *gathering
 }
 
-// gathering is a unit's gather, queued on the stream.
+// gathering is a unit's gather, queued on the stream: into part, a
+// piece of buf (nil when the unit lies in the rank's own slice).
 type gathering struct {
 	part []float32
+	buf  *unitBuffer
 	op   *streamOp
 }
 
 // newUnitWeights lays out this rank's parameters for a flat buffer of n
-// elements of which it owns [lo, hi): whole, or only the slice with
-// buffers for two units.
-func newUnitWeights(groups *hsdp.Groups, units []model.Unit, lo, hi, n int, whole bool, s *stream, timer *collectiveTimer) *unitWeights {
-	w := &unitWeights{groups: groups, units: units, lo: lo, n: n, stream: s, timer: timer}
-	switch {
-	case whole || groups.Plan().Shards == 1:
+// elements of which it owns [lo, hi): whole, or only the slice, the
+// units gathered into bufs.
+func newUnitWeights(groups *hsdp.Groups, units []model.Unit, lo, hi, n int, whole bool, bufs *unitBuffers, s *stream, timer *collectiveTimer) *unitWeights {
+	w := &unitWeights{groups: groups, units: units, lo: lo, n: n, bufs: bufs, stream: s, timer: timer}
+	if whole {
 		w.whole = make([]float32, n)
 		w.owned = w.whole[lo:hi]
-	default:
+	} else {
 		w.owned = make([]float32, hi-lo)
-		for i := range w.bufs {
-			w.bufs[i] = make([]float32, longestUnit(units))
-		}
 	}
 	return w
 }
@@ -89,7 +92,16 @@ func (w *unitWeights) beginStep(order []int, micro int) {
 	for range micro {
 		w.schedule = append(w.schedule, order...)
 	}
-	w.next, w.ahead = 0, nil
+	w.release(w.reading) // what the last pass read
+	w.release(w.ahead)   // a pass that failed left it queued, and drained
+	w.next, w.ahead, w.reading = 0, nil, nil
+}
+
+// release gives g's buffer back, if it has one.
+func (w *unitWeights) release(g *gathering) {
+	if g != nil && g.buf != nil {
+		w.bufs.release(g.buf, g.op)
+	}
 }
 
 // Unit gives unit u: from the whole parameters; or gathered by the
@@ -104,11 +116,12 @@ func (w *unitWeights) Unit(u int) ([]float32, error) {
 		return nil, fmt.Errorf("trainer: the model asked for unit %d as its parameter fetch #%d, the schedule has %v", u, k, w.schedule)
 	}
 	w.next++
+	w.release(w.reading) // the pass reads a unit only until it asks for the next
 	cur := w.ahead
 	if cur == nil {
 		cur = w.gather(k)
 	}
-	w.ahead = nil
+	w.reading, w.ahead = cur, nil
 	if k+1 < len(w.schedule) {
 		w.ahead = w.gather(k + 1)
 	}
@@ -116,15 +129,18 @@ func (w *unitWeights) Unit(u int) ([]float32, error) {
 	return cur.part, cur.op.wait()
 }
 
-// gather queues the gather of the k-th unit of the schedule: into
-// bufs[k%2], which the pass no longer reads (it has asked for a unit
-// since), or, when the unit lies in this rank's slice, in place, while the
-// other ranks gather it from this one.
+// gather queues the gather of the k-th unit of the schedule: into a
+// buffer of bufs that neither the pass nor a later collective uses, or,
+// when the unit lies in this rank's slice, in place, while the other
+// ranks gather it from this one.
 func (w *unitWeights) gather(k int) *gathering {
 	un := w.units[w.schedule[k]]
-	g := &gathering{part: w.bufs[k%2][:un.Len()]}
+	g := &gathering{}
 	if un.Lo >= w.lo && un.Hi <= w.lo+len(w.owned) {
 		g.part = w.owned[un.Lo-w.lo : un.Hi-w.lo]
+	} else {
+		g.buf = w.bufs.forStream()
+		g.part = g.buf.data[:un.Len()]
 	}
 	g.op = w.stream.queue(func() error { return w.groups.GatherPart(w.owned, g.part, un.Lo, w.n) })
 	return g
@@ -148,38 +164,40 @@ func (w *unitWeights) refresh() error {
 // unit and, when the pass is done with the unit, queues its reduction on
 // the stream, which runs it while the pass computes the next unit: the
 // embeddings and the final layer norm have buffers of their own (the pass
-// adds to the embeddings' at its start and at its end), the blocks two,
-// taken in turn. A buffer is zeroed for its next unit once its last
-// reduction is done. In the others (zero1, ddp) the pass adds into a whole
-// gradient buffer, reduced once the pass is done with its last unit, the
-// embeddings.
+// adds to the embeddings' at its start and at its end), the blocks take
+// theirs from the unit buffers (see unitBuffers). A buffer is zeroed for
+// its next unit once its last reduction is done. In the others (zero1)
+// the pass adds into a whole gradient buffer, reduced once the pass is
+// done with its last unit, the embeddings.
 type unitGrads struct {
 	groups *hsdp.Groups
 	units  []model.Unit
 	n      int
 	sum    []float64 // this rank's slice of the step's gradient sum
-	// whole is the whole gradient buffer (zero1, ddp), nil when sharded.
+	// whole is the whole gradient buffer (zero1), nil when sharded.
 	whole []float32
-	// bufs are the buffers of the embeddings, the final unit and the
-	// blocks (two); open is the unit each holds the gradient of (-1:
-	// none), reducing the reduction that last read it (nil: none).
-	bufs     [4][]float32
-	open     [4]int
-	reducing [4]*streamOp
-	stream   *stream
-	timer    *collectiveTimer
+	// own are the buffers of the embeddings (0) and the final unit (1);
+	// ownOpen the unit each holds the gradient of (-1: none), ownReducing
+	// the reduction that last read it (nil: none).
+	own         [2][]float32
+	ownOpen     [2]int
+	ownReducing [2]*streamOp
+	// blocks lend the blocks' buffers; open is the block whose gradient
+	// the pass adds to, in openBuf (nil: none).
+	blocks  *unitBuffers
+	open    int
+	openBuf *unitBuffer
+	stream  *stream
+	timer   *collectiveTimer
 }
 
-func newUnitGrads(groups *hsdp.Groups, units []model.Unit, n int, sum []float64, whole bool, s *stream, timer *collectiveTimer) *unitGrads {
-	g := &unitGrads{groups: groups, units: units, n: n, sum: sum, stream: s, timer: timer}
+func newUnitGrads(groups *hsdp.Groups, units []model.Unit, n int, sum []float64, whole bool, blocks *unitBuffers, s *stream, timer *collectiveTimer) *unitGrads {
+	g := &unitGrads{groups: groups, units: units, n: n, sum: sum, blocks: blocks, stream: s, timer: timer}
 	if whole {
 		g.whole = make([]float32, n)
 	} else {
-		last := len(units) - 1
-		g.bufs[0] = make([]float32, units[0].Len())
-		g.bufs[1] = make([]float32, units[last].Len())
-		g.bufs[2] = make([]float32, longestUnit(units[1:last]))
-		g.bufs[3] = make([]float32, longestUnit(units[1:last]))
+		g.own[0] = make([]float32, units[0].Len())
+		g.own[1] = make([]float32, units[len(units)-1].Len())
 	}
 	g.begin()
 	return g
@@ -188,33 +206,53 @@ func newUnitGrads(groups *hsdp.Groups, units []model.Unit, n int, sum []float64,
 // begin readies the buffers for a backward pass: none holds a unit, and
 // the whole buffer is zero.
 func (g *unitGrads) begin() {
-	g.open = [4]int{-1, -1, -1, -1}
+	g.ownOpen = [2]int{-1, -1}
+	if g.openBuf != nil { // a pass that failed left it open
+		g.blocks.release(g.openBuf, nil)
+	}
+	g.open, g.openBuf = -1, nil
 	clear(g.whole)
 }
 
-// slot is which of bufs unit u uses.
-func (g *unitGrads) slot(u int) int {
+// ownSlot is which of own unit u uses, -1 for a block.
+func (g *unitGrads) ownSlot(u int) int {
 	switch u {
 	case 0:
 		return 0
 	case len(g.units) - 1:
 		return 1
 	}
-	return 2 + u%2
+	return -1
 }
 
 func (g *unitGrads) Grad(u int) ([]float32, error) {
 	if g.whole != nil {
 		return g.whole[g.units[u].Lo:g.units[u].Hi], nil
 	}
-	k := g.slot(u)
-	buf := g.bufs[k][:g.units[u].Len()]
-	if g.open[k] != u {
-		if err := g.wait(g.reducing[k]); err != nil {
+	n := g.units[u].Len()
+	k := g.ownSlot(u)
+	if k < 0 { // a block
+		switch g.open {
+		case u:
+		case -1:
+			b, err := g.blocks.forPass(g.timer)
+			if err != nil {
+				return nil, err
+			}
+			g.open, g.openBuf = u, b
+			clear(b.data[:n])
+		default:
+			return nil, fmt.Errorf("trainer: the model asked for the gradient of unit %d before it was done with unit %d", u, g.open)
+		}
+		return g.openBuf.data[:n], nil
+	}
+	buf := g.own[k][:n]
+	if g.ownOpen[k] != u {
+		if err := g.wait(g.ownReducing[k]); err != nil {
 			return nil, err
 		}
 		clear(buf)
-		g.open[k] = u
+		g.ownOpen[k] = u
 	}
 	return buf, nil
 }
@@ -226,10 +264,21 @@ func (g *unitGrads) Done(u int) error {
 		}
 		return g.wait(g.stream.queue(func() error { return g.groups.ReducePart(g.whole, 0, g.n, g.sum) }))
 	}
-	k := g.slot(u)
-	g.open[k] = -1
-	buf, lo := g.bufs[k][:g.units[u].Len()], g.units[u].Lo
-	g.reducing[k] = g.stream.queue(func() error { return g.groups.ReducePart(buf, lo, g.n, g.sum) })
+	lo := g.units[u].Lo
+	k := g.ownSlot(u)
+	if k < 0 {
+		if g.open != u {
+			return fmt.Errorf("trainer: the model was done with unit %d, whose gradient it did not ask for", u)
+		}
+		buf := g.openBuf.data[:g.units[u].Len()]
+		op := g.stream.queue(func() error { return g.groups.ReducePart(buf, lo, g.n, g.sum) })
+		g.blocks.release(g.openBuf, op)
+		g.open, g.openBuf = -1, nil
+		return nil
+	}
+	g.ownOpen[k] = -1
+	buf := g.own[k][:g.units[u].Len()]
+	g.ownReducing[k] = g.stream.queue(func() error { return g.groups.ReducePart(buf, lo, g.n, g.sum) })
 	return nil
 }
 
@@ -237,6 +286,99 @@ func (g *unitGrads) Done(u int) error {
 func (g *unitGrads) wait(op *streamOp) error {
 	defer g.timer.start()()
 	return op.wait()
+}
+
+// unitBuffers lends unit-sized buffers to the gathers of the parameters
+// and to the backward pass's block gradients, in turn. A buffer is held
+// from when it is lent until it is given back (the pass has asked for the
+// next unit, or is done with the gradient) and, after that, still used by
+// the collective it was given back with (a gather that ran, a reduction
+// that may still run). The stream runs one collective at a time, in queue
+// order, so a collective queued now runs after the one a buffer was given
+// back with: forStream lends such a buffer first, and the pass, which
+// would have to wait, gets one whose collective is done (forPass).
+//
+// A rank of a mode that shards the parameters needs three: the unit the
+// pass reads, the next one being gathered, and the gradient the backward
+// pass adds to; the reduction of the gradient before it runs in the
+// buffer the next gather then takes. The other modes need two, for the
+// gradients.
+type unitBuffers struct {
+	bufs []*unitBuffer
+}
+
+// unitBuffer is one buffer of unitBuffers.
+type unitBuffer struct {
+	data  []float32
+	held  bool
+	after *streamOp // the collective given back with, nil: none
+}
+
+// newUnitBuffersFor makes the unit buffers of a rank that gathers the
+// parameters of units (sharded) or not, and adds the gradient into a
+// whole buffer (wholeGrads) or unit by unit: three of the longest unit's
+// length, none, or two of the longest block's.
+func newUnitBuffersFor(units []model.Unit, sharded, wholeGrads bool) *unitBuffers {
+	switch {
+	case sharded:
+		return newUnitBuffers(3, longestUnit(units))
+	case wholeGrads:
+		return newUnitBuffers(0, 0)
+	}
+	return newUnitBuffers(2, longestUnit(units[1:len(units)-1]))
+}
+
+// newUnitBuffers makes count buffers of length elements.
+func newUnitBuffers(count, length int) *unitBuffers {
+	p := &unitBuffers{}
+	for range count {
+		p.bufs = append(p.bufs, &unitBuffer{data: make([]float32, length)})
+	}
+	return p
+}
+
+// forStream lends a buffer to a collective about to be queued: one whose
+// collective still runs when there is one, else any that is not held. It
+// panics when all are held: a bug in the count of buffers.
+func (p *unitBuffers) forStream() *unitBuffer {
+	var pick *unitBuffer
+	for _, b := range p.bufs {
+		if !b.held && (pick == nil || !b.after.finished()) {
+			pick = b
+		}
+	}
+	return p.lend(pick)
+}
+
+// forPass lends a buffer to the pass: one whose collective is done when
+// there is one, else one that is not held, once its collective is done
+// (waited for as a collective, on timer). It returns that collective's
+// error. It panics when all are held: a bug in the count of buffers.
+func (p *unitBuffers) forPass(timer *collectiveTimer) (*unitBuffer, error) {
+	var pick *unitBuffer
+	for _, b := range p.bufs {
+		if !b.held && (pick == nil || b.after.finished()) {
+			pick = b
+		}
+	}
+	p.lend(pick)
+	if !pick.after.finished() {
+		defer timer.start()()
+	}
+	return pick, pick.after.wait()
+}
+
+func (p *unitBuffers) lend(b *unitBuffer) *unitBuffer {
+	if b == nil {
+		panic(fmt.Sprintf("trainer: all %d unit buffers are lent", len(p.bufs)))
+	}
+	b.held = true
+	return b
+}
+
+// release gives b back, its data still used by after (nil: nothing).
+func (p *unitBuffers) release(b *unitBuffer, after *streamOp) {
+	b.held, b.after = false, after
 }
 
 // longestUnit is the length of the longest of units (0 for none).

@@ -224,13 +224,16 @@ func FromConfig(c config.Config, nodes, procPerNode int) (Model, Layout, string)
 // embeddings if longer):
 //   - params: the fp32 parameters, whole (4N) in ddp, zero1 and zero2;
 //     in the modes that shard them at rest (zero3, fsdp, hsdp over more
-//     than one shard) the rank's slice (4S) and the two buffers units are
+//     than one shard) the rank's slice (4S) and two buffers units are
 //     gathered into, the one a pass reads and the next (8U);
 //   - grads: the rank's slice of the step's gradient sum in fp64 (8S),
 //     rounded to fp32 in its own memory at the end of the step; the buffers the backward pass
 //     adds a unit's gradient into before it is reduced: one for the
-//     embeddings, one for ln_f, two the blocks take in turn (4 bytes per
-//     element of each), or in zero1 the whole gradient (4N) instead;
+//     embeddings, one for ln_f, and for the blocks two they take in turn,
+//     or in the modes that shard the parameters one (a third buffer of
+//     the longest unit, lent in turn with the two of the parameters), 4
+//     bytes per element of each; or in zero1 the whole gradient (4N)
+//     instead;
 //   - optimizer: AdamW's two moments (8S) (where weight decay applies is a
 //     span per tensor, nothing per element);
 //   - copies: the previous step's params, m and v of the slice, to roll
@@ -280,7 +283,10 @@ func Trainer(c config.Config, nodes, procPerNode int) (Estimate, error) {
 	}
 	scatterOut := min(slice, int64(longest))
 	if shards > 1 && config.ShardsParams(c.Parallel.Mode) {
+		// Three buffers of the longest unit, taken in turn: two gathered
+		// units, and one block's gradient.
 		e.Params = 4*slice + 8*int64(longest)
+		e.Grads = 8*slice + 4*int64(units[0].Len()+units[len(units)-1].Len()+longest)
 	}
 	if shards > 1 && !config.ShardsGrads(c.Parallel.Mode) {
 		e.Grads = 8*slice + 4*padded
