@@ -120,28 +120,16 @@ type Trainer struct {
 
 	// rollback holds the owned state as it was before the last optimizer
 	// update, so that a rank that applied the update of a step its peers
-	// did not finish can go back one step (see Exchange).
+	// did not finish can go back one step (see Exchange); whether it
+	// holds such a step is recovery's phase (updated).
 	rollback rollback
-	// live says the owned state is a step of this run worth offering to
-	// an exchange: set when Run starts, by Restore and by an Exchange that
-	// recovered; a Trainer as New made it holds nothing.
-	live bool
-	// done is the last step this rank completed: its parameters gathered
-	// again and its record written (meaningful when live).
-	done int
-	// liveRound is the round (Worker.RestartCount) of the world whose Run,
-	// Restore or Exchange last set the live state (meaningful when live):
-	// an Exchange tells a rank that comes back from an older world than
-	// the others' by it (see decide).
-	liveRound int
+	// recovery is this rank's phase (see phase) and what it holds for an
+	// exchange; only enter changes it.
+	recovery recoveryState
 	// stepTimes are the durations of the last steps in this world; the
 	// step's collectives wait at most timeoutRule.For their median.
 	stepTimes   comm.StepTimes
 	timeoutRule comm.TimeoutRule
-	// carried is what this rank held before the last Reform re-laid its
-	// buffers out, until an Exchange settles it; nil when the buffers
-	// themselves are what it holds.
-	carried *carried
 	// hooks inject faults in tests; the zero value injects none.
 	hooks hooks
 }
@@ -256,7 +244,8 @@ func geometryFor(tc config.Config, w distenv.Worker, layout model.Layout) (geome
 }
 
 // setGeometry adopts geo with fresh buffers: zero parameters, zero AdamW
-// state at step 0, no rollback copy, and nothing held for an exchange.
+// state at step 0 and no rollback copy. It leaves the phase alone: New's
+// is fresh, and Reform carried what it held before calling it.
 func (t *Trainer) setGeometry(geo geometry) {
 	t.plan, t.batch, t.lo, t.hi = geo.plan, geo.batch, geo.lo, geo.hi
 	units := t.model.Layout().Units()
@@ -268,7 +257,6 @@ func (t *Trainer) setGeometry(geo geometry) {
 	t.state = optim.NewState(geo.hi - geo.lo)
 	t.grads = newUnitGrads(t.groups, units, geo.n, t.grad64, !config.ShardsGrads(mode) && geo.plan.Shards > 1, &t.stream, &t.collectives)
 	t.rollback = rollback{}
-	t.live, t.done, t.liveRound = false, 0, 0
 	t.stepTimes.Reset() // a new world's steps take another time
 	t.timeoutRule = comm.TimeoutRule{Ceiling: t.cfg.CommTimeout}
 }
@@ -367,12 +355,15 @@ var ErrStopped = errors.New("trainer: stopped at a step boundary, as asked")
 // After such an error, or an AfterStep error, the Trainer keeps the state
 // of the last step every rank completed (see Exchange): Reform it into
 // the next world and Run again, or Close it. After any other error it is
-// unusable.
+// unusable. After a Reform that failed, Run refuses to start: the state
+// this rank held is carried over to the next Reform, not in its buffers.
 func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	if t.groups == nil {
 		return Result{}, errors.New("trainer: run: no world to run in (the last Reform failed)")
 	}
-	t.live, t.liveRound = true, t.cfg.Worker.RestartCount
+	if err := t.enter(event{kind: started, step: t.state.Step, round: t.cfg.Worker.RestartCount}); err != nil {
+		return Result{}, fmt.Errorf("trainer: run: %w (the last Reform failed: Reform again or Close)", err)
+	}
 	if t.world != nil {
 		world := t.world
 		stop := context.AfterFunc(ctx, func() { world.Abort(context.Cause(ctx)) })
@@ -438,6 +429,9 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 			return res, err
 		}
 		t.rollback.keep(t.eng, t.state.Step, t.params, t.state.M, t.state.V)
+		if err := t.enter(event{kind: kept}); err != nil {
+			return res, fmt.Errorf("trainer: step %d: %w", step+1, err)
+		}
 		lr, err := optim.Update(t.eng, t.optim, &t.state, t.params, grad, t.decay, clip)
 		if err != nil {
 			return res, fmt.Errorf("trainer: step %d: %w", step+1, err)
@@ -470,7 +464,9 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 		if err := t.metrics.Write(rec); err != nil {
 			return res, fmt.Errorf("trainer: step %d: %w", step+1, err)
 		}
-		t.done = step + 1
+		if err := t.enter(event{kind: completed, step: step + 1}); err != nil {
+			return res, fmt.Errorf("trainer: step %d: %w", step+1, err)
+		}
 		if metrics.ShouldLog(step+1, tc.LogEvery, tc.Steps) {
 			tokPerS := tokensPerStep * float64(res.Steps-stepsAtLog) / now.Sub(lastLog).Seconds()
 			p := metrics.Progress{Step: step + 1, Steps: tc.Steps, Loss: loss, LR: lr,
