@@ -67,13 +67,6 @@ type Recovery struct {
 	Took time.Duration
 }
 
-// carried is what a rank held before Reform re-laid its buffers out.
-type carried struct {
-	held  []Holding
-	done  int
-	round int
-}
-
 // Exchange agrees with every rank of the current world on the state to
 // go on from, and gives this rank its slice of it. It is collective:
 // every rank calls it, ranks that just came from New too (they hold
@@ -132,14 +125,18 @@ func (t *Trainer) exchange(ctx context.Context, extra []Holding) (Recovery, erro
 	}
 	d := decide(all, t.model.Layout().Size)
 	if d.Source == RecoveryNone {
-		t.reset()
+		if err := t.reset(); err != nil {
+			return Recovery{}, fmt.Errorf("trainer: exchange: %w", err)
+		}
 		return Recovery{Source: RecoveryNone, Redone: d.Redone}, nil
 	}
 	slice, received, err := t.transfer(d, held)
 	if err != nil {
 		return Recovery{}, t.exchangeErr(ctx, err)
 	}
-	t.install(d.Step, slice)
+	if err := t.install(d.Step, slice); err != nil {
+		return Recovery{}, fmt.Errorf("trainer: exchange: %w", err)
+	}
 	return Recovery{Source: d.Source, Step: d.Step, Redone: d.Redone, Received: received}, nil
 }
 
@@ -155,25 +152,6 @@ func (h Holding) check() error {
 		return fmt.Errorf("range [%d, %d) with %d params, %d m, %d v", h.Lo, h.Hi, len(h.Params), len(h.M), len(h.V))
 	}
 	return nil
-}
-
-// holdings is what this rank holds of its own, the last step it
-// completed (-1: nothing) and the round whose world last set its live
-// state: what it carried over a Reform, or its live state and the copy
-// from before its last update.
-func (t *Trainer) holdings() ([]Holding, int, int) {
-	if t.carried != nil {
-		return t.carried.held, t.carried.done, t.carried.round
-	}
-	if !t.live {
-		return nil, -1, 0
-	}
-	held := []Holding{{Step: int64(t.state.Step), Lo: t.lo, Hi: t.hi,
-		Params: t.params, M: t.state.M, V: t.state.V}}
-	if rb := &t.rollback; rb.valid && rb.step != t.state.Step {
-		held = append(held, Holding{Step: int64(rb.step), Lo: t.lo, Hi: t.hi, Params: rb.params, M: rb.m, V: rb.v})
-	}
-	return held, t.done, t.liveRound
 }
 
 // announce all-gathers every rank's announcement.
@@ -408,26 +386,29 @@ func (t *Trainer) agreeIntact(bad int) error {
 	return nil
 }
 
-// install makes slice this rank's owned state after step: Run goes on
-// from there, after gathering the full parameters.
-func (t *Trainer) install(step int64, s slice) {
+// install makes slice this rank's owned state after step (phase live):
+// Run goes on from there, after gathering the full parameters.
+func (t *Trainer) install(step int64, s slice) error {
+	if err := t.enter(event{kind: set, step: int(step), round: t.cfg.Worker.RestartCount}); err != nil {
+		return err
+	}
 	copy(t.params, s.params)
 	t.state.M, t.state.V, t.state.Step = s.m, s.v, int(step)
-	t.rollback.valid = false
-	t.live, t.done, t.carried = true, int(step), nil
-	t.liveRound = t.cfg.Worker.RestartCount
+	return nil
 }
 
-// reset makes the Trainer as New made it: the parameters from the seed,
-// zero AdamW state at step 0, nothing held.
-func (t *Trainer) reset() {
+// reset makes the Trainer as New made it (phase fresh): the parameters
+// from the seed, zero AdamW state at step 0, nothing held.
+func (t *Trainer) reset() error {
+	if err := t.enter(event{kind: emptied}); err != nil {
+		return err
+	}
 	clear(t.params)
 	model.InitRange(t.modelCfg, t.params, t.lo, t.cfg.Train.Train.Seed)
 	clear(t.state.M)
 	clear(t.state.V)
 	t.state.Step = 0
-	t.rollback.valid = false
-	t.live, t.done, t.carried, t.liveRound = false, 0, nil, 0
+	return nil
 }
 
 // appendFloats appends the little-endian bytes of fs to b.

@@ -33,9 +33,8 @@ func (t *Trainer) Reform(ctx context.Context, w distenv.Worker, extra []Holding)
 	if err := t.closeMetrics(); err != nil {
 		return Recovery{}, fmt.Errorf("trainer: reform: %w", err)
 	}
-	if t.carried == nil {
-		held, done, round := t.holdings()
-		t.carried = &carried{held: held, done: done, round: round}
+	if err := t.enter(event{kind: reformed, own: t.own()}); err != nil {
+		return Recovery{}, fmt.Errorf("trainer: reform: %w", err)
 	}
 	_ = t.closeWorld() // Close never fails
 	t.world, t.groups = nil, nil
@@ -43,10 +42,8 @@ func (t *Trainer) Reform(ctx context.Context, w distenv.Worker, extra []Holding)
 	if err != nil {
 		return Recovery{}, fmt.Errorf("trainer: reform: %w", err)
 	}
-	keep := t.carried
 	t.cfg.Worker, t.world, t.groups = w, world, groups
 	t.setGeometry(geo)
-	t.carried = keep
 	rec, err := t.exchange(ctx, extra)
 	rec.Took = time.Since(start)
 	if err != nil {

@@ -23,8 +23,10 @@ import (
 // done and every live is m or m+1; ranks differ by at most one completed
 // step. Each rank holds step m: its live state (live = m) or this copy
 // (live = m+1, the copy taken before update m+1).
+//
+// Whether the copy holds such a step is the rank's phase (updated, see
+// phase); the copy itself is only its data.
 type rollback struct {
-	valid        bool
 	step         int
 	params, m, v []float32
 }
@@ -42,7 +44,7 @@ func (r *rollback) keep(e *kernels.Engine, step int, params, m, v []float32) {
 		copy(r.m[lo:hi], m[lo:hi])
 		copy(r.v[lo:hi], v[lo:hi])
 	})
-	r.step, r.valid = step, true
+	r.step = step
 }
 
 // hooks inject faults at fixed points of a step, on the ranks a test

@@ -39,11 +39,12 @@ func (t *Trainer) Restore(s State) error {
 		return fmt.Errorf("trainer: restore: sample index %d does not start step %d (want %d): global batch changed?",
 			s.Sample, s.Step, t.batch.First(s.Step))
 	}
+	if err := t.enter(event{kind: set, step: int(s.Step), round: t.cfg.Worker.RestartCount}); err != nil {
+		return fmt.Errorf("trainer: restore: %w", err)
+	}
 	copy(t.params, s.Params)
 	copy(t.state.M, s.M)
 	copy(t.state.V, s.V)
 	t.state.Step = int(s.Step)
-	t.live, t.done, t.rollback.valid, t.carried = true, t.state.Step, false, nil
-	t.liveRound = t.cfg.Worker.RestartCount
 	return nil
 }

@@ -120,28 +120,16 @@ type Trainer struct {
 
 	// rollback holds the owned state as it was before the last optimizer
 	// update, so that a rank that applied the update of a step its peers
-	// did not finish can go back one step (see Exchange).
+	// did not finish can go back one step (see Exchange); whether it
+	// holds such a step is recovery's phase (updated).
 	rollback rollback
-	// live says the owned state is a step of this run worth offering to
-	// an exchange: set when Run starts, by Restore and by an Exchange that
-	// recovered; a Trainer as New made it holds nothing.
-	live bool
-	// done is the last step this rank completed: its parameters gathered
-	// again and its record written (meaningful when live).
-	done int
-	// liveRound is the round (Worker.RestartCount) of the world whose Run,
-	// Restore or Exchange last set the live state (meaningful when live):
-	// an Exchange tells a rank that comes back from an older world than
-	// the others' by it (see decide).
-	liveRound int
+	// recovery is this rank's phase (see phase) and what it holds for an
+	// exchange; only enter changes it.
+	recovery recoveryState
 	// stepTimes are the durations of the last steps in this world; the
 	// step's collectives wait at most timeoutRule.For their median.
 	stepTimes   comm.StepTimes
 	timeoutRule comm.TimeoutRule
-	// carried is what this rank held before the last Reform re-laid its
-	// buffers out, until an Exchange settles it; nil when the buffers
-	// themselves are what it holds.
-	carried *carried
 	// hooks inject faults in tests; the zero value injects none.
 	hooks hooks
 }
@@ -256,7 +244,8 @@ func geometryFor(tc config.Config, w distenv.Worker, layout model.Layout) (geome
 }
 
 // setGeometry adopts geo with fresh buffers: zero parameters, zero AdamW
-// state at step 0, no rollback copy, and nothing held for an exchange.
+// state at step 0 and no rollback copy. It leaves the phase alone: New's
+// is fresh, and Reform carried what it held before calling it.
 func (t *Trainer) setGeometry(geo geometry) {
 	t.plan, t.batch, t.lo, t.hi = geo.plan, geo.batch, geo.lo, geo.hi
 	units := t.model.Layout().Units()
@@ -271,7 +260,6 @@ func (t *Trainer) setGeometry(geo geometry) {
 	t.state = optim.NewState(geo.hi - geo.lo)
 	t.grads = newUnitGrads(t.groups, units, geo.n, t.grad64, wholeGrads, bufs, &t.stream, &t.collectives)
 	t.rollback = rollback{}
-	t.live, t.done, t.liveRound = false, 0, 0
 	t.stepTimes.Reset() // a new world's steps take another time
 	t.timeoutRule = comm.TimeoutRule{Ceiling: t.cfg.CommTimeout}
 }
@@ -370,22 +358,22 @@ var ErrStopped = errors.New("trainer: stopped at a step boundary, as asked")
 // After such an error, or an AfterStep error, the Trainer keeps the state
 // of the last step every rank completed (see Exchange): Reform it into
 // the next world and Run again, or Close it. After any other error it is
-// unusable.
+// unusable. After a Reform that failed, Run refuses to start: the state
+// this rank held is carried over to the next Reform, not in its buffers.
+//
+// Run is a loop over step, one optimizer step each; complete writes each
+// step's record and end finishes the Run.
 func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	if t.groups == nil {
 		return Result{}, errors.New("trainer: run: no world to run in (the last Reform failed)")
 	}
-	t.live, t.liveRound = true, t.cfg.Worker.RestartCount
+	if err := t.enter(event{kind: started, step: t.state.Step, round: t.cfg.Worker.RestartCount}); err != nil {
+		return Result{}, fmt.Errorf("trainer: run: %w (the last Reform failed: Reform again or Close)", err)
+	}
 	if t.world != nil {
 		world := t.world
 		stop := context.AfterFunc(ctx, func() { world.Abort(context.Cause(ctx)) })
 		defer stop()
-	}
-	tc := t.cfg.Train.Train
-	rank := t.cfg.Worker.Rank
-	logTo := t.cfg.Log
-	if logTo == nil || rank != 0 {
-		logTo = io.Discard
 	}
 	if err := t.openMetrics(); err != nil {
 		return Result{}, err
@@ -393,106 +381,168 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	if err := t.weights.refresh(); err != nil {
 		return Result{}, t.runErr(ctx, err)
 	}
-	accum := t.batch.Accumulation()
-	units := tc.GlobalBatch / tc.MicroBatch
-	tokensPerStep := float64(tc.GlobalBatch * t.cfg.Train.Model.Context)
-
-	var res Result
-	start := time.Now()
-	lastRecord, lastLog, stepsAtLog := start, start, 0
-	var prof *profile.Timer // nil, and every lap a no-op, unless profiling
-	if t.cfg.Profile {
-		prof, res.Profile = profile.NewTimer(start), &profile.Summary{}
-	}
-	t.model.SetProfile(prof)
-	for t.state.Step < tc.Steps {
+	c := t.newRunClock(time.Now())
+	t.model.SetProfile(c.prof)
+	for t.state.Step < t.cfg.Train.Train.Steps {
 		if err := ctx.Err(); err != nil {
-			return res, t.runErr(ctx, err)
+			return c.res, t.runErr(ctx, err)
 		}
-		step := t.state.Step
-		t.collectives = collectiveTimer{prof: prof}
-		lossSum, err := t.accumulate(step, prof)
+		rec, waited, err := t.step(ctx, c.prof)
 		if err != nil {
-			return res, t.runErr(ctx, err)
+			return c.res, err
 		}
-		collStart := time.Now()
-		if err := t.groups.ReduceReplicas(t.grad64); err != nil {
-			return res, t.runErr(ctx, err)
-		}
-		inCollectives := time.Since(collStart)
-		prof.Lap(profile.Collectives)
-		grad := roundMean(t.grad64, units)
-		ownedSquares := optim.SumSquares(t.eng, grad)
-		prof.Lap(profile.Optimizer)
-		collStart = time.Now()
-		loss, sumSquares, stop, err := t.groups.Stats(lossSum/float64(accum), ownedSquares, t.cfg.StopAsked != nil && t.cfg.StopAsked())
-		if err != nil {
-			return res, t.runErr(ctx, err)
-		}
-		if stop {
-			// Before the update: every rank of the world stops here, at
-			// step `step`, and none is a step ahead.
-			return res, ErrStopped
-		}
-		inCollectives += time.Since(collStart)
-		prof.Lap(profile.Collectives)
-		clip := optim.ClipFactor(sumSquares, t.optim.GradClip)
-		if err := t.hooks.before(t.hooks.beforeUpdate, step+1); err != nil {
-			return res, err
-		}
-		t.rollback.keep(t.eng, t.state.Step, t.params, t.state.M, t.state.V)
-		lr, err := optim.Update(t.eng, t.optim, &t.state, t.params, grad, t.decay, clip)
-		if err != nil {
-			return res, fmt.Errorf("trainer: step %d: %w", step+1, err)
-		}
-		prof.Lap(profile.Optimizer)
-		if err := t.hooks.before(t.hooks.afterUpdate, step+1); err != nil {
-			return res, err
-		}
-		if err := t.weights.refresh(); err != nil {
-			return res, t.runErr(ctx, err)
-		}
-		inCollectives += t.collectives.spent
-
-		now := time.Now()
-		res.Steps++
-		res.Loss = loss
-		tokPerS := tokensPerStep / now.Sub(lastRecord).Seconds()
-		rec := metrics.Record{Step: step + 1, Time: now, Loss: loss, LR: lr,
-			TokensPerS: tokPerS, MFU: t.mfu(tokPerS), WorldSize: t.plan.WorldSize(),
-			Rank: rank, Round: t.cfg.Worker.RestartCount, ElapsedS: now.Sub(start).Seconds(), GradNorm: math.Sqrt(sumSquares),
-			Compute: now.Sub(lastRecord) - inCollectives}
-		if prof != nil {
-			st := prof.EndStep(now)
-			rec.Profile = &st
-			res.Profile.Add(st)
-		}
-		t.stepTimes.Add(now.Sub(lastRecord))
-		t.groups.SetTimeout(t.timeoutRule.For(t.stepTimes.Median()))
-		lastRecord = now
-		if err := t.metrics.Write(rec); err != nil {
-			return res, fmt.Errorf("trainer: step %d: %w", step+1, err)
-		}
-		t.done = step + 1
-		if metrics.ShouldLog(step+1, tc.LogEvery, tc.Steps) {
-			tokPerS := tokensPerStep * float64(res.Steps-stepsAtLog) / now.Sub(lastLog).Seconds()
-			p := metrics.Progress{Step: step + 1, Steps: tc.Steps, Loss: loss, LR: lr,
-				TokensPerS: tokPerS, MFU: t.mfu(tokPerS),
-				ETA: metrics.ETA(now.Sub(start), res.Steps, tc.Steps-step-1)}
-			fmt.Fprintln(logTo, p.String())
-			lastLog, stepsAtLog = now, res.Steps
-		}
-		if t.cfg.AfterStep != nil {
-			if err := t.cfg.AfterStep(t, rec); err != nil {
-				return res, fmt.Errorf("trainer: after step %d: %w", step+1, err)
-			}
+		if err := t.complete(c, rec, waited); err != nil {
+			return c.res, err
 		}
 	}
-	if d := time.Since(start).Seconds(); res.Steps > 0 && d > 0 {
-		res.TokensPerS = tokensPerStep * float64(res.Steps) / d
+	return t.end(ctx, c)
+}
+
+// runClock is one Run's clock and tallies: what its records' times and
+// rates, its progress lines and its Result are made of.
+type runClock struct {
+	res                        Result
+	start, lastRecord, lastLog time.Time
+	stepsAtLog                 int            // res.Steps at the last progress line
+	prof                       *profile.Timer // nil, and every lap a no-op, unless profiling
+	log                        io.Writer      // rank 0's progress lines; io.Discard on the others
+	tokensPerStep              float64        // the whole job's tokens in one step
+}
+
+// newRunClock starts a Run's clock at start.
+func (t *Trainer) newRunClock(start time.Time) *runClock {
+	c := &runClock{start: start, lastRecord: start, lastLog: start, log: t.cfg.Log,
+		tokensPerStep: float64(t.cfg.Train.Train.GlobalBatch * t.cfg.Train.Model.Context)}
+	if c.log == nil || t.cfg.Worker.Rank != 0 {
+		c.log = io.Discard
+	}
+	if t.cfg.Profile {
+		c.prof, c.res.Profile = profile.NewTimer(start), &profile.Summary{}
+	}
+	return c
+}
+
+// step does one optimizer step, the one after t.state.Step: the passes
+// over this rank's micro batches, the replicas' reduction, the world's
+// loss and gradient norm (and whether a rank asked to stop: ErrStopped,
+// before the update), the rollback copy, the AdamW update of the owned
+// slice, and the gathering of the parameters the next passes need. It
+// returns the step's own figures for its record (Step, Loss, LR,
+// GradNorm, WorldSize, Rank, Round) and the time it waited for
+// collectives.
+func (t *Trainer) step(ctx context.Context, prof *profile.Timer) (metrics.Record, time.Duration, error) {
+	tc := t.cfg.Train.Train
+	step := t.state.Step
+	t.collectives = collectiveTimer{prof: prof}
+	lossSum, err := t.accumulate(step, prof)
+	if err != nil {
+		return metrics.Record{}, 0, t.runErr(ctx, err)
+	}
+	collStart := time.Now()
+	if err := t.groups.ReduceReplicas(t.grad64); err != nil {
+		return metrics.Record{}, 0, t.runErr(ctx, err)
+	}
+	waited := time.Since(collStart)
+	prof.Lap(profile.Collectives)
+	grad := roundMean(t.grad64, tc.GlobalBatch/tc.MicroBatch)
+	ownedSquares := optim.SumSquares(t.eng, grad)
+	prof.Lap(profile.Optimizer)
+	collStart = time.Now()
+	loss, sumSquares, stop, err := t.groups.Stats(lossSum/float64(t.batch.Accumulation()), ownedSquares, t.cfg.StopAsked != nil && t.cfg.StopAsked())
+	if err != nil {
+		return metrics.Record{}, 0, t.runErr(ctx, err)
+	}
+	if stop {
+		// Before the update: every rank of the world stops here, at
+		// step `step`, and none is a step ahead.
+		return metrics.Record{}, 0, ErrStopped
+	}
+	waited += time.Since(collStart)
+	prof.Lap(profile.Collectives)
+	clip := optim.ClipFactor(sumSquares, t.optim.GradClip)
+	if err := t.hooks.before(t.hooks.beforeUpdate, step+1); err != nil {
+		return metrics.Record{}, 0, err
+	}
+	t.rollback.keep(t.eng, t.state.Step, t.params, t.state.M, t.state.V)
+	if err := t.enter(event{kind: kept}); err != nil {
+		return metrics.Record{}, 0, fmt.Errorf("trainer: step %d: %w", step+1, err)
+	}
+	lr, err := optim.Update(t.eng, t.optim, &t.state, t.params, grad, t.decay, clip)
+	if err != nil {
+		return metrics.Record{}, 0, fmt.Errorf("trainer: step %d: %w", step+1, err)
+	}
+	prof.Lap(profile.Optimizer)
+	if err := t.hooks.before(t.hooks.afterUpdate, step+1); err != nil {
+		return metrics.Record{}, 0, err
+	}
+	if err := t.weights.refresh(); err != nil {
+		return metrics.Record{}, 0, t.runErr(ctx, err)
+	}
+	waited += t.collectives.spent
+	return metrics.Record{Step: step + 1, Loss: loss, LR: lr, GradNorm: math.Sqrt(sumSquares),
+		WorldSize: t.plan.WorldSize(), Rank: t.cfg.Worker.Rank, Round: t.cfg.Worker.RestartCount}, waited, nil
+}
+
+// complete completes the step of rec, the step's own figures, that waited
+// for collectives: it stamps the record with c's clock, sets the
+// collectives' timeout from the step times, writes the record, logs
+// progress and calls AfterStep.
+func (t *Trainer) complete(c *runClock, rec metrics.Record, waited time.Duration) error {
+	now := time.Now()
+	took := now.Sub(c.lastRecord)
+	c.res.Steps++
+	c.res.Loss = rec.Loss
+	tokPerS := c.tokensPerStep / took.Seconds()
+	rec.Time, rec.TokensPerS, rec.MFU = now, tokPerS, t.mfu(tokPerS)
+	rec.ElapsedS, rec.Compute = now.Sub(c.start).Seconds(), took-waited
+	if c.prof != nil {
+		st := c.prof.EndStep(now)
+		rec.Profile = &st
+		c.res.Profile.Add(st)
+	}
+	t.stepTimes.Add(took)
+	t.groups.SetTimeout(t.timeoutRule.For(t.stepTimes.Median()))
+	c.lastRecord = now
+	if err := t.metrics.Write(rec); err != nil {
+		return fmt.Errorf("trainer: step %d: %w", rec.Step, err)
+	}
+	if err := t.enter(event{kind: completed, step: rec.Step}); err != nil {
+		return fmt.Errorf("trainer: step %d: %w", rec.Step, err)
+	}
+	t.logProgress(c, rec)
+	if t.cfg.AfterStep != nil {
+		if err := t.cfg.AfterStep(t, rec); err != nil {
+			return fmt.Errorf("trainer: after step %d: %w", rec.Step, err)
+		}
+	}
+	return nil
+}
+
+// logProgress writes rank 0's progress line after rec's step, every
+// log_every steps and at the last.
+func (t *Trainer) logProgress(c *runClock, rec metrics.Record) {
+	tc := t.cfg.Train.Train
+	if !metrics.ShouldLog(rec.Step, tc.LogEvery, tc.Steps) {
+		return
+	}
+	now := rec.Time
+	tokPerS := c.tokensPerStep * float64(c.res.Steps-c.stepsAtLog) / now.Sub(c.lastLog).Seconds()
+	p := metrics.Progress{Step: rec.Step, Steps: tc.Steps, Loss: rec.Loss, LR: rec.LR,
+		TokensPerS: tokPerS, MFU: t.mfu(tokPerS),
+		ETA: metrics.ETA(now.Sub(c.start), c.res.Steps, tc.Steps-rec.Step)}
+	fmt.Fprintln(c.log, p.String())
+	c.lastLog, c.stepsAtLog = now, c.res.Steps
+}
+
+// end finishes a Run that took every step: the Result's rate, rank 0's
+// profile table, and a barrier so that every rank leaves together.
+func (t *Trainer) end(ctx context.Context, c *runClock) (Result, error) {
+	res := c.res
+	if d := time.Since(c.start).Seconds(); res.Steps > 0 && d > 0 {
+		res.TokensPerS = c.tokensPerStep * float64(res.Steps) / d
 	}
 	if res.Profile != nil && res.Steps > 0 {
-		if err := res.Profile.WriteTable(logTo); err != nil {
+		if err := res.Profile.WriteTable(c.log); err != nil {
 			return res, fmt.Errorf("trainer: %w", err)
 		}
 	}

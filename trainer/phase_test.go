@@ -1,0 +1,127 @@
+package trainer
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gorun/gorun/internal/distenv"
+	"github.com/gorun/gorun/trainer/config"
+	"github.com/gorun/gorun/trainer/metrics"
+)
+
+// TestPhaseTransitions walks every event from every phase: the edges of
+// the table of phase with the data they set, and the refused ones, which
+// leave the state as it was.
+func TestPhaseTransitions(t *testing.T) {
+	own := []Holding{{Step: 7, Lo: 0, Hi: 4}, {Step: 6, Lo: 0, Hi: 4}}
+	held := []Holding{{Step: 3, Lo: 4, Hi: 8}}
+	from := map[phase]recoveryState{
+		fresh:   {},
+		live:    {phase: live, done: 5, round: 1},
+		updated: {phase: updated, done: 6, round: 1},
+		carried: {phase: carried, done: 3, round: 0, carried: held},
+	}
+	var (
+		run      = event{kind: started, step: 9, round: 2}
+		keep     = event{kind: kept}
+		complete = event{kind: completed, step: 7}
+		setTo    = event{kind: set, step: 4, round: 2}
+		empty    = event{kind: emptied}
+		reform   = event{kind: reformed, own: own}
+	)
+	refused := recoveryState{phase: -1} // marks an edge the table refuses
+	tests := []struct {
+		from phase
+		e    event
+		want recoveryState
+	}{
+		{fresh, run, recoveryState{phase: live, done: 9, round: 2}},
+		{live, run, recoveryState{phase: live, done: 5, round: 2}},
+		{updated, run, recoveryState{phase: updated, done: 6, round: 2}},
+		{carried, run, refused},
+
+		{fresh, keep, refused},
+		{live, keep, recoveryState{phase: updated, done: 5, round: 1}},
+		{updated, keep, recoveryState{phase: updated, done: 6, round: 1}},
+		{carried, keep, refused},
+
+		{fresh, complete, refused},
+		{live, complete, refused},
+		{updated, complete, recoveryState{phase: updated, done: 7, round: 1}},
+		{carried, complete, refused},
+
+		{fresh, setTo, recoveryState{phase: live, done: 4, round: 2}},
+		{live, setTo, recoveryState{phase: live, done: 4, round: 2}},
+		{updated, setTo, recoveryState{phase: live, done: 4, round: 2}},
+		{carried, setTo, recoveryState{phase: live, done: 4, round: 2}},
+
+		{fresh, empty, recoveryState{}},
+		{live, empty, recoveryState{}},
+		{updated, empty, recoveryState{}},
+		{carried, empty, recoveryState{}},
+
+		{fresh, reform, recoveryState{phase: carried, done: -1}},
+		{live, reform, recoveryState{phase: carried, done: 5, round: 1, carried: own}},
+		{updated, reform, recoveryState{phase: carried, done: 6, round: 1, carried: own}},
+		{carried, reform, recoveryState{phase: carried, done: 3, round: 0, carried: held}},
+	}
+	seen := map[[2]int]bool{}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("%v %v", tc.from, tc.e.kind), func(t *testing.T) {
+			seen[[2]int{int(tc.from), int(tc.e.kind)}] = true
+			s := from[tc.from]
+			got, err := s.next(tc.e)
+			if tc.want.phase == refused.phase {
+				require.EqualError(t, err, fmt.Sprintf("%v refused in phase %v", tc.e.kind, tc.from))
+				require.Equal(t, s, got, "a refused event changes nothing")
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+	require.Len(t, seen, 4*6, "every event from every phase")
+	_, err := recoveryState{phase: live}.next(event{kind: eventKind(99)})
+	require.EqualError(t, err, "eventKind(99) refused in phase live")
+}
+
+// TestRunRefusedWhileCarried: after a Reform whose Exchange failed, the
+// rank's buffers are fresh and what it holds is carried: Run refuses to
+// start, and the next Reform recovers the carried step.
+func TestRunRefusedWhileCarried(t *testing.T) {
+	cfg := reformConfig(t, config.ModeDDP)
+	one := distenv.Worker{WorldSize: 1, LocalWorldSize: 1}
+	tr, err := New(context.Background(), Config{Train: cfg, Worker: one, Threads: 1, Dataset: text(),
+		AfterStep: func(_ *Trainer, rec metrics.Record) error {
+			if rec.Step == 3 {
+				return errBoundary
+			}
+			return nil
+		}})
+	require.NoError(t, err)
+	defer tr.Close()
+	require.Equal(t, fresh, tr.recovery.phase)
+	_, err = tr.Run(context.Background())
+	require.ErrorIs(t, err, errBoundary)
+	require.Equal(t, recoveryState{phase: updated, done: 3}, tr.recovery)
+
+	_, err = tr.Reform(context.Background(), one, []Holding{{Step: 1, Lo: 0, Hi: 2}})
+	require.ErrorContains(t, err, "trainer: reform: trainer: exchange: extra holding 0: range [0, 2) with 0 params")
+	require.Equal(t, carried, tr.recovery.phase)
+	require.Equal(t, 3, tr.recovery.done)
+	steps := []int64{}
+	for _, h := range tr.recovery.carried {
+		steps = append(steps, h.Step)
+	}
+	require.Equal(t, []int64{3, 2}, steps, "the owned state and the rollback copy")
+	_, err = tr.Run(context.Background())
+	require.EqualError(t, err, "trainer: run: started refused in phase carried (the last Reform failed: Reform again or Close)")
+
+	rec, err := tr.Reform(context.Background(), one, nil)
+	require.NoError(t, err)
+	require.Equal(t, Recovery{Source: RecoveryPeers, Step: 3}, withoutTook(rec))
+	require.Equal(t, recoveryState{phase: live, done: 3}, tr.recovery)
+}
