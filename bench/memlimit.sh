@@ -16,33 +16,12 @@
 set -euo pipefail
 
 MODES=${MODES:-ddp fsdp} WORKERS=${WORKERS:-4} LIMIT=${LIMIT:-600000000} STEPS=${STEPS:-4}
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(cd "$here/.." && pwd)
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/gorun-memlimit.XXXXXX")
-agent=
-cleanup() {
-  if [[ -n "$agent" ]] && kill -0 "$agent" 2>/dev/null; then
-    kill -TERM "$agent" 2>/dev/null || true
-    wait "$agent" 2>/dev/null || true
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-die() { echo "memlimit.sh: $*" >&2; exit 1; }
-for v in WORKERS LIMIT STEPS; do
-  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
-done
-for m in $MODES; do
-  [[ "$m" =~ ^(ddp|zero1|zero2|zero3|fsdp|hsdp)$ ]] || die "bad mode '$m': want ddp zero1 zero2 zero3 fsdp hsdp"
-done
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_init memlimit.sh
+bench_positive WORKERS LIMIT STEPS
+bench_modes $MODES
 command -v prlimit >/dev/null || die "prlimit (util-linux) not found"
-if [[ -n "${GORUN_BIN:-}" ]]; then
-  gorun=$GORUN_BIN
-else
-  gorun=$tmp/gorun
-  (cd "$root" && go build -o "$gorun" ./cmd/gorun) || die "go build ./cmd/gorun failed"
-fi
+bench_gorun
 
 echo "issue 22's model (25.4M parameters), $WORKERS workers, each limited to $LIMIT bytes of data (prlimit --data)"
 echo "  gorun $(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo '?'); $(nproc) CPUs"
@@ -72,10 +51,10 @@ warmup = 1
 [parallel]
 mode = "$mode"
 EOF
-  est=$(env -u GORUN_BIN "$gorun" estimate "$dir/train.toml" --nproc-per-node "$WORKERS" --json |
+  est=$("$gorun" estimate "$dir/train.toml" --nproc-per-node "$WORKERS" --json |
     grep -F '"selected":true' | sed -n 's/.*"total_bytes":\([0-9]*\).*/\1/p')
   rc=0
-  (cd "$dir" && exec env -u GORUN_BIN "$gorun" --standalone --nproc-per-node="$WORKERS" --no-python \
+  (cd "$dir" && exec "$gorun" --standalone --nproc-per-node="$WORKERS" --no-python \
     prlimit --data="$LIMIT": "$gorun" worker train.toml) >"$dir/log" 2>&1 &
   agent=$!
   wait "$agent" || rc=$?

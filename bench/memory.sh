@@ -44,24 +44,9 @@ STEPS=${STEPS:-4} GLOBAL=${GLOBAL:-16} MICRO=${MICRO:-2}
 POLL=${POLL:-0.05}
 JSON=${JSON:-0}
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(cd "$here/.." && pwd)
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/gorun-memorybench.XXXXXX")
-agent= # the gorun of the row running, if any: the one process this script may have to stop
-cleanup() {
-  if [[ -n "$agent" ]] && kill -0 "$agent" 2>/dev/null; then
-    kill -TERM "$agent" 2>/dev/null || true # gorun stops its own workers on SIGTERM
-    wait "$agent" 2>/dev/null || true
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-die() { echo "memory.sh: $*" >&2; exit 1; }
-for v in LAYERS DMODEL HEADS CONTEXT STEPS GLOBAL MICRO; do
-  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
-done
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_init memory.sh # agent: the gorun of the row running, if any, stopped at exit
+bench_positive LAYERS DMODEL HEADS CONTEXT STEPS GLOBAL MICRO
 [[ "$POLL" =~ ^[0-9]*\.?[0-9]+$ ]] || die "POLL must be a number of seconds, got '$POLL'"
 [[ -r /proc/self/status && -e /proc/self/task/$BASHPID/children ]] ||
   die "needs Linux /proc with /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN)"
@@ -69,12 +54,7 @@ for row in $ROWS; do
   [[ "$row" =~ ^(ddp|zero1|zero2|zero3|fsdp|hsdp):[1-9][0-9]*$ ]] || die "bad row '$row': want MODE:WORKERS, MODE one of ddp zero1 zero2 zero3 fsdp hsdp"
 done
 
-if [[ -n "${GORUN_BIN:-}" ]]; then
-  gorun=$GORUN_BIN
-else
-  gorun=$tmp/gorun
-  (cd "$root" && go build -o "$gorun" ./cmd/gorun) || die "go build ./cmd/gorun failed"
-fi
+bench_gorun
 
 # write_toml DIR MODE writes DIR/train.toml: the bench model in parallel.mode MODE, its checkpoints
 # and metrics in DIR.

@@ -24,35 +24,13 @@ LAYERS=${LAYERS:-4} DMODEL=${DMODEL:-128} HEADS=${HEADS:-4} CONTEXT=${CONTEXT:-1
 GLOBAL=${GLOBAL:-32} MICRO=${MICRO:-8}
 PY=${PY:-/usr/bin/python3}
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(cd "$here/.." && pwd)
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/gorun-modesbench.XXXXXX")
-agent=
-cleanup() {
-  if [[ -n "$agent" ]] && kill -0 "$agent" 2>/dev/null; then
-    kill -TERM "$agent" 2>/dev/null || true # gorun stops its own workers on SIGTERM
-    wait "$agent" 2>/dev/null || true
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-die() { echo "modes.sh: $*" >&2; exit 1; }
-
-for v in WORKERS REPS STEPS LAYERS DMODEL HEADS CONTEXT GLOBAL MICRO; do
-  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
-done
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_init modes.sh
+bench_positive WORKERS REPS STEPS LAYERS DMODEL HEADS CONTEXT GLOBAL MICRO
 [[ "$SKIP" =~ ^[0-9]+$ && "$SKIP" -lt "$STEPS" ]] || die "SKIP must be an integer below STEPS ($STEPS), got '$SKIP'"
-for m in $MODES; do
-  [[ "$m" =~ ^(ddp|zero1|zero2|zero3|fsdp|hsdp)$ ]] || die "bad mode '$m': want ddp zero1 zero2 zero3 fsdp hsdp"
-done
+bench_modes $MODES
 [[ -x "$PY" ]] || die "$PY not found (it reads the metrics files; PY=... to change)"
-if [[ -n "${GORUN_BIN:-}" ]]; then
-  gorun=$GORUN_BIN
-else
-  gorun=$tmp/gorun
-  (cd "$root" && go build -o "$gorun" ./cmd/gorun) || die "go build ./cmd/gorun failed"
-fi
+bench_gorun
 [[ -z "${BASE:-}" || -x "$BASE" ]] || die "BASE=$BASE is not an executable"
 
 # The rows: MODE runs this gorun, base:MODE runs BASE.
@@ -90,7 +68,7 @@ mode = "$mode"
 [checkpoint]
 every = 0
 EOF
-  (cd "$dir" && exec env -u GORUN_BIN "$bin" --standalone --nproc-per-node="$WORKERS" train.toml) >"$dir/log" 2>&1 &
+  (cd "$dir" && exec "$bin" --standalone --nproc-per-node="$WORKERS" train.toml) >"$dir/log" 2>&1 &
   agent=$!
   if ! wait "$agent"; then
     agent=

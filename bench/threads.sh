@@ -25,25 +25,16 @@ STEPS=${STEPS:-30}
 SKIP=${SKIP:-5}
 LAYERS=${LAYERS:-4} DMODEL=${DMODEL:-128} HEADS=${HEADS:-4} CONTEXT=${CONTEXT:-128} GLOBAL=${GLOBAL:-16}
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(cd "$here/.." && pwd)
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/gorun-threadsbench.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-
-die() { echo "threads.sh: $*" >&2; exit 1; }
-for v in REPS STEPS LAYERS DMODEL HEADS CONTEXT GLOBAL; do [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"; done
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_init threads.sh
+bench_positive REPS STEPS LAYERS DMODEL HEADS CONTEXT GLOBAL
 [[ "$SKIP" =~ ^[0-9]+$ ]] && (( SKIP < STEPS )) || die "SKIP must be an integer below STEPS, got '$SKIP'"
 for l in $LAYOUTS; do
   [[ "$l" =~ ^([1-9][0-9]*)x([1-9][0-9]*)$ ]] || die "bad layout '$l': want PROCSxTHREADS, e.g. 2x1"
   (( GLOBAL % ${BASH_REMATCH[1]} == 0 )) || die "layout $l: $GLOBAL sequences do not split over ${BASH_REMATCH[1]} processes"
 done
 
-if [[ -n "${GORUN_BIN:-}" ]]; then
-  gorun=$GORUN_BIN
-else
-  gorun=$tmp/gorun
-  (cd "$root" && go build -o "$gorun" ./cmd/gorun) || die "go build ./cmd/gorun failed"
-fi
+bench_gorun
 
 goroot=$(cd "$root" && go env GOROOT)
 cat "$goroot"/src/{fmt,strings,sort,bytes,bufio,errors}/*.go >"$tmp/corpus.txt"
