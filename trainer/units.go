@@ -55,7 +55,7 @@ type unitWeights struct {
 	// schedule is the order in which the step's passes ask for units
 	// (model.Layout.WeightsOrder, once per micro batch); next is the
 	// index in it of the next call of Unit, ahead the gather queued for
-	// it (nil: none yet).
+	// the next other unit in it (nil: none yet).
 	schedule []int
 	next     int
 	ahead    *gathering
@@ -105,8 +105,10 @@ func (w *unitWeights) release(g *gathering) {
 }
 
 // Unit gives unit u: from the whole parameters; or gathered by the
-// stream, and queues the gather of the unit the pass asks for next, which
-// the stream runs while the pass computes with this one.
+// stream, and queues the gather of the next other unit the pass asks for,
+// which the stream runs while the pass computes with this one. A unit
+// asked for again right after itself (the tied embeddings, at the turn
+// from the forward to the backward pass) is the one already gathered.
 func (w *unitWeights) Unit(u int) ([]float32, error) {
 	if w.whole != nil {
 		return w.whole[w.units[u].Lo:w.units[u].Hi], nil
@@ -116,14 +118,21 @@ func (w *unitWeights) Unit(u int) ([]float32, error) {
 		return nil, fmt.Errorf("trainer: the model asked for unit %d as its parameter fetch #%d, the schedule has %v", u, k, w.schedule)
 	}
 	w.next++
-	w.release(w.reading) // the pass reads a unit only until it asks for the next
+	if k > 0 && w.schedule[k-1] == u {
+		return w.reading.part, nil // its gather was waited for at k-1
+	}
+	w.release(w.reading) // the pass reads a unit only until it asks for another
 	cur := w.ahead
 	if cur == nil {
 		cur = w.gather(k)
 	}
 	w.reading, w.ahead = cur, nil
-	if k+1 < len(w.schedule) {
-		w.ahead = w.gather(k + 1)
+	next := k + 1
+	for next < len(w.schedule) && w.schedule[next] == u {
+		next++
+	}
+	if next < len(w.schedule) {
+		w.ahead = w.gather(next)
 	}
 	defer w.timer.start()()
 	return cur.part, cur.op.wait()
