@@ -1,6 +1,10 @@
 package trainer
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/gorun/gorun/trainer/recovery"
+)
 
 // phase is where a rank stands in recovery: what it holds that an
 // Exchange can use. A Trainer's phase and the data that belongs to it
@@ -112,7 +116,7 @@ type event struct {
 	// own is what the rank holds in its own buffers, read before Reform
 	// replaces them (reformed): the owned state and, in phase updated,
 	// the rollback copy.
-	own []Holding
+	own []recovery.Slice
 }
 
 // recoveryState is a rank's phase and the data that belongs to it: what
@@ -125,12 +129,12 @@ type recoveryState struct {
 	// round is the round (Worker.RestartCount) of the world whose Run,
 	// Restore or Exchange last set the live state (live, updated and
 	// carried): an Exchange tells a rank that comes back from an older
-	// world than the others' by it (see decide).
+	// world than the others' by it (see recovery.Decide).
 	round int
 	// carried is what the rank held before Reform re-laid its buffers
 	// out (carried only): its live state and rollback copy, in the old
 	// buffers.
-	carried []Holding
+	carried []recovery.Slice
 }
 
 // next is the state e leads to from s, or an error naming the event and
@@ -188,7 +192,7 @@ func (t *Trainer) enter(e event) error {
 // completed (-1: nothing) and the round whose world last set its live
 // state: nothing when fresh, what it carried over a Reform, or its own
 // buffers (see own).
-func (t *Trainer) holdings() ([]Holding, int, int) {
+func (t *Trainer) holdings() ([]recovery.Slice, int, int) {
 	switch s := t.recovery; s.phase {
 	case fresh:
 		return nil, -1, 0
@@ -202,11 +206,11 @@ func (t *Trainer) holdings() ([]Holding, int, int) {
 // own is the state in this rank's own buffers: the owned state and, in
 // phase updated, the rollback copy, unless the update it was taken for
 // was not applied (the copy is then of the owned state's own step).
-func (t *Trainer) own() []Holding {
-	held := []Holding{{Step: int64(t.state.Step), Lo: t.lo, Hi: t.hi,
+func (t *Trainer) own() []recovery.Slice {
+	held := []recovery.Slice{{Step: int64(t.state.Step), Lo: t.lo, Hi: t.hi,
 		Params: t.params, M: t.state.M, V: t.state.V}}
 	if rb := &t.rollback; t.recovery.phase == updated && rb.step != t.state.Step {
-		held = append(held, Holding{Step: int64(rb.step), Lo: t.lo, Hi: t.hi, Params: rb.params, M: rb.m, V: rb.v})
+		held = append(held, recovery.Slice{Step: int64(rb.step), Lo: t.lo, Hi: t.hi, Params: rb.params, M: rb.m, V: rb.v})
 	}
 	return held
 }

@@ -10,14 +10,15 @@ import (
 	"github.com/gorun/gorun/internal/distenv"
 	"github.com/gorun/gorun/trainer/config"
 	"github.com/gorun/gorun/trainer/metrics"
+	"github.com/gorun/gorun/trainer/recovery"
 )
 
 // TestPhaseTransitions walks every event from every phase: the edges of
 // the table of phase with the data they set, and the refused ones, which
 // leave the state as it was.
 func TestPhaseTransitions(t *testing.T) {
-	own := []Holding{{Step: 7, Lo: 0, Hi: 4}, {Step: 6, Lo: 0, Hi: 4}}
-	held := []Holding{{Step: 3, Lo: 4, Hi: 8}}
+	own := []recovery.Slice{{Step: 7, Lo: 0, Hi: 4}, {Step: 6, Lo: 0, Hi: 4}}
+	held := []recovery.Slice{{Step: 3, Lo: 4, Hi: 8}}
 	from := map[phase]recoveryState{
 		fresh:   {},
 		live:    {phase: live, done: 5, round: 1},
@@ -108,8 +109,8 @@ func TestRunRefusedWhileCarried(t *testing.T) {
 	require.ErrorIs(t, err, errBoundary)
 	require.Equal(t, recoveryState{phase: updated, done: 3}, tr.recovery)
 
-	_, err = tr.Reform(context.Background(), one, []Holding{{Step: 1, Lo: 0, Hi: 2}})
-	require.ErrorContains(t, err, "trainer: reform: trainer: exchange: extra holding 0: range [0, 2) with 0 params")
+	_, err = tr.Reform(context.Background(), one, []recovery.Slice{{Step: 1, Lo: 0, Hi: 2}})
+	require.ErrorContains(t, err, "trainer: reform: trainer: exchange: extra holding 0: elements [0, 2) but 0 params")
 	require.Equal(t, carried, tr.recovery.phase)
 	require.Equal(t, 3, tr.recovery.done)
 	steps := []int64{}
@@ -122,6 +123,6 @@ func TestRunRefusedWhileCarried(t *testing.T) {
 
 	rec, err := tr.Reform(context.Background(), one, nil)
 	require.NoError(t, err)
-	require.Equal(t, Recovery{Source: RecoveryPeers, Step: 3}, withoutTook(rec))
+	require.Equal(t, Recovery{Source: recovery.Peers, Step: 3}, withoutTook(rec))
 	require.Equal(t, recoveryState{phase: live, done: 3}, tr.recovery)
 }

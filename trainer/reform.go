@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/distenv"
+	"github.com/gorun/gorun/trainer/recovery"
 )
 
 // Reform moves this rank into the world w describes and recovers the
@@ -24,7 +25,7 @@ import (
 // extra. On success Run goes on after Recovery.Step, and reopens the
 // metrics to append the records of the new round. On an error the state this
 // rank held is kept: Reform again (a new round) or Close.
-func (t *Trainer) Reform(ctx context.Context, w distenv.Worker, extra []Holding) (Recovery, error) {
+func (t *Trainer) Reform(ctx context.Context, w distenv.Worker, extra []recovery.Slice) (Recovery, error) {
 	start := time.Now()
 	geo, err := geometryFor(t.cfg.Train, w, t.model.Layout())
 	if err != nil {

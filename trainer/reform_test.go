@@ -19,6 +19,7 @@ import (
 	"github.com/gorun/gorun/trainer/config"
 	"github.com/gorun/gorun/trainer/internal/worldtest"
 	"github.com/gorun/gorun/trainer/metrics"
+	"github.com/gorun/gorun/trainer/recovery"
 )
 
 // errBoundary is what AfterStep returns to stop every rank at a step
@@ -54,11 +55,11 @@ type scenario struct {
 
 // outcome is what one process left behind.
 type outcome struct {
-	firstErr error    // from the first Run (nil for fresh workers)
-	rec      Recovery // from Reform or Exchange
-	err      error    // from New, Reform, Exchange or the second Run
-	state    State    // at the end, in the second world
-	steps    []int    // the steps of the records AfterStep saw, both worlds
+	firstErr error          // from the first Run (nil for fresh workers)
+	rec      Recovery       // from Reform or Exchange
+	err      error          // from New, Reform, Exchange or the second Run
+	state    recovery.State // at the end, in the second world
+	steps    []int          // the steps of the records AfterStep saw, both worlds
 }
 
 // play runs sc: every process in its own goroutine over loopback.
@@ -138,7 +139,7 @@ func play(t *testing.T, sc scenario) []outcome {
 
 // assemble puts the slices of states together into whole buffers of n
 // elements (n: the model's size; padding is dropped).
-func assemble(t *testing.T, states []State, n int) (params, m, v []float32) {
+func assemble(t *testing.T, states []recovery.State, n int) (params, m, v []float32) {
 	t.Helper()
 	params, m, v = make([]float32, n), make([]float32, n), make([]float32, n)
 	covered := make([]bool, n)
@@ -159,7 +160,7 @@ func assemble(t *testing.T, states []State, n int) (params, m, v []float32) {
 // and returns the largest absolute difference. It looks at every element
 // before failing, so the log says how far apart the two runs are and how
 // many elements are out of tolerance, not only the first one.
-func requireAllClose(t *testing.T, got, want []State, n int) float64 {
+func requireAllClose(t *testing.T, got, want []recovery.State, n int) float64 {
 	t.Helper()
 	const rtol, atol = 1e-5, 1e-6
 	gp, gm, gv := assemble(t, got, n)
@@ -188,10 +189,10 @@ func requireAllClose(t *testing.T, got, want []State, n int) float64 {
 }
 
 // faultFree is the final state of every rank of an undisturbed run.
-func faultFree(t *testing.T, cfg config.Config, size, perNode int) []State {
+func faultFree(t *testing.T, cfg config.Config, size, perNode int) []recovery.State {
 	t.Helper()
 	runs := runWorld(t, cfg, size, perNode, runOpts{})
-	states := make([]State, size)
+	states := make([]recovery.State, size)
 	for r, run := range runs {
 		require.NoError(t, run.err, "fault-free rank %d", r)
 		states[r] = run.state
@@ -215,8 +216,8 @@ func modelSize(t *testing.T, cfg config.Config) int {
 	return tr.Layout().Size
 }
 
-func statesOf(out []outcome) []State {
-	var s []State
+func statesOf(out []outcome) []recovery.State {
+	var s []recovery.State
 	for _, o := range out {
 		if o.state.Params != nil {
 			s = append(s, o.state)
@@ -279,7 +280,7 @@ func TestWorldSizeDoesNotMatter(t *testing.T) {
 
 // sameBits says whether the params, m and v of got and want are the same
 // bits, element for element.
-func sameBits(t *testing.T, got, want []State, n int) bool {
+func sameBits(t *testing.T, got, want []recovery.State, n int) bool {
 	t.Helper()
 	gp, gm, gv := assemble(t, got, n)
 	wp, wm, wv := assemble(t, want, n)
@@ -314,7 +315,7 @@ func TestReformAfterReplicaLoss(t *testing.T) {
 			for i, o := range out[:4] {
 				requirePeerError(t, o.firstErr, fmt.Sprintf("survivor %d", i))
 				require.NoError(t, o.err, "survivor %d", i)
-				require.Equal(t, Recovery{Source: RecoveryPeers, Step: int64(tc.lostAt)}, withoutTook(o.rec), "survivor %d", i)
+				require.Equal(t, Recovery{Source: recovery.Peers, Step: int64(tc.lostAt)}, withoutTook(o.rec), "survivor %d", i)
 				recs := readRecords(t, filepath.Join(dir, fmt.Sprintf("m%d.jsonl", i)))
 				require.Len(t, recs, cfg.Train.Steps, "rank %d: every step once", i)
 				for k, rec := range recs {
@@ -379,7 +380,7 @@ func TestReformChangesLayout(t *testing.T) {
 					continue
 				}
 				require.NoError(t, o.err, "process %d", i)
-				require.Equal(t, RecoveryPeers, o.rec.Source, "process %d", i)
+				require.Equal(t, recovery.Peers, o.rec.Source, "process %d", i)
 				require.EqualValues(t, 10, o.rec.Step, "process %d", i)
 				require.Zero(t, o.rec.Redone)
 				if p.old < 0 {
@@ -391,32 +392,6 @@ func TestReformChangesLayout(t *testing.T) {
 			}
 			require.Positive(t, fetched)
 			requireAllClose(t, statesOf(out), faultFree(t, tc.sc.cfg, tc.sc.first, tc.sc.firstPerNode), n)
-		})
-	}
-}
-
-// TestMessages: pieces go out in order, in messages of at most the
-// bound, a piece cut where a message ends.
-func TestMessages(t *testing.T) {
-	p := func(lo, hi int) piece { return piece{Src: 1, Dst: 2, Lo: lo, Hi: hi, Offer: lo / 100} }
-	tests := []struct {
-		name   string
-		pieces []piece
-		limit  int
-		want   [][]piece
-	}{
-		{"none", nil, 4, nil},
-		{"one that fits", []piece{p(0, 3)}, 4, [][]piece{{p(0, 3)}}},
-		{"exactly full", []piece{p(0, 2), p(5, 7)}, 4, [][]piece{{p(0, 2), p(5, 7)}}},
-		{"one cut in three", []piece{p(0, 10)}, 4, [][]piece{{p(0, 4)}, {p(4, 8)}, {p(8, 10)}}},
-		{"a cut across pieces", []piece{p(0, 3), p(10, 13), p(200, 201)}, 4,
-			[][]piece{{p(0, 3), p(10, 11)}, {p(11, 13), p(200, 201)}}},
-		{"empty pieces vanish", []piece{p(0, 0), p(3, 5)}, 4, [][]piece{{p(3, 5)}}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got := messages(tc.pieces, tc.limit)
-			require.Equal(t, tc.want, got)
 		})
 	}
 }
@@ -456,7 +431,7 @@ func TestReformRollsBackADivergedStep(t *testing.T) {
 			for i, o := range out {
 				require.Error(t, o.firstErr, "rank %d", i)
 				require.NoError(t, o.err, "rank %d", i)
-				require.Equal(t, Recovery{Source: RecoveryPeers, Step: 10, Redone: tc.redone}, withoutTook(o.rec), "rank %d", i)
+				require.Equal(t, Recovery{Source: recovery.Peers, Step: 10, Redone: tc.redone}, withoutTook(o.rec), "rank %d", i)
 				require.Equal(t, want[i], o.state, "rank %d: bit for bit the fault-free run", i)
 				recs, err := metrics.ReadFile(filepath.Join(dir, fmt.Sprintf("m%d.jsonl", i)))
 				require.NoError(t, err)
@@ -479,7 +454,7 @@ func failAt(step int) func(int) error {
 }
 
 // TestExchangeWithoutCover: when no step is held in full, every rank gets
-// RecoveryNone and a Trainer as New made it.
+// recovery.None and a Trainer as New made it.
 func TestExchangeWithoutCover(t *testing.T) {
 	cfg := reformConfig(t, config.ModeFSDP)
 	fresh, err := New(context.Background(), Config{Train: cfg, Worker: distenv.Worker{WorldSize: 1, LocalWorldSize: 1},
@@ -499,7 +474,7 @@ func TestExchangeWithoutCover(t *testing.T) {
 			}})
 		requirePeerError(t, out[0].firstErr, "rank 0")
 		require.NoError(t, out[0].err)
-		require.Equal(t, Recovery{Source: RecoveryNone, Redone: 5}, withoutTook(out[0].rec), "from the seed, the 5 steps done are redone")
+		require.Equal(t, Recovery{Source: recovery.None, Redone: 5}, withoutTook(out[0].rec), "from the seed, the 5 steps done are redone")
 		require.Len(t, out[0].steps, 5+20, "the second Run starts from step 0")
 	})
 	t.Run("a fresh job", func(t *testing.T) {
@@ -514,7 +489,7 @@ func TestExchangeWithoutCover(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if rec.Source != RecoveryNone {
+			if rec.Source != recovery.None {
 				return fmt.Errorf("source %v, want none", rec.Source)
 			}
 			s := tr.State()
@@ -566,7 +541,7 @@ func TestReformKeepsStateAfterAnError(t *testing.T) {
 	require.ErrorContains(t, err, "world sizes that work: 1, 2, 3, 4, 6, 12")
 	rec, err := tr.Reform(context.Background(), one, nil)
 	require.NoError(t, err)
-	require.Equal(t, Recovery{Source: RecoveryPeers, Step: 3}, withoutTook(rec))
+	require.Equal(t, Recovery{Source: recovery.Peers, Step: 3}, withoutTook(rec))
 }
 
 // BenchmarkRollbackCopy is the per-step cost of the rollback copy: the
@@ -605,4 +580,12 @@ func roundsOf(recs []metrics.Record) []stepRound {
 		out = append(out, stepRound{r.Step, r.Round})
 	}
 	return out
+}
+
+// b2i is 1 for true, 0 for false.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

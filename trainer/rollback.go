@@ -61,7 +61,7 @@ type hooks struct {
 	// checksum was taken.
 	corrupt func(payload []byte)
 	// messageElems, when positive, bounds a transfer message's elements
-	// instead of maxMessageElems.
+	// instead of recovery.MaxMessageElems.
 	messageElems int
 }
 

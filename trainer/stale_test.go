@@ -15,6 +15,7 @@ import (
 	"github.com/gorun/gorun/trainer/config"
 	"github.com/gorun/gorun/trainer/internal/worldtest"
 	"github.com/gorun/gorun/trainer/metrics"
+	"github.com/gorun/gorun/trainer/recovery"
 )
 
 // staleOutcome is what one process of TestStaleRejoinerDoesNotRollBack
@@ -23,8 +24,8 @@ type staleOutcome struct {
 	cut   error    // rounds 0 to 1: the cut-off ranks' Run, the survivors' Reform
 	rec   Recovery // from the Reform into round 2
 	err   error
-	state State // at the end
-	steps []int // the steps of the records AfterStep saw, every round
+	state recovery.State // at the end
+	steps []int          // the steps of the records AfterStep saw, every round
 }
 
 // TestStaleRejoinerDoesNotRollBack: HSDP 3 x 2 in round 0; after step 5
@@ -100,7 +101,7 @@ func TestStaleRejoinerDoesNotRollBack(t *testing.T) {
 	}
 	for r, o := range out {
 		require.NoError(t, o.err, "rank %d", r)
-		require.Equal(t, RecoveryPeers, o.rec.Source, "rank %d", r)
+		require.Equal(t, recovery.Peers, o.rec.Source, "rank %d", r)
 		require.EqualValues(t, rejoinAt, o.rec.Step, "rank %d: the running world's step, not the rejoiners'", r)
 		require.Zero(t, o.rec.Redone, "rank %d", r)
 		if r < 4 {
@@ -130,8 +131,8 @@ func TestStaleRejoinerDoesNotRollBack(t *testing.T) {
 	}
 }
 
-func finalStates(out []staleOutcome) []State {
-	s := make([]State, len(out))
+func finalStates(out []staleOutcome) []recovery.State {
+	s := make([]recovery.State, len(out))
 	for i, o := range out {
 		s[i] = o.state
 	}

@@ -3,21 +3,17 @@ package trainer
 import (
 	"fmt"
 
-	"github.com/gorun/gorun/trainer/shard"
+	"github.com/gorun/gorun/trainer/recovery"
 )
 
-// State is what a checkpoint of one rank holds (see shard.State); it is
-// declared in the leaf package shard so that package resume need not
-// import trainer.
-type State = shard.State
-
-// State returns this rank's state between steps. Its slices are the
-// trainer's own buffers, valid until the next Run or Restore: copy them to
-// keep them (an asynchronous save must).
-func (t *Trainer) State() State {
+// State returns this rank's state between steps: its owned slice of the
+// parameters and AdamW moments and the sample index of the next step. Its
+// slices are the trainer's own buffers, valid until the next Run or
+// Restore: copy them to keep them (an asynchronous save must).
+func (t *Trainer) State() recovery.State {
 	step := int64(t.state.Step)
-	return State{Step: step, Sample: t.batch.First(step), Lo: t.lo, Hi: t.hi,
-		Params: t.params, M: t.state.M, V: t.state.V}
+	return recovery.State{Sample: t.batch.First(step), Slice: recovery.Slice{Step: step, Lo: t.lo, Hi: t.hi,
+		Params: t.params, M: t.state.M, V: t.state.V}}
 }
 
 // Restore sets this rank's state from s, typically read back from a
@@ -26,7 +22,7 @@ func (t *Trainer) State() State {
 // and changes nothing and returns an error when s does not fit: another
 // slice, wrong lengths, a step past the run, or a sample index that does
 // not start that step (a different global batch).
-func (t *Trainer) Restore(s State) error {
+func (t *Trainer) Restore(s recovery.State) error {
 	n := t.hi - t.lo
 	switch {
 	case s.Lo != t.lo || s.Hi != t.hi:

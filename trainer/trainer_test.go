@@ -24,6 +24,7 @@ import (
 	"github.com/gorun/gorun/trainer/internal/worldtest"
 	"github.com/gorun/gorun/trainer/metrics"
 	"github.com/gorun/gorun/trainer/profile"
+	"github.com/gorun/gorun/trainer/recovery"
 )
 
 // An idle kernels team lets go of its goroutines within ~20 ms by itself (tested in kernels);
@@ -65,22 +66,22 @@ func datasetOf(t *testing.T, cfg config.Config) *data.Dataset {
 
 // rankRun is what one rank of an in-process run left behind.
 type rankRun struct {
-	losses   []float64 // mean loss of each step Run took
-	mfus     []float64 // the MFU of each step's record
-	snapshot State     // the State after step runOpts.snapshotAt
-	state    State     // the State at the end
-	err      error     // from New or Run
-	result   Result    // from Run
+	losses   []float64      // mean loss of each step Run took
+	mfus     []float64      // the MFU of each step's record
+	snapshot recovery.State // the State after step runOpts.snapshotAt
+	state    recovery.State // the State at the end
+	err      error          // from New or Run
+	result   Result         // from Run
 	log      *bytes.Buffer
 }
 
 // runOpts varies an in-process run.
 type runOpts struct {
-	restore    []State // per rank: restored before Run
-	snapshotAt int     // step after which rankRun.snapshot is taken
-	stopRank   int     // rank whose context is cancelled after step stopAt
-	stopAt     int     // 0: no rank is stopped
-	profile    bool    // Config.Profile
+	restore    []recovery.State // per rank: restored before Run
+	snapshotAt int              // step after which rankRun.snapshot is taken
+	stopRank   int              // rank whose context is cancelled after step stopAt
+	stopAt     int              // 0: no rank is stopped
+	profile    bool             // Config.Profile
 }
 
 // runWorld trains cfg on size ranks (perNode to a node), each in its own
@@ -128,7 +129,7 @@ func runWorld(t *testing.T, cfg config.Config, size, perNode int, o runOpts) []r
 	return out
 }
 
-func copyState(s State) State {
+func copyState(s recovery.State) recovery.State {
 	s.Params, s.M, s.V = clone(s.Params), clone(s.M), clone(s.V)
 	return s
 }
@@ -170,7 +171,7 @@ func TestLayoutsMatchOneProcess(t *testing.T) {
 	// The sharded modes of one world sum every element in the same order
 	// (one reduce-scatter of the whole, or of one unit at a time), so they
 	// end with the same bits.
-	sharded := map[string][]State{}
+	sharded := map[string][]recovery.State{}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			runs := runWorld(t, tinyConfig(t, "parallel.mode="+tc.mode), tc.size, tc.perNode, runOpts{})
@@ -213,7 +214,7 @@ func TestAccumulationMatchesOneBigBatch(t *testing.T) {
 func TestRestoreResumes(t *testing.T) {
 	cfg := tinyConfig(t, "parallel.mode=fsdp")
 	full := runWorld(t, cfg, 2, 2, runOpts{snapshotAt: 3})
-	saved := make([]State, len(full))
+	saved := make([]recovery.State, len(full))
 	for r, run := range full {
 		require.NoError(t, run.err)
 		require.Equal(t, int64(3), run.snapshot.Step)
@@ -236,13 +237,13 @@ func TestRestoreRejectsAnotherState(t *testing.T) {
 	good := copyState(tr.State())
 	tests := []struct {
 		name string
-		edit func(*State)
+		edit func(*recovery.State)
 		want string
 	}{
-		{"another slice", func(s *State) { s.Lo++ }, "this rank owns"},
-		{"short moments", func(s *State) { s.M = s.M[1:] }, "want"},
-		{"step past the run", func(s *State) { s.Step, s.Sample = 9, 72 }, "step 9 outside 0 .. 8"},
-		{"sample of another batch", func(s *State) { s.Step, s.Sample = 2, 32 }, "does not start step 2"},
+		{"another slice", func(s *recovery.State) { s.Lo++ }, "this rank owns"},
+		{"short moments", func(s *recovery.State) { s.M = s.M[1:] }, "want"},
+		{"step past the run", func(s *recovery.State) { s.Step, s.Sample = 9, 72 }, "step 9 outside 0 .. 8"},
+		{"sample of another batch", func(s *recovery.State) { s.Step, s.Sample = 2, 32 }, "does not start step 2"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

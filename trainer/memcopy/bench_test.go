@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gorun/gorun/trainer/config"
+	"github.com/gorun/gorun/trainer/recovery"
 )
 
 // BenchmarkSnapshot is the cost per step of memory copies on 3 nodes x 2
@@ -43,7 +44,7 @@ func BenchmarkSnapshot(b *testing.B) {
 // benchSnapshot snapshots every rank's shard of n elements b.N times.
 func benchSnapshot(b *testing.B, j *job, n int) {
 	size := len(j.keepers)
-	shards := make([]Copy, size)
+	shards := make([]recovery.Slice, size)
 	for r := range shards {
 		shards[r] = shard(r, 0, n)
 	}

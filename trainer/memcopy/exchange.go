@@ -6,6 +6,8 @@ import (
 	"hash/crc32"
 	"strings"
 	"unsafe"
+
+	"github.com/gorun/gorun/trainer/recovery"
 )
 
 // header is what a member tells the next one before its data: which step
@@ -62,7 +64,7 @@ func (k *Keeper) exchange(i int) error {
 	for len(gen.heldBufs) < k.replicas {
 		gen.heldBufs = append(gen.heldBufs, nil)
 	}
-	held := make([]Copy, 0, k.replicas)
+	held := make([]recovery.Slice, 0, k.replicas)
 	verdict := verdictOK
 	for hop := range k.replicas {
 		got := make([]byte, headerLen)

@@ -7,27 +7,17 @@ import (
 	"sync"
 
 	"github.com/gorun/gorun/trainer/comm"
+	"github.com/gorun/gorun/trainer/recovery"
 )
 
-// Copy is the state of elements [Lo, Hi) of the padded flat buffers after
-// Step optimizer steps: the parameters and AdamW's two moments, each
-// Hi-Lo long.
-type Copy struct {
-	Step         int64
-	Lo, Hi       int
-	Params, M, V []float32
-}
-
-// validate checks that c describes its elements consistently.
-func (c Copy) validate() error {
-	n := c.Hi - c.Lo
-	switch {
-	case c.Lo < 0 || n < 0:
-		return fmt.Errorf("elements [%d, %d): want 0 <= lo <= hi", c.Lo, c.Hi)
-	case n > maxElems:
+// check refuses a Slice that Validate refuses or that is longer than
+// maxElems.
+func check(c recovery.Slice) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if c.Len() > maxElems {
 		return fmt.Errorf("elements [%d, %d): more than %d", c.Lo, c.Hi, maxElems)
-	case len(c.Params) != n || len(c.M) != n || len(c.V) != n:
-		return fmt.Errorf("elements [%d, %d) but %d params, %d m, %d v", c.Lo, c.Hi, len(c.Params), len(c.M), len(c.V))
 	}
 	return nil
 }
@@ -95,8 +85,8 @@ type Keeper struct {
 // generation is one own snapshot and the copies held for the same step:
 // held[j] is the shard of the rank j+1 nodes back.
 type generation struct {
-	own      Copy
-	held     []Copy
+	own      recovery.Slice
+	held     []recovery.Slice
 	ownBuf   []float32   // params | m | v
 	heldBufs [][]float32 // params | m | v, per held copy
 }
@@ -171,8 +161,8 @@ func (k *Keeper) Replicas() int { return k.replicas }
 // in the chain: the World is broken) for good; after a rejected copy
 // (ErrRejected, which every rank returns alike) once, and the next
 // Snapshot goes on. Bad input is an error that starts nothing.
-func (k *Keeper) Snapshot(c Copy) error {
-	if err := c.validate(); err != nil {
+func (k *Keeper) Snapshot(c recovery.Slice) error {
+	if err := check(c); err != nil {
 		return fmt.Errorf("memcopy: snapshot of step %d: %w", c.Step, err)
 	}
 	k.waitRunning()
@@ -249,10 +239,10 @@ func (k *Keeper) Wait() error {
 // slices alias the Keeper's buffers until the next Snapshot (which reuses
 // the older generation), so take them when no Snapshot follows, or copy
 // them.
-func (k *Keeper) Copies() []Copy {
+func (k *Keeper) Copies() []recovery.Slice {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	var out []Copy
+	var out []recovery.Slice
 	for _, i := range []int{k.pending, k.committed} {
 		if i < 0 {
 			continue
@@ -277,20 +267,18 @@ func (k *Keeper) Close() error {
 
 // fill copies c into the generation's own buffer and forgets its held
 // copies.
-func (gen *generation) fill(c Copy) {
+func (gen *generation) fill(c recovery.Slice) {
 	n := c.Hi - c.Lo
 	gen.ownBuf = grow(gen.ownBuf, 3*n)
 	gen.own = split(c.Step, c.Lo, c.Hi, gen.ownBuf)
-	copy(gen.own.Params, c.Params)
-	copy(gen.own.M, c.M)
-	copy(gen.own.V, c.V)
+	gen.own.CopyFrom(c)
 	gen.held = gen.held[:0]
 }
 
-// split views buf (3 x (hi-lo) long) as the params, m and v of a Copy.
-func split(step int64, lo, hi int, buf []float32) Copy {
+// split views buf (3 x (hi-lo) long) as the params, m and v of a Slice.
+func split(step int64, lo, hi int, buf []float32) recovery.Slice {
 	n := hi - lo
-	return Copy{Step: step, Lo: lo, Hi: hi, Params: buf[:n:n], M: buf[n : 2*n : 2*n], V: buf[2*n : 3*n : 3*n]}
+	return recovery.Slice{Step: step, Lo: lo, Hi: hi, Params: buf[:n:n], M: buf[n : 2*n : 2*n], V: buf[2*n : 3*n : 3*n]}
 }
 
 // grow returns buf resliced to n, or a new slice when it is too small.

@@ -15,6 +15,7 @@ import (
 	"github.com/gorun/gorun/internal/testutil"
 	"github.com/gorun/gorun/trainer/comm"
 	"github.com/gorun/gorun/trainer/internal/worldtest"
+	"github.com/gorun/gorun/trainer/recovery"
 )
 
 // An idle kernels team lets go of its goroutines within ~20 ms by itself (tested in kernels);
@@ -61,9 +62,8 @@ func startReplicas(t testing.TB, size, perNode, replicas int, tcpOnly bool) *job
 
 // shard is rank r's state of n elements after step: values that name
 // rank, step, array and element.
-func shard(r int, step int64, n int) Copy {
-	c := Copy{Step: step, Lo: r * n, Hi: (r + 1) * n,
-		Params: make([]float32, n), M: make([]float32, n), V: make([]float32, n)}
+func shard(r int, step int64, n int) recovery.Slice {
+	c := recovery.Make(step, r*n, (r+1)*n)
 	for i := range n {
 		base := float32(step)*1e6 + float32(r)*1e5 + float32(i%1000)
 		c.Params[i], c.M[i], c.V[i] = base, base+0.25, base+0.5
@@ -85,7 +85,7 @@ func (j *job) snapshotAll(t *testing.T, step int64, n int) {
 
 // steps lists the steps of the pairs in copies, newest first, and checks
 // that each is a pair: this rank's own shard, then from's.
-func requirePairs(t *testing.T, rank, from, n int, copies []Copy) []int64 {
+func requirePairs(t *testing.T, rank, from, n int, copies []recovery.Slice) []int64 {
 	t.Helper()
 	require.Zero(t, len(copies)%2, "rank %d: pairs", rank)
 	var steps []int64
@@ -184,7 +184,7 @@ func TestNodeLoss(t *testing.T) {
 			}
 			require.Contains(t, tc.possible, common, "held: %v", held)
 			for r := range perNode { // node 0 holds node 2's shards
-				i := slices.IndexFunc(j.keepers[r].Copies(), func(c Copy) bool { return c.Step == common && c.Lo == (r+4)*n })
+				i := slices.IndexFunc(j.keepers[r].Copies(), func(c recovery.Slice) bool { return c.Step == common && c.Lo == (r+4)*n })
 				require.GreaterOrEqual(t, i, 0, "rank %d holds rank %d's shard of step %d", r, r+4, common)
 			}
 		})
@@ -233,12 +233,12 @@ func TestRejected(t *testing.T) {
 	const n = 5000
 	for _, tc := range []struct {
 		name string
-		edit func(j *job, c *Copy) // on rank 2's snapshot of step 2
+		edit func(j *job, c *recovery.Slice) // on rank 2's snapshot of step 2
 		want string
 	}{
-		{"checksum", func(j *job, _ *Copy) { j.keepers[2].tamper = func(b []byte) { b[len(b)/2] ^= 1 } },
+		{"checksum", func(j *job, _ *recovery.Slice) { j.keepers[2].tamper = func(b []byte) { b[len(b)/2] ^= 1 } },
 			"memcopy: step 2: memcopy: a copy was rejected: the copy rank 2 received from rank 0 failed its crc32c check"},
-		{"other step", func(_ *job, c *Copy) { c.Step = 7 },
+		{"other step", func(_ *job, c *recovery.Slice) { c.Step = 7 },
 			"the copy rank 0 received from rank 2 is of another step; the copy rank 2 received from rank 0 is of another step"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -279,7 +279,7 @@ func TestOneNode(t *testing.T) {
 		require.NoError(t, k.Snapshot(shard(r, 1, 10)))
 		require.NoError(t, k.Snapshot(shard(r, 2, 10)))
 		require.NoError(t, k.Wait())
-		require.Equal(t, []Copy{shard(r, 2, 10)}, k.Copies())
+		require.Equal(t, []recovery.Slice{shard(r, 2, 10)}, k.Copies())
 	}
 }
 
@@ -291,12 +291,12 @@ func TestBadInput(t *testing.T) {
 	short.V = short.V[:9]
 	for _, tc := range []struct {
 		name string
-		c    Copy
+		c    recovery.Slice
 		want string
 	}{
 		{"lengths", short, "elements [0, 10) but 10 params, 10 m, 9 v"},
-		{"hi below lo", Copy{Step: 2, Lo: 5, Hi: 4}, "want 0 <= lo <= hi"},
-		{"negative lo", Copy{Step: 2, Lo: -1, Hi: 0}, "want 0 <= lo <= hi"},
+		{"hi below lo", recovery.Slice{Step: 2, Lo: 5, Hi: 4}, "want 0 <= lo <= hi"},
+		{"negative lo", recovery.Slice{Step: 2, Lo: -1, Hi: 0}, "want 0 <= lo <= hi"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			require.ErrorContains(t, j.keepers[0].Snapshot(tc.c), tc.want)

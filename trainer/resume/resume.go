@@ -14,7 +14,7 @@ import (
 	"github.com/gorun/gorun/trainer/hsdp"
 	"github.com/gorun/gorun/trainer/metrics"
 	"github.com/gorun/gorun/trainer/model"
-	"github.com/gorun/gorun/trainer/shard"
+	"github.com/gorun/gorun/trainer/recovery"
 )
 
 // Trainer is what a Checkpointer needs of the trainer it checkpoints; *trainer.Trainer is one.
@@ -28,10 +28,10 @@ type Trainer interface {
 	// Layout names the tensors of the flat parameter buffer.
 	Layout() model.Layout
 	// State returns this rank's state between steps; its slices may alias the trainer's own.
-	State() shard.State
+	State() recovery.State
 	// Restore sets this rank's state from s, or changes nothing and returns an error when s
 	// does not fit this rank.
-	Restore(s shard.State) error
+	Restore(s recovery.State) error
 }
 
 // Config is what a Checkpointer needs besides its Trainer.

@@ -24,6 +24,7 @@ import (
 	"github.com/gorun/gorun/trainer/internal/worldtest"
 	"github.com/gorun/gorun/trainer/metrics"
 	"github.com/gorun/gorun/trainer/model"
+	"github.com/gorun/gorun/trainer/recovery"
 )
 
 // An idle kernels team lets go of its goroutines within ~20 ms by itself (tested in kernels);
@@ -58,7 +59,7 @@ func text() *data.Dataset {
 type rankRun struct {
 	resumed  *checkpoint.Loaded
 	steps    []int // the steps Run took
-	snapshot trainer.State
+	snapshot recovery.State
 	log      string
 	err      error // from New, Resume or Run
 }
@@ -68,7 +69,7 @@ type opts struct {
 	stopRank, stopAt int // stopAt > 0: stopRank requests a requeue stop after step stopAt
 	snapshotAt       int // step after which rankRun.snapshot is copied
 	// restore, when set, gives each rank's state from its slice [lo, hi) instead of Resume.
-	restore func(lo, hi int) trainer.State
+	restore func(lo, hi int) recovery.State
 }
 
 // runWorld trains cfg with checkpoints on size ranks of one node, each in its own goroutine with
@@ -160,7 +161,7 @@ func TestTensorsReshard(t *testing.T) {
 				n := layout.PaddedSize(from)
 				errs := testutil.OnRanks(from, func(r int) error {
 					lo, hi := r*n/from, (r+1)*n/from
-					s := trainer.State{Step: 3, Lo: lo, Hi: hi, Params: make([]float32, hi-lo), M: make([]float32, hi-lo), V: make([]float32, hi-lo)}
+					s := recovery.State{Slice: recovery.Make(3, lo, hi)}
 					for i := lo; i < min(hi, layout.Size); i++ {
 						s.Params[i-lo], s.M[i-lo], s.V[i-lo] = value(i), -value(i), 2*value(i)
 					}
@@ -237,17 +238,17 @@ func TestResumeEquivalence(t *testing.T) {
 	require.Equal(t, checkpoint.World{Replicas: 1, Shards: 1, Mode: "hsdp"}, m.World)
 
 	refDir := t.TempDir()
-	full := func(pick func(trainer.State) []float32) []float32 {
+	full := func(pick func(recovery.State) []float32) []float32 {
 		var out []float32
 		for _, run := range straight {
 			out = append(out, pick(run.snapshot)...)
 		}
 		return out
 	}
-	params, mom, v := full(func(s trainer.State) []float32 { return s.Params }),
-		full(func(s trainer.State) []float32 { return s.M }), full(func(s trainer.State) []float32 { return s.V })
-	ref := runWorld(t, tinyConfig(t, refDir), 1, opts{restore: func(lo, hi int) trainer.State {
-		return trainer.State{Step: 3, Sample: 24, Lo: lo, Hi: hi, Params: params[lo:hi], M: mom[lo:hi], V: v[lo:hi]}
+	params, mom, v := full(func(s recovery.State) []float32 { return s.Params }),
+		full(func(s recovery.State) []float32 { return s.M }), full(func(s recovery.State) []float32 { return s.V })
+	ref := runWorld(t, tinyConfig(t, refDir), 1, opts{restore: func(lo, hi int) recovery.State {
+		return recovery.State{Sample: 24, Slice: recovery.Slice{Step: 3, Lo: lo, Hi: hi, Params: params[lo:hi], M: mom[lo:hi], V: v[lo:hi]}}
 	}})
 	requireOK(t, ref)
 	require.Zero(t, diff(t, refDir, other), "resharded resume equals an in-memory restore")

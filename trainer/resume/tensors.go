@@ -3,7 +3,7 @@ package resume
 import (
 	"github.com/gorun/gorun/checkpoint"
 	"github.com/gorun/gorun/trainer/model"
-	"github.com/gorun/gorun/trainer/shard"
+	"github.com/gorun/gorun/trainer/recovery"
 )
 
 // Prefixes of the AdamW moments' tensor names: the first moment of "wte.weight" is saved as
@@ -46,7 +46,7 @@ func shape(ti model.TensorInfo) []int64 {
 // its global shape and the part of it that s's slice [Lo, Hi) holds (none for a tensor the slice
 // does not overlap: every rank names every tensor, so the manifest lists them in layout order).
 // The data alias s's slices.
-func Tensors(l model.Layout, s shard.State) []checkpoint.Tensor {
+func Tensors(l model.Layout, s recovery.State) []checkpoint.Tensor {
 	ps := overlaps(l, s.Lo, s.Hi)
 	out := make([]checkpoint.Tensor, 0, 3*len(l.Tensors))
 	for _, src := range []struct {
@@ -69,9 +69,8 @@ func Tensors(l model.Layout, s shard.State) []checkpoint.Tensor {
 // Requests returns an empty state for the slice [lo, hi) of the padded flat buffer laid out by l
 // (zero everywhere, which is right for the padding) and the checkpoint requests that fill its
 // parameters and moments from the tensors Tensors names, whatever layout saved them.
-func Requests(l model.Layout, lo, hi int) (shard.State, []checkpoint.Request) {
-	n := hi - lo
-	s := shard.State{Lo: lo, Hi: hi, Params: make([]float32, n), M: make([]float32, n), V: make([]float32, n)}
+func Requests(l model.Layout, lo, hi int) (recovery.State, []checkpoint.Request) {
+	s := recovery.State{Slice: recovery.Make(0, lo, hi)}
 	ps := overlaps(l, lo, hi)
 	out := make([]checkpoint.Request, 0, 3*len(ps))
 	for _, dst := range []struct {

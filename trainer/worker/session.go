@@ -15,6 +15,7 @@ import (
 	"github.com/gorun/gorun/trainer/config"
 	"github.com/gorun/gorun/trainer/memcopy"
 	"github.com/gorun/gorun/trainer/metrics"
+	"github.com/gorun/gorun/trainer/recovery"
 	"github.com/gorun/gorun/trainer/resume"
 )
 
@@ -55,8 +56,7 @@ func (s *session) afterStep(t *trainer.Trainer, rec metrics.Record) error {
 	s.beat.Report(progressOf(rec, s.worker.RestartCount, s.redone))
 	s.redone = math.NaN()
 	if s.keeper != nil && rec.Step%s.cfg.Checkpoint.MemoryEvery == 0 {
-		st := t.State()
-		if err := s.keeper.Snapshot(memcopy.Copy{Step: st.Step, Lo: st.Lo, Hi: st.Hi, Params: st.Params, M: st.M, V: st.V}); err != nil {
+		if err := s.keeper.Snapshot(t.State().Slice); err != nil {
 			return err
 		}
 	}
@@ -143,13 +143,11 @@ func (s *session) attach() error {
 
 // detach closes the checkpointer and memory copies of the old world and
 // returns the memory copies to re-form from.
-func (s *session) detach() ([]trainer.Holding, error) {
-	var extra []trainer.Holding
+func (s *session) detach() ([]recovery.Slice, error) {
+	var extra []recovery.Slice
 	var errs []error
 	if s.keeper != nil {
-		for _, c := range s.keeper.Copies() {
-			extra = append(extra, trainer.Holding{Step: c.Step, Lo: c.Lo, Hi: c.Hi, Params: c.Params, M: c.M, V: c.V})
-		}
+		extra = s.keeper.Copies()
 		errs = append(errs, s.keeper.Close())
 		s.keeper = nil
 	}
@@ -170,7 +168,7 @@ func (s *session) detach() ([]trainer.Holding, error) {
 // next heartbeat: every rank computes the same, and the agent records
 // them as the recovery's steps lost.
 func (s *session) resumeFrom(rec trainer.Recovery, what string) error {
-	if rec.Source == trainer.RecoveryNone {
+	if rec.Source == recovery.None {
 		_, err := s.ck.Resume(s.ctx)
 		s.redone = float64(max(0, rec.Redone-s.t.Step()))
 		return err
@@ -237,7 +235,7 @@ func (s *session) run() (trainer.Result, error) {
 // Reforming phase; when a newer contract arrives meanwhile, that round's
 // world will never be whole: it re-forms in the newer one instead. It
 // returns the contract it re-formed with.
-func (s *session) reform(next distenv.Worker, extra []trainer.Holding) (trainer.Recovery, distenv.Worker, error) {
+func (s *session) reform(next distenv.Worker, extra []recovery.Slice) (trainer.Recovery, distenv.Worker, error) {
 	for {
 		ctx, err := s.follow.Enter(s.ctx, heartbeat.Reforming)
 		if err != nil {

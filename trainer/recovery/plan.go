@@ -1,58 +1,103 @@
-package trainer
+package recovery
 
 import (
 	"cmp"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
 )
 
-// offer is one holding a rank announces to an exchange: the state of
-// elements [Lo, Hi) of the flat buffer after Step optimizer steps. Extra
-// marks a copy kept elsewhere (a memory copy), used only when the ranks'
+// Source says where the ranks found the state they go on from.
+type Source int
+
+const (
+	// None: no step was held in full; the ranks start as new (the caller
+	// resumes from a checkpoint, or the seed).
+	None Source = iota
+	// Peers: the ranks' own live state covered the model.
+	Peers
+	// Memory: the extra offers (memory copies) were needed.
+	Memory
+)
+
+// String names the source: none, peers or memory.
+func (s Source) String() string {
+	switch s {
+	case None:
+		return "none"
+	case Peers:
+		return "peers"
+	case Memory:
+		return "memory"
+	}
+	return fmt.Sprintf("Source(%d)", int(s))
+}
+
+// Offer is one Slice a rank announces, without its data. Extra marks a
+// copy kept for another rank (a memory copy), used only when the ranks'
 // own state does not cover the model.
-type offer struct {
+type Offer struct {
 	Step   int64
 	Lo, Hi int
 	Extra  bool
 }
 
-// announcement is what one rank tells every other at the start of an
+// Announcement is what one rank tells every other at the start of an
 // exchange: the last step it completed (-1: it holds no live state), the
-// round of the world whose run last set its live state (see decide), the
+// round of the world whose run last set its live state (see Decide), the
 // slice [Lo, Hi) it owns under the new layout, and what it holds.
-type announcement struct {
+type Announcement struct {
 	Done   int64
 	Round  int64
 	Lo, Hi int
-	Offers []offer
+	Offers []Offer
 }
 
-// piece is one range [Lo, Hi) of the new layout that rank Dst takes from
-// its rank Src's offer number Offer (Src == Dst: a local copy).
-type piece struct {
+// Announce is the Announcement of a rank that completed step done (-1:
+// none) in round round, owns [lo, hi) of the new layout and holds own
+// (its live state and rollback copy) and extra (memory copies): an Offer
+// of each, own first, in order, so that Offer number i is
+// slices.Concat(own, extra)[i]. It reads only the slices' steps and
+// ranges.
+func Announce(done, round int64, lo, hi int, own, extra []Slice) Announcement {
+	a := Announcement{Done: done, Round: round, Lo: lo, Hi: hi, Offers: make([]Offer, 0, len(own)+len(extra))}
+	for _, s := range own {
+		a.Offers = append(a.Offers, Offer{Step: s.Step, Lo: s.Lo, Hi: s.Hi})
+	}
+	for _, s := range extra {
+		a.Offers = append(a.Offers, Offer{Step: s.Step, Lo: s.Lo, Hi: s.Hi, Extra: true})
+	}
+	return a
+}
+
+// Piece is one range [Lo, Hi) of the new layout that rank Dst takes from
+// rank Src's offer number Offer (Src == Dst: a local copy).
+type Piece struct {
 	Src, Dst, Lo, Hi, Offer int
 }
 
-// decision is what every rank of an exchange computes alike from the
-// same announcements.
-type decision struct {
-	Source RecoverySource
-	Step   int64
+// Decision is what every rank of an exchange computes alike from the
+// same announcements (see Decide).
+type Decision struct {
+	Source Source
+	// Step is the step every rank goes on after (0 with None).
+	Step int64
+	// Redone is the number of completed steps thrown away: the newest step
+	// a rank of the running world completed, minus Step (with None, from
+	// step 0).
 	Redone int
-	Pieces []piece // by Dst, then Lo
+	// Pieces are what moves, by Dst, then Lo.
+	Pieces []Piece
 }
 
-// decide picks the highest step, at most the lowest step any rank of the
-// running world completed, whose holdings cover elements [0, size) (the
-// model; padding past it is zero), first without extra copies, then with
+// Decide picks the highest step, at most the lowest step any rank of the
+// running world completed, whose offers cover elements [0, size) (the
+// model; padding past it is zero), first without extra offers, then with
 // them; and who sends what to whom. Each rank takes what it holds itself;
 // every other range comes from a holder with the fewest elements to send
 // so far (ties: the lowest rank), preferring live state over extra
 // copies. No covered step: Source None, no pieces, and Redone counts
-// from step 0 (the state as New made it).
+// from step 0 (the state as new).
 //
 // The running world is the ranks with live state whose Round is the
 // newest Round of any rank with live state; the others are stale. A rank
@@ -66,14 +111,14 @@ type decision struct {
 // cap serve like anyone's, and no other: a holding of step s is the same
 // bits whichever world computed it (the trainer's invariant: any layout
 // gives the same bits as one process), and offering only the cap, the
-// highest step decide may choose, a stale rank can never lower the choice
+// highest step Decide may choose, a stale rank can never lower the choice
 // below what the running world alone would choose. So the decision never
 // goes below the newest step the running world completed and covers.
 //
-// Every rank computes the same decision: it depends only on the
-// all-gathered announcements, which every rank holds alike, in rank
-// order.
-func decide(all []announcement, size int) decision {
+// Decide is a pure function of all (indexed by rank) and size: every rank
+// that all-gathered the same announcements computes the same Decision. It
+// does not change all.
+func Decide(all []Announcement, size int) Decision {
 	all, latest := settle(all)
 	limit := int64(math.MaxInt64)
 	for _, a := range all {
@@ -97,23 +142,23 @@ func decide(all []announcement, size int) decision {
 			if !covers(all, s, withExtra, size) {
 				continue
 			}
-			d := decision{Source: RecoveryPeers, Step: s, Redone: int(max(0, latest-s))}
+			d := Decision{Source: Peers, Step: s, Redone: int(max(0, latest-s))}
 			if withExtra {
-				d.Source = RecoveryMemory
+				d.Source = Memory
 			}
 			d.Pieces = assign(all, s, withExtra, size)
 			return d
 		}
 	}
-	return decision{Source: RecoveryNone, Redone: int(max(0, latest))}
+	return Decision{Source: None, Redone: int(max(0, latest))}
 }
 
-// settle returns all as decide reads it, and the newest step a rank of
+// settle returns all as Decide reads it, and the newest step a rank of
 // the running world completed (-1: no rank holds live state). A stale
-// rank (see decide) becomes one with no live state (Done -1) whose offers
+// rank (see Decide) becomes one with no live state (Done -1) whose offers
 // of a step other than the running world's cap are void (Step -1, never
 // chosen), so that every offer keeps its index. all is not changed.
-func settle(all []announcement) ([]announcement, int64) {
+func settle(all []Announcement) ([]Announcement, int64) {
 	newest := int64(-1)
 	for _, a := range all {
 		if a.Done >= 0 {
@@ -143,12 +188,12 @@ func settle(all []announcement) ([]announcement, int64) {
 }
 
 // usable says whether o may serve step s.
-func usable(o offer, s int64, withExtra bool) bool {
+func usable(o Offer, s int64, withExtra bool) bool {
 	return o.Step == s && (withExtra || !o.Extra) && o.Hi > o.Lo
 }
 
 // covers says whether the offers usable for step s cover [0, size).
-func covers(all []announcement, s int64, withExtra bool, size int) bool {
+func covers(all []Announcement, s int64, withExtra bool, size int) bool {
 	var spans [][2]int
 	for _, a := range all {
 		for _, o := range a.Offers {
@@ -173,9 +218,9 @@ type holder struct{ rank, offer int }
 
 // assign deals out the ranges every rank needs at step s (which the
 // usable offers cover).
-func assign(all []announcement, s int64, withExtra bool, size int) []piece {
+func assign(all []Announcement, s int64, withExtra bool, size int) []Piece {
 	load := make([]int, len(all))
-	var pieces []piece
+	var pieces []Piece
 	for dst, a := range all {
 		lo, hi := a.Lo, min(a.Hi, size)
 		if lo >= hi {
@@ -196,7 +241,7 @@ func assign(all []announcement, s int64, withExtra bool, size int) []piece {
 			if h.rank != dst {
 				load[h.rank] += cuts[k+1] - cuts[k]
 			}
-			p := piece{Src: h.rank, Dst: dst, Lo: cuts[k], Hi: cuts[k+1], Offer: h.offer}
+			p := Piece{Src: h.rank, Dst: dst, Lo: cuts[k], Hi: cuts[k+1], Offer: h.offer}
 			if n := len(pieces); n > 0 && pieces[n-1].Dst == dst && pieces[n-1].Src == p.Src &&
 				pieces[n-1].Offer == p.Offer && pieces[n-1].Hi == p.Lo {
 				pieces[n-1].Hi = p.Hi
@@ -214,7 +259,7 @@ func clamp(x, lo, hi int) int { return min(max(x, lo), hi) }
 // usable offer or more: dst itself if it holds it (live state first),
 // else the least loaded rank holding it as live state, else as an extra
 // copy.
-func pick(all []announcement, dst, lo, hi int, s int64, withExtra bool, load []int) holder {
+func pick(all []Announcement, dst, lo, hi int, s int64, withExtra bool, load []int) holder {
 	var own, live, extra []holder
 	for r, a := range all {
 		for i, o := range a.Offers {
@@ -258,48 +303,33 @@ func b2i(b bool) int {
 	return 0
 }
 
-// encode is a's wire form: little-endian int64 Done, Round, Lo, Hi and
-// the number of offers, then Step, Lo, Hi and Extra (0 or 1) of each.
-func (a announcement) encode() []byte {
-	b := make([]byte, 0, 40+25*len(a.Offers))
-	for _, x := range []int64{a.Done, a.Round, int64(a.Lo), int64(a.Hi), int64(len(a.Offers))} {
-		b = binary.LittleEndian.AppendUint64(b, uint64(x))
-	}
-	for _, o := range a.Offers {
-		for _, x := range []int64{o.Step, int64(o.Lo), int64(o.Hi)} {
-			b = binary.LittleEndian.AppendUint64(b, uint64(x))
+// Pairs lists the pairs of distinct ranks that d's pieces move between,
+// lowest rank first, in increasing order: the one global order in which
+// every rank makes its two-rank groups.
+func (d Decision) Pairs() [][2]int {
+	seen := map[[2]int]bool{}
+	var pairs [][2]int
+	for _, p := range d.Pieces {
+		if p.Src == p.Dst {
+			continue
 		}
-		b = append(b, byte(b2i(o.Extra)))
+		k := [2]int{min(p.Src, p.Dst), max(p.Src, p.Dst)}
+		if !seen[k] {
+			seen[k] = true
+			pairs = append(pairs, k)
+		}
 	}
-	return b
+	slices.SortFunc(pairs, func(a, b [2]int) int { return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1])) })
+	return pairs
 }
 
-var errMalformed = errors.New("malformed announcement")
-
-// decodeAnnouncement reads what encode wrote, checking every range.
-func decodeAnnouncement(b []byte) (announcement, error) {
-	next := func() int64 {
-		if len(b) < 8 {
-			b = nil
-			return -2
+// Between returns the pieces src sends dst, in d's order.
+func (d Decision) Between(src, dst int) []Piece {
+	var out []Piece
+	for _, p := range d.Pieces {
+		if p.Src == src && p.Dst == dst {
+			out = append(out, p)
 		}
-		x := int64(binary.LittleEndian.Uint64(b))
-		b = b[8:]
-		return x
 	}
-	var a announcement
-	a.Done, a.Round, a.Lo, a.Hi = next(), next(), int(next()), int(next())
-	n := next()
-	if a.Done < -1 || a.Round < 0 || a.Lo < 0 || a.Hi < a.Lo || n < 0 || n > int64(len(b))/25 || int64(len(b)) != 25*n {
-		return announcement{}, errMalformed
-	}
-	for range n {
-		o := offer{Step: next(), Lo: int(next()), Hi: int(next()), Extra: b[0] == 1}
-		if o.Step < 0 || o.Lo < 0 || o.Hi < o.Lo || b[0] > 1 {
-			return announcement{}, fmt.Errorf("%w: offer of step %d, [%d, %d)", errMalformed, o.Step, o.Lo, o.Hi)
-		}
-		b = b[1:]
-		a.Offers = append(a.Offers, o)
-	}
-	return a, nil
+	return out
 }
