@@ -248,7 +248,7 @@ func geometryFor(tc config.Config, w distenv.Worker, layout model.Layout) (geome
 // is fresh, and Reform carried what it held before calling it.
 func (t *Trainer) setGeometry(geo geometry) {
 	t.plan, t.batch, t.lo, t.hi = geo.plan, geo.batch, geo.lo, geo.hi
-	units := t.model.Layout().Units()
+	units := t.model.Units()
 	mode := t.cfg.Train.Parallel.Mode
 	shardedParams := config.ShardsParams(mode) && geo.plan.Shards > 1
 	wholeGrads := !config.ShardsGrads(mode) && geo.plan.Shards > 1
@@ -568,7 +568,7 @@ func (t *Trainer) accumulate(step int, prof *profile.Timer) (float64, error) {
 	tc := t.cfg.Train.Train
 	window := t.cfg.Train.Model.Context + 1
 	zero(t.eng, t.grad64)
-	t.weights.beginStep(t.model.Layout().WeightsOrder(), t.batch.Accumulation())
+	t.weights.beginStep(t.model.WeightsOrder(), t.batch.Accumulation())
 	var lossSum float64
 	for micro := range t.batch.Accumulation() {
 		first := t.batch.MicroFirst(int64(step), t.cfg.Worker.Rank, micro)

@@ -23,6 +23,7 @@ import (
 	"github.com/gorun/gorun/trainer/data"
 	"github.com/gorun/gorun/trainer/internal/worldtest"
 	"github.com/gorun/gorun/trainer/metrics"
+	"github.com/gorun/gorun/trainer/model"
 	"github.com/gorun/gorun/trainer/profile"
 	"github.com/gorun/gorun/trainer/recovery"
 )
@@ -196,6 +197,26 @@ func TestLayoutsMatchOneProcess(t *testing.T) {
 	}
 	for _, mode := range []string{config.ModeZeRO1, config.ModeZeRO2} {
 		require.Equal(t, sharded[config.ModeFSDP], sharded[mode], "%s and fsdp on the same world: the same bits", mode)
+	}
+}
+
+// TestBlockPartsMatchOneProcess: on a model whose blocks are large enough
+// to be gathered and reduced in parts (model.Layout.Units), fsdp follows
+// one process, with the bits of zero1, which reduces the whole at once.
+func TestBlockPartsMatchOneProcess(t *testing.T) {
+	sets := []string{"model.d_model=320", "model.heads=4", "model.context=8", "train.steps=3", "optim.warmup=2"}
+	cfg := tinyConfig(t, sets...)
+	require.Len(t, model.NewLayout(model.Config{Layers: 1, DModel: 320, Heads: 4, Context: 8, Vocab: config.Vocab}).Units(), 6,
+		"the block is four units")
+	one := runWorld(t, cfg, 1, 1, runOpts{})[0]
+	require.NoError(t, one.err)
+	fsdp := runWorld(t, tinyConfig(t, append(sets, "parallel.mode=fsdp")...), 2, 2, runOpts{})
+	zero1 := runWorld(t, tinyConfig(t, append(sets, "parallel.mode=zero1")...), 2, 2, runOpts{})
+	for r := range fsdp {
+		require.NoError(t, fsdp[r].err, "rank %d", r)
+		require.NoError(t, zero1[r].err, "rank %d", r)
+		require.Less(t, maxRelDiff(fsdp[r].losses, one.losses), 1e-5, "rank %d", r)
+		require.Equal(t, zero1[r].state, fsdp[r].state, "rank %d: fsdp and zero1, the same bits", r)
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 
 // The parameters are sharded at rest (ZeRO-3): between steps each rank
 // keeps only its slice [lo, hi) of the flat parameters, and the model
-// reads them one unit (model.Layout.Units: the embeddings, a block, ln_f)
+// reads them one unit (model.Layout.Units: the embeddings, a part of a block, ln_f)
 // at a time, each unit all-gathered from the shard group while the pass
 // computes with the unit before it (one unit ahead, on the stream) and
 // overwritten by the unit after next. The gradients are sharded as the
@@ -298,7 +298,7 @@ func (g *unitGrads) wait(op *streamOp) error {
 }
 
 // unitBuffers lends unit-sized buffers to the gathers of the parameters
-// and to the backward pass's block gradients, in turn. A buffer is held
+// and to the backward pass's block-part gradients, in turn. A buffer is held
 // from when it is lent until it is given back (the pass has asked for the
 // next unit, or is done with the gradient) and, after that, still used by
 // the collective it was given back with (a gather that ran, a reduction
@@ -326,7 +326,7 @@ type unitBuffer struct {
 // newUnitBuffersFor makes the unit buffers of a rank that gathers the
 // parameters of units (sharded) or not, and adds the gradient into a
 // whole buffer (wholeGrads) or unit by unit: three of the longest unit's
-// length, none, or two of the longest block's.
+// length, none, or two of the longest block part's.
 func newUnitBuffersFor(units []model.Unit, sharded, wholeGrads bool) *unitBuffers {
 	switch {
 	case sharded:

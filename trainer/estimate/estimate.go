@@ -220,7 +220,7 @@ func FromConfig(c config.Config, nodes, procPerNode int) (Model, Layout, string)
 // nodes x procPerNode ranks, as trainer.New and its first steps allocate
 // it, with N the parameter count padded to a multiple of the shard count,
 // S = N/shards the slice the rank owns (S = N for ddp), and U the longest
-// unit the model reads at once (model.Layout.Units: a block, or the
+// unit the model reads at once (model.Layout.Units: ln_2 with mlp.c_fc, a third of a block, or the
 // embeddings if longer):
 //   - params: the fp32 parameters, whole (4N) in ddp, zero1 and zero2;
 //     in the modes that shard them at rest (zero3, fsdp, hsdp over more

@@ -147,8 +147,9 @@ func TestFromConfig(t *testing.T) {
 // of a shard group of three or more, and a widened chunk in a shard group.
 func TestTrainer(t *testing.T) {
 	const n = 120_576
-	const block, unitGrads = 49_984, 20_480 + 2*49_984 + 128
-	const shardedGrads = 20_480 + 49_984 + 128 // a third unit buffer for the block gradients
+	const block, unitGrads = 49_984, 20_480 + 2*49_984 + 128 // the default model's blocks are one unit each (model.Layout.Units)
+	const longest = block
+	const shardedGrads = 20_480 + longest + 128
 	const chunk, links = 512 << 10, 2 * 2 << 20
 	tests := []struct {
 		name                             string
@@ -160,12 +161,12 @@ func TestTrainer(t *testing.T) {
 	}{
 		{"ddp, one rank", config.ModeDDP, 1, 1, false, false, 1,
 			4 * n, 8*n + 4*unitGrads, 8 * n, 12 * n, 0},
-		{"fsdp over 4: slices of 30,144, two gathered blocks and a block gradient", config.ModeFSDP, 2, 2, false, false, 4,
-			4*30_144 + 8*block, 8*30_144 + 4*shardedGrads, 8 * 30_144, 12 * 30_144, chunk + links + 2*8*30_144 + chunk},
+		{"fsdp over 4: slices of 30,144, two gathered units and a unit gradient", config.ModeFSDP, 2, 2, false, false, 4,
+			4*30_144 + 8*longest, 8*30_144 + 4*shardedGrads, 8 * 30_144, 12 * 30_144, chunk + links + 2*8*30_144 + chunk},
 		{"fsdp over 2", config.ModeFSDP, 1, 2, false, false, 2,
-			4*60_288 + 8*block, 8*60_288 + 4*shardedGrads, 8 * 60_288, 12 * 60_288, chunk + links + chunk},
+			4*60_288 + 8*longest, 8*60_288 + 4*shardedGrads, 8 * 60_288, 12 * 60_288, chunk + links + chunk},
 		{"hsdp 2x2, memory copies across nodes", config.ModeHSDP, 2, 2, true, false, 2,
-			4*60_288 + 8*block, 8*60_288 + 4*shardedGrads, 8 * 60_288, 60 * 60_288, (chunk + links + chunk) + chunk},
+			4*60_288 + 8*longest, 8*60_288 + 4*shardedGrads, 8 * 60_288, 60 * 60_288, (chunk + links + chunk) + chunk},
 		{"zero2 over 4: parameters whole", config.ModeZeRO2, 1, 4, false, false, 4,
 			4 * n, 8*30_144 + 4*unitGrads, 8 * 30_144, 12 * 30_144, chunk + links + 2*8*30_144 + chunk},
 		{"zero1 over 4: parameters and gradients whole", config.ModeZeRO1, 1, 4, false, false, 4,

@@ -117,8 +117,8 @@ func (l Layout) DecaySpans(lo, hi int) []kernels.Span {
 }
 
 // Unit is a contiguous range [Lo, Hi) of the flat buffer that the model reads as one piece:
-// the embeddings, one transformer block, or the final layer norm. A sharded trainer gathers and
-// frees the parameters, and reduces the gradients, one unit at a time.
+// the embeddings, a part of a transformer block, or the final layer norm. A sharded trainer
+// gathers and frees the parameters, and reduces the gradients, one unit at a time.
 type Unit struct {
 	Lo, Hi int
 }
@@ -126,22 +126,77 @@ type Unit struct {
 // Len is the number of elements of the unit.
 func (u Unit) Len() int { return u.Hi - u.Lo }
 
+// The parts of a block, each a unit: the tensors a pass uses together, in layout order.
+const (
+	attnIn  = iota // ln_1 and attn.c_attn: 3d² + 5d elements
+	attnOut        // attn.c_proj: d² + d
+	mlpIn          // ln_2 and mlp.c_fc: 4d² + 6d
+	mlpOut         // mlp.c_proj: 4d² + d
+	// partsPerBlock is the number of units of each block.
+	partsPerBlock
+)
+
+// partTensors is the number of tensors of block part p.
+func partTensors(p int) int {
+	if p == attnIn || p == mlpIn {
+		return 4 // a layer norm's weight and bias, a linear layer's
+	}
+	return 2
+}
+
+// splitBlocksFrom is the parameter count from which Units splits a block into its parts: a
+// smaller block is gathered whole, because there the collectives' own cost outweighs the
+// memory its parts would save (a block of d_model 296 or more is split).
+const splitBlocksFrom = 1 << 20
+
 // Units splits the layout into the units the model reads, in buffer order: unit 0 holds the
-// embeddings (wte, wpe), units 1 to Layers one block each, and the last unit ln_f. They cover
-// [0, Size) without gaps or overlaps.
-func (l Layout) Units() []Unit {
+// embeddings (wte, wpe); then each block, block by block, as one unit or, from splitBlocksFrom
+// parameters a block, as four, its parts: ln_1 with attn.c_attn, attn.c_proj, ln_2 with
+// mlp.c_fc, and mlp.c_proj (the longest, about a third of the block); and the last unit ln_f.
+// They cover [0, Size) without gaps or overlaps.
+func (l Layout) Units() []Unit { return l.units(splitBlocksFrom) }
+
+// units is Units with the blocks of at least splitFrom parameters split into their parts.
+func (l Layout) units(splitFrom int) []Unit {
 	blocks := (len(l.Tensors) - 4) / tensorsPerBlock
-	units := make([]Unit, 0, blocks+2)
+	units := make([]Unit, 0, partsPerBlock*blocks+2)
 	add := func(first, count int) {
 		a, b := l.Tensors[first], l.Tensors[first+count-1]
 		units = append(units, Unit{Lo: a.Offset, Hi: b.Offset + b.Len()})
 	}
 	add(0, 2)
 	for i := range blocks {
-		add(2+i*tensorsPerBlock, tensorsPerBlock)
+		first := 2 + i*tensorsPerBlock
+		if l.blockLen() < splitFrom {
+			add(first, tensorsPerBlock)
+			continue
+		}
+		for p := range partsPerBlock {
+			add(first, partTensors(p))
+			first += partTensors(p)
+		}
 	}
 	add(len(l.Tensors)-2, 2)
 	return units
+}
+
+// blockLen is the number of parameters of one block (0 without blocks).
+func (l Layout) blockLen() int {
+	if len(l.Tensors) < 4+tensorsPerBlock {
+		return 0
+	}
+	last := l.Tensors[2+tensorsPerBlock-1]
+	return last.Offset + last.Len() - l.Tensors[2].Offset
+}
+
+// partRange is where part p of a block lies in the block's elements.
+func (l Layout) partRange(p int) Unit {
+	first := 2
+	for q := range p {
+		first += partTensors(q)
+	}
+	a, b := l.Tensors[first], l.Tensors[first+partTensors(p)-1]
+	return Unit{Lo: a.Offset - l.Tensors[2].Offset, Hi: b.Offset + b.Len() - l.Tensors[2].Offset}
 }
 
 // tensorsPerBlock is the number of tensors NewLayout adds per block.

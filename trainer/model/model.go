@@ -21,11 +21,17 @@ import (
 type Model struct {
 	cfg    Config
 	layout Layout
-	units  []Unit // layout.Units()
-	dm     dims
-	eng    *kernels.Engine
-	par    pool           // row- and head-parallel work outside the matrix products
-	prof   *profile.Timer // nil: no profiling
+	units  []Unit // layout.units, blocks split into parts or not (see Units)
+	// split says each block is four units, its parts, rather than one. partIn is where each
+	// part of a block lies in its unit's elements, partShapes where its tensors lie in the
+	// part's elements (the same in every block).
+	split      bool
+	partIn     [partsPerBlock]Unit
+	partShapes [partsPerBlock]unitShape
+	dm         dims
+	eng        *kernels.Engine
+	par        pool           // row- and head-parallel work outside the matrix products
+	prof       *profile.Timer // nil: no profiling
 
 	inputs, targets []byte
 	// xs is the residual stream: xs[0] the embeddings, xs[l+1] the output of block l. Block l's
@@ -104,7 +110,6 @@ func New(cfg Config, microBatch int, eng *kernels.Engine, opts ...Option) (*Mode
 	m := &Model{
 		cfg:     cfg,
 		layout:  NewLayout(cfg),
-		units:   NewLayout(cfg).Units(),
 		dm:      dm,
 		eng:     eng,
 		par:     pool{threads: eng.Threads(), team: eng, eng: eng.WithThreads(1)},
@@ -123,7 +128,19 @@ func New(cfg Config, microBatch int, eng *kernels.Engine, opts ...Option) (*Mode
 		keyBias: f(d),
 		held:    -1,
 	}
-	m.checkpointing = collect(opts).checkpointing
+	o := collect(opts)
+	m.units = m.layout.units(o.splitFrom)
+	m.split = m.layout.blockLen() >= o.splitFrom
+	start := m.layout.Tensors[2].Offset // block 0's
+	for p := range partsPerBlock {
+		r := m.layout.partRange(p)
+		m.partShapes[p] = m.layout.shapeOf(Unit{Lo: start + r.Lo, Hi: start + r.Hi})
+		m.partIn[p] = r
+		if m.split {
+			m.partIn[p] = Unit{Lo: 0, Hi: r.Len()}
+		}
+	}
+	m.checkpointing = o.checkpointing
 	for i := 0; i <= cfg.Layers; i++ {
 		m.xs = append(m.xs, f(n*d))
 	}
@@ -248,12 +265,10 @@ func (m *Model) ForwardUnits(w Weights, tokens []byte) (float32, error) {
 	m.held = -1
 	var res []float32
 	for l := range m.cfg.Layers {
-		bw, err := m.block(w.Unit(1 + l))
-		if err != nil {
+		a := m.acts(l)
+		if err := m.blockForward(a, w, l, m.xs[l], res, m.xs[l+1]); err != nil {
 			return 0, err
 		}
-		a := m.acts(l)
-		m.blockForward(a, bw, m.xs[l], res, m.xs[l+1])
 		m.held = l
 		res = a.x2
 	}
@@ -275,35 +290,50 @@ func (m *Model) ForwardUnits(w Weights, tokens []byte) (float32, error) {
 	return loss, nil
 }
 
-// blockForward runs block a's forward pass with weights bw from its input in and keeps its
-// activations in a. The residual res, when not nil, is added to in first: in holds only the
-// MLP branch of the block before, whose residual is res (see ForwardUnits); afterwards in is
-// the whole input. out gets the block's MLP branch; a nil out skips the MLP's output
-// projection, which the backward pass does not need: that is the recomputation of activation
-// checkpointing, from an in that is whole already.
-func (m *Model) blockForward(a *blockActs, bw blockWeights, in, res, out []float32) {
+// blockForward runs block l's forward pass, its weights taken from w part by part, from its
+// input in and keeps its activations in a. The residual res, when not nil, is added to in
+// first: in holds only the MLP branch of the block before, whose residual is res (see
+// ForwardUnits); afterwards in is the whole input. out gets the block's MLP branch; a nil out
+// skips the MLP's output projection, which the backward pass does not need: that is the
+// recomputation of activation checkpointing, from an in that is whole already. It returns
+// w's error.
+func (m *Model) blockForward(a *blockActs, w Weights, l int, in, res, out []float32) error {
 	dm := m.dm
 	n, d := dm.n, dm.d
 	// Attention: x2 = in + c_proj(attn(c_attn(ln_1(in)))).
-	addLayerNorm(m.par, a.ln1, in, res, bw.ln1w, bw.ln1b, n, d)
+	t, err := m.blockPart(l, attnIn, w.Unit)
+	if err != nil {
+		return err
+	}
+	addLayerNorm(m.par, a.ln1, in, res, t[0], t[1], n, d)
 	m.prof.Lap(profile.Elementwise)
-	linearForward(m.eng, a.qkv, a.ln1.out, bw.attnw, bw.attnb, n, d, 3*d)
+	linearForward(m.eng, a.qkv, a.ln1.out, t[2], t[3], n, d, 3*d)
 	m.prof.Lap(profile.GEMM)
 	attentionForward(m.par, a.y, a.att, a.qkv, dm)
 	m.prof.Lap(profile.Attention)
-	linearForward(m.eng, a.x2, a.y, bw.projw, bw.projb, n, d, d)
+	if t, err = m.blockPart(l, attnOut, w.Unit); err != nil {
+		return err
+	}
+	linearForward(m.eng, a.x2, a.y, t[0], t[1], n, d, d)
 	m.prof.Lap(profile.GEMM)
 	// MLP: out = x2 + c_proj(gelu(c_fc(ln_2(x2)))).
-	addLayerNorm(m.par, a.ln2, a.x2, in, bw.ln2w, bw.ln2b, n, d)
+	if t, err = m.blockPart(l, mlpIn, w.Unit); err != nil {
+		return err
+	}
+	addLayerNorm(m.par, a.ln2, a.x2, in, t[0], t[1], n, d)
 	m.prof.Lap(profile.Elementwise)
-	linearForward(m.eng, a.fc, a.ln2.out, bw.fcw, bw.fcb, n, d, 4*d)
+	linearForward(m.eng, a.fc, a.ln2.out, t[2], t[3], n, d, 4*d)
 	m.prof.Lap(profile.GEMM)
 	geluForward(m.par, a.gelu, a.dgelu, a.fc)
 	m.prof.Lap(profile.Elementwise)
 	if out != nil {
-		linearForward(m.eng, out, a.gelu, bw.mlpw, bw.mlpb, n, 4*d, d)
+		if t, err = m.blockPart(l, mlpOut, w.Unit); err != nil {
+			return err
+		}
+		linearForward(m.eng, out, a.gelu, t[0], t[1], n, 4*d, d)
 		m.prof.Lap(profile.GEMM)
 	}
+	return nil
 }
 
 // acts is where block l's activations are kept: its own, or with checkpointing the one set
@@ -376,45 +406,68 @@ func (m *Model) BackwardUnits(w Weights, g Grads, scale float32) error {
 	// Blocks, last first. On entry to each, dx = dL/d(block output). A residual connection
 	// passes dx through unchanged, and each branch adds its own gradient to it.
 	for l := m.cfg.Layers - 1; l >= 0; l-- {
-		bw, err := m.block(w.Unit(1 + l))
-		if err != nil {
-			return err
-		}
 		a, in := m.acts(l), m.xs[l]
 		if m.checkpointing && m.held != l {
-			// Recompute the block's activations from its input, whole since the forward pass,
-			// with the weights just asked for: the same operations on the same values as the
-			// forward pass, so the same bits. The last block's are still there after the
-			// forward pass.
-			m.blockForward(a, bw, in, nil, nil)
+			// Recompute the block's activations from its input, whole since the forward pass:
+			// the same operations on the same values as the forward pass, so the same bits.
+			// The last block's are still there after the forward pass.
+			if err := m.blockForward(a, w, l, in, nil, nil); err != nil {
+				return err
+			}
 			m.held = l
-		}
-		bg, err := m.block(g.Grad(1 + l))
-		if err != nil {
-			return err
 		}
 		// MLP branch: dx += d(ln_2 ∘ c_fc ∘ gelu ∘ c_proj)ᵀ dx; afterwards dx = dL/dx2.
 		// c_proj's bias gradient is the column sums of dx, which the layer norm backward that
 		// wrote dx summed by chunks (see layerNormBackward).
-		m.linearProducts(m.d4, bg.mlpw, m.dx, a.gelu, bw.mlpw, n, 4*d, d)
-		m.par.eng.SumRows(bg.mlpb, dxSums(m.part, n, d), d)
+		wt, gt, err := m.blockParts(l, mlpOut, w, g)
+		if err != nil {
+			return err
+		}
+		m.linearProducts(m.d4, gt[0], m.dx, a.gelu, wt[0], n, 4*d, d)
+		m.par.eng.SumRows(gt[1], dxSums(m.part, n, d), d)
+		if m.doneWith(mlpOut) {
+			if err := g.Done(m.blockUnit(l, mlpOut)); err != nil {
+				return err
+			}
+		}
 		geluBackward(m.par, m.part, m.d4, a.dgelu, n, 4*d) // and c_fc's bias gradient
-		m.par.eng.SumRows(bg.fcb, m.part[:chunks(n)*4*d], 4*d)
+		if wt, gt, err = m.blockParts(l, mlpIn, w, g); err != nil {
+			return err
+		}
+		m.par.eng.SumRows(gt[3], m.part[:chunks(n)*4*d], 4*d)
 		m.prof.Lap(profile.Elementwise)
-		m.linearProducts(m.dtmp, bg.fcw, m.d4, a.ln2.out, bw.fcw, n, d, 4*d)
-		layerNormBackward(m.par, m.part, m.dx, bg.ln2w, bg.ln2b, m.dtmp, a.x2, a.ln2.mean, a.ln2.rstd, bw.ln2w, n, d, false)
+		m.linearProducts(m.dtmp, gt[2], m.d4, a.ln2.out, wt[2], n, d, 4*d)
+		layerNormBackward(m.par, m.part, m.dx, gt[0], gt[1], m.dtmp, a.x2, a.ln2.mean, a.ln2.rstd, wt[0], n, d, false)
 		m.prof.Lap(profile.Elementwise)
+		if m.doneWith(mlpIn) {
+			if err := g.Done(m.blockUnit(l, mlpIn)); err != nil {
+				return err
+			}
+		}
 		// Attention branch; afterwards dx = dL/d(block input).
-		m.linearProducts(m.dtmp, bg.projw, m.dx, a.y, bw.projw, n, d, d)
-		m.par.eng.SumRows(bg.projb, dxSums(m.part, n, d), d)
+		if wt, gt, err = m.blockParts(l, attnOut, w, g); err != nil {
+			return err
+		}
+		m.linearProducts(m.dtmp, gt[0], m.dx, a.y, wt[0], n, d, d)
+		m.par.eng.SumRows(gt[1], dxSums(m.part, n, d), d)
 		m.prof.Lap(profile.Elementwise)
+		if m.doneWith(attnOut) {
+			if err := g.Done(m.blockUnit(l, attnOut)); err != nil {
+				return err
+			}
+		}
 		attentionBackward(m.par, m.qkv, m.dp, m.dtmp, a.att, a.qkv, dm)
 		m.prof.Lap(profile.Attention)
-		m.attnInputBackward(bg.attnw, bg.attnb, a.ln1.out, bw.attnw)
-		layerNormBackward(m.par, m.part, m.dx, bg.ln1w, bg.ln1b, m.dtmp, in, a.ln1.mean, a.ln1.rstd, bw.ln1w, n, d, false)
-		m.prof.Lap(profile.Elementwise)
-		if err := g.Done(1 + l); err != nil {
+		if wt, gt, err = m.blockParts(l, attnIn, w, g); err != nil {
 			return err
+		}
+		m.attnInputBackward(gt[2], gt[3], a.ln1.out, wt[2])
+		layerNormBackward(m.par, m.part, m.dx, gt[0], gt[1], m.dtmp, in, a.ln1.mean, a.ln1.rstd, wt[0], n, d, false)
+		m.prof.Lap(profile.Elementwise)
+		if m.doneWith(attnIn) {
+			if err := g.Done(m.blockUnit(l, attnIn)); err != nil {
+				return err
+			}
 		}
 	}
 	if gemb, err = m.embeddings(g.Grad(0)); err != nil {
@@ -451,15 +504,6 @@ type embeddingWeights struct{ wte, wpe []float32 }
 // finalWeights are the tensors of the last unit.
 type finalWeights struct{ lnfw, lnfb []float32 }
 
-type blockWeights struct {
-	ln1w, ln1b   []float32
-	attnw, attnb []float32 // attn.c_attn
-	projw, projb []float32 // attn.c_proj
-	ln2w, ln2b   []float32
-	fcw, fcb     []float32 // mlp.c_fc
-	mlpw, mlpb   []float32 // mlp.c_proj
-}
-
 // embeddings slices buf, unit 0's elements, into its tensors; it passes err on.
 func (m *Model) embeddings(buf []float32, err error) (embeddingWeights, error) {
 	if err != nil {
@@ -479,21 +523,67 @@ func (m *Model) final(buf []float32, err error) (finalWeights, error) {
 	return finalWeights{lnfw: ts[0], lnfb: ts[1]}, nil
 }
 
-// block slices buf, the elements of one block's unit, into its tensors; it passes err on.
-func (m *Model) block(buf []float32, err error) (blockWeights, error) {
+// Units are the units the passes ask Weights and Grads for, by their index: those of
+// Layout.Units (for a Model New made without test options).
+func (m *Model) Units() []Unit { return m.units }
+
+// blockUnit is the index in Units of the unit that holds part p of block l.
+func (m *Model) blockUnit(l, p int) int {
+	if m.split {
+		return 1 + l*partsPerBlock + p
+	}
+	return 1 + l
+}
+
+// doneWith says whether the backward pass, after part p of a block, is done with that part's
+// unit: the parts go last first, so with p the first part, or when the part before lies in
+// another unit.
+func (m *Model) doneWith(p int) bool { return p == attnIn || m.split }
+
+// blockPart asks unit (the Unit of a Weights, or the Grad of a Grads) for part p of block l and
+// slices it into its tensors, in layout order; it returns unit's error.
+func (m *Model) blockPart(l, p int, unit func(int) ([]float32, error)) ([][]float32, error) {
+	u := m.blockUnit(l, p)
+	buf, err := unit(u)
 	if err != nil {
-		return blockWeights{}, err
+		return nil, err
 	}
-	// Every block unit has the same length and tensor offsets: unit 1's serve them all.
-	ts := m.layout.unitTensors(m.units[1], m.checkLen(1, buf))
-	var b blockWeights
-	for i, p := range []*[]float32{
-		&b.ln1w, &b.ln1b, &b.attnw, &b.attnb, &b.projw, &b.projb,
-		&b.ln2w, &b.ln2b, &b.fcw, &b.fcb, &b.mlpw, &b.mlpb,
-	} {
-		*p = ts[i]
+	in := m.partIn[p]
+	return m.partShapes[p].slice(m.checkLen(u, buf)[in.Lo:in.Hi]), nil
+}
+
+// blockParts is blockPart for the weights of part p of block l from w, then its gradients from g.
+func (m *Model) blockParts(l, p int, w Weights, g Grads) (weights, grads [][]float32, err error) {
+	if weights, err = m.blockPart(l, p, w.Unit); err != nil {
+		return nil, nil, err
 	}
-	return b, nil
+	if grads, err = m.blockPart(l, p, g.Grad); err != nil {
+		return nil, nil, err
+	}
+	return weights, grads, nil
+}
+
+// unitShape is where each tensor of a unit lies in the unit's elements.
+type unitShape []Unit
+
+// shapeOf is the shape of unit u of l.
+func (l Layout) shapeOf(u Unit) unitShape {
+	var s unitShape
+	for _, t := range l.Tensors {
+		if t.Offset >= u.Lo && t.Offset < u.Hi {
+			s = append(s, Unit{Lo: t.Offset - u.Lo, Hi: t.Offset - u.Lo + t.Len()})
+		}
+	}
+	return s
+}
+
+// slice cuts buf, a unit's elements, into its tensors.
+func (s unitShape) slice(buf []float32) [][]float32 {
+	out := make([][]float32, len(s))
+	for i, t := range s {
+		out[i] = buf[t.Lo:t.Hi:t.Hi]
+	}
+	return out
 }
 
 // checkLen returns buf, unit u's elements; it panics when buf has another length, a bug in the

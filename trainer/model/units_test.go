@@ -12,21 +12,66 @@ import (
 func TestUnitsCoverTheLayout(t *testing.T) {
 	cfg := Config{Layers: 3, DModel: 8, Heads: 2, Context: 4, Vocab: 256}
 	l := NewLayout(cfg)
-	units := l.Units()
-	require.Len(t, units, cfg.Layers+2)
-	next := 0
-	for i, u := range units {
-		require.Equal(t, next, u.Lo, "unit %d starts where the last one ended", i)
-		require.Positive(t, u.Len(), "unit %d", i)
-		next = u.Hi
+	for _, tc := range []struct {
+		name      string
+		units     []Unit
+		perBlock  int
+		block1    int
+		lastOfFst string // the last tensor of unit 1
+	}{
+		{"small blocks whole (Units)", l.Units(), 1, 2, "h.0.mlp.c_proj.bias"},
+		{"blocks split into parts", l.units(1), 4, 5, "h.0.attn.c_attn.bias"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			units := tc.units
+			require.Len(t, units, tc.perBlock*cfg.Layers+2)
+			next := 0
+			for i, u := range units {
+				require.Equal(t, next, u.Lo, "unit %d starts where the last one ended", i)
+				require.Positive(t, u.Len(), "unit %d", i)
+				next = u.Hi
+			}
+			require.Equal(t, l.Size, next)
+			wpe, _ := l.Find("wpe.weight")
+			require.Equal(t, wpe.Offset+wpe.Len(), units[0].Hi, "unit 0 is the embeddings")
+			h1, _ := l.Find("h.1.ln_1.weight")
+			require.Equal(t, h1.Offset, units[tc.block1].Lo, "unit %d starts block 1", tc.block1)
+			last, _ := l.Find(tc.lastOfFst)
+			require.Equal(t, last.Offset+last.Len(), units[1].Hi, "unit 1 ends with %s", tc.lastOfFst)
+			lnf, _ := l.Find("ln_f.weight")
+			require.Equal(t, lnf.Offset, units[len(units)-1].Lo, "the last unit is ln_f")
+		})
 	}
-	require.Equal(t, l.Size, next)
-	wpe, _ := l.Find("wpe.weight")
-	require.Equal(t, wpe.Offset+wpe.Len(), units[0].Hi, "unit 0 is the embeddings")
-	h1, _ := l.Find("h.1.ln_1.weight")
-	require.Equal(t, h1.Offset, units[2].Lo, "unit 2 is block 1")
-	lnf, _ := l.Find("ln_f.weight")
-	require.Equal(t, lnf.Offset, units[len(units)-1].Lo, "the last unit is ln_f")
+	units := l.units(1)
+	for _, part := range []struct {
+		unit        int
+		first, last string
+	}{
+		{1, "h.0.ln_1.weight", "h.0.attn.c_attn.bias"},
+		{2, "h.0.attn.c_proj.weight", "h.0.attn.c_proj.bias"},
+		{3, "h.0.ln_2.weight", "h.0.mlp.c_fc.bias"},
+		{4, "h.0.mlp.c_proj.weight", "h.0.mlp.c_proj.bias"},
+		{12, "h.2.mlp.c_proj.weight", "h.2.mlp.c_proj.bias"},
+	} {
+		first, _ := l.Find(part.first)
+		last, _ := l.Find(part.last)
+		require.Equal(t, Unit{first.Offset, last.Offset + last.Len()}, units[part.unit], "unit %d: %s to %s", part.unit, part.first, part.last)
+	}
+	require.Equal(t, l.blockLen(), units[4].Hi-units[1].Lo)
+	require.LessOrEqual(t, 3*longest(units[1:len(units)-1]), l.blockLen()+6*cfg.DModel, "the longest part (ln_2 and mlp.c_fc) is about a third of a block")
+
+	big := NewLayout(Config{Layers: 2, DModel: 320, Heads: 4, Context: 8, Vocab: 256})
+	require.GreaterOrEqual(t, big.blockLen(), splitBlocksFrom)
+	require.Len(t, big.Units(), 4*2+2, "Units splits a block of d_model 320")
+}
+
+// longest is the length of the longest of units.
+func longest(units []Unit) int {
+	n := 0
+	for _, u := range units {
+		n = max(n, u.Len())
+	}
+	return n
 }
 
 func TestInitRangeIsInitsSlice(t *testing.T) {
@@ -100,27 +145,43 @@ func (g *unitGrads) Done(u int) error {
 
 func TestUnitPassesGiveTheFlatPassesBits(t *testing.T) {
 	cfg := Config{Layers: 3, DModel: 16, Heads: 4, Context: 8, Vocab: 256}
-	m, err := New(cfg, 2, kernels.New(2))
-	require.NoError(t, err)
-	p := noisyParams(cfg, 3, 0.1)
-	tok := randomTokens(m.TokensLen(), 256, 4)
-	wantLoss := m.Forward(p, tok)
-	want := make([]float32, len(p))
-	m.Backward(p, want, 0.5)
+	for _, tc := range []struct {
+		name        string
+		opts        []Option
+		asked, done []int
+		forwardAsks int
+	}{
+		{"blocks whole", nil,
+			[]int{0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 0, 0, 4, 3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1},
+			[]int{4, 3, 2, 1, 0}, 15},
+		{"blocks in parts", []Option{splitBlocksAt(1)},
+			[]int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 0, 0, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1},
+			[]int{13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0}, 15},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := New(cfg, 2, kernels.New(2), tc.opts...)
+			require.NoError(t, err)
+			p := noisyParams(cfg, 3, 0.1)
+			tok := randomTokens(m.TokensLen(), 256, 4)
+			wantLoss := m.Forward(p, tok)
+			want := make([]float32, len(p))
+			m.Backward(p, want, 0.5)
 
-	units := m.Layout().Units()
-	w := &oneUnitAtATime{units: units, params: p, failAt: -1}
-	loss, err := m.ForwardUnits(w, tok)
-	require.NoError(t, err)
-	require.Equal(t, wantLoss, loss)
-	require.Equal(t, []int{0, 1, 2, 3, 4, 0}, w.asked, "forward order")
-	g := &unitGrads{units: units, sum: make([]float32, len(p)), open: map[int][]float32{}}
-	require.NoError(t, m.BackwardUnits(w, g, 0.5))
-	require.Equal(t, []int{0, 1, 2, 3, 4, 0, 0, 4, 3, 2, 1}, w.asked, "forward then backward order")
-	require.Equal(t, m.Layout().WeightsOrder(), w.asked, "WeightsOrder says it")
-	require.Equal(t, []int{4, 3, 2, 1, 0}, g.done, "units done last first")
-	require.Empty(t, g.open)
-	require.Equal(t, want, g.sum)
+			units := m.Units()
+			w := &oneUnitAtATime{units: units, params: p, failAt: -1}
+			loss, err := m.ForwardUnits(w, tok)
+			require.NoError(t, err)
+			require.Equal(t, wantLoss, loss)
+			require.Equal(t, tc.asked[:tc.forwardAsks], w.asked, "forward order")
+			g := &unitGrads{units: units, sum: make([]float32, len(p)), open: map[int][]float32{}}
+			require.NoError(t, m.BackwardUnits(w, g, 0.5))
+			require.Equal(t, tc.asked, w.asked, "forward then backward order")
+			require.Equal(t, m.WeightsOrder(), w.asked, "WeightsOrder says it")
+			require.Equal(t, tc.done, g.done, "units done last first")
+			require.Empty(t, g.open)
+			require.Equal(t, want, g.sum)
+		})
+	}
 }
 
 func TestUnitPassesReturnTheWeightsError(t *testing.T) {
@@ -130,15 +191,15 @@ func TestUnitPassesReturnTheWeightsError(t *testing.T) {
 	p := noisyParams(cfg, 3, 0.1)
 	tok := randomTokens(m.TokensLen(), 256, 4)
 	for call := range 5 {
-		w := &oneUnitAtATime{units: m.Layout().Units(), params: p, failAt: call}
+		w := &oneUnitAtATime{units: m.Units(), params: p, failAt: call}
 		_, err := m.ForwardUnits(w, tok)
 		require.ErrorContains(t, err, "peer gone", "forward, call %d", call)
 		require.Panics(t, func() { _ = m.BackwardUnits(w, nil, 1) }, "no backward after a failed forward")
 	}
-	w := &oneUnitAtATime{units: m.Layout().Units(), params: p, failAt: -1}
+	w := &oneUnitAtATime{units: m.Units(), params: p, failAt: -1}
 	_, err = m.ForwardUnits(w, tok)
 	require.NoError(t, err)
 	w.failAt = len(w.asked) + 2
-	g := &unitGrads{units: m.Layout().Units(), sum: make([]float32, len(p)), open: map[int][]float32{}}
+	g := &unitGrads{units: m.Units(), sum: make([]float32, len(p)), open: map[int][]float32{}}
 	require.ErrorContains(t, m.BackwardUnits(w, g, 1), "peer gone")
 }
