@@ -5,6 +5,7 @@
 #   bench_positive LAYERS DMODEL    # each named variable a positive integer, or die
 #   bench_modes $MODES              # each a parallel.mode, or die
 #   bench_gorun                     # gorun: $GORUN_BIN, or a fresh go build ./cmd/gorun
+#   bench_toml DIR MODE METRICS LOG_EVERY [EXTRA]   # DIR/train.toml of the bench model
 #
 # The script's gorun agent, when it has one running, goes in $agent: at exit (or INT or TERM) it gets
 # SIGTERM, which makes gorun stop its own workers, and the script waits for it. GORUN_BIN is read
@@ -59,4 +60,33 @@ bench_gorun() {
     gorun=$tmp/gorun
     (cd "$root" && go build -o "$gorun" ./cmd/gorun) || die "go build ./cmd/gorun failed"
   fi
+}
+
+# bench_toml DIR MODE METRICS LOG_EVERY [EXTRA] writes DIR/train.toml (DIR made if need be): the model
+# of LAYERS, DMODEL, HEADS and CONTEXT, STEPS steps of GLOBAL sequences in micro batches of MICRO, one
+# warmup step, parallel.mode MODE, train.metrics METRICS ("" for none) and log_every LOG_EVERY; EXTRA,
+# when given, is appended as it is (more sections).
+bench_toml() {
+  mkdir -p "$1"
+  cat >"$1/train.toml" <<EOF
+[model]
+layers = $LAYERS
+d_model = $DMODEL
+heads = $HEADS
+context = $CONTEXT
+
+[train]
+steps = $STEPS
+global_batch = $GLOBAL
+micro_batch = $MICRO
+log_every = $4
+metrics = "$3"
+
+[optim]
+warmup = 1
+
+[parallel]
+mode = "$2"
+EOF
+  if [[ -n "${5:-}" ]]; then printf '\n%s\n' "$5" >>"$1/train.toml"; fi
 }

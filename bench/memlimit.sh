@@ -16,6 +16,7 @@
 set -euo pipefail
 
 MODES=${MODES:-ddp fsdp} WORKERS=${WORKERS:-4} LIMIT=${LIMIT:-600000000} STEPS=${STEPS:-4}
+LAYERS=8 DMODEL=512 HEADS=8 CONTEXT=64 GLOBAL=16 MICRO=2 # issue 22's model
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bench_init memlimit.sh
 bench_positive WORKERS LIMIT STEPS
@@ -30,27 +31,7 @@ echo "| mode | estimate per worker | result |"
 echo "|---|---|---|"
 for mode in $MODES; do
   dir=$tmp/$mode
-  mkdir -p "$dir"
-  cat >"$dir/train.toml" <<EOF
-[model]
-layers = 8
-d_model = 512
-heads = 8
-context = 64
-
-[train]
-steps = $STEPS
-global_batch = 16
-micro_batch = 2
-log_every = 1
-metrics = ""
-
-[optim]
-warmup = 1
-
-[parallel]
-mode = "$mode"
-EOF
+  bench_toml "$dir" "$mode" "" 1
   est=$("$gorun" estimate "$dir/train.toml" --nproc-per-node "$WORKERS" --json |
     grep -F '"selected":true' | sed -n 's/.*"total_bytes":\([0-9]*\).*/\1/p')
   rc=0

@@ -57,30 +57,8 @@ done
 bench_gorun
 
 # write_toml DIR MODE writes DIR/train.toml: the bench model in parallel.mode MODE, its checkpoints
-# and metrics in DIR.
-write_toml() {
-  mkdir -p "$1"
-  cat >"$1/train.toml" <<EOF
-[model]
-layers = $LAYERS
-d_model = $DMODEL
-heads = $HEADS
-context = $CONTEXT
-
-[train]
-steps = $STEPS
-global_batch = $GLOBAL
-micro_batch = $MICRO
-log_every = 1
-metrics = ""
-
-[optim]
-warmup = 1
-
-[parallel]
-mode = "$2"
-EOF
-}
+# in DIR, no metrics.
+write_toml() { bench_toml "$1" "$2" "" 1; }
 
 # strategy MODE prints the name of estimate's row for parallel.mode MODE.
 strategy() {

@@ -44,30 +44,7 @@ done
 run() {
   local row=$1 dir=$2 bin=$gorun mode=$1
   if [[ "$row" == base:* ]]; then bin=$BASE mode=${row#base:}; fi
-  mkdir -p "$dir"
-  cat >"$dir/train.toml" <<EOF
-[model]
-layers = $LAYERS
-d_model = $DMODEL
-heads = $HEADS
-context = $CONTEXT
-
-[train]
-steps = $STEPS
-global_batch = $GLOBAL
-micro_batch = $MICRO
-log_every = 1000
-metrics = "$dir/metrics.jsonl"
-
-[optim]
-warmup = 1
-
-[parallel]
-mode = "$mode"
-
-[checkpoint]
-every = 0
-EOF
+  bench_toml "$dir" "$mode" "$dir/metrics.jsonl" 1000 $'[checkpoint]\nevery = 0'
   (cd "$dir" && exec "$bin" --standalone --nproc-per-node="$WORKERS" train.toml) >"$dir/log" 2>&1 &
   agent=$!
   if ! wait "$agent"; then
