@@ -9,7 +9,6 @@ import (
 
 	"github.com/gorun/gorun/internal/distenv"
 	"github.com/gorun/gorun/trainer/config"
-	"github.com/gorun/gorun/trainer/metrics"
 	"github.com/gorun/gorun/trainer/recovery"
 )
 
@@ -94,18 +93,10 @@ func TestPhaseTransitions(t *testing.T) {
 // start, and the next Reform recovers the carried step.
 func TestRunRefusedWhileCarried(t *testing.T) {
 	cfg := reformConfig(t, config.ModeDDP)
+	tr := stoppingAtStep3(t, cfg)
 	one := distenv.Worker{WorldSize: 1, LocalWorldSize: 1}
-	tr, err := New(context.Background(), Config{Train: cfg, Worker: one, Threads: 1, Dataset: text(),
-		AfterStep: func(_ *Trainer, rec metrics.Record) error {
-			if rec.Step == 3 {
-				return errBoundary
-			}
-			return nil
-		}})
-	require.NoError(t, err)
-	defer tr.Close()
 	require.Equal(t, fresh, tr.recovery.phase)
-	_, err = tr.Run(context.Background())
+	_, err := tr.Run(context.Background())
 	require.ErrorIs(t, err, errBoundary)
 	require.Equal(t, recoveryState{phase: updated, done: 3}, tr.recovery)
 

@@ -520,11 +520,10 @@ func TestExchangeDetectsCorruption(t *testing.T) {
 	}
 }
 
-// TestReformKeepsStateAfterAnError: a world that the batch does not
-// split over is refused with the sizes that work, and the state stays
-// for the next Reform.
-func TestReformKeepsStateAfterAnError(t *testing.T) {
-	cfg := reformConfig(t, config.ModeDDP)
+// stoppingAtStep3 is a Trainer of cfg in a world of one whose AfterStep
+// fails with errBoundary after step 3; it is closed when t ends.
+func stoppingAtStep3(t *testing.T, cfg config.Config) *Trainer {
+	t.Helper()
 	one := distenv.Worker{WorldSize: 1, LocalWorldSize: 1}
 	tr, err := New(context.Background(), Config{Train: cfg, Worker: one, Threads: 1, Dataset: text(),
 		AfterStep: func(_ *Trainer, rec metrics.Record) error {
@@ -534,8 +533,18 @@ func TestReformKeepsStateAfterAnError(t *testing.T) {
 			return nil
 		}})
 	require.NoError(t, err)
-	defer tr.Close()
-	_, err = tr.Run(context.Background())
+	t.Cleanup(func() { _ = tr.Close() })
+	return tr
+}
+
+// TestReformKeepsStateAfterAnError: a world that the batch does not
+// split over is refused with the sizes that work, and the state stays
+// for the next Reform.
+func TestReformKeepsStateAfterAnError(t *testing.T) {
+	cfg := reformConfig(t, config.ModeDDP)
+	tr := stoppingAtStep3(t, cfg)
+	one := distenv.Worker{WorldSize: 1, LocalWorldSize: 1}
+	_, err := tr.Run(context.Background())
 	require.ErrorIs(t, err, errBoundary)
 	_, err = tr.Reform(context.Background(), distenv.Worker{WorldSize: 5, LocalWorldSize: 5, MasterAddr: "127.0.0.1", MasterPort: 1}, nil)
 	require.ErrorContains(t, err, "world sizes that work: 1, 2, 3, 4, 6, 12")
