@@ -542,26 +542,30 @@ func (m *Model) doneWith(p int) bool { return p == attnIn || m.split }
 
 // blockPart asks unit (the Unit of a Weights, or the Grad of a Grads) for part p of block l and
 // slices it into its tensors, in layout order; it returns unit's error.
-func (m *Model) blockPart(l, p int, unit func(int) ([]float32, error)) ([][]float32, error) {
+func (m *Model) blockPart(l, p int, unit func(int) ([]float32, error)) (partBufs, error) {
 	u := m.blockUnit(l, p)
 	buf, err := unit(u)
 	if err != nil {
-		return nil, err
+		return partBufs{}, err
 	}
 	in := m.partIn[p]
 	return m.partShapes[p].slice(m.checkLen(u, buf)[in.Lo:in.Hi]), nil
 }
 
 // blockParts is blockPart for the weights of part p of block l from w, then its gradients from g.
-func (m *Model) blockParts(l, p int, w Weights, g Grads) (weights, grads [][]float32, err error) {
+func (m *Model) blockParts(l, p int, w Weights, g Grads) (weights, grads partBufs, err error) {
 	if weights, err = m.blockPart(l, p, w.Unit); err != nil {
-		return nil, nil, err
+		return partBufs{}, partBufs{}, err
 	}
 	if grads, err = m.blockPart(l, p, g.Grad); err != nil {
-		return nil, nil, err
+		return partBufs{}, partBufs{}, err
 	}
 	return weights, grads, nil
 }
+
+// partBufs are the tensors of a block part, in layout order (two or four), as a value: the
+// passes ask for parts on their hot path, and this allocates nothing.
+type partBufs [4][]float32
 
 // unitShape is where each tensor of a unit lies in the unit's elements.
 type unitShape []Unit
@@ -577,9 +581,9 @@ func (l Layout) shapeOf(u Unit) unitShape {
 	return s
 }
 
-// slice cuts buf, a unit's elements, into its tensors.
-func (s unitShape) slice(buf []float32) [][]float32 {
-	out := make([][]float32, len(s))
+// slice cuts buf, a block part's elements, into its tensors (at most four).
+func (s unitShape) slice(buf []float32) partBufs {
+	var out partBufs
 	for i, t := range s {
 		out[i] = buf[t.Lo:t.Hi:t.Hi]
 	}
