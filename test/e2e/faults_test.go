@@ -151,6 +151,10 @@ func (j *faultJob) observe(scenario string, at time.Time, atStep, endedBefore in
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	for _, a := range j.agents {
+		j.t.Logf("%s stdout:\n%s\n%s stderr:\n%s", a.name, tailLines(a.stdout.String(), 30), a.name, tailLines(a.stderr.String(), 40))
+	}
+	j.t.Logf("records: %d at detection, %d now", len(atDetect), len(j.records()))
 	j.t.Fatalf("%s: no round ended and training resumed within 90 s of the fault (detected after %v)", scenario, row.Detect)
 	return row
 }
