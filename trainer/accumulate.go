@@ -22,7 +22,7 @@ import (
 // turns into steps of the learning rate's size where gradients are tiny.
 
 // bufferChunk is how many elements one item of the per-step buffer work
-// (zero, rollback.keep) covers on the engine's
+// (zero) covers on the engine's
 // threads: elementwise work, so any split gives the same bits.
 const bufferChunk = 1 << 15
 

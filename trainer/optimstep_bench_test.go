@@ -31,7 +31,8 @@ func BenchmarkOptimizerPhase(b *testing.B) {
 		Eps: 1e-8, WeightDecay: 0.1, GradClip: 1}
 	for _, threads := range []int{1, 2} {
 		e := kernels.New(threads)
-		var rb rollback
+		_, rb := sumAndRollback(n, false)
+		keep := rb.buffers(n)
 		for _, piece := range []struct {
 			name string
 			run  func()
@@ -41,10 +42,15 @@ func BenchmarkOptimizerPhase(b *testing.B) {
 			{"roundMean", func() { roundMean(sum, 1) }},
 			{"roundMean3", func() { roundMean(sum, 3) }},
 			{"sumSquares", func() { optim.SumSquares(e, owned) }},
-			{"keep", func() { rb.keep(e, 0, params, st.M, st.V) }},
 			{"update", func() {
 				st.Step = 0
-				if _, err := optim.Update(e, cfg, &st, params, unit, decay, 0.9); err != nil {
+				if _, err := optim.Update(e, cfg, &st, params, unit, decay, 0.9, kernels.Kept{}); err != nil {
+					b.Fatal(err)
+				}
+			}},
+			{"updateKeeping", func() {
+				st.Step = 0
+				if _, err := optim.Update(e, cfg, &st, params, unit, decay, 0.9, keep); err != nil {
 					b.Fatal(err)
 				}
 			}},

@@ -19,13 +19,17 @@ import (
 //	fresh, carried          kept       refused
 //	updated                 completed  updated  done: the step
 //	fresh, live, carried    completed  refused
+//	live, updated           reused     live
+//	fresh, carried          reused     refused
 //	any                     set        live     done: the step; round: the world's
 //	any                     emptied    fresh
 //	fresh                   reformed   carried  nothing carried (done -1)
 //	live, updated           reformed   carried  the owned state (and copy), done, round
 //	carried                 reformed   carried  (what it carried)
 //
-// Run's steps go live -> updated -> updated ...; an error leaves the
+// Run's steps go live -> updated -> updated ..., or where the gradient
+// sum shares the copy's memory live -> (reused) live -> (kept) updated
+// -> (completed) updated -> (reused) live ...; an error leaves the
 // phase where it was, and Reform carries it over to the next world,
 // where an Exchange settles it (set or emptied).
 type phase int
@@ -83,6 +87,10 @@ const (
 	emptied
 	// reformed: Reform is about to re-lay the buffers out for a new world.
 	reformed
+	// reused: a step of Run is about to reduce its first gradient into
+	// the rollback copy's memory, which the step's gradient sum shares
+	// (see rollback): the copy holds nothing from here on.
+	reused
 )
 
 // String names the event as the table of phase does.
@@ -100,6 +108,8 @@ func (k eventKind) String() string {
 		return "emptied"
 	case reformed:
 		return "reformed"
+	case reused:
+		return "reused"
 	}
 	return fmt.Sprintf("eventKind(%d)", int(k))
 }
@@ -160,6 +170,11 @@ func (s recoveryState) next(e event) (recoveryState, error) {
 			s.done = e.step
 			return s, nil
 		}
+	case reused:
+		if s.phase == live || s.phase == updated {
+			s.phase = live
+			return s, nil
+		}
 	case set:
 		return recoveryState{phase: live, done: e.step, round: e.round}, nil
 	case emptied:
@@ -213,4 +228,18 @@ func (t *Trainer) own() []recovery.Slice {
 		held = append(held, recovery.Slice{Step: int64(rb.step), Lo: t.lo, Hi: t.hi, Params: rb.params, M: rb.m, V: rb.v})
 	}
 	return held
+}
+
+// claimGradSum readies the step's gradient sum for its first reduction:
+// it zeroes it and, where the sum lies in the rollback copy's memory,
+// first gives the copy up (event reused; see rollback for why nothing
+// can need it any more by then).
+func (t *Trainer) claimGradSum() error {
+	if t.rollback.inGradSum {
+		if err := t.enter(event{kind: reused}); err != nil {
+			return fmt.Errorf("trainer: step %d: %w", t.state.Step+1, err)
+		}
+	}
+	zero(t.eng, t.grad64)
+	return nil
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/gorun/gorun/internal/distenv"
 	"github.com/gorun/gorun/trainer/config"
+	"github.com/gorun/gorun/trainer/hsdp"
 	"github.com/gorun/gorun/trainer/recovery"
 )
 
@@ -31,6 +33,7 @@ func TestPhaseTransitions(t *testing.T) {
 		setTo    = event{kind: set, step: 4, round: 2}
 		empty    = event{kind: emptied}
 		reform   = event{kind: reformed, own: own}
+		reuse    = event{kind: reused}
 	)
 	refused := recoveryState{phase: -1} // marks an edge the table refuses
 	tests := []struct {
@@ -67,6 +70,11 @@ func TestPhaseTransitions(t *testing.T) {
 		{live, reform, recoveryState{phase: carried, done: 5, round: 1, carried: own}},
 		{updated, reform, recoveryState{phase: carried, done: 6, round: 1, carried: own}},
 		{carried, reform, recoveryState{phase: carried, done: 3, round: 0, carried: held}},
+
+		{fresh, reuse, refused},
+		{live, reuse, recoveryState{phase: live, done: 5, round: 1}},
+		{updated, reuse, recoveryState{phase: live, done: 6, round: 1}},
+		{carried, reuse, refused},
 	}
 	seen := map[[2]int]bool{}
 	for _, tc := range tests {
@@ -83,7 +91,7 @@ func TestPhaseTransitions(t *testing.T) {
 			require.Equal(t, tc.want, got)
 		})
 	}
-	require.Len(t, seen, 4*6, "every event from every phase")
+	require.Len(t, seen, 4*7, "every event from every phase")
 	_, err := recoveryState{phase: live}.next(event{kind: eventKind(99)})
 	require.EqualError(t, err, "eventKind(99) refused in phase live")
 }
@@ -116,4 +124,42 @@ func TestRunRefusedWhileCarried(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Recovery{Source: recovery.Peers, Step: 3}, withoutTook(rec))
 	require.Equal(t, recoveryState{phase: live, done: 3}, tr.recovery)
+}
+
+// TestGradSumInRollbackMemory: the layouts whose ranks can give the copy
+// up before the backward pass (one replica, or one shard per replica)
+// keep the step's gradient sum in the copy's memory, 12 bytes an element
+// for both; the others keep them apart.
+func TestGradSumInRollbackMemory(t *testing.T) {
+	tests := []struct {
+		replicas, shards int
+		shared           bool
+	}{
+		{1, 1, true}, {4, 1, true}, {1, 4, true}, {2, 2, false}, {2, 4, false},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("%dx%d", tc.replicas, tc.shards), func(t *testing.T) {
+			shared := sharesGradSum(hsdp.Plan{Replicas: tc.replicas, Shards: tc.shards})
+			require.Equal(t, tc.shared, shared)
+			for _, n := range []int{0, 1, 5, 6} {
+				sum, rb := sumAndRollback(n, shared)
+				require.Len(t, sum, n)
+				keep := rb.buffers(n)
+				require.Len(t, keep.Params, n)
+				require.Len(t, keep.M, n)
+				require.Len(t, keep.V, n)
+				if n == 0 {
+					continue
+				}
+				first := unsafe.Pointer(&sum[0])
+				require.Equal(t, shared, first == unsafe.Pointer(&keep.Params[0]), "the copy's params start where the sum does")
+				if shared {
+					end := uintptr(first) + uintptr(8*n)
+					require.Equal(t, uintptr(first)+uintptr(4*n), uintptr(unsafe.Pointer(&keep.M[0])))
+					require.Equal(t, uintptr(first)+uintptr(8*n), uintptr(unsafe.Pointer(&keep.V[0])))
+					require.LessOrEqual(t, end, uintptr(unsafe.Pointer(&keep.V[n-1]))+4, "the sum lies within the copy")
+				}
+			}
+		})
+	}
 }

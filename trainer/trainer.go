@@ -255,11 +255,10 @@ func (t *Trainer) setGeometry(geo geometry) {
 	bufs := newUnitBuffersFor(units, shardedParams, wholeGrads)
 	t.weights = newUnitWeights(t.groups, units, geo.lo, geo.hi, geo.n, !shardedParams, bufs, &t.stream, &t.collectives)
 	t.params = t.weights.owned
-	t.grad64 = make([]float64, geo.hi-geo.lo)
+	t.grad64, t.rollback = sumAndRollback(geo.hi-geo.lo, sharesGradSum(geo.plan))
 	t.decay = t.model.Layout().DecaySpans(geo.lo, geo.hi)
 	t.state = optim.NewState(geo.hi - geo.lo)
-	t.grads = newUnitGrads(t.groups, units, geo.n, t.grad64, wholeGrads, bufs, &t.stream, &t.collectives)
-	t.rollback = rollback{}
+	t.grads = newUnitGrads(t.groups, units, geo.n, t.grad64, t.claimGradSum, wholeGrads, bufs, &t.stream, &t.collectives)
 	t.stepTimes.Reset() // a new world's steps take another time
 	t.timeoutRule = comm.TimeoutRule{Ceiling: t.cfg.CommTimeout}
 }
@@ -378,9 +377,6 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	if err := t.openMetrics(); err != nil {
 		return Result{}, err
 	}
-	if err := t.weights.refresh(); err != nil {
-		return Result{}, t.runErr(ctx, err)
-	}
 	c := t.newRunClock(time.Now())
 	t.model.SetProfile(c.prof)
 	for t.state.Step < t.cfg.Train.Train.Steps {
@@ -422,11 +418,12 @@ func (t *Trainer) newRunClock(start time.Time) *runClock {
 	return c
 }
 
-// step does one optimizer step, the one after t.state.Step: the passes
+// step does one optimizer step, the one after t.state.Step: the gathering
+// of the whole parameters where the passes read them whole, the passes
 // over this rank's micro batches, the replicas' reduction, the world's
 // loss and gradient norm (and whether a rank asked to stop: ErrStopped,
-// before the update), the rollback copy, the AdamW update of the owned
-// slice, and the gathering of the parameters the next passes need. It
+// before the update), and the AdamW update of the owned slice, which
+// takes the rollback copy as it goes. It
 // returns the step's own figures for its record (Step, Loss, LR,
 // GradNorm, WorldSize, Rank, Round) and the time it waited for
 // collectives.
@@ -434,6 +431,11 @@ func (t *Trainer) step(ctx context.Context, prof *profile.Timer) (metrics.Record
 	tc := t.cfg.Train.Train
 	step := t.state.Step
 	t.collectives = collectiveTimer{prof: prof}
+	// Every rank of the shard group sends its slice to this gather only
+	// after it completed the step before: see rollback.
+	if err := t.weights.refresh(); err != nil {
+		return metrics.Record{}, 0, t.runErr(ctx, err)
+	}
 	lossSum, err := t.accumulate(step, prof)
 	if err != nil {
 		return metrics.Record{}, 0, t.runErr(ctx, err)
@@ -463,20 +465,20 @@ func (t *Trainer) step(ctx context.Context, prof *profile.Timer) (metrics.Record
 	if err := t.hooks.before(t.hooks.beforeUpdate, step+1); err != nil {
 		return metrics.Record{}, 0, err
 	}
-	t.rollback.keep(t.eng, t.state.Step, t.params, t.state.M, t.state.V)
+	// The update copies the owned state into the rollback copy as it goes
+	// (over the gradient where the copy shares its memory).
+	keep := t.rollback.buffers(len(t.params))
+	t.rollback.step = t.state.Step
 	if err := t.enter(event{kind: kept}); err != nil {
 		return metrics.Record{}, 0, fmt.Errorf("trainer: step %d: %w", step+1, err)
 	}
-	lr, err := optim.Update(t.eng, t.optim, &t.state, t.params, grad, t.decay, clip)
+	lr, err := optim.Update(t.eng, t.optim, &t.state, t.params, grad, t.decay, clip, keep)
 	if err != nil {
 		return metrics.Record{}, 0, fmt.Errorf("trainer: step %d: %w", step+1, err)
 	}
 	prof.Lap(profile.Optimizer)
 	if err := t.hooks.before(t.hooks.afterUpdate, step+1); err != nil {
 		return metrics.Record{}, 0, err
-	}
-	if err := t.weights.refresh(); err != nil {
-		return metrics.Record{}, 0, t.runErr(ctx, err)
 	}
 	waited += t.collectives.spent
 	return metrics.Record{Step: step + 1, Loss: loss, LR: lr, GradNorm: math.Sqrt(sumSquares),
@@ -567,7 +569,7 @@ func (t *Trainer) end(ctx context.Context, c *runClock) (Result, error) {
 func (t *Trainer) accumulate(step int, prof *profile.Timer) (float64, error) {
 	tc := t.cfg.Train.Train
 	window := t.cfg.Train.Model.Context + 1
-	zero(t.eng, t.grad64)
+	t.grads.beginStep()
 	t.weights.beginStep(t.model.WeightsOrder(), t.batch.Accumulation())
 	var lossSum float64
 	for micro := range t.batch.Accumulation() {

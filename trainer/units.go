@@ -177,12 +177,19 @@ func (w *unitWeights) refresh() error {
 // theirs from the unit buffers (see unitBuffers). A buffer is zeroed for
 // its next unit once its last reduction is done. In the others (zero1)
 // the pass adds into a whole gradient buffer, reduced once the pass is
-// done with its last unit, the embeddings.
+// done with its last unit, the embeddings. The sum is claimed (zeroed,
+// see Trainer.claimGradSum) just before the step's first reduction is
+// queued, not when the step starts: it may share the rollback copy's
+// memory, which the step's first collectives make dead (see rollback).
 type unitGrads struct {
 	groups *hsdp.Groups
 	units  []model.Unit
 	n      int
 	sum    []float64 // this rank's slice of the step's gradient sum
+	// claim readies sum for the step's first reduction; claimed says
+	// this step's is done.
+	claim   func() error
+	claimed bool
 	// whole is the whole gradient buffer (zero1), nil when sharded.
 	whole []float32
 	// own are the buffers of the embeddings (0) and the final unit (1);
@@ -200,8 +207,8 @@ type unitGrads struct {
 	timer   *collectiveTimer
 }
 
-func newUnitGrads(groups *hsdp.Groups, units []model.Unit, n int, sum []float64, whole bool, blocks *unitBuffers, s *stream, timer *collectiveTimer) *unitGrads {
-	g := &unitGrads{groups: groups, units: units, n: n, sum: sum, blocks: blocks, stream: s, timer: timer}
+func newUnitGrads(groups *hsdp.Groups, units []model.Unit, n int, sum []float64, claim func() error, whole bool, blocks *unitBuffers, s *stream, timer *collectiveTimer) *unitGrads {
+	g := &unitGrads{groups: groups, units: units, n: n, sum: sum, claim: claim, blocks: blocks, stream: s, timer: timer}
 	if whole {
 		g.whole = make([]float32, n)
 	} else {
@@ -210,6 +217,22 @@ func newUnitGrads(groups *hsdp.Groups, units []model.Unit, n int, sum []float64,
 	}
 	g.begin()
 	return g
+}
+
+// beginStep readies the sum for a step: claimed by its first reduction.
+func (g *unitGrads) beginStep() { g.claimed = false }
+
+// reduce queues the reduction of grads, elements [lo, lo+len(grads)) of
+// the flat gradient, into the sum, claiming the sum first if this is the
+// step's first.
+func (g *unitGrads) reduce(grads []float32, lo int) (*streamOp, error) {
+	if !g.claimed {
+		if err := g.claim(); err != nil {
+			return nil, err
+		}
+		g.claimed = true
+	}
+	return g.stream.queue(func() error { return g.groups.ReducePart(grads, lo, g.n, g.sum) }), nil
 }
 
 // begin readies the buffers for a backward pass: none holds a unit, and
@@ -271,7 +294,11 @@ func (g *unitGrads) Done(u int) error {
 		if u != 0 { // the embeddings are the last unit the pass is done with
 			return nil
 		}
-		return g.wait(g.stream.queue(func() error { return g.groups.ReducePart(g.whole, 0, g.n, g.sum) }))
+		op, err := g.reduce(g.whole, 0)
+		if err != nil {
+			return err
+		}
+		return g.wait(op)
 	}
 	lo := g.units[u].Lo
 	k := g.ownSlot(u)
@@ -279,15 +306,19 @@ func (g *unitGrads) Done(u int) error {
 		if g.open != u {
 			return fmt.Errorf("trainer: the model was done with unit %d, whose gradient it did not ask for", u)
 		}
-		buf := g.openBuf.data[:g.units[u].Len()]
-		op := g.stream.queue(func() error { return g.groups.ReducePart(buf, lo, g.n, g.sum) })
+		op, err := g.reduce(g.openBuf.data[:g.units[u].Len()], lo)
+		if err != nil {
+			return err
+		}
 		g.blocks.release(g.openBuf, op)
 		g.open, g.openBuf = -1, nil
 		return nil
 	}
-	g.ownOpen[k] = -1
-	buf := g.own[k][:g.units[u].Len()]
-	g.ownReducing[k] = g.stream.queue(func() error { return g.groups.ReducePart(buf, lo, g.n, g.sum) })
+	op, err := g.reduce(g.own[k][:g.units[u].Len()], lo)
+	if err != nil {
+		return err
+	}
+	g.ownOpen[k], g.ownReducing[k] = -1, op
 	return nil
 }
 

@@ -87,8 +87,9 @@ func estimateAction(c *cli.Context) error {
 			fmt.Sprintf("%s: %d parameters (%d layers, d_model %d, %d heads), micro batch %d x %d bytes, parallel.mode = %s",
 				path, mo.Params(), mo.Layers, mo.DModel, mo.Heads, cfg.Train.MicroBatch, mo.Context, cfg.Parallel.Mode),
 			"* as the embedded trainer allocates it: fp32 weights (the rank's slice and two gathered units where the mode shards them, whole"+
-				" where not), the rank's slice of the fp64 gradient sum and the backward pass's unit buffers, AdamW's moments of the slice,"+
-				" recovery copies, the collectives' buffers (comm) and the process itself (runtime);"+
+				" where not), the backward pass's unit buffers, AdamW's moments of the slice, recovery copies (which hold the rank's"+
+				" slice of the fp64 gradient sum while the step needs no copy, except across nodes in hsdp, where grads counts it),"+
+				" the collectives' buffers (comm) and the process itself (runtime);"+
 				" other rows: 4 B weights + 4 B gradients + 8 B AdamW per parameter",
 			estimate.TrainerCheckpointing(loaded).String())
 		if _, err := cfg.Accumulation(l.Nodes * l.ProcPerNode); err != nil {

@@ -227,7 +227,10 @@ func FromConfig(c config.Config, nodes, procPerNode int) (Model, Layout, string)
 //     than one shard) the rank's slice (4S) and two buffers units are
 //     gathered into, the one a pass reads and the next (8U);
 //   - grads: the rank's slice of the step's gradient sum in fp64 (8S),
-//     rounded to fp32 in its own memory at the end of the step; the buffers the backward pass
+//     rounded to fp32 in its own memory at the end of the step, but only
+//     in a world of several replicas of several shards (hsdp across
+//     nodes): in the others it lies in the rollback copy's memory (see
+//     copies) and costs nothing here; the buffers the backward pass
 //     adds a unit's gradient into before it is reduced: one for the
 //     embeddings, one for ln_f, and for the blocks two they take in turn,
 //     or in the modes that shard the parameters one (a third buffer of
@@ -237,7 +240,9 @@ func FromConfig(c config.Config, nodes, procPerNode int) (Model, Layout, string)
 //   - optimizer: AdamW's two moments (8S) (where weight decay applies is a
 //     span per tensor, nothing per element);
 //   - copies: the previous step's params, m and v of the slice, to roll
-//     back a step that not every rank completed (12S); with [checkpoint]
+//     back a step that not every rank completed (12S; it holds the
+//     gradient sum while the copy is not needed, see trainer's
+//     rollback); with [checkpoint]
 //     memory, four slice-sized copies of params, m and v across nodes (48S,
 //     24S on one node: no buddy); with [checkpoint] async, the staging copy
 //     of the slice a background save writes from (12S);
@@ -291,6 +296,9 @@ func Trainer(c config.Config, nodes, procPerNode int) (Estimate, error) {
 	if shards > 1 && !config.ShardsGrads(c.Parallel.Mode) {
 		e.Grads = 8*slice + 4*padded
 		scatterOut = slice
+	}
+	if replicas == 1 || shards == 1 { // the sum lies in the rollback copy
+		e.Grads -= 8 * slice
 	}
 	if c.Checkpoint.Memory {
 		e.Copies += 24 * slice

@@ -47,32 +47,82 @@ type Span struct{ Lo, Hi int }
 // lengths differ or decay is not sorted, disjoint and within the buffer:
 // those are bugs in the caller.
 func (e *Engine) AdamW(params, m, v, grads []float32, decay []Span, s AdamWStep) {
+	checkAdamW("AdamW", params, m, v, grads, decay)
+	update := adamwKernel(e.kern)
+	e.ForChunks(len(params), adamwChunk, func(lo, hi int) {
+		e.adamwPieces(update, params, m, v, grads[lo:hi], decay, lo, hi, &s)
+	})
+}
+
+// Kept is where AdamWKeeping copies the state as it was before the
+// update: Params, M and V, each as long as the buffer.
+type Kept struct{ Params, M, V []float32 }
+
+// AdamWKeeping is AdamW that first copies each element's params, m and v,
+// as they were before the update, into keep: the rollback copy of a
+// trainer. keep.Params may be grads' own memory, element for element (a
+// trainer keeps the step's gradient where the copy of the parameters
+// goes): each chunk of grads is read aside before keep is written there.
+// keep must not overlap params, m or v, nor grads otherwise. params, m
+// and v get AdamW's bits. It panics where AdamW does, or when keep's
+// lengths differ from the buffer's.
+func (e *Engine) AdamWKeeping(params, m, v, grads []float32, keep Kept, decay []Span, s AdamWStep) {
 	n := len(params)
-	if len(m) != n || len(v) != n || len(grads) != n {
-		panic(fmt.Sprintf("kernels: AdamW with len(params)=%d len(m)=%d len(v)=%d len(grads)=%d",
-			n, len(m), len(v), len(grads)))
-	}
-	if err := CheckSpans(decay, n); err != nil {
-		panic("kernels: AdamW: " + err.Error())
+	checkAdamW("AdamWKeeping", params, m, v, grads, decay)
+	if len(keep.Params) != n || len(keep.M) != n || len(keep.V) != n {
+		panic(fmt.Sprintf("kernels: AdamWKeeping with len(params)=%d, keep's %d %d %d",
+			n, len(keep.Params), len(keep.M), len(keep.V)))
 	}
 	update := adamwKernel(e.kern)
-	e.ForChunks(n, adamwChunk, func(lo, hi int) {
-		// The chunk in pieces that are decayed whole or not at all.
-		next := sort.Search(len(decay), func(i int) bool { return decay[i].Hi > lo })
-		for lo < hi {
-			end, d := hi, []bool(nil)
-			switch {
-			case next < len(decay) && decay[next].Lo <= lo: // inside a decayed span
-				end = min(hi, decay[next].Hi)
-				d = e.decayed[:end-lo]
-				next++
-			case next < len(decay): // before the next one
-				end = min(hi, decay[next].Lo)
-			}
-			update(params[lo:end], m[lo:end], v[lo:end], grads[lo:end], d, &s)
-			lo = end
+	chunks := ceilDiv(n, adamwChunk)
+	threads := min(e.threads, chunks)
+	aside := make([]float32, threads*adamwChunk) // one chunk of grads per thread
+	e.run(threads, func(g int) {
+		buf := aside[g*adamwChunk : (g+1)*adamwChunk]
+		for c := g; c < chunks; c += threads {
+			lo := c * adamwChunk
+			hi := min(n, lo+adamwChunk)
+			grad := buf[:hi-lo]
+			copy(grad, grads[lo:hi])
+			copy(keep.Params[lo:hi], params[lo:hi])
+			copy(keep.M[lo:hi], m[lo:hi])
+			copy(keep.V[lo:hi], v[lo:hi])
+			e.adamwPieces(update, params, m, v, grad, decay, lo, hi, &s)
 		}
 	})
+}
+
+// checkAdamW panics, naming op, when the lengths of an update's buffers
+// differ or decay's spans are not sorted, disjoint and within them.
+func checkAdamW(op string, params, m, v, grads []float32, decay []Span) {
+	n := len(params)
+	if len(m) != n || len(v) != n || len(grads) != n {
+		panic(fmt.Sprintf("kernels: %s with len(params)=%d len(m)=%d len(v)=%d len(grads)=%d",
+			op, n, len(m), len(v), len(grads)))
+	}
+	if err := CheckSpans(decay, n); err != nil {
+		panic("kernels: " + op + ": " + err.Error())
+	}
+}
+
+// adamwPieces updates elements [lo, hi) of params, m and v from grad (the
+// gradient of those elements, grad[0] is element lo's), in pieces that
+// are decayed whole or not at all.
+func (e *Engine) adamwPieces(update adamwFunc, params, m, v, grad []float32, decay []Span, lo, hi int, s *AdamWStep) {
+	next := sort.Search(len(decay), func(i int) bool { return decay[i].Hi > lo })
+	for at := lo; at < hi; {
+		end, d := hi, []bool(nil)
+		switch {
+		case next < len(decay) && decay[next].Lo <= at: // inside a decayed span
+			end = min(hi, decay[next].Hi)
+			d = e.decayed[:end-at]
+			next++
+		case next < len(decay): // before the next one
+			end = min(hi, decay[next].Lo)
+		}
+		update(params[at:end], m[at:end], v[at:end], grad[at-lo:end-lo], d, s)
+		at = end
+	}
 }
 
 // CheckSpans says why spans are not sorted, disjoint, non-empty spans

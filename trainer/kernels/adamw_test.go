@@ -222,3 +222,36 @@ func TestAdamWSpansRefused(t *testing.T) {
 	}
 	require.NoError(t, CheckSpans([]Span{{0, 2}, {2, 5}, {9, 10}}, 10), "touching spans are fine")
 }
+
+// TestAdamWKeepingKeepsAndUpdates: AdamWKeeping leaves in keep the state
+// as it was before the update and gives params, m and v AdamW's bits, on
+// any thread count, with keep.Params separate or in grads' own memory.
+func TestAdamWKeepingKeepsAndUpdates(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	n := 3*adamwChunk + 123 // chunks on both threads and a tail
+	base := newAdamWState(r, n, true, false)
+	for _, threads := range []int{1, 2} {
+		for _, inGrads := range []bool{false, true} {
+			t.Run(fmt.Sprintf("threads=%d/in grads=%v", threads, inGrads), func(t *testing.T) {
+				want, got := base.clone(), base.clone()
+				e := New(threads)
+				e.AdamW(want.params, want.m, want.v, want.grads, spansOf(want.decay), adamwSteps[1])
+				keep := Kept{Params: make([]float32, n), M: make([]float32, n), V: make([]float32, n)}
+				if inGrads {
+					keep.Params = got.grads
+				}
+				e.AdamWKeeping(got.params, got.m, got.v, got.grads, keep, spansOf(got.decay), adamwSteps[1])
+				requireSameBits(t, want.params, got.params, "params")
+				requireSameBits(t, want.m, got.m, "m")
+				requireSameBits(t, want.v, got.v, "v")
+				requireSameBits(t, base.params, keep.Params, "kept params")
+				requireSameBits(t, base.m, keep.M, "kept m")
+				requireSameBits(t, base.v, keep.V, "kept v")
+			})
+		}
+	}
+	require.PanicsWithValue(t, "kernels: AdamWKeeping with len(params)=2, keep's 2 2 1", func() {
+		b := make([]float32, 2)
+		New(1).AdamWKeeping(b, b, b, b, Kept{Params: b, M: b, V: b[:1]}, nil, adamwSteps[0])
+	})
+}

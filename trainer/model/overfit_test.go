@@ -35,7 +35,7 @@ func TestOverfitsOneBatch(t *testing.T) {
 		clear(grads)
 		m.Backward(params, grads, 1)
 		clip := optim.ClipFactor(optim.SumSquares(eng, grads), oc.GradClip)
-		_, err := optim.Update(eng, oc, &st, params, grads, decay, clip)
+		_, err := optim.Update(eng, oc, &st, params, grads, decay, clip, kernels.Kept{})
 		require.NoError(t, err)
 		loss = m.Forward(params, tokens)
 		if step%25 == 0 {

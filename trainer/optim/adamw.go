@@ -59,14 +59,23 @@ func ClipFactor(sumSquares, maxNorm float64) float32 {
 //
 // The update runs on e (kernels.Engine.AdamW): vector instructions where the CPU has them,
 // split over e's threads. Elements are independent and every kernel computes exactly this, so
-// any split of the buffer over ranks or threads gives the same bits. Update leaves grads
-// unchanged and returns an error, changing nothing, when the lengths of params, grads, st.M and
-// st.V differ, or decay's spans are not sorted, disjoint and within params.
-func Update(e *kernels.Engine, c Config, st *State, params, grads []float32, decay []kernels.Span, clip float32) (float64, error) {
+// any split of the buffer over ranks or threads gives the same bits.
+//
+// With keep's buffers set, the update first copies params, st.M and st.V as they were into them
+// (kernels.Engine.AdamWKeeping: keep.Params may be grads' own memory, which the copy then
+// overwrites); with keep's zero value it keeps nothing and leaves grads unchanged. Update
+// returns an error, changing nothing, when the lengths of params, grads, st.M and st.V (and
+// keep's, when set) differ, or decay's spans are not sorted, disjoint and within params.
+func Update(e *kernels.Engine, c Config, st *State, params, grads []float32, decay []kernels.Span, clip float32, keep kernels.Kept) (float64, error) {
 	n := len(params)
 	if len(grads) != n || len(st.M) != n || len(st.V) != n {
 		return 0, fmt.Errorf("optim: update: lengths differ: params %d, grads %d, m %d, v %d",
 			n, len(grads), len(st.M), len(st.V))
+	}
+	keeping := keep.Params != nil || keep.M != nil || keep.V != nil
+	if keeping && (len(keep.Params) != n || len(keep.M) != n || len(keep.V) != n) {
+		return 0, fmt.Errorf("optim: update: the copy's lengths differ from params %d: %d, %d, %d",
+			n, len(keep.Params), len(keep.M), len(keep.V))
 	}
 	if err := kernels.CheckSpans(decay, n); err != nil {
 		return 0, fmt.Errorf("optim: update: weight decay: %w", err)
@@ -74,8 +83,12 @@ func Update(e *kernels.Engine, c Config, st *State, params, grads []float32, dec
 	lr := c.LRAt(st.Step)
 	st.Step++
 	t := float64(st.Step)
-	e.AdamW(params, st.M, st.V, grads, decay, kernels.AdamWStep{
-		LR: lr, Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, Shrink: 1 - lr*c.WeightDecay,
-		BC1: 1 - math.Pow(c.Beta1, t), BC2: 1 - math.Pow(c.Beta2, t), Clip: float64(clip)})
+	step := kernels.AdamWStep{LR: lr, Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, Shrink: 1 - lr*c.WeightDecay,
+		BC1: 1 - math.Pow(c.Beta1, t), BC2: 1 - math.Pow(c.Beta2, t), Clip: float64(clip)}
+	if keeping {
+		e.AdamWKeeping(params, st.M, st.V, grads, keep, decay, step)
+	} else {
+		e.AdamW(params, st.M, st.V, grads, decay, step)
+	}
 	return lr, nil
 }

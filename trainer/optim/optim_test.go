@@ -106,7 +106,7 @@ func TestUpdateOneStepByHand(t *testing.T) {
 	grads := []float32{0.1, -0.3, 0, 2}
 	decay := []kernels.Span{{Lo: 0, Hi: 3}}
 	st := NewState(4)
-	lr, err := Update(kernels.New(1), constant, &st, params, grads, decay, 1)
+	lr, err := Update(kernels.New(1), constant, &st, params, grads, decay, 1, kernels.Kept{})
 	require.NoError(t, err)
 	require.Equal(t, 0.01, lr)
 	require.Equal(t, 1, st.Step)
@@ -134,11 +134,11 @@ func TestUpdateMatchesTorch(t *testing.T) {
 	params := []float32{1, -2, 0.5, 0.25, -0.75}
 	decay := []kernels.Span{{Lo: 0, Hi: 3}}
 	st := NewState(5)
-	_, err := Update(kernels.New(1), constant, &st, params, []float32{0.1, -0.3, 0, 2, -0.5}, decay, 1)
+	_, err := Update(kernels.New(1), constant, &st, params, []float32{0.1, -0.3, 0, 2, -0.5}, decay, 1, kernels.Kept{})
 	require.NoError(t, err)
 	require.InDeltaSlice(t, []float64{0.9890000009999999, -1.9880000003333334, 0.4995,
 		0.24000000005, -0.7400000002}, to64(params), 1e-7)
-	_, err = Update(kernels.New(1), constant, &st, params, []float32{-0.2, 0.4, 1e-3, 1, 0.5}, decay, 0.5)
+	_, err = Update(kernels.New(1), constant, &st, params, []float32{-0.2, 0.4, 1e-3, 1, 0.5}, decay, 0.5, kernels.Kept{})
 	require.NoError(t, err)
 	require.InDeltaSlice(t, []float64{0.988537316735842, -1.9845597554172119, 0.4916511052343891,
 		0.23160029519815808, -0.7373163057875828}, to64(params), 1e-6)
@@ -161,11 +161,11 @@ func TestUpdateSplitsOverRanks(t *testing.T) {
 	split := append([]float32(nil), params...)
 	lo, hi := NewState(40), NewState(n-40)
 	for range 3 {
-		_, err := Update(kernels.New(2), trainToml, &ws, whole, grads, spansOf(decay), 0.7)
+		_, err := Update(kernels.New(2), trainToml, &ws, whole, grads, spansOf(decay), 0.7, kernels.Kept{})
 		require.NoError(t, err)
-		_, err = Update(kernels.New(2), trainToml, &lo, split[:40], grads[:40], spansOf(decay[:40]), 0.7)
+		_, err = Update(kernels.New(2), trainToml, &lo, split[:40], grads[:40], spansOf(decay[:40]), 0.7, kernels.Kept{})
 		require.NoError(t, err)
-		_, err = Update(kernels.New(2), trainToml, &hi, split[40:], grads[40:], spansOf(decay[40:]), 0.7)
+		_, err = Update(kernels.New(2), trainToml, &hi, split[40:], grads[40:], spansOf(decay[40:]), 0.7, kernels.Kept{})
 		require.NoError(t, err)
 	}
 	require.Equal(t, whole, split)
@@ -176,10 +176,13 @@ func TestUpdateSplitsOverRanks(t *testing.T) {
 func TestUpdateRejectsMismatchedLengths(t *testing.T) {
 	st := NewState(3)
 	params := []float32{1, 2, 3}
-	_, err := Update(kernels.New(2), trainToml, &st, params, []float32{1, 2}, nil, 1)
+	_, err := Update(kernels.New(2), trainToml, &st, params, []float32{1, 2}, nil, 1, kernels.Kept{})
 	require.ErrorContains(t, err, "lengths differ: params 3, grads 2")
-	_, err = Update(kernels.New(2), trainToml, &st, params, []float32{1, 2, 3}, []kernels.Span{{Lo: 2, Hi: 4}}, 1)
+	_, err = Update(kernels.New(2), trainToml, &st, params, []float32{1, 2, 3}, []kernels.Span{{Lo: 2, Hi: 4}}, 1, kernels.Kept{})
 	require.ErrorContains(t, err, "weight decay: span 0 [2, 4)")
+	three := []float32{0, 0, 0}
+	_, err = Update(kernels.New(2), trainToml, &st, params, []float32{1, 2, 3}, nil, 1, kernels.Kept{Params: three, M: three, V: three[:2]})
+	require.ErrorContains(t, err, "the copy's lengths differ from params 3: 3, 3, 2")
 	require.Equal(t, []float32{1, 2, 3}, params)
 	require.Zero(t, st.Step)
 }
@@ -253,7 +256,7 @@ func TestUpdateMatchesScalarBits(t *testing.T) {
 							clip = 0.137
 						}
 						scalarUpdate(trainToml, &wst, want, grads, decay, clip)
-						_, err := Update(e, trainToml, &gst, got, grads, spansOf(decay), clip)
+						_, err := Update(e, trainToml, &gst, got, grads, spansOf(decay), clip, kernels.Kept{})
 						require.NoError(t, err)
 					}
 					require.Equal(t, wst.Step, gst.Step)
