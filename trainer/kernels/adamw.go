@@ -76,9 +76,14 @@ func (e *Engine) AdamWKeeping(params, m, v, grads []float32, keep Kept, decay []
 	update := adamwKernel(e.kern)
 	chunks := ceilDiv(n, adamwChunk)
 	threads := min(e.threads, chunks)
-	aside := make([]float32, threads*adamwChunk) // one chunk of grads per thread
+	aside, _ := e.aside.Get().(*[]float32) // one chunk of grads per thread
+	if aside == nil || len(*aside) < threads*adamwChunk {
+		b := make([]float32, e.threads*adamwChunk)
+		aside = &b
+	}
+	defer e.aside.Put(aside)
 	e.run(threads, func(g int) {
-		buf := aside[g*adamwChunk : (g+1)*adamwChunk]
+		buf := (*aside)[g*adamwChunk : (g+1)*adamwChunk]
 		for c := g; c < chunks; c += threads {
 			lo := c * adamwChunk
 			hi := min(n, lo+adamwChunk)

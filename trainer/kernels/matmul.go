@@ -36,6 +36,9 @@ type Engine struct {
 	// decayed is adamwChunk trues, the decay flags of an AdamW piece that
 	// is decayed whole; never written after newEngine.
 	decayed []bool
+	// aside holds AdamWKeeping's buffers of a chunk of gradients per
+	// thread (*[]float32 of threads·adamwChunk).
+	aside sync.Pool
 }
 
 // New returns an Engine that splits work over threads goroutines
