@@ -245,9 +245,10 @@ func (j *faultJob) workers() []worker {
 	return out
 }
 
-// pause stops (SIGSTOP) every worker of the job and returns them: the job cannot step past
-// the fault the test injects next, however fast this machine trains. The test continues them
-// with resume or resumeOnceRoundSent.
+// pause stops (SIGSTOP) every worker of the job and returns them once every thread of each is
+// stopped (kill only queues the signal): the job cannot step past the fault the test injects
+// next, however fast this machine trains, and what the workers wrote stays as it is until the
+// test continues them with resume or resumeOnceRoundSent.
 func (j *faultJob) pause() []worker {
 	j.t.Helper()
 	ws := j.workers()
@@ -257,7 +258,61 @@ func (j *faultJob) pause() []worker {
 	for _, w := range ws {
 		_ = syscall.Kill(w.pid, syscall.SIGSTOP)
 	}
+	deadline := time.Now().Add(60 * time.Second)
+	for _, w := range ws {
+		for !stopped(w.pid) {
+			if time.Now().After(deadline) {
+				j.t.Fatalf("%s: worker %d (rank %d) not stopped 60 s after SIGSTOP", j.runID, w.pid, w.rank)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
 	return ws
+}
+
+// stopped reports whether no thread of process pid can run: each is stopped or traced (state T
+// or t), or the process is a zombie or gone.
+func stopped(pid int) bool {
+	stats, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	for _, path := range stats {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue // that thread exited
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			continue
+		}
+		switch b[i+2] {
+		case 'T', 't', 'Z', 'X':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// pauseBetweenCheckpoints pauses every worker at a moment when no checkpoint newer than the
+// newest complete one can complete without ranks the test then kills, and returns them with
+// that checkpoint's step. A save of step s starts with rank 0's broadcast, after rank 0 logged
+// step s, and completes only once every rank has reported its part: so while rank 0 has not
+// logged newest+every, no rank has reported for a newer checkpoint. Past that (a save under
+// way), it lets the job go on one step and looks again.
+func (j *faultJob) pauseBetweenCheckpoints(every int) ([]worker, int64) {
+	j.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		paused := j.pause()
+		newest := newestStep(j.t, j.dir)
+		recs := j.records()
+		if len(recs) > 0 && int64(recs[len(recs)-1].Step) < newest+int64(every) {
+			return paused, newest
+		}
+		resume(paused)
+		j.waitStep(recs[len(recs)-1].Step + 1)
+	}
+	j.t.Fatalf("%s: no pause between two checkpoints within 90 s", j.runID)
+	return nil, 0
 }
 
 // resume continues paused workers, except those of the given ranks.
@@ -412,15 +467,12 @@ func TestFaults(t *testing.T) {
 		rec := j.waitStep(17)
 		// Ranks 1, 3 and 5 hold shard 1 of the model in the job's 3 replicas x 2 shards: killed
 		// together, no live rank covers it, so the workers restarted alone and the others resume
-		// from the newest checkpoint (issue 21: only then). Keep them stopped so that no step (and
-		// no checkpoint) completes while the newest one is corrupted, then kill them: the resume
-		// must skip the corrupt checkpoint. The others may still finish a checkpoint those ranks
-		// had done their part of: let that settle first.
-		paused := j.pause()
+		// from the newest checkpoint (issue 21: only then). Every worker is stopped while the
+		// newest checkpoint is corrupted, at a moment when no newer one can complete without the
+		// holders; they are killed before the others go on, so the resume must skip the corrupt
+		// checkpoint.
+		paused, newest := j.pauseBetweenCheckpoints(5)
 		holders := []int{1, 3, 5}
-		resume(paused, holders...)
-		time.Sleep(300 * time.Millisecond)
-		newest := newestStep(t, j.dir)
 		shards, _ := filepath.Glob(filepath.Join(j.dir, checkpoint.StepName(newest), "shard-*.bin"))
 		if len(shards) == 0 {
 			t.Fatalf("no shard in checkpoint step %d", newest)
@@ -442,6 +494,7 @@ func TestFaults(t *testing.T) {
 				}
 			}
 		}
+		resume(paused, holders...)
 		row := j.observe(fmt.Sprintf("corrupt newest checkpoint (step %d), then kill -9 of the 3 workers holding a shard", newest), at, rec.Step, ended)
 		j.finish()
 		var out string
