@@ -22,7 +22,7 @@ type GroupUse struct {
 // member's data; with SharedMemory, the slots of its two links (shared
 // pages count in both processes' resident memory once touched); for
 // reduce-scatters in groups of three members or more, two scratch buffers
-// of one span, at most 4 MiB each; with Widen, one widened chunk before
+// of one span, at most 1 MiB each; with Widen, one widened chunk before
 // it is sent. The buffers do not grow with the data: a collective moves
 // any length through them.
 func (u GroupUse) Bytes() int64 {

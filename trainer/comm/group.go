@@ -213,9 +213,9 @@ func (g *Group) ReduceScatterWiden(in []float32, out []float64) error {
 
 // scratchBytes bounds each of a reduce-scatter's two scratch buffers
 // (Group.scratch): the partial sums move through them one span of the
-// blocks at a time (8 chunks), so they take the same memory whatever the
+// blocks at a time (2 chunks), so they take the same memory whatever the
 // length of the blocks.
-const scratchBytes = 8 * chunkBytes
+const scratchBytes = 2 * chunkBytes
 
 // reduceScatter sums S elements in Ts: S is T, or S is float32 and T
 // float64 (the elements are widened). It runs the ring on spans of
