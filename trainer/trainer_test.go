@@ -276,6 +276,62 @@ func TestRestoreRejectsAnotherState(t *testing.T) {
 	}
 }
 
+// TestRestoreInPlace: fill writes into the trainer's own buffers; a
+// failing fill, or a step and sample that do not fit, leave the trainer as
+// New made it; a trainer that holds a step is refused.
+func TestRestoreInPlace(t *testing.T) {
+	newTrainer := func(t *testing.T) *Trainer {
+		tr, err := New(context.Background(), Config{Train: tinyConfig(t, "parallel.mode=fsdp"),
+			Worker: distenv.Worker{WorldSize: 1, LocalWorldSize: 1}, Threads: 1, Dataset: text()})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tr.Close() })
+		return tr
+	}
+	seed := copyState(newTrainer(t).State())
+	errFill := errors.New("fill failed")
+	tests := []struct {
+		name         string
+		step, sample int64
+		fillErr      error
+		want         string // "" : restored
+	}{
+		{"step 2", 2, 16, nil, ""},
+		{"fill fails", 2, 16, errFill, "fill failed"},
+		{"step past the run", 9, 72, nil, "step 9 outside 0 .. 8"},
+		{"sample of another batch", 2, 32, nil, "does not start step 2"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := newTrainer(t)
+			err := tr.RestoreInPlace(func(dst recovery.Slice) (int64, int64, error) {
+				require.Same(t, &tr.params[0], &dst.Params[0], "the trainer's own buffers")
+				for i := range dst.Params {
+					dst.Params[i], dst.M[i], dst.V[i] = 1, 2, 3
+				}
+				return tc.step, tc.sample, tc.fillErr
+			})
+			if tc.want == "" {
+				require.NoError(t, err)
+				s := tr.State()
+				require.EqualValues(t, 2, s.Step)
+				require.Equal(t, float32(3), s.V[len(s.V)-1])
+				require.Equal(t, live, tr.recovery.phase)
+				require.ErrorContains(t, tr.RestoreInPlace(func(recovery.Slice) (int64, int64, error) {
+					t.Fatal("fill called on a trainer that holds a step")
+					return 0, 0, nil
+				}), "refused in phase live")
+				return
+			}
+			require.ErrorContains(t, err, tc.want)
+			if tc.fillErr != nil {
+				require.ErrorIs(t, err, tc.fillErr)
+			}
+			require.Equal(t, seed, copyState(tr.State()), "as New made it")
+			require.Equal(t, fresh, tr.recovery.phase)
+		})
+	}
+}
+
 // TestPeerStopNamesIt: when one rank stops, the others fail at once with
 // an error naming it, and the stopped rank reports its cancellation.
 func TestPeerStopNamesIt(t *testing.T) {

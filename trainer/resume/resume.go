@@ -29,9 +29,11 @@ type Trainer interface {
 	Layout() model.Layout
 	// State returns this rank's state between steps; its slices may alias the trainer's own.
 	State() recovery.State
-	// Restore sets this rank's state from s, or changes nothing and returns an error when s
-	// does not fit this rank.
-	Restore(s recovery.State) error
+	// RestoreInPlace has fill write this rank's state into the trainer's own buffers (dst, the
+	// slice at step 0), for a trainer that holds nothing yet; on fill's error, or a step and
+	// sample that do not fit, the trainer is as new again and the error returned (fill's as it
+	// is).
+	RestoreInPlace(fill func(dst recovery.Slice) (step, sample int64, err error)) error
 }
 
 // Config is what a Checkpointer needs besides its Trainer.
@@ -131,28 +133,35 @@ func (e *ConfigMismatchError) Error() string {
 // checkpoints exist but none loads. ctx bounds the collectives.
 func (c *Checkpointer) Resume(ctx context.Context) (*checkpoint.Loaded, error) {
 	dir := c.cfg.Train.Checkpoint.Dir
-	cur := c.t.State()
-	state, reqs := Requests(c.t.Layout(), cur.Lo, cur.Hi)
-	l, err := checkpoint.Load(ctx, c.coord, dir, reqs)
+	var l *checkpoint.Loaded
+	var mismatch *ConfigMismatchError
+	err := c.t.RestoreInPlace(func(dst recovery.Slice) (int64, int64, error) {
+		var err error
+		if l, err = checkpoint.Load(ctx, c.coord, dir, Requests(c.t.Layout(), dst)); err != nil {
+			return 0, 0, err
+		}
+		if m := l.Manifest; m.ConfigHash != c.hash {
+			mismatch = &ConfigMismatchError{Checkpoint: l.Dir, Saved: m.ConfigHash, Want: c.hash}
+			return 0, 0, mismatch
+		}
+		return l.Manifest.Step, l.Manifest.SampleIndex, nil
+	})
 	switch {
 	case errors.Is(err, checkpoint.ErrNoCheckpoint):
 		fmt.Fprintf(c.log, "checkpoint: none in %s: starting at step 0\n", dir)
 		return nil, nil
-	case err != nil:
+	case mismatch != nil:
+		return nil, mismatch
+	case err != nil && l == nil:
 		// A run with another model asks for tensors the checkpoint lacks: say why.
 		if m := c.newestMismatch(dir); m != nil {
 			return nil, m
 		}
 		return nil, fmt.Errorf("resume: %w", err)
-	}
-	m := l.Manifest
-	if m.ConfigHash != c.hash {
-		return nil, &ConfigMismatchError{Checkpoint: l.Dir, Saved: m.ConfigHash, Want: c.hash}
-	}
-	state.Step, state.Sample = m.Step, m.SampleIndex
-	if err := c.t.Restore(state); err != nil {
+	case err != nil:
 		return nil, fmt.Errorf("resume from %s: %w", l.Dir, err)
 	}
+	m := l.Manifest
 	fmt.Fprintf(c.log, "checkpoint: %s: resuming at step %d, sample %d (saved by %s; read %d bytes on rank 0)\n",
 		l.Summary(), m.Step, m.SampleIndex, m.World, l.BytesRead)
 	return l, nil

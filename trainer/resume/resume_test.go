@@ -185,8 +185,8 @@ func TestTensorsReshard(t *testing.T) {
 				n = layout.PaddedSize(to)
 				for r := range to {
 					lo, hi := r*n/to, (r+1)*n/to
-					s, reqs := Requests(layout, lo, hi)
-					_, err := checkpoint.Load(context.Background(), nil, dir, reqs)
+					s := recovery.Make(0, lo, hi)
+					_, err := checkpoint.Load(context.Background(), nil, dir, Requests(layout, s))
 					require.NoError(t, err)
 					for i := lo; i < hi; i++ {
 						want := float32(0)

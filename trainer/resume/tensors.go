@@ -66,20 +66,20 @@ func Tensors(l model.Layout, s recovery.State) []checkpoint.Tensor {
 	return out
 }
 
-// Requests returns an empty state for the slice [lo, hi) of the padded flat buffer laid out by l
-// (zero everywhere, which is right for the padding) and the checkpoint requests that fill its
-// parameters and moments from the tensors Tensors names, whatever layout saved them.
-func Requests(l model.Layout, lo, hi int) (recovery.State, []checkpoint.Request) {
-	s := recovery.State{Slice: recovery.Make(0, lo, hi)}
-	ps := overlaps(l, lo, hi)
+// Requests returns the checkpoint requests that fill dst's parameters and moments, the slice
+// [dst.Lo, dst.Hi) of the padded flat buffer laid out by l, from the tensors Tensors names,
+// whatever layout saved them. Nothing is asked for the padding past the model: dst keeps what it
+// holds there (zero, in a trainer's buffers).
+func Requests(l model.Layout, dst recovery.Slice) []checkpoint.Request {
+	ps := overlaps(l, dst.Lo, dst.Hi)
 	out := make([]checkpoint.Request, 0, 3*len(ps))
-	for _, dst := range []struct {
+	for _, d := range []struct {
 		prefix string
 		data   []float32
-	}{{"", s.Params}, {PrefixM, s.M}, {PrefixV, s.V}} {
+	}{{"", dst.Params}, {PrefixM, dst.M}, {PrefixV, dst.V}} {
 		for _, p := range ps {
-			out = append(out, checkpoint.Request{Name: dst.prefix + p.info.Name, Offset: p.offset, Dst: dst.data[p.lo:p.hi]})
+			out = append(out, checkpoint.Request{Name: d.prefix + p.info.Name, Offset: p.offset, Dst: d.data[p.lo:p.hi]})
 		}
 	}
-	return s, out
+	return out
 }
