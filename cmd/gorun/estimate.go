@@ -89,7 +89,7 @@ func estimateAction(c *cli.Context) error {
 			"* as the embedded trainer allocates it: fp32 weights (the rank's slice and two gathered units where the mode shards them, whole"+
 				" where not), the backward pass's unit buffers, AdamW's moments of the slice, recovery copies (which hold the rank's"+
 				" slice of the fp64 gradient sum while the step needs no copy, except across nodes in hsdp, where grads counts it),"+
-				" the collectives' buffers (comm) and the process itself (runtime);"+
+				" the collectives' buffers (comm) and the process itself (runtime: the Go runtime, the binary's pages and the garbage its collector lets grow, 5 % of the rest);"+
 				" other rows: 4 B weights + 4 B gradients + 8 B AdamW per parameter",
 			estimate.TrainerCheckpointing(loaded).String())
 		if _, err := cfg.Accumulation(l.Nodes * l.ProcPerNode); err != nil {

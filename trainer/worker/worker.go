@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gorun/gorun/trainer/estimate"
 	"io"
 	"math"
 	"os"
@@ -101,25 +102,13 @@ func usage(format string, args ...any) *ExitError {
 	return &ExitError{Code: ExitUsage, Err: fmt.Errorf("worker: "+format, args...)}
 }
 
-// gcPercent is the garbage collector's pacing while Run trains (GOGC, unless
-// the process was started with one): a collection once the heap has grown
-// by 5 % of what the last one found live. A trainer's heap is nearly all
-// long-lived buffers, and the default (100) would let a long run's
-// garbage (under 1 MB a step: collectives' and records' small
-// allocations) grow to their size again before collecting it, the peak
-// resident memory with it: measured on issue 22's model, fsdp on 4, it
-// rose about 0.5 MB a step past step 4 and would have gone on to twice
-// the buffers. At 5 % the collections are cheap (the buffers hold no
-// pointers, so marking them costs nothing) and rare.
-const gcPercent = 5
-
 // Run trains as the rank opts' environment names until the run ends. A
 // hot spare (heartbeat.StandbyEnvVar=1) first awaits its round's
 // contract on the agent's channel. While it trains, Run catches the
 // signals the agent passes on (SIGUSR1, SIGUSR2, SIGTERM, SIGINT,
 // SIGHUP) for the whole process (os/signal), and stops catching them
 // before it returns; likewise it sets the process's GC percent to
-// gcPercent unless GOGC is set, and restores it. ctx ending stops the run
+// estimate.GCPercent unless GOGC is set, and restores it. ctx ending stops the run
 // at once (ExitFailed).
 //
 // It returns nil once the last step is done (and the checkpoints and
@@ -150,7 +139,7 @@ func Run(ctx context.Context, opts Options) error {
 		return usage("%w", err)
 	}
 	if _, set := os.LookupEnv("GOGC"); !set { // the runtime read the process's own
-		defer debug.SetGCPercent(debug.SetGCPercent(gcPercent))
+		defer debug.SetGCPercent(debug.SetGCPercent(estimate.GCPercent))
 	}
 	v, _ := lookup(heartbeat.StandbyEnvVar)
 	standby := v == "1"
