@@ -451,7 +451,7 @@ func (a *Agent) rounds(ctx context.Context) (Outcome, error) {
 			return a.abandon(last, err)
 		}
 		a.spec.Observer.RoundStarted(round, time.Since(joined))
-		inPlace := a.takeOver(round, kept)
+		inPlace := a.takeOver(ctx, last, round, kept)
 		switch {
 		case inPlace != nil && inPlace.standby:
 			a.log.Info().Int("round", round.Number).Msg("taken in with its workers started and ready (hot spare): they take their state from their peers")
@@ -559,15 +559,19 @@ func (a *Agent) next(ctx context.Context, idle bool) (rendezvous.Round, syscall.
 	return rendezvous.Round{}, s, nil
 }
 
-// takeOver hands the workers kept from the round before (nil: none) to
-// round r. It returns them, told their new contracts, or nil after
-// stopping them when one of them ended meanwhile or could not be told:
-// then fresh workers start, as after any restart.
-func (a *Agent) takeOver(r rendezvous.Round, kept *reforming) *reforming {
+// takeOver hands the workers kept from round from (nil: none) to round
+// r. It returns them, told their new contracts (one that ended meanwhile
+// restarted alone, see adopt), or nil after stopping them when they could
+// not be handed over: then fresh workers start, as after any restart.
+func (a *Agent) takeOver(ctx context.Context, from, r rendezvous.Round, kept *reforming) *reforming {
 	if kept == nil {
 		return nil
 	}
-	if err := a.adopt(r, kept.workers, kept.end.Grow); err != nil {
+	ran := &from
+	if kept.standby {
+		ran = nil
+	}
+	if err := a.adopt(ctx, ran, r, kept.workers, kept.end.Grow); err != nil {
 		a.discard(kept.workers, syscall.SIGTERM, err.Error())
 		return nil
 	}

@@ -339,32 +339,51 @@ func TestInPlaceScaleUp(t *testing.T) {
 	}
 }
 
-// adopt tells live kept workers their new contracts, and refuses workers
-// of which one ended meanwhile (the agent then starts fresh ones).
+// adopt tells live kept workers their new contracts. One that ended
+// meanwhile (beside the failure that changed the round) is recorded as a
+// failure of the round before and restarted alone; at a step boundary (an
+// intact world) it is refused instead, and the agent starts fresh workers.
 func TestAdopt(t *testing.T) {
 	dir := t.TempDir()
+	report := &testutil.SyncBuffer{}
 	spec := Spec{RunID: "job", Host: "a", LocalWorkers: 2, Command: []string{"sh", "-c", channelWorker},
 		Environ: append(os.Environ(), "DIR="+dir, "AGENT=a"), TermTimeout: 5 * time.Second, ErrorDir: t.TempDir(),
-		InPlace: true, Logs: workerlog.Config{Stdout: &testutil.SyncBuffer{}, Stderr: &testutil.SyncBuffer{}}}
-	a, err := New(spec, &rendezvous.Static{})
+		InPlace: true, Report: report, Logs: workerlog.Config{Stdout: &testutil.SyncBuffer{}, Stderr: &testutil.SyncBuffer{}}}
+	rdzv := &rendezvous.Static{}
+	a, err := New(spec, rdzv)
 	require.NoError(t, err)
-	workers, err := a.startRound(rendezvous.Round{NumNodes: 1, WorldSize: 2})
+	first := rendezvous.Round{NumNodes: 1, WorldSize: 2}
+	workers, err := a.startRound(first)
 	require.NoError(t, err)
 	defer func() {
 		a.stopAll(workers, syscall.SIGTERM)
 		a.release(workers)
 	}()
 	waitFiles(t, dir, "pids", 1, "a")
+	ctx := context.Background()
 
 	next := rendezvous.Round{Number: 1, NodeRank: 1, NumNodes: 2, FirstRank: 2, WorldSize: 4}
-	require.NoError(t, a.adopt(next, workers, false))
+	require.NoError(t, a.adopt(ctx, &first, next, workers, false))
 	waitFiles(t, dir, "rounds", 1, "a")
 	require.Equal(t, 3, workers[1].contract.Rank)
 	require.Equal(t, 1, workers[1].started.Rank, "the contract it started with is kept")
 
 	require.NoError(t, workers[0].process.Signal(syscall.SIGKILL))
 	<-workers[0].process.Done()
-	require.ErrorContains(t, a.adopt(next, workers, false), "rank 2 ended while the round changed")
+	require.ErrorContains(t, a.adopt(ctx, &next, next, workers, true), "rank 2 ended while the round changed")
+
+	dead := workers[0]
+	third := rendezvous.Round{Number: 2, NodeRank: 1, NumNodes: 2, FirstRank: 2, WorldSize: 4}
+	require.NoError(t, a.adopt(ctx, &next, third, workers, false))
+	require.NotSame(t, dead, workers[0], "restarted alone")
+	require.Equal(t, 2, workers[0].started.Rank, "a fresh worker with the new round's contract")
+	require.Contains(t, report.String(), "restarting rank 2 alone in the next round")
+	failures, err := rdzv.Failures(ctx)
+	require.NoError(t, err)
+	require.Len(t, failures, 1)
+	require.Equal(t, 2, failures[0].Rank)
+	require.Equal(t, 1, failures[0].Attempt, "a failure of the round it ran in")
+	require.Equal(t, "SIGKILL", failures[0].Signal)
 }
 
 // A spare (a fourth node of a job of at most three) waits with its

@@ -1,6 +1,7 @@
 package elastic
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"os"
@@ -63,6 +64,19 @@ type resumption struct {
 	// redone is the steps the worker says the recovery threw away
 	// (heartbeat.Progress.Redone); NaN when it does not say.
 	redone float64
+}
+
+// endsWithin reports whether w's process ends within d: for a worker
+// whose channel closed, which only an exiting one does.
+func (w *worker) endsWithin(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-w.process.Done():
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // endedOnItsOwn reports whether w's process has ended (reaped, or a
@@ -290,21 +304,31 @@ func (a *Agent) discard(workers []*worker, sig syscall.Signal, why string) {
 	a.release(workers)
 }
 
-// adopt gives the workers kept from the round before their contracts in
-// round r over their channels, and starts a fresh worker in the place of
-// one that failed and is restarted alone (nil in kept; it takes the
-// place in kept). With atBoundary (their world is intact: only nodes
-// join) a worker still training goes into r at the next step boundary
-// its world agrees on, so that no rank is left a step ahead. It fails,
-// sending nothing more, when one of them ended meanwhile or cannot be
-// told: the caller then stops them all and starts fresh workers.
-func (a *Agent) adopt(r rendezvous.Round, kept []*worker, atBoundary bool) error {
+// adopt gives the workers kept from round from (nil: a hot spare's, which
+// ran none) their contracts in round r over their channels, and starts a fresh worker in the place of one
+// that failed and is restarted alone (nil in kept; it takes the place in
+// kept). A kept worker that ended meanwhile, or that can no longer be told
+// because it is ending (its channel closed: only an exiting worker closes
+// it), failed as the round changed, beside the failure that changed it:
+// two workers of different nodes that die at once. It is recorded as a
+// failure of round from (if any) and restarted alone too, since r re-forms its
+// world anyway: the exchange finds what every rank holds. With atBoundary
+// (the world is intact: only nodes join, and the kept workers go into r at
+// the next step boundary their world agrees on, so that no rank is left a
+// step ahead) no worker can be replaced: it fails, sending nothing more,
+// and the caller then stops them all and starts fresh workers, as it does
+// on any other error.
+func (a *Agent) adopt(ctx context.Context, from *rendezvous.Round, r rendezvous.Round, kept []*worker, atBoundary bool) error {
 	if len(kept) != a.spec.LocalWorkers {
 		return fmt.Errorf("%d workers kept, %d wanted", len(kept), a.spec.LocalWorkers)
 	}
-	for _, w := range kept {
+	for local, w := range kept {
 		if w != nil && w.endedOnItsOwn() {
-			return fmt.Errorf("rank %d ended while the round changed: %s", w.contract.Rank, w.process.Result())
+			if atBoundary {
+				return fmt.Errorf("rank %d ended while the round changed: %s", w.contract.Rank, w.process.Result())
+			}
+			a.lostAsRoundChanged(ctx, from, w)
+			kept[local] = nil
 		}
 	}
 	sink, err := a.sinkOf(r)
@@ -313,12 +337,9 @@ func (a *Agent) adopt(r rendezvous.Round, kept []*worker, atBoundary bool) error
 	}
 	for local, w := range kept {
 		if w == nil {
-			fresh, err := a.startWorker(sink, r, local)
-			if err != nil {
+			if err := a.restartAlone(sink, r, kept, local); err != nil {
 				return err
 			}
-			kept[local] = fresh
-			a.log.Info().Int("rank", fresh.contract.Rank).Int("pid", fresh.process.PID()).Msg("worker restarted alone: it takes its state from its peers")
 			continue
 		}
 		c := a.spec.Contract(r, local)
@@ -331,7 +352,15 @@ func (a *Agent) adopt(r rendezvous.Round, kept []*worker, atBoundary bool) error
 		}
 		w.resuming.Store(true)
 		if err := w.heartbeat.SendRound(c, atBoundary); err != nil {
-			return err
+			if atBoundary || !w.endsWithin(a.spec.TermTimeout) {
+				return err
+			}
+			a.lostAsRoundChanged(ctx, from, w)
+			sink.Vacate(c.Rank) // its output moved there, and is closed
+			if err := a.restartAlone(sink, r, kept, local); err != nil {
+				return err
+			}
+			continue
 		}
 		a.log.Debug().Int("rank", c.Rank).Int("was", w.contract.Rank).Int("pid", w.process.PID()).Msg("worker kept in place")
 		w.setContract(c)
@@ -339,6 +368,38 @@ func (a *Agent) adopt(r rendezvous.Round, kept []*worker, atBoundary bool) error
 	}
 	a.log.Info().Int("round", r.Number).Int("workers", len(kept)).Int("world_size", r.WorldSize).Msg("sent the new round to its workers")
 	return nil
+}
+
+// restartAlone starts a fresh worker for local rank local of round r in
+// kept[local]'s place.
+func (a *Agent) restartAlone(sink *workerlog.Sink, r rendezvous.Round, kept []*worker, local int) error {
+	fresh, err := a.startWorker(sink, r, local)
+	if err != nil {
+		return err
+	}
+	kept[local] = fresh
+	a.log.Info().Int("rank", fresh.contract.Rank).Int("pid", fresh.process.PID()).Msg("worker restarted alone: it takes its state from its peers")
+	return nil
+}
+
+// lostAsRoundChanged records kept worker w, which ended while the round
+// changed, as a failure of round from (none for a hot spare's), reports it
+// and releases it. A rendezvous that does not answer in time is logged and
+// the agent goes on.
+func (a *Agent) lostAsRoundChanged(ctx context.Context, from *rendezvous.Round, w *worker) {
+	<-w.process.Done()
+	a.log.Warn().Int("rank", w.contract.Rank).Str("result", w.process.Result().String()).
+		Msg("worker ended while the round changed: restarting it alone")
+	if from != nil {
+		f := a.failure(w, *from, syscall.SIGKILL)
+		fmt.Fprintf(a.spec.Report, "gorun: %s: restarting rank %d alone in the next round\n", f, w.contract.Rank)
+		bctx, cancel := context.WithTimeout(ctx, blameTimeout)
+		defer cancel()
+		if err := a.rdzv.Blame(bctx, *from, []rendezvous.Failure{f}); err != nil {
+			a.log.Warn().Err(err).Msg("recording the failure of a worker that ended while the round changed")
+		}
+	}
+	a.release([]*worker{w})
 }
 
 // wantsHeartbeats says whether workers get a heartbeat channel: to judge

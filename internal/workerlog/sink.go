@@ -220,6 +220,15 @@ func (s *Sink) place(rank, localRank int) (place, error) {
 	return pl, nil
 }
 
+// Vacate frees rank's place in s for another Worker, once the one that
+// holds it is closed: a kept worker that died as it was moved here, whose
+// replacement takes its rank.
+func (s *Sink) Vacate(rank int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.ranks, rank)
+}
+
 // Move makes w's output from now on that of rank (local rank localRank)
 // in s, the Sink of a later attempt: for a worker kept across attempts
 // (recovered in place), whose rank may have changed. Its console lines

@@ -327,6 +327,19 @@ func TestMove(t *testing.T) {
 	}
 	_, err = os.Stat(filepath.Join(dir, "job", "attempt_1", "5"))
 	require.ErrorIs(t, err, os.ErrNotExist, "a failed Move leaves nothing")
+
+	// A worker that died as it was moved (closed above) leaves its rank to
+	// the one restarted in its place once vacated, which appends.
+	_, err = second.Worker(1, 0)
+	require.ErrorContains(t, err, "rank 1 already has a Worker")
+	second.Vacate(1)
+	fresh, err := second.Worker(1, 0)
+	require.NoError(t, err)
+	write(t, fresh.Stdout(), "fresh\n")
+	require.NoError(t, fresh.Close())
+	data, err := os.ReadFile(filepath.Join(dir, "job", "attempt_1", "1", "stdout.log"))
+	require.NoError(t, err)
+	assert.Equal(t, " a line\nafter\nstill rank 1\nfresh\n", string(data))
 }
 
 func TestConsoleRouting(t *testing.T) {
