@@ -97,6 +97,9 @@ type Trainer struct {
 	// opened by Run once it knows the step the run goes on from (nil before).
 	metricsPattern string
 	metrics        *metrics.Writer
+	// lastRecord is this rank's record of the last step it completed
+	// (every rank makes one; only the ranks with a file write it).
+	lastRecord metrics.Record
 
 	// params is this rank's slice [lo, hi) of the padded flat parameters
 	// (all of them with one shard): the parameters are sharded at rest,
@@ -377,6 +380,9 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	if err := t.openMetrics(); err != nil {
 		return Result{}, err
 	}
+	if err := t.recordMissed(); err != nil {
+		return Result{}, err
+	}
 	c := t.newRunClock(time.Now())
 	t.model.SetProfile(c.prof)
 	for t.state.Step < t.cfg.Train.Train.Steps {
@@ -508,6 +514,7 @@ func (t *Trainer) complete(c *runClock, rec metrics.Record, waited time.Duration
 	if err := t.metrics.Write(rec); err != nil {
 		return fmt.Errorf("trainer: step %d: %w", rec.Step, err)
 	}
+	t.lastRecord = rec
 	if err := t.enter(event{kind: completed, step: rec.Step}); err != nil {
 		return fmt.Errorf("trainer: step %d: %w", rec.Step, err)
 	}
@@ -603,6 +610,26 @@ func (t *Trainer) openMetrics() error {
 		return fmt.Errorf("trainer: %w", err)
 	}
 	t.metrics = w
+	return nil
+}
+
+// recordMissed writes this rank's record of the step Run goes on from
+// when the metrics file lacks it: a rank completes a step once it wrote
+// its own record, so rank 0 can die after every other rank completed a
+// step and before it wrote that step's record, and an in-place recovery
+// then goes on from that step. Every rank's record of a step holds the
+// world's figures (loss, learning rate, gradient norm); only the clock
+// and the rank are its own. Nothing is written when this rank writes no
+// file, holds no record of that step (it came from another process, or
+// the recovery went back a step) or the file has it.
+func (t *Trainer) recordMissed() error {
+	rec := t.lastRecord
+	if rec.Step == 0 || rec.Step != t.state.Step || t.metrics.LastStep() >= rec.Step {
+		return nil
+	}
+	if err := t.metrics.Write(rec); err != nil {
+		return fmt.Errorf("trainer: step %d, missed by the rank that recorded it: %w", rec.Step, err)
+	}
 	return nil
 }
 

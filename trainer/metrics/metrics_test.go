@@ -164,13 +164,15 @@ func TestOpenKeepsEveryRecord(t *testing.T) {
 		name    string
 		content *string // nil: no file
 		want    string  // what stays before the new record
+		last    int     // LastStep once opened
 	}{
-		{"no file", nil, ""},
-		{"a rollback keeps the records it redoes", ptr(recs(1, 15)), recs(1, 15)},
-		{"torn last line", ptr(recs(1, 7) + `{"step":8,"ti`), recs(1, 7)},
-		{"a torn line longer than a read", ptr(recs(1, 2) + long), recs(1, 2)},
-		{"nothing but a torn line", ptr(`{"step":1,`), ""},
-		{"empty", ptr(""), ""},
+		{"no file", nil, "", 0},
+		{"a rollback keeps the records it redoes", ptr(recs(1, 15)), recs(1, 15), 15},
+		{"torn last line", ptr(recs(1, 7) + `{"step":8,"ti`), recs(1, 7), 7},
+		{"a torn line longer than a read", ptr(recs(1, 2) + long), recs(1, 2), 2},
+		{"nothing but a torn line", ptr(`{"step":1,`), "", 0},
+		{"empty", ptr(""), "", 0},
+		{"a last line that is no record", ptr(recs(1, 4) + "not json\n"), recs(1, 4) + "not json\n", 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -180,7 +182,9 @@ func TestOpenKeepsEveryRecord(t *testing.T) {
 			}
 			w, err := Open(path, 0)
 			require.NoError(t, err)
+			require.Equal(t, tc.last, w.LastStep(), "the file's last step")
 			require.NoError(t, w.Write(Record{Step: 3, Time: time.UnixMilli(1500), Loss: 1, Round: 2}))
+			require.Equal(t, 3, w.LastStep(), "the step written last")
 			require.NoError(t, w.Close())
 			b, err := os.ReadFile(path)
 			require.NoError(t, err)

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -122,6 +123,7 @@ type Writer struct {
 	f    *os.File
 	path string
 	buf  []byte
+	last int // the step of the file's last record, 0: none
 }
 
 // Path is the file rank writes for the metrics path pattern: the pattern
@@ -159,7 +161,42 @@ func Open(pattern string, rank int) (*Writer, error) {
 	if err := cutTornLine(f); err != nil {
 		return nil, errors.Join(fmt.Errorf("metrics: open %s: %w", path, err), f.Close())
 	}
-	return &Writer{f: f, path: path}, nil
+	last, err := lastStep(f)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("metrics: open %s: %w", path, err), f.Close())
+	}
+	return &Writer{f: f, path: path, last: last}, nil
+}
+
+// lastStep is the step of the last line of f, which ends with a newline
+// (cutTornLine), or 0 when f is empty or its last line is not a record.
+func lastStep(f *os.File) (int, error) {
+	end, err := f.Seek(0, io.SeekEnd)
+	if err != nil || end == 0 {
+		return 0, err
+	}
+	buf := make([]byte, min(end, 1<<16))
+	if _, err := f.ReadAt(buf, end-int64(len(buf))); err != nil {
+		return 0, err
+	}
+	line := buf[:len(buf)-1]
+	line = line[bytes.LastIndexByte(line, '\n')+1:]
+	var r struct {
+		Step int `json:"step"`
+	}
+	if json.Unmarshal(line, &r) != nil {
+		return 0, nil
+	}
+	return r.Step, nil
+}
+
+// LastStep is the step of the last record of the file: the one it held
+// when opened, or the last one written since; 0 when it holds none, or
+// when the rank writes no file.
+func (w *Writer) LastStep() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last
 }
 
 // cutTornLine truncates f after its last newline (to empty without one).
@@ -208,6 +245,7 @@ func (w *Writer) Write(r Record) error {
 	if _, err := w.f.Write(w.buf); err != nil {
 		return fmt.Errorf("metrics: write: %w", err)
 	}
+	w.last = r.Step
 	return nil
 }
 
