@@ -68,7 +68,7 @@ func TestAgainstTheTrainer(t *testing.T) {
 // TestTrainerAsItAllocates checks Trainer against a real one-rank
 // trainer after two steps (the rollback copy exists from the first
 // update on): the heap it holds, measured, is what Trainer counts less
-// RuntimeBytes, up to the kernels' packing scratch (about 2 % here), which
+// its runtime column, up to the kernels' packing scratch (about 2 % here), which
 // it leaves out.
 func TestTrainerAsItAllocates(t *testing.T) {
 	if raceEnabled {
