@@ -17,8 +17,9 @@ func (t *Trainer) State() recovery.State {
 		Params: t.params, M: t.state.M, V: t.state.V}}
 }
 
-// Restore sets this rank's state from s, typically read back from a
-// checkpoint, resharded to this rank's slice. Every rank restores its own
+// Restore sets this rank's state from a copy s held elsewhere, resharded
+// to this rank's slice (a checkpoint is read with RestoreInPlace, which
+// needs no such copy). Every rank restores its own
 // slice before Run, which gathers the full parameters first. It copies s,
 // and changes nothing and returns an error when s does not fit: another
 // slice, wrong lengths, a step past the run, or a sample index that does
