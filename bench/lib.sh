@@ -4,7 +4,7 @@
 #   bench_init memory.sh            # here, root, tmp (removed at exit), die, agent's stop at exit
 #   bench_positive LAYERS DMODEL    # each named variable a positive integer, or die
 #   bench_modes $MODES              # each a parallel.mode, or die
-#   bench_gorun                     # gorun: $GORUN_BIN, or a fresh go build ./cmd/gorun
+#   bench_gorun                     # gorun: $GORUN_BIN, or a fresh go build ./cmd/gorun ./cmd/gorun-worker
 #   bench_toml DIR MODE METRICS LOG_EVERY [EXTRA]   # DIR/train.toml of the bench model
 #
 # The script's gorun agent, when it has one running, goes in $agent: at exit (or INT or TERM) it gets
@@ -51,14 +51,15 @@ bench_modes() {
   done
 }
 
-# bench_gorun sets gorun to the binary GORUN_BIN named, or builds ./cmd/gorun into tmp.
+# bench_gorun sets gorun to the binary GORUN_BIN named (which runs train.toml workers with the
+# gorun-worker beside it, if any), or builds ./cmd/gorun and ./cmd/gorun-worker into tmp.
 bench_gorun() {
   if [[ -n "$bench_bin" ]]; then
     [[ -x "$bench_bin" ]] || die "GORUN_BIN=$bench_bin is not an executable"
     gorun=$bench_bin
   else
     gorun=$tmp/gorun
-    (cd "$root" && go build -o "$gorun" ./cmd/gorun) || die "go build ./cmd/gorun failed"
+    (cd "$root" && go build -o "$tmp/" ./cmd/gorun ./cmd/gorun-worker) || die "go build ./cmd/gorun ./cmd/gorun-worker failed"
   fi
 }
 

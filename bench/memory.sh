@@ -18,9 +18,10 @@
 # every worker within 0.05 % (the kernel's resident counters are per-thread batched, not exact).
 # The table's measured column is the largest over the workers; JSON=1 also gives each worker's.
 # Beside it, the largest RssAnon + RssShmem polled: the resident memory less the pages of mapped
-# files, nearly all the gorun binary's (about 27 MB a worker, read at start by the init of every
-# package it links, etcd's and gRPC's included), which the page cache holds once for all the
-# processes of a node; being polled, it can miss a peak shorter than POLL. The goal column is issue
+# files, nearly all the worker binary's (about 8 MB a gorun-worker; about 28 MB a `gorun worker`,
+# which runs where no gorun-worker lies beside gorun, read at start by the init of every package it
+# links, etcd's and gRPC's included), which the page cache holds once for all the processes of a
+# node; being polled, it can miss a peak shorter than POLL. The goal column is issue
 # 22's: 1.25 x the textbook row plus the trainer's recovery copies (estimate's copies).
 #
 # Beside it, two rows of `gorun estimate` for the same train.toml and world:
@@ -37,7 +38,8 @@
 #   bench/memory.sh                              # ROWS="ddp:4 fsdp:2 fsdp:4 fsdp:8 hsdp:4"
 #   ROWS="fsdp:4" JSON=1 bench/memory.sh         # one row; also one JSON object per row
 #   LAYERS=4 DMODEL=256 STEPS=8 bench/memory.sh  # another model
-#   GORUN_BIN=/path/to/gorun bench/memory.sh     # a built binary (default: go build ./cmd/gorun)
+#   GORUN_BIN=/path/to/gorun bench/memory.sh     # a built binary, with its gorun-worker beside it
+#                                                # (default: go build ./cmd/gorun ./cmd/gorun-worker)
 #
 # Every worker of a row runs at the same time, so a row needs WORKERS x its peak of memory; on a
 # machine with few cores the rows are slow (8 workers on 2 cores: about a minute), not wrong.
@@ -99,7 +101,7 @@ textbook_total() {
 
 # measure DIR WORKERS runs the row in DIR and writes DIR/peaks: "RANK PID VMHWM_KB PRIVATE_KB" for
 # every worker: the last VmHWM read of each before it ended (see the header), and the largest
-# RssAnon + RssShmem read (its resident memory less the pages of files it maps, the gorun binary's
+# RssAnon + RssShmem read (its resident memory less the pages of files it maps, the worker binary's
 # above all, which the page cache holds once for every process of the node).
 measure() {
   local dir=$1 n=$2 pid kb key line rc=0 argv own
@@ -107,15 +109,15 @@ measure() {
   "$gorun" --standalone --nproc-per-node="$n" "$dir/train.toml" >"$dir/log" 2>&1 &
   agent=$!
   while kill -0 "$agent" 2>/dev/null; do
-    # The workers are the agent's children that run `gorun worker` (others: `gorun guard`, its
-    # helper). A Go program forks from several threads, so every thread's list is read. A pid
+    # The workers are the agent's children that run gorun-worker, or `gorun worker` where no
+    # gorun-worker lies beside gorun (others: `gorun guard`, its helper). A Go program forks from several threads, so every thread's list is read. A pid
     # listed, then gone before its files are read, is skipped.
     while read -r pid; do
       [[ -n "$pid" ]] || continue
       if [[ -z "${rank[$pid]:-}" ]]; then
         argv=()
         mapfile -d '' argv 2>/dev/null </proc/"$pid"/cmdline || true
-        [[ "${argv[1]:-}" == worker ]] || { rank[$pid]=-; continue; }
+        [[ "${argv[0]:-}" == */gorun-worker || "${argv[1]:-}" == worker ]] || { rank[$pid]=-; continue; }
         rank[$pid]=$(tr '\0' '\n' </proc/"$pid"/environ 2>/dev/null | sed -n 's/^RANK=//p') || true
         [[ -n "${rank[$pid]}" ]] || rank[$pid]='?'
       fi

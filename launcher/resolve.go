@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gorun/gorun/internal/build"
 	"github.com/gorun/gorun/internal/distenv"
 	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/internal/proc"
@@ -34,8 +35,13 @@ type Host struct {
 	Stat     func(string) (os.FileInfo, error) // script lookup
 	FreePort func(host string) (int, error)    // a port free on host now
 	TempDir  func() (string, error)            // where error files go without --log-dir
-	// Executable is this gorun binary, which runs train.toml workers.
+	// Executable is this gorun binary, which runs train.toml workers
+	// (`gorun worker`) when no WorkerBinary lies beside it.
 	Executable func() (string, error)
+	// BuildOf names the build of the Go binary at a path (build.OfFile):
+	// gorun runs the WorkerBinary beside it only when both name the same
+	// build or either names none.
+	BuildOf func(path string) (string, error)
 	// ReadFile reads a train.toml entrypoint, to check it once here and
 	// take its [elastic] settings.
 	ReadFile func(string) ([]byte, error)
@@ -70,6 +76,7 @@ func LocalHost() Host {
 		FreePort:   freePort,
 		TempDir:    func() (string, error) { return os.MkdirTemp("", "gorun-") },
 		Executable: os.Executable,
+		BuildOf:    build.OfFile,
 		ReadFile:   os.ReadFile,
 		NewRunID:   randomRunID,
 		LookupIP:   net.LookupIP,
@@ -233,8 +240,12 @@ func Resolve(opts Options, host Host) (*Launch, error) {
 	if t, set := host.Lookup(workerlog.PrefixTemplateEnv); set {
 		l.PrefixTemplate = &t
 	}
-	if l.Command, err = command(opts, host); err != nil {
+	var note string
+	if l.Command, note, err = command(opts, host); err != nil {
 		return nil, err
+	}
+	if note != "" {
+		l.note(note)
 	}
 	if err := l.readTrainConfig(opts, host); err != nil {
 		return nil, err
@@ -445,60 +456,102 @@ func (l *Launch) resolveNProc(opts Options, host Host) error {
 	return nil
 }
 
+// WorkerBinary is the name of the lean trainer worker (cmd/gorun-worker):
+// for a train.toml, gorun runs the one in its own binary's directory.
+const WorkerBinary = "gorun-worker"
+
+// tomlWorker is the start of a train.toml worker's argv, the train.toml
+// and its arguments to follow: the WorkerBinary beside this gorun binary
+// when there is one built from the same tree, else this binary's `worker`
+// command, which is the same program with the rest of gorun linked in
+// (about 20 MB more resident memory a worker, see cmd/gorun-worker). Its
+// note says why it is not the WorkerBinary; "" when it is.
+func tomlWorker(host Host) (argv []string, note string, err error) {
+	self, err := host.Executable()
+	if err != nil {
+		return nil, "", fmt.Errorf("find the gorun binary to run train.toml workers: %w", err)
+	}
+	fallback := func(why string) ([]string, string, error) {
+		return []string{self, "worker"}, fmt.Sprintf("train.toml workers run `%s worker`, not %s: %s; "+
+			"%s saves about 20 MB of resident memory a worker (go build -o DIR/ ./cmd/gorun ./cmd/%s)",
+			self, WorkerBinary, why, WorkerBinary, WorkerBinary), nil
+	}
+	lean := filepath.Join(filepath.Dir(self), WorkerBinary)
+	info, err := host.Stat(lean)
+	switch {
+	case err != nil:
+		return fallback(fmt.Sprintf("there is none in %s", filepath.Dir(self)))
+	case !info.Mode().IsRegular() || info.Mode().Perm()&0o111 == 0:
+		return fallback(lean + " is not an executable file")
+	}
+	leanBuild, err := host.BuildOf(lean)
+	if err != nil {
+		return fallback(fmt.Sprintf("%s is not a Go binary gorun can read (%v)", lean, unwrapPathError(err)))
+	}
+	selfBuild, err := host.BuildOf(self)
+	if err != nil {
+		return fallback(fmt.Sprintf("gorun cannot read its own build (%v)", unwrapPathError(err)))
+	}
+	if leanBuild != "" && selfBuild != "" && leanBuild != selfBuild {
+		return fallback(fmt.Sprintf("%s is build %q, gorun is build %q", lean, leanBuild, selfBuild))
+	}
+	return []string{lean}, "", nil
+}
+
 // command builds the worker argv: a .toml entrypoint is the embedded
 // trainer (this binary's `worker` command), a .py entrypoint runs with
 // the Python interpreter (pythonInterpreter: $PYTHON_EXEC, $PYTHON, python3) -u, anything else, or
 // anything under --no-python, runs as a program. As in torchrun,
 // --run-path runs the script through runpy.run_path whatever its name,
 // and -m runs python -u -m MODULE.
-func command(opts Options, host Host) ([]string, error) {
+func command(opts Options, host Host) (argv []string, note string, err error) {
 	if opts.Entrypoint == "" {
-		return nil, usagef("no entrypoint: gorun [flags] train.toml|script.py [args], gorun [flags] -m module [args], or gorun [flags] -- program [args]")
+		return nil, "", usagef("no entrypoint: gorun [flags] train.toml|script.py [args], gorun [flags] -m module [args], or gorun [flags] -- program [args]")
 	}
 	switch {
 	case opts.RunPath:
 		if _, err := host.Stat(opts.Entrypoint); err != nil {
-			return nil, usagef("--run-path script %s: %v", opts.Entrypoint, unwrapPathError(err))
+			return nil, "", usagef("--run-path script %s: %v", opts.Entrypoint, unwrapPathError(err))
 		}
 		python, err := pythonInterpreter(host)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
-		return append([]string{python, "-u", "-c", runPathCode, opts.Entrypoint}, opts.Args...), nil
+		return append([]string{python, "-u", "-c", runPathCode, opts.Entrypoint}, opts.Args...), "", nil
 	case opts.Module && opts.NoPython:
-		return nil, usagef("-m/--module runs a Python module and --no-python runs a program: give one of them, not both")
+		return nil, "", usagef("-m/--module runs a Python module and --no-python runs a program: give one of them, not both")
 	case opts.Module:
 		python, err := pythonInterpreter(host)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
-		return append([]string{python, "-u", "-m", opts.Entrypoint}, opts.Args...), nil
+		return append([]string{python, "-u", "-m", opts.Entrypoint}, opts.Args...), "", nil
 	}
 	if !opts.NoPython && strings.HasSuffix(opts.Entrypoint, ".toml") {
 		if _, err := host.Stat(opts.Entrypoint); err != nil {
-			return nil, usagef("config %s: %v", opts.Entrypoint, unwrapPathError(err))
+			return nil, "", usagef("config %s: %v", opts.Entrypoint, unwrapPathError(err))
 		}
-		self, err := host.Executable()
+		worker, note, err := tomlWorker(host)
 		if err != nil {
-			return nil, fmt.Errorf("find the gorun binary to run train.toml workers: %w", err)
+			return nil, "", err
 		}
-		return append([]string{self, "worker", opts.Entrypoint}, opts.Args...), nil
+		return append(append(worker, opts.Entrypoint), opts.Args...), note, nil
 	}
 	if !opts.NoPython && strings.HasSuffix(opts.Entrypoint, ".py") {
 		if _, err := host.Stat(opts.Entrypoint); err != nil {
-			return nil, usagef("script %s: %v", opts.Entrypoint, unwrapPathError(err))
+			return nil, "", usagef("script %s: %v", opts.Entrypoint, unwrapPathError(err))
 		}
 		python, err := pythonInterpreter(host)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
-		return append([]string{python, "-u", opts.Entrypoint}, opts.Args...), nil
+		return append([]string{python, "-u", opts.Entrypoint}, opts.Args...), "", nil
 	}
 	prog, err := host.LookPath(opts.Entrypoint)
 	if err != nil {
-		return nil, usagef("program %s: not found or not executable", opts.Entrypoint)
+		return nil, "", usagef("program %s: not found or not executable", opts.Entrypoint)
 	}
-	return append([]string{prog}, opts.Args...), nil
+	return append([]string{prog}, opts.Args...), "", nil
 }
 
 // runPathCode is what --run-path runs with python -c SCRIPT ARGS...: the

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -423,5 +424,56 @@ func TestParseNNodes(t *testing.T) {
 		}
 		require.NoError(t, err, tc.in)
 		require.Equal(t, [2]int{tc.min, tc.max}, [2]int{min, max}, tc.in)
+	}
+}
+
+// A train.toml runs the gorun-worker beside the gorun binary when it is an
+// executable of the same build, and `gorun worker` with a note saying why
+// otherwise.
+func TestTomlWorker(t *testing.T) {
+	tests := []struct {
+		name     string
+		lean     os.FileMode // 0: no gorun-worker file
+		builds   map[string]string
+		wantLean bool
+		wantNote string
+	}{
+		{"same build", 0o755, map[string]string{"gorun": "m abc", "gorun-worker": "m abc"}, true, ""},
+		{"builds unknown (-buildvcs=false)", 0o755, map[string]string{"gorun": "", "gorun-worker": ""}, true, ""},
+		{"one build unknown", 0o755, map[string]string{"gorun": "m abc", "gorun-worker": ""}, true, ""},
+		{"none beside gorun", 0, nil, false, "there is none in "},
+		{"not executable", 0o644, map[string]string{"gorun": "m abc", "gorun-worker": "m abc"}, false, "gorun-worker is not an executable file"},
+		{"built apart", 0o755, map[string]string{"gorun": "m abc", "gorun-worker": "m def"}, false,
+			`gorun-worker is build "m def", gorun is build "m abc"`},
+		{"not a Go binary", 0o755, map[string]string{"gorun": "m abc"}, false, "gorun-worker is not a Go binary gorun can read (not a Go executable)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			self := filepath.Join(dir, "gorun")
+			require.NoError(t, os.WriteFile(self, nil, 0o755))
+			if tt.lean != 0 {
+				require.NoError(t, os.WriteFile(filepath.Join(dir, WorkerBinary), nil, tt.lean))
+			}
+			host := fakeHost(nil)
+			host.Stat = os.Stat
+			host.Executable = func() (string, error) { return self, nil }
+			host.BuildOf = func(path string) (string, error) {
+				if id, ok := tt.builds[filepath.Base(path)]; ok {
+					return id, nil
+				}
+				return "", errors.New("not a Go executable")
+			}
+			argv, note, err := tomlWorker(host)
+			require.NoError(t, err)
+			if tt.wantLean {
+				require.Equal(t, []string{filepath.Join(dir, WorkerBinary)}, argv)
+				require.Empty(t, note)
+				return
+			}
+			require.Equal(t, []string{self, "worker"}, argv)
+			require.Contains(t, note, tt.wantNote)
+			require.Contains(t, note, "go build -o DIR/ ./cmd/gorun ./cmd/gorun-worker")
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gorun/gorun/internal/cliflag"
 	"github.com/gorun/gorun/trainer/metrics"
 	"github.com/gorun/gorun/trainer/metrics/chart"
 )
@@ -39,7 +40,7 @@ func metricsCommand() *cli.Command {
 }
 
 func metricsPlotAction(c *cli.Context) error {
-	args, err := parseTrailingFlags(c)
+	args, err := cliflag.ParseTrailing(c)
 	if err != nil {
 		return cli.Exit("metrics plot: "+err.Error(), exitUsage)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gorun/gorun/internal/cliflag"
 	"github.com/gorun/gorun/launcher"
 )
 
@@ -66,7 +67,7 @@ func sbatchAction(c *cli.Context, spec *launcher.Sbatch, env *envList) error {
 	if i := slices.Index(raw, "--"); i >= 0 {
 		extra = slices.Clone(raw[i+1:])
 	}
-	args, err := parseTrailingFlags(c)
+	args, err := cliflag.ParseTrailing(c)
 	if err != nil {
 		return cli.Exit("sbatch: "+err.Error(), exitUsage)
 	}

@@ -1,5 +1,5 @@
 // Package e2e holds end-to-end tests that build the real gorun binary once
-// (TestMain: go build ./cmd/gorun into a temporary directory) and run it as a
+// (TestMain: go build ./cmd/gorun ./cmd/gorun-worker into a temporary directory) and run it as a
 // user would: worker programs under /bin/sh, and the unchanged PyTorch DDP
 // example in examples/ddp (skipped when /usr/bin/python3 cannot import torch,
 // unless CI=true, where that is a failure).

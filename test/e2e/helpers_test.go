@@ -71,10 +71,12 @@ func testMain(m *testing.M) int {
 	gorunBin = filepath.Join(dir, "gorun")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	build := exec.CommandContext(ctx, "go", "build", "-o", gorunBin, "./cmd/gorun")
+	// gorun-worker beside gorun: the agent runs train.toml workers with it,
+	// as an install does (TestLeanWorker checks which binary ran).
+	build := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/gorun", "./cmd/gorun-worker")
 	build.Dir = moduleRoot
 	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: building the gorun binary (go build ./cmd/gorun in %s) failed: %v\n%s",
+		fmt.Fprintf(os.Stderr, "e2e: building the gorun binaries (go build ./cmd/gorun ./cmd/gorun-worker in %s) failed: %v\n%s",
 			moduleRoot, err, out)
 		return 1
 	}

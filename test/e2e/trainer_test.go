@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -197,26 +198,99 @@ func TestTrainerBadInput(t *testing.T) {
 		{"alone", workerEnv("WORLD_SIZE=1"), append([]string{"worker", toml}, trainerSets...), 0, ""},
 		{"bad config under gorun", nil, []string{"--nproc-per-node=1", bad}, 2, "bad.toml:5: train.steps = -5"},
 	}
+	check := func(t *testing.T, r result, code int, want string, oneLine bool) {
+		t.Helper()
+		if r.ExitCode != code {
+			t.Fatalf("exit %d, want %d", r.ExitCode, code)
+		}
+		if code == 0 {
+			if !strings.Contains(r.Stdout, "step 20/20 loss") {
+				t.Errorf("stdout has no last progress line:\n%s", r.Stdout)
+			}
+			return
+		}
+		if !strings.Contains(r.Stderr, want) {
+			t.Errorf("stderr does not say %q:\n%s", want, r.Stderr)
+		}
+		if oneLine && len(nonEmptyLines(r.Stderr)) != 1 {
+			t.Errorf("stderr is not one line:\n%s", r.Stderr)
+		}
+	}
+	lean := filepath.Join(filepath.Dir(gorunBin), "gorun-worker")
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := startProc(t, tc.name, gorunBin, tc.env, tc.args...).wait()
-			if r.ExitCode != tc.code {
-				t.Fatalf("exit %d, want %d", r.ExitCode, tc.code)
-			}
-			if tc.code == 0 {
-				if !strings.Contains(r.Stdout, "step 20/20 loss") {
-					t.Errorf("stdout has no last progress line:\n%s", r.Stdout)
-				}
+			worker := tc.args[0] == "worker"
+			check(t, startProc(t, tc.name, gorunBin, tc.env, tc.args...).wait(), tc.code, tc.want, worker)
+			if !worker {
 				return
 			}
-			if !strings.Contains(r.Stderr, tc.want) {
-				t.Errorf("stderr does not say %q:\n%s", tc.want, r.Stderr)
+			// gorun-worker reads the same command line, less the word "worker"
+			// (and its own checkpoints: it must not resume from the first run's).
+			if _, err := os.Stat(lean); err != nil {
+				t.Skipf("no gorun-worker beside %s (GORUN_BIN without it)", gorunBin)
 			}
-			if tc.args[0] == "worker" && len(nonEmptyLines(r.Stderr)) != 1 {
-				t.Errorf("stderr is not one line:\n%s", r.Stderr)
-			}
+			args := append(slices.Clone(tc.args[1:]), "--set", fmt.Sprintf("checkpoint.dir=%q", t.TempDir()))
+			check(t, startProc(t, tc.name, lean, tc.env, args...).wait(), tc.code, tc.want, true)
 		})
 	}
+}
+
+// TestLeanWorker: gorun runs a train.toml's workers with the gorun-worker
+// beside it, and a gorun binary alone in its directory runs them itself
+// (`gorun worker`), trains all the same, and says why at the launch.
+func TestLeanWorker(t *testing.T) {
+	toml := trainerToml(t)
+	lean := filepath.Join(filepath.Dir(gorunBin), "gorun-worker")
+	if _, err := os.Stat(lean); err != nil {
+		t.Skipf("no gorun-worker beside %s (GORUN_BIN without it)", gorunBin)
+	}
+	planCommand := func(t *testing.T, bin string) ([]string, []string) {
+		t.Helper()
+		r := startProc(t, "plan", bin, nil, "plan", "--nproc-per-node=2", toml).wait()
+		var plan struct {
+			Command []string `json:"command"`
+			Notes   []string `json:"notes"`
+		}
+		if err := json.Unmarshal([]byte(r.Stdout), &plan); err != nil {
+			t.Fatalf("gorun plan: exit %d, not JSON (%v):\n%s%s", r.ExitCode, err, r.Stdout, r.Stderr)
+		}
+		return plan.Command, plan.Notes
+	}
+	t.Run("beside gorun", func(t *testing.T) {
+		command, notes := planCommand(t, gorunBin)
+		if len(command) != 2 || command[0] != lean || command[1] != toml {
+			t.Errorf("command %q, want [%s %s]", command, lean, toml)
+		}
+		for _, n := range notes {
+			if strings.Contains(n, "gorun-worker") {
+				t.Errorf("note about gorun-worker while it is there: %s", n)
+			}
+		}
+	})
+	t.Run("gorun alone", func(t *testing.T) {
+		alone := filepath.Join(t.TempDir(), "gorun")
+		data, err := os.ReadFile(gorunBin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(alone, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		command, notes := planCommand(t, alone)
+		if len(command) != 3 || command[0] != alone || command[1] != "worker" {
+			t.Errorf("command %q, want [%s worker %s]", command, alone, toml)
+		}
+		if !strings.Contains(strings.Join(notes, "\n"), "not gorun-worker: there is none in") {
+			t.Errorf("no note says why the workers run gorun worker: %q", notes)
+		}
+		r := startProc(t, "gorun alone", alone, nil, append([]string{"--standalone", "--nproc-per-node=2", toml}, trainerSets...)...).wait()
+		if r.ExitCode != 0 {
+			t.Fatalf("exit %d:\n%s", r.ExitCode, tail(r.Stderr, 20))
+		}
+		if !strings.Contains(r.Stdout, "step 20/20 loss") || !strings.Contains(r.Stderr, "not gorun-worker: there is none in") {
+			t.Errorf("want the last progress line and the note:\n%s\n%s", tail(r.Stdout, 5), tail(r.Stderr, 20))
+		}
+	})
 }
 
 // TestTrainerStops: SIGTERM stops a worker at once with 128+15; when a

@@ -70,10 +70,10 @@ func gorun(t *testing.T) string {
 		gorunBin = filepath.Join(binDir, "gorun")
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		build := exec.CommandContext(ctx, "go", "build", "-o", gorunBin, "./cmd/gorun")
+		build := exec.CommandContext(ctx, "go", "build", "-o", binDir+"/", "./cmd/gorun", "./cmd/gorun-worker")
 		build.Dir = moduleRoot
 		if out, err := build.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/gorun in %s: %v\n%s", moduleRoot, err, out)
+			buildErr = fmt.Errorf("go build ./cmd/gorun ./cmd/gorun-worker in %s: %v\n%s", moduleRoot, err, out)
 		}
 	})
 	if buildErr != nil {

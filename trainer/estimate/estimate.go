@@ -332,16 +332,18 @@ func Trainer(c config.Config, nodes, procPerNode int) (Estimate, error) {
 // after 4 steps and 307 MB after 40, still rising; at 5, 284 MB after 40.
 const GCPercent = 5
 
-// RuntimeBytes is the resident memory of a trainer worker (gorun worker)
+// RuntimeBytes is the resident memory of a trainer worker (gorun-worker)
 // that the state, the activations and the collectives leave out: the Go
-// runtime and its heap's slack, the pages of the gorun binary it runs, the
-// goroutine and thread stacks, and the built-in corpus. Measured with
+// runtime and its heap's slack, the pages of the worker binary it runs,
+// the goroutine and thread stacks, and the built-in corpus. Measured with
 // bench/memory.sh on a model where it is nearly all of a worker (1 layer,
 // d_model 64, 2 heads, context 64: 0.1M parameters): the peak VmHWM per
-// worker less what Trainer counts without it was 29.3 MB for ddp on 4
-// workers, 29.5 MB for fsdp on 4 and 28.9 MB for fsdp on 8 (linux/amd64,
-// go1.26, 2 CPUs).
-const RuntimeBytes = 29_000_000
+// worker less what Trainer counts without it was 8.3 MB for ddp on 4
+// workers, 8.1 MB for fsdp on 4 and 7.7 MB for fsdp on 8 (linux/amd64,
+// go1.26, 2 CPUs). A worker that runs as `gorun worker` (no gorun-worker
+// beside gorun) has about 21 MB more: the pages the init of gorun's other
+// packages reads (29.3, 29.5 and 28.9 MB on the same runs).
+const RuntimeBytes = 8_000_000
 
 // TrainerActivations is the memory the embedded trainer (trainer/model)
 // holds for one micro batch of train.micro_batch sequences, in bytes, as
