@@ -2,12 +2,12 @@
 // program as `gorun worker` without gorun's launcher, embedded etcd and
 // tools linked in. A gorun agent starts it, for a train.toml entrypoint,
 // when it lies in the agent's own directory (go build -o bin/ ./cmd/gorun
-// ./cmd/gorun-worker).
+// ./cmd/gorun-worker) and was built from the same commit.
 //
 // Why a binary of its own: every package a Go binary links runs its init
 // and so brings its code and data into the process's resident set. gorun's
 // 300 packages (etcd, gRPC, protobuf, Prometheus, plots) cost each worker
-// about 28 MB of the binary's pages; this binary's, about 7 MB. The page
+// about 28 MB of the binary's pages; this binary's, about 6 MB. The page
 // cache shares those pages among a node's processes, but a worker's
 // resident set (what SLURM's accounting, sacct's MaxRSS and ps report)
 // counts them, and at 8 workers a rank's slice of the model is not much
@@ -19,26 +19,20 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
-
-	"github.com/urfave/cli/v2"
 
 	"github.com/gorun/gorun/internal/workercmd"
 )
 
 func main() {
-	app := workercmd.App()
-	err := app.RunContext(context.Background(), os.Args)
+	err := workercmd.Run(context.Background(), "gorun-worker", os.Args[1:], os.Stdout, os.Stderr)
 	if err == nil {
 		os.Exit(0)
 	}
-	code := 1
-	var coder cli.ExitCoder
-	if errors.As(err, &coder) {
-		code = coder.ExitCode()
+	// The same line as gorun worker's, for the agent's log.
+	fmt.Fprintf(os.Stderr, "gorun: %s\n", err)
+	var exit *workercmd.Error
+	if errors.As(err, &exit) {
+		os.Exit(exit.Code)
 	}
-	if msg := strings.TrimSpace(err.Error()); msg != "" {
-		fmt.Fprintf(app.ErrWriter, "gorun: %s\n", msg)
-	}
-	os.Exit(code)
+	os.Exit(1)
 }

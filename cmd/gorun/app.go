@@ -18,7 +18,6 @@ import (
 
 	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/internal/proc"
-	"github.com/gorun/gorun/internal/workercmd"
 	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/rendezvous/etcdembed"
 	"github.com/gorun/gorun/slurm"
@@ -183,7 +182,7 @@ func NewApp() *cli.App {
 			estimateCommand(),
 			ckptCommand(),
 			sbatchCommand(),
-			workercmd.Command(),
+			workerCommand(),
 			{
 				Name:  "job-secret",
 				Usage: "print a fresh job secret (256 random bits in hex) for GORUN_JOB_SECRET or --job-secret-file; or, with --etcdctl, what etcdctl needs to reach a job's etcd",

@@ -7,7 +7,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gorun/gorun/internal/cliflag"
 	"github.com/gorun/gorun/trainer/config"
 	"github.com/gorun/gorun/trainer/estimate"
 )
@@ -35,7 +34,7 @@ func estimateCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "nodes", Value: 1, Usage: "nodes N"},
 			&cli.IntFlag{Name: "nproc-per-node", Aliases: []string{"nproc_per_node"}, Usage: "GPUs (processes) per node P", DefaultText: "1 for a train.toml, else 8"},
-			cliflag.Set(),
+			setFlag(),
 			&cli.Float64Flag{Name: "params", Usage: "parameter count, e.g. 7e9"},
 			&cli.IntFlag{Name: "layers", Usage: "transformer layers L"},
 			&cli.IntFlag{Name: "hidden", Usage: "hidden size h"},
@@ -51,7 +50,7 @@ func estimateCommand() *cli.Command {
 }
 
 func estimateAction(c *cli.Context) error {
-	args, err := cliflag.ParseTrailing(c)
+	args, err := parseTrailingFlags(c)
 	if err != nil {
 		return cli.Exit("estimate: "+err.Error(), exitUsage)
 	}
@@ -72,7 +71,7 @@ func estimateAction(c *cli.Context) error {
 			}
 		}
 		path := args[0]
-		loaded, err := config.Load(path, cliflag.Sets(c))
+		loaded, err := config.Load(path, setsOf(c))
 		if err != nil {
 			return cli.Exit(err.Error(), exitUsage)
 		}
@@ -106,7 +105,7 @@ func estimateAction(c *cli.Context) error {
 		if len(missing) > 0 {
 			return cli.Exit(fmt.Sprintf("estimate: missing %s (give a train.toml, or --params --layers --hidden --heads --seq --batch)", strings.Join(missing, ", ")), exitUsage)
 		}
-		if len(cliflag.Sets(c)) > 0 {
+		if len(setsOf(c)) > 0 {
 			return cli.Exit("estimate: --set needs a train.toml", exitUsage)
 		}
 		m = estimate.Model{Params: c.Float64("params"), Layers: c.Int("layers"), Hidden: c.Int("hidden"),
@@ -186,4 +185,57 @@ func writeEstimate(w io.Writer, header []string, m estimate.Model, l estimate.La
 	}
 	_, err := fmt.Fprintln(w, foot)
 	return err
+}
+
+// parseTrailingFlags applies flags written after the positional train.toml
+// (`gorun estimate train.toml --nodes 2`): the flag package stops at the
+// first argument that is not a flag, so they arrive as arguments. It
+// returns the positional arguments.
+func parseTrailingFlags(c *cli.Context) ([]string, error) {
+	args := c.Args().Slice()
+	if len(args) <= 1 {
+		return args, nil
+	}
+	isBool := map[string]bool{}
+	names := map[string][]string{} // every name of the flag a name belongs to
+	for _, f := range c.Command.Flags {
+		_, b := f.(*cli.BoolFlag)
+		for _, name := range f.Names() {
+			names[name] = f.Names()
+			isBool[name] = b
+		}
+	}
+	var positional []string
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		if arg == "--" {
+			positional = append(positional, args[i+1:]...)
+			break
+		}
+		if !strings.HasPrefix(arg, "-") || arg == "-" {
+			positional = append(positional, arg)
+			continue
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+		if names[name] == nil {
+			return nil, fmt.Errorf("unknown flag --%s (%s --help lists the flags)", name, c.Command.HelpName)
+		}
+		switch {
+		case hasValue:
+		case isBool[name]:
+			value = "true"
+		case i+1 < len(args):
+			i++
+			value = args[i]
+		default:
+			return nil, fmt.Errorf("flag --%s needs a value", name)
+		}
+		// Set every alias: the flag set holds one value per name.
+		for _, alias := range names[name] {
+			if err := c.Set(alias, value); err != nil {
+				return nil, fmt.Errorf("--%s=%s: %w", name, value, err)
+			}
+		}
+	}
+	return positional, nil
 }

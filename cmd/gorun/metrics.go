@@ -6,7 +6,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gorun/gorun/internal/cliflag"
 	"github.com/gorun/gorun/trainer/metrics"
 	"github.com/gorun/gorun/trainer/metrics/chart"
 )
@@ -40,7 +39,7 @@ func metricsCommand() *cli.Command {
 }
 
 func metricsPlotAction(c *cli.Context) error {
-	args, err := cliflag.ParseTrailing(c)
+	args, err := parseTrailingFlags(c)
 	if err != nil {
 		return cli.Exit("metrics plot: "+err.Error(), exitUsage)
 	}

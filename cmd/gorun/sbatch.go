@@ -12,7 +12,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gorun/gorun/internal/cliflag"
 	"github.com/gorun/gorun/launcher"
 )
 
@@ -67,7 +66,7 @@ func sbatchAction(c *cli.Context, spec *launcher.Sbatch, env *envList) error {
 	if i := slices.Index(raw, "--"); i >= 0 {
 		extra = slices.Clone(raw[i+1:])
 	}
-	args, err := cliflag.ParseTrailing(c)
+	args, err := parseTrailingFlags(c)
 	if err != nil {
 		return cli.Exit("sbatch: "+err.Error(), exitUsage)
 	}

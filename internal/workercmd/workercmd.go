@@ -1,27 +1,29 @@
 // Package workercmd is the command line of one rank of the embedded
 // trainer, shared by `gorun worker train.toml` and the lean gorun-worker
 // binary that a gorun agent starts in its place when it finds one beside
-// itself (see launcher's WorkerBinary). Both read the same flags and run
-// the same package worker.
+// itself (see launcher.WorkerBinary). Both read the same flags and run the
+// same package worker. It parses with the standard library's flag package:
+// gorun-worker links nothing it does not run (see cmd/gorun-worker).
 package workercmd
 
 import (
+	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
+	"strings"
 
-	"github.com/urfave/cli/v2"
-
-	"github.com/gorun/gorun/internal/cliflag"
 	"github.com/gorun/gorun/trainer/config"
 	"github.com/gorun/gorun/trainer/worker"
 )
 
-// usageText is the worker's synopsis; %s is the command's name.
-const usageText = "%s train.toml [--set section.key=value ...] [--metrics PATH] [--threads N] [--profile]"
+// Usage is the worker's synopsis less its name.
+const Usage = "train.toml [--set section.key=value ...] [--metrics PATH] [--threads N] [--profile]"
 
-// description is the worker's --help text after the synopsis.
-const description = "Reads the torchrun environment contract (RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,\n" +
+// Description is the worker's --help text after the synopsis.
+const Description = "Reads the torchrun environment contract (RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,\n" +
 	"MASTER_PORT, ...). Outside gorun or torchrun, WORLD_SIZE=1 alone trains in this process.\n" +
 	"Threads default to the CPUs available divided by LOCAL_WORLD_SIZE; OMP_NUM_THREADS is not\n" +
 	"read (gorun sets it to 1 for PyTorch's sake).\n\n" +
@@ -42,74 +44,119 @@ const description = "Reads the torchrun environment contract (RANK, WORLD_SIZE, 
 	"peers (or, with [checkpoint] memory = true, from the buddies' memory copies), and goes on from the\n" +
 	"last step every rank completed; only when no live state covers the model does it read a checkpoint.\n\n" +
 	"gorun runs the lean gorun-worker binary (the same command without gorun's launcher, etcd and\n" +
-	"tools linked in: about 20 MB less resident memory a worker) when it lies beside the gorun binary,\n" +
-	"and built from the same commit, and `gorun worker` otherwise."
+	"tools linked in: about 20 MB less resident memory a worker) when it lies beside the gorun binary\n" +
+	"and was built from the same commit, and `gorun worker` otherwise."
 
-// flags is a fresh set of the worker's flags.
-func flags() []cli.Flag {
-	return []cli.Flag{
-		cliflag.Set(),
-		&cli.StringFlag{Name: "metrics", Usage: "JSON-lines metrics file, instead of train.metrics ({rank} gives each rank a file)"},
-		&cli.IntFlag{Name: "threads", Usage: "kernel goroutines of this worker", DefaultText: "CPUs / LOCAL_WORLD_SIZE"},
-		&cli.BoolFlag{Name: "profile", Usage: "time the phases of every step into the metrics records and a summary table"},
-		&cli.StringFlag{Name: "dump-params", Hidden: true, Usage: "write this rank's final parameter slice to DIR/rank-N.bin"},
-	}
+// Error is a worker's end that is not a success: the line to print
+// (Error) and the status the process exits with.
+type Error struct {
+	// Code is the exit status: worker.ExitUsage for a bad command line or
+	// train.toml, else the worker's (see worker.ExitError).
+	Code int
+	// Err is what happened; errors.As reaches the worker's cause through it.
+	Err error
 }
 
-// Command is `gorun worker train.toml`: one rank of the embedded trainer.
-// gorun starts it for a .toml entrypoint when no gorun-worker lies beside
-// it; torchrun can too (torchrun --no-python gorun worker train.toml).
-func Command() *cli.Command {
-	return &cli.Command{
-		Name:        "worker",
-		Usage:       "run one rank of the embedded trainer (gorun starts these for a train.toml entrypoint)",
-		UsageText:   fmt.Sprintf(usageText, "gorun worker"),
-		Description: description,
-		Flags:       flags(),
-		Action:      action,
-	}
+// Error is the line to print.
+func (e *Error) Error() string { return e.Err.Error() }
+
+// Unwrap is the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// options are the worker's flags.
+type options struct {
+	sets       []string
+	metrics    string
+	threads    int
+	profile    bool
+	dumpParams string
 }
 
-// App is the gorun-worker binary: Command's flags and action as a program
-// of its own (gorun-worker train.toml ...), which links the trainer and
-// not the rest of gorun.
-func App() *cli.App {
-	return &cli.App{
-		Name:            "gorun-worker",
-		Usage:           "one rank of gorun's embedded trainer (gorun starts it for a train.toml entrypoint)",
-		UsageText:       fmt.Sprintf(usageText, "gorun-worker"),
-		Description:     description,
-		Flags:           flags(),
-		Action:          action,
-		HideHelpCommand: true,
+// Run is one rank of the embedded trainer, from its command line: args
+// are what follows name (name is "gorun worker" or "gorun-worker", which
+// messages and --help use), flags before or after the train.toml. It reads
+// the train.toml, runs package worker until it ends or ctx is done (which
+// stops the worker as SIGINT would), and returns nil on success, nil after
+// printing --help to stdout, and otherwise an *Error with the exit status.
+// The trainer's progress goes to stdout, its warnings to stderr.
+func Run(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
+	fs, opts := flagSet(name)
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				printHelp(stdout, name, fs)
+				return nil
+			}
+			return usageError(name, err)
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		// The flag package stops at the first argument that is not a flag;
+		// flags after the train.toml go on from the next one.
+		positional, args = append(positional, args[0]), args[1:]
 	}
-}
-
-// action checks the train.toml and the flags, then
-// runs the worker (package worker), whose error carries the exit status.
-func action(c *cli.Context) error {
-	name := c.Command.HelpName
-	args, err := cliflag.ParseTrailing(c)
+	if len(positional) != 1 {
+		return &Error{worker.ExitUsage, fmt.Errorf("%s: give one train.toml: %s %s", name, name, Usage)}
+	}
+	cfg, err := config.Load(positional[0], opts.sets)
 	if err != nil {
-		return cli.Exit(name+": "+err.Error(), worker.ExitUsage)
+		return &Error{worker.ExitUsage, err}
 	}
-	if len(args) != 1 {
-		return cli.Exit(fmt.Sprintf("%s: give one train.toml: %s train.toml [--set section.key=value ...]", name, name), worker.ExitUsage)
+	if opts.threads < 0 {
+		return &Error{worker.ExitUsage, fmt.Errorf("%s: --threads=%d: must be at least 1", name, opts.threads)}
 	}
-	cfg, err := config.Load(args[0], cliflag.Sets(c))
-	if err != nil {
-		return cli.Exit(err.Error(), worker.ExitUsage)
-	}
-	if c.Int("threads") < 0 {
-		return cli.Exit(fmt.Sprintf("%s: --threads=%d: must be at least 1", name, c.Int("threads")), worker.ExitUsage)
-	}
-	err = worker.Run(c.Context, worker.Options{
-		Config: cfg, LookupEnv: os.LookupEnv, Threads: c.Int("threads"), Metrics: c.String("metrics"),
-		Profile: c.Bool("profile"), DumpParams: c.String("dump-params"), Stdout: c.App.Writer, Stderr: c.App.ErrWriter,
+	err = worker.Run(ctx, worker.Options{
+		Config: cfg, LookupEnv: os.LookupEnv, Threads: opts.threads, Metrics: opts.metrics,
+		Profile: opts.profile, DumpParams: opts.dumpParams, Stdout: stdout, Stderr: stderr,
 	})
 	var exit *worker.ExitError
 	if errors.As(err, &exit) {
-		return cli.Exit(exit.Error(), exit.Code)
+		return &Error{exit.Code, exit}
 	}
 	return err
+}
+
+// flagSet is the worker's flags, parsed into the options it returns.
+func flagSet(name string) (*flag.FlagSet, *options) {
+	opts := &options{}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are returned, --help printed by printHelp
+	fs.Func("set", "override a train.toml value: section.key=value (repeatable; a TOML value, commas and all)", func(v string) error {
+		opts.sets = append(opts.sets, v)
+		return nil
+	})
+	fs.StringVar(&opts.metrics, "metrics", "", "JSON-lines metrics file, instead of train.metrics ({rank} gives each rank a file)")
+	fs.IntVar(&opts.threads, "threads", 0, "kernel goroutines of this worker (default: CPUs / LOCAL_WORLD_SIZE)")
+	fs.BoolVar(&opts.profile, "profile", false, "time the phases of every step into the metrics records and a summary table")
+	fs.StringVar(&opts.dumpParams, "dump-params", "", "") // tests: this rank's final parameter slice to DIR/rank-N.bin
+	return fs, opts
+}
+
+// usageError is a flag package error in the words of gorun's other
+// commands: "unknown flag --x (NAME --help lists the flags)".
+func usageError(name string, err error) error {
+	msg := err.Error()
+	if flagName, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		msg = fmt.Sprintf("unknown flag --%s (%s --help lists the flags)", strings.TrimLeft(flagName, "-"), name)
+	}
+	return &Error{worker.ExitUsage, fmt.Errorf("%s: %s", name, msg)}
+}
+
+// printHelp writes the synopsis, the description and the flags (all but
+// the hidden --dump-params) to w.
+func printHelp(w io.Writer, name string, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "usage: %s %s\n\n%s\n\nflags (before or after the train.toml):\n", name, Usage, Description)
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Usage == "" {
+			return
+		}
+		arg := " VALUE"
+		if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
+			arg = ""
+		}
+		fmt.Fprintf(w, "  --%s%s\n      %s\n", f.Name, arg, f.Usage)
+	})
 }
