@@ -9,6 +9,11 @@ type microKernel struct {
 	mr, nr int
 	// mc×kc is the block of op(A) packed for the L2 cache, kc×nc the
 	// block of op(B) packed for L3; mc is a multiple of mr, nc of nr.
+	// The fp32 kernels take nc = 1024 (1 MiB at kc = 256): the packed
+	// block stays in the Engine's pool between products, so it is part of
+	// every trainer worker's resident memory, and 3072 cost 2 MiB more a
+	// goroutine for no speed measured (gorun bench gemm on the model's
+	// shapes, issue 22's and the bench model's tokens/s).
 	mc, kc, nc int
 	// tile computes the mr×nr tile of C at c (row stride ldc) from a, kc
 	// packed columns of mr floats, and b, kc packed rows of nr floats; it
@@ -53,7 +58,7 @@ func goKernel() *microKernel {
 	return &microKernel{
 		name: "go-6x16",
 		mr:   6, nr: 16,
-		mc: 96, kc: 256, nc: 3072,
+		mc: 96, kc: 256, nc: 1024,
 		tile:              goTile,
 		packTranspose:     goTranspose,
 		packCopy:          goCopy,

@@ -15,7 +15,7 @@ func avx2Kernel() *microKernel {
 	return &microKernel{
 		name: "avx2-fma-6x16",
 		mr:   6, nr: 16,
-		mc: 144, kc: 256, nc: 3072,
+		mc: 144, kc: 256, nc: 1024,
 		tile: func(kc int, a, b, c []float32, ldc int, accum bool) {
 			// The packed panels hold kc*6 and kc*16 floats and c holds a
 			// whole 6×16 tile at stride ldc: the assembly reads no further.
@@ -61,7 +61,7 @@ func avx512Kernel() *microKernel {
 	return &microKernel{
 		name: "avx512-12x32",
 		mr:   12, nr: 32,
-		mc: 144, kc: 256, nc: 3072,
+		mc: 144, kc: 256, nc: 1024,
 		tile: func(kc int, a, b, c []float32, ldc int, accum bool) {
 			// As in avx2Kernel: the assembly reads kc*12 floats of a, kc*32
 			// of b and a 12×32 tile of c.
@@ -125,7 +125,7 @@ func avx512BF16Kernel() *bf16Kernel {
 	return &bf16Kernel{
 		name: "avx512bf16-12x32",
 		mr:   12, nr: 32,
-		mc: 144, kc: 512, nc: 3072,
+		mc: 144, kc: 512, nc: 1024,
 		tile: func(pairs int, a, b []uint32, c []float32, ldc int, accum bool) {
 			// The assembly reads pairs*12 pairs of a, pairs*32 of b and a
 			// 12×32 tile of c.
@@ -151,7 +151,7 @@ func avx512BF16NarrowKernel() *bf16Kernel {
 	return &bf16Kernel{
 		name: "avx512bf16-12x16",
 		mr:   12, nr: 16,
-		mc: 144, kc: 512, nc: 3072,
+		mc: 144, kc: 512, nc: 1024,
 		tile: func(pairs int, a, b []uint32, c []float32, ldc int, accum bool) {
 			// The assembly reads pairs*12 pairs of a, pairs*16 of b and a
 			// 12×16 tile of c.
