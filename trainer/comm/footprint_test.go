@@ -9,7 +9,7 @@ import (
 )
 
 func TestGroupUseBytes(t *testing.T) {
-	const chunk, slots, span = 512 << 10, 4 * 512 << 10, 1 << 20
+	const chunk, slots, span = 512 << 10, 2 * 512 << 10, 1 << 20
 	tests := []struct {
 		name string
 		use  GroupUse

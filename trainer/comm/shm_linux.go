@@ -9,8 +9,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// shmSlots is how many chunks one same-node link holds in flight.
-const shmSlots = 4
+// shmSlots is how many chunks one same-node link holds in flight: two,
+// so the sender fills one while the receiver reads the other. The slots
+// are shared pages resident in both processes; four held 2 MiB more per
+// rank and moved no more (gorun bench comm, 2 and 8 ranks, 1-16 MiB).
+const shmSlots = 2
 
 // shmRing is a ring of chunk-sized slots in memory shared by the two
 // ends of one same-node data link. The sender copies a chunk into the next
