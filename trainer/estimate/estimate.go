@@ -338,8 +338,8 @@ const GCPercent = 5
 // the goroutine and thread stacks, and the built-in corpus. Measured with
 // bench/memory.sh on a model where it is nearly all of a worker (1 layer,
 // d_model 64, 2 heads, context 64: 0.1M parameters): the peak VmHWM per
-// worker less what Trainer counts without it was 8.3 MB for ddp on 4
-// workers, 8.1 MB for fsdp on 4 and 7.7 MB for fsdp on 8 (linux/amd64,
+// worker less what Trainer counts without it was 8.1 MB for ddp on 4
+// workers, 7.9 MB for fsdp on 4 and 7.8 MB for fsdp on 8 (linux/amd64,
 // go1.26, 2 CPUs). A worker that runs as `gorun worker` (no gorun-worker
 // beside gorun) has about 21 MB more: the pages the init of gorun's other
 // packages reads (29.3, 29.5 and 28.9 MB on the same runs).
