@@ -53,7 +53,7 @@ trap 'rm -rf "$tmp"' EXIT
 gorun=${GORUN_BIN:-}
 if [[ -z "$gorun" ]]; then
   gorun=$tmp/gorun
-  go build -o "$gorun" ./cmd/gorun || die "go build ./cmd/gorun failed"
+  go build -o "$tmp/" ./cmd/gorun ./cmd/gorun-worker || die "go build ./cmd/gorun ./cmd/gorun-worker failed"
 fi
 go build -o "$tmp/chaosbench" ./bench/chaosbench || die "go build ./bench/chaosbench failed"
 

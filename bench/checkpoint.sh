@@ -51,7 +51,7 @@ if [[ -n "${GORUN_BIN:-}" ]]; then
   gorun=$GORUN_BIN
 else
   gorun=$tmp/gorun
-  (cd "$root" && go build -o "$gorun" ./cmd/gorun) || die "go build ./cmd/gorun failed"
+  (cd "$root" && go build -o "$tmp/" ./cmd/gorun ./cmd/gorun-worker) || die "go build ./cmd/gorun ./cmd/gorun-worker failed"
 fi
 
 now_us() { local t=${EPOCHREALTIME/[.,]/}; echo "$t"; }

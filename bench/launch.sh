@@ -48,7 +48,7 @@ if [[ -n "${GORUN_BIN:-}" ]]; then
   gorun=$GORUN_BIN
 else
   gorun=$tmp/gorun
-  (cd "$root" && go build -o "$gorun" ./cmd/gorun) || die "go build ./cmd/gorun failed"
+  (cd "$root" && go build -o "$tmp/" ./cmd/gorun ./cmd/gorun-worker) || die "go build ./cmd/gorun ./cmd/gorun-worker failed"
 fi
 have_torch=1
 if ! "$TORCH_PYTHON" -c 'import torch.distributed.run' 2>/dev/null; then

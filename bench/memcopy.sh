@@ -68,7 +68,7 @@ if [[ -n "${GORUN_BIN:-}" ]]; then
   gorun=$GORUN_BIN
 else
   gorun=$tmp/gorun
-  (cd "$root" && go build -o "$gorun" ./cmd/gorun) || die "go build ./cmd/gorun failed"
+  (cd "$root" && go build -o "$tmp/" ./cmd/gorun ./cmd/gorun-worker) || die "go build ./cmd/gorun ./cmd/gorun-worker failed"
 fi
 # One secret for every run: the workers authenticate each other, as in a real job.
 GORUN_JOB_SECRET=$("$gorun" job-secret)

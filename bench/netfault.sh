@@ -18,7 +18,7 @@ RUNS=${RUNS:-1}
 
 if [ -z "${GORUN_BIN:-}" ]; then
   bin=$(mktemp -d)/gorun
-  go build -o "$bin" ./cmd/gorun
+  go build -o "$(dirname "$bin")/" ./cmd/gorun ./cmd/gorun-worker
   export GORUN_BIN=$bin
 fi
 

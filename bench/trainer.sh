@@ -76,7 +76,7 @@ if [[ -n "${GORUN_BIN:-}" ]]; then
   gorun=$GORUN_BIN
 else
   gorun=$tmp/gorun
-  (cd "$root" && go build -o "$gorun" ./cmd/gorun) || die "go build ./cmd/gorun failed"
+  (cd "$root" && go build -o "$tmp/" ./cmd/gorun ./cmd/gorun-worker) || die "go build ./cmd/gorun ./cmd/gorun-worker failed"
 fi
 
 # The corpus of examples/train.toml, in one file both sides read.
