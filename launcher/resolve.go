@@ -499,7 +499,8 @@ func tomlWorker(host Host) (argv []string, note string, err error) {
 }
 
 // command builds the worker argv: a .toml entrypoint is the embedded
-// trainer (this binary's `worker` command), a .py entrypoint runs with
+// trainer (tomlWorker: gorun-worker, or this binary's `worker` command,
+// with a note saying why), a .py entrypoint runs with
 // the Python interpreter (pythonInterpreter: $PYTHON_EXEC, $PYTHON, python3) -u, anything else, or
 // anything under --no-python, runs as a program. As in torchrun,
 // --run-path runs the script through runpy.run_path whatever its name,
