@@ -143,7 +143,7 @@ func TestFromConfig(t *testing.T) {
 // model (120,576 parameters: embeddings of 20,480, two blocks of 49,984,
 // ln_f of 128; 4 micro batches a step) by layout and recovery options, and
 // what its collectives keep: a received chunk per group (512 KiB), the
-// shared slots of a rank's two links on a node (2 MiB each), the scratch
+// shared slots of a rank's two links on a node (1 MiB each), the scratch
 // of a shard group of three or more, and a widened chunk in a shard group.
 // Only hsdp across nodes (2x2) counts the fp64 gradient sum in grads: the
 // other layouts keep it in the rollback copy's memory.
@@ -152,7 +152,7 @@ func TestTrainer(t *testing.T) {
 	const block, unitGrads = 49_984, 20_480 + 2*49_984 + 128 // the default model's blocks are one unit each (model.Layout.Units)
 	const longest = block
 	const shardedGrads = 20_480 + longest + 128
-	const chunk, links = 512 << 10, 2 * 2 << 20
+	const chunk, links = 512 << 10, 2 * 1 << 20
 	tests := []struct {
 		name                             string
 		mode                             string
