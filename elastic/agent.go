@@ -639,13 +639,13 @@ func (a *Agent) closed(end rendezvous.End, r rendezvous.Round) Outcome {
 	return out
 }
 
-// ExitRequeue is the exit status (EX_TEMPFAIL) of a worker that saved a
-// checkpoint on request (SIGUSR1/SIGUSR2, SLURM's --signal warning) and
-// stopped so the job can be requeued; gorun then exits with it too. It
-// means that only after gorun passed such a signal (or a stop signal) to
-// the workers: a worker that exits 75 unasked has failed, as under
-// torchrun.
-const ExitRequeue = 75
+// ExitRequeue is the exit status (distenv.ExitRequeue) of a worker that
+// saved a checkpoint on request (SIGUSR1/SIGUSR2, SLURM's --signal
+// warning) and stopped so the job can be requeued; gorun then exits with
+// it too. It means that only after gorun passed such a signal (or a stop
+// signal) to the workers: a worker that exits 75 unasked has failed, as
+// under torchrun.
+const ExitRequeue = distenv.ExitRequeue
 
 func isStopSignal(s syscall.Signal) bool {
 	switch s {

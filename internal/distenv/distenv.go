@@ -10,6 +10,14 @@ import (
 	"strings"
 )
 
+// ExitRequeue is the exit status (EX_TEMPFAIL of sysexits.h, "try again
+// later") by which a worker says it saved a checkpoint on request
+// (SIGUSR1/SIGUSR2, SLURM's --signal warning, passed on by gorun) and
+// stopped so the job can be requeued; gorun then exits with it too. The
+// agent (elastic) and the embedded trainer's worker (trainer/worker) both
+// name it; a script may exit with it as well.
+const ExitRequeue = 75
+
 // Worker is everything one worker process is told about its place in the job.
 type Worker struct {
 	Rank           int    `json:"rank"`             // RANK: global rank

@@ -44,9 +44,10 @@ const (
 	ExitFailed = 1
 	// ExitRequeue is the status of a worker that checkpointed on SIGUSR1
 	// or SIGUSR2 and stopped (gorun passes it on as its own with
-	// --max-restarts=0): EX_TEMPFAIL of sysexits.h, "try again later":
-	// requeue the job and it resumes from that checkpoint.
-	ExitRequeue = 75
+	// --max-restarts=0): distenv.ExitRequeue, EX_TEMPFAIL of sysexits.h,
+	// "try again later": requeue the job and it resumes from that
+	// checkpoint.
+	ExitRequeue = distenv.ExitRequeue
 )
 
 // Options is what one worker process runs with: the train.toml, where
