@@ -386,6 +386,54 @@ func TestAdopt(t *testing.T) {
 	require.Equal(t, "SIGKILL", failures[0].Signal)
 }
 
+// closingWorker is channelWorker that, on SIGUSR2, closes its channel,
+// says so in $DIR/closed.AGENT.LOCAL_RANK and exits 3 a second later: a
+// worker on its way out whose end its agent has not seen yet.
+const closingWorker = `trap 'exec 3>&-; echo closed >> "$DIR/closed.$AGENT.$LOCAL_RANK"; sleep 1; exit 3' USR2
+` + channelWorker
+
+// A kept worker whose channel has closed when the new round is sent to it
+// (the send fails: EPIPE), and which ends within the stop grace, is
+// restarted alone in the new round and recorded as a failure of the round
+// it ran in, like one that had already ended (TestAdopt); its peer on the
+// node is kept.
+func TestAdoptAfterItsChannelClosed(t *testing.T) {
+	dir := t.TempDir()
+	report := &testutil.SyncBuffer{}
+	spec := Spec{RunID: "job", Host: "a", LocalWorkers: 2, Command: []string{"sh", "-c", closingWorker},
+		Environ: append(os.Environ(), "DIR="+dir, "AGENT=a"), TermTimeout: 5 * time.Second, ErrorDir: t.TempDir(),
+		InPlace: true, Report: report, Logs: workerlog.Config{Stdout: &testutil.SyncBuffer{}, Stderr: &testutil.SyncBuffer{}}}
+	rdzv := &rendezvous.Static{}
+	a, err := New(spec, rdzv)
+	require.NoError(t, err)
+	first := rendezvous.Round{NumNodes: 1, WorldSize: 2}
+	workers, err := a.startRound(first)
+	require.NoError(t, err)
+	defer func() {
+		a.stopAll(workers, syscall.SIGTERM)
+		a.release(workers)
+	}()
+	waitFiles(t, dir, "pids", 1, "a")
+	require.NoError(t, workers[1].process.Signal(syscall.SIGUSR2))
+	require.Eventually(t, func() bool { return len(lines(filepath.Join(dir, "closed.a.1"))) == 1 },
+		90*time.Second, 20*time.Millisecond, "worker 1 closes its channel")
+
+	kept, closing := workers[0], workers[1]
+	next := rendezvous.Round{Number: 1, NodeRank: 1, NumNodes: 2, FirstRank: 2, WorldSize: 4}
+	require.NoError(t, a.adopt(context.Background(), &first, next, workers, false))
+	require.Same(t, kept, workers[0], "its peer is kept")
+	require.Equal(t, 2, workers[0].contract.Rank)
+	require.NotSame(t, closing, workers[1], "restarted alone")
+	require.Equal(t, 3, workers[1].started.Rank, "a fresh worker with the new round's contract")
+	require.Contains(t, report.String(), "restarting rank 1 alone in the next round")
+	failures, err := rdzv.Failures(context.Background())
+	require.NoError(t, err)
+	require.Len(t, failures, 1)
+	require.Equal(t, 1, failures[0].Rank)
+	require.Equal(t, 0, failures[0].Attempt, "a failure of the round it ran in")
+	require.Equal(t, 3, failures[0].ExitCode)
+}
+
 // A spare (a fourth node of a job of at most three) waits with its
 // workers started and idle (a hot spare: they hold no state yet); SLURM's
 // warning (SIGUSR1) makes it stop them and exit 75 at once, as the
