@@ -344,21 +344,9 @@ func TestInPlaceScaleUp(t *testing.T) {
 // failure of the round before and restarted alone; at a step boundary (an
 // intact world) it is refused instead, and the agent starts fresh workers.
 func TestAdopt(t *testing.T) {
-	dir := t.TempDir()
-	report := &testutil.SyncBuffer{}
-	spec := Spec{RunID: "job", Host: "a", LocalWorkers: 2, Command: []string{"sh", "-c", channelWorker},
-		Environ: append(os.Environ(), "DIR="+dir, "AGENT=a"), TermTimeout: 5 * time.Second, ErrorDir: t.TempDir(),
-		InPlace: true, Report: report, Logs: workerlog.Config{Stdout: &testutil.SyncBuffer{}, Stderr: &testutil.SyncBuffer{}}}
-	rdzv := &rendezvous.Static{}
-	a, err := New(spec, rdzv)
-	require.NoError(t, err)
+	a, rdzv, report, dir := adoptingAgent(t, channelWorker)
 	first := rendezvous.Round{NumNodes: 1, WorldSize: 2}
-	workers, err := a.startRound(first)
-	require.NoError(t, err)
-	defer func() {
-		a.stopAll(workers, syscall.SIGTERM)
-		a.release(workers)
-	}()
+	workers := startRound(t, a, first)
 	waitFiles(t, dir, "pids", 1, "a")
 	ctx := context.Background()
 
@@ -386,6 +374,36 @@ func TestAdopt(t *testing.T) {
 	require.Equal(t, "SIGKILL", failures[0].Signal)
 }
 
+// adoptingAgent is the in-place agent of node "a" (two workers running
+// the shell script worker, with DIR and AGENT set, a 5 s stop grace)
+// over a static rendezvous, its report, and the workers' DIR.
+func adoptingAgent(t *testing.T, worker string) (*Agent, *rendezvous.Static, *testutil.SyncBuffer, string) {
+	t.Helper()
+	dir := t.TempDir()
+	report := &testutil.SyncBuffer{}
+	spec := Spec{RunID: "job", Host: "a", LocalWorkers: 2, Command: []string{"sh", "-c", worker},
+		Environ: append(os.Environ(), "DIR="+dir, "AGENT=a"), TermTimeout: 5 * time.Second, ErrorDir: t.TempDir(),
+		InPlace: true, Report: report, Logs: workerlog.Config{Stdout: &testutil.SyncBuffer{}, Stderr: &testutil.SyncBuffer{}}}
+	rdzv := &rendezvous.Static{}
+	a, err := New(spec, rdzv)
+	require.NoError(t, err)
+	return a, rdzv, report, dir
+}
+
+// startRound starts a's workers of round r; when the test ends it
+// stops and releases the slice they are in then (adopt replaces workers
+// in it).
+func startRound(t *testing.T, a *Agent, r rendezvous.Round) []*worker {
+	t.Helper()
+	workers, err := a.startRound(r)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		a.stopAll(workers, syscall.SIGTERM)
+		a.release(workers)
+	})
+	return workers
+}
+
 // closingWorker is channelWorker that, on SIGUSR2, closes its channel,
 // says so in $DIR/closed.AGENT.LOCAL_RANK and exits 3 a second later: a
 // worker on its way out whose end its agent has not seen yet.
@@ -398,21 +416,9 @@ const closingWorker = `trap 'exec 3>&-; echo closed >> "$DIR/closed.$AGENT.$LOCA
 // it ran in, like one that had already ended (TestAdopt); its peer on the
 // node is kept.
 func TestAdoptAfterItsChannelClosed(t *testing.T) {
-	dir := t.TempDir()
-	report := &testutil.SyncBuffer{}
-	spec := Spec{RunID: "job", Host: "a", LocalWorkers: 2, Command: []string{"sh", "-c", closingWorker},
-		Environ: append(os.Environ(), "DIR="+dir, "AGENT=a"), TermTimeout: 5 * time.Second, ErrorDir: t.TempDir(),
-		InPlace: true, Report: report, Logs: workerlog.Config{Stdout: &testutil.SyncBuffer{}, Stderr: &testutil.SyncBuffer{}}}
-	rdzv := &rendezvous.Static{}
-	a, err := New(spec, rdzv)
-	require.NoError(t, err)
+	a, rdzv, report, dir := adoptingAgent(t, closingWorker)
 	first := rendezvous.Round{NumNodes: 1, WorldSize: 2}
-	workers, err := a.startRound(first)
-	require.NoError(t, err)
-	defer func() {
-		a.stopAll(workers, syscall.SIGTERM)
-		a.release(workers)
-	}()
+	workers := startRound(t, a, first)
 	waitFiles(t, dir, "pids", 1, "a")
 	require.NoError(t, workers[1].process.Signal(syscall.SIGUSR2))
 	require.Eventually(t, func() bool { return len(lines(filepath.Join(dir, "closed.a.1"))) == 1 },
