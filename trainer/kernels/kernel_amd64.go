@@ -125,7 +125,7 @@ func avx512BF16Kernel() *bf16Kernel {
 	return &bf16Kernel{
 		name: "avx512bf16-12x32",
 		mr:   12, nr: 32,
-		mc: 144, kc: 512, nc: 1024,
+		mc: 144, kc: 512, nc: 3072,
 		tile: func(pairs int, a, b []uint32, c []float32, ldc int, accum bool) {
 			// The assembly reads pairs*12 pairs of a, pairs*32 of b and a
 			// 12×32 tile of c.
@@ -151,7 +151,7 @@ func avx512BF16NarrowKernel() *bf16Kernel {
 	return &bf16Kernel{
 		name: "avx512bf16-12x16",
 		mr:   12, nr: 16,
-		mc: 144, kc: 512, nc: 1024,
+		mc: 144, kc: 512, nc: 3072,
 		tile: func(pairs int, a, b []uint32, c []float32, ldc int, accum bool) {
 			// The assembly reads pairs*12 pairs of a, pairs*16 of b and a
 			// 12×16 tile of c.
