@@ -21,6 +21,7 @@ import (
 	"os"
 
 	"github.com/gorun/gorun/internal/workercmd"
+	"github.com/gorun/gorun/trainer/worker"
 )
 
 func main() {
@@ -30,7 +31,7 @@ func main() {
 	}
 	// The same line as gorun worker's, for the agent's log.
 	fmt.Fprintf(os.Stderr, "gorun: %s\n", err)
-	var exit *workercmd.Error
+	var exit *worker.ExitError
 	if errors.As(err, &exit) {
 		os.Exit(exit.Code)
 	}

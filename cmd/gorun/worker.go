@@ -6,6 +6,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gorun/gorun/internal/workercmd"
+	"github.com/gorun/gorun/trainer/worker"
 )
 
 // workerCommand is `gorun worker train.toml`: one rank of the embedded
@@ -21,7 +22,7 @@ func workerCommand() *cli.Command {
 		SkipFlagParsing: true, // workercmd parses them, --help included
 		Action: func(c *cli.Context) error {
 			err := workercmd.Run(c.Context, "gorun worker", c.Args().Slice(), c.App.Writer, c.App.ErrWriter)
-			var exit *workercmd.Error
+			var exit *worker.ExitError
 			if errors.As(err, &exit) {
 				return cli.Exit(exit.Error(), exit.Code)
 			}

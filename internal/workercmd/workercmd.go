@@ -47,22 +47,6 @@ const Description = "Reads the torchrun environment contract (RANK, WORLD_SIZE, 
 	"tools linked in: about 20 MB less resident memory a worker) when it lies beside the gorun binary\n" +
 	"and was built from the same commit, and `gorun worker` otherwise."
 
-// Error is a worker's end that is not a success: the line to print
-// (Error) and the status the process exits with.
-type Error struct {
-	// Code is the exit status: worker.ExitUsage for a bad command line or
-	// train.toml, else the worker's (see worker.ExitError).
-	Code int
-	// Err is what happened; errors.As reaches the worker's cause through it.
-	Err error
-}
-
-// Error is the line to print.
-func (e *Error) Error() string { return e.Err.Error() }
-
-// Unwrap is the cause.
-func (e *Error) Unwrap() error { return e.Err }
-
 // options are the worker's flags.
 type options struct {
 	sets       []string
@@ -77,7 +61,8 @@ type options struct {
 // messages and --help use), flags before or after the train.toml. It reads
 // the train.toml, runs package worker until it ends or ctx is done (which
 // stops the worker as SIGINT would), and returns nil on success, nil after
-// printing --help to stdout, and otherwise an *Error with the exit status.
+// printing --help to stdout, and otherwise a *worker.ExitError with the
+// exit status (worker.ExitUsage for a bad command line or train.toml).
 // The trainer's progress goes to stdout, its warnings to stderr.
 func Run(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
 	fs, opts := flagSet(name)
@@ -99,24 +84,19 @@ func Run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 		positional, args = append(positional, args[0]), args[1:]
 	}
 	if len(positional) != 1 {
-		return &Error{worker.ExitUsage, fmt.Errorf("%s: give one train.toml: %s %s", name, name, Usage)}
+		return &worker.ExitError{Code: worker.ExitUsage, Err: fmt.Errorf("%s: give one train.toml: %s %s", name, name, Usage)}
 	}
 	cfg, err := config.Load(positional[0], opts.sets)
 	if err != nil {
-		return &Error{worker.ExitUsage, err}
+		return &worker.ExitError{Code: worker.ExitUsage, Err: err}
 	}
 	if opts.threads < 0 {
-		return &Error{worker.ExitUsage, fmt.Errorf("%s: --threads=%d: must be at least 1", name, opts.threads)}
+		return &worker.ExitError{Code: worker.ExitUsage, Err: fmt.Errorf("%s: --threads=%d: must be at least 1", name, opts.threads)}
 	}
-	err = worker.Run(ctx, worker.Options{
+	return worker.Run(ctx, worker.Options{
 		Config: cfg, LookupEnv: os.LookupEnv, Threads: opts.threads, Metrics: opts.metrics,
 		Profile: opts.profile, DumpParams: opts.dumpParams, Stdout: stdout, Stderr: stderr,
 	})
-	var exit *worker.ExitError
-	if errors.As(err, &exit) {
-		return &Error{exit.Code, exit}
-	}
-	return err
 }
 
 // flagSet is the worker's flags, parsed into the options it returns.
@@ -142,7 +122,7 @@ func usageError(name string, err error) error {
 	if flagName, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
 		msg = fmt.Sprintf("unknown flag --%s (%s --help lists the flags)", strings.TrimLeft(flagName, "-"), name)
 	}
-	return &Error{worker.ExitUsage, fmt.Errorf("%s: %s", name, msg)}
+	return &worker.ExitError{Code: worker.ExitUsage, Err: fmt.Errorf("%s: %s", name, msg)}
 }
 
 // printHelp writes the synopsis, the description and the flags (all but

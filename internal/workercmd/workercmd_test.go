@@ -38,7 +38,7 @@ func TestRunCommandLine(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			err := Run(context.Background(), "gorun-worker", tt.args, &stdout, &stderr)
-			var exit *Error
+			var exit *worker.ExitError
 			require.True(t, errors.As(err, &exit), "want an *Error, got %v", err)
 			require.Equal(t, worker.ExitUsage, exit.Code)
 			require.ErrorContains(t, err, tt.wantErr)
