@@ -226,7 +226,6 @@ func TestLayoutsMatchOneProcess(t *testing.T) {
 		{"fsdp 1x4", nil, config.ModeFSDP, 4, 4, 4, true},
 		{"zero1 1x2", nil, config.ModeZeRO1, 2, 2, 2, true},
 		{"zero2 1x4", nil, config.ModeZeRO2, 4, 4, 4, true},
-		{"zero3 1x4", nil, config.ModeZeRO3, 4, 4, 4, true},
 		{"hsdp 2x2", nil, config.ModeHSDP, 4, 2, 2, true},
 		{"hsdp 4x1", nil, config.ModeHSDP, 4, 1, 1, true},
 		{"6 units: ddp 3x1, 2 micro batches a rank", six, config.ModeDDP, 3, 3, 1, true},
