@@ -176,6 +176,44 @@ for row in $ROWS; do
     END { printf "{\"mode\":\"%s\",\"workers\":%d,\"peak_bytes\":%.0f,\"worker_peak_bytes\":[%s],\"private_bytes\":%.0f,\"worker_private_bytes\":[%s],\"estimate_row\":\"%s\",\"textbook_bytes\":%.0f,\"copies_bytes\":%.0f,\"trainer_bytes\":%.0f}\n",
             mode, n, m * 1024, w, pm * 1024, p, row, tb, cp, tr }' "$dir/peaks" >>"$tmp/json"
 done
+
+# Activation checkpointing: the row ACT_ROW (MODE:WORKERS, default fsdp:2; ACT_ROW= skips it) once
+# with [train] activation_checkpointing off and once on, side by side. Its workers are the agent's
+# children whose environment has RANK (the agent's guard has none); each one's last VmHWM, as above.
+ACT_ROW=${ACT_ROW-fsdp:2}
+for on in ${ACT_ROW:+false true}; do
+  [[ "$ACT_ROW" =~ ^(ddp|zero1|zero2|zero3|fsdp|hsdp):[1-9][0-9]*$ ]] || die "bad ACT_ROW '$ACT_ROW': want MODE:WORKERS"
+  mode=${ACT_ROW%%:*} n=${ACT_ROW##*:}
+  dir=$tmp/act-$on
+  write_toml "$dir" "$mode"
+  sed -i "/^\[train\]\$/a activation_checkpointing = $on" "$dir/train.toml"
+  textbook=$(textbook_total "$dir/train.toml" "$n" "$mode")
+  trainer=$(estimate_total "$dir/train.toml" "$n" "$mode" "$(strategy "$mode")" selected)
+  copies=$(estimate_total "$dir/train.toml" "$n" "$mode" "$(strategy "$mode")" selected copies)
+  declare -A act_hwm=() act_own=() act_rank=()
+  "$gorun" --standalone --nproc-per-node="$n" "$dir/train.toml" >"$dir/log" 2>&1 &
+  agent=$!
+  while kill -0 "$agent" 2>/dev/null; do
+    for pid in $(cat /proc/"$agent"/task/*/children 2>/dev/null); do
+      [[ -n "${act_rank[$pid]:-}" ]] || act_rank[$pid]=$(tr '\0' '\n' 2>/dev/null </proc/"$pid"/environ | sed -n 's/^RANK=//p') || true
+      [[ -n "${act_rank[$pid]}" ]] || continue
+      # A zombie has no VmHWM line, a process gone no file: either prints nothing.
+      read -r kb own < <(awk '$1 == "VmHWM:" { h = $2 } $1 == "RssAnon:" || $1 == "RssShmem:" { o += $2 } END { if (h != "") print h, o + 0 }' /proc/"$pid"/status 2>/dev/null) || continue
+      act_hwm[$pid]=$kb
+      (( own > ${act_own[$pid]:-0} )) && act_own[$pid]=$own
+    done
+    sleep "$POLL"
+  done
+  wait "$agent" || { tail -20 "$dir/log" >&2; die "activation_checkpointing = $on: gorun --standalone --nproc-per-node=$n $dir/train.toml failed; its last lines above"; }
+  agent=
+  (( ${#act_hwm[@]} == n )) || die "activation_checkpointing = $on: saw ${#act_hwm[@]} worker processes among the agent's children, want $n"
+  peak_kb=$(printf '%s\n' "${act_hwm[@]}" | sort -n | tail -1) private_kb=$(printf '%s\n' "${act_own[@]}" | sort -n | tail -1)
+  unset act_hwm act_own act_rank
+  awk -v label="$mode, activation_checkpointing $on" -v n="$n" -v kb="$peak_kb" -v pkb="$private_kb" -v tb="$textbook" -v tr="$trainer" -v cp="$copies" -v row="$(strategy "$mode")" 'BEGIN {
+    b = kb * 1024
+    printf "| %s | %d | %.0f MB | %.0f MB | %.0f MB (%s) | %.2fx | %.0f MB | %.0f MB | %.2fx |\n", label, n, b / 1e6, pkb * 1024 / 1e6,
+      tb / 1e6, row, b / tb, (1.25 * tb + cp) / 1e6, tr / 1e6, b / tr }'
+done
 if [[ "$JSON" == 1 ]]; then
   echo
   cat "$tmp/json"
