@@ -590,12 +590,13 @@ func TestFaults(t *testing.T) {
 		return j
 	}
 
-	// Where a kill lands. Paused: every worker is stopped (SIGSTOP) before the kill and continued
-	// after it, so no rank steps on past it: the ranks are wherever the stop found them, at most
-	// one step apart. Mid-step: the kill comes as soon as rank 0 recorded step 12, every worker
-	// running: each is inside a later step, computing or in one of its collectives (the victim
-	// may have sent its part of the step's statistics, and then some survivors complete the step
-	// and others cannot). Either way the fault may cost only the step in flight (requireRedone).
+	// Where a kill lands. Paused: every worker is stopped (SIGSTOP) once rank 0 recorded step 12,
+	// killed, and continued, so no rank steps on past the kill: the ranks are wherever the stop
+	// found them, at most one step apart. Mid-step: the kill comes as soon as the test sees rank
+	// 0's record of step 12 (the victim was chosen a step before), every worker running: each is
+	// inside a later step, computing or in one of its collectives (the victim may have sent its
+	// part of the step's statistics, and then some survivors complete the step and others
+	// cannot). Either way the fault may cost only the step in flight (requireRedone).
 	kills := []struct {
 		name   string
 		paused bool
@@ -604,11 +605,8 @@ func TestFaults(t *testing.T) {
 	for _, k := range kills {
 		t.Run("kill -9 worker "+k.name, func(t *testing.T) {
 			j := three(t, "kill-worker-"+k.name)
-			rec := j.waitStep(12)
-			var paused []worker
-			if k.paused {
-				paused = j.pause()
-			}
+			// The victim is chosen a step before, so that the kill follows rank 0's record at once.
+			j.waitStep(11)
 			round := j.round()
 			agent := j.byNodeRank(round)[1]
 			var pid int
@@ -619,6 +617,11 @@ func TestFaults(t *testing.T) {
 			}
 			rank := 2 * nodeRank(t, agent, round) // 2: its local rank 0
 			ended := j.roundsEnded()
+			rec := j.waitStep(12)
+			var paused []worker
+			if k.paused {
+				paused = j.pause()
+			}
 			at := time.Now()
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
@@ -649,15 +652,16 @@ func TestFaults(t *testing.T) {
 	for _, k := range kills {
 		t.Run("kill -9 node "+k.name, func(t *testing.T) {
 			j := three(t, "kill-node-"+k.name)
+			j.waitStep(11)
+			round := j.round()
+			victim := j.byNodeRank(round)[2]
+			lost := ranksOf(t, victim, round)
+			ended := j.roundsEnded()
 			rec := j.waitStep(12)
 			var paused []worker
 			if k.paused {
 				paused = j.pause()
 			}
-			round := j.round()
-			victim := j.byNodeRank(round)[2]
-			lost := ranksOf(t, victim, round)
-			ended := j.roundsEnded()
 			at := time.Now()
 			if err := victim.cmd.Process.Kill(); err != nil {
 				t.Fatal(err)

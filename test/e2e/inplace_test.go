@@ -146,8 +146,8 @@ func TestInPlace(t *testing.T) {
 	}
 
 	// Each node loss is tried paused (every worker stopped before the kill, continued after it)
-	// and mid-step (killed as soon as rank 0 recorded step 40, every worker running): see
-	// TestFaults.
+	// and mid-step (killed as soon as the test sees rank 0's record of step 40, every worker
+	// running; the victims were chosen a step before): see TestFaults.
 	kills := []struct {
 		name   string
 		paused bool
@@ -157,16 +157,17 @@ func TestInPlace(t *testing.T) {
 		t.Run("node lost "+k.name, func(t *testing.T) {
 			j := run(job("ip-node-lost-"+k.name, "2:3"), "node-a", "node-b", "node-c")
 			j.t = t
-			rec := j.waitStep(40)
-			var paused []worker
-			if k.paused {
-				paused = j.pause()
-			}
+			j.waitStep(39)
 			round := j.round()
 			nodes := j.byNodeRank(round)
 			survivors, victim := nodes[:2], nodes[2]
 			lost := ranksOf(t, victim, round)
 			before := j.pidsOf(survivors...)
+			rec := j.waitStep(40)
+			var paused []worker
+			if k.paused {
+				paused = j.pause()
+			}
 			at := time.Now()
 			if err := victim.cmd.Process.Kill(); err != nil {
 				t.Fatal(err)
@@ -201,16 +202,17 @@ func TestInPlace(t *testing.T) {
 			j.leaseTTL = 60
 			run(j, "node-a", "node-b", "node-c")
 			j.t = t
-			rec := j.waitStep(40)
-			var paused []worker
-			if k.paused {
-				paused = j.pause()
-			}
+			j.waitStep(39)
 			round := j.round()
 			nodes := j.byNodeRank(round)
 			survivors, victims := nodes[:1], nodes[1:]
 			lost := append(ranksOf(t, victims[0], round), ranksOf(t, victims[1], round)...)
 			before := j.pidsOf(survivors...)
+			rec := j.waitStep(40)
+			var paused []worker
+			if k.paused {
+				paused = j.pause()
+			}
 			at := time.Now()
 			for _, v := range victims {
 				if err := v.cmd.Process.Kill(); err != nil {
