@@ -383,18 +383,6 @@ func (j *faultJob) status() string {
 	return runGorun(j.t, nil, "status", "--rdzv-endpoint="+j.endpoint, "--rdzv-id="+j.runID).Stdout
 }
 
-// workerOf finds the worker process of global rank rank among the agents: its pid and agent.
-func (j *faultJob) workerOf(rank int) (int, *gorunProc) {
-	j.t.Helper()
-	for _, w := range j.workers() {
-		if w.rank == rank {
-			return w.pid, w.agent
-		}
-	}
-	j.t.Fatalf("%s: no worker of rank %d", j.runID, rank)
-	return 0, nil
-}
-
 // worker is one worker process of a fault job: its pid, the global rank it started with (a
 // worker kept in place across rounds keeps its first RANK in its environment), its local rank
 // and its agent.
