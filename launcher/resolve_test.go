@@ -332,7 +332,6 @@ func TestResolveErrors(t *testing.T) {
 		{"etcd without endpoint", opts(func(o *Options) { o.NNodes, o.RdzvBackend = "2", "etcd" }), nil, "give --rdzv-endpoint"},
 		{"nodes meeting over etcd need a run id", opts(func(o *Options) { o.NNodes, o.RdzvEndpoint = "2:3", "h:1" }), nil, "give every node the same --rdzv-id"},
 		{"a run id is a directory name", opts(func(o *Options) { o.RdzvID = "a/b" }), nil, `--rdzv-id="a/b"`},
-		{"unknown rdzv conf key", opts(func(o *Options) { o.NNodes, o.RdzvEndpoint, o.RdzvConf = "2", "h:1", "lease=3" }), nil, `unknown key "lease"`},
 		{"bad lease ttl", opts(func(o *Options) { o.NNodes, o.RdzvEndpoint, o.RdzvConf = "2", "h:1", "lease_ttl=0.1" }), nil, "lease_ttl=0.1"},
 		{"missing script", opts(func(o *Options) { o.Entrypoint = "nope.py" }), nil, "script nope.py: file does not exist"},
 		{"missing config", opts(func(o *Options) { o.Entrypoint = "nope.toml" }), nil, "config nope.toml: file does not exist"},
