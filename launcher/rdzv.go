@@ -68,17 +68,17 @@ const (
 	confJoinTimeout = "join_timeout"
 	// confTimeout is torchrun's etcd rendezvous's join timeout; its
 	// c10d and etcd-v2 (dynamic) rendezvous ignore it.
-	confTimeout = "timeout"
-	confMaxChanges  = "max_membership_changes"
-	confIsHost      = "is_host" // torchrun's: whether this node hosts the c10d endpoint
+	confTimeout    = "timeout"
+	confMaxChanges = "max_membership_changes"
+	confIsHost     = "is_host" // torchrun's: whether this node hosts the c10d endpoint
 
 	// torchrun's c10d keys. A node is dead when its keep-alives lapse
 	// for keep_alive_interval x keep_alive_max_attempt: gorun's lease
 	// TTL. The others tune torchrun's TCPStore and have no counterpart.
 	confKeepAliveInterval = "keep_alive_interval" // seconds (torchrun: 5)
 	confKeepAliveAttempts = "keep_alive_max_attempt"
-	confReadTimeout       = "read_timeout"  // seconds: the TCPStore's request timeout; gorun retries etcd until join_timeout
-	confCloseTimeout      = "close_timeout" // seconds: torchrun's wait to close the rendezvous; gorun's host lingers for the others itself
+	confReadTimeout       = "read_timeout"      // seconds: the TCPStore's request timeout; gorun retries etcd until join_timeout
+	confCloseTimeout      = "close_timeout"     // seconds: torchrun's wait to close the rendezvous; gorun's host lingers for the others itself
 	confHeartbeat         = "heartbeat_timeout" // seconds: torchrun's keep-alive deadline; etcd keeps leases alive itself
 	confUseLibuv          = "use_libuv"         // the TCPStore's event loop
 	confStoreType         = "store_type"        // tcp | file: torchrun's c10d store; gorun's is etcd at the endpoint
