@@ -419,15 +419,28 @@ func embeddedTrainer(opts Options) bool {
 }
 
 func (l *Launch) resolveNProc(opts Options, host Host) error {
-	gpus := findGPUs(host.Lookup, orDefault(host.Machine.DevRoot, "/dev"), host.Glob)
+	devRoot := orDefault(host.Machine.DevRoot, "/dev")
+	gpus := findGPUs(host.Lookup, devRoot, host.Glob)
 	l.GPUs, l.GPUSource, l.gpuDevices = gpus.IDs, gpus.Source, gpus.Devices
 	if gpus.Inherited {
 		l.GPUSource += " (CUDA_VISIBLE_DEVICES inherited)"
 	}
+	// An inherited CUDA_VISIBLE_DEVICES on a machine with no GPU names
+	// GPUs CUDA will not find: torchrun's torch.cuda.is_available() is
+	// false there, so gpu fails and auto counts CPUs. SLURM's lists come
+	// from the GPUs it manages.
+	var noGPU string
+	if gpus.Inherited && len(gpus.IDs) > 0 && !hasGPUDevice(devRoot, host.Glob) {
+		noGPU = fmt.Sprintf("CUDA_VISIBLE_DEVICES=%s lists GPUs, but this machine has none (no %s/nvidia*, nvidiactl or kfd)",
+			strings.Join(gpus.IDs, ","), devRoot)
+	}
 	spec := strings.ToLower(orDefault(opts.NProcPerNode, "1"))
 	switch spec {
 	case "auto":
-		if len(gpus.IDs) > 0 {
+		if noGPU != "" {
+			l.note(fmt.Sprintf("--nproc-per-node=auto: %s; it counts CPUs, as torchrun's does when CUDA is not available", noGPU))
+		}
+		if len(gpus.IDs) > 0 && noGPU == "" {
 			l.NProcPerNode, l.NProcSource = len(gpus.IDs), "auto: GPUs from "+gpus.Source
 		} else if embeddedTrainer(opts) {
 			// One worker with every CPU as its kernel threads (trainer.DefaultThreads): on the
@@ -439,6 +452,9 @@ func (l *Launch) resolveNProc(opts Options, host Host) error {
 	case "gpu":
 		if len(gpus.IDs) == 0 {
 			return usagef("--nproc-per-node=gpu: no GPUs found (CUDA_VISIBLE_DEVICES, SLURM_STEP_GPUS, SLURM_GPUS_ON_NODE, /dev/nvidia*); give a number")
+		}
+		if noGPU != "" {
+			return usagef("--nproc-per-node=gpu: %s; torchrun refuses it too (\"Cuda is not available\"): run on a GPU node, or give a number of workers", noGPU)
 		}
 		l.NProcPerNode, l.NProcSource = len(gpus.IDs), "GPUs from "+gpus.Source
 	case "cpu":
