@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -192,6 +193,32 @@ func TestTorchrunRecipes(t *testing.T) {
 			o.SignalsToHandle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"
 		}), nil, func(t *testing.T, l *Launch) {
 			require.Empty(t, l.Notes)
+		}},
+		{"an endpoint with no backend and node ranks is torchrun's static default, at the endpoint", opts(func(o *Options) {
+			o.NNodes, o.NodeRank, o.RdzvEndpoint = "2", 1, "head:29555"
+		}), nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, BackendStatic, l.Rendezvous.Backend)
+			require.Equal(t, "head", l.MasterAddr)
+			require.Equal(t, 29555, l.MasterPort)
+			require.Equal(t, 1, l.NodeRank)
+			require.Equal(t, "none", l.RunID)
+		}},
+		{"the same under srun", opts(func(o *Options) { o.NNodes, o.NodeRank, o.RdzvEndpoint = "3", 2, "head:29555" }), slurmStep(), func(t *testing.T, l *Launch) {
+			require.Equal(t, BackendStatic, l.Rendezvous.Backend)
+			require.Equal(t, "head:29555", fmt.Sprintf("%s:%d", l.MasterAddr, l.MasterPort))
+			require.Equal(t, 2, l.NodeRank)
+		}},
+		{"nodes without ranks meet over the etcd at the endpoint (torchrun's static would rank each 0)", opts(func(o *Options) {
+			o.NNodes, o.RdzvEndpoint, o.RdzvID = "2", "head:2379", "j"
+		}), nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, BackendEtcd, l.Rendezvous.Backend)
+			require.Equal(t, []string{"head:2379"}, l.Rendezvous.Endpoints)
+		}},
+		{"static: the endpoint is the master, not --master-addr/--master-port, as torchrun", opts(func(o *Options) {
+			o.NNodes, o.NodeRank, o.RdzvBackend, o.RdzvEndpoint, o.MasterAddr, o.MasterPort = "2", 0, "static", "head:29555", "other", 1234
+		}), nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, "head:29555", fmt.Sprintf("%s:%d", l.MasterAddr, l.MasterPort))
+			require.Contains(t, strings.Join(l.Notes, "\n"), "--master-addr/--master-port ignored: the master of the static rendezvous is --rdzv-endpoint=head:29555")
 		}},
 		{"c10d ignores timeout, as torchrun's: join_timeout stays 600 s", opts(func(o *Options) {
 			o.NNodes, o.RdzvBackend, o.RdzvEndpoint, o.RdzvConf = "1:2", "c10d", "head:29400", "timeout=5"

@@ -150,9 +150,12 @@ var knownConf = []string{
 }
 
 // chooseBackend picks static or etcd from what the user asked for:
-// --standalone and one-node jobs are static; a SLURM job of several nodes
-// is elastic over an embedded etcd unless an endpoint is given; elsewhere
-// an endpoint, an explicit etcd backend or a MIN:MAX range mean etcd.
+// --standalone and one-node jobs are static; without a backend, an
+// endpoint with a fixed --nnodes and an explicit --node-rank is torchrun's
+// default, static at the endpoint as the master; a SLURM job of several
+// nodes is elastic over an embedded etcd unless an endpoint is given;
+// elsewhere an endpoint (nodes without ranks), an explicit etcd backend
+// or a MIN:MAX range mean etcd.
 // torchrun's c10d with an endpoint and more than one node is etcd too,
 // over an etcd that the node owning the endpoint's address embeds
 // (hostAtEndpoint); c10d without an endpoint, or on one node, stays
@@ -191,6 +194,10 @@ func (l *Launch) chooseBackend(opts Options, underSLURM, rankKnown bool) (string
 		// torchrun's static recipe under srun: the master it names is
 		// honoured; gorun's elastic rounds would move it to node rank 0.
 		l.note("--master-addr/--master-port under SLURM: static rendezvous at the given master, as torchrun; drop them for gorun's elastic etcd rendezvous (a job-wide first failure, node losses survived)")
+		return BackendStatic, nil
+	case opts.RdzvEndpoint != "" && !elastic && opts.NodeRank >= 0:
+		// torchrun's default backend is static, its master the endpoint:
+		// every node names its rank, so nothing needs to rank them.
 		return BackendStatic, nil
 	case underSLURM || opts.RdzvEndpoint != "":
 		return BackendEtcd, nil

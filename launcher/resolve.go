@@ -377,8 +377,14 @@ func (l *Launch) resolveMaster(opts Options, job slurm.Job, underSLURM bool, hos
 			return usagef("--rdzv-endpoint=%s: port 0 (a free port) works for one node only: with --nnodes=%d every node must be given the same port", opts.RdzvEndpoint, l.MinNodes)
 		}
 		freeAsked = p == 0 && port == 0
-		addr = firstNonEmpty(addr, h)
-		if port == 0 && p > 0 {
+		if masterGiven(opts) && (addr != "" && addr != h || port != 0 && p > 0 && port != p) {
+			// torchrun's static rendezvous takes its master from the
+			// endpoint when there is one (run.py, get_rdzv_endpoint).
+			l.note(fmt.Sprintf("--master-addr/--master-port ignored: the master of the static rendezvous is --rdzv-endpoint=%s, as in torchrun", opts.RdzvEndpoint))
+			addr, port = "", 0
+		}
+		addr = firstNonEmpty(h, addr)
+		if p > 0 {
 			port = p
 		}
 	}
