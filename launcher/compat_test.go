@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -145,7 +146,7 @@ func TestTorchrunRecipes(t *testing.T) {
 		}},
 		{"torchrun's other c10d keys are accepted", opts(func(o *Options) {
 			o.NNodes, o.RdzvBackend, o.RdzvEndpoint = "2", "c10d", "head:29400"
-			o.RdzvConf = "read_timeout=300,close_timeout=30,heartbeat=5,use_libuv=0,join_timeout=900,last_call_timeout=10"
+			o.RdzvConf = "read_timeout=300,close_timeout=30,heartbeat_timeout=5,use_libuv=0,store_type=tcp,join_timeout=900,last_call_timeout=10"
 		}), nil, func(t *testing.T, l *Launch) {
 			require.Equal(t, Duration(defaultLeaseTTL), l.Rendezvous.Timing.LeaseTTL)
 			require.Equal(t, Duration(900*time.Second), l.Rendezvous.Timing.JoinTimeout)
@@ -192,6 +193,59 @@ func TestTorchrunRecipes(t *testing.T) {
 			o.SignalsToHandle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"
 		}), nil, func(t *testing.T, l *Launch) {
 			require.Empty(t, l.Notes)
+		}},
+		{"an endpoint with no backend and node ranks is torchrun's static default, at the endpoint", opts(func(o *Options) {
+			o.NNodes, o.NodeRank, o.RdzvEndpoint = "2", 1, "head:29555"
+		}), nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, BackendStatic, l.Rendezvous.Backend)
+			require.Equal(t, "head", l.MasterAddr)
+			require.Equal(t, 29555, l.MasterPort)
+			require.Equal(t, 1, l.NodeRank)
+			require.Equal(t, "none", l.RunID)
+		}},
+		{"the same under srun", opts(func(o *Options) { o.NNodes, o.NodeRank, o.RdzvEndpoint = "3", 2, "head:29555" }), slurmStep(), func(t *testing.T, l *Launch) {
+			require.Equal(t, BackendStatic, l.Rendezvous.Backend)
+			require.Equal(t, "head:29555", fmt.Sprintf("%s:%d", l.MasterAddr, l.MasterPort))
+			require.Equal(t, 2, l.NodeRank)
+		}},
+		{"nodes without ranks meet over the etcd at the endpoint (torchrun's static would rank each 0)", opts(func(o *Options) {
+			o.NNodes, o.RdzvEndpoint, o.RdzvID = "2", "head:2379", "j"
+		}), nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, BackendEtcd, l.Rendezvous.Backend)
+			require.Equal(t, []string{"head:2379"}, l.Rendezvous.Endpoints)
+		}},
+		{"static: the endpoint is the master, not --master-addr/--master-port, as torchrun", opts(func(o *Options) {
+			o.NNodes, o.NodeRank, o.RdzvBackend, o.RdzvEndpoint, o.MasterAddr, o.MasterPort = "2", 0, "static", "head:29555", "other", 1234
+		}), nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, "head:29555", fmt.Sprintf("%s:%d", l.MasterAddr, l.MasterPort))
+			require.Contains(t, strings.Join(l.Notes, "\n"), "--master-addr/--master-port ignored: the master of the static rendezvous is --rdzv-endpoint=head:29555")
+		}},
+		{"c10d ignores timeout, as torchrun's: join_timeout stays 600 s", opts(func(o *Options) {
+			o.NNodes, o.RdzvBackend, o.RdzvEndpoint, o.RdzvConf = "1:2", "c10d", "head:29400", "timeout=5"
+		}), nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, Duration(defaultJoinTimeout), l.Rendezvous.Timing.JoinTimeout)
+			require.NotContains(t, l.Rendezvous.Conf, "timeout")
+			require.Contains(t, strings.Join(l.Notes, "\n"), "--rdzv-conf timeout=5 ignored, as torchrun's c10d rendezvous ignores it: join_timeout sets")
+		}},
+		{"torchrun's etcd rendezvous reads timeout as its join timeout", opts(func(o *Options) {
+			o.NNodes, o.RdzvBackend, o.RdzvEndpoint, o.RdzvID, o.RdzvConf = "1:2", "etcd", "head:2379", "j", "timeout=5"
+		}), nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, Duration(5*time.Second), l.Rendezvous.Timing.JoinTimeout)
+			require.Empty(t, l.Notes)
+		}},
+		{"unknown keys are ignored with a note, as torchrun ignores them; quotes stay in the keys and values", opts(func(o *Options) {
+			// PyTorch's own c10d test: --rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5' in a Python list, no shell to take the quotes.
+			o.NNodes, o.RdzvBackend, o.RdzvEndpoint, o.RdzvConf = "1:2", "c10d", "head:29400", "'join_timeout=5,last_call_timeout=1,timeout=5',heartbeat=5"
+		}), nil, func(t *testing.T, l *Launch) {
+			r := l.Rendezvous
+			require.Equal(t, Duration(defaultJoinTimeout), r.Timing.JoinTimeout, "'join_timeout is not join_timeout")
+			require.Equal(t, Duration(time.Second), r.Timing.LastCall)
+			require.Equal(t, map[string]string{"last_call_timeout": "1"}, r.Conf)
+			notes := strings.Join(l.Notes, "\n")
+			require.Contains(t, notes, `--rdzv-conf: unknown key "'join_timeout" ignored, as torchrun ignores it`)
+			require.Contains(t, notes, "the quotes are part of the key")
+			require.Contains(t, notes, `--rdzv-conf: unknown key "heartbeat" ignored`, "torchrun's key is heartbeat_timeout")
+			require.Contains(t, notes, "--rdzv-conf timeout=5' ignored")
 		}},
 		{"flags gorun cannot honour are noted", opts(func(o *Options) {
 			o.EventLogHandler, o.LogsSpecs, o.SignalsToHandle = "console", "myspecs", "SIGTERM,SIGALRM"
@@ -246,7 +300,7 @@ func TestTorchrunRecipeErrors(t *testing.T) {
 		{"--standalone with nodes", opts(func(o *Options) { o.Standalone, o.NNodes = true, "2:4" }), nil, "this launch has 2 to 4 nodes (--nnodes=2:4)"},
 		{"negative monitor interval", opts(func(o *Options) { o.MonitorInterval = -time.Second }), nil, "--monitor-interval"},
 	}
-	for _, key := range []string{"keep_alive_interval=1000000,keep_alive_max_attempt=999999999", "read_timeout=0", "close_timeout=x", "heartbeat=-1", "keep_alive_interval=0", "keep_alive_max_attempt=0", "use_libuv=maybe"} {
+	for _, key := range []string{"keep_alive_interval=1000000,keep_alive_max_attempt=999999999", "read_timeout=0", "close_timeout=x", "heartbeat_timeout=-1", "store_type=file", "keep_alive_interval=0", "keep_alive_max_attempt=0", "use_libuv=maybe"} {
 		k, _, _ := strings.Cut(key, "=")
 		tests = append(tests, struct {
 			name string

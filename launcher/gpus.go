@@ -123,3 +123,20 @@ func splitIDs(s string, ok bool) []string {
 	}
 	return ids
 }
+
+// gpuDevicePatterns are the device files of a machine with a GPU that
+// CUDA can use: an NVIDIA GPU or its control device, or AMD's ROCm
+// kernel driver (PyTorch's CUDA API runs on ROCm too).
+func gpuDevicePatterns(devRoot string) []string {
+	return []string{filepath.Join(devRoot, "nvidia[0-9]*"), filepath.Join(devRoot, "nvidiactl"), filepath.Join(devRoot, "kfd")}
+}
+
+// hasGPUDevice says whether devRoot holds any of gpuDevicePatterns.
+func hasGPUDevice(devRoot string, glob func(string) ([]string, error)) bool {
+	for _, p := range gpuDevicePatterns(devRoot) {
+		if m, _ := glob(p); len(m) > 0 {
+			return true
+		}
+	}
+	return false
+}

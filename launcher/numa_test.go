@@ -265,6 +265,10 @@ func TestNumaBindingWorkers(t *testing.T) {
 		cuda = append(cuda, strconv.Itoa(i))
 	}
 	fakeSys(t, m.SysRoot, files)
+	require.NoError(t, os.MkdirAll(m.DevRoot, 0o755))
+	for i := range allowed { // the machine's GPUs, which --nproc-per-node=gpu wants to see
+		require.NoError(t, os.WriteFile(filepath.Join(m.DevRoot, fmt.Sprintf("nvidia%d", i)), nil, 0o644))
+	}
 
 	env := map[string]string{roleVar: "affinity", "CUDA_VISIBLE_DEVICES": strings.Join(cuda, ",")}
 	host := LocalHost()

@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -65,19 +66,22 @@ const (
 	confLeaseTTL    = "lease_ttl"
 	confLastCall    = "last_call_timeout"
 	confJoinTimeout = "join_timeout"
-	confTimeout     = "timeout" // torchrun's name for join_timeout
-	confMaxChanges  = "max_membership_changes"
-	confIsHost      = "is_host" // torchrun's: whether this node hosts the c10d endpoint
+	// confTimeout is torchrun's etcd rendezvous's join timeout; its
+	// c10d and etcd-v2 (dynamic) rendezvous ignore it.
+	confTimeout    = "timeout"
+	confMaxChanges = "max_membership_changes"
+	confIsHost     = "is_host" // torchrun's: whether this node hosts the c10d endpoint
 
 	// torchrun's c10d keys. A node is dead when its keep-alives lapse
 	// for keep_alive_interval x keep_alive_max_attempt: gorun's lease
 	// TTL. The others tune torchrun's TCPStore and have no counterpart.
 	confKeepAliveInterval = "keep_alive_interval" // seconds (torchrun: 5)
 	confKeepAliveAttempts = "keep_alive_max_attempt"
-	confReadTimeout       = "read_timeout"  // seconds: the TCPStore's request timeout; gorun retries etcd until join_timeout
-	confCloseTimeout      = "close_timeout" // seconds: torchrun's wait to close the rendezvous; gorun's host lingers for the others itself
-	confHeartbeat         = "heartbeat"     // seconds: torchrun's keep-alive deadline; etcd keeps leases alive itself
-	confUseLibuv          = "use_libuv"     // the TCPStore's event loop
+	confReadTimeout       = "read_timeout"      // seconds: the TCPStore's request timeout; gorun retries etcd until join_timeout
+	confCloseTimeout      = "close_timeout"     // seconds: torchrun's wait to close the rendezvous; gorun's host lingers for the others itself
+	confHeartbeat         = "heartbeat_timeout" // seconds: torchrun's keep-alive deadline; etcd keeps leases alive itself
+	confUseLibuv          = "use_libuv"         // the TCPStore's event loop
+	confStoreType         = "store_type"        // tcp | file: torchrun's c10d store; gorun's is etcd at the endpoint
 )
 
 // torchrun's etcd-v2 backend names the TLS files of the etcd client
@@ -140,15 +144,18 @@ const (
 
 var knownConf = []string{
 	confLeaseTTL, confLastCall, confJoinTimeout, confTimeout, confMaxChanges, confIsHost,
-	confKeepAliveInterval, confKeepAliveAttempts, confReadTimeout, confCloseTimeout, confHeartbeat, confUseLibuv,
+	confKeepAliveInterval, confKeepAliveAttempts, confReadTimeout, confCloseTimeout, confHeartbeat, confUseLibuv, confStoreType,
 	etcdstore.ConfCACert, etcdstore.ConfCert, etcdstore.ConfKey, etcdstore.ConfUser,
 	etcdstore.ConfPassword, etcdstore.ConfDialTimeout, etcdstore.ConfConnectTimeout,
 }
 
 // chooseBackend picks static or etcd from what the user asked for:
-// --standalone and one-node jobs are static; a SLURM job of several nodes
-// is elastic over an embedded etcd unless an endpoint is given; elsewhere
-// an endpoint, an explicit etcd backend or a MIN:MAX range mean etcd.
+// --standalone and one-node jobs are static; without a backend, an
+// endpoint with a fixed --nnodes and an explicit --node-rank is torchrun's
+// default, static at the endpoint as the master; a SLURM job of several
+// nodes is elastic over an embedded etcd unless an endpoint is given;
+// elsewhere an endpoint (nodes without ranks), an explicit etcd backend
+// or a MIN:MAX range mean etcd.
 // torchrun's c10d with an endpoint and more than one node is etcd too,
 // over an etcd that the node owning the endpoint's address embeds
 // (hostAtEndpoint); c10d without an endpoint, or on one node, stays
@@ -187,6 +194,10 @@ func (l *Launch) chooseBackend(opts Options, underSLURM, rankKnown bool) (string
 		// torchrun's static recipe under srun: the master it names is
 		// honoured; gorun's elastic rounds would move it to node rank 0.
 		l.note("--master-addr/--master-port under SLURM: static rendezvous at the given master, as torchrun; drop them for gorun's elastic etcd rendezvous (a job-wide first failure, node losses survived)")
+		return BackendStatic, nil
+	case opts.RdzvEndpoint != "" && !elastic && opts.NodeRank >= 0:
+		// torchrun's default backend is static, its master the endpoint:
+		// every node names its rank, so nothing needs to rank them.
 		return BackendStatic, nil
 	case underSLURM || opts.RdzvEndpoint != "":
 		return BackendEtcd, nil
@@ -234,12 +245,7 @@ func (l *Launch) resolveEtcd(opts Options, job slurm.Job, underSLURM bool, host 
 		return err
 	}
 	conf := r.Conf
-	for k := range conf {
-		if !slices.Contains(knownConf, k) {
-			known := slices.Sorted(slices.Values(knownConf))
-			return usagef("--rdzv-conf: unknown key %q (known: %s)", k, strings.Join(known, ", "))
-		}
-	}
+	l.dropUnknownConf(opts, conf)
 	if err := l.checkMasterUnused(opts); err != nil {
 		return err
 	}
@@ -319,13 +325,39 @@ func (l *Launch) resolveEtcd(opts Options, job slurm.Job, underSLURM bool, host 
 	return nil
 }
 
+// dropUnknownConf takes out of conf, with a note naming each, the
+// --rdzv-conf keys that torchrun's rendezvous would ignore: keys nobody
+// reads (torchrun reads what it knows and ignores the rest; a value
+// quoted twice, --rdzv-conf="'join_timeout=5,timeout=5'", gives it keys
+// and values with quotes in them), and timeout with the dynamic (c10d,
+// etcd-v2) rendezvous, which reads join_timeout instead.
+func (l *Launch) dropUnknownConf(opts Options, conf map[string]string) {
+	for _, k := range slices.Sorted(maps.Keys(conf)) {
+		if slices.Contains(knownConf, k) {
+			continue
+		}
+		msg := fmt.Sprintf("--rdzv-conf: unknown key %q ignored, as torchrun ignores it (known: %s)", k, strings.Join(slices.Sorted(slices.Values(knownConf)), ", "))
+		if strings.ContainsAny(k, `'"`) {
+			msg += "; the quotes are part of the key: the shell passed them on, drop them"
+		}
+		l.note(msg)
+		delete(conf, k)
+	}
+	backend := strings.ToLower(opts.RdzvBackend)
+	if _, ok := conf[confTimeout]; ok && (backend == "c10d" || backend == "etcd-v2") {
+		l.note(fmt.Sprintf("--rdzv-conf %s=%s ignored, as torchrun's %s rendezvous ignores it: %s sets how long a round may take to form (default %s)",
+			confTimeout, conf[confTimeout], backend, confJoinTimeout, defaultJoinTimeout))
+		delete(conf, confTimeout)
+	}
+}
+
 // parseConfDuration reads "30s", "1m" or "30" (seconds).
 func parseConfDuration(v string) (time.Duration, error) { return ParseSeconds(v) }
 
 // torchrunKeys reads torchrun's c10d keys: keep_alive_interval and
 // keep_alive_max_attempt make the lease TTL (unless lease_ttl is given);
-// read_timeout, close_timeout, heartbeat and use_libuv are checked as
-// torchrun checks them and change nothing.
+// read_timeout, close_timeout, heartbeat_timeout, use_libuv and
+// store_type (tcp) are checked and change nothing.
 func (r *Rendezvous) torchrunKeys(conf map[string]string) error {
 	interval, attempts := torchrunKeepAliveInterval, torchrunKeepAliveAttempts
 	for _, key := range []string{confKeepAliveInterval, confReadTimeout, confCloseTimeout, confHeartbeat} {
@@ -347,6 +379,9 @@ func (r *Rendezvous) torchrunKeys(conf map[string]string) error {
 			return usagef("--rdzv-conf %s=%s: want a number of keep-alives, 1 or more", confKeepAliveAttempts, v)
 		}
 		attempts = n
+	}
+	if v, ok := conf[confStoreType]; ok && !strings.EqualFold(strings.TrimSpace(v), "tcp") {
+		return usagef("--rdzv-conf %s=%s: gorun's c10d rendezvous is an etcd served at the endpoint, torchrun's TCP store's counterpart; it has no file store: drop %s or give tcp", confStoreType, v, confStoreType)
 	}
 	if v, ok := conf[confUseLibuv]; ok {
 		if _, err := parseConfBool(v); err != nil {

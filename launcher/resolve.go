@@ -377,8 +377,14 @@ func (l *Launch) resolveMaster(opts Options, job slurm.Job, underSLURM bool, hos
 			return usagef("--rdzv-endpoint=%s: port 0 (a free port) works for one node only: with --nnodes=%d every node must be given the same port", opts.RdzvEndpoint, l.MinNodes)
 		}
 		freeAsked = p == 0 && port == 0
-		addr = firstNonEmpty(addr, h)
-		if port == 0 && p > 0 {
+		if masterGiven(opts) && (addr != "" && addr != h || port != 0 && p > 0 && port != p) {
+			// torchrun's static rendezvous takes its master from the
+			// endpoint when there is one (run.py, get_rdzv_endpoint).
+			l.note(fmt.Sprintf("--master-addr/--master-port ignored: the master of the static rendezvous is --rdzv-endpoint=%s, as in torchrun", opts.RdzvEndpoint))
+			addr, port = "", 0
+		}
+		addr = firstNonEmpty(h, addr)
+		if p > 0 {
 			port = p
 		}
 	}
@@ -419,15 +425,28 @@ func embeddedTrainer(opts Options) bool {
 }
 
 func (l *Launch) resolveNProc(opts Options, host Host) error {
-	gpus := findGPUs(host.Lookup, orDefault(host.Machine.DevRoot, "/dev"), host.Glob)
+	devRoot := orDefault(host.Machine.DevRoot, "/dev")
+	gpus := findGPUs(host.Lookup, devRoot, host.Glob)
 	l.GPUs, l.GPUSource, l.gpuDevices = gpus.IDs, gpus.Source, gpus.Devices
 	if gpus.Inherited {
 		l.GPUSource += " (CUDA_VISIBLE_DEVICES inherited)"
 	}
+	// An inherited CUDA_VISIBLE_DEVICES on a machine with no GPU names
+	// GPUs CUDA will not find: torchrun's torch.cuda.is_available() is
+	// false there, so gpu fails and auto counts CPUs. SLURM's lists come
+	// from the GPUs it manages.
+	var noGPU string
+	if gpus.Inherited && len(gpus.IDs) > 0 && !hasGPUDevice(devRoot, host.Glob) {
+		noGPU = fmt.Sprintf("CUDA_VISIBLE_DEVICES=%s lists GPUs, but this machine has none (no %s/nvidia*, nvidiactl or kfd)",
+			strings.Join(gpus.IDs, ","), devRoot)
+	}
 	spec := strings.ToLower(orDefault(opts.NProcPerNode, "1"))
 	switch spec {
 	case "auto":
-		if len(gpus.IDs) > 0 {
+		if noGPU != "" {
+			l.note(fmt.Sprintf("--nproc-per-node=auto: %s; it counts CPUs, as torchrun's does when CUDA is not available", noGPU))
+		}
+		if len(gpus.IDs) > 0 && noGPU == "" {
 			l.NProcPerNode, l.NProcSource = len(gpus.IDs), "auto: GPUs from "+gpus.Source
 		} else if embeddedTrainer(opts) {
 			// One worker with every CPU as its kernel threads (trainer.DefaultThreads): on the
@@ -439,6 +458,9 @@ func (l *Launch) resolveNProc(opts Options, host Host) error {
 	case "gpu":
 		if len(gpus.IDs) == 0 {
 			return usagef("--nproc-per-node=gpu: no GPUs found (CUDA_VISIBLE_DEVICES, SLURM_STEP_GPUS, SLURM_GPUS_ON_NODE, /dev/nvidia*); give a number")
+		}
+		if noGPU != "" {
+			return usagef("--nproc-per-node=gpu: %s; torchrun refuses it too (\"Cuda is not available\"): run on a GPU node, or give a number of workers", noGPU)
 		}
 		l.NProcPerNode, l.NProcSource = len(gpus.IDs), "GPUs from "+gpus.Source
 	case "cpu":

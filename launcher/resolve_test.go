@@ -252,9 +252,18 @@ func TestResolve(t *testing.T) {
 				require.Nil(t, l.Workers[1].VisibleGPUs, "gorun never invents CUDA_VISIBLE_DEVICES: SLURM's own (or its cgroup) is the truth")
 			}},
 		{"auto keeps an inherited CUDA_VISIBLE_DEVICES", opts(func(o *Options) { o.NProcPerNode = "auto" }),
-			map[string]string{"CUDA_VISIBLE_DEVICES": "0,1,2"}, nil, func(t *testing.T, l *Launch) {
+			map[string]string{"CUDA_VISIBLE_DEVICES": "0,1,2"}, []string{"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2", "/dev/nvidia3"}, func(t *testing.T, l *Launch) {
 				require.Equal(t, 3, l.NProcPerNode)
 				require.Nil(t, l.Workers[0].VisibleGPUs)
+			}},
+		{"gpu counts an inherited CUDA_VISIBLE_DEVICES on a ROCm machine", opts(func(o *Options) { o.NProcPerNode = "gpu" }),
+			map[string]string{"CUDA_VISIBLE_DEVICES": "0,1"}, []string{"/dev/kfd"}, func(t *testing.T, l *Launch) {
+				require.Equal(t, 2, l.NProcPerNode)
+			}},
+		{"auto with CUDA_VISIBLE_DEVICES but no GPU counts CPUs, as torchrun", opts(func(o *Options) { o.NProcPerNode = "auto" }),
+			map[string]string{"CUDA_VISIBLE_DEVICES": "0,1,2"}, nil, func(t *testing.T, l *Launch) {
+				require.Equal(t, 8, l.NProcPerNode)
+				require.Contains(t, strings.Join(l.Notes, "\n"), "--nproc-per-node=auto: CUDA_VISIBLE_DEVICES=0,1,2 lists GPUs, but this machine has none")
 			}},
 		{"auto from device files", opts(func(o *Options) { o.NProcPerNode = "gpu" }), nil,
 			[]string{"/dev/nvidia1", "/dev/nvidia0", "/dev/nvidiactl"}, func(t *testing.T, l *Launch) {
@@ -332,7 +341,6 @@ func TestResolveErrors(t *testing.T) {
 		{"etcd without endpoint", opts(func(o *Options) { o.NNodes, o.RdzvBackend = "2", "etcd" }), nil, "give --rdzv-endpoint"},
 		{"nodes meeting over etcd need a run id", opts(func(o *Options) { o.NNodes, o.RdzvEndpoint = "2:3", "h:1" }), nil, "give every node the same --rdzv-id"},
 		{"a run id is a directory name", opts(func(o *Options) { o.RdzvID = "a/b" }), nil, `--rdzv-id="a/b"`},
-		{"unknown rdzv conf key", opts(func(o *Options) { o.NNodes, o.RdzvEndpoint, o.RdzvConf = "2", "h:1", "lease=3" }), nil, `unknown key "lease"`},
 		{"bad lease ttl", opts(func(o *Options) { o.NNodes, o.RdzvEndpoint, o.RdzvConf = "2", "h:1", "lease_ttl=0.1" }), nil, "lease_ttl=0.1"},
 		{"missing script", opts(func(o *Options) { o.Entrypoint = "nope.py" }), nil, "script nope.py: file does not exist"},
 		{"missing config", opts(func(o *Options) { o.Entrypoint = "nope.toml" }), nil, "config nope.toml: file does not exist"},
@@ -342,6 +350,8 @@ func TestResolveErrors(t *testing.T) {
 		{"no entrypoint", opts(func(o *Options) { o.Entrypoint = "" }), nil, "no entrypoint"},
 		{"bad nproc", opts(func(o *Options) { o.NProcPerNode = "0" }), nil, "--nproc-per-node=0"},
 		{"gpu without GPUs", opts(func(o *Options) { o.NProcPerNode = "gpu" }), nil, "no GPUs found"},
+		{"gpu with CUDA_VISIBLE_DEVICES on a machine without GPUs", opts(func(o *Options) { o.NProcPerNode = "gpu" }), map[string]string{"CUDA_VISIBLE_DEVICES": "0,1"},
+			`--nproc-per-node=gpu: CUDA_VISIBLE_DEVICES=0,1 lists GPUs, but this machine has none (no /dev/nvidia*, nvidiactl or kfd); torchrun refuses it too ("Cuda is not available")`},
 		{"multi node needs rank", opts(func(o *Options) { o.NNodes, o.MasterAddr, o.MasterPort = "2", "h", 1 }), nil, "--node-rank"},
 		{"static multi node needs rank", opts(func(o *Options) { o.NNodes, o.RdzvBackend = "2", "static" }), nil, "--node-rank"},
 		{"multi node needs master", opts(func(o *Options) { o.NNodes, o.NodeRank = "2", 1 }), nil, "--master-addr"},

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -137,7 +139,7 @@ func launchFlags() []cli.Flag {
 		stringFlag(catNodes, "rdzv-backend", "", "etcd (elastic rounds; the default under SLURM with several nodes, over an embedded etcd), static, or c10d (with --rdzv-endpoint and several nodes: elastic rounds over an etcd that the endpoint's node embeds; else static)"),
 		stringFlag(catNodes, "rdzv-endpoint", "", "etcd HOST:PORT[,HOST:PORT...]; c10d: the HOST:PORT that the node owning HOST serves the rendezvous at (peers at PORT+1); static: the master; one node: HOST:0 picks a free port"),
 		stringFlag(catNodes, "rdzv-id", "", "run id, the same on every node; a finished or dead run id runs again as its next incarnation (default: SLURM_JOB_ID; on one node, a fresh one; c10d at an endpoint: torchrun's none)"),
-		stringFlag(catNodes, "rdzv-conf", "", "rendezvous settings k=v,...: lease_ttl, last_call_timeout, join_timeout, max_membership_changes, cacert, cert, key, user, password, dial_timeout, connect_timeout; torchrun's c10d keys: is_host, keep_alive_interval, keep_alive_max_attempt, read_timeout, close_timeout, heartbeat, use_libuv (README)"),
+		stringFlag(catNodes, "rdzv-conf", "", "rendezvous settings k=v,...: lease_ttl, last_call_timeout, join_timeout, max_membership_changes, cacert, cert, key, user, password, dial_timeout, connect_timeout; torchrun's c10d keys: is_host, keep_alive_interval, keep_alive_max_attempt, read_timeout, close_timeout, heartbeat_timeout, use_libuv, store_type; other keys are ignored with a warning, as torchrun ignores them (README)"),
 		stringFlag(catNodes, "node-name", "", "host name this node announces (default: SLURMD_NODENAME or the host name)"),
 		stringFlag(catNodes, "local-addr", "", "address other nodes and workers reach this node at (default: the node name)"),
 		stringFlag(catNodes, "job-secret-file", "", "file (mode 600) holding the job secret, the same on every node: at least 32 hex digits, e.g. from gorun job-secret; else GORUN_JOB_SECRET, else one made for a one-node launch"),
@@ -213,6 +215,61 @@ func NewApp() *cli.App {
 		OnUsageError:    onUsageError,
 	}
 	return app
+}
+
+// runApp runs app on the command line argv (argv[0] is the program) after
+// reading the launch flags of gorun and `gorun plan` as torchrun's argparse
+// does (torchrunArgv). Its error carries the exit status, as app.Run's.
+func runApp(ctx context.Context, app *cli.App, argv []string) error {
+	argv, err := torchrunArgv(argv, app.Commands)
+	if err != nil {
+		return err
+	}
+	return app.RunContext(ctx, argv)
+}
+
+// torchrunArgv rewrites the launch flags of argv (gorun's own, and those
+// of `gorun plan`) as torchrun's argparse reads them
+// (launcher.ExpandArgv): abbreviations written out, and the "--" right
+// after the entrypoint dropped. Another command's arguments are its own.
+func torchrunArgv(argv []string, commands []*cli.Command) ([]string, error) {
+	if len(argv) < 2 {
+		return argv, nil
+	}
+	flags := argFlags(launchFlags())
+	isCommand := func(name string) bool {
+		return slices.ContainsFunc(commands, func(c *cli.Command) bool { return c.HasName(name) })
+	}
+	a, err := launcher.ExpandArgv(argv[1:], flags)
+	if err != nil {
+		return nil, cli.Exit(err.Error(), exitUsage)
+	}
+	if a.Dashed || a.Entry >= len(a.Args) || !isCommand(a.Args[a.Entry]) {
+		return append(argv[:1:1], a.DropScriptDash()...), nil
+	}
+	head := append(argv[:1:1], a.Args[:a.Entry+1]...)
+	if a.Args[a.Entry] != "plan" {
+		return append(head, a.Args[a.Entry+1:]...), nil
+	}
+	plan, err := launcher.ExpandArgv(a.Args[a.Entry+1:], flags)
+	if err != nil {
+		return nil, cli.Exit(err.Error(), exitUsage)
+	}
+	return append(head, plan.DropScriptDash()...), nil
+}
+
+// argFlags lists flags (and the help flag the CLI adds) for
+// launcher.ExpandArgv.
+func argFlags(flags []cli.Flag) []launcher.ArgFlag {
+	out := []launcher.ArgFlag{{Names: []string{"help", "h"}}}
+	for _, f := range flags {
+		takesValue := true
+		if v, ok := f.(interface{ TakesValue() bool }); ok {
+			takesValue = v.TakesValue()
+		}
+		out = append(out, launcher.ArgFlag{Names: f.Names(), Value: takesValue})
+	}
+	return out
 }
 
 // onUsageError turns a flag the parser refused into a one-line error

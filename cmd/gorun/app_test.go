@@ -41,7 +41,7 @@ func run(t *testing.T, env map[string]string, args ...string) (int, string, stri
 	app := NewApp()
 	var stdout, stderr bytes.Buffer
 	app.Writer, app.ErrWriter = &stdout, &stderr
-	code := exitCode(app, app.RunContext(context.Background(), append([]string{"gorun"}, args...)))
+	code := exitCode(app, runApp(context.Background(), app, append([]string{"gorun"}, args...)))
 	return code, stdout.String(), stderr.String()
 }
 

@@ -17,7 +17,7 @@ func main() {
 	// Recovery timings are read off the logs: keep sub-second precision.
 	zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00"
 	app := NewApp()
-	os.Exit(exitCode(app, app.RunContext(context.Background(), os.Args)))
+	os.Exit(exitCode(app, runApp(context.Background(), app, os.Args)))
 }
 
 // exitCode maps Run's error to gorun's exit status, printing the error on

@@ -25,6 +25,8 @@ type planOf struct {
 	Notes       []string `json:"notes"`
 	ShowRanks   []int    `json:"local_ranks_filter"`
 	RunID       string   `json:"run_id"`
+	MaxRestarts int      `json:"max_restarts"`
+	Workers     []any    `json:"workers"`
 	Rendezvous  struct {
 		Backend string `json:"backend"`
 	} `json:"rendezvous"`
@@ -162,6 +164,16 @@ func TestTorchrunCommandLines(t *testing.T) {
 		{"-m -- module", []string{"--standalone", "-m", "--", "pkg.mod", "--flag"}, func(t *testing.T, p planOf) {
 			require.Equal(t, []string{truePath, "-u", "-m", "pkg.mod", "--flag"}, p.Command)
 		}},
+		{"the -- after the module goes, as in torchrun", []string{"--standalone", "-m", "scripts.base_train", "--", "--depth=20", "--", "x"}, func(t *testing.T, p planOf) {
+			require.Equal(t, []string{truePath, "-u", "-m", "scripts.base_train", "--depth=20", "--", "x"}, p.Command)
+		}},
+		{"gorun -- program -- args: the second -- stays", []string{"--standalone", "--", "true", "--", "x"}, func(t *testing.T, p planOf) {
+			require.Equal(t, []string{truePath, "--", "x"}, p.Command)
+		}},
+		{"argparse abbreviations", []string{"--standa", "--nproc=3", "--redirect=3", "--max_r", "2", "--", "true"}, func(t *testing.T, p planOf) {
+			require.Len(t, p.Workers, 3)
+			require.Equal(t, 2, p.MaxRestarts)
+		}},
 		{"--run-path", []string{"--standalone", "--run-path", script, "a"}, func(t *testing.T, p planOf) {
 			require.Equal(t, []string{truePath, "-u", "-c"}, p.Command[:3])
 			require.Equal(t, []string{script, "a"}, p.Command[4:])
@@ -209,6 +221,7 @@ func TestTorchrunCommandLines(t *testing.T) {
 		{"bad signal", nil, []string{"--signals-to-handle=SIGNOPE", "--", "true"}, "--signals-to-handle=SIGNOPE"},
 		{"bad -r", nil, []string{"-r", "7", "--", "true"}, "--redirects"},
 		{"-m with --no-python", nil, []string{"-m", "--no-python", "x"}, "not both"},
+		{"ambiguous abbreviation", nil, []string{"--rdzv=x", "--", "true"}, "ambiguous option: --rdzv could match --rdzv-backend, --rdzv_backend, --rdzv-endpoint"},
 		{"bad use_libuv", nil, []string{"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:29400", "--rdzv-conf=use_libuv=perhaps", "--", "true"}, "use_libuv=perhaps"},
 	}
 	for _, tc := range bad {

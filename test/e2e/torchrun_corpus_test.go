@@ -48,6 +48,18 @@ type corpusLine struct {
 	// logs says {tmp} is the --log-dir: each rank's output must be in a
 	// stdout.log under it, once.
 	logs bool
+	// argv, if set, is what the probe must see after its own name (else
+	// the line's words after the word naming the probe).
+	argv []string
+	// warn are strings every agent's log must hold: the warnings of what
+	// torchrun ignores.
+	warn []string
+	// refuse, if set, says torchrun refuses the line: gorun must exit 2
+	// with this in its error, having started no rank.
+	refuse string
+	// noGPU says the line means a machine without GPUs: it is skipped on
+	// one with GPU devices.
+	noGPU bool
 	// skip names the gorun bug that keeps this line from running.
 	skip string
 }
@@ -238,6 +250,52 @@ var corpus = []corpusLine{
 		env:  []string{"PYTHON_EXEC={python}"}, world: 1, nproc: 1,
 	},
 	{
+		name:  "module-dash-dash-args",
+		src:   "karpathy/nanochat speedrun.sh: torchrun --standalone --nproc_per_node=8 -m scripts.base_train -- --depth=20 --run=$WANDB_RUN (torchrun's argparse drops the -- after the module; a later one stays)",
+		line:  "torchrun --standalone --nproc_per_node=2 -m probe -- --depth=20 --run=dummy -- --kept",
+		argv:  []string{"--depth=20", "--run=dummy", "--", "--kept"},
+		world: 2, nproc: 2,
+	},
+	{
+		name:  "static-default-abbreviated",
+		src:   "a launch script (code search): torchrun --rdzv_endpoint $MASTER_ADDR:$MASTER_PORT --nnode $nnode --nproc_per_node $npn --node_rank $NODE_RANK $script: no --rdzv_backend is torchrun's static, the endpoint its master; --nnode is argparse's abbreviation of --nnodes",
+		line:  "torchrun --rdzv_endpoint 127.0.0.1:{port} --nnode 2 --nproc_per_node 1 --node_rank {node} {probe}",
+		nodes: 2, world: 2, nproc: 1, master: "127.0.0.1", masterPort: true,
+	},
+	{
+		name:  "static-default-hyphen-rdzv-id",
+		src:   "a k8s indexed-job script (code search): torchrun --nnodes=$NNODES --nproc-per-node=$NPROC_PER_NODE --node-rank=$RANK --rdzv-id=$RDVZ_ID --rdzv-endpoint=$ENDPOINT train.py $@",
+		line:  "torchrun --nnodes=2 --nproc-per-node=1 --node-rank={node} --rdzv-id=125 --rdzv-endpoint=127.0.0.1:{port} {probe} --epochs 1",
+		nodes: 2, world: 2, nproc: 1, master: "127.0.0.1", masterPort: true,
+	},
+	{
+		name:  "abbreviated-flags",
+		src:   "argparse abbreviations torchrun takes: --nproc for --nproc_per_node (torch 1.x; 2.x's argparse finds it ambiguous between its two spellings of one flag), --redirect for --redirects, --max_r for --max_restarts",
+		line:  "torchrun --standa --nproc=2 --redirect=3 --log_d {tmp} --max_r=0 {probe}",
+		world: 2, nproc: 2, console: "none", logs: true,
+	},
+	{
+		name:   "nproc-gpu-without-gpus",
+		src:    "torchrun --nproc_per_node=gpu with CUDA_VISIBLE_DEVICES exported (Megatron/LLaVA-style run scripts) on a machine without a GPU: torchrun fails, ValueError: Cuda is not available.",
+		line:   "torchrun --standalone --nproc_per_node=gpu {probe}",
+		env:    []string{"CUDA_VISIBLE_DEVICES=0,1"},
+		refuse: "--nproc-per-node=gpu: CUDA_VISIBLE_DEVICES=0,1 lists GPUs, but this machine has none", noGPU: true,
+	},
+	{
+		name:  "rdzv-conf-quoted-c10d-elastic",
+		src:   "pytorch test/distributed/launcher/run_test.py: --nnodes=1:2 --rdzv-backend=c10d \"--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'\" (a Python list: the quotes reach torchrun, which ignores the keys it does not know, 'join_timeout among them)",
+		line:  `torchrun --nnodes=1:2 --nproc-per-node=2 --rdzv-backend=c10d --rdzv-endpoint=localhost:{port} "--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'" --rdzv-id=run1 --monitor-interval=1 --start-method=spawn {probe} --touch-file-dir={tmp}`,
+		world: 2, nproc: 2,
+		warn: []string{"'join_timeout", "ignored, as torchrun ignores it", "timeout=5' ignored, as torchrun's c10d rendezvous ignores it"},
+	},
+	{
+		name:  "rdzv-conf-timeout-c10d",
+		src:   "torchrun --nnodes=1:2 --rdzv_backend=c10d --rdzv_conf=timeout=...: torchrun's c10d rendezvous reads join_timeout, not timeout, so one agent of 1:2 waits out the last call and runs",
+		line:  "torchrun --nnodes=1:2 --nproc_per_node=2 --rdzv_backend=c10d --rdzv_endpoint=localhost:{port} --rdzv_conf=timeout=1,last_call_timeout=2 {probe}",
+		world: 2, nproc: 2,
+		warn: []string{"timeout=1 ignored, as torchrun's c10d rendezvous ignores it"},
+	},
+	{
 		name:  "rdzv-conf-c10d-keys",
 		src:   "torchrun's c10d --rdzv-conf keys (read_timeout, join_timeout, last_call_timeout), as NeMo/torchx launchers pass them",
 		line:  "torchrun --nnodes=1 --nproc_per_node=2 --rdzv_backend=c10d --rdzv_endpoint=localhost:{port} --rdzv_conf=join_timeout=900,read_timeout=300 {probe}",
@@ -261,6 +319,9 @@ func TestTorchrunCorpus(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			if c.skip != "" {
 				t.Skip(c.skip)
+			}
+			if c.noGPU && machineHasGPU() {
+				t.Skip("the line means a machine without GPUs; this one has some")
 			}
 			t.Parallel()
 			runCorpusLine(t, c, python, probeDir)
@@ -300,6 +361,9 @@ func runCorpusLine(t *testing.T, c corpusLine, python, probeDir string) {
 			break
 		}
 	}
+	if c.argv != nil {
+		wantArgs = c.argv
+	}
 	for i := range wantArgs {
 		wantArgs[i] = subst(wantArgs[i], 0)
 	}
@@ -329,10 +393,26 @@ func runCorpusLine(t *testing.T, c corpusLine, python, probeDir string) {
 	}
 	for node, a := range agents {
 		r := a.wait()
-		if r.ExitCode != 0 {
+		switch {
+		case c.refuse != "":
+			if r.ExitCode != 2 || !strings.Contains(r.Stderr, c.refuse) {
+				t.Errorf("node %d: exit %d, want 2 and %q, as torchrun refuses this line:\n%s", node, r.ExitCode, c.refuse, tail(r.Stderr, 20))
+			}
+		case r.ExitCode != 0:
 			t.Errorf("node %d: exit %d, want 0:\n%s", node, r.ExitCode, tail(r.Stderr, 20))
 		}
+		for _, w := range c.warn {
+			if !strings.Contains(r.Stderr, w) {
+				t.Errorf("node %d: its log does not warn %q:\n%s", node, w, tail(r.Stderr, 20))
+			}
+		}
 		console.WriteString(r.Stdout)
+	}
+	if c.refuse != "" {
+		if files, _ := filepath.Glob(filepath.Join(out, "rank-*.jsonl")); len(files) > 0 {
+			t.Errorf("a refused line started ranks: %v", files)
+		}
+		return
 	}
 	if t.Failed() {
 		return
@@ -491,6 +571,16 @@ func checkCorpusRanks(t *testing.T, c corpusLine, out string, port int, wantArgs
 		}
 	}
 	return recs
+}
+
+// machineHasGPU says whether this machine has a GPU device file.
+func machineHasGPU() bool {
+	for _, p := range []string{"/dev/nvidia[0-9]*", "/dev/nvidiactl", "/dev/kfd"} {
+		if m, _ := filepath.Glob(p); len(m) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func quoteAll(ss []string) []string {
