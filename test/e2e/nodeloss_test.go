@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"slices"
 	"syscall"
 	"testing"
@@ -20,39 +21,58 @@ import (
 // at world size 4 beside its goal, the lease TTL + 1 s (bench/nodeloss.sh
 // runs it several times and prints the ratios).
 func TestNodeLossKeepsEveryWorker(t *testing.T) {
+	tests := []struct {
+		name         string
+		workersFirst bool // kill node-c's workers before its agent, else after
+	}{
+		{"agent first", false},
+		{"workers first", true},
+	}
 	toml := trainerToml(t)
 	endpoint := etcdtest.Start(t).Endpoints()[0]
-	j := newFaultJob(t, toml, endpoint, "nl-kill-tree", t.TempDir(), "2:3")
-	j.sets, j.steps, j.lastCall = append([]string(nil), inPlaceSets...), 80, 1
-	for _, n := range []string{"node-a", "node-b", "node-c"} {
-		j.start(n)
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			j := newFaultJob(t, toml, endpoint, fmt.Sprintf("nl-kill-tree-%d", i), t.TempDir(), "2:3")
+			j.sets, j.steps, j.lastCall = append([]string(nil), inPlaceSets...), 80, 1
+			for _, n := range []string{"node-a", "node-b", "node-c"} {
+				j.start(n)
+			}
+			rec := j.waitStep(20)
+			paused := j.pause()
+			survivors, victim := j.agents[:2], j.agents[2]
+			before := j.pidsOf(survivors...)
+			var victimRanks []int
+			killWorkers := func() {
+				for _, w := range paused {
+					if w.agent == victim {
+						_ = syscall.Kill(w.pid, syscall.SIGKILL)
+						victimRanks = append(victimRanks, w.rank)
+					}
+				}
+			}
+			at := time.Now()
+			if tt.workersFirst {
+				killWorkers()
+			}
+			if err := victim.cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			if !tt.workersFirst {
+				killWorkers()
+			}
+			resume(paused, victimRanks...)
+			row, after := j.observeWorldSize("kill -9 of a node's agent and workers, in place", at, rec.Step, 4, survivors...)
+			j.finish(victim)
+			if len(before) != 4 || !slices.Equal(before, after) {
+				t.Errorf("the survivors' workers changed: pids %v before the loss, %v at the first step at world size 4", before, after)
+				for _, a := range survivors {
+					t.Logf("%s stderr:\n%s", a.name, tailLines(a.stderr.String(), 60))
+				}
+			}
+			requireNoCheckpointRead(t, j)
+			goal := time.Duration(2+1) * time.Second // lease_ttl=2 (faultJob's) + 1 s
+			t.Logf("node loss in place (%s): kill -9 of node-c (agent and workers) at step %d to the first step at world size 4: %.2f s; goal lease TTL + 1 s = %.0f s: %.2fx the goal; survivors' workers %v kept",
+				tt.name, rec.Step, row.Resume.Seconds(), goal.Seconds(), row.Resume.Seconds()/goal.Seconds(), after)
+		})
 	}
-	rec := j.waitStep(20)
-	paused := j.pause()
-	survivors, victim := j.agents[:2], j.agents[2]
-	before := j.pidsOf(survivors...)
-	var victimRanks []int
-	at := time.Now()
-	if err := victim.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	for _, w := range paused {
-		if w.agent == victim {
-			_ = syscall.Kill(w.pid, syscall.SIGKILL)
-			victimRanks = append(victimRanks, w.rank)
-		}
-	}
-	resume(paused, victimRanks...)
-	row, after := j.observeWorldSize("kill -9 of a node's agent and workers, in place", at, rec.Step, 4, survivors...)
-	j.finish(victim)
-	if len(before) != 4 || !slices.Equal(before, after) {
-		t.Errorf("the survivors' workers changed: pids %v before the loss, %v at the first step at world size 4", before, after)
-		for _, a := range survivors {
-			t.Logf("%s stderr:\n%s", a.name, tailLines(a.stderr.String(), 60))
-		}
-	}
-	requireNoCheckpointRead(t, j)
-	goal := time.Duration(2+1) * time.Second // lease_ttl=2 (faultJob's) + 1 s
-	t.Logf("node loss in place: kill -9 of node-c (agent and workers) at step %d to the first step at world size 4: %.2f s; goal lease TTL + 1 s = %.0f s: %.2fx the goal; survivors' workers %v kept",
-		rec.Step, row.Resume.Seconds(), goal.Seconds(), row.Resume.Seconds()/goal.Seconds(), after)
 }

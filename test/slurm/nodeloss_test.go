@@ -79,7 +79,8 @@ func parentOf(pid int) int {
 // divides over 8 and 6 ranks of micro batch 1) from what they hold (no
 // checkpoint exists to read): every step once after the loss, at most
 // the step in flight redone, the last step reached at world size 6, and
-// its final checkpoint complete; the round that went on names node1.
+// its final checkpoint complete; the round that went on names node1, and
+// the three agents left end succeeded (the step's exit is node1's 137).
 func TestSbatchTrainerFirstNodeLost(t *testing.T) {
 	const steps = 300
 	dir := tempDir(t)
@@ -134,6 +135,16 @@ func TestSbatchTrainerFirstNodeLost(t *testing.T) {
 	for _, l := range strings.Split(output, "\n") {
 		require.NotContains(t, l, "resuming at step", "no checkpoint to resume from: the survivors went on in place")
 	}
+	// node1's task died of SIGKILL, which srun reports as the step's exit
+	// (137); the three other agents saw the job succeed.
+	require.Equal(t, "137:0", job["ExitCode"], "job output:\n%s", tail(output, 40))
+	succeeded := 0
+	for _, l := range strings.Split(output, "\n") {
+		if strings.Contains(l, `"message":"agent state"`) && strings.Contains(l, `"to":"succeeded"`) {
+			succeeded++
+		}
+	}
+	require.Equal(t, 3, succeeded, "the agents of node2..node4 end succeeded; job output:\n%s", tail(output, 40))
 	named := w.line(func(l string) bool {
 		return strings.Contains(l, `"round state"`) && strings.Contains(l, `"to":"joinable"`) && strings.Contains(l, "node1")
 	})
