@@ -76,3 +76,37 @@ func TestNodeLossKeepsEveryWorker(t *testing.T) {
 		})
 	}
 }
+
+// TestSLURMDefaultGoesOnAfterNodeLoss is the restart path of the rule
+// TestSbatchTrainerFirstNodeLost (test/slurm) checks in place: three agents
+// of a faked 3-node SLURM step without --nnodes (launcher.SLURMNodes: the
+// first round waits for all 3, later rounds need 1), shell workers that a
+// node loss restarts. Killing node1's agent — the first embedded etcd
+// member, node rank 0 and the master — restarts the other two at world
+// size 4 instead of waiting for a third node SLURM never sends.
+func TestSLURMDefaultGoesOnAfterNodeLoss(t *testing.T) {
+	jobID := fmt.Sprint(800000 + time.Now().UnixNano()%99991)
+	out := t.TempDir()
+	var agents []*gorunProc
+	for id := range 3 {
+		env := append(slurmStepEnv(jobID, id), "OUT="+out)
+		agents = append(agents, startGorun(t, fmt.Sprintf("node%d", id+1), env,
+			"--nproc-per-node=2", "--term-timeout=5s",
+			// A lease must outlive an etcd leader election (the killed
+			// node may host the leader): the production TTL, 5 s.
+			"--rdzv-conf=lease_ttl=5,join_timeout=60",
+			"--", "/bin/sh", "-c", roundWorker))
+	}
+	waitRound(t, out, 0, 6, 90*time.Second)
+	if err := agents[0].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	agents[0].wait()
+	waitRound(t, out, 1, 4, 60*time.Second)
+	for _, a := range agents[1:] {
+		a.cancel()
+		if r := a.wait(); r.ExitCode != 143 {
+			t.Errorf("%s: exit %d after SIGTERM, want 143", a.name, r.ExitCode)
+		}
+	}
+}
