@@ -71,8 +71,8 @@ func TestNodeLossKeepsEveryWorker(t *testing.T) {
 			}
 			requireNoCheckpointRead(t, j)
 			goal := time.Duration(2+1) * time.Second // lease_ttl=2 (faultJob's) + 1 s
-			t.Logf("node loss in place (%s): kill -9 of node-c (agent and workers) at step %d to the first step at world size 4: %.2f s; goal lease TTL + 1 s = %.0f s: %.2fx the goal; survivors' workers %v kept",
-				tt.name, rec.Step, row.Resume.Seconds(), goal.Seconds(), row.Resume.Seconds()/goal.Seconds(), after)
+			t.Logf("node loss in place (%s): kill -9 of node-c (agent and workers) at step %d to the first step at world size 4: %.2f s; goal lease TTL + 1 s = %.0f s: %.2fx the goal; survivors' workers %v before, %v after",
+				tt.name, rec.Step, row.Resume.Seconds(), goal.Seconds(), row.Resume.Seconds()/goal.Seconds(), before, after)
 		})
 	}
 }
