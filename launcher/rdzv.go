@@ -313,7 +313,7 @@ func (l *Launch) resolveEtcd(opts Options, job slurm.Job, underSLURM bool, host 
 		// of waiting for the round to form, which join_timeout bounds.
 		r.Client.Patience = r.Timing.JoinTimeout.Std()
 	}
-	r.Limits = rendezvous.Limits{MinNodes: l.MinNodes, MaxNodes: l.MaxNodes, MaxFailures: l.MaxRestarts, MaxChanges: defaultMaxChanges}
+	r.Limits = rendezvous.Limits{MinNodes: l.MinNodes, MaxNodes: l.MaxNodes, StartNodes: l.StartNodes, MaxFailures: l.MaxRestarts, MaxChanges: defaultMaxChanges}
 	if v, ok := conf[confMaxChanges]; ok {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {

@@ -150,6 +150,9 @@ type Launch struct {
 	Secret jobsecret.Secret `json:"-"`
 	// SecretSource says where Secret came from, or "none".
 	SecretSource string `json:"job_secret"`
+	// StartNodes, when above MinNodes, is how many nodes the first round
+	// waits for (see SLURMNodes); 0: MinNodes.
+	StartNodes int `json:"start_nodes,omitempty"`
 	// InPlace keeps the workers across a membership change (a node lost
 	// or joining) instead of restarting them: train.toml entrypoints (the
 	// embedded trainer speaks the heartbeat channel), never scripts.
@@ -169,8 +172,11 @@ type Duration time.Duration
 // MarshalText implements encoding.TextMarshaler.
 func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
 
-// WorldSize is the number of workers in the job.
-func (l *Launch) WorldSize() int { return l.MinNodes * l.NProcPerNode }
+// WorldSize is the number of workers in the job's first round.
+func (l *Launch) WorldSize() int { return l.firstNodes() * l.NProcPerNode }
+
+// firstNodes is how many nodes the job's first round needs.
+func (l *Launch) firstNodes() int { return max(l.MinNodes, l.StartNodes) }
 
 // Resolve turns opts into a Launch on host. Every error in what the user
 // asked for is a *UsageError that says what to change.
@@ -320,8 +326,21 @@ func (l *Launch) resolveNodes(opts Options, job slurm.Job, underSLURM bool) erro
 	if l.Rendezvous.Backend == BackendEtcd && !rankKnown {
 		l.NodeRank = -1 // ranked in join order
 	}
+	if underSLURM && opts.NNodes == "" && l.Rendezvous.Backend == BackendEtcd {
+		l.MinNodes, l.StartNodes = SLURMNodes(job.NumNodes)
+	}
 	return nil
 }
+
+// SLURMNodes is the rule for a SLURM step of n nodes launched without
+// --nnodes over etcd (gorun's default there): the first round waits for
+// all n nodes (start), as a static job would, and after a node is lost the
+// job goes on with the nodes left, down to one (min), whether its workers
+// recover in place or restart. SLURM never sends a replacement node to a
+// running step, so waiting for one would wait until join_timeout and fail;
+// a node that does join later (a new srun of the same job) is taken in as
+// a spare, up to n. --nnodes=MIN:MAX sets both bounds instead.
+func SLURMNodes(n int) (min, start int) { return 1, n }
 
 // resolveRunID picks the run id: --rdzv-id, else SLURM_JOB_ID, else a
 // fresh one for a launch of one node. A launch that meets other nodes over

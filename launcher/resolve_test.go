@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gorun/gorun/rendezvous"
 )
 
 // fakeNames is the resolver of fakeHost: box is this machine (10.0.0.7,
@@ -204,7 +206,11 @@ func TestResolve(t *testing.T) {
 		}},
 		{"slurm step is elastic over an embedded etcd", opts(nil), slurmStep(), nil, func(t *testing.T, l *Launch) {
 			require.Equal(t, BackendEtcd, l.Rendezvous.Backend)
-			require.Equal(t, 3, l.MinNodes)
+			require.Equal(t, 1, l.MinNodes, "without --nnodes the job goes on with the nodes left")
+			require.Equal(t, 3, l.MaxNodes)
+			require.Equal(t, 3, l.StartNodes, "the first round waits for every node of the step")
+			require.Equal(t, rendezvous.Limits{MinNodes: 1, MaxNodes: 3, StartNodes: 3, MaxChanges: defaultMaxChanges}, l.Rendezvous.Limits)
+			require.Equal(t, 6, l.Workers[0].WorldSize, "the plan shows the first round: every node of the step")
 			require.Equal(t, 1, l.NodeRank, "SLURM_NODEID is the preferred rank")
 			require.Equal(t, "4242", l.RunID)
 			require.Equal(t, "node3", l.Host)

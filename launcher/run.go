@@ -85,8 +85,8 @@ type Runtime struct {
 func (l *Launch) staticRound() rendezvous.Round {
 	rank := max(l.NodeRank, 0)
 	return rendezvous.Round{
-		NodeRank: rank, NumNodes: l.MinNodes, FirstRank: rank * l.NProcPerNode,
-		WorldSize: l.MinNodes * l.NProcPerNode, MasterAddr: l.MasterAddr, MasterPort: l.MasterPort,
+		NodeRank: rank, NumNodes: l.firstNodes(), FirstRank: rank * l.NProcPerNode,
+		WorldSize: l.WorldSize(), MasterAddr: l.MasterAddr, MasterPort: l.MasterPort,
 	}
 }
 

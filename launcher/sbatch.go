@@ -19,7 +19,7 @@ const SbatchSignalLead = 120 * time.Second
 type Sbatch struct {
 	Entrypoint   string // train.toml, script.py or a program, as the job will name it
 	Nodes        int    // nodes allocated (--nodes=N), >= 1
-	MinNodes     int    // 0 or Nodes: a fixed size; 1..Nodes-1: gorun --nnodes=MinNodes:Nodes
+	MinNodes     int    // 0: gorun's SLURM default (SLURMNodes); Nodes: a fixed size (--nnodes=Nodes); 1..Nodes-1: --nnodes=MinNodes:Nodes
 	GPUsPerNode  int    // --gpus-per-node=G and gorun --nproc-per-node=gpu; 0: none
 	NProcPerNode string // gorun --nproc-per-node (N, auto, cpu); "" when GPUsPerNode is set
 	Time         string // SLURM time limit: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
@@ -142,8 +142,12 @@ func (s Sbatch) Render() (string, error) {
 	}
 	argv := []string{"srun", "--ntasks-per-node=1", "--no-kill", "--kill-on-bad-exit=0", s.Gorun, "--nproc-per-node=" + nproc}
 	elastic := s.MinNodes > 0 && s.MinNodes < s.Nodes
-	if elastic {
+	switch {
+	case elastic:
 		argv = append(argv, fmt.Sprintf("--nnodes=%d:%d", s.MinNodes, s.Nodes))
+	case s.MinNodes == s.Nodes && s.Nodes > 1:
+		// Without --nnodes a job goes on with the nodes left (SLURMNodes).
+		argv = append(argv, fmt.Sprintf("--nnodes=%d", s.Nodes))
 	}
 	restarts := s.MaxRestarts
 	if restarts == -1 && elastic {

@@ -79,7 +79,8 @@ func TestSbatchRender(t *testing.T) {
 		{
 			name: "min nodes equal to nodes is a fixed size",
 			spec: sbatchSpec(func(s *Sbatch) { s.MinNodes = 2 }),
-			not:  []string{"--nnodes", "--max-restarts"},
+			want: []string{`srun --ntasks-per-node=1 --no-kill --kill-on-bad-exit=0 /opt/bin/gorun --nproc-per-node=4 --nnodes=2 train.py "$@"`},
+			not:  []string{"--max-restarts"},
 		},
 		{
 			name: "elastic restarts default to the nodes the job may lose",

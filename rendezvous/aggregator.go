@@ -189,7 +189,7 @@ func (a *aggregator) step(ctx context.Context, snap snapshot) (<-chan time.Time,
 // ShouldFreeze says so; it returns when the last call ends.
 func (a *aggregator) joinable(ctx context.Context, snap snapshot) (<-chan time.Time, error) {
 	e, st, lim := a.e, snap.state, a.e.cfg.Limits
-	if len(snap.joined) >= lim.MinNodes && a.lastCallRound != st.Round {
+	if len(snap.joined) >= lim.Needed(st.Round) && a.lastCallRound != st.Round {
 		a.lastCallRound, a.lastCall = st.Round, time.Now().Add(e.cfg.LastCall)
 	}
 	var wake <-chan time.Time

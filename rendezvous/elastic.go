@@ -78,6 +78,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("rendezvous: %d workers on this node", c.Self.NProc)
 	case c.Limits.MinNodes < 1 || c.Limits.MinNodes > c.Limits.MaxNodes:
 		return fmt.Errorf("rendezvous: nodes %d:%d: want 1 <= MIN <= MAX", c.Limits.MinNodes, c.Limits.MaxNodes)
+	case c.Limits.StartNodes < 0 || c.Limits.StartNodes > c.Limits.MaxNodes:
+		return fmt.Errorf("rendezvous: %d nodes to start with, %d at most: want 0..MAX", c.Limits.StartNodes, c.Limits.MaxNodes)
 	case c.Limits.MaxFailures < 0 || c.Limits.MaxChanges < 0:
 		return errors.New("rendezvous: negative restart budget")
 	case c.LastCall < 0 || c.JoinTimeout <= 0:
@@ -307,7 +309,7 @@ func (e *Elastic) formError(ctx context.Context, st State) error {
 		// Only now, on the way out, does this agent read the other
 		// nodes' keys: to say who came.
 		joined, _, err := e.store.List(ctx, roundPrefix(st.Round)+"join/", 0)
-		if err == nil && len(joined) < lim.MinNodes {
+		if err == nil && len(joined) < lim.Needed(st.Round) {
 			var hosts []string
 			for _, kv := range joined {
 				var m Member
@@ -317,7 +319,7 @@ func (e *Elastic) formError(ctx context.Context, st State) error {
 			}
 			sort.Strings(hosts)
 			return fmt.Errorf("rendezvous: round %d did not form within join_timeout=%s: %d of at least %d nodes joined (%s)",
-				st.Round, e.cfg.JoinTimeout, len(hosts), lim.MinNodes, strings.Join(hosts, ", "))
+				st.Round, e.cfg.JoinTimeout, len(hosts), lim.Needed(st.Round), strings.Join(hosts, ", "))
 		}
 	}
 	return fmt.Errorf("rendezvous: no round took this node within join_timeout=%s (round %d is %s with %d of at most %d nodes)",

@@ -43,6 +43,20 @@ type Limits struct {
 	MinNodes, MaxNodes int
 	MaxFailures        int // restarts after worker failures (--max-restarts)
 	MaxChanges         int // restarts after membership changes (rdzv-conf max_membership_changes)
+	// StartNodes, when above MinNodes, is how many nodes the job's first
+	// round (round 0) waits for: a SLURM step without --nnodes starts on
+	// all of its nodes, then goes on with as few as MinNodes after losing
+	// some. 0: MinNodes.
+	StartNodes int
+}
+
+// Needed is how many nodes round needs to form: StartNodes for the
+// first round when set, else MinNodes.
+func (l Limits) Needed(round int) int {
+	if round == 0 {
+		return max(l.MinNodes, l.StartNodes)
+	}
+	return l.MinNodes
 }
 
 // Results of a closed job.
@@ -276,12 +290,12 @@ func (s State) RoundFor(p Placement) (Round, bool) {
 }
 
 // ShouldFreeze says whether a joinable round with these joined nodes
-// freezes now: at MaxNodes; or, with at least MinNodes, once the last
+// freezes now: at MaxNodes; or, with at least lim.Needed nodes, once the last
 // call passed, or — after the first round, when the job's nodes are known
 // — once every live node has joined.
 func ShouldFreeze(s State, joined, alive int, lim Limits, lastCallPassed bool) bool {
 	switch {
-	case s.Phase != PhaseJoinable || joined < lim.MinNodes:
+	case s.Phase != PhaseJoinable || joined < lim.Needed(s.Round):
 		return false
 	case joined >= lim.MaxNodes || lastCallPassed:
 		return true

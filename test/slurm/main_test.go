@@ -86,9 +86,10 @@ func gorun(t *testing.T) string {
 // it exits 0.
 func render(t *testing.T, args ...string) string {
 	t.Helper()
+	bin := gorun(t) // the first call builds it: not part of the render's bound
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, gorun(t), append([]string{"sbatch"}, args...)...)
+	cmd := exec.CommandContext(ctx, bin, append([]string{"sbatch"}, args...)...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
