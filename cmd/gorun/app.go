@@ -338,6 +338,9 @@ func runAction(c *cli.Context) error {
 		Str("run_id", l.RunID).Str("rendezvous", l.Rendezvous.Backend)
 	if l.Rendezvous.Backend == launcher.BackendEtcd {
 		ev = ev.Strs("endpoints", l.Rendezvous.Endpoints).Str("nodes", fmt.Sprintf("%d:%d", l.MinNodes, l.MaxNodes))
+		if l.StartNodes > l.MinNodes {
+			ev = ev.Int("start_nodes", l.StartNodes)
+		}
 	} else {
 		ev = ev.Int("node_rank", l.NodeRank).Int("nodes", l.MinNodes).Str("master", fmt.Sprintf("%s:%d", l.MasterAddr, l.MasterPort))
 	}
