@@ -179,3 +179,72 @@ func TestApplyIsPure(t *testing.T) {
 	require.NotEqual(t, a, b)
 	require.Equal(t, 2, b.StepsRedone)
 }
+
+// TestJobOf adds nodes' reports up as node-seconds, takes the most
+// recoveries and redone steps any node saw, leaves out nodes with no
+// step, and writes at most two lines.
+func TestJobOf(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	recovered := func(stateS float64, redone float64) Summary { // steps 0-4, worker failure, step at 10, now 10
+		var evs []Event
+		for s := range 5 {
+			evs = append(evs, StepAt(at(float64(s))))
+		}
+		last := StepAt(at(10))
+		last.Redone, last.StateS = redone, stateS
+		evs = append(evs, Event{Kind: Left, At: at(5)}, Event{Kind: Ended, Cause: Worker}, Event{Kind: Formed, At: at(6)}, last)
+		return Compute(evs).Summary(at(10))
+	}
+	tests := []struct {
+		name      string
+		nodes     []NodeReport
+		measured  bool
+		ratio     float64
+		wall      float64
+		lost      float64
+		state     float64
+		redone    int
+		lines     []string
+		nodeHosts []string
+	}{
+		{name: "none", nodeHosts: []string{}},
+		{name: "no step yet", nodes: []NodeReport{{Host: "b", Summary: Tally{}.Summary(at(1))}}, nodeHosts: []string{"b"}},
+		{
+			name:     "two nodes",
+			nodes:    []NodeReport{{Host: "b", Summary: recovered(1, 1)}, {Host: "a", Summary: recovered(2, 1)}, {Host: "c", Summary: Tally{}.Summary(at(1))}},
+			measured: true, ratio: 6.0 / 20, wall: 20, lost: 14, state: 3, redone: 1,
+			lines: []string{
+				"goodput: 0.300 (effective 6.0 of 20.0 node-seconds, 2 nodes); 1 recoveries, 1 steps redone",
+				"time lost: 14.0 node-seconds: worker 14.0; detection 2.0, rendezvous 2.0, state transfer 3.0, first step 5.0, redone steps 2.0",
+			},
+			nodeHosts: []string{"a", "b", "c"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			values := map[string][]byte{"broken": []byte("{")}
+			for i, n := range tt.nodes {
+				values[string(rune('0'+i))] = n.Encode()
+			}
+			j := JobOfValues(values)
+			require.Equal(t, tt.measured, j.Measured)
+			require.InDelta(t, tt.ratio, j.Ratio, 1e-9)
+			require.InDelta(t, tt.wall, j.WallSeconds, 1e-9)
+			require.InDelta(t, tt.lost, j.LostSeconds, 1e-9)
+			require.InDelta(t, tt.lost, j.LostByCause["worker"], 1e-9)
+			require.InDelta(t, tt.state, j.LostByPhase["state_transfer"], 1e-9)
+			require.InDelta(t, j.WallSeconds, j.EffectiveSeconds+j.LostSeconds+j.PendingSeconds, 1e-9)
+			require.Equal(t, tt.redone, j.StepsRedone)
+			require.Equal(t, tt.lines, j.Lines())
+			var hosts []string
+			for _, n := range j.Nodes {
+				hosts = append(hosts, n.Host)
+			}
+			if hosts == nil {
+				hosts = []string{}
+			}
+			require.Equal(t, tt.nodeHosts, hosts)
+		})
+	}
+}
