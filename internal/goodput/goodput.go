@@ -163,8 +163,9 @@ type Tally struct {
 	recent  [window]time.Duration // the latest step times, a ring
 	nRecent int                   // steps timed in all (the ring holds min(n, window))
 
-	// The recovery under way: inStall from Left or Formed to the next
-	// step; left and formed are zero until seen.
+	// The recovery under way: inStall from Left or Formed to the first
+	// step after an Ended or a Formed; left and formed are zero until
+	// seen.
 	inStall      bool
 	caused       bool // cause was given by an Ended event
 	cause        Cause
@@ -200,9 +201,13 @@ func (t Tally) step(e Event) Tally {
 	switch {
 	case t.First.IsZero():
 		t.First = e.At
-	case t.inStall || t.caused:
+	case t.caused || !t.formed.IsZero():
 		t = t.endStall(e)
 	default:
+		// Training, or the agent left its round and nothing says why nor
+		// a round formed yet: a step in flight that ended meanwhile (a
+		// stop for a signal is no recovery, and a recovery's detection
+		// is timed from its last step).
 		d := e.At.Sub(t.Last)
 		t.Steps += d
 		t.recent[t.nRecent%window] = d

@@ -111,6 +111,21 @@ func TestCompute(t *testing.T) {
 			stepsRedone: 4, recoveries: 2,
 		},
 		{
+			// A step that ends after the agent left, with no cause and no
+			// round yet, is a step (in flight); a stop is no recovery.
+			name:   "stopped, a step in flight",
+			events: cat(steps(0, 3), []Event{{Kind: Left, At: at(3.5)}, step(4)}),
+			now:    6, measured: true, ratio: 4.0 / 6, effective: 4, pending: 2,
+		},
+		{
+			name: "a step in flight, then the recovery",
+			events: cat(steps(0, 3), []Event{{Kind: Left, At: at(3.5)}, step(4), {Kind: Ended, Cause: Worker}, {Kind: Formed, At: at(5)},
+				step(6)}),
+			now: 6, measured: true, ratio: 4.0 / 6, effective: 4,
+			lost:       []lost{{Worker, Rendezvous, 1}, {Worker, FirstStep, 1}},
+			recoveries: 1,
+		},
+		{
 			name:   "a recovery under way is pending",
 			events: cat(steps(0, 3), []Event{{Kind: Left, At: at(4)}, {Kind: Ended, Cause: Worker}}),
 			now:    10, measured: true, ratio: 3.0 / 10, effective: 3, pending: 7,

@@ -27,7 +27,7 @@ const goodputWait = 90 * time.Second
 // /metrics and in `gorun status --json` are there and agree: a ratio in (0,1), the lost time
 // all charged to "worker", its phases (state transfer included) summing to it, wall time split
 // into effective, lost and pending time, and the steps redone those rank 0's metrics file
-// recorded twice. `gorun status` (text) shows them.
+// recorded twice. `gorun status` (text) shows them, and --json still does once the job stopped.
 func TestGoodput(t *testing.T) {
 	toml := trainerToml(t)
 	endpoint := etcdtest.Start(t).Endpoints()[0]
@@ -138,6 +138,33 @@ func TestGoodput(t *testing.T) {
 		t.Errorf("gorun status shows no goodput, or not the worker's recovery:\n%s", text)
 	}
 	t.Logf("gorun status:\n%s", text)
+
+	// The job stops (SIGTERM to every agent): each agent writes its figures once more as it
+	// ends, unleased, so status still shows them after the job.
+	stopAt := time.Now()
+	for _, a := range j.agents {
+		a.cancel()
+	}
+	for _, a := range j.agents {
+		a.wait()
+	}
+	var after struct {
+		Goodput goodput.Job `json:"goodput"`
+	}
+	out := runGorun(t, nil, "status", "--json", "--rdzv-endpoint="+endpoint, "--rdzv-id="+j.runID).Stdout
+	if err := json.Unmarshal([]byte(out), &after); err != nil {
+		t.Fatalf("gorun status --json: %v\n%s", err, out)
+	}
+	if len(after.Goodput.Nodes) != 2 || after.Goodput.Recoveries != 1 {
+		t.Fatalf("gorun status after the job: want both nodes' figures, 1 recovery:\n%s", out)
+	}
+	// Stopping is no recovery: what was lost is still all the worker's.
+	requireNear(t, "lost time charged to the worker, after the job", after.Goodput.LostSeconds, after.Goodput.LostByCause["worker"])
+	for _, n := range after.Goodput.Nodes {
+		if n.At.Before(stopAt) {
+			t.Errorf("%s: its last figures are of %v, before the job stopped at %v", n.Host, n.At, stopAt)
+		}
+	}
 }
 
 // recoveryEnded says whether an agent's goodput series (goodputSeries) count a recovery's
