@@ -114,3 +114,21 @@ func TestGoodput(t *testing.T) {
 	require.Equal(t, `gorun_goodput_ratio{node="a",run_id="7"} 0.125`, ratio())
 	require.Contains(t, gorunLines(scrape(t, m)), `gorun_time_lost_seconds_total{cause="worker",node="a",phase="detection",run_id="7"} 1`+"\n")
 }
+
+// TestCauseOf charges each kind of round end to its cause, from the
+// reasons package rendezvous writes.
+func TestCauseOf(t *testing.T) {
+	for _, tc := range []struct {
+		end  rendezvous.End
+		want string
+	}{
+		{rendezvous.End{Cause: rendezvous.CauseFailure, Reason: "worker failure: rank 3 on b", InPlace: true}, "worker"},
+		{rendezvous.End{Cause: rendezvous.CauseMembership, Lost: []string{"c"}, Reason: "node c left (its lease expired, or a peer found its agent dead)"}, "node"},
+		{rendezvous.End{Cause: rendezvous.CauseMembership, Reason: "node c left out: its agent did not answer a member's probe (the node died, or a network fault cut it off one way or both); it rejoins once it reaches every member"}, "network"},
+		{rendezvous.End{Cause: rendezvous.CauseMembership, Reason: "node c evicted: its rank 5 was the job's straggler for 2m0s"}, "straggler"},
+		{rendezvous.End{Cause: rendezvous.CauseMembership, Grow: true, Reason: "node d waiting to join"}, "restart"},
+		{rendezvous.End{Cause: rendezvous.CauseMembership}, "restart"},
+	} {
+		require.Equal(t, tc.want, causeOf(tc.end).String(), tc.end.Reason)
+	}
+}
