@@ -500,6 +500,9 @@ func (a *Agent) rounds(ctx context.Context) (Outcome, error) {
 			return a.closed(end, round), nil
 		}
 		a.log.Warn().Int("round", round.Number).Str("reason", end.Reason).Msg("round ended: rejoining")
+		if o, ok := a.spec.Observer.(EndObserver); ok {
+			o.RoundEnded(end)
+		}
 		if kept != nil && !keptAcross(end) {
 			// This node kept its workers to restart one alone, and the job
 			// restarts them all instead (a static world, or the round

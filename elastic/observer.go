@@ -33,6 +33,13 @@ type Observer interface {
 	WorkerExited(w distenv.Worker, exitCode int)
 }
 
+// EndObserver is an Observer that is also told why each round this node
+// ran ended (not for the job's end), before the next round forms: the
+// agent calls RoundEnded when its Spec.Observer implements it.
+type EndObserver interface {
+	RoundEnded(end rendezvous.End)
+}
+
 // RestartCause is why a new round replaced the one before.
 type RestartCause int
 

@@ -43,6 +43,7 @@ func (r *recorder) WorkerProgress(w distenv.Worker, p heartbeat.Progress) {
 func (r *recorder) WorkerExited(w distenv.Worker, code int) {
 	r.add("exit rank %d code %d", w.Rank, code)
 }
+func (r *recorder) RoundEnded(end rendezvous.End) { r.add("ended: %s", end.Reason) }
 
 // count is how many events are ev.
 func (r *recorder) count(ev string) int {
@@ -81,10 +82,13 @@ func TestObserverSeesTheJob(t *testing.T) {
 		"state running->stopping":   1,
 		"state rendezvous->running": 2,
 		"state running->succeeded":  1,
+		"ended: worker failure":     1,
 	} {
 		require.Equal(t, n, rec.count(ev), "%q in %q", ev, events)
 	}
 	require.Equal(t, "state init->rendezvous", events[0])
+	// An EndObserver learns why the round ended before the next one forms.
+	require.Less(t, slices.Index(events, "ended: worker failure"), slices.Index(events, "round 1 nodes 1"), "%q", events)
 }
 
 // TestObserverGetsHeartbeats: with an observer and no heartbeat timeout,

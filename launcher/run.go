@@ -339,6 +339,7 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 			log.Warn().Err(err).Msg("the run's keys stay in etcd until its run id starts again")
 		}
 	}()
+	goodputOf := observeGoodput(&spec, l)
 	tracker := straggler.NewTracker()
 	observeStragglers(&spec, tracker)
 	agent, err := elastic.New(spec, rdzv)
@@ -352,12 +353,18 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 		publishStats(statsCtx, store, r.NodeID, l.Host, tracker, eviction{after: l.EvictStragglers.Std(), evict: rdzv.Evict},
 			rt.Log.With().Str("component", "stragglers").Logger())
 	}()
+	goodputDone := make(chan struct{})
+	go func() {
+		defer close(goodputDone)
+		publishGoodput(statsCtx, store, r.NodeID, l.Host, goodputOf, rt.Log)
+	}()
 	out, err = agent.Run(ctx)
 	if server != nil {
 		server.Leaving() // the others' members stopping is no news now
 	}
 	stopStats()
 	<-statsDone
+	<-goodputDone
 	leaveBy = time.Now().Add(lingerForOthers)
 	if out.Signal != nil {
 		leaveBy = time.Now().Add(lingerWhenStopped)

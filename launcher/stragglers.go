@@ -57,6 +57,14 @@ func (o trackingObserver) RecoveredInPlace(r rendezvous.Round, nodesLost int) {
 	}
 }
 
+// RoundEnded passes the round's end on to next when it takes it
+// (elastic.EndObserver).
+func (o trackingObserver) RoundEnded(end rendezvous.End) {
+	if e, ok := o.next.(elastic.EndObserver); ok {
+		e.RoundEnded(end)
+	}
+}
+
 func (o trackingObserver) WorkerStarted(w distenv.Worker) {
 	o.tracker.Started(w.LocalRank, w.Rank)
 	if o.next != nil {

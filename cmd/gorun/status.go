@@ -14,6 +14,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gorun/gorun/internal/goodput"
 	"github.com/gorun/gorun/internal/straggler"
 	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/rendezvous"
@@ -148,7 +149,13 @@ Lists too long for one line end in "... N more": --json has them all.
            first progress after it), time
   lost:    in_place_seconds, in_place_steps: the recoveries' seconds and steps_lost, summed
   stragglers: ranks whose median step compute (last 10 steps) is at least 1.5x the job's median,
-           e.g. "rank 3 on node-b, 1.9x the median step compute"; the embedded trainer only`
+           e.g. "rank 3 on node-b, 1.9x the median step compute"; the embedded trainer only
+  goodput: the job's goodput as its agents published it (internal/goodput), in node-seconds
+           summed over the nodes: measured (false before a step), ratio (effective over wall),
+           wall_seconds = effective_seconds + lost_seconds + pending_seconds (since the last step),
+           lost_by_cause (worker, node, network, straggler, restart), lost_by_phase (detection,
+           rendezvous, state_transfer, first_step, redone_steps), lost (by cause, then phase),
+           steps_redone, recoveries (the most any node saw), nodes (each node's own figures, host, at)`
 
 // statusReport is a job's status as `gorun status` shows it, computed
 // from what etcdstore.ReadStatus read; the text and the --json output are
@@ -182,6 +189,9 @@ type statusReport struct {
 	// straggler.Factor times the job's, as the agents last published it
 	// (embedded trainer only: other workers report no timing).
 	Stragglers []string `json:"stragglers"`
+	// Goodput is the job's goodput, from the figures its agents
+	// published (package goodput).
+	Goodput goodput.Job `json:"goodput"`
 }
 
 // statusBudgets are the job's node bounds and its two restart budgets,
@@ -307,6 +317,7 @@ func newStatusReport(st etcdstore.Status) statusReport {
 		r.Lost.InPlaceSteps += rec.StepsLost
 	}
 	r.Stragglers = stragglersOf(st.Stats)
+	r.Goodput = goodput.JobOfValues(st.Goodput)
 	return r
 }
 
@@ -415,6 +426,9 @@ func writeHeader(w io.Writer, r statusReport) {
 		fmt.Fprintf(w, "in-place recoveries (workers kept, not restarted): %d; last: %s\n", n, r.Recoveries[n-1])
 		fmt.Fprintf(w, "time lost in them: %.1f s (each round's end to its first step), %d steps redone\n",
 			r.Lost.InPlaceSeconds, r.Lost.InPlaceSteps)
+	}
+	for _, l := range r.Goodput.Lines() {
+		fmt.Fprintln(w, l)
 	}
 	if r.Phase == rendezvous.PhaseRunning {
 		fmt.Fprintf(w, "master: %s:%d\n", r.MasterAddr, r.MasterPort)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gorun/gorun/internal/goodput"
 	"github.com/gorun/gorun/rendezvous"
 	"github.com/gorun/gorun/rendezvous/etcdstore"
 )
@@ -318,4 +319,45 @@ func TestStatusInPlaceRecoveries(t *testing.T) {
 	require.Equal(t, st.Recoveries, got.Recoveries)
 	require.InDelta(t, 2.05, got.Lost["in_place_seconds"], 1e-9)
 	require.Equal(t, map[string]float64{"in_place_seconds": got.Lost["in_place_seconds"], "in_place_steps": 1}, got.Lost)
+}
+
+// The job's goodput, from what its agents published, is two lines of the
+// text and the goodput object of --json, whose fields the help
+// documents.
+func TestStatusGoodput(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	st := syntheticStatus(3, 0, 0, 0, now)
+	tally := goodput.Tally{}
+	for s := range 5 {
+		tally = tally.Apply(goodput.StepAt(now.Add(time.Duration(s) * time.Second)))
+	}
+	tally = tally.Apply(goodput.Event{Kind: goodput.Left, At: now.Add(5 * time.Second)}).
+		Apply(goodput.Event{Kind: goodput.Ended, Cause: goodput.Node}).
+		Apply(goodput.Event{Kind: goodput.Formed, At: now.Add(6 * time.Second)}).
+		Apply(goodput.Event{Kind: goodput.Step, At: now.Add(8 * time.Second), StateS: 1, Redone: 0})
+	st.Goodput = map[string][]byte{
+		"id-1": goodput.NodeReport{Host: "node0001", At: now, Summary: tally.Summary(now.Add(8 * time.Second))}.Encode(),
+		"id-2": goodput.NodeReport{Host: "node0002", At: now, Summary: tally.Summary(now.Add(8 * time.Second))}.Encode(),
+	}
+	var b strings.Builder
+	writeStatus(&b, st, now)
+	require.Contains(t, b.String(), "goodput: 0.500 (effective 8.0 of 16.0 node-seconds, 2 nodes); 1 recoveries, 0 steps redone\n"+
+		"time lost: 8.0 node-seconds: node 8.0; detection 2.0, rendezvous 2.0, state transfer 2.0, first step 2.0\n")
+
+	out, err := json.Marshal(newStatusReport(st))
+	require.NoError(t, err)
+	var got struct {
+		Goodput map[string]json.RawMessage `json:"goodput"`
+	}
+	require.NoError(t, json.Unmarshal(out, &got))
+	for name := range got.Goodput {
+		require.Contains(t, statusDescription, name)
+	}
+	var nodes []map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(got.Goodput["nodes"], &nodes))
+	require.Len(t, nodes, 2)
+	for name := range nodes[0] {
+		require.Contains(t, statusDescription, name)
+	}
+	require.JSONEq(t, `{"worker":0,"node":8,"network":0,"straggler":0,"restart":0}`, string(got.Goodput["lost_by_cause"]))
 }

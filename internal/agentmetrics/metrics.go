@@ -2,6 +2,7 @@ package agentmetrics
 
 import (
 	"errors"
+	"math"
 	"net/http"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/gorun/gorun/elastic"
 	"github.com/gorun/gorun/internal/distenv"
+	"github.com/gorun/gorun/internal/goodput"
 	"github.com/gorun/gorun/internal/heartbeat"
 	"github.com/gorun/gorun/rendezvous"
 )
@@ -57,11 +59,15 @@ type Metrics struct {
 	inPlace    prometheus.Counter
 	rendezvous prometheus.Histogram
 	workers    *workerCollector
-	lost       *prometheus.CounterVec
-	goodput    *goodput
+	goodput    *goodputRecorder
 }
 
-var _ elastic.Observer = (*Metrics)(nil)
+var (
+	_ elastic.Observer    = (*Metrics)(nil)
+	_ elastic.EndObserver = (*Metrics)(nil)
+)
+
+var nan = math.NaN()
 
 // New makes the metrics of the agent cfg describes, on a registry of
 // their own that also holds the Go runtime's and the process's metrics.
@@ -95,14 +101,8 @@ func New(cfg Config) (*Metrics, error) {
 			Help:    "How long this node waited in the rendezvous for each of its rounds to form.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 4, 9)}),
 		workers: newWorkerCollector(cfg.Now),
-		lost: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gorun_time_lost_seconds_total",
-			Help: "Training time this node lost to recoveries, by cause (worker_failure, membership_change: restarts; in_place) and phase: detection (last step to leaving the round), rendezvous (to the next round formed), first_step (to the first step after it: start or re-forming, state transfer or checkpoint load, the step), redone_steps (steps thrown away, at the median step time). Counted when the recovery's first step ends."},
-			[]string{"cause", "phase"}),
+		goodput: newGoodputRecorder(cfg.Now),
 	}
-	m.goodput = newGoodput(cfg.Now, func(cause, phase string, seconds float64) { m.lost.WithLabelValues(cause, phase).Add(seconds) })
-	goodputRatio := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gorun_goodput_ratio",
-		Help: "Time this node's workers spent on steps the job kept (between consecutive steps, less the redone ones) over the time since their first step; NaN before it."},
-		m.goodput.ratio)
 	for _, s := range agentStates {
 		m.state.WithLabelValues(s.String())
 	}
@@ -110,13 +110,8 @@ func New(cfg Config) (*Metrics, error) {
 	for _, c := range []elastic.RestartCause{elastic.RestartWorkerFailure, elastic.RestartMembershipChange} {
 		m.restarts.WithLabelValues(c.String())
 	}
-	for _, c := range lossCauses {
-		for _, p := range lossPhases {
-			m.lost.WithLabelValues(c, p)
-		}
-	}
 	labelled := prometheus.WrapRegistererWith(prometheus.Labels{"run_id": cfg.RunID, "node": cfg.Node}, m.reg)
-	for _, c := range []prometheus.Collector{m.state, m.round, m.nodes, m.worldSize, m.nodeRank, m.restarts, m.nodeLosses, m.inPlace, m.rendezvous, m.workers, m.lost, goodputRatio} {
+	for _, c := range []prometheus.Collector{m.state, m.round, m.nodes, m.worldSize, m.nodeRank, m.restarts, m.nodeLosses, m.inPlace, m.rendezvous, m.workers, m.goodput} {
 		if err := labelled.Register(c); err != nil {
 			return nil, err
 		}
@@ -159,18 +154,14 @@ func (m *Metrics) RoundStarted(r rendezvous.Round, formed time.Duration) {
 // Restarted counts a restart by cause, and the nodes it lost.
 func (m *Metrics) Restarted(cause elastic.RestartCause, nodesLost int) {
 	m.restarts.WithLabelValues(cause.String()).Inc()
-	if cause == elastic.RestartWorkerFailure {
-		m.goodput.roundFormed(causeWorkerFailure)
-	} else {
-		m.goodput.roundFormed(causeMembershipChange)
-	}
+	m.goodput.roundFormed()
 	m.nodeLosses.Add(float64(nodesLost))
 }
 
 // RecoveredInPlace counts an in-place recovery, and the nodes it lost.
 func (m *Metrics) RecoveredInPlace(_ rendezvous.Round, nodesLost int) {
 	m.inPlace.Inc()
-	m.goodput.roundFormed(causeInPlace)
+	m.goodput.roundFormed()
 	m.nodeLosses.Add(float64(nodesLost))
 }
 
@@ -178,12 +169,18 @@ func (m *Metrics) RecoveredInPlace(_ rendezvous.Round, nodesLost int) {
 func (m *Metrics) WorkerStarted(w distenv.Worker) { m.workers.started(w) }
 
 // WorkerProgress records w's heartbeat for the per-worker series,
-// and a step of the lowest local rank for gorun_goodput_ratio.
+// and a step of the lowest local rank for the goodput figures.
 func (m *Metrics) WorkerProgress(w distenv.Worker, p heartbeat.Progress) {
 	if m.workers.progress(w, p) {
-		m.goodput.step(w.LocalRank, p.Redone)
+		m.goodput.step(w.LocalRank, p.Redone, p.StateS)
 	}
 }
+
+// RoundEnded charges the recovery under way to why the round ended.
+func (m *Metrics) RoundEnded(end rendezvous.End) { m.goodput.roundEnded(end) }
+
+// Goodput is this node's goodput figures now (package goodput).
+func (m *Metrics) Goodput() goodput.Summary { return m.goodput.summary() }
 
 // WorkerExited records w's exit code.
 func (m *Metrics) WorkerExited(w distenv.Worker, exitCode int) { m.workers.exited(w, exitCode) }

@@ -35,11 +35,16 @@ type Progress struct {
 	// checkpoint counted from that checkpoint's step): reported with the
 	// first step after a recovery. NaN: not reported.
 	Redone float64
+	// StateS is the seconds the worker spent restoring its training
+	// state (from its peers or a checkpoint) before this step: reported
+	// with the first step after a start or a recovery. NaN or 0: not
+	// reported (a Progress made without it says nothing).
+	StateS float64
 }
 
 // Unreported is a Progress of step with no figures.
 func Unreported(step int) Progress {
-	return Progress{Step: step, Loss: math.NaN(), TokensPerS: math.NaN(), MFU: math.NaN(), ComputeS: math.NaN(), Round: math.NaN(), Redone: math.NaN()}
+	return Progress{Step: step, Loss: math.NaN(), TokensPerS: math.NaN(), MFU: math.NaN(), ComputeS: math.NaN(), Round: math.NaN(), Redone: math.NaN(), StateS: math.NaN()}
 }
 
 // progressFields names the optional fields of a heartbeat line.
@@ -53,11 +58,15 @@ var progressFields = []struct {
 	{"compute_s", func(p *Progress) *float64 { return &p.ComputeS }},
 	{"round", func(p *Progress) *float64 { return &p.Round }},
 	{"redone", func(p *Progress) *float64 { return &p.Redone }},
+	{"state_s", func(p *Progress) *float64 { return &p.StateS }},
 }
 
 // Line is p as one heartbeat line, newline included; figures that are
-// NaN are left out.
+// NaN are left out, and a StateS of 0.
 func (p Progress) Line() string {
+	if p.StateS == 0 {
+		p.StateS = math.NaN()
+	}
 	var b strings.Builder
 	b.WriteString(strconv.Itoa(p.Step))
 	for _, f := range progressFields {

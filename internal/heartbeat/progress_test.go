@@ -16,14 +16,15 @@ func TestParseLine(t *testing.T) {
 		want Progress
 		err  string
 	}{
-		{line: "12", want: Progress{Step: 12, Loss: nan, TokensPerS: nan, MFU: nan, ComputeS: nan, Round: nan, Redone: nan}},
-		{line: " 12 \n", want: Progress{Step: 12, Loss: nan, TokensPerS: nan, MFU: nan, ComputeS: nan, Round: nan, Redone: nan}},
-		{line: "12 loss=3.41 tokens_per_s=5123.4 mfu=0.31", want: Progress{Step: 12, Loss: 3.41, TokensPerS: 5123.4, MFU: 0.31, ComputeS: nan, Round: nan, Redone: nan}},
-		{line: "12 compute_s=0.27", want: Progress{Step: 12, Loss: nan, TokensPerS: nan, MFU: nan, ComputeS: 0.27, Round: nan, Redone: nan}},
-		{line: "13 round=2 redone=433", want: Progress{Step: 13, Loss: nan, TokensPerS: nan, MFU: nan, ComputeS: nan, Round: 2, Redone: 433}},
+		{line: "12", want: Progress{Step: 12, Loss: nan, TokensPerS: nan, MFU: nan, ComputeS: nan, Round: nan, Redone: nan, StateS: nan}},
+		{line: " 12 \n", want: Progress{Step: 12, Loss: nan, TokensPerS: nan, MFU: nan, ComputeS: nan, Round: nan, Redone: nan, StateS: nan}},
+		{line: "12 loss=3.41 tokens_per_s=5123.4 mfu=0.31", want: Progress{Step: 12, Loss: 3.41, TokensPerS: 5123.4, MFU: 0.31, ComputeS: nan, Round: nan, Redone: nan, StateS: nan}},
+		{line: "12 compute_s=0.27", want: Progress{Step: 12, Loss: nan, TokensPerS: nan, MFU: nan, ComputeS: 0.27, Round: nan, Redone: nan, StateS: nan}},
+		{line: "13 round=2 redone=433", want: Progress{Step: 13, Loss: nan, TokensPerS: nan, MFU: nan, ComputeS: nan, Round: 2, Redone: 433, StateS: nan}},
+		{line: "13 redone=2 state_s=0.75", want: Progress{Step: 13, Loss: nan, TokensPerS: nan, MFU: nan, ComputeS: nan, Round: nan, Redone: 2, StateS: 0.75}},
 		{line: "12 compute_s=slow", err: `line "12 compute_s=slow": compute_s`},
-		{line: "12 loss=2 future=7 bare", want: Progress{Step: 12, Loss: 2, TokensPerS: nan, MFU: nan, ComputeS: nan, Round: nan, Redone: nan}},
-		{line: "12 loss=NaN", want: Progress{Step: 12, Loss: nan, TokensPerS: nan, MFU: nan, ComputeS: nan, Round: nan, Redone: nan}},
+		{line: "12 loss=2 future=7 bare", want: Progress{Step: 12, Loss: 2, TokensPerS: nan, MFU: nan, ComputeS: nan, Round: nan, Redone: nan, StateS: nan}},
+		{line: "12 loss=NaN", want: Progress{Step: 12, Loss: nan, TokensPerS: nan, MFU: nan, ComputeS: nan, Round: nan, Redone: nan, StateS: nan}},
 		{line: "", err: "empty line"},
 		{line: "step 12", err: `line "step 12": step`},
 		{line: "12 loss=high", err: `line "12 loss=high": loss`},
@@ -68,7 +69,7 @@ func TestWatchReportsBeats(t *testing.T) {
 	defer p.Close()
 	b := &Beater{f: p.WorkerEnd()} // the worker's side, in this process
 	b.Beat(1)
-	b.Report(Progress{Step: 2, Loss: 3.5, TokensPerS: 100, MFU: math.NaN(), ComputeS: math.NaN(), Round: math.NaN(), Redone: math.NaN()})
+	b.Report(Progress{Step: 2, Loss: 3.5, TokensPerS: 100, MFU: math.NaN(), ComputeS: math.NaN(), Round: math.NaN(), Redone: math.NaN(), StateS: math.NaN()})
 	require.NoError(t, p.CloseWorkerEnd())
 	_, stalled := <-stalls
 	require.False(t, stalled)

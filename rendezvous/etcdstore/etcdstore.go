@@ -256,6 +256,12 @@ func AwaitDeparture(ctx context.Context, client *clientv3.Client, inc Incarnatio
 // compute (a straggler.Report), rewritten every few seconds.
 const PrefixStats = "stats/"
 
+// PrefixGoodput is where, under an incarnation's prefix, each agent keeps
+// one key (PrefixGoodput + its node id) with its goodput figures (a
+// goodput.NodeReport), rewritten every few seconds and once as it ends;
+// not leased, so that a finished job's figures stay with its other keys.
+const PrefixGoodput = "goodput/"
+
 // Status is a job's rendezvous as `gorun status` shows it: the run id's
 // current incarnation.
 type Status struct {
@@ -277,6 +283,9 @@ type Status struct {
 	// Stats is every live agent's PrefixStats value, by node id: raw,
 	// for the reader that knows its format (package straggler).
 	Stats map[string][]byte `json:"-"`
+	// Goodput is every agent's PrefixGoodput value, by node id: raw, for
+	// package goodput.
+	Goodput map[string][]byte `json:"-"`
 }
 
 // ReadStatus reads the current incarnation of run runID without taking
@@ -293,7 +302,7 @@ func ReadStatus(ctx context.Context, client *clientv3.Client, runID string) (Sta
 	for _, key := range []string{rendezvous.KeyState, rendezvous.KeyRoster} {
 		gets = append(gets, clientv3.OpGet(key))
 	}
-	for _, prefix := range []string{rendezvous.PrefixNodes, rendezvous.PrefixWait, rendezvous.PrefixFail, PrefixStats, rendezvous.PrefixKept} {
+	for _, prefix := range []string{rendezvous.PrefixNodes, rendezvous.PrefixWait, rendezvous.PrefixFail, PrefixStats, rendezvous.PrefixKept, PrefixGoodput} {
 		gets = append(gets, clientv3.OpGet(prefix, clientv3.WithPrefix()))
 	}
 	resp, err := incarnationKV(client, in).Txn(ctx).Then(gets...).Commit()
@@ -329,6 +338,11 @@ func ReadStatus(ctx context.Context, client *clientv3.Client, runID string) (Sta
 					st.Stats = map[string][]byte{}
 				}
 				st.Stats[strings.TrimPrefix(key, PrefixStats)] = kv.Value
+			case strings.HasPrefix(key, PrefixGoodput):
+				if st.Goodput == nil {
+					st.Goodput = map[string][]byte{}
+				}
+				st.Goodput[strings.TrimPrefix(key, PrefixGoodput)] = kv.Value
 			}
 		}
 	}

@@ -47,14 +47,20 @@ type session struct {
 	// heartbeat to tell the agent (which records it for gorun status);
 	// NaN once told.
 	redone float64
+	// stateS is the seconds the last start or recovery spent restoring
+	// the state (the exchange with the peers, and a checkpoint's load),
+	// for the next heartbeat likewise; NaN once told.
+	stateS float64
 }
 
 // afterStep is the trainer's AfterStep hook: heartbeat, memory copy,
 // checkpoint. (A new round's contract does not wait for a step boundary:
 // it ends Run's context, see run.)
 func (s *session) afterStep(t *trainer.Trainer, rec metrics.Record) error {
-	s.beat.Report(progressOf(rec, s.worker.RestartCount, s.redone))
-	s.redone = math.NaN()
+	p := progressOf(rec, s.worker.RestartCount, s.redone)
+	p.StateS = s.stateS
+	s.beat.Report(p)
+	s.redone, s.stateS = math.NaN(), math.NaN()
 	if s.keeper != nil && rec.Step%s.cfg.Checkpoint.MemoryEvery == 0 {
 		if err := s.keeper.Snapshot(t.State().Slice); err != nil {
 			return err
@@ -169,11 +175,13 @@ func (s *session) detach() ([]recovery.Slice, error) {
 // them as the recovery's steps lost.
 func (s *session) resumeFrom(rec trainer.Recovery, what string) error {
 	if rec.Source == recovery.None {
+		began := time.Now()
 		_, err := s.ck.Resume(s.ctx)
 		s.redone = float64(max(0, rec.Redone-s.t.Step()))
+		s.stateS = (rec.Took + time.Since(began)).Seconds()
 		return err
 	}
-	s.redone = float64(rec.Redone)
+	s.redone, s.stateS = float64(rec.Redone), rec.Took.Seconds()
 	if s.t.Plan().Rank == 0 {
 		fmt.Fprintf(s.log, "trainer: %s in place at world size %d: state of step %d from %s (%d bytes received here, %d step(s) redone) in %v\n",
 			what, s.t.Plan().WorldSize(), rec.Step, rec.Source, rec.Received, rec.Redone, rec.Took.Round(time.Millisecond))

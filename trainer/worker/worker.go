@@ -208,7 +208,7 @@ func run(sigs *workerSignals, opts Options, beat *heartbeat.Beater, w distenv.Wo
 			RunID: w.RunID, RoleName: w.RoleName, MaxRestarts: w.MaxRestarts}
 	}
 	s := &session{ctx: ctx, cfg: opts.Config, worker: w, log: opts.Stdout, stop: &sigs.stop, term: sigs.term, beat: beat,
-		follow: beat.Follow(ctx, logPhase(opts.Stderr, who)), waitRound: comm.DefaultTimeout, redone: math.NaN()}
+		follow: beat.Follow(ctx, logPhase(opts.Stderr, who)), waitRound: comm.DefaultTimeout, redone: math.NaN(), stateS: math.NaN()}
 	tcfg := trainer.Config{Train: opts.Config, Worker: w, Threads: threads,
 		Secret: secret, CommLog: opts.Stderr, Profile: opts.Profile,
 		Metrics: opts.Metrics, Log: opts.Stdout, AfterStep: s.afterStep, StopAsked: s.follow.StopAsked}
