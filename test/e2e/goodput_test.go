@@ -44,7 +44,15 @@ func TestGoodput(t *testing.T) {
 	}
 	j.waitStep(12)
 	paused := j.pause()
-	pid, _ := j.workerOf(3)
+	pid := 0
+	for _, w := range j.workers() {
+		if w.rank == 3 { // round 0: the first RANK is the rank
+			pid = w.pid
+		}
+	}
+	if pid == 0 {
+		t.Fatal("no worker of rank 3")
+	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
