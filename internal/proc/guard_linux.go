@@ -35,11 +35,12 @@ import (
 // (GuardMarkEnv=<random token>, inherited by its descendants), and the
 // guard, once gorun is gone, also kills every process that carries it.
 type Guard struct {
-	cmd  *exec.Cmd
-	mark string
-	mu   sync.Mutex
-	w    *os.File
-	err  error
+	cmd     *exec.Cmd
+	mark    string
+	mu      sync.Mutex
+	w       *os.File
+	err     error
+	watched map[int]bool // the groups told with Watch and not yet with Forget
 }
 
 // GuardMarkEnv is the environment variable that marks the processes a
@@ -74,7 +75,7 @@ func StartGuard(argv []string) (*Guard, error) {
 		return nil, fmt.Errorf("proc: start guard %s: %w", argv[0], err)
 	}
 	r.Close()
-	g := &Guard{cmd: cmd, mark: mark, w: w}
+	g := &Guard{cmd: cmd, mark: mark, w: w, watched: map[int]bool{}}
 	g.sendLine("=" + mark)
 	return g, nil
 }
@@ -92,12 +93,24 @@ func (g *Guard) send(op byte, pgid int) {
 	if g == nil {
 		return
 	}
-	g.sendLine(string(op) + strconv.Itoa(pgid))
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if op == '+' {
+		g.watched[pgid] = true
+	} else {
+		delete(g.watched, pgid)
+	}
+	g.writeLocked(string(op) + strconv.Itoa(pgid))
 }
 
 func (g *Guard) sendLine(line string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.writeLocked(line)
+}
+
+// writeLocked writes line to the guard; g.mu is held.
+func (g *Guard) writeLocked(line string) {
 	if g.w == nil || g.err != nil {
 		return
 	}
@@ -120,15 +133,34 @@ func (g *Guard) Err() error {
 	return g.err
 }
 
-// Close ends the guard: it kills the groups still watched (none, when every
-// worker was reaped) and exits; Close waits for it.
+// Close ends the guard and waits for it to exit. With groups still
+// watched, the guard kills them, and every process carrying its mark, as
+// if gorun had died. With none (every process started was reaped and its
+// group killed), there is nothing left for it to do: Close kills it with
+// SIGKILL rather than wait for it to read the end of its input, which a
+// guard still starting up (a whole gorun binary's start, the longest part
+// of a short job's launch) would read only once started, and to scan
+// /proc. Descendants that left their group then live on, as Process says.
 func (g *Guard) Close() error {
 	g.mu.Lock()
 	w := g.w
 	g.w = nil
+	idle := len(g.watched) == 0 && g.err == nil
 	g.mu.Unlock()
 	if w == nil {
 		return nil
+	}
+	if idle {
+		// The guard leads a group of its own (StartGuard): this kills
+		// whatever it may have started too.
+		_ = unix.Kill(-g.cmd.Process.Pid, unix.SIGKILL)
+		err := g.cmd.Wait()
+		if ps := g.cmd.ProcessState; ps != nil {
+			if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+				err = nil
+			}
+		}
+		return errors.Join(w.Close(), err)
 	}
 	return errors.Join(w.Close(), g.cmd.Wait(), g.Err())
 }

@@ -503,3 +503,41 @@ func TestRunGuardKillsMarkedProcesses(t *testing.T) {
 	requireGone(t, grandchild)
 	require.True(t, alive(unmarked.Process.Pid), "a process without the mark is left alone")
 }
+
+// Close ends a guard that watches no group without letting it act on the
+// end of its input (kill what is watched, scan /proc for its mark): it
+// kills it. With a group still watched, the guard reads the end of its
+// input and acts. The guard here is a shell that, at the end of its
+// input, writes a file, so the file tells whether it was let act.
+func TestGuardClose(t *testing.T) {
+	tests := []struct {
+		name    string
+		watch   []int // groups told with Watch
+		forget  []int // then with Forget
+		wantEOF bool  // the guard read the end of its input
+	}{
+		{"nothing watched: killed", nil, nil, false},
+		{"every group forgotten: killed", []int{999999999}, []int{999999999}, false},
+		{"a group still watched: told", []int{999999999}, nil, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "eof")
+			guard, err := proc.StartGuard([]string{"/bin/sh", "-c", `while read -r line; do :; done; : > "$0"`, file})
+			require.NoError(t, err)
+			for _, pgid := range tc.watch {
+				guard.Watch(pgid)
+			}
+			for _, pgid := range tc.forget {
+				guard.Forget(pgid)
+			}
+			require.NoError(t, guard.Close())
+			_, err = os.Stat(file)
+			if tc.wantEOF {
+				require.NoError(t, err, "the guard acted on the end of its input")
+			} else {
+				require.ErrorIs(t, err, fs.ErrNotExist, "Close let the guard act on the end of its input")
+			}
+		})
+	}
+}
