@@ -29,12 +29,20 @@
 #   DURATION=120 PERIODS=15 JSON=1 bench/chaos.sh
 #   GORUN_BIN=/path/to/gorun CKPT_EVERY=200 bench/chaos.sh
 #   KEEP=/tmp/chaos bench/chaos.sh                  # keep logs, metrics and checkpoints there
+#   SMOKE=1 bench/chaos.sh                          # CI: about a minute, exits 1 if it cannot inject
+#
+# SMOKE=1 is the smoke mode CI runs: a fault-free run of DURATION (default 3 s there), then one
+# chaos run that injects each kind of failure once, each as soon as the job recovered from the
+# one before (PERIODS is ignored); it exits 1, saying why, when a failure could not be
+# injected (no worker found, no aggregator), a kind was never injected, or the job did not
+# recover from one.
 #
 # About 3 x DURATION plus a minute; it keeps 10 processes training on the machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
-DURATION=${DURATION:-300}
+SMOKE=${SMOKE:-0}
+if [[ "$SMOKE" == 1 ]]; then DURATION=${DURATION:-3}; else DURATION=${DURATION:-300}; fi
 PERIODS=${PERIODS:-60 15}
 SEED=${SEED:-1}
 CKPT_EVERY=${CKPT_EVERY:-200}
@@ -59,6 +67,7 @@ go build -o "$tmp/chaosbench" ./bench/chaosbench || die "go build ./bench/chaosb
 
 args=(-gorun "$gorun" -toml examples/train.toml -duration "${DURATION}s" -periods "$periods" -seed "$SEED" -ckpt-every "$CKPT_EVERY")
 [[ "${JSON:-0}" == 1 ]] && args+=(-json)
+[[ "$SMOKE" == 1 ]] && args+=(-smoke)
 [[ -n "${KEEP:-}" ]] && args+=(-dir "$KEEP")
-echo "chaos: gorun $(git describe --always --dirty 2>/dev/null || echo '?'), $(nproc) CPUs, DURATION=$DURATION PERIODS='$PERIODS' SEED=$SEED CKPT_EVERY=$CKPT_EVERY"
+echo "chaos: gorun $(git describe --always --dirty 2>/dev/null || echo '?'), $(nproc) CPUs, DURATION=$DURATION PERIODS='$PERIODS' SMOKE=$SMOKE SEED=$SEED CKPT_EVERY=$CKPT_EVERY"
 "$tmp/chaosbench" "${args[@]}"

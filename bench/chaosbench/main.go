@@ -33,8 +33,11 @@ type bench struct {
 	seed        uint64
 	every       int
 	marker      string
-	etcd        *cluster
-	log         io.Writer
+	// smoke: one chaos run that injects each fault kind once, each after the job recovered
+	// from the one before, and fails unless every one was injected and recovered from.
+	smoke bool
+	etcd  *cluster
+	log   io.Writer
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -56,6 +59,7 @@ func run() error {
 	seed := flag.Uint64("seed", 1, "seed of the failure mix")
 	every := flag.Int("ckpt-every", 200, "checkpoint every this many steps")
 	jsonOut := flag.Bool("json", false, "also print one JSON line per period")
+	smoke := flag.Bool("smoke", false, "smoke mode: after the fault-free run, one chaos run that injects each fault kind once (each after the job recovered from the one before; -periods is ignored) and exits 1 unless every kind was injected and recovered from")
 	dir := flag.String("dir", "", "working directory (default: a fresh one under $TMPDIR, removed at the end)")
 	flag.Parse()
 	if *gorun == "" {
@@ -63,6 +67,10 @@ func run() error {
 	}
 	var ps []time.Duration
 	for _, p := range strings.Split(*periods, ",") {
+		if *smoke {
+			ps = []time.Duration{time.Second} // a period only marks the run as a chaos run
+			break
+		}
 		d, err := time.ParseDuration(strings.TrimSpace(p))
 		if err != nil || d <= 0 {
 			return fmt.Errorf("-periods %q: %q is not a positive duration", *periods, p)
@@ -71,7 +79,7 @@ func run() error {
 	}
 	var mk [8]byte
 	_, _ = rand.Read(mk[:])
-	b := &bench{gorun: *gorun, duration: *duration, seed: *seed, every: *every, marker: hex.EncodeToString(mk[:]), log: os.Stderr}
+	b := &bench{gorun: *gorun, duration: *duration, seed: *seed, every: *every, marker: hex.EncodeToString(mk[:]), smoke: *smoke, log: os.Stderr}
 	var err error
 	if b.toml, err = filepath.Abs(*toml); err != nil {
 		return err
@@ -125,7 +133,11 @@ func run() error {
 	}
 	var lines []string
 	for _, p := range ps {
-		j, err := runJob(ctx, b, fmt.Sprintf("T%s", p), p)
+		name := fmt.Sprintf("T%s", p)
+		if b.smoke {
+			name = "smoke"
+		}
+		j, err := runJob(ctx, b, name, p)
 		if err != nil {
 			return err
 		}
@@ -135,6 +147,12 @@ func run() error {
 		}
 		cmp := compareFinal(ctx, j.ckpt, ref.ckpt)
 		printTable(os.Stdout, b, j, s, refSum, cmp)
+		if b.smoke {
+			if err := checkInjected(j.faults, s.Costs); err != nil {
+				return fmt.Errorf("smoke: %w (logs in %s: run with KEEP=dir to keep them)", err, filepath.Join(b.dir, "logs"))
+			}
+			fmt.Printf("\nsmoke: every fault kind (%d) injected and recovered from\n", len(kinds))
+		}
 		line, err := jsonLine(b, j, s, refSum, cmp)
 		if err != nil {
 			return err
@@ -177,7 +195,11 @@ func printTable(w io.Writer, b *bench, j *job, s, ref summary, cmp comparison) {
 			injected++
 		}
 	}
-	fmt.Fprintf(w, "\n## one failure every %v, %v of training, seed %d: %d failures (%d drawn)\n\n", j.period, b.duration, b.seed, injected, len(j.faults))
+	if b.smoke {
+		fmt.Fprintf(w, "\n## smoke: each kind of failure once, each after the job recovered from the one before, seed %d: %d failures (%d drawn)\n\n", b.seed, injected, len(j.faults))
+	} else {
+		fmt.Fprintf(w, "\n## one failure every %v, %v of training, seed %d: %d failures (%d drawn)\n\n", j.period, b.duration, b.seed, injected, len(j.faults))
+	}
 	fmt.Fprintln(w, "| failure | n | downtime median | downtime max | steps lost | most lost by one |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|")
 	for _, r := range byKind(s.Costs) {
