@@ -17,6 +17,14 @@
 # A killed (or, after 5 s, stopped) node's slot gets a replacement agent 1 s later, as a SLURM
 # requeue of the node would. Each run ends with SIGUSR1 (every worker checkpoints, exit 75).
 #
+# Then (STRAGGLER=1, the default outside smoke mode) two straggler runs of DURATION, no failure
+# injected: one member node's workers slowed to a tenth of their speed (SIGSTOP 90 ms, SIGCONT
+# 10 ms, in turn) from 10 s after the start, once without eviction and once with
+# --evict-stragglers=10s (the spare takes the slowed node's place). It prints kept steps/s of
+# both beside the fault-free run's and what eviction gained (slowed-with-eviction over
+# slowed-without), and exits 1 if the run with eviction did not evict the slowed node or the
+# run without did evict one.
+#
 # Per period it prints, per failure kind: the downtime (the last metrics record of the world the
 # failure hit -> the first record of a later round, any world size, from metrics.jsonl times)
 # and the steps lost (steps the recovery threw away: trained more than once); overall the
@@ -68,6 +76,8 @@ go build -o "$tmp/chaosbench" ./bench/chaosbench || die "go build ./bench/chaosb
 args=(-gorun "$gorun" -toml examples/train.toml -duration "${DURATION}s" -periods "$periods" -seed "$SEED" -ckpt-every "$CKPT_EVERY")
 [[ "${JSON:-0}" == 1 ]] && args+=(-json)
 [[ "$SMOKE" == 1 ]] && args+=(-smoke)
+# The straggler runs need slowAfter + evictAfter (20 s) of training at least: not in smoke mode.
+if [[ "${STRAGGLER:-$((1 - SMOKE))}" == 1 ]]; then args+=(-straggler=true); else args+=(-straggler=false); fi
 [[ -n "${KEEP:-}" ]] && args+=(-dir "$KEEP")
 echo "chaos: gorun $(git describe --always --dirty 2>/dev/null || echo '?'), $(nproc) CPUs, DURATION=$DURATION PERIODS='$PERIODS' SMOKE=$SMOKE SEED=$SEED CKPT_EVERY=$CKPT_EVERY"
 "$tmp/chaosbench" "${args[@]}"

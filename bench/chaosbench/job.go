@@ -72,6 +72,10 @@ type job struct {
 	bag     []string
 	start   time.Time // the first record of the whole world: the faults' clock starts here
 	end     time.Time
+	// straggle: a straggler run, one node slowed from slowAfter after the start; evict: its
+	// agents run with --evict-stragglers=evictAfter.
+	straggle, evict bool
+	slow            *slowdown
 }
 
 type pendingAction struct {
@@ -114,7 +118,11 @@ func (j *job) startAgent(slot int) error {
 	args := []string{fmt.Sprintf("--nnodes=2:%d", nodes), "--nproc-per-node=2", "--rdzv-backend=etcd",
 		"--rdzv-endpoint=" + joinComma(j.b.etcd.endpoints()), "--rdzv-id=" + j.runID, "--node-name=" + name,
 		"--local-addr=127.0.0.1", "--max-restarts=1000", "--term-timeout=5s",
-		"--rdzv-conf=lease_ttl=2,last_call_timeout=1,max_membership_changes=1000", j.b.toml}
+		"--rdzv-conf=lease_ttl=2,last_call_timeout=1,max_membership_changes=1000"}
+	if j.evict {
+		args = append(args, "--evict-stragglers="+evictAfter.String())
+	}
+	args = append(args, j.b.toml)
 	args = append(append(args, j.b.sets...), "--set", fmt.Sprintf("checkpoint.dir=%q", j.ckpt), "--metrics", j.metrics)
 	cmd := exec.Command(j.b.gorun, args...)
 	cmd.Env = append(os.Environ(), markerEnv+"="+j.b.marker, "TMPDIR="+filepath.Join(j.b.dir, "tmp"))
@@ -162,8 +170,9 @@ func (j *job) run(ctx context.Context) error {
 	}
 	deadline := time.Now().Add(120 * time.Second)
 	for j.start.IsZero() {
-		if recs := j.records(); len(recs) > 0 && recs[len(recs)-1].WorldSize == 2*nodes {
-			j.start = recs[len(recs)-1].Time
+		recs := j.records()
+		if i := slices.IndexFunc(recs, func(r metrics.Record) bool { return r.WorldSize == 2*nodes }); i >= 0 {
+			j.start = recs[i].Time // the first record of the whole world
 			break
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
@@ -192,10 +201,31 @@ func (j *job) run(ctx context.Context) error {
 			j.inject(ctx)
 			next = next.Add(j.period)
 		}
+		if j.straggle && j.slow == nil && now.Sub(j.start) >= slowAfter {
+			sl, err := j.slowNode(ctx)
+			if err != nil {
+				j.stop()
+				return err
+			}
+			j.slow = sl
+			j.b.logf("%s: %s slowed (its workers stopped %v, continued %v, in turn)", j.name, sl.node, slowOff, slowOn)
+		}
 		j.runPending(now)
 		time.Sleep(20 * time.Millisecond)
 	}
 	j.end = time.Now()
+	if j.slow != nil {
+		j.slow.stop()
+		ev, err := j.evictions(ctx)
+		if err != nil {
+			j.stop()
+			return err
+		}
+		if len(ev) > 0 {
+			j.slow.evicted = ev[0]
+		}
+		j.b.logf("%s: evictions: %+v", j.name, ev)
+	}
 	for len(j.pending) > 0 { // a stopped node is killed, a member restarted; no agent started
 		due := j.pending
 		j.pending = nil
