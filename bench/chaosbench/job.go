@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -324,10 +325,22 @@ func (j *job) members(ctx context.Context) []*agent {
 		return nil
 	}
 	var out []*agent
+	var why []string
 	for _, a := range j.agents {
-		if a != nil && a.alive() && !a.stopped && inRound[a.name] && len(workersOf(a.cmd.Process.Pid, j.runID)) > 0 {
+		if a == nil {
+			continue
+		}
+		ws := 0
+		if a.alive() {
+			ws = len(workersOf(a.cmd.Process.Pid, j.runID))
+		}
+		if a.alive() && !a.stopped && inRound[a.name] && ws > 0 {
 			out = append(out, a)
 		}
+		why = append(why, fmt.Sprintf("%s: alive %v, stopped %v, in the round %v, %d workers", a.name, a.alive(), a.stopped, inRound[a.name], ws))
+	}
+	if len(out) == 0 {
+		j.b.logf("%s: no member node with workers (gorun status: %d live members): %s", j.name, len(inRound), strings.Join(why, "; "))
 	}
 	return out
 }
