@@ -17,7 +17,8 @@ import (
 type faultCost struct {
 	fault
 	// Downtime is from the last record of the world the fault hit to the first record of a
-	// later round (at any world size).
+	// later round (at any world size); for a bystander fault (no member hit) from the last
+	// record before it to the first after it.
 	Downtime time.Duration
 	// Lost is the steps the recovery threw away: the newest step recorded before the first
 	// record after it, less the step it went on from.
@@ -114,6 +115,18 @@ func analyze(j *job) (summary, error) {
 		if b < 0 {
 			continue
 		}
+		c.Overlap = !prevAfter.IsZero() && prevAfter.After(f.At)
+		if f.Bystander {
+			// No member was hit: the round goes on. Its cost is the stall of training
+			// across it: the last record before it to the first after it.
+			if b+1 < len(recs) {
+				c.Downtime = recs[b+1].Time.Sub(recs[b].Time)
+			} else {
+				c.Unrecovered = true
+			}
+			s.Costs = append(s.Costs, c)
+			continue
+		}
 		r0 := recs[b].Round
 		a := -1
 		for i := b + 1; i < len(recs); i++ {
@@ -123,7 +136,6 @@ func analyze(j *job) (summary, error) {
 			}
 			b = i // a record of the same world after the fault: the step in flight
 		}
-		c.Overlap = !prevAfter.IsZero() && prevAfter.After(f.At)
 		if a < 0 {
 			c.Unrecovered = true
 			s.Costs = append(s.Costs, c)

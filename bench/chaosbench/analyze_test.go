@@ -78,3 +78,30 @@ func TestAnalyzeJoins(t *testing.T) {
 	require.Len(t, s.Joins, 1)
 	require.InDelta(t, 0.3, s.Joins[0].Seconds(), 1e-9)
 }
+
+// TestAnalyzeBystander: an etcd leader killed with a node that was no member (a spare) stops
+// no round; its cost is the stall of training across it (here 0.5 s between steps 3 and 4),
+// not the time to some later round.
+func TestAnalyzeBystander(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	path := filepath.Join(t.TempDir(), "metrics.jsonl")
+	w, err := metrics.Open(path, 0)
+	require.NoError(t, err)
+	for i, r := range []metrics.Record{
+		{Step: 1, Time: at(0), WorldSize: 8, Round: 0},
+		{Step: 2, Time: at(0.1), WorldSize: 8, Round: 0},
+		{Step: 3, Time: at(0.2), WorldSize: 8, Round: 0},
+		{Step: 4, Time: at(0.7), WorldSize: 8, Round: 0},
+		{Step: 5, Time: at(5), WorldSize: 8, Round: 1}, // a later round, for another reason
+	} {
+		require.NoError(t, w.Write(r), "record %d", i)
+	}
+	require.NoError(t, w.Close())
+	s, err := analyze(&job{metrics: path, faults: []fault{{Kind: kindEtcdLeader, At: at(0.25), Bystander: true}}})
+	require.NoError(t, err)
+	require.Len(t, s.Costs, 1)
+	require.False(t, s.Costs[0].Unrecovered)
+	require.InDelta(t, 0.5, s.Costs[0].Downtime.Seconds(), 1e-9)
+	require.Zero(t, s.Costs[0].Lost)
+}

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -46,6 +49,9 @@ type fault struct {
 	// Skipped says why nothing was injected (e.g. no aggregator found): the fault is left out
 	// of the figures.
 	Skipped string
+	// Bystander says the fault hit no member of the round (the etcd leader's node was a spare,
+	// or down): the training world goes on in the same round.
+	Bystander bool
 }
 
 // job is one run of the chaos job: its agents, files and the faults injected into it.
@@ -67,6 +73,10 @@ type job struct {
 	bag     []string
 	start   time.Time // the first record of the whole world: the faults' clock starts here
 	end     time.Time
+	// straggle: a straggler run, one node slowed from slowAfter after the start; evict: its
+	// agents run with --evict-stragglers=evictAfter.
+	straggle, evict bool
+	slow            *slowdown
 }
 
 type pendingAction struct {
@@ -109,7 +119,11 @@ func (j *job) startAgent(slot int) error {
 	args := []string{fmt.Sprintf("--nnodes=2:%d", nodes), "--nproc-per-node=2", "--rdzv-backend=etcd",
 		"--rdzv-endpoint=" + joinComma(j.b.etcd.endpoints()), "--rdzv-id=" + j.runID, "--node-name=" + name,
 		"--local-addr=127.0.0.1", "--max-restarts=1000", "--term-timeout=5s",
-		"--rdzv-conf=lease_ttl=2,last_call_timeout=1,max_membership_changes=1000", j.b.toml}
+		"--rdzv-conf=lease_ttl=2,last_call_timeout=1,max_membership_changes=1000"}
+	if j.evict {
+		args = append(args, "--evict-stragglers="+evictAfter.String())
+	}
+	args = append(args, j.b.toml)
 	args = append(append(args, j.b.sets...), "--set", fmt.Sprintf("checkpoint.dir=%q", j.ckpt), "--metrics", j.metrics)
 	cmd := exec.Command(j.b.gorun, args...)
 	cmd.Env = append(os.Environ(), markerEnv+"="+j.b.marker, "TMPDIR="+filepath.Join(j.b.dir, "tmp"))
@@ -157,8 +171,9 @@ func (j *job) run(ctx context.Context) error {
 	}
 	deadline := time.Now().Add(120 * time.Second)
 	for j.start.IsZero() {
-		if recs := j.records(); len(recs) > 0 && recs[len(recs)-1].WorldSize == 2*nodes {
-			j.start = recs[len(recs)-1].Time
+		recs := j.records()
+		if i := slices.IndexFunc(recs, func(r metrics.Record) bool { return r.WorldSize == 2*nodes }); i >= 0 {
+			j.start = recs[i].Time // the first record of the whole world
 			break
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
@@ -169,27 +184,49 @@ func (j *job) run(ctx context.Context) error {
 	j.b.logf("%s: training at world size %d from %s; %v of it", j.name, 2*nodes, j.start.Format("15:04:05.000"), j.b.duration)
 	next := j.start.Add(j.period / 2)
 	stopAt := j.start.Add(j.b.duration)
-	for time.Now().Before(stopAt) && ctx.Err() == nil {
+	smoke := j.b.smoke && j.period > 0
+	var sm smokeState
+	for (smoke || time.Now().Before(stopAt)) && ctx.Err() == nil {
 		now := time.Now()
-		if j.period > 0 && !now.Before(next) {
+		if smoke {
+			done, err := sm.step(ctx, j, now)
+			if err != nil {
+				j.end = time.Now()
+				j.stop()
+				return err
+			}
+			if done {
+				break
+			}
+		} else if j.period > 0 && !now.Before(next) {
 			j.inject(ctx)
 			next = next.Add(j.period)
 		}
-		var due, later []pendingAction
-		for _, p := range j.pending {
-			if !now.Before(p.at) {
-				due = append(due, p)
-			} else {
-				later = append(later, p)
+		if j.straggle && j.slow == nil && now.Sub(j.start) >= slowAfter {
+			sl, err := j.slowNode(ctx)
+			if err != nil {
+				j.stop()
+				return err
 			}
+			j.slow = sl
+			j.b.logf("%s: %s slowed (its workers stopped %v, continued %v, in turn)", j.name, sl.node, slowOff, slowOn)
 		}
-		j.pending = later
-		for _, p := range due { // an action may add another
-			p.do()
-		}
+		j.runPending(now)
 		time.Sleep(20 * time.Millisecond)
 	}
 	j.end = time.Now()
+	if j.slow != nil {
+		j.slow.stop()
+		ev, err := j.evictions(ctx)
+		if err != nil {
+			j.stop()
+			return err
+		}
+		if len(ev) > 0 {
+			j.slow.evicted = ev[0]
+		}
+		j.b.logf("%s: evictions: %+v", j.name, ev)
+	}
 	for len(j.pending) > 0 { // a stopped node is killed, a member restarted; no agent started
 		due := j.pending
 		j.pending = nil
@@ -201,6 +238,22 @@ func (j *job) run(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// runPending runs the pending actions due at now.
+func (j *job) runPending(now time.Time) {
+	var due, later []pendingAction
+	for _, p := range j.pending {
+		if !now.Before(p.at) {
+			due = append(due, p)
+		} else {
+			later = append(later, p)
+		}
+	}
+	j.pending = later
+	for _, p := range due { // an action may add another
+		p.do()
+	}
+}
+
 // stop ends the job: SIGUSR1 to every live agent (the workers checkpoint and exit 75), up to
 // 60 s for them to exit, then SIGTERM, then SIGKILL.
 func (j *job) stop() {
@@ -209,8 +262,8 @@ func (j *job) stop() {
 			signalTree(a.cmd.Process.Pid, syscall.SIGKILL)
 		}
 	}
-	// The members' workers checkpoint and exit 75; a spare waiting for a round exits 75 at once.
-	members := j.members()
+	// The members' workers checkpoint and exit 75 (a hot spare waits on: it gets SIGTERM after).
+	members := j.members(context.Background())
 	for _, a := range j.agents {
 		if a != nil && a.alive() {
 			_ = a.cmd.Process.Signal(syscall.SIGUSR1)
@@ -263,15 +316,60 @@ func (j *job) draw() string {
 	return k
 }
 
-// members are the agents in the job's round now: alive, not stopped, with workers.
-func (j *job) members() []*agent {
+// members are the agents in the job's round now, as gorun status says it: alive, not
+// stopped, with workers. A waiting spare (a hot one has workers too) is none.
+func (j *job) members(ctx context.Context) []*agent {
+	inRound, err := j.roundMembers(ctx)
+	if err != nil {
+		j.b.logf("%s: %v", j.name, err)
+		return nil
+	}
 	var out []*agent
+	var why []string
 	for _, a := range j.agents {
-		if a != nil && a.alive() && !a.stopped && len(workersOf(a.cmd.Process.Pid)) > 0 {
+		if a == nil {
+			continue
+		}
+		ws := 0
+		if a.alive() {
+			ws = len(workersOf(a.cmd.Process.Pid, j.runID))
+		}
+		if a.alive() && !a.stopped && inRound[a.name] && ws > 0 {
 			out = append(out, a)
 		}
+		why = append(why, fmt.Sprintf("%s: alive %v, stopped %v, in the round %v, %d workers", a.name, a.alive(), a.stopped, inRound[a.name], ws))
+	}
+	if len(out) == 0 {
+		j.b.logf("%s: no member node with workers (gorun status: %d live members): %s", j.name, len(inRound), strings.Join(why, "; "))
 	}
 	return out
+}
+
+// roundMembers are the node names of the round's members whose agent's lease lives, from
+// `gorun status --json`.
+func (j *job) roundMembers(ctx context.Context) (map[string]bool, error) {
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(cctx, j.b.gorun, "status", "--json", "--rdzv-endpoint="+joinComma(j.b.etcd.endpoints()), "--rdzv-id="+j.runID).Output()
+	if err != nil {
+		return nil, fmt.Errorf("gorun status --json --rdzv-id=%s: %w", j.runID, err)
+	}
+	var st struct {
+		Members []struct {
+			Host  string `json:"host"`
+			Alive bool   `json:"alive"`
+		} `json:"members"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return nil, fmt.Errorf("gorun status --json --rdzv-id=%s: %w", j.runID, err)
+	}
+	m := map[string]bool{}
+	for _, x := range st.Members {
+		if x.Alive {
+			m[x.Host] = true
+		}
+	}
+	return m, nil
 }
 
 // replaceLater starts a replacement agent in slot after d, as SLURM requeueing the node would.
@@ -300,7 +398,7 @@ const etcdRestart = 3 * time.Second
 func (j *job) inject(ctx context.Context) {
 	kind := j.draw()
 	f := fault{Kind: kind, At: time.Now()}
-	members := j.members()
+	members := j.members(ctx)
 	killNode := func(a *agent) {
 		signalTree(a.cmd.Process.Pid, syscall.SIGKILL)
 		f.Victim = a.name
@@ -313,7 +411,7 @@ func (j *job) inject(ctx context.Context) {
 			break
 		}
 		a := members[j.rng.IntN(len(members))]
-		ws := workersOf(a.cmd.Process.Pid)
+		ws := workersOf(a.cmd.Process.Pid, j.runID)
 		if len(ws) == 0 {
 			f.Skipped = "its workers were gone"
 			break
@@ -372,9 +470,14 @@ func (j *job) inject(ctx context.Context) {
 		f.At = time.Now()
 		_ = m.cmd.Process.Kill()
 		if a := j.agents[i]; a != nil && a.alive() {
+			f.Bystander = !slices.Contains(members, a)
 			killNode(a) // the node hosting member i: slot i
 			f.Victim = fmt.Sprintf("%s with etcd member %s", a.name, m.name)
+			if f.Bystander {
+				f.Victim += " (a spare or a stopped node)"
+			}
 		} else {
+			f.Bystander = true
 			f.Victim = "etcd member " + m.name + " (its node was down)"
 		}
 		j.pending = append(j.pending, pendingAction{at: time.Now().Add(etcdRestart), do: func() {

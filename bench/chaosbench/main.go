@@ -33,8 +33,11 @@ type bench struct {
 	seed        uint64
 	every       int
 	marker      string
-	etcd        *cluster
-	log         io.Writer
+	// smoke: one chaos run that injects each fault kind once, each after the job recovered
+	// from the one before, and fails unless every one was injected and recovered from.
+	smoke bool
+	etcd  *cluster
+	log   io.Writer
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -56,6 +59,8 @@ func run() error {
 	seed := flag.Uint64("seed", 1, "seed of the failure mix")
 	every := flag.Int("ckpt-every", 200, "checkpoint every this many steps")
 	jsonOut := flag.Bool("json", false, "also print one JSON line per period")
+	smoke := flag.Bool("smoke", false, "smoke mode: after the fault-free run, one chaos run that injects each fault kind once (each after the job recovered from the one before; -periods is ignored) and exits 1 unless every kind was injected and recovered from")
+	straggle := flag.Bool("straggler", false, "after the chaos runs, the two straggler runs: one node slowed, without and with --evict-stragglers")
 	dir := flag.String("dir", "", "working directory (default: a fresh one under $TMPDIR, removed at the end)")
 	flag.Parse()
 	if *gorun == "" {
@@ -63,6 +68,10 @@ func run() error {
 	}
 	var ps []time.Duration
 	for _, p := range strings.Split(*periods, ",") {
+		if *smoke {
+			ps = []time.Duration{time.Second} // a period only marks the run as a chaos run
+			break
+		}
 		d, err := time.ParseDuration(strings.TrimSpace(p))
 		if err != nil || d <= 0 {
 			return fmt.Errorf("-periods %q: %q is not a positive duration", *periods, p)
@@ -71,7 +80,7 @@ func run() error {
 	}
 	var mk [8]byte
 	_, _ = rand.Read(mk[:])
-	b := &bench{gorun: *gorun, duration: *duration, seed: *seed, every: *every, marker: hex.EncodeToString(mk[:]), log: os.Stderr}
+	b := &bench{gorun: *gorun, duration: *duration, seed: *seed, every: *every, marker: hex.EncodeToString(mk[:]), smoke: *smoke, log: os.Stderr}
 	var err error
 	if b.toml, err = filepath.Abs(*toml); err != nil {
 		return err
@@ -125,7 +134,11 @@ func run() error {
 	}
 	var lines []string
 	for _, p := range ps {
-		j, err := runJob(ctx, b, fmt.Sprintf("T%s", p), p)
+		name := fmt.Sprintf("T%s", p)
+		if b.smoke {
+			name = "smoke"
+		}
+		j, err := runJob(ctx, b, name, p)
 		if err != nil {
 			return err
 		}
@@ -135,11 +148,48 @@ func run() error {
 		}
 		cmp := compareFinal(ctx, j.ckpt, ref.ckpt)
 		printTable(os.Stdout, b, j, s, refSum, cmp)
+		if b.smoke {
+			if err := checkInjected(j.faults, s.Costs); err != nil {
+				return fmt.Errorf("smoke: %w (logs in %s: run with KEEP=dir to keep them)", err, filepath.Join(b.dir, "logs"))
+			}
+			fmt.Printf("\nsmoke: every fault kind (%d) injected and recovered from\n", len(kinds))
+		}
 		line, err := jsonLine(b, j, s, refSum, cmp)
 		if err != nil {
 			return err
 		}
 		lines = append(lines, line)
+	}
+	if *straggle {
+		var sums [2]summary
+		var jobs [2]*job
+		for i, evict := range []bool{false, true} {
+			name := "slowed"
+			if evict {
+				name = "slowed-evict"
+			}
+			j, err := newJob(b, name, 0)
+			if err != nil {
+				return err
+			}
+			j.straggle, j.evict = true, evict
+			if err := runGiven(ctx, b, j); err != nil {
+				return err
+			}
+			if sums[i], err = analyze(j); err != nil {
+				return err
+			}
+			jobs[i] = j
+		}
+		printStragglerTable(os.Stdout, b, refSum, sums[0], sums[1], jobs[0], jobs[1])
+		if jobs[0].slow.evicted.Host != "" {
+			return fmt.Errorf("the slowed run without eviction evicted %s: %s", jobs[0].slow.evicted.Host, jobs[0].slow.evicted.Error)
+		}
+		if jobs[1].slow.evicted.Host != jobs[1].slow.node {
+			return fmt.Errorf("the slowed run with --evict-stragglers=%v did not evict the slowed node %s (evicted: %q); logs in %s",
+				evictAfter, jobs[1].slow.node, jobs[1].slow.evicted.Host, filepath.Join(b.dir, "logs"))
+		}
+		lines = append(lines, stragglerJSON(sums[0], sums[1], refSum, jobs[1]))
 	}
 	if *jsonOut {
 		for _, l := range lines {
@@ -155,18 +205,20 @@ func runJob(ctx context.Context, b *bench, name string, period time.Duration) (*
 	if err != nil {
 		return nil, err
 	}
-	b.logf("%s: starting %d agents (%d nodes x 2 workers, 1 spare), run id %s", name, slots, nodes, j.runID)
-	err = j.run(ctx)
+	return j, runGiven(ctx, b, j)
+}
+
+// runGiven runs job j and leaves no process of it behind.
+func runGiven(ctx context.Context, b *bench, j *job) error {
+	b.logf("%s: starting %d agents (%d nodes x 2 workers, 1 spare), run id %s", j.name, slots, nodes, j.runID)
+	err := j.run(ctx)
 	for _, a := range j.agents {
 		if a != nil && a.alive() {
 			signalTree(a.cmd.Process.Pid, syscall.SIGKILL)
 			<-a.done
 		}
 	}
-	if err != nil {
-		return nil, err
-	}
-	return j, nil
+	return err
 }
 
 // printTable prints one chaos run's table.
@@ -177,7 +229,11 @@ func printTable(w io.Writer, b *bench, j *job, s, ref summary, cmp comparison) {
 			injected++
 		}
 	}
-	fmt.Fprintf(w, "\n## one failure every %v, %v of training, seed %d: %d failures (%d drawn)\n\n", j.period, b.duration, b.seed, injected, len(j.faults))
+	if b.smoke {
+		fmt.Fprintf(w, "\n## smoke: each kind of failure once, each after the job recovered from the one before, seed %d: %d failures (%d drawn)\n\n", b.seed, injected, len(j.faults))
+	} else {
+		fmt.Fprintf(w, "\n## one failure every %v, %v of training, seed %d: %d failures (%d drawn)\n\n", j.period, b.duration, b.seed, injected, len(j.faults))
+	}
 	fmt.Fprintln(w, "| failure | n | downtime median | downtime max | steps lost | most lost by one |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|")
 	for _, r := range byKind(s.Costs) {
@@ -254,3 +310,19 @@ func jsonLine(b *bench, j *job, s, ref summary, cmp comparison) (string, error) 
 }
 
 func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
+
+// stragglerJSON is the straggler runs' figures as one JSON object.
+func stragglerJSON(off, on, ref summary, onJob *job) string {
+	v := struct {
+		Straggler        bool    `json:"straggler"`
+		EvictAfterS      float64 `json:"evict_after_s"`
+		FaultFreeRate    float64 `json:"fault_free_steps_per_s"`
+		SlowedRate       float64 `json:"slowed_steps_per_s"`
+		EvictRate        float64 `json:"slowed_evict_steps_per_s"`
+		Gained           float64 `json:"eviction_gained"`
+		EvictedAfterSlow float64 `json:"evicted_s_after_slowdown"`
+	}{true, evictAfter.Seconds(), round3(ref.Rate()), round3(off.Rate()), round3(on.Rate()), round3(on.Rate() / off.Rate()),
+		round3(onJob.slow.evicted.Time.Sub(onJob.slow.at).Seconds())}
+	out, _ := json.Marshal(v)
+	return string(out)
+}

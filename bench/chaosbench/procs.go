@@ -10,10 +10,7 @@ import (
 )
 
 // proc is one process as /proc shows it.
-type proc struct {
-	pid, ppid int
-	cmdline   string
-}
+type proc struct{ pid, ppid int }
 
 // readProcs lists every live process (zombies left out: they hold nothing).
 func readProcs() []proc {
@@ -37,8 +34,7 @@ func readProcs() []proc {
 			continue
 		}
 		ppid, _ := strconv.Atoi(fields[1])
-		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		out = append(out, proc{pid: pid, ppid: ppid, cmdline: strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " "))})
+		out = append(out, proc{pid: pid, ppid: ppid})
 	}
 	return out
 }
@@ -63,11 +59,40 @@ func descendants(root int) []proc {
 	return out
 }
 
-// workersOf are the embedded trainer's worker processes under agent pid.
-func workersOf(pid int) []int {
+// runIDEnv is the variable the launcher sets in every worker's environment to the job's run
+// id (--rdzv-id): the agent itself and its guard do not carry it.
+const runIDEnv = "TORCHELASTIC_RUN_ID"
+
+// environHas reports whether process pid's environment holds kv ("KEY=VALUE") exactly; a
+// process gone (or not ours) has none.
+func environHas(pid int, kv string) bool {
+	env, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
+	if err != nil {
+		return false
+	}
+	want := []byte(kv)
+	for _, e := range bytes.Split(env, []byte{0}) {
+		if bytes.Equal(e, want) {
+			return true
+		}
+	}
+	return false
+}
+
+// workersOf are the worker processes of job runID under agent pid: the processes of the
+// agent's tree whose environment carries TORCHELASTIC_RUN_ID=runID and whose parent's does
+// not (a worker's own children inherit the variable; they are not workers). What a worker's
+// command line says (gorun-worker, python, a shell) does not matter.
+func workersOf(pid int, runID string) []int {
+	kv := runIDEnv + "=" + runID
+	if environHas(pid, kv) {
+		return nil // the agent itself carries it: its workers cannot be told from it
+	}
+	tagged := map[int]bool{pid: false}
 	var out []int
-	for _, p := range descendants(pid) {
-		if strings.Contains(p.cmdline, " worker ") {
+	for _, p := range descendants(pid) { // breadth first: a parent comes before its children
+		tagged[p.pid] = environHas(p.pid, kv)
+		if tagged[p.pid] && !tagged[p.ppid] {
 			out = append(out, p.pid)
 		}
 	}
@@ -87,24 +112,14 @@ func signalTree(pid int, sig syscall.Signal) {
 // killMarked SIGKILLs every live process whose environment carries markerEnv=marker and
 // returns how many there were.
 func killMarked(marker string) int {
-	want := []byte(markerEnv + "=" + marker)
+	kv := markerEnv + "=" + marker
 	self := os.Getpid()
 	n := 0
 	for _, p := range readProcs() {
-		if p.pid == self {
-			continue
-		}
-		env, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(p.pid), "environ"))
-		if err != nil {
-			continue
-		}
-		for _, kv := range bytes.Split(env, []byte{0}) {
-			if bytes.Equal(kv, want) {
-				_ = syscall.Kill(p.pid, syscall.SIGCONT)
-				_ = syscall.Kill(p.pid, syscall.SIGKILL)
-				n++
-				break
-			}
+		if p.pid != self && environHas(p.pid, kv) {
+			_ = syscall.Kill(p.pid, syscall.SIGCONT)
+			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+			n++
 		}
 	}
 	return n

@@ -2,18 +2,25 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/gorun/gorun/internal/etcdtest"
+	"github.com/gorun/gorun/rendezvous"
 	"github.com/gorun/gorun/rendezvous/etcdstore"
+	"github.com/gorun/gorun/trainer/metrics"
 )
 
 // stragglerWait bounds how long the test waits for gorun status to name a
@@ -49,7 +56,7 @@ func TestStatusNamesTheStraggler(t *testing.T) {
 		}
 	}()
 	pid, rank := awaitWorker(t, agents[1], 60*time.Second)
-	awaitStats(t, srv.Client(t), 2, 60*time.Second)
+	awaitStats(t, srv.Client(t), "straggler", 2, 60*time.Second)
 	if named := stragglers(t, endpoint); len(named) > 0 {
 		t.Fatalf("before any slowdown gorun status names %q", named)
 	}
@@ -72,14 +79,14 @@ func TestStatusNamesTheStraggler(t *testing.T) {
 	}
 }
 
-// awaitStats polls until nodes agents published their ranks' step
-// compute; it fails t after d.
-func awaitStats(t *testing.T, cli *clientv3.Client, nodes int, d time.Duration) {
+// awaitStats polls until nodes agents of run runID published their ranks'
+// step compute; it fails t after d.
+func awaitStats(t *testing.T, cli *clientv3.Client, runID string, nodes int, d time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		resp, err := cli.Get(ctx, etcdstore.Incarnation{RunID: "straggler"}.Prefix()+etcdstore.PrefixStats, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		resp, err := cli.Get(ctx, etcdstore.Incarnation{RunID: runID}.Prefix()+etcdstore.PrefixStats, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		cancel()
 		if err == nil && resp.Count >= int64(nodes) {
 			return
@@ -110,32 +117,40 @@ func awaitWorker(t *testing.T, p *gorunProc, d time.Duration) (pid, rank int) {
 // halfSpeed stops and continues process pid, 10 ms each, until the
 // returned func is called; that func leaves the process continued.
 func halfSpeed(pid int) (stop func()) {
+	return throttle(pid, 10*time.Millisecond, 10*time.Millisecond)
+}
+
+// throttle stops process pid for off and continues it for on, in turn,
+// until the returned func is called; that func leaves the process
+// continued (and may be called more than once).
+func throttle(pid int, off, on time.Duration) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		stopped := false
 		for {
+			if syscall.Kill(pid, syscall.SIGSTOP) != nil {
+				return // gone
+			}
 			select {
 			case <-done:
 				_ = syscall.Kill(pid, syscall.SIGCONT)
 				return
-			case <-tick.C:
-				sig := syscall.SIGSTOP
-				if stopped {
-					sig = syscall.SIGCONT
-				}
-				if syscall.Kill(pid, sig) != nil {
-					return // gone
-				}
-				stopped = !stopped
+			case <-time.After(off):
+			}
+			if syscall.Kill(pid, syscall.SIGCONT) != nil {
+				return
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(on):
 			}
 		}
 	}()
-	return func() { close(done); wg.Wait() }
+	var once sync.Once
+	return func() { once.Do(func() { close(done); wg.Wait() }) }
 }
 
 // stragglers are the "straggler: " lines of gorun status, run without
@@ -167,4 +182,249 @@ func publishedStats(t *testing.T, endpoint string) string {
 		return fmt.Sprintf("(etcdctl: %v)", err)
 	}
 	return string(out)
+}
+
+// evictAfter is --evict-stragglers in the eviction tests.
+const evictAfter = 4 * time.Second
+
+// stragglerJob is a job of the embedded trainer for the eviction tests:
+// one worker per node, two to three nodes (--nnodes=2:3), over etcd. Three
+// members, not two: a rank is the straggler against the median of its
+// peers, and one peer alone is a noisy median on a busy machine.
+type stragglerJob struct {
+	t        *testing.T
+	srv      *etcdtest.Server
+	endpoint string
+	runID    string
+	toml     string
+	metrics  string
+}
+
+// start starts the agent of node name.
+func (j *stragglerJob) start(name string) *gorunProc {
+	args := append([]string{"--nnodes=2:3", "--nproc-per-node=1", "--rdzv-backend=etcd", "--rdzv-endpoint=" + j.endpoint,
+		"--rdzv-id=" + j.runID, "--node-name=" + name, "--local-addr=127.0.0.1", "--term-timeout=5s",
+		"--rdzv-conf=lease_ttl=2,last_call_timeout=1,join_timeout=300", "--evict-stragglers=" + evictAfter.String(), j.toml},
+		"--set", "model.layers=2", "--set", "model.d_model=64", "--set", "model.heads=2", "--set", "model.context=64",
+		"--set", "train.global_batch=12", "--set", "train.micro_batch=2", "--set", "train.steps=1000000",
+		"--set", "train.log_every=1000", "--set", "optim.warmup=5", "--set", "checkpoint.every=0", "--metrics", j.metrics)
+	return startProcWithin(j.t, 5*time.Minute, name, gorunBin, nil, args...)
+}
+
+// jobStatus is what the eviction tests read of gorun status --json.
+type jobStatus struct {
+	Round   int `json:"round"`
+	Members []struct {
+		Host  string `json:"host"`
+		Alive bool   `json:"alive"`
+	} `json:"members"`
+	Waiting    []struct{ Host string } `json:"waiting"`
+	Failures   []rendezvous.Failure    `json:"failures"`
+	Recoveries []rendezvous.Recovery   `json:"recoveries"`
+	raw        string
+}
+
+// members are the hosts of the round's live members, sorted.
+func (s jobStatus) members() []string {
+	var out []string
+	for _, m := range s.Members {
+		if m.Alive {
+			out = append(out, m.Host)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// status runs gorun status --json.
+func (j *stragglerJob) status() jobStatus {
+	j.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, gorunBin, "status", "--json", "--rdzv-endpoint="+j.endpoint, "--rdzv-id="+j.runID).Output()
+	if err != nil {
+		j.t.Fatalf("gorun status --json: %v", err)
+	}
+	s := jobStatus{raw: string(out)}
+	if err := json.Unmarshal(out, &s); err != nil {
+		j.t.Fatalf("gorun status --json: %v\n%s", err, out)
+	}
+	return s
+}
+
+// awaitStatus polls gorun status until cond holds on it; it fails t after d.
+func (j *stragglerJob) awaitStatus(what string, d time.Duration, cond func(jobStatus) bool) jobStatus {
+	j.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		s := j.status()
+		if cond(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			j.t.Fatalf("after %v: %s; gorun status --json:\n%s", d, what, s.raw)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// awaitRecord waits for a metrics record of round at world size world; it
+// fails t after d.
+func (j *stragglerJob) awaitRecord(round, world int, d time.Duration) metrics.Record {
+	j.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		recs, _ := metrics.ReadFile(j.metrics)
+		for _, r := range recs {
+			if r.Round == round && r.WorldSize == world {
+				return r
+			}
+		}
+		if time.Now().After(deadline) {
+			j.t.Fatalf("no metrics record of round %d at world size %d after %v (%d records)", round, world, d, len(recs))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// startStragglerJob starts node-a, node-b and node-c, waits until they
+// train and published their step compute, then starts node-d and waits
+// until it waits as a spare.
+func startStragglerJob(t *testing.T, runID string) (*stragglerJob, []*gorunProc) {
+	srv := etcdtest.Start(t)
+	j := &stragglerJob{t: t, srv: srv, endpoint: srv.Endpoints()[0], runID: runID, toml: trainerToml(t), metrics: filepath.Join(t.TempDir(), "metrics.jsonl")}
+	agents := []*gorunProc{j.start("node-a"), j.start("node-b"), j.start("node-c")}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, a := range agents {
+				t.Logf("%s's log:\n%s", a.name, tail(a.stderr.String(), 30))
+			}
+		}
+	})
+	j.awaitStatus("node-a, node-b and node-c are not all members", 2*time.Minute, func(s jobStatus) bool {
+		return slices.Equal(s.members(), []string{"node-a", "node-b", "node-c"})
+	})
+	awaitStats(t, srv.Client(t), runID, 3, 2*time.Minute)
+	agents = append(agents, j.start("node-d"))
+	j.awaitStatus("node-d does not wait as a spare", 2*time.Minute, func(s jobStatus) bool {
+		return len(s.Waiting) == 1 && s.Waiting[0].Host == "node-d"
+	})
+	return j, agents
+}
+
+// evictedFor matches the time an eviction says its node was the straggler.
+var evictedFor = regexp.MustCompile(`was the job's straggler for (\S+) \(`)
+
+// TestStragglerEvicted: node-b's only worker is slowed to a quarter of its
+// speed (stopped 30 ms, continued 10 ms, by signals) in a 3-node job
+// (--nnodes=2:3, --evict-stragglers=4s) with node-d waiting as a spare.
+// node-b evicts itself once its rank was the straggler for 4 s: its agent
+// exits 1 saying so; gorun status lists the eviction as node-b's failure
+// with its cause; node-d takes its place, and node-a's and node-c's
+// workers go on in place (the same processes) in the new round.
+func TestStragglerEvicted(t *testing.T) {
+	j, agents := startStragglerJob(t, "evict")
+	keptA, _ := workerOn(t, agents[0])
+	keptC, _ := workerOn(t, agents[2])
+	slowPid, rank := workerOn(t, agents[1])
+	before := j.status().Round
+
+	stop := throttle(slowPid, 30*time.Millisecond, 10*time.Millisecond)
+	defer stop()
+	r := waitExit(t, agents[1], 3*time.Minute)
+	stop()
+	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "node node-b evicted: its rank") {
+		t.Fatalf("node-b exited %d, want 1 with \"node node-b evicted: its rank ...\"; its log:\n%s", r.ExitCode, tail(r.Stderr, 30))
+	}
+	s := j.awaitStatus("node-d did not take node-b's place", 2*time.Minute, func(s jobStatus) bool {
+		return s.Round > before && slices.Equal(s.members(), []string{"node-a", "node-c", "node-d"})
+	})
+	rec := j.awaitRecord(s.Round, 3, 2*time.Minute)
+	t.Logf("round %d of node-a, node-c and node-d trained step %d; gorun status --json:\n%s", s.Round, rec.Step, s.raw)
+
+	var evicted []rendezvous.Failure
+	for _, f := range s.Failures {
+		if f.Signal == "evicted" {
+			evicted = append(evicted, f)
+		}
+	}
+	if len(evicted) != 1 || evicted[0].Host != "node-b" {
+		t.Fatalf("gorun status lists evictions %+v, want one of node-b", evicted)
+	}
+	why := evicted[0].Error
+	if want := fmt.Sprintf("node node-b evicted: its rank %d was the job's straggler for ", rank); !strings.HasPrefix(why, want) ||
+		!strings.Contains(why, "--evict-stragglers="+evictAfter.String()) {
+		t.Fatalf("the eviction's cause is %q, want %q... naming --evict-stragglers=%s", why, want, evictAfter)
+	}
+	m := evictedFor.FindStringSubmatch(why)
+	if m == nil {
+		t.Fatalf("the eviction's cause %q says for how long the rank was the straggler nowhere", why)
+	}
+	if d, err := time.ParseDuration(m[1]); err != nil || d < evictAfter {
+		t.Fatalf("node-b was evicted after %s as the straggler (%v), before --evict-stragglers=%s", m[1], err, evictAfter)
+	}
+	for i, kept := range map[int]int{0: keptA, 2: keptC} {
+		if pid, _ := workerOn(t, agents[i]); pid != kept {
+			t.Fatalf("%s's worker was replaced (pid %d, then %d): the round did not go on in place", agents[i].name, kept, pid)
+		}
+	}
+	inPlace := false
+	for _, rc := range s.Recoveries {
+		inPlace = inPlace || rc.Round > before && slices.Contains(rc.Lost, "node-b")
+	}
+	if !inPlace {
+		t.Fatalf("gorun status records no in-place recovery after node-b's eviction: %+v", s.Recoveries)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	text, err := exec.CommandContext(ctx, gorunBin, "status", "--rdzv-endpoint="+j.endpoint, "--rdzv-id="+j.runID).Output()
+	if err != nil || !strings.Contains(string(text), "node node-b evicted: its rank") {
+		t.Fatalf("gorun status (%v) does not show node-b's eviction:\n%s", err, text)
+	}
+}
+
+// healthyLooks is how many times each member of the healthy job must have
+// published its step compute (every 2 s; each publication is a look at
+// whether this node is the straggler) before the test checks that nobody
+// was evicted: 10 looks are about 20 s, five times --evict-stragglers.
+const healthyLooks = 10
+
+// TestNoStragglerNoEviction: the same job, nobody slowed, runs until each
+// member looked healthyLooks times at whether it is the straggler: nobody
+// was evicted (no failure, the round and its members unchanged, node-d
+// still waiting) and the members' workers are the ones they started with.
+func TestNoStragglerNoEviction(t *testing.T) {
+	j, agents := startStragglerJob(t, "no-evict")
+	pids := []int{}
+	for _, a := range agents[:3] {
+		pid, _ := workerOn(t, a)
+		pids = append(pids, pid)
+	}
+	before := j.status()
+	cli := j.srv.Client(t)
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := cli.Get(ctx, etcdstore.Incarnation{RunID: j.runID}.Prefix()+etcdstore.PrefixStats, clientv3.WithPrefix())
+		cancel()
+		// A member's key gone (its lease with it: it left the job) ends the wait too: the
+		// checks below say what changed.
+		if err == nil && (len(resp.Kvs) != 3 || !slices.ContainsFunc(resp.Kvs, func(kv *mvccpb.KeyValue) bool { return kv.Version < healthyLooks })) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the members did not publish their step compute %d times within 3 minutes (%v)", healthyLooks, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	s := j.status()
+	if len(s.Failures) > 0 || s.Round != before.Round || !slices.Equal(s.members(), []string{"node-a", "node-b", "node-c"}) ||
+		len(s.Waiting) != 1 || s.Waiting[0].Host != "node-d" {
+		t.Fatalf("a healthy job changed: round %d -> %d, failures %+v; gorun status --json:\n%s", before.Round, s.Round, s.Failures, s.raw)
+	}
+	for i, a := range agents[:3] {
+		if pid, _ := workerOn(t, a); pid != pids[i] {
+			t.Fatalf("%s's worker was replaced (pid %d, then %d)", a.name, pids[i], pid)
+		}
+	}
 }
