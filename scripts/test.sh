@@ -73,3 +73,9 @@ grep -rl --include='*_test.go' '^func Fuzz' . | sort | while read -r file; do
     go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -fuzzminimizetime 1000x "$(dirname "$file")"
   done
 done
+
+# Every bench script in its smoke mode (tiny sizes, one repetition; bench/smoke.sh prints the
+# seconds each took): a bench that can no longer measure what it says fails here, a timing goal
+# never does.
+echo "== bench smoke (SMOKE=1 bench/*.sh)"
+bash bench/smoke.sh
