@@ -18,8 +18,15 @@ root=$(cd "$here/.." && pwd)
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/gorun-smoke.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
-# chaos is the goodput bench's own smoke run (SMOKE=1 bench/chaos.sh).
-all=(launch checkpoint memory memlimit modes threads memcopy trainer rendezvous netfault chaos)
+# Every script of bench/ but the loop's own helpers, so that a new bench cannot be left out; one
+# without a smoke mode fails the loop rather than run at full size (chaos included: its smoke run
+# is SMOKE=1 bench/chaos.sh).
+all=()
+for f in "$here"/*.sh; do
+  n=$(basename "$f" .sh)
+  case $n in lib | smoke | report) continue ;; esac
+  all+=("$n")
+done
 names=("$@")
 ((${#names[@]})) || names=("${all[@]}")
 for n in "${names[@]}"; do
@@ -36,6 +43,11 @@ fi
 failed=()
 printf '%-12s %8s  %s\n' bench seconds result
 for n in "${names[@]}"; do
+  if ! grep -q 'SMOKE' "$here/$n.sh"; then
+    printf '%-12s %8s  FAILED: bench/%s.sh has no smoke mode (SMOKE=1)\n' "$n" - "$n"
+    failed+=("$n")
+    continue
+  fi
   t0=${EPOCHREALTIME/[.,]/}
   rc=0
   SMOKE=1 GORUN_BIN=$GORUN_BIN bash "$here/$n.sh" >"$tmp/$n.log" 2>&1 </dev/null || rc=$?
