@@ -25,8 +25,17 @@
 # needs --redirects 9:1 --tee 9:1 to start at all (see shared/lab/torchrun.sh).
 # Goal: gorun median <= 0.05 x torchrun median. Exit status 1 when the noop row
 # misses it (GOAL=... to change), so CI can run it as a check.
+#
+# SMOKE=1 (CI): RUNS=1, rows noop and restart, no torchrun-5s; then each launcher runs NPROC
+# workers that each append their RANK to a file, and the run fails unless every rank 0..NPROC-1
+# wrote exactly once (a launch that started nothing times nothing) or a ratio is not a number. Its
+# exit status never depends on the goals.
 set -euo pipefail
 
+SMOKE=${SMOKE:-0}
+if [[ "$SMOKE" == 1 ]]; then
+  : "${RUNS:=1}" "${ROWS:=noop restart}"
+fi
 RUNS=${RUNS:-10}
 NPROC=${NPROC:-4}
 TORCH_PYTHON=${TORCH_PYTHON:-/usr/bin/python3}
@@ -141,7 +150,7 @@ restart_one() {
 launchers() {
   local l=gorun
   (( have_torch )) && l+=" torchrun"
-  (( have_torch )) && [[ $1 == restart ]] && l+=" torchrun-5s"
+  (( have_torch )) && [[ $1 == restart && $SMOKE != 1 ]] && l+=" torchrun-5s"
   echo "$l"
 }
 
@@ -201,7 +210,8 @@ for row in $ROWS; do
   done
   goal=$GOAL; [[ $row == restart ]] && goal=$RESTART_GOAL
   for w in "${who[@]:1}"; do
-    ratio=$(awk -v a="${median[gorun]}" -v b="${median[$w]}" 'BEGIN { printf "%.3f", a / b }')
+    ratio=$(awk -v a="${median[gorun]}" -v b="${median[$w]}" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "nan" }')
+    [[ "$ratio" =~ ^[0-9]+\.[0-9]+$ ]] || die "$row: gorun/$w is '$ratio', not a number"
     if [[ $w == torchrun ]]; then
       ok=$(awk -v r="$ratio" -v g="$goal" 'BEGIN { print (r <= g) ? "meets" : "MISSES" }')
       printf '%-8s %-11s %10s   gorun/%s (median); goal <= %s: %s\n' "$row" ratio "${ratio}x" "$w" "$goal" "$ok"
@@ -212,6 +222,28 @@ for row in $ROWS; do
   done
   unset median
 done
+
+# The smoke run's check that each launcher started its workers: NPROC workers append their RANK.
+if [[ "$SMOKE" == 1 ]]; then
+  printf '#!/bin/sh\necho "$RANK" >>"$1"\n' >"$tmp/mark-worker.sh"
+  marks=$tmp/marks
+  for w in gorun $( (( have_torch )) && echo torchrun); do
+    : >"$marks"
+    if [[ $w == gorun ]]; then
+      cmd=("$gorun" --standalone --nproc-per-node="$NPROC" --no-python /bin/sh "$tmp/mark-worker.sh" "$marks")
+    else
+      cmd=("$TORCH_PYTHON" -m torch.distributed.run --standalone --redirects 9:1 --tee 9:1 --no_python
+        --nproc_per_node="$NPROC" /bin/sh "$tmp/mark-worker.sh" "$marks")
+    fi
+    time_one "$tmp/log" "${cmd[@]}" >/dev/null || die "$w failed to run $NPROC marking workers"
+    got=$(sort -n "$marks" | tr '\n' ' ')
+    want=$(seq 0 $((NPROC - 1)) | tr '\n' ' ')
+    [[ "$got" == "$want" ]] || die "$w --nproc-per-node=$NPROC started workers of ranks '$got', want '$want'"
+    echo "smoke: $w started ranks $got"
+  done
+  exit 0
+fi
+
 echo
 echo "goal: gorun <= ${GOAL}x torchrun (noop row decides the exit status; python row shows the share of"
 echo "interpreter start-up); restart: crash -> restarted worker <= ${RESTART_GOAL}x torchrun at --monitor_interval=0.1"

@@ -6,6 +6,13 @@
 #   bench_modes $MODES              # each a parallel.mode, or die
 #   bench_gorun                     # gorun: $GORUN_BIN, or a fresh go build ./cmd/gorun ./cmd/gorun-worker
 #   bench_toml DIR MODE METRICS LOG_EVERY [EXTRA]   # DIR/train.toml of the bench model
+#   bench_workers AGENT...          # "PID RANK" of each worker in the process trees of AGENTs
+#   bench_number WHAT VALUE         # VALUE a finite number, or die (an empty or NaN column)
+#
+# SMOKE=1 (bench/smoke.sh, CI) asks a script for its smoke mode: tiny sizes, one repetition, a few
+# seconds, and an exit status that says whether the bench could measure what it says (a worker
+# found, a fault injected, a ratio that is a number), never whether a timing goal was met. Scripts
+# that do not source this file read SMOKE themselves, the same way.
 #
 # The script's gorun agent, when it has one running, goes in $agent: at exit (or INT or TERM) it gets
 # SIGTERM, which makes gorun stop its own workers, and the script waits for it. GORUN_BIN is read
@@ -23,6 +30,8 @@ bench_init() {
   trap 'exit 130' INT TERM
   bench_bin=${GORUN_BIN:-}
   unset GORUN_BIN
+  SMOKE=${SMOKE:-0}
+  [[ "$SMOKE" =~ ^[01]$ ]] || die "SMOKE must be 0 or 1, got '$SMOKE'"
 }
 
 bench_cleanup() {
@@ -90,4 +99,52 @@ warmup = 1
 mode = "$2"
 EOF
   if [[ -n "${5:-}" ]]; then printf '\n%s\n' "$5" >>"$1/train.toml"; fi
+}
+
+# bench_workers AGENT... prints "PID RANK" for every worker process of the given agents (gorun
+# processes this script started), one a line. A worker is found through the process tree, never
+# by its command line (which changes: `gorun worker`, gorun-worker, a wrapper such as prlimit, a
+# user's script): walking down from each agent, the first process whose environment carries the
+# worker contract (TORCHELASTIC_RUN_ID, with RANK) that its agent's environment does not is a
+# worker; what it starts is its own and is not descended into. The agent's other children (its
+# guard helper, an embedded etcd) carry no such variable. A Go program forks from several threads,
+# so every thread's list of children is read. A process gone before its files are read is skipped.
+bench_workers() {
+  local agent pid run own rank
+  local -a queue
+  for agent in "$@"; do
+    own=$(bench_env "$agent" TORCHELASTIC_RUN_ID) || continue
+    queue=($(cat /proc/"$agent"/task/*/children 2>/dev/null))
+    while ((${#queue[@]})); do
+      pid=${queue[0]}
+      queue=("${queue[@]:1}")
+      run=$(bench_env "$pid" TORCHELASTIC_RUN_ID) || continue
+      rank=$(bench_env "$pid" RANK) || continue
+      if [[ -n "$run" && "$run" != "$own" && -n "$rank" ]]; then
+        echo "$pid $rank"
+        continue
+      fi
+      queue+=($(cat /proc/"$pid"/task/*/children 2>/dev/null))
+    done
+  done
+}
+
+# bench_env PID NAME prints the value of NAME in PID's environment (empty when unset); it fails
+# when the environment cannot be read (the process is gone, or another user's).
+bench_env() {
+  local line
+  [[ -r /proc/$1/environ ]] || return 1
+  while IFS= read -r -d '' line; do
+    if [[ "$line" == "$2="* ]]; then
+      echo "${line#*=}"
+      return 0
+    fi
+  done 2>/dev/null </proc/"$1"/environ || [[ -e /proc/$1 ]] || return 1
+  echo
+}
+
+# bench_number WHAT VALUE dies unless VALUE is a finite decimal number: a ratio or a rate that came
+# out empty, NaN or infinite means the bench measured nothing, which the smoke run must not pass.
+bench_number() {
+  [[ "$2" =~ ^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?x?$ ]] || die "$1 is '$2', not a number: the bench measured nothing"
 }

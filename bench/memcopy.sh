@@ -25,7 +25,13 @@
 #   REPS=5 EVERY=5 bench/memcopy.sh            # a copy every 5 steps
 #   SET="model.layers=4 model.d_model=128" bench/memcopy.sh   # more --set overrides, a bigger model
 #   GORUN_BIN=/path/to/gorun TOML=my.toml bench/memcopy.sh
+#   SMOKE=1 bench/memcopy.sh                   # CI: fsdp, one pair of runs of 6 steps; fails when a
+#                                              # column is not a number
 set -euo pipefail
+
+if [[ "${SMOKE:-0}" == 1 ]]; then
+  : "${MODES:=fsdp}" "${REPS:=1}" "${STEPS:=6}" "${SKIP:=2}" "${SET:=optim.warmup=1}"
+fi
 
 MODES=${MODES:-fsdp hsdp}
 REPS=${REPS:-5}
@@ -70,6 +76,7 @@ else
   gorun=$tmp/gorun
   (cd "$root" && go build -o "$tmp/" ./cmd/gorun ./cmd/gorun-worker) || die "go build ./cmd/gorun ./cmd/gorun-worker failed"
 fi
+unset GORUN_BIN # gorun warns about GORUN_ variables it does not know
 # One secret for every run: the workers authenticate each other, as in a real job.
 GORUN_JOB_SECRET=$("$gorun" job-secret)
 export GORUN_JOB_SECRET
@@ -155,11 +162,13 @@ for mode in $MODES; do
   bytes=$(( 12 * ((params + shards - 1) / shards) ))
   for memory in "${settings[@]}"; do
     tok=$(median <"$tmp/tok.$mode.$memory"); ms=$(median <"$tmp/ms.$mode.$memory")
+    for v in tok ms; do [[ "${!v}" =~ ^[0-9]+\.?[0-9]*$ ]] || die "$mode memory=$memory: $v is '${!v}', not a number"; done
     if [[ $memory == true ]]; then
       ratios=$(paste "$tmp/ms.$mode.true" "$tmp/ms.$mode.false" | awk '{ print $1 / $2 }')
       ratio=$(median <<<"$ratios" | awk '{ printf "%.3fx", $1 }')
       spread=$(sort -g <<<"$ratios" | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.3f..%.3f", lo, hi }')
       rate=$(awk -v b="$bytes" -v ms="$ms" -v e="$EVERY" 'BEGIN { printf "%.1f", b / e / (ms / 1000) / 1e6 }')
+      for v in ratio rate; do [[ "${!v}" =~ ^[0-9]+\.?[0-9]*x?$ ]] || die "$mode: $v is '${!v}', not a number"; done
       printf '%-5s %-6s | %9.0f %9.2f | %9s %12s | %12s %10s\n' "$mode" "$memory" "$tok" "$ms" "$ratio" "$spread" "$bytes" "$rate"
     else
       printf '%-5s %-6s | %9.0f %9.2f | %9s %12s | %12s %10s\n' "$mode" "$memory" "$tok" "$ms" "" "" "" ""

@@ -40,11 +40,16 @@
 #   LAYERS=4 DMODEL=256 STEPS=8 bench/memory.sh  # another model
 #   GORUN_BIN=/path/to/gorun bench/memory.sh     # a built binary, with its gorun-worker beside it
 #                                                # (default: go build ./cmd/gorun ./cmd/gorun-worker)
+#   SMOKE=1 bench/memory.sh                      # CI: one row of a tiny model; fails when a row
+#                                                # found no worker or a column is not a number
 #
 # Every worker of a row runs at the same time, so a row needs WORKERS x its peak of memory; on a
 # machine with few cores the rows are slow (8 workers on 2 cores: about a minute), not wrong.
 set -euo pipefail
 
+if [[ "${SMOKE:-0}" == 1 ]]; then
+  : "${ROWS:=fsdp:2}" "${LAYERS:=2}" "${DMODEL:=64}" "${HEADS:=4}" "${CONTEXT:=16}" "${STEPS:=300}" "${GLOBAL:=4}"
+fi
 ROWS=${ROWS:-ddp:4 fsdp:2 fsdp:4 fsdp:8 hsdp:4}
 LAYERS=${LAYERS:-8} DMODEL=${DMODEL:-512} HEADS=${HEADS:-8} CONTEXT=${CONTEXT:-64}
 STEPS=${STEPS:-4} GLOBAL=${GLOBAL:-16} MICRO=${MICRO:-2}
@@ -104,24 +109,16 @@ textbook_total() {
 # RssAnon + RssShmem read (its resident memory less the pages of files it maps, the worker binary's
 # above all, which the page cache holds once for every process of the node).
 measure() {
-  local dir=$1 n=$2 pid kb key line rc=0 argv own
+  local dir=$1 n=$2 pid r kb key line rc=0 own
   local -A hwm=() rank=() private=()
   "$gorun" --standalone --nproc-per-node="$n" "$dir/train.toml" >"$dir/log" 2>&1 &
   agent=$!
   while kill -0 "$agent" 2>/dev/null; do
-    # The workers are the agent's children that run gorun-worker, or `gorun worker` where no
-    # gorun-worker lies beside gorun (others: `gorun guard`, its helper). A Go program forks from several threads, so every thread's list is read. A pid
-    # listed, then gone before its files are read, is skipped.
-    while read -r pid; do
+    # The workers are found through the agent's process tree and the worker contract's environment
+    # (bench_workers in lib.sh), whatever their command line: gorun-worker, `gorun worker`.
+    while read -r pid r; do
       [[ -n "$pid" ]] || continue
-      if [[ -z "${rank[$pid]:-}" ]]; then
-        argv=()
-        mapfile -d '' argv 2>/dev/null </proc/"$pid"/cmdline || true
-        [[ "${argv[0]:-}" == */gorun-worker || "${argv[1]:-}" == worker ]] || { rank[$pid]=-; continue; }
-        rank[$pid]=$(tr '\0' '\n' </proc/"$pid"/environ 2>/dev/null | sed -n 's/^RANK=//p') || true
-        [[ -n "${rank[$pid]}" ]] || rank[$pid]='?'
-      fi
-      [[ "${rank[$pid]}" != - ]] || continue
+      rank[$pid]=$r
       kb= own=0
       while read -r key line; do
         case $key in
@@ -132,7 +129,7 @@ measure() {
       [[ -n "$kb" ]] || continue # a zombie (no memory left to read) or gone
       hwm[$pid]=$kb
       (( own > ${private[$pid]:-0} )) && private[$pid]=$own
-    done < <(cat /proc/"$agent"/task/*/children 2>/dev/null | tr ' ' '\n')
+    done < <(bench_workers "$agent")
     sleep "$POLL"
   done
   wait "$agent" || rc=$?
@@ -146,7 +143,12 @@ measure() {
     die "$(basename "$dir"): saw ${#hwm[@]} worker processes, want $n (a restarted worker, or one too short-lived to poll: lower POLL)"
 }
 
-params=$(write_toml "$tmp/probe" fsdp && "$gorun" estimate "$tmp/probe/train.toml" --json | head -1 | sed -n 's/.*"params_bytes":\([0-9]*\).*/\1/p')
+# The whole output is read before it is cut: `estimate | head -1` under pipefail fails the script
+# whenever head exits before estimate has written its last row (SIGPIPE, exit 141, no message).
+write_toml "$tmp/probe" fsdp
+params=$("$gorun" estimate "$tmp/probe/train.toml" --json) || die "gorun estimate $tmp/probe/train.toml failed"
+params=$(sed -n '1s/.*"params_bytes":\([0-9]*\).*/\1/p' <<<"$params")
+bench_number "params_bytes of gorun estimate" "$params"
 echo "memory per worker: $LAYERS layers, d_model $DMODEL, $HEADS heads, context $CONTEXT ($(( params / 4 )) parameters),"
 echo "  $STEPS steps, global batch $GLOBAL (micro $MICRO); VmHWM polled every ${POLL}s; MB = 1e6 bytes"
 echo "  gorun $(cd "$root" && git describe --always --dirty 2>/dev/null || echo '?'); $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -164,6 +166,7 @@ for row in $ROWS; do
   measure "$dir" "$n"
   peak_kb=$(awk 'NR == 1 || $3 > m { m = $3 } END { print m }' "$dir/peaks")
   private_kb=$(awk 'NR == 1 || $4 > m { m = $4 } END { print m }' "$dir/peaks")
+  for v in textbook trainer copies peak_kb private_kb; do bench_number "$row: $v" "${!v}"; done
   awk -v mode="$mode" -v n="$n" -v kb="$peak_kb" -v pkb="$private_kb" -v tb="$textbook" -v tr="$trainer" -v cp="$copies" -v row="$(strategy "$mode")" 'BEGIN {
     b = kb * 1024
     printf "| %s | %d | %.0f MB | %.0f MB | %.0f MB (%s) | %.2fx | %.0f MB | %.0f MB | %.2fx |\n", mode, n, b / 1e6, pkb * 1024 / 1e6,

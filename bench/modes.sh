@@ -16,7 +16,13 @@
 #   BASE=/tmp/gorun-before MODES=fsdp REPS=5 bench/modes.sh
 #   LAYERS=8 DMODEL=512 HEADS=8 CONTEXT=64 GLOBAL=16 MICRO=2 WORKERS=4 bench/modes.sh   # issue 22's model
 #   GORUN_BIN=/path/to/gorun bench/modes.sh               # a built binary (default: go build ./cmd/gorun)
+#   SMOKE=1 bench/modes.sh                                # CI: fsdp and ddp once each, a tiny model; fails
+#                                                         # when a median or a ratio is not a number
 set -euo pipefail
+
+if [[ "${SMOKE:-0}" == 1 ]]; then
+  : "${MODES:=fsdp ddp}" "${REPS:=1}" "${STEPS:=6}" "${SKIP:=2}" "${LAYERS:=2}" "${DMODEL:=64}" "${CONTEXT:=16}" "${GLOBAL:=8}" "${MICRO:=4}"
+fi
 
 MODES=${MODES:-fsdp zero2 zero1 ddp}
 WORKERS=${WORKERS:-2} REPS=${REPS:-3} STEPS=${STEPS:-20} SKIP=${SKIP:-3}
@@ -79,6 +85,9 @@ echo "|---|---|---|---|"
 first=
 for row in "${rows[@]}"; do
   med=$(tr ' ' '\n' <<<"${runs[$row]}" | grep . | sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}')
+  bench_number "$row: median tokens/s" "$med"
   [[ -z "$first" ]] && first=$med
-  echo "| $row |${runs[$row]} | $med | $(awk -v a="$med" -v b="$first" 'BEGIN {printf "%.2fx", a/b}') |"
+  ratio=$(awk -v a="$med" -v b="$first" 'BEGIN { if (b > 0) printf "%.2fx", a/b; else print "nan" }')
+  bench_number "$row: ratio to ${rows[0]}" "$ratio"
+  echo "| $row |${runs[$row]} | $med | $ratio |"
 done

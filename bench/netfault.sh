@@ -11,10 +11,21 @@
 #   bench/netfault.sh                  # RUNS=1
 #   RUNS=3 bench/netfault.sh
 #   GORUN_BIN=/path/to/gorun bench/netfault.sh   # skip the go build
+#   SMOKE=1 bench/netfault.sh                    # CI: one run of one scenario (node C cut off 10 s,
+#                                                # about 40 s); fails unless its row is in the table
+#                                                # and says C left the job and came back (the cut
+#                                                # was injected)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
 RUNS=${RUNS:-1}
+SMOKE=${SMOKE:-0}
+smoke_row="node C cut off 10 s"
+run_pattern='^TestNetFaults$'
+netfault=all
+if [[ "$SMOKE" == 1 ]]; then
+  RUNS=1 netfault= run_pattern="^TestNetFaults\$/^${smoke_row// /_}\$"
+fi
 
 if [ -z "${GORUN_BIN:-}" ]; then
   bin=$(mktemp -d)/gorun
@@ -27,7 +38,7 @@ rows=$(mktemp)
 trap 'rm -f "$rows"' EXIT
 for run in $(seq "$RUNS"); do
   echo "== run $run of $RUNS" >&2
-  log=$(GORUN_NETFAULT=all go test ./test/e2e -run '^TestNetFaults$' -count=1 -v -timeout 15m 2>&1) || {
+  log=$(GORUN_NETFAULT=$netfault go test ./test/e2e -run "$run_pattern" -count=1 -v -timeout 15m 2>&1) || {
     echo "$log" | tail -n 60 >&2
     echo "bench/netfault.sh: run $run failed (its rows are still in the table)" >&2
     status=1
@@ -43,4 +54,12 @@ awk -F' *\\| *' '
     else { stall[key] = stall[key] " / " $3; redone[key] = redone[key] " / " $4; back[key] = back[key] " / " $5 } }
   END { for (i = 1; i <= n; i++) { k = order[i]; printf "| %s | %s | %s | %s |\n", k, stall[k], redone[k], back[k] } }
 ' "$rows"
+if [[ "$SMOKE" == 1 ]]; then
+  # "| name | stall | redone | back | notes |": back is "N.N s" only when the node left the job.
+  grep -qE "^\| $smoke_row \| [0-9.]+ s \| [0-9]+ \| [0-9.]+ s \|" "$rows" || {
+    echo "bench/netfault.sh: smoke: no row '$smoke_row' saying C left the job and came back (was the cut injected?):" >&2
+    cat "$rows" >&2
+    exit 1
+  }
+fi
 exit $status

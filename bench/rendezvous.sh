@@ -38,7 +38,30 @@
 # Every process started here carries RDZVBENCH_MARKER and is killed on exit, however the script
 # ends. Exit status: 0 when every part measured (goals met or not), 1 when a part failed to run.
 # Numbers depend on the machine's load: on a shared machine, compare rows of one run only.
+#
+# SMOKE=1 (CI): every part once at tiny sizes (8 agents, TTL 2 s, the noop job), its JSON lines on;
+# it fails when a part fails, or when a JSON line counts a failed run ("ok":0, a null median) or a
+# part left no JSON line. GORUN_BIN=/path/to/gorun skips gorun's build.
 set -euo pipefail
+
+SMOKE=${SMOKE:-0}
+if [[ "$SMOKE" == 1 && -z "${RDZV_SMOKE_OUT:-}" ]]; then
+  # The smoke run: this script once more, its output kept and read afterwards.
+  out=$(mktemp "${TMPDIR:-/tmp}/gorun-rdzv-smoke.XXXXXX")
+  trap 'rm -f "$out"' EXIT
+  rc=0
+  RDZV_SMOKE_OUT=$out RUNS=${RUNS:-1} DDP_RUNS=${DDP_RUNS:-1} AGENTS=${AGENTS:-8} TTL=${TTL:-2} LOSS_AGENTS=${LOSS_AGENTS:-8} \
+    JOB_AGENTS=${JOB_AGENTS:-4} WORKLOADS=${WORKLOADS:-noop} JSON=1 SETUP_TIMEOUT=${SETUP_TIMEOUT:-60s} \
+    JOB_TIMEOUT=${JOB_TIMEOUT:-120s} "$BASH" "${BASH_SOURCE[0]}" | tee "$out" || rc=$?
+  ((rc == 0)) || { echo "rendezvous.sh: smoke: a part failed (exit $rc)" >&2; exit 1; }
+  bad=$(grep -E '^\{"part":' "$out" | grep -E '"ok":0[,}]|"(median|end|ended|restart)_ms":null' || true)
+  [[ -z "$bad" ]] || { echo "rendezvous.sh: smoke: a case measured nothing: $bad" >&2; exit 1; }
+  for part in rounds agentloss job; do
+    grep -q "^{\"part\":\"$part\"" "$out" || { echo "rendezvous.sh: smoke: no JSON line of part $part" >&2; exit 1; }
+  done
+  grep -q 'kill -9 to next round.s workers *[0-9]' "$out" || { echo "rendezvous.sh: smoke: part nodeloss printed no restart time" >&2; exit 1; }
+  exit 0
+fi
 
 RUNS=${RUNS:-5}
 DDP_RUNS=${DDP_RUNS:-3}
@@ -121,7 +144,12 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # --- build ---------------------------------------------------------------------
-(cd "$root" && go build -o "$tmp/gorun" ./cmd/gorun) || die "go build ./cmd/gorun failed"
+if [[ -n "${GORUN_BIN:-}" ]]; then
+  cp "$GORUN_BIN" "$tmp/gorun" || die "GORUN_BIN=$GORUN_BIN: cannot copy it"
+  unset GORUN_BIN # gorun warns about GORUN_ variables it does not know
+else
+  (cd "$root" && go build -o "$tmp/gorun" ./cmd/gorun) || die "go build ./cmd/gorun failed"
+fi
 (cd "$root" && go build -o "$tmp/rdzvbench" ./bench/rdzvbench) || die "go build ./bench/rdzvbench failed"
 
 # --- etcd ----------------------------------------------------------------------

@@ -17,7 +17,13 @@
 #   bench/threads.sh                          # LAYOUTS="1x2 2x1" REPS=5 STEPS=30 SKIP=5
 #   LAYOUTS="1x2 2x1 1x1" REPS=7 bench/threads.sh
 #   GORUN_BIN=/path/to/gorun bench/threads.sh
+#   SMOKE=1 bench/threads.sh                  # CI: one rep of a tiny model; fails when a column is not
+#                                             # a number (no metrics, no --profile records)
 set -euo pipefail
+
+if [[ "${SMOKE:-0}" == 1 ]]; then
+  : "${REPS:=1}" "${STEPS:=6}" "${SKIP:=2}" "${LAYERS:=2}" "${DMODEL:=64}" "${CONTEXT:=16}" "${GLOBAL:=8}"
+fi
 
 LAYOUTS=${LAYOUTS:-1x2 2x1}
 REPS=${REPS:-5}
@@ -102,5 +108,6 @@ for l in "${layouts[@]}"; do
   ratios=$(paste "$tmp/tok.$l" "$tmp/tok.$base" | awk '{ print $1 / $2 }')
   ratio=$(median <<<"$ratios")
   spread=$(sort -g <<<"$ratios" | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.2f..%.2f", lo, hi }')
+  for v in tok coll ratio; do bench_number "$l: $v" "${!v}"; done
   printf '%-15s | %10.0f %11.1f%% | %11.2fx %14s\n' "$l" "$tok" "$(awk -v c="$coll" 'BEGIN { print 100 * c }')" "$ratio" "$spread"
 done

@@ -28,7 +28,15 @@
 #   LAYERS=4 DMODEL=128 CONTEXT=128 GLOBAL=16 MICRO=16 bench/trainer.sh  # issue 13's bench model
 #   PRECISION=bf16 bench/trainer.sh                # gorun's GEMMs in bf16 (AVX512_BF16 or slow Go)
 #   GORUN_BIN=/path/to/gorun PYTHON=/path/to/python3 bench/trainer.sh
+#   SMOKE=1 bench/trainer.sh                       # CI: one rep on 1 thread, a tiny model, torch on the
+#                                                  # system's libblas (OPENBLAS=reference); fails when a
+#                                                  # column is not a number, never on the goal
 set -euo pipefail
+
+SMOKE=${SMOKE:-0}
+if [[ "$SMOKE" == 1 ]]; then
+  : "${THREADS:=1}" "${REPS:=1}" "${STEPS:=6}" "${SKIP:=2}" "${DMODEL:=32}" "${CONTEXT:=16}" "${GLOBAL:=8}" "${MICRO:=8}" "${OPENBLAS:=reference}"
+fi
 
 THREADS=${THREADS:-1 2}
 REPS=${REPS:-3}
@@ -164,6 +172,7 @@ printf '%-7s | %12s %6s %12s | %11s\n' threads "gorun tok/s" mfu "torch tok/s" "
 for n in $THREADS; do
   o=$(median <"$tmp/ours.$n"); p=$(median <"$tmp/torch.$n"); mfu=$(median <"$tmp/mfu.$n")
   ratio=$(paste "$tmp/ours.$n" "$tmp/torch.$n" | awk '{ print $1 / $2 }' | median)
+  for v in o mfu p ratio; do [[ "${!v}" =~ ^[0-9]+\.?[0-9]*([eE][+-]?[0-9]+)?$ ]] || die "$n threads: column $v is '${!v}', not a number"; done
   printf '%-7s | %12.0f %6.3f %12.0f | %10.2fx\n' "$n" "$o" "$mfu" "$p" "$ratio"
 done
 # best: each side at its own best thread count (highest median); the ratio is the median of the
@@ -174,4 +183,5 @@ ratio=$(paste "$tmp/ours.$bo" "$tmp/torch.$bt" | awk '{ print $1 / $2 }' | media
 ok=$(awk -v r="$ratio" -v g="$GOAL" 'BEGIN { print (r >= g) ? "" : "  (below goal " g ")" }')
 printf '%-7s | %12.0f %6s %12.0f | %10.2fx%s\n' "best" "$(median <"$tmp/ours.$bo")" "($bo)" "$(median <"$tmp/torch.$bt")" "$ratio" "$ok"
 echo "  best: gorun on $bo threads vs torch on $bt threads"
-[[ -z "$ok" ]]
+# The smoke run's sizes say nothing about the goal: its exit status is whether it measured.
+[[ "$SMOKE" == 1 || -z "$ok" ]]

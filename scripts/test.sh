@@ -46,14 +46,22 @@ unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go')
 if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted"; exit 1; fi
 go vet ./...
 
+# The concurrency-heavy packages run under the race detector only: the same
+# tests again without it would find nothing the race run does not (it runs
+# every test of the package, only slower). One exception runs in both:
+# rendezvous/etcdembed, whose TestServerClusterStartsRepeatedly starts its
+# cluster 6 times under -race and 50 times without.
+race_pkgs=(./internal/... ./elastic/... ./rendezvous/... ./trainer/comm/...)
 echo "== go test -race (concurrency-heavy packages)"
-go test -race -count=1 -timeout 10m ./internal/... ./elastic/... ./rendezvous/... ./trainer/comm/...
+go test -race -count=1 -timeout 10m "${race_pkgs[@]}"
 
-echo "== go test (all)"
+echo "== go test (all others)"
 # One package at a time: the end-to-end packages (real agents, etcd, PyTorch,
 # a SLURM cluster) each use both cores, and timing-bound scenarios get
 # flaky when two of them share the machine.
-go test -p 1 -count=1 -timeout 15m ./...
+mapfile -t plain_pkgs < <(comm -23 <(go list ./... | sort) \
+  <(go list "${race_pkgs[@]}" | grep -vx 'github.com/gorun/gorun/rendezvous/etcdembed' | sort))
+go test -p 1 -count=1 -timeout 15m "${plain_pkgs[@]}"
 
 # Every fuzz target in the tree (func FuzzXxx in a _test.go), each for a
 # bounded number of inputs: the runs above only replayed their seeds and
@@ -73,3 +81,9 @@ grep -rl --include='*_test.go' '^func Fuzz' . | sort | while read -r file; do
     go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -fuzzminimizetime 1000x "$(dirname "$file")"
   done
 done
+
+# Every bench script in its smoke mode (tiny sizes, one repetition; bench/smoke.sh prints the
+# seconds each took): a bench that can no longer measure what it says fails here, a timing goal
+# never does.
+echo "== bench smoke (SMOKE=1 bench/*.sh)"
+bash bench/smoke.sh
