@@ -8,13 +8,14 @@
 # first, workers first), the others continued. The test fails when a survivor's worker process was
 # replaced; each run prints "kill ... to the first step at world size 4: S s; goal ... : Rx the goal".
 # The script prints those lines, then per order the median and max of S and of the ratio R, and exits
-# 1 when a run failed or printed no such line (the bench measured nothing). RUNS=1 is its smoke mode.
+# 1 when a run failed or printed no such line (the bench measured nothing). SMOKE=1 (bench/smoke.sh) is RUNS=1.
 #
 #   bench/nodeloss.sh              # RUNS=4
 #   RUNS=1 bench/nodeloss.sh       # smoke
 set -euo pipefail
 
 RUNS=${RUNS:-4}
+[[ -n "${SMOKE:-}" ]] && RUNS=1
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || { echo "nodeloss.sh: RUNS=$RUNS: want a positive integer" >&2; exit 1; }
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 log=$(mktemp "${TMPDIR:-/tmp}/gorun-nodeloss.XXXXXX")

@@ -87,3 +87,6 @@ done
 # never does.
 echo "== bench smoke (SMOKE=1 bench/*.sh)"
 bash bench/smoke.sh
+# The launch path's own benchmark (4 workers started as the agent starts them, against os/exec
+# alone; it prints the ratio, x-bare): 5 launches, to fail when it cannot launch.
+go test -run '^$' -bench Launch4 -benchtime 5x ./internal/proc/
