@@ -15,7 +15,7 @@
 set -euo pipefail
 
 RUNS=${RUNS:-4}
-[[ -n "${SMOKE:-}" ]] && RUNS=1
+[[ "${SMOKE:-0}" == 1 ]] && RUNS=1
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || { echo "nodeloss.sh: RUNS=$RUNS: want a positive integer" >&2; exit 1; }
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 log=$(mktemp "${TMPDIR:-/tmp}/gorun-nodeloss.XXXXXX")
