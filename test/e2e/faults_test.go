@@ -199,6 +199,11 @@ func stepsRedone(t *testing.T, path string) ([]metrics.Record, int) {
 type fault struct {
 	round int
 	lost  []int
+	// copyInFlight: the lost state comes from the memory copies ([checkpoint] memory, a copy
+	// every step), which a rank sends in the background after a step: the copy of the step
+	// before the fault may not have been committed yet, and then the job goes on from the step
+	// before it. Such a fault may cost one step more.
+	copyInFlight bool
 }
 
 // lastInRound is the last step rank completed in round: the step of the last record of that
@@ -235,8 +240,9 @@ func (j *faultJob) round() int {
 // fault, those rank 0 had completed past the lowest step a surviving rank of the fault's world
 // had completed (the steps every survivor completed are kept; a fault between two steps, where
 // every survivor completed the same one, costs none), which is at most the one step in flight
-// when it struck. The steps redone are counted from rank 0's raw records (stepsRedone). It
-// returns them.
+// when it struck (and one more for a fault whose lost state comes from memory copies of which
+// the last may have been in flight: fault.copyInFlight). The steps redone are counted from rank
+// 0's raw records (stepsRedone). It returns them.
 func (j *faultJob) requireRedone(faults ...fault) int {
 	j.t.Helper()
 	line, redone := stepsRedone(j.t, j.metrics)
@@ -249,7 +255,7 @@ func (j *faultJob) requireRedone(faults ...fault) int {
 	if len(line) != last {
 		j.t.Fatalf("%s: the job's line of steps ends at step %d, want %d", j.runID, len(line), last)
 	}
-	want := 0
+	want, slack := 0, 0
 	var why []string
 	for _, f := range faults {
 		recs, _ := metrics.ReadFile(j.metrics)
@@ -279,12 +285,18 @@ func (j *faultJob) requireRedone(faults ...fault) int {
 			j.t.Errorf("%s: in round %d the surviving ranks' last steps differ by %d (rank:step %s): ranks may differ by one step at most", j.runID, f.round, cost, strings.Join(lasts, " "))
 		}
 		want += cost
+		if f.copyInFlight {
+			slack++
+			cost1 := fmt.Sprintf("%d, or %d when the copy of the last step was in flight", cost, cost+1)
+			why = append(why, fmt.Sprintf("round %d lost ranks %v (their state from the memory copies), last step completed by rank:step %s: %s", f.round, f.lost, strings.Join(lasts, " "), cost1))
+			continue
+		}
 		why = append(why, fmt.Sprintf("round %d lost ranks %v, last step completed by rank:step %s: %d", f.round, f.lost, strings.Join(lasts, " "), cost))
 	}
-	j.t.Logf("%s: %d step(s) redone (raw records of rank 0), want %d: %s", j.runID, redone, want, strings.Join(why, "; "))
-	if redone != want {
-		j.t.Errorf("%s: the job trained %d step(s) again (%d records of rank 0, %d steps), want %d: only the steps a surviving rank had not completed (%s)",
-			j.runID, redone, len(line)+redone, len(line), want, strings.Join(why, "; "))
+	j.t.Logf("%s: %d step(s) redone (raw records of rank 0), want %d to %d: %s", j.runID, redone, want, want+slack, strings.Join(why, "; "))
+	if redone < want || redone > want+slack {
+		j.t.Errorf("%s: the job trained %d step(s) again (%d records of rank 0, %d steps), want %d to %d: only the steps a surviving rank had not completed (%s)",
+			j.runID, redone, len(line)+redone, len(line), want, want+slack, strings.Join(why, "; "))
 	}
 	return redone
 }

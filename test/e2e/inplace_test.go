@@ -335,7 +335,7 @@ func TestInPlace(t *testing.T) {
 			t.Errorf("the survivor's workers changed: pids %v before the loss, %v after", before, after)
 		}
 		requireNoCheckpointRead(t, j)
-		j.requireRedone(fault{round: round, lost: lost})
+		j.requireRedone(fault{round: round, lost: lost, copyInFlight: true})
 		if out := j.stdoutOf(); !strings.Contains(out, "from memory") {
 			t.Errorf("no worker says it took its state from the memory copies:\n%s", out)
 		}
@@ -370,7 +370,7 @@ func TestInPlace(t *testing.T) {
 			t.Errorf("the survivor's workers changed: pids %v before the loss, %v after", before, after)
 		}
 		requireNoCheckpointRead(t, j)
-		j.requireRedone(fault{round: round, lost: lost})
+		j.requireRedone(fault{round: round, lost: lost, copyInFlight: true})
 		if out := j.stdoutOf(); !strings.Contains(out, "from memory") {
 			t.Errorf("no worker says it took its state from the memory copies:\n%s", out)
 		}
