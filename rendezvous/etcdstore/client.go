@@ -295,6 +295,16 @@ func Dial(ctx context.Context, cfg ClientConfig) (*clientv3.Client, error) {
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("rendezvous: dial etcd at %s: %w", strings.Join(cfg.Endpoints, ","), ctx.Err())
 			}
+			if errors.Is(last, context.DeadlineExceeded) {
+				// The deadline cut short every attempt (a busy machine can spend the whole
+				// patience before the first dial runs): one probe outside it names the
+				// cause ("connection refused") instead of the deadline.
+				pctx, pcancel := context.WithTimeout(ctx, dialTimeout)
+				if _, err := firstReachable(pctx, cfg.Endpoints, tlsCfg); err != nil && pctx.Err() == nil {
+					last = err
+				}
+				pcancel()
+			}
 			return nil, fmt.Errorf("rendezvous: no etcd answered at %s within %s (last error: %s)",
 				strings.Join(cfg.Endpoints, ","), patience, describe(last))
 		case <-time.After(wait):
