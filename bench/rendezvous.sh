@@ -41,10 +41,12 @@
 #
 # SMOKE=1 (CI): every part once at tiny sizes (8 agents, TTL 2 s, the noop job), its JSON lines on;
 # it fails when a part fails, or when a JSON line counts a failed run ("ok":0, a null median) or a
-# part left no JSON line. GORUN_BIN=/path/to/gorun skips gorun's build.
+# part left no JSON line, or when the median agent of a rounds case listed or watched more than the
+# three keys the design lets an agent follow. GORUN_BIN=/path/to/gorun skips gorun's build.
 set -euo pipefail
 
 SMOKE=${SMOKE:-0}
+KEYS_PER_AGENT=3 # DESIGN.md: "Every other agent follows three exact keys"
 if [[ "$SMOKE" == 1 && -z "${RDZV_SMOKE_OUT:-}" ]]; then
   # The smoke run: this script once more, its output kept and read afterwards.
   out=$(mktemp "${TMPDIR:-/tmp}/gorun-rdzv-smoke.XXXXXX")
@@ -60,6 +62,20 @@ if [[ "$SMOKE" == 1 && -z "${RDZV_SMOKE_OUT:-}" ]]; then
     grep -q "^{\"part\":\"$part\"" "$out" || { echo "rendezvous.sh: smoke: no JSON line of part $part" >&2; exit 1; }
   done
   grep -q 'kill -9 to next round.s workers *[0-9]' "$out" || { echo "rendezvous.sh: smoke: part nodeloss printed no restart time" >&2; exit 1; }
+  # DESIGN.md: every agent but the aggregator follows three exact keys, one list and one watch
+  # each. A fourth (fa8ad97 added nodes/<self>: a list and a watch more per agent, an etcd watcher
+  # more per agent) went unnoticed; no key may come back that way. The median agent of each case
+  # is the typical one (the aggregator lists and watches the whole job).
+  while read -r line; do
+    for what in lists watches; do
+      n=$(grep -oE "\"${what}_per_agent_median\":[0-9]+" <<<"$line" | cut -d: -f2 || true)
+      [[ -n "$n" ]] || { echo "rendezvous.sh: smoke: a rounds line has no ${what}_per_agent_median: $line" >&2; exit 1; }
+      ((n <= KEYS_PER_AGENT)) || {
+        echo "rendezvous.sh: smoke: the median agent made $n ${what} where the design allows $KEYS_PER_AGENT (one per key it follows: state, leader, its placement bucket; see rendezvous/agentview.go): $line" >&2
+        exit 1
+      }
+    done
+  done < <(grep -E '^\{"part":"rounds"' "$out")
   exit 0
 fi
 

@@ -23,22 +23,19 @@ type agentView struct {
 	led       bool   // the leader key was read: leader is known
 	placement Placement
 	placed    bool // a placement was read
-	// registered: this node's own key (nodes/<id>) exists; selfRead: it
-	// was read once. A peer that found this node's agent dead deletes it
-	// (Elastic.Unreachable); a node that is alive after all registers
-	// again (Next).
-	registered, selfRead bool
-	changed              chan struct{}
+	changed   chan struct{}
 }
 
 func newAgentView(self string) *agentView {
 	return &agentView{self: self, changed: make(chan struct{})}
 }
 
-// run keeps v current until ctx ends.
+// run keeps v current until ctx ends. It follows three keys and no
+// more (bench/rendezvous.sh's smoke fails on a fourth): a node whose own
+// key a peer deleted learns it from these (Elastic.Next).
 func (v *agentView) run(ctx context.Context, store Store) {
 	var wg sync.WaitGroup
-	for _, key := range []string{keyState, keyLeader, placeKey(BucketOf(v.self)), prefixNodes + v.self} {
+	for _, key := range []string{keyState, keyLeader, placeKey(BucketOf(v.self))} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -80,8 +77,6 @@ func (v *agentView) apply(kv KV, present bool) {
 	defer v.mu.Unlock()
 	defer v.notifyLocked()
 	switch kv.Key {
-	case prefixNodes + v.self:
-		v.registered, v.selfRead = present, true
 	case keyState:
 		v.stateRead = true
 		var st State
@@ -131,18 +126,16 @@ type agentSnapshot struct {
 	state     State
 	stateRev  int64 // 0: no state key yet
 	stateRead bool  // the state key was read once: stateRev 0 means there is none
-	// unregistered: this node's own key was read and is gone.
-	unregistered bool
-	leader       string
-	led          bool      // leader is known (the leader key was read)
-	placement    Placement // Round is -1 when none was read
+	leader    string
+	led       bool      // leader is known (the leader key was read)
+	placement Placement // Round is -1 when none was read
 }
 
 // read returns a snapshot and the channel that closes at the next change.
 func (v *agentView) read() (agentSnapshot, <-chan struct{}) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	s := agentSnapshot{state: v.state, stateRev: v.stateRev, stateRead: v.stateRead, unregistered: v.selfRead && !v.registered, leader: v.leader, led: v.led, placement: v.placement}
+	s := agentSnapshot{state: v.state, stateRev: v.stateRev, stateRead: v.stateRead, leader: v.leader, led: v.led, placement: v.placement}
 	if !v.placed {
 		s.placement = Placement{Round: -1, NodeRank: -1, FirstRank: -1}
 	}

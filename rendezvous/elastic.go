@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -210,6 +211,7 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 	timeout := time.NewTimer(e.cfg.JoinTimeout)
 	defer timeout.Stop()
 	joinedRound, waiting := -1, false
+	selfChecked := -1          // the round for which this node read its own key
 	var retry <-chan time.Time // a node left out probes the members again
 	for {
 		if err := e.evictedError(); err != nil {
@@ -218,9 +220,15 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 		snap, changed := e.agent.read()
 		st, p := snap.state, snap.placement
 		placed := p.Round == st.Round
-		if snap.unregistered {
-			if err := e.register(ctx); err != nil {
+		if selfChecked != st.Round && st.Round > e.last && (placed && !p.Member || slices.Contains(st.Lost, e.cfg.Self.Host)) {
+			// The round left this node out, or opened for its loss: a peer
+			// may have fenced it (Unreachable). One read of its own key says.
+			checked, err := e.registerIfFenced(ctx)
+			if err != nil {
 				return Round{}, err
+			}
+			if checked {
+				selfChecked = st.Round
 			}
 		}
 		switch {
@@ -430,16 +438,25 @@ func (e *Elastic) failed(ctx context.Context, r Round, failures []Failure, inPla
 	}
 }
 
-// register puts this node's key back when it is gone while its session
-// lives: a peer found its agent dead (a refused probe) and fenced it, but
-// it is alive after all, so it joins again as a new node does. During an
-// etcd outage the session puts its keys back itself.
-func (e *Elastic) register(ctx context.Context) error {
+// registerIfFenced reads this node's own key (nodes/<id>) once and puts
+// it back when it is gone while the session lives: a peer found this
+// node's agent dead (a refused probe) and fenced it, but it is alive after
+// all, so it joins again as a new node does. Next calls it only when the
+// keys it follows anyway say it may have been fenced (a round that left it
+// out, or opened for its loss), so that an agent follows three keys, not
+// four. It reports false, having read nothing, while the session is lost:
+// the session puts its keys back itself when it is re-established under a
+// new lease, and Next asks again once it is live (the view is poked).
+func (e *Elastic) registerIfFenced(ctx context.Context) (bool, error) {
 	if sess, _ := e.store.Session(); !sess.Live {
-		return nil
+		return false, nil
+	}
+	kvs, _, err := e.store.List(ctx, prefixNodes+e.cfg.Self.ID, 0)
+	if err != nil || len(kvs) > 0 {
+		return err == nil, err
 	}
 	e.log.Warn().Msg("this node's registration was removed (a peer found its agent dead): registering again")
-	return e.put(ctx, prefixNodes+e.cfg.Self.ID, e.cfg.Self, true)
+	return true, e.put(ctx, prefixNodes+e.cfg.Self.ID, e.cfg.Self, true)
 }
 
 // RunsWithout says whether the job runs a round that this node has no

@@ -114,10 +114,12 @@ func (a *agent) close() {
 	_ = a.client.Close()
 }
 
-// viewCounts is what one agent's store watches delivered to it, and how
-// often it listed the job's keys (each list returns every key: O(N)).
+// viewCounts is what one agent's store watches delivered to it, how often
+// it listed a key or prefix of the job, and how many watches it opened.
+// An agent that is not the aggregator lists and watches each key it
+// follows once (DESIGN.md: three exact keys), unless a watch breaks.
 type viewCounts struct {
-	Events, Lists atomic.Int64
+	Events, Lists, Watches atomic.Int64
 }
 
 // storeCounts counts what the agents of one case asked of etcd, summed
@@ -175,6 +177,7 @@ func (s countingStore) Delete(ctx context.Context, key string) error {
 // the agent opens (whatever the prefix).
 func (s countingStore) Watch(ctx context.Context, prefix string, rev int64) <-chan rendezvous.Event {
 	s.counts.Watches.Add(1)
+	s.view.Watches.Add(1)
 	in := s.Store.Watch(ctx, prefix, rev)
 	out := make(chan rendezvous.Event)
 	go func() {

@@ -31,6 +31,7 @@ type roundResult struct {
 	Counts  *storeCounts
 	Events  perAgent // watch events delivered to each agent, Join to round formed (or failed)
 	Lists   perAgent // lists of the job's keys by each agent, likewise
+	Watches perAgent // watches opened by each agent, likewise
 	// The etcd's cost: CPU seconds from the first dial to the round formed
 	// (EtcdCPU) and during Next only (EtcdCPUNext); -1 when unknown.
 	EtcdCPU, EtcdCPUNext float64
@@ -38,10 +39,13 @@ type roundResult struct {
 	DBGrowth             int64      // DBInUseBytes after minus before the case; -1: unknown
 }
 
-// perAgent is the mean and max of one count over agents.
+// perAgent is the mean, median and max of one count over agents. The
+// median is the typical agent's: the aggregator, which follows every
+// key of the job, is in the mean and the max.
 type perAgent struct {
-	Mean float64
-	Max  int64
+	Mean   float64
+	Median int64
+	Max    int64
 }
 
 // perAgentOf summarizes count over agents (nil agents count 0).
@@ -51,14 +55,18 @@ func perAgentOf(agents []*agent, count func(*viewCounts) int64) perAgent {
 		return p
 	}
 	var sum int64
+	all := make([]int64, 0, len(agents))
 	for _, a := range agents {
-		if a == nil {
-			continue
+		var n int64
+		if a != nil {
+			n = count(a.view)
 		}
-		n := count(a.view)
+		all = append(all, n)
 		sum += n
 		p.Max = max(p.Max, n)
 	}
+	slices.Sort(all)
+	p.Median = all[len(all)/2]
 	p.Mean = math.Round(float64(sum)/float64(len(agents))*10) / 10
 	return p
 }
@@ -122,9 +130,9 @@ func roundsCmd(ctx context.Context, args []string) error {
 	fmt.Printf("   N:N freezes as the N-th joins; N/2:2N waits for the last call (%s) once N/2 joined: beyond = median - last call\n", f.lastCall)
 	fmt.Printf("   lease TTL %s; a run fails when an agent's session is lost, the agents have not joined within %s, or no round forms within %s\n\n", f.ttl, f.setupTimeout, f.maxWait)
 
-	const header = "   %6s %9s %6s %7s %9s %9s %9s %9s %8s %9s %8s %7s %8s %7s\n"
+	const header = "   %6s %9s %6s %7s %9s %9s %9s %9s %8s %9s %8s %7s %7s %8s %7s\n"
 	fmt.Printf(header, "agents", "MIN:MAX", "l.call", "ok/runs", "median ms", "min ms", "max ms", "beyond ms", "setup s",
-		"evt/agt", "evt max", "lists", "etcd cpu", "db MiB")
+		"evt/agt", "evt max", "lists", "watches", "etcd cpu", "db MiB")
 	goalAgents := counts[len(counts)-1]
 	goalLine := fmt.Sprintf("goal: %d agents form a round in under %s beyond the last call: MISSED (no run of %d agents formed a round)", goalAgents, f.goal, goalAgents)
 	var jsonLines, mdRows []string
@@ -150,7 +158,7 @@ func roundsCmd(ctx context.Context, args []string) error {
 		}
 	}
 	fmt.Printf("\n   evt/agt, evt max: watch events delivered to each agent from its Join to the round formed (or the run failed), mean and max over agents, median run\n")
-	fmt.Printf("   lists: key listings per agent (each returns every key of the job); etcd cpu: CPU seconds of the etcd process from the first dial to the round formed; db: etcd's database size then\n")
+	fmt.Printf("   lists, watches: key listings and watches opened per agent, mean / median agent (the aggregator lists and watches the whole job; the others follow %d keys each, a list and a watch per key); etcd cpu: CPU seconds of the etcd process from the first dial to the round formed; db: etcd's database size then\n", designKeys)
 	fmt.Printf("\n%s\n\n", goalLine)
 	fmt.Println("| agents | MIN:MAX | formed | median | beyond last call | watch events per agent (mean / max) | etcd CPU | etcd db |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
@@ -166,6 +174,12 @@ func roundsCmd(ctx context.Context, args []string) error {
 	}
 	return nil
 }
+
+// designKeys is how many keys an agent that is not the aggregator follows
+// (DESIGN.md, rendezvous/agentview.go): with a list and a watch each, its
+// lists and watches per round. bench/rendezvous.sh's smoke fails when the
+// median agent lists or watches more.
+const designKeys = 3
 
 // parseCounts parses a comma-separated list of agent counts (each >= 2).
 func parseCounts(list string) ([]int, error) {
@@ -241,6 +255,10 @@ type roundJSON struct {
 	EventsPerAgent    float64  `json:"events_per_agent"`
 	EventsPerAgentMax int64    `json:"events_per_agent_max"`
 	ListsPerAgent     float64  `json:"lists_per_agent"`
+	ListsMedian       int64    `json:"lists_per_agent_median"`
+	WatchesPerAgent   float64  `json:"watches_per_agent"`
+	WatchesMedian     int64    `json:"watches_per_agent_median"`
+	DesignKeys        int      `json:"design_keys"` // what each agent but the aggregator may list and watch
 	EtcdCPUS          float64  `json:"etcd_cpu_s"`
 	EtcdCPUNextS      float64  `json:"etcd_cpu_next_s"`
 	EtcdDBBytes       int64    `json:"etcd_db_bytes"`
@@ -277,10 +295,11 @@ func roundRow(c roundCase, results []roundResult, failed int) ([]any, string, st
 	r := medianRun(results)
 	j.SetupMS = msFloat(r.Setup)
 	j.EventsPerAgent, j.EventsPerAgentMax, j.ListsPerAgent = r.Events.Mean, r.Events.Max, r.Lists.Mean
+	j.ListsMedian, j.WatchesPerAgent, j.WatchesMedian, j.DesignKeys = r.Lists.Median, r.Watches.Mean, r.Watches.Median, designKeys
 	j.EtcdCPUS, j.EtcdCPUNextS = r.EtcdCPU, r.EtcdCPUNext
 	j.EtcdDBBytes, j.EtcdDBInUseBytes, j.EtcdDBGrowthBytes = r.DB.DBBytes, r.DB.DBInUseBytes, r.DBGrowth
 	row = append(row, fmt.Sprintf("%.1f", r.Setup.Seconds()), fmt.Sprintf("%.1f", r.Events.Mean), strconv.FormatInt(r.Events.Max, 10),
-		fmt.Sprintf("%.1f", r.Lists.Mean), cpuString(r.EtcdCPU), mibString(r.DB.DBBytes))
+		fmt.Sprintf("%.1f/%d", r.Lists.Mean, r.Lists.Median), fmt.Sprintf("%.1f/%d", r.Watches.Mean, r.Watches.Median), cpuString(r.EtcdCPU), mibString(r.DB.DBBytes))
 	md := fmt.Sprintf("| %d | %s | %d/%d | %s | %s | %.1f / %d | %s s | %s MiB |", c.Agents, j.MinMax, st.N, len(results),
 		secondsOrDash(j.MedianMS), secondsOrDash(j.BeyondMS), r.Events.Mean, r.Events.Max, cpuString(r.EtcdCPU), mibString(r.DB.DBBytes))
 	return row, jsonLine(j), md
@@ -341,6 +360,7 @@ func roundOnce(ctx context.Context, f roundsFlags, c roundCase, rep int) (res ro
 		}
 		res.Events = perAgentOf(agents, func(v *viewCounts) int64 { return v.Events.Load() })
 		res.Lists = perAgentOf(agents, func(v *viewCounts) int64 { return v.Lists.Load() })
+		res.Watches = perAgentOf(agents, func(v *viewCounts) int64 { return v.Watches.Load() })
 	}()
 	res.Setup = time.Since(before.At)
 	if setupErr != nil {
