@@ -329,7 +329,7 @@ func TestStragglerEvicted(t *testing.T) {
 	slowPid, rank := workerOn(t, agents[1])
 	before := j.status().Round
 
-	stop := throttle(slowPid, 30*time.Millisecond, 10*time.Millisecond)
+	stop := throttle(slowPid, 90*time.Millisecond, 10*time.Millisecond)
 	defer stop()
 	r := waitExit(t, agents[1], 3*time.Minute)
 	stop()
