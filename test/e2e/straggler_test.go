@@ -316,7 +316,7 @@ func startStragglerJob(t *testing.T, runID string) (*stragglerJob, []*gorunProc)
 var evictedFor = regexp.MustCompile(`was the job's straggler for (\S+) \(`)
 
 // TestStragglerEvicted: node-b's only worker is slowed to a quarter of its
-// speed (stopped 30 ms, continued 10 ms, by signals) in a 3-node job
+// speed (stopped 90 ms, continued 10 ms, by signals) in a 3-node job
 // (--nnodes=2:3, --evict-stragglers=4s) with node-d waiting as a spare.
 // node-b evicts itself once its rank was the straggler for 4 s: its agent
 // exits 1 saying so; gorun status lists the eviction as node-b's failure
