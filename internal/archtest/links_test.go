@@ -12,14 +12,17 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestDocLinks fails when a relative link of README.md or docs/*.md names
-// a file that does not exist, or an #anchor that no heading of its target
-// makes (GitHub's anchors: slug).
+// TestDocLinks fails when a relative link of README.md, docs/*.md or
+// examples/*/*.md names a file that does not exist, or an #anchor that no
+// heading of its target makes (GitHub's anchors: slug).
 func TestDocLinks(t *testing.T) {
 	root := moduleRoot(t)
-	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	require.NoError(t, err)
-	docs = append([]string{filepath.Join(root, "README.md")}, docs...)
+	docs := []string{filepath.Join(root, "README.md")}
+	for _, pattern := range []string{"docs/*.md", "examples/*/*.md"} {
+		found, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(pattern)))
+		require.NoError(t, err)
+		docs = append(docs, found...)
+	}
 	var broken []string
 	for _, d := range docs {
 		broken = append(broken, brokenLinks(d)...)
