@@ -26,7 +26,7 @@ die() { echo "report.sh: $*" >&2; exit 1; }
 [[ -f "$DOC" ]] || die "DOC=$DOC: no such file"
 [[ "$SMOKE" =~ ^[01]$ ]] || die "SMOKE must be 0 or 1, got '$SMOKE'"
 
-# The sections, in the order they run, and the command of each: the README's own command for its
+# The sections, in the order they run, and the command of each: the command docs/benchmarks.md names for its
 # figures (bench/NAME.sh with the settings they were measured with).
 declare -A cmds=(
   [launch]="bench/launch.sh"

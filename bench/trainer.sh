@@ -12,7 +12,7 @@
 # adjacent pairs, robust to a shared machine's drifting load. The last row, best, takes each side at
 # its own best thread count. Goal (issue 13): best ours/torch >= 2.0 (exit status 1 if it misses;
 # GOAL=... to change). The mfu column is the median of the trainer's own mfu
-# (model FLOPs/s over the FMA peak of its threads, see README) over the timed steps and repetitions.
+# (model FLOPs/s over the FMA peak of its threads, see docs/trainer.md) over the timed steps and repetitions.
 #
 # PyTorch runs on OpenBLAS (libopenblas0-pthread): over Debian's reference BLAS it is ~16x slower and
 # no fair anchor. The library is taken from, in order: TORCH_LD_LIBRARY_PATH; the system's

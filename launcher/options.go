@@ -37,7 +37,7 @@ type Options struct {
 	MetricsAddr      string        // HOST:PORT the agent serves Prometheus /metrics on; "": none
 
 	// torchrun's flags that gorun accepts for a drop-in command line
-	// (README, "torchrun flags"); checkCompat validates them.
+	// (docs/torchrun.md, "torchrun flags and variables"); checkCompat validates them.
 
 	Module           bool          // -m: the entrypoint is a Python module, run as python -u -m MODULE
 	RunPath          bool          // --run-path: the script runs through runpy.run_path; wins over NoPython and Module

@@ -469,7 +469,7 @@ func (l *Launch) resolveNProc(opts Options, host Host) error {
 			l.NProcPerNode, l.NProcSource = len(gpus.IDs), "auto: GPUs from "+gpus.Source
 		} else if embeddedTrainer(opts) {
 			// One worker with every CPU as its kernel threads (trainer.DefaultThreads): on the
-			// bench model it ran ahead of one worker per CPU (bench/threads.sh, README).
+			// bench model it ran ahead of one worker per CPU (bench/threads.sh, docs/benchmarks.md).
 			l.NProcPerNode, l.NProcSource = 1, "auto: no GPUs, one embedded-trainer worker using every CPU"
 		} else {
 			l.NProcPerNode, l.NProcSource = host.NumCPU, "auto: no GPUs, one worker per CPU"

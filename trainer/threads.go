@@ -8,7 +8,7 @@ import "runtime"
 // by the localWorldSize workers of the node, and at least 1. Under
 // gorun --nproc-per-node=auto a train.toml job runs one worker per node,
 // so that is every CPU, which bench/threads.sh measured ahead of one
-// worker per CPU (README, "Workers and threads").
+// worker per CPU (docs/trainer.md, "Workers and threads").
 //
 // OMP_NUM_THREADS is deliberately not read: gorun sets it to 1 for every
 // worker (PyTorch's habit, so that N PyTorch workers do not oversubscribe

@@ -116,7 +116,7 @@ func (j *faultJob) roundsEnded() int {
 	return n
 }
 
-// faultRow is one line of the README's fault matrix.
+// faultRow is one line of docs/benchmarks.md's fault matrix.
 type faultRow struct {
 	Scenario         string
 	Detect, Resume   time.Duration
@@ -550,7 +550,7 @@ func requireNormClose(t *testing.T, ref, got string) string {
 // report name the right rank and node. A worker or node lost is recovered in place, and the
 // steps redone, counted from rank 0's raw metrics records, are only the step in flight, none
 // when every survivor had completed the same step (requireRedone); the worker and node kills are
-// tried paused and mid-step. The measured rows are logged for the README.
+// tried paused and mid-step. The measured rows are logged for docs/benchmarks.md.
 func TestFaults(t *testing.T) {
 	toml := trainerToml(t)
 	root := t.TempDir()

@@ -108,7 +108,7 @@ func requireNoCheckpointRead(t *testing.T, j *faultJob) {
 // final one) — and ends allclose to a fault-free run with each step once in the job's line of
 // steps, redoing (counted from rank 0's raw metrics records) only the step in flight, none when
 // every survivor had completed the same step (requireRedone). Node losses are tried paused and
-// mid-step. The measured rows are logged for the README's fault matrix.
+// mid-step. The measured rows are logged for docs/benchmarks.md's fault matrix.
 func TestInPlace(t *testing.T) {
 	toml := trainerToml(t)
 	root := t.TempDir()

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// design is DESIGN.md's train.toml, comments and all.
+// design is the train.toml of gorun's first design, comments and all (docs/design.md; examples/train.toml is the reference).
 const design = `[model]
 layers = 2            # transformer blocks
 d_model = 64

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestNoParentImport: package resume builds without package trainer, its parent (DESIGN.md:
-// imports run downward); Trainer names what it needs of one instead.
+// TestNoParentImport: package resume builds without package trainer, its parent (docs/design.md,
+// "Packages and who may import whom": imports run downward); Trainer names what it needs of one instead.
 func TestNoParentImport(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
