@@ -169,6 +169,8 @@ type Server struct {
 	errc    chan error  // Err's channel: forwardErr fills and closes it
 	lock    *os.File    // holds the data dir's flock (lockDataDir); nil: none
 
+	election time.Duration // raft's election timeout (UntilQuorumLost)
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -187,7 +189,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{dataDir: cfg.DataDir, removeDir: cfg.RemoveDataDir, trap: newFatalTrap()}
+	s := &Server{dataDir: cfg.DataDir, removeDir: cfg.RemoveDataDir, trap: newFatalTrap(),
+		election: cmp.Or(cfg.ElectionTimeout, DefaultElectionTimeout)}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("rendezvous: server data dir: %w", err)
 	}

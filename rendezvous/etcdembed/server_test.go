@@ -235,6 +235,14 @@ func TestServerMemberProcess(t *testing.T) {
 		os.Exit(1)
 	}
 	fmt.Println("ready", s.Endpoints()[0])
+	quorum, stop := s.UntilQuorumLost(context.Background())
+	defer stop()
+	go func() {
+		<-quorum.Done()
+		if errors.Is(context.Cause(quorum), ErrQuorumLost) {
+			fmt.Println(quorumLostLine, s.Endpoints()[0])
+		}
+	}()
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n') // EOF when the parent closes stdin
 	if err := errors.Join(s.Close(), dir.Release()); err != nil {
 		fmt.Println("close:", err)
@@ -293,7 +301,14 @@ type memberChild struct {
 	out   *bufio.Reader
 	done  chan struct{}
 	first chan string // the child's first line of output ("ready URL", or why not)
+	// quorumLost receives the child's quorumLostLine, if it prints one
+	// (UntilQuorumLost ended).
+	quorumLost chan string
 }
+
+// quorumLostLine starts the line a member child prints when its
+// UntilQuorumLost context ends with ErrQuorumLost.
+const quorumLostLine = "quorum lost"
 
 // startMembers starts one child process per member of cfgs (with test
 // timings and secret), all at once, and returns once each said it is
@@ -321,12 +336,25 @@ func startMembersIn(t *testing.T, cfgs []Config, secret jobsecret.Secret, scratc
 		stdout, err := cmd.StdoutPipe()
 		require.NoError(t, err)
 		require.NoError(t, cmd.Start())
-		c := &memberChild{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout), done: make(chan struct{}), first: make(chan string, 1)}
+		c := &memberChild{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout), done: make(chan struct{}),
+			first: make(chan string, 1), quorumLost: make(chan string, 1)}
 		children[i] = c
 		go func() { // the first line goes to first, the rest to the test's output
 			line, _ := c.out.ReadString('\n')
 			c.first <- line
-			_, _ = c.out.WriteTo(os.Stdout)
+			for {
+				line, err := c.out.ReadString('\n')
+				fmt.Print(line)
+				if strings.HasPrefix(line, quorumLostLine) {
+					select {
+					case c.quorumLost <- line:
+					default:
+					}
+				}
+				if err != nil {
+					break
+				}
+			}
 			_ = c.cmd.Wait()
 			close(c.done)
 		}()
@@ -396,4 +424,53 @@ func TestServerClusterSurvivesMemberLoss(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, entries, 1)
 	require.Equal(t, "etcd-127.0.0.1", entries[0].Name())
+}
+
+// TestServerUntilQuorumLost: three members, each its own process,
+// watching its quorum (UntilQuorumLost). A follower is killed: the other
+// two still serve a write and neither calls its quorum lost (no election
+// happened, so none can have been taken for a loss). Then the second of
+// the survivors is killed: the last member, alone, calls its quorum lost
+// by itself.
+func TestServerUntilQuorumLost(t *testing.T) {
+	hosts := []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"}
+	cfgs := clusterOn(t, hosts, t.TempDir())
+	children := startMembers(t, cfgs, jobsecret.Secret{})
+	ctx := testCtx(t)
+
+	// Which member leads: kill a follower, so that no election follows.
+	leader := -1
+	for i, cfg := range cfgs {
+		cli := etcdtest.NewClient(t, cfg.ClientAddr)
+		st, err := cli.Status(ctx, cfg.ClientAddr)
+		require.NoError(t, err)
+		if st.Header.MemberId == st.Leader {
+			leader = i
+		}
+	}
+	require.GreaterOrEqual(t, leader, 0, "no member says it leads")
+	follower, last := (leader+1)%3, (leader+2)%3
+	t.Logf("leader %s, killing follower %s, then the leader; %s is left", hosts[leader], hosts[follower], hosts[last])
+	require.NoError(t, children[follower].cmd.Process.Signal(syscall.SIGKILL))
+	<-children[follower].done
+
+	cli := etcdtest.NewClient(t, cfgs[leader].ClientAddr, cfgs[last].ClientAddr)
+	_, err := cli.Put(ctx, "after-a-follower-died", "1")
+	require.NoError(t, err, "two members of three are a quorum")
+	for _, i := range []int{leader, last} {
+		select {
+		case line := <-children[i].quorumLost:
+			t.Fatalf("member %d called its quorum lost with two members of three running: %s", i, line)
+		default:
+		}
+	}
+
+	require.NoError(t, children[leader].cmd.Process.Signal(syscall.SIGKILL))
+	<-children[leader].done
+	select {
+	case line := <-children[last].quorumLost:
+		t.Logf("the last member: %s", strings.TrimSpace(line))
+	case <-ctx.Done():
+		t.Fatal("the last member of three, alone, never called its quorum lost")
+	}
 }
