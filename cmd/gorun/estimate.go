@@ -50,7 +50,7 @@ func estimateCommand() *cli.Command {
 }
 
 func estimateAction(c *cli.Context) error {
-	args, err := parseTrailingFlags(c)
+	args, err := positionalArgs(c)
 	if err != nil {
 		return cli.Exit("estimate: "+err.Error(), exitUsage)
 	}
@@ -185,57 +185,4 @@ func writeEstimate(w io.Writer, header []string, m estimate.Model, l estimate.La
 	}
 	_, err := fmt.Fprintln(w, foot)
 	return err
-}
-
-// parseTrailingFlags applies flags written after the positional train.toml
-// (`gorun estimate train.toml --nodes 2`): the flag package stops at the
-// first argument that is not a flag, so they arrive as arguments. It
-// returns the positional arguments.
-func parseTrailingFlags(c *cli.Context) ([]string, error) {
-	args := c.Args().Slice()
-	if len(args) <= 1 {
-		return args, nil
-	}
-	isBool := map[string]bool{}
-	names := map[string][]string{} // every name of the flag a name belongs to
-	for _, f := range c.Command.Flags {
-		_, b := f.(*cli.BoolFlag)
-		for _, name := range f.Names() {
-			names[name] = f.Names()
-			isBool[name] = b
-		}
-	}
-	var positional []string
-	for i := 0; i < len(args); i++ {
-		arg := args[i]
-		if arg == "--" {
-			positional = append(positional, args[i+1:]...)
-			break
-		}
-		if !strings.HasPrefix(arg, "-") || arg == "-" {
-			positional = append(positional, arg)
-			continue
-		}
-		name, value, hasValue := strings.Cut(strings.TrimLeft(arg, "-"), "=")
-		if names[name] == nil {
-			return nil, fmt.Errorf("unknown flag --%s (%s --help lists the flags)", name, c.Command.HelpName)
-		}
-		switch {
-		case hasValue:
-		case isBool[name]:
-			value = "true"
-		case i+1 < len(args):
-			i++
-			value = args[i]
-		default:
-			return nil, fmt.Errorf("flag --%s needs a value", name)
-		}
-		// Set every alias: the flag set holds one value per name.
-		for _, alias := range names[name] {
-			if err := c.Set(alias, value); err != nil {
-				return nil, fmt.Errorf("--%s=%s: %w", name, value, err)
-			}
-		}
-	}
-	return positional, nil
 }
