@@ -708,6 +708,8 @@ func (l *Launch) readTrainConfig(opts Options, host Host) error {
 	if err != nil {
 		return usagef("config %s: %v", opts.Entrypoint, unwrapPathError(err))
 	}
+	// The worker's other flags are its own: with a nil valued, a value
+	// written apart from its flag counts as a positional argument, unread.
 	_, sets, _, err := config.SplitArgs(opts.Args, nil)
 	if err != nil {
 		return usagef("%s: %v", opts.Entrypoint, err)

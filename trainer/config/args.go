@@ -15,10 +15,11 @@ import (
 // It returns the file (the first argument that is neither a flag nor a
 // flag's value, "" if there is none), the value of every --set in order,
 // and the rest for the command's own flag parser: every other flag as one
-// argument, as written with "=value" added when its value came as the next
-// argument, in order, then, when there are more positional arguments, "--" and those.
-// The only error is a --set written last, without its value; another
-// flag written so is handed on as written, for its parser to report.
+// argument, as written with "=value" added when its value came as the
+// next argument, in order, then, when there are more positional
+// arguments, "--" and those. The only error is a --set written last,
+// without its value; another flag written so is handed on as written, for
+// its parser to report.
 func SplitArgs(args []string, valued func(name string) bool) (toml string, sets, rest []string, err error) {
 	var flags, positional []string
 	for i := 0; i < len(args); i++ {
