@@ -7,7 +7,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gorun/gorun/elastic"
-	"github.com/gorun/gorun/internal/agentmetrics"
+	"github.com/gorun/gorun/elastic/agentmetrics"
 	"github.com/gorun/gorun/internal/goodput"
 	"github.com/gorun/gorun/rendezvous"
 	"github.com/gorun/gorun/rendezvous/etcdstore"

@@ -708,15 +708,11 @@ func (l *Launch) readTrainConfig(opts Options, host Host) error {
 	if err != nil {
 		return usagef("config %s: %v", opts.Entrypoint, unwrapPathError(err))
 	}
-	var sets []string
-	for i := 0; i < len(opts.Args); i++ {
-		switch a := opts.Args[i]; {
-		case (a == "--set" || a == "-set") && i+1 < len(opts.Args):
-			sets = append(sets, opts.Args[i+1])
-			i++
-		case strings.HasPrefix(a, "--set="):
-			sets = append(sets, strings.TrimPrefix(a, "--set="))
-		}
+	// The worker's other flags are its own: with a nil valued, a value
+	// written apart from its flag counts as a positional argument, unread.
+	_, sets, _, err := config.SplitArgs(opts.Args, nil)
+	if err != nil {
+		return usagef("%s: %v", opts.Entrypoint, err)
 	}
 	cfg, err := config.Parse(opts.Entrypoint, data, sets)
 	if err != nil {

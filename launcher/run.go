@@ -17,7 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/gorun/gorun/elastic"
-	"github.com/gorun/gorun/internal/agentmetrics"
+	"github.com/gorun/gorun/elastic/agentmetrics"
 	"github.com/gorun/gorun/internal/filetimer"
 	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/internal/proc"

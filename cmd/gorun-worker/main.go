@@ -20,7 +20,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/gorun/gorun/internal/workercmd"
+	"github.com/gorun/gorun/cmd/internal/workercmd"
 	"github.com/gorun/gorun/trainer/worker"
 )
 

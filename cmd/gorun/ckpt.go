@@ -3,22 +3,19 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
-	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/checkpoint"
+	"github.com/gorun/gorun/checkpoint/ckptbench"
 )
 
 // ckptCommand is `gorun ckpt`: list, verify, inspect and compare distributed checkpoints.
@@ -355,127 +352,16 @@ func human(n int64) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-// benchResult is one line of `gorun ckpt bench`, read by bench/checkpoint.sh.
-type benchResult struct {
-	Ranks       int     `json:"ranks"`
-	Bytes       int64   `json:"bytes"`
-	SaveSeconds float64 `json:"save_s"`
-	// LoadSeconds is a load at the same layout after the files were dropped from the page cache.
-	LoadSeconds float64 `json:"load_s"`
-	// AsyncStallSeconds is how long SaveAsync blocked the caller (the copy), AsyncSeconds until
-	// the background save committed.
-	AsyncStallSeconds float64 `json:"async_stall_s"`
-	AsyncSeconds      float64 `json:"async_s"`
-}
-
-// ckptBench times a save, a cold load and an async save of a synthetic state of --bytes split
-// into 8 tensors, by --ranks goroutines (layout 1 x ranks: each rank owns 1/ranks of every
-// tensor), and prints one JSON line.
+// ckptBench is `gorun ckpt bench`: one ckptbench run, printed as one JSON
+// line.
 func ckptBench(c *cli.Context) error {
-	dir, total, ranks := c.String("dir"), c.Int64("bytes"), c.Int("ranks")
-	if ranks < 1 || total < 4*8 {
-		return cli.Exit("ckpt bench: --ranks must be >= 1 and --bytes >= 32", exitUsage)
+	cfg := ckptbench.Config{Dir: c.String("dir"), Bytes: c.Int64("bytes"), Ranks: c.Int("ranks"), Fill: c.String("fill")}
+	if err := cfg.Validate(); err != nil {
+		return cli.Exit(err.Error(), exitUsage)
 	}
-	fill := c.String("fill")
-	if fill != "zero" && fill != "random" {
-		return cli.Exit("ckpt bench: --fill must be zero or random", exitUsage)
-	}
-	if err := os.RemoveAll(dir); err != nil {
+	res, err := ckptbench.Run(c.Context, cfg)
+	if err != nil {
 		return err
-	}
-	world := checkpoint.World{Replicas: 1, Shards: ranks, Mode: "fsdp"}
-	const ntensors = 8
-	n := total / 4 / ntensors
-	type rankState struct {
-		saver   *checkpoint.Saver
-		tensors []checkpoint.Tensor
-		reqs    []checkpoint.Request
-	}
-	states := make([]rankState, ranks)
-	group := checkpoint.NewLocalGroup(ranks)
-	for r := range states {
-		s, err := checkpoint.NewSaver(checkpoint.Config{Dir: dir, World: world, Coord: group[r]})
-		if err != nil {
-			return err
-		}
-		states[r].saver = s
-		for i := range ntensors {
-			lo, hi := checkpoint.ShardRange(n, r, ranks)
-			data := make([]float32, hi-lo)
-			rng := rand.New(rand.NewPCG(uint64(r), uint64(i)))
-			for j := range data {
-				if fill == "random" {
-					data[j] = float32(rng.NormFloat64())
-				} else {
-					data[j] = 0
-				}
-			}
-			name := fmt.Sprintf("t%d", i)
-			states[r].tensors = append(states[r].tensors, checkpoint.Tensor{Name: name, Shape: []int64{n}, Offset: lo, Data: data})
-			dst := make([]float32, hi-lo)
-			for j := range dst { // touch the pages now, not while timing
-				dst[j] = 1
-			}
-			states[r].reqs = append(states[r].reqs, checkpoint.Request{Name: name, Offset: lo, Dst: dst})
-		}
-	}
-	ctx := c.Context
-	all := func(f func(r int) error) (float64, error) {
-		start := time.Now()
-		errs := make([]error, ranks)
-		var wg sync.WaitGroup
-		for r := range ranks {
-			wg.Go(func() { errs[r] = f(r) })
-		}
-		wg.Wait()
-		return time.Since(start).Seconds(), errors.Join(errs...)
-	}
-	res := benchResult{Ranks: ranks, Bytes: n * ntensors * 4}
-	var err error
-	if res.SaveSeconds, err = all(func(r int) error {
-		return states[r].saver.Save(ctx, checkpoint.Meta{Step: 1}, states[r].tensors)
-	}); err != nil {
-		return err
-	}
-	dropCache(filepath.Join(dir, checkpoint.StepName(1)))
-	if res.LoadSeconds, err = all(func(r int) error {
-		_, err := checkpoint.Load(ctx, group[r], dir, states[r].reqs)
-		return err
-	}); err != nil {
-		return err
-	}
-	// Warm the async buffers with one save, then time the second.
-	for step := int64(2); step <= 3; step++ {
-		stall := make([]float64, ranks)
-		res.AsyncSeconds, err = all(func(r int) error {
-			t0 := time.Now()
-			if err := states[r].saver.SaveAsync(ctx, checkpoint.Meta{Step: step}, states[r].tensors); err != nil {
-				return err
-			}
-			stall[r] = time.Since(t0).Seconds()
-			return states[r].saver.Wait()
-		})
-		if err != nil {
-			return err
-		}
-		res.AsyncStallSeconds = 0
-		for _, s := range stall {
-			res.AsyncStallSeconds = max(res.AsyncStallSeconds, s)
-		}
 	}
 	return json.NewEncoder(c.App.Writer).Encode(res)
-}
-
-// dropCache asks the kernel to drop the page cache of the files in dir (posix_fadvise
-// DONTNEED), so a load reads from the disk; only these files are affected.
-func dropCache(dir string) {
-	des, _ := os.ReadDir(dir)
-	for _, de := range des {
-		f, err := os.Open(filepath.Join(dir, de.Name()))
-		if err != nil {
-			continue
-		}
-		_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
-		f.Close()
-	}
 }

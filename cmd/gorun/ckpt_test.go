@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gorun/gorun/checkpoint"
+	"github.com/gorun/gorun/checkpoint/ckptbench"
 )
 
 // runCkpt runs `gorun ckpt ARGS...` in-process and returns exit code, stdout and stderr.
@@ -145,6 +147,16 @@ func TestCkptCommands(t *testing.T) {
 	require.Contains(t, errOut, "shard-00001.bin tensor w: crc32c mismatch")
 }
 
+// gorun ckpt bench prints one JSON line of timings.
+func TestCkptBench(t *testing.T) {
+	code, out, errOut := runCkpt(t, "bench", "--dir", filepath.Join(t.TempDir(), "b"), "--bytes", "4096", "--ranks", "2")
+	require.Equal(t, 0, code, errOut)
+	var res ckptbench.Result
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	require.Equal(t, ckptbench.Result{Ranks: 2, Bytes: 4096}, ckptbench.Result{Ranks: res.Ranks, Bytes: res.Bytes})
+	require.Positive(t, res.SaveSeconds)
+}
+
 func TestCkptBadInput(t *testing.T) {
 	empty := t.TempDir()
 	noManifest := filepath.Join(t.TempDir(), "step-00000002")
@@ -166,6 +178,8 @@ func TestCkptBadInput(t *testing.T) {
 		{[]string{"diff", filepath.Join(empty, "nope"), empty}, 1, "checkpoint: " + filepath.Join(empty, "nope") + " does not exist"},
 		{[]string{"diff", noManifest, empty}, 1, "has no manifest.json"},
 		{[]string{"diff", empty, empty}, 1, "no complete checkpoint in"},
+		{[]string{"bench", "--dir", filepath.Join(empty, "b"), "--ranks", "0"}, 2, "ckptbench: ranks=0: must be at least 1"},
+		{[]string{"bench", "--dir", filepath.Join(empty, "b"), "--fill", "ones"}, 2, `ckptbench: fill="ones": must be zero or random`},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -50,19 +49,20 @@ func estimateCommand() *cli.Command {
 }
 
 func estimateAction(c *cli.Context) error {
-	args, err := parseTrailingFlags(c)
+	args, err := positionalArgs(c)
 	if err != nil {
 		return cli.Exit("estimate: "+err.Error(), exitUsage)
 	}
-	var (
-		m        estimate.Model
-		l        estimate.Layout
-		p        estimate.Precision
-		selected string
-		header   []string
-		cfg      *config.Config // the train.toml's, if one is given
-	)
+	var optimizer *float64
+	if c.IsSet("optimizer-bytes") {
+		k := c.Float64("optimizer-bytes")
+		if !(k >= 0) {
+			return cli.Exit(fmt.Sprintf("estimate: --optimizer-bytes=%g: must be at least 0", k), exitUsage)
+		}
+		optimizer = &k
+	}
 	sizeFlags := []string{"params", "layers", "hidden", "heads", "seq", "batch", "tp"}
+	var r estimate.Report
 	switch len(args) {
 	case 1:
 		for _, name := range sizeFlags {
@@ -70,30 +70,17 @@ func estimateAction(c *cli.Context) error {
 				return cli.Exit(fmt.Sprintf("estimate: --%s: give a train.toml or the model's sizes, not both", name), exitUsage)
 			}
 		}
-		path := args[0]
-		loaded, err := config.Load(path, setsOf(c))
+		cfg, err := config.Load(args[0], setsOf(c))
 		if err != nil {
 			return cli.Exit(err.Error(), exitUsage)
 		}
-		cfg = &loaded
 		nproc := c.Int("nproc-per-node")
 		if !c.IsSet("nproc-per-node") {
 			nproc = 1
 		}
-		m, l, selected = estimate.FromConfig(loaded, c.Int("nodes"), nproc)
-		p = estimate.FP32()
-		mo := cfg.Model
-		header = append(header,
-			fmt.Sprintf("%s: %d parameters (%d layers, d_model %d, %d heads), micro batch %d x %d bytes, parallel.mode = %s",
-				path, mo.Params(), mo.Layers, mo.DModel, mo.Heads, cfg.Train.MicroBatch, mo.Context, cfg.Parallel.Mode),
-			"* as the embedded trainer allocates it: fp32 weights (the rank's slice and two gathered units where the mode shards them, whole"+
-				" where not), the backward pass's unit buffers, AdamW's moments of the slice, recovery copies (which hold the rank's"+
-				" slice of the fp64 gradient sum while the step needs no copy, except across nodes in hsdp, where grads counts it),"+
-				" the collectives' buffers (comm) and the process itself (runtime: the Go runtime, the binary's pages and the garbage its collector lets grow, 5 % of the rest);"+
-				" other rows: 4 B weights + 4 B gradients + 8 B AdamW per parameter",
-			estimate.TrainerCheckpointing(loaded).String())
-		if _, err := cfg.Accumulation(l.Nodes * l.ProcPerNode); err != nil {
-			header = append(header, "note: "+strings.TrimPrefix(err.Error(), "config: accumulation: "))
+		r, err = estimate.ForConfig(args[0], cfg, c.Int("nodes"), nproc, optimizer)
+		if err != nil {
+			return cli.Exit(err.Error(), exitUsage)
 		}
 	case 0:
 		var missing []string
@@ -108,134 +95,21 @@ func estimateAction(c *cli.Context) error {
 		if len(setsOf(c)) > 0 {
 			return cli.Exit("estimate: --set needs a train.toml", exitUsage)
 		}
-		m = estimate.Model{Params: c.Float64("params"), Layers: c.Int("layers"), Hidden: c.Int("hidden"),
-			Heads: c.Int("heads"), Seq: c.Int("seq"), Batch: c.Int("batch")}
 		nproc := c.Int("nproc-per-node")
 		if !c.IsSet("nproc-per-node") {
 			nproc = 8
 		}
-		l = estimate.Layout{Nodes: c.Int("nodes"), ProcPerNode: nproc, TP: c.Int("tp")}
-		p = estimate.MixedPrecision()
-		header = append(header,
-			fmt.Sprintf("model: %s parameters, %d layers, hidden %d, %d heads, sequence %d, micro batch %d",
-				estimate.FormatCount(m.Params), m.Layers, m.Hidden, m.Heads, m.Seq, m.Batch))
-	default:
-		return cli.Exit(fmt.Sprintf("estimate: one train.toml at most, got %s", strings.Join(args, " ")), exitUsage)
-	}
-	if c.IsSet("optimizer-bytes") {
-		p.Optimizer = c.Float64("optimizer-bytes")
-		if !(p.Optimizer >= 0) {
-			return cli.Exit(fmt.Sprintf("estimate: --optimizer-bytes=%g: must be at least 0", p.Optimizer), exitUsage)
-		}
-	}
-	es, err := estimate.Compute(m, l, p)
-	if err != nil {
-		return cli.Exit(err.Error(), exitUsage)
-	}
-	if cfg != nil {
-		exact, err := estimate.Trainer(*cfg, l.Nodes, l.ProcPerNode)
+		m := estimate.Model{Params: c.Float64("params"), Layers: c.Int("layers"), Hidden: c.Int("hidden"),
+			Heads: c.Int("heads"), Seq: c.Int("seq"), Batch: c.Int("batch")}
+		r, err = estimate.ForModel(m, estimate.Layout{Nodes: c.Int("nodes"), ProcPerNode: nproc, TP: c.Int("tp")}, optimizer)
 		if err != nil {
 			return cli.Exit(err.Error(), exitUsage)
 		}
-		for i := range es {
-			if es[i].Strategy == exact.Strategy {
-				es[i] = exact
-			}
-		}
+	default:
+		return cli.Exit(fmt.Sprintf("estimate: one train.toml at most, got %s", strings.Join(args, " ")), exitUsage)
 	}
 	if c.Bool("json") {
-		return estimate.WriteJSON(c.App.Writer, es, selected)
+		return r.WriteJSON(c.App.Writer)
 	}
-	return writeEstimate(c.App.Writer, header, m, l, p, es, selected)
-}
-
-func writeEstimate(w io.Writer, header []string, m estimate.Model, l estimate.Layout, p estimate.Precision,
-	es []estimate.Estimate, selected string) error {
-	plural := func(n int, one, many string) string {
-		if n == 1 {
-			return fmt.Sprintf("%d %s", n, one)
-		}
-		return fmt.Sprintf("%d %s", n, many)
-	}
-	world := fmt.Sprintf("world: %s x %s = %s", plural(l.Nodes, "node", "nodes"),
-		plural(l.ProcPerNode, "process", "processes"), plural(l.Nodes*l.ProcPerNode, "GPU", "GPUs"))
-	if l.TP > 1 {
-		world += fmt.Sprintf(", tensor parallel %d, data parallel %d", l.TP, l.Nodes*l.ProcPerNode/l.TP)
-	}
-	lines := append(header, world)
-	if selected == "" {
-		lines = append(lines, fmt.Sprintf("bytes per parameter: %g weights, %g gradients, %g optimizer state; activations s*b*h*L*(34 + 5*a*s/h)",
-			p.Weights, p.Grads, p.Optimizer))
-	}
-	for _, line := range lines {
-		if _, err := fmt.Fprintln(w, line); err != nil {
-			return err
-		}
-	}
-	if _, err := fmt.Fprintln(w); err != nil {
-		return err
-	}
-	if err := estimate.WriteTable(w, es, selected); err != nil {
-		return err
-	}
-	foot := "\nsizes per GPU in decimal units (1 GB = 1e9 bytes), before framework overhead, communication buffers and fragmentation"
-	if selected != "" {
-		foot = "\nsizes per GPU in decimal units (1 GB = 1e9 bytes); the rows without * are before framework overhead," +
-			" communication buffers and fragmentation\n* the strategy the train.toml runs"
-	}
-	_, err := fmt.Fprintln(w, foot)
-	return err
-}
-
-// parseTrailingFlags applies flags written after the positional train.toml
-// (`gorun estimate train.toml --nodes 2`): the flag package stops at the
-// first argument that is not a flag, so they arrive as arguments. It
-// returns the positional arguments.
-func parseTrailingFlags(c *cli.Context) ([]string, error) {
-	args := c.Args().Slice()
-	if len(args) <= 1 {
-		return args, nil
-	}
-	isBool := map[string]bool{}
-	names := map[string][]string{} // every name of the flag a name belongs to
-	for _, f := range c.Command.Flags {
-		_, b := f.(*cli.BoolFlag)
-		for _, name := range f.Names() {
-			names[name] = f.Names()
-			isBool[name] = b
-		}
-	}
-	var positional []string
-	for i := 0; i < len(args); i++ {
-		arg := args[i]
-		if arg == "--" {
-			positional = append(positional, args[i+1:]...)
-			break
-		}
-		if !strings.HasPrefix(arg, "-") || arg == "-" {
-			positional = append(positional, arg)
-			continue
-		}
-		name, value, hasValue := strings.Cut(strings.TrimLeft(arg, "-"), "=")
-		if names[name] == nil {
-			return nil, fmt.Errorf("unknown flag --%s (%s --help lists the flags)", name, c.Command.HelpName)
-		}
-		switch {
-		case hasValue:
-		case isBool[name]:
-			value = "true"
-		case i+1 < len(args):
-			i++
-			value = args[i]
-		default:
-			return nil, fmt.Errorf("flag --%s needs a value", name)
-		}
-		// Set every alias: the flag set holds one value per name.
-		for _, alias := range names[name] {
-			if err := c.Set(alias, value); err != nil {
-				return nil, fmt.Errorf("--%s=%s: %w", name, value, err)
-			}
-		}
-	}
-	return positional, nil
+	return r.WriteText(c.App.Writer)
 }

@@ -39,7 +39,7 @@ func metricsCommand() *cli.Command {
 }
 
 func metricsPlotAction(c *cli.Context) error {
-	args, err := parseTrailingFlags(c)
+	args, err := positionalArgs(c)
 	if err != nil {
 		return cli.Exit("metrics plot: "+err.Error(), exitUsage)
 	}

@@ -19,7 +19,7 @@ import (
 // one gorun per node under srun.
 func sbatchCommand() *cli.Command {
 	// The flags write into spec: aliases then share one value, also when
-	// parseTrailingFlags sets a flag given after the entrypoint.
+	// positionalArgs sets a flag given after the entrypoint.
 	spec := &launcher.Sbatch{}
 	env := &envList{}
 	return &cli.Command{
@@ -66,7 +66,7 @@ func sbatchAction(c *cli.Context, spec *launcher.Sbatch, env *envList) error {
 	if i := slices.Index(raw, "--"); i >= 0 {
 		extra = slices.Clone(raw[i+1:])
 	}
-	args, err := parseTrailingFlags(c)
+	args, err := positionalArgs(c)
 	if err != nil {
 		return cli.Exit("sbatch: "+err.Error(), exitUsage)
 	}

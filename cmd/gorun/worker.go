@@ -5,7 +5,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gorun/gorun/internal/workercmd"
+	"github.com/gorun/gorun/cmd/internal/workercmd"
 	"github.com/gorun/gorun/trainer/worker"
 )
 

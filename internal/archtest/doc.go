@@ -1,5 +1,7 @@
 // Package archtest holds the tests that keep gorun's structure and its
-// documents true: who may import whom, the Layout of docs/design.md
-// generated from the packages' doc comments, and the relative links of the
-// README, docs/ and examples/.
+// documents true: the package rules of the design (who may import whom,
+// and what the lean gorun-worker binary may link) over `go list -deps`,
+// the Layout of docs/design.md generated from the packages' doc comments,
+// and the relative links of the README, docs/ and examples/; it has no
+// code of its own.
 package archtest

@@ -32,6 +32,9 @@ func TestRunCommandLine(t *testing.T) {
 		{"missing file", []string{"nope.toml"}, "nope.toml"},
 		{"--set after the train.toml", []string{toml, "--set", "train.steps=x"}, "--set train.steps=x"},
 		{"--set=", []string{"--set=train.steps=-1", toml}, "--set train.steps=-1: must be at least 1"},
+		{"-set= after the train.toml", []string{toml, "-set=train.steps=-1"}, "--set train.steps=-1: must be at least 1"},
+		{"--set without its value", []string{toml, "--set"}, "gorun-worker: flag --set needs a value"},
+		{"a second train.toml after a flag", []string{toml, "--threads", "2", toml}, "gorun-worker: give one train.toml"},
 		{"negative threads after the train.toml", []string{toml, "--threads=-1"}, "gorun-worker: --threads=-1: must be at least 1"},
 	}
 	for _, tt := range tests {

@@ -49,7 +49,6 @@ const Description = "Reads the torchrun environment contract (RANK, WORLD_SIZE, 
 
 // options are the worker's flags.
 type options struct {
-	sets       []string
 	metrics    string
 	threads    int
 	profile    bool
@@ -66,27 +65,26 @@ type options struct {
 // The trainer's progress goes to stdout, its warnings to stderr.
 func Run(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
 	fs, opts := flagSet(name)
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				printHelp(stdout, name, fs)
-				return nil
-			}
-			return usageError(name, err)
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			break
-		}
-		// The flag package stops at the first argument that is not a flag;
-		// flags after the train.toml go on from the next one.
-		positional, args = append(positional, args[0]), args[1:]
+	// The flag package stops at the first argument that is not a flag;
+	// SplitArgs takes the train.toml and the --sets out from among them.
+	toml, sets, rest, err := config.SplitArgs(args, func(name string) bool {
+		f := fs.Lookup(name)
+		return f != nil && !isBool(f)
+	})
+	if err != nil {
+		return usageError(name, err)
 	}
-	if len(positional) != 1 {
+	if err := fs.Parse(rest); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printHelp(stdout, name, fs)
+			return nil
+		}
+		return usageError(name, err)
+	}
+	if toml == "" || fs.NArg() > 0 {
 		return &worker.ExitError{Code: worker.ExitUsage, Err: fmt.Errorf("%s: give one train.toml: %s %s", name, name, Usage)}
 	}
-	cfg, err := config.Load(positional[0], opts.sets)
+	cfg, err := config.Load(toml, sets)
 	if err != nil {
 		return &worker.ExitError{Code: worker.ExitUsage, Err: err}
 	}
@@ -104,10 +102,9 @@ func flagSet(name string) (*flag.FlagSet, *options) {
 	opts := &options{}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are returned, --help printed by printHelp
-	fs.Func("set", "override a train.toml value: section.key=value (repeatable; a TOML value, commas and all)", func(v string) error {
-		opts.sets = append(opts.sets, v)
-		return nil
-	})
+	// SplitArgs takes every --set out before the flag set parses the rest;
+	// the flag is here for --help.
+	fs.Func("set", "override a train.toml value: section.key=value (repeatable; a TOML value, commas and all)", func(string) error { return nil })
 	fs.StringVar(&opts.metrics, "metrics", "", "JSON-lines metrics file, instead of train.metrics ({rank} gives each rank a file)")
 	fs.IntVar(&opts.threads, "threads", 0, "kernel goroutines of this worker (default: CPUs / LOCAL_WORLD_SIZE)")
 	fs.BoolVar(&opts.profile, "profile", false, "time the phases of every step into the metrics records and a summary table")
@@ -134,9 +131,15 @@ func printHelp(w io.Writer, name string, fs *flag.FlagSet) {
 			return
 		}
 		arg := " VALUE"
-		if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
+		if isBool(f) {
 			arg = ""
 		}
 		fmt.Fprintf(w, "  --%s%s\n      %s\n", f.Name, arg, f.Usage)
 	})
+}
+
+// isBool is whether f is a boolean flag, which takes no value.
+func isBool(f *flag.Flag) bool {
+	bf, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && bf.IsBoolFlag()
 }

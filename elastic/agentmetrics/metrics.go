@@ -38,12 +38,6 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// agentStates are the values of gorun_agent_state's state label.
-var agentStates = []elastic.State{
-	elastic.StateInit, elastic.StateRendezvous, elastic.StateRunning,
-	elastic.StateStopping, elastic.StateSucceeded, elastic.StateFailed, elastic.StateReforming,
-}
-
 // Metrics is one agent's metrics: an elastic.Observer whose events
 // update them, and the registry they are gathered from. It is safe for
 // concurrent use.
@@ -103,7 +97,7 @@ func New(cfg Config) (*Metrics, error) {
 		workers: newWorkerCollector(cfg.Now),
 		goodput: newGoodputRecorder(cfg.Now),
 	}
-	for _, s := range agentStates {
+	for _, s := range elastic.States() {
 		m.state.WithLabelValues(s.String())
 	}
 	m.state.WithLabelValues(elastic.StateInit.String()).Set(1)
