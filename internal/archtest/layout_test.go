@@ -102,9 +102,9 @@ func TestSpliceLayout(t *testing.T) {
 	}
 }
 
-// pkg is one package of the module: its directory relative to the module
+// docPkg is one package of the module: its directory relative to the module
 // root (slash-separated) and the first sentence of its doc comment.
-type pkg struct{ dir, synopsis string }
+type docPkg struct{ dir, synopsis string }
 
 // packages lists every package under root that builds here (build
 // constraints as go build applies them; a directory holding only test
@@ -112,8 +112,8 @@ type pkg struct{ dir, synopsis string }
 // testdata, or starting with . or _, are skipped, as the go command skips
 // them. A package's doc comment is the one of its files that has one
 // (doc.go first); a non-test file's wins over a test file's.
-func packages(root string) ([]pkg, error) {
-	var out []pkg
+func packages(root string) ([]docPkg, error) {
+	var out []docPkg
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -133,10 +133,10 @@ func packages(root string) ([]pkg, error) {
 		if err != nil {
 			return err
 		}
-		out = append(out, pkg{dir: filepath.ToSlash(rel), synopsis: syn})
+		out = append(out, docPkg{dir: filepath.ToSlash(rel), synopsis: syn})
 		return nil
 	})
-	slices.SortFunc(out, func(a, b pkg) int { return strings.Compare(a.dir, b.dir) })
+	slices.SortFunc(out, func(a, b docPkg) int { return strings.Compare(a.dir, b.dir) })
 	return out, err
 }
 
@@ -185,7 +185,7 @@ func synopsisOf(dir string) (string, bool, error) {
 }
 
 // layoutTable renders pkgs as the Markdown table of the Layout section.
-func layoutTable(pkgs []pkg) string {
+func layoutTable(pkgs []docPkg) string {
 	var b bytes.Buffer
 	b.WriteString("| package | what it is (the first sentence of its doc comment) |\n|---|---|\n")
 	for _, p := range pkgs {
