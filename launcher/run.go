@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/gorun/gorun/elastic"
 	"github.com/gorun/gorun/internal/agentmetrics"
@@ -57,7 +56,7 @@ func closeWithin(closeFn func() error, d time.Duration, log zerolog.Logger) erro
 }
 
 // retainTimeout bounds the last agent's attaching of the run's keys to
-// their retention lease as it leaves (etcdstore.RetainIfDeserted).
+// their retention lease as it leaves (etcdstore.Conn.RetainIfDeserted).
 const retainTimeout = 5 * time.Second
 
 // lingerWhenStopped is that bound when a signal stopped this node: the
@@ -266,12 +265,12 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 			defer func() { err = errors.Join(err, closeWithin(server.Close, serverCloseTimeout, log), dataDir.Release()) }()
 		}
 	}
-	client, err := dialRendezvous(ctx, r, log)
+	conn, err := dialRendezvous(ctx, r, log)
 	if err != nil {
 		return elastic.Outcome{ExitCode: 1}, err
 	}
-	defer client.Close()
-	entry, err := etcdstore.Enter(ctx, client, l.RunID, r.Launch)
+	defer conn.Close()
+	entry, err := conn.Enter(ctx, l.RunID, r.Launch)
 	if err != nil {
 		return elastic.Outcome{ExitCode: 1}, err
 	}
@@ -285,16 +284,16 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 		defer func() {
 			ctx, cancel := context.WithDeadline(context.Background(), leaveBy)
 			defer cancel()
-			if err := etcdstore.AwaitDeparture(ctx, client, entry.Incarnation); err != nil {
+			if err := conn.AwaitDeparture(ctx, entry.Incarnation); err != nil {
 				log.Warn().Err(err).Msg("other nodes still registered when this node's etcd member stopped")
-			} else if err := etcdstore.RetainIfDeserted(ctx, client, entry.Incarnation); err != nil {
+			} else if err := conn.RetainIfDeserted(ctx, entry.Incarnation); err != nil {
 				// Everyone left, and this member still runs: the last use of the etcd.
 				log.Warn().Err(err).Msg("the run's keys stay in etcd until its run id starts again")
 			}
 		}()
 	}
 	// An etcd outage fails a call only when it outlasts join_timeout.
-	store, err := etcdstore.New(ctx, client, entry.Incarnation, r.Timing.LeaseTTL.Std(), etcdstore.WithPatience(r.Timing.JoinTimeout.Std()))
+	store, err := conn.NewStore(ctx, entry.Incarnation, r.Timing.LeaseTTL.Std(), etcdstore.WithPatience(r.Timing.JoinTimeout.Std()))
 	if err != nil {
 		return elastic.Outcome{ExitCode: 1}, err
 	}
@@ -335,7 +334,7 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 		if r.Embedded != nil && server == nil {
 			return // the node hosting the embedded etcd does it once everyone left; it may be stopping already
 		}
-		if err := etcdstore.RetainIfDeserted(ctx, client, entry.Incarnation); err != nil {
+		if err := conn.RetainIfDeserted(ctx, entry.Incarnation); err != nil {
 			log.Warn().Err(err).Msg("the run's keys stay in etcd until its run id starts again")
 		}
 	}()
@@ -376,8 +375,8 @@ func runElastic(ctx context.Context, l *Launch, rt Runtime, spec elastic.Spec) (
 // credentials, a refusal says so, and an etcd that gorun does not embed
 // and that turns out to have no authentication is worth a warning: any
 // user who reaches it can read and change the job's keys.
-func dialRendezvous(ctx context.Context, r Rendezvous, log zerolog.Logger) (*clientv3.Client, error) {
-	client, err := etcdstore.Dial(ctx, r.Client)
+func dialRendezvous(ctx context.Context, r Rendezvous, log zerolog.Logger) (*etcdstore.Conn, error) {
+	conn, err := etcdstore.Connect(ctx, r.Client)
 	if err != nil {
 		if r.Auth != "" && etcdstore.CredentialsRefused(err) {
 			err = fmt.Errorf("%w (authenticating with the %s: does this etcd run with the same %s? for an etcd gorun does not run, give --rdzv-conf %s=,%s=)",
@@ -386,15 +385,15 @@ func dialRendezvous(ctx context.Context, r Rendezvous, log zerolog.Logger) (*cli
 		return nil, err
 	}
 	if r.Auth == "" || r.Embedded != nil {
-		return client, nil
+		return conn, nil
 	}
 	actx, cancel := context.WithTimeout(ctx, r.Client.DialTimeout+etcdstore.DefaultDialTimeout)
 	defer cancel()
-	if st, err := client.AuthStatus(actx); err == nil && !st.Enabled {
+	if conn.Unauthenticated(actx) {
 		log.Warn().Strs("endpoints", r.Endpoints).Msg("the rendezvous etcd does not authenticate: any user who reaches it can read and change this job's keys " +
 			"(start gorun rendezvous serve with the job secret, or give an etcd with TLS and users --rdzv-conf)")
 	}
-	return client, nil
+	return conn, nil
 }
 
 // PlanEnv fills WorkerEnv: the full environment of each local worker.
