@@ -69,9 +69,9 @@ func startEtcdAgent(t *testing.T, eps []string, runID, name, dir string, lastCal
 	t.Helper()
 	client := etcdtest.NewClient(t, eps...)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	entry, err := etcdstore.Enter(ctx, client, runID, etcdstore.Launch{})
+	entry, err := etcdstore.NewConn(client).Enter(ctx, runID, etcdstore.Launch{})
 	require.NoError(t, err)
-	store, err := etcdstore.New(ctx, client, entry.Incarnation, inPlaceTTL)
+	store, err := etcdstore.NewConn(client).NewStore(ctx, entry.Incarnation, inPlaceTTL)
 	require.NoError(t, err)
 	rdzv, err := rendezvous.Join(ctx, store, rendezvous.Config{
 		Self:     rendezvous.Member{ID: name + "-id", Host: name, Addr: "127.0.0.1", Preferred: -1, NProc: 2},

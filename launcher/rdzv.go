@@ -43,7 +43,7 @@ type Rendezvous struct {
 	NodeID     string                 `json:"node_id,omitempty"` // unique per agent process
 	Conf       map[string]string      `json:"conf,omitempty"`
 	Client     etcdstore.ClientConfig `json:"-"`
-	// Launch tells this launch of the run id from others (etcdstore.Enter):
+	// Launch tells this launch of the run id from others (etcdstore.Conn.Enter):
 	// under SLURM its restart count and step, and whether it can be told
 	// apart at all (under SLURM, or on an etcd embedded for it).
 	Launch etcdstore.Launch `json:"-"`

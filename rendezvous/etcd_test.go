@@ -29,7 +29,7 @@ const testTTL = 2 * time.Second
 func joinEtcd(t *testing.T, endpoints []string, runID string, cfg rendezvous.Config) *etcdNode {
 	t.Helper()
 	client := etcdtest.NewClient(t, endpoints...)
-	store, err := etcdstore.New(context.Background(), client, etcdstore.Incarnation{RunID: runID}, testTTL)
+	store, err := etcdstore.NewConn(client).NewStore(context.Background(), etcdstore.Incarnation{RunID: runID}, testTTL)
 	require.NoError(t, err)
 	e, err := rendezvous.Join(context.Background(), store, cfg)
 	require.NoError(t, err)

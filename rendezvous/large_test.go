@@ -56,7 +56,7 @@ func TestRoundOf20000NodesFitsOneRequest(t *testing.T) {
 	for _, srv := range etcdtest.Kinds() {
 		t.Run(srv.Name, func(t *testing.T) {
 			client := etcdtest.NewClient(t, srv.Start(t).Endpoints()...)
-			store, err := etcdstore.New(context.Background(), client, etcdstore.Incarnation{RunID: "big"}, testTTL)
+			store, err := etcdstore.NewConn(client).NewStore(context.Background(), etcdstore.Incarnation{RunID: "big"}, testTTL)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = store.Close() })
 			members := slurmMembers(20000)

@@ -26,9 +26,9 @@ func TestStartupFailureFailsTheLateAgentsOfTheLaunch(t *testing.T) {
 	lim := rendezvous.Limits{MinNodes: 2, MaxNodes: 2}
 	enter := func(host string, freePort func(string) (int, error)) (*rendezvous.Elastic, etcdstore.Entry) {
 		client := etcdtest.NewClient(t, eps...)
-		entry, err := etcdstore.Enter(ctx, client, "startup", launch)
+		entry, err := etcdstore.NewConn(client).Enter(ctx, "startup", launch)
 		require.NoError(t, err)
-		store, err := etcdstore.New(ctx, client, entry.Incarnation, testTTL)
+		store, err := etcdstore.NewConn(client).NewStore(ctx, entry.Incarnation, testTTL)
 		require.NoError(t, err)
 		cfg := config(host, -1, lim)
 		cfg.JoinTimeout = time.Minute // far longer than the test may take

@@ -175,7 +175,7 @@ func (c *cluster) leaderMember(ctx context.Context) (int, error) {
 func (c *cluster) aggregatorPid(ctx context.Context, runID string) (int, error) {
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	in, ok, err := etcdstore.ReadCurrent(cctx, c.client, runID)
+	in, ok, err := etcdstore.NewConn(c.client).ReadCurrent(cctx, runID)
 	if err != nil || !ok {
 		return 0, fmt.Errorf("reading run %s's incarnation: started %v: %v", runID, ok, err)
 	}

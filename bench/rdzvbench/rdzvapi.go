@@ -66,7 +66,7 @@ func startAgent(ctx context.Context, spec agentSpec) (*agent, error) {
 		return nil, err
 	}
 	a := &agent{client: cli, view: &viewCounts{}}
-	store, err := etcdstore.New(ctx, cli, etcdstore.Incarnation{RunID: spec.RunID}, spec.TTL)
+	store, err := etcdstore.NewConn(cli).NewStore(ctx, etcdstore.Incarnation{RunID: spec.RunID}, spec.TTL)
 	if err != nil {
 		_ = cli.Close()
 		return nil, fmt.Errorf("%s: session: %w", spec.ID, err)

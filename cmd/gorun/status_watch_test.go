@@ -111,7 +111,7 @@ func TestStatusWatchPrintsChangesToAPipe(t *testing.T) {
 	require.Len(t, first, 2)
 	require.Regexp(t, `^--- \d{4}-\d\d-\d\d \d\d:\d\d:\d\d$`, first[0])
 
-	entry, err := etcdstore.Enter(ctx, client, "job", etcdstore.Launch{})
+	entry, err := etcdstore.NewConn(client).Enter(ctx, "job", etcdstore.Launch{})
 	require.NoError(t, err)
 	second := watch.await("starting, no round yet")
 	require.Len(t, second, 2, "only the change is printed: %q", second)
@@ -140,7 +140,7 @@ func TestStatusWatchShowsEachNodesProgress(t *testing.T) {
 	client := srv.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	entry, err := etcdstore.Enter(ctx, client, "job", etcdstore.Launch{})
+	entry, err := etcdstore.NewConn(client).Enter(ctx, "job", etcdstore.Launch{})
 	require.NoError(t, err)
 	put := func(key string, value []byte) {
 		t.Helper()

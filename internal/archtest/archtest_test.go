@@ -62,9 +62,9 @@ var rules = []rule{
 	{name: "only rendezvous/etcd* and internal/etcdtest import etcd", pkgs: ours, direct: true,
 		never:  []string{"go.etcd.io"},
 		except: []string{"rendezvous/etcdstore", "rendezvous/etcdembed", "internal/etcdtest"},
-		// launcher and cmd/gorun: issue 32 item 3 moves their clients into
+		// cmd/gorun: issue 32 item 3 moves its client into
 		// rendezvous/etcdstore. The benchmarks drive etcd themselves.
-		pending: []string{"launcher", "cmd/gorun", "bench/chaosbench", "bench/rdzvbench"}},
+		pending: []string{"cmd/gorun", "bench/chaosbench", "bench/rdzvbench"}},
 }
 
 // without is names less drop.

@@ -56,7 +56,7 @@ func leaseOf(t *testing.T, client *clientv3.Client, key string) (clientv3.LeaseI
 func TestEtcdSessionRenewedAfterExpiry(t *testing.T) {
 	eps := etcdtest.Start(t).Endpoints()
 	admin := etcdtest.NewClient(t, eps...)
-	store, err := etcdstore.New(context.Background(), etcdtest.NewClient(t, eps...), etcdstore.Incarnation{RunID: "job"}, testTTL)
+	store, err := etcdstore.NewConn(etcdtest.NewClient(t, eps...)).NewStore(context.Background(), etcdstore.Incarnation{RunID: "job"}, testTTL)
 	require.NoError(t, err)
 	defer store.Close()
 	ctx := context.Background()
@@ -107,7 +107,7 @@ func TestEtcdSessionKeepsALeaseEtcdStillHolds(t *testing.T) {
 	eps := etcdtest.Start(t).Endpoints()
 	admin := etcdtest.NewClient(t, eps...)
 	proxy := startProxy(t, strings.TrimPrefix(eps[0], "http://"))
-	store, err := etcdstore.New(context.Background(), etcdtest.NewClient(t, proxy.endpoint()), etcdstore.Incarnation{RunID: "job"}, testTTL)
+	store, err := etcdstore.NewConn(etcdtest.NewClient(t, proxy.endpoint())).NewStore(context.Background(), etcdstore.Incarnation{RunID: "job"}, testTTL)
 	require.NoError(t, err)
 	defer store.Close()
 	ctx := context.Background()

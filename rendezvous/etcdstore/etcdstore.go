@@ -20,7 +20,7 @@ import (
 // /gorun/<run-id>/<incarnation>/, a session lease with keep-alive for
 // leased keys that outlives etcd outages.
 type etcdStore struct {
-	client   *clientv3.Client
+	conn     *Conn
 	inc      Incarnation
 	kv       clientv3.KV
 	watcher  clientv3.Watcher
@@ -32,7 +32,7 @@ type etcdStore struct {
 // its incarnations (Incarnation.Prefix).
 func JobPrefix(runID string) string { return "/gorun/" + runID + "/" }
 
-// Option changes a default of New.
+// Option changes a default of Conn.NewStore.
 type Option func(*etcdStore)
 
 // WithPatience sets how long a call keeps retrying while etcd does not
@@ -42,21 +42,22 @@ func WithPatience(d time.Duration) Option {
 	return func(s *etcdStore) { s.patience = d }
 }
 
-// New returns the Store of one agent of incarnation inc (see
-// Enter) over client, with a session whose lease lives ttl after the
-// agent's last keep-alive. It waits for etcd to grant the lease as its
-// calls do (see WithPatience) or until ctx ends. It does not close client.
-func New(ctx context.Context, client *clientv3.Client, inc Incarnation, ttl time.Duration, opts ...Option) (rendezvous.Store, error) {
+// NewStore returns the Store of one agent of incarnation inc (see
+// Enter) over c, with a session whose lease lives ttl after the agent's
+// last keep-alive. It waits for etcd to grant the lease as its calls do
+// (see WithPatience) or until ctx ends. Closing the Store does not close
+// c.
+func (c *Conn) NewStore(ctx context.Context, inc Incarnation, ttl time.Duration, opts ...Option) (rendezvous.Store, error) {
 	secs := int64(ttl.Round(time.Second) / time.Second)
 	if secs < 1 {
 		return nil, fmt.Errorf("rendezvous: lease ttl %s is under one second", ttl)
 	}
 	prefix := inc.Prefix()
 	s := &etcdStore{
-		client:   client,
+		conn:     c,
 		inc:      inc,
-		kv:       namespace.NewKV(client.KV, prefix),
-		watcher:  namespace.NewWatcher(client.Watcher, prefix),
+		kv:       namespace.NewKV(c.client.KV, prefix),
+		watcher:  namespace.NewWatcher(c.client.Watcher, prefix),
 		patience: callPatience,
 	}
 	for _, opt := range opts {
@@ -65,7 +66,7 @@ func New(ctx context.Context, client *clientv3.Client, inc Incarnation, ttl time
 	if s.patience <= 0 {
 		return nil, fmt.Errorf("rendezvous: etcd call patience %s: want a positive duration", s.patience)
 	}
-	session, err := newEtcdSession(ctx, client, s.kv, secs, s.patience)
+	session, err := newEtcdSession(ctx, c.client, s.kv, secs, s.patience)
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +206,7 @@ func (s *etcdStore) Watch(ctx context.Context, keyOrPrefix string, rev int64) <-
 func (s *etcdStore) Session() (rendezvous.Session, <-chan struct{}) { return s.session.snapshot() }
 
 func (s *etcdStore) Retain(ctx context.Context) error {
-	return retain(ctx, s.client, s.inc, false)
+	return s.conn.retain(ctx, s.inc, false)
 }
 
 func (s *etcdStore) CheckSession(ctx context.Context) bool { return s.session.check(ctx) }
@@ -217,17 +218,17 @@ func (s *etcdStore) Close() error { return s.session.close() }
 // the last agent to leave a run, closed or not (every agent stopped by a
 // signal), sees to it that its keys go. It fails when etcd does not
 // answer within ctx.
-func RetainIfDeserted(ctx context.Context, client *clientv3.Client, inc Incarnation) error {
-	return retain(ctx, client, inc, true)
+func (c *Conn) RetainIfDeserted(ctx context.Context, inc Incarnation) error {
+	return c.retain(ctx, inc, true)
 }
 
 // AwaitDeparture blocks until no agent of incarnation inc is registered
 // (every node released its lease, or its lease expired), or ctx ends. An
 // etcd that no longer answers (the other members of its cluster have
 // stopped) counts as everyone having left: nobody can use it any more.
-func AwaitDeparture(ctx context.Context, client *clientv3.Client, inc Incarnation) error {
-	kv := incarnationKV(client, inc)
-	w := namespace.NewWatcher(client.Watcher, inc.Prefix())
+func (c *Conn) AwaitDeparture(ctx context.Context, inc Incarnation) error {
+	kv := incarnationKV(c.client, inc)
+	w := namespace.NewWatcher(c.client.Watcher, inc.Prefix())
 	for {
 		gctx, cancel := context.WithTimeout(ctx, callTimeout)
 		resp, err := kv.Get(gctx, rendezvous.PrefixNodes, clientv3.WithPrefix(), clientv3.WithCountOnly())
@@ -292,7 +293,7 @@ type Status struct {
 // part in it (no lease, no writes). A finished job stays readable for
 // RetentionTTL after it closed.
 func ReadStatus(ctx context.Context, client *clientv3.Client, runID string) (Status, error) {
-	in, started, err := ReadCurrent(ctx, client, runID)
+	in, started, err := NewConn(client).ReadCurrent(ctx, runID)
 	if err != nil || !started {
 		return Status{RunID: runID}, err
 	}

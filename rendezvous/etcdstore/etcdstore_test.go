@@ -19,7 +19,7 @@ func TestStoreDoesNotRetryARefusedRequest(t *testing.T) {
 	eps := etcdtest.Start(t).Endpoints()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	store, err := etcdstore.New(ctx, etcdtest.NewClient(t, eps...), etcdstore.Incarnation{RunID: "job"}, testTTL, etcdstore.WithPatience(time.Hour))
+	store, err := etcdstore.NewConn(etcdtest.NewClient(t, eps...)).NewStore(ctx, etcdstore.Incarnation{RunID: "job"}, testTTL, etcdstore.WithPatience(time.Hour))
 	require.NoError(t, err)
 	defer store.Close()
 

@@ -123,15 +123,15 @@ func (e Entry) String() string {
 // launch that start together land in the same incarnation: the one that
 // wins starts it, the others re-read and join it. Enter gives up when ctx
 // ends or etcd stays away (with that error).
-func Enter(ctx context.Context, client *clientv3.Client, runID string, launch Launch) (Entry, error) {
+func (c *Conn) Enter(ctx context.Context, runID string, launch Launch) (Entry, error) {
 	for range enterAttempts {
-		cur, rev, err := readCurrent(ctx, client.KV, runID)
+		cur, rev, err := readCurrent(ctx, c.client.KV, runID)
 		if err != nil {
 			return Entry{}, err
 		}
 		entry := Entry{Incarnation: cur}
 		if rev != 0 {
-			st, live, current, err := readIncarnation(ctx, client.KV, cur, rev)
+			st, live, current, err := readIncarnation(ctx, c.client.KV, cur, rev)
 			if err != nil {
 				return Entry{}, err
 			}
@@ -146,7 +146,7 @@ func Enter(ctx context.Context, client *clientv3.Client, runID string, launch La
 			entry.Generation = launch.Generation
 		}
 		entry.Step, entry.Identified = launch.Step, launch.Identified
-		won, err := claim(ctx, client.KV, rev, entry.Incarnation)
+		won, err := claim(ctx, c.client.KV, rev, entry.Incarnation)
 		if err != nil || won {
 			return entry, err
 		}
@@ -264,13 +264,13 @@ const retainBatch = 60
 // it names in, to a new lease of RetentionTTL. With ifDeserted, it does so
 // only while no agent is registered. A key that changes meanwhile (the run
 // goes on) cancels the rest: keys a live run rewrites are unleased again.
-func retain(ctx context.Context, client *clientv3.Client, in Incarnation, ifDeserted bool) error {
+func (c *Conn) retain(ctx context.Context, in Incarnation, ifDeserted bool) error {
 	fail := func(err error) error {
 		return fmt.Errorf("rendezvous: keep the keys of run %s (incarnation %d) for %s: %w", in.RunID, in.Number, RetentionTTL, err)
 	}
 	nodes := in.Prefix() + rendezvous.PrefixNodes
 	if ifDeserted {
-		resp, err := client.Get(ctx, nodes, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		resp, err := c.client.Get(ctx, nodes, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
 			return fail(err)
 		}
@@ -278,7 +278,7 @@ func retain(ctx context.Context, client *clientv3.Client, in Incarnation, ifDese
 			return nil // the last agent to leave does it
 		}
 	}
-	resp, err := client.Txn(ctx).Then(clientv3.OpGet(currentKey(in.RunID)), clientv3.OpGet(in.Prefix(), clientv3.WithPrefix())).Commit()
+	resp, err := c.client.Txn(ctx).Then(clientv3.OpGet(currentKey(in.RunID)), clientv3.OpGet(in.Prefix(), clientv3.WithPrefix())).Commit()
 	if err != nil {
 		return fail(err)
 	}
@@ -301,7 +301,7 @@ func retain(ctx context.Context, client *clientv3.Client, in Incarnation, ifDese
 	if len(unleased) == 0 {
 		return nil
 	}
-	lease, err := client.Grant(ctx, int64(RetentionTTL/time.Second))
+	lease, err := c.client.Grant(ctx, int64(RetentionTTL/time.Second))
 	if err != nil {
 		return fail(err)
 	}
@@ -317,7 +317,7 @@ func retain(ctx context.Context, client *clientv3.Client, in Incarnation, ifDese
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(kv.key), "=", kv.rev))
 			ops = append(ops, clientv3.OpPut(kv.key, string(kv.value), clientv3.WithLease(lease.ID)))
 		}
-		tresp, err := client.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		tresp, err := c.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			return fail(err)
 		}
@@ -327,7 +327,7 @@ func retain(ctx context.Context, client *clientv3.Client, in Incarnation, ifDese
 		attached = true
 	}
 	if !attached {
-		if _, err := client.Revoke(ctx, lease.ID); err != nil {
+		if _, err := c.client.Revoke(ctx, lease.ID); err != nil {
 			return fail(err)
 		}
 	}
@@ -343,8 +343,8 @@ type kvAt struct {
 
 // ReadCurrent returns run runID's current incarnation; ok is false when no
 // agent of the run id ever started on this etcd (or its keys expired).
-func ReadCurrent(ctx context.Context, client *clientv3.Client, runID string) (in Incarnation, ok bool, err error) {
-	in, rev, err := readCurrent(ctx, client.KV, runID)
+func (c *Conn) ReadCurrent(ctx context.Context, runID string) (in Incarnation, ok bool, err error) {
+	in, rev, err := readCurrent(ctx, c.client.KV, runID)
 	return in, rev != 0, err
 }
 

@@ -35,7 +35,7 @@ func enterAll(t *testing.T, client *clientv3.Client, runID string, generation, n
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			entries[i], errs[i] = etcdstore.Enter(context.Background(), client, runID, etcdstore.Launch{Generation: generation})
+			entries[i], errs[i] = etcdstore.NewConn(client).Enter(context.Background(), runID, etcdstore.Launch{Generation: generation})
 		})
 	}
 	close(start)
@@ -95,13 +95,13 @@ func TestEnterJoinsOrReplaces(t *testing.T) {
 func testEnterJoinsOrReplaces(t *testing.T, eps []string) {
 	client := etcdtest.NewClient(t, eps...)
 	ctx := context.Background()
-	entry, err := etcdstore.Enter(ctx, client, "job", etcdstore.Launch{})
+	entry, err := etcdstore.NewConn(client).Enter(ctx, "job", etcdstore.Launch{})
 	require.NoError(t, err)
 	require.Equal(t, etcdstore.Entry{Incarnation: etcdstore.Incarnation{RunID: "job"}}, entry)
 	in := entry.Incarnation
 
 	// No round yet: agents of the launch are starting. Join.
-	entry, err = etcdstore.Enter(ctx, client, "job", etcdstore.Launch{})
+	entry, err = etcdstore.NewConn(client).Enter(ctx, "job", etcdstore.Launch{})
 	require.NoError(t, err)
 	require.Equal(t, 0, entry.Number)
 	require.Empty(t, entry.Replaced)
@@ -112,7 +112,7 @@ func testEnterJoinsOrReplaces(t *testing.T, eps []string) {
 	_, err = client.Put(ctx, in.Prefix()+"nodes/a-id", "{}", clientv3.WithLease(live.ID))
 	require.NoError(t, err)
 	putState(t, client, in, rendezvous.State{Round: 1, Phase: rendezvous.PhaseRunning})
-	entry, err = etcdstore.Enter(ctx, client, "job", etcdstore.Launch{})
+	entry, err = etcdstore.NewConn(client).Enter(ctx, "job", etcdstore.Launch{})
 	require.NoError(t, err)
 	require.Equal(t, 0, entry.Number)
 	require.Empty(t, entry.Replaced)
@@ -120,7 +120,7 @@ func testEnterJoinsOrReplaces(t *testing.T, eps []string) {
 	// Its agents all died (their leases expired): a dead run is replaced.
 	_, err = client.Revoke(ctx, live.ID)
 	require.NoError(t, err)
-	entry, err = etcdstore.Enter(ctx, client, "job", etcdstore.Launch{})
+	entry, err = etcdstore.NewConn(client).Enter(ctx, "job", etcdstore.Launch{})
 	require.NoError(t, err)
 	require.Equal(t, "run job died before (incarnation 0: round 1 running, no agent alive): starting incarnation 1", entry.String())
 
@@ -131,12 +131,12 @@ func testEnterJoinsOrReplaces(t *testing.T, eps []string) {
 	_, err = client.Put(ctx, entry.Prefix()+"nodes/a-id", "{}", clientv3.WithLease(live.ID))
 	require.NoError(t, err)
 	putState(t, client, entry.Incarnation, rendezvous.State{Phase: rendezvous.PhaseRunning})
-	entry, err = etcdstore.Enter(ctx, client, "job", etcdstore.Launch{Generation: 2})
+	entry, err = etcdstore.NewConn(client).Enter(ctx, "job", etcdstore.Launch{Generation: 2})
 	require.NoError(t, err)
 	require.Equal(t, etcdstore.Incarnation{RunID: "job", Number: 2, Generation: 2}, entry.Incarnation)
 	require.Contains(t, entry.Replaced, "started by SLURM restart 0 and this is restart 2 (requeued")
 	// An agent of that requeue starting later joins it.
-	entry, err = etcdstore.Enter(ctx, client, "job", etcdstore.Launch{Generation: 2})
+	entry, err = etcdstore.NewConn(client).Enter(ctx, "job", etcdstore.Launch{Generation: 2})
 	require.NoError(t, err)
 	require.Equal(t, 2, entry.Number)
 	require.Empty(t, entry.Replaced)
@@ -161,27 +161,27 @@ func TestIdentifiedLaunchJoinsItsOwnIncarnation(t *testing.T) {
 	client := etcdtest.Start(t).Client(t)
 	ctx := context.Background()
 	step0 := etcdstore.Launch{Generation: 1, Step: "0", Identified: true}
-	entry, err := etcdstore.Enter(ctx, client, "job", step0)
+	entry, err := etcdstore.NewConn(client).Enter(ctx, "job", step0)
 	require.NoError(t, err)
 	require.Equal(t, etcdstore.Incarnation{RunID: "job", Generation: 1, Step: "0", Identified: true}, entry.Incarnation)
 	putState(t, client, entry.Incarnation, rendezvous.State{Phase: rendezvous.PhaseClosed, Result: rendezvous.ResultFailed})
 
-	late, err := etcdstore.Enter(ctx, client, "job", step0)
+	late, err := etcdstore.NewConn(client).Enter(ctx, "job", step0)
 	require.NoError(t, err)
 	require.Equal(t, entry, late, "a late agent of the launch joins its closed incarnation")
-	next, err := etcdstore.Enter(ctx, client, "job", etcdstore.Launch{Generation: 1, Step: "1", Identified: true})
+	next, err := etcdstore.NewConn(client).Enter(ctx, "job", etcdstore.Launch{Generation: 1, Step: "1", Identified: true})
 	require.NoError(t, err)
 	require.Equal(t, "run job finished before (incarnation 0, failed): starting incarnation 1", next.String())
 
 	// Dead (a state, no agent registered): still the launch's own.
 	putState(t, client, next.Incarnation, rendezvous.State{Phase: rendezvous.PhaseJoinable})
-	got, err := etcdstore.Enter(ctx, client, "job", etcdstore.Launch{Generation: 1, Step: "1", Identified: true})
+	got, err := etcdstore.NewConn(client).Enter(ctx, "job", etcdstore.Launch{Generation: 1, Step: "1", Identified: true})
 	require.NoError(t, err)
 	require.Equal(t, next.Incarnation, got.Incarnation)
 	require.Empty(t, got.Replaced)
 
 	// Not identified: a re-run of the run id replaces it.
-	got, err = etcdstore.Enter(ctx, client, "job", etcdstore.Launch{Generation: 1})
+	got, err = etcdstore.NewConn(client).Enter(ctx, "job", etcdstore.Launch{Generation: 1})
 	require.NoError(t, err)
 	require.Equal(t, 2, got.Number)
 	require.Contains(t, got.Replaced, "died before")

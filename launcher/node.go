@@ -1,0 +1,394 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/oklog/run"
+	"github.com/rs/zerolog"
+
+	"github.com/gorun/gorun/elastic"
+	"github.com/gorun/gorun/internal/filetimer"
+	"github.com/gorun/gorun/internal/goodput"
+	"github.com/gorun/gorun/internal/jobsecret"
+	"github.com/gorun/gorun/internal/proc"
+	"github.com/gorun/gorun/internal/reach"
+	"github.com/gorun/gorun/internal/straggler"
+	"github.com/gorun/gorun/rendezvous"
+	"github.com/gorun/gorun/rendezvous/etcdembed"
+	"github.com/gorun/gorun/rendezvous/etcdstore"
+)
+
+// lingerForOthers bounds how long a node hosting an embedded etcd member
+// keeps it up after its own work is done, so that the other nodes can
+// read the outcome and leave.
+const lingerForOthers = 30 * time.Second
+
+// serverCloseTimeout bounds the stop of an embedded etcd member: a member
+// whose cluster lost its quorum (the other members' nodes stopped first)
+// may not stop cleanly, and gorun must still exit.
+const serverCloseTimeout = 5 * time.Second
+
+// closeWithin runs closeFn, giving up (with a warning) after d.
+func closeWithin(closeFn func() error, d time.Duration, log zerolog.Logger) error {
+	done := make(chan error, 1)
+	go func() { done <- closeFn() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		log.Info().Dur("after", d).Msg("embedded etcd member still stopping (its cluster lost its quorum as the other nodes left): leaving it to gorun's exit")
+		return nil
+	}
+}
+
+// retainTimeout bounds the last agent's attaching of the run's keys to
+// their retention lease as it leaves (etcdstore.Conn.RetainIfDeserted).
+const retainTimeout = 5 * time.Second
+
+// lingerWhenStopped is that bound when a signal stopped this node: the
+// stop must stay prompt, and the other nodes are most likely stopping too.
+const lingerWhenStopped = 3 * time.Second
+
+// node is what one gorun runs for a Launch: its agent and what the agent
+// needs around it. start makes the parts, run runs the actors among them
+// as a group, close tears them all down in one documented order. A part
+// start did not make (a static launch has no etcd; a failed start stops
+// half-way) is nil, and close skips it.
+type node struct {
+	l   *Launch
+	rt  Runtime
+	log zerolog.Logger // the rendezvous's (component=rendezvous)
+
+	tmpDir      string      // the workers' error files without --log-dir; removed by close
+	stopMetrics func()      // stops serving --metrics-addr
+	guard       *proc.Guard // kills the workers if gorun dies without stopping them
+
+	// Over etcd, in the order start makes them.
+	member  *etcdembed.Server  // this node's embedded etcd member, which the others may still need
+	dataDir *etcdembed.DataDir // member's data dir
+	conn    *etcdstore.Conn
+	entry   *etcdstore.Entry // the incarnation this node entered
+	store   rendezvous.Store // rdzv's once it joined, and closed with it
+	prober  *reach.Listener  // answers reachability probes; nil: none (it could not listen)
+	rdzv    *rendezvous.Elastic
+	tracker *straggler.Tracker     // the ranks' step compute, for publishStats
+	goodput func() goodput.Summary // for publishGoodput; nil: none
+
+	agent *elastic.Agent
+}
+
+// newNode is the node that runs l in rt, with nothing started yet.
+func newNode(l *Launch, rt Runtime) *node {
+	return &node{l: l, rt: rt, log: rt.Log.With().Str("component", "rendezvous").Logger()}
+}
+
+// start makes the node's parts, each in the order the next one needs
+// it: the error-file directory, the metrics server, the guard process,
+// then (over etcd) the embedded member, the connection, the incarnation,
+// the store, the prober, the rendezvous, and last the agent. It returns
+// the first error; what it made until then stays in n for close.
+func (n *node) start(ctx context.Context) error {
+	l, rt := n.l, n.rt
+	if l.LogDir == "" && (!l.Redirects.IsZero() || !l.Tee.IsZero()) {
+		dir, err := os.MkdirTemp("", "gorun-logs-")
+		if err != nil {
+			return fmt.Errorf("log dir for --redirects/--tee: %w", err)
+		}
+		l.LogDir = dir
+		rt.Log.Warn().Str("log_dir", dir).Msg("--redirects/--tee without --log-dir: worker logs go to a temporary directory")
+	}
+	errorDir := filepath.Join(l.LogDir, l.RunID)
+	if l.LogDir == "" {
+		tmp, err := os.MkdirTemp("", "gorun-"+l.RunID+"-")
+		if err != nil {
+			return fmt.Errorf("directory for worker error files: %w", err)
+		}
+		n.tmpDir, errorDir = tmp, tmp
+	}
+	spec := l.AgentSpec(rt, errorDir)
+	if _, set := lookupEnv(l.Environ, "OMP_NUM_THREADS"); !set && l.NProcPerNode > 1 {
+		rt.Log.Warn().Str("component", "launcher").Msg(ompWarning)
+	}
+	if l.MetricsAddr != "" {
+		stop, err := serveMetrics(l, rt.Log, &spec)
+		if err != nil {
+			return err
+		}
+		n.stopMetrics = stop
+	}
+	if v, _ := lookupEnv(l.Environ, filetimer.EnableEnv); v == "1" {
+		// torchrun's watchdog: serve torch's FileTimerClient on a FIFO the
+		// workers learn from TORCHELASTIC_TIMER_FILE.
+		path, set := lookupEnv(l.Environ, filetimer.PathEnv)
+		if !set || path == "" {
+			path = filepath.Join(os.TempDir(), fmt.Sprintf("gorun-watchdog-%s-%d", l.RunID, os.Getpid()))
+			spec.Environ = append(append([]string(nil), spec.Environ...), filetimer.PathEnv+"="+path)
+		}
+		spec.TimerFile = path
+	}
+	if rt.GuardCommand != nil {
+		guard, err := proc.StartGuard(rt.GuardCommand)
+		if err != nil {
+			return err
+		}
+		n.guard, spec.Guard = guard, guard
+	}
+	if l.Rendezvous.Backend == BackendEtcd {
+		return n.startElastic(ctx, spec)
+	}
+	if err := checkMasterPort(l.staticRound()); err != nil {
+		return err
+	}
+	agent, err := elastic.New(spec, &rendezvous.Static{Round: l.staticRound(), MaxFailures: l.MaxRestarts})
+	n.agent = agent
+	return err
+}
+
+// startElastic makes the node's parts over the etcd rendezvous. With an
+// embedded plan (SLURM's first nodes, or a c10d endpoint), this node may
+// host an etcd member first; close keeps it up until the other nodes
+// have left (or lingerForOthers).
+func (n *node) startElastic(ctx context.Context, spec elastic.Spec) (err error) {
+	l, r := n.l, n.l.Rendezvous
+	if n.member, n.dataDir, err = startMember(ctx, l, n.log); err != nil {
+		return err
+	}
+	if n.conn, err = dialRendezvous(ctx, r, n.log); err != nil {
+		return err
+	}
+	entry, err := n.conn.Enter(ctx, l.RunID, r.Launch)
+	if err != nil {
+		return err
+	}
+	n.entry = &entry
+	n.log.Info().Str("run_id", entry.RunID).Int("incarnation", entry.Number).Msg(entry.String())
+	// An etcd outage fails a call only when it outlasts join_timeout.
+	if n.store, err = n.conn.NewStore(ctx, entry.Incarnation, r.Timing.LeaseTTL.Std(), etcdstore.WithPatience(r.Timing.JoinTimeout.Std())); err != nil {
+		return err
+	}
+	// The agent answers reachability probes on its node's address, so
+	// that a network fault between nodes that costs no lease can be told
+	// from a slow process, and a node left out for it can tell when it may
+	// come back (rendezvous.Unreachable).
+	// An address it cannot listen on is reported once the agent joined
+	// the job (the port it offers the master is on the same address), so
+	// that every node hears of it; meanwhile it answers no probes.
+	reachPort := 0
+	if prober, err := reach.Listen(l.Addr); err != nil {
+		n.log.Warn().Err(err).Msg("this node answers no reachability probes: a network fault that cuts it off costs the other nodes its lease TTL")
+	} else {
+		n.prober, reachPort = prober, prober.Port()
+	}
+	if n.rdzv, err = rendezvous.Join(ctx, n.store, rendezvous.Config{
+		Self: rendezvous.Member{
+			ID: r.NodeID, Host: l.Host, Addr: l.Addr, Preferred: l.NodeRank, NProc: l.NProcPerNode, Reach: reachPort,
+		},
+		Limits: r.Limits, LastCall: r.Timing.LastCall.Std(), JoinTimeout: r.Timing.JoinTimeout.Std(),
+		LeaseTTL: r.Timing.LeaseTTL.Std(),
+		FreePort: freePort, Log: n.rt.Log,
+	}); err != nil {
+		return err
+	}
+	n.goodput = observeGoodput(&spec, l)
+	n.tracker = straggler.NewTracker()
+	observeStragglers(&spec, n.tracker)
+	n.agent, err = elastic.New(spec, n.rdzv)
+	return err
+}
+
+// run runs the node's actors as one group (github.com/oklog/run) until
+// each has returned: the agent and, over etcd, the publishers of this
+// node's step compute (evicting it when it stays the job's straggler)
+// and of its goodput. The first actor to return interrupts the others.
+// The agent returns when the job is over for this node, or when ctx ends
+// (as SIGTERM); the publishers return only when ctx ends or they are
+// interrupted, so an agent they interrupt has seen ctx end as well, and
+// is stopped with ctx's own cause. As the agent returns, an embedded
+// member is told that the other members stopping is no news any more.
+// run returns the agent's outcome and error.
+func (n *node) run(ctx context.Context) (out elastic.Outcome, err error) {
+	var g run.Group
+	actx, stopAgent := context.WithCancelCause(ctx)
+	g.Add(func() error {
+		out, err = n.agent.Run(actx)
+		if n.member != nil {
+			n.member.Leaving()
+		}
+		return err
+	}, func(error) { stopAgent(context.Cause(ctx)) })
+	if n.rdzv != nil {
+		r := n.l.Rendezvous
+		sctx, stopStats := context.WithCancel(ctx)
+		g.Add(func() error {
+			publishStats(sctx, n.store, r.NodeID, n.l.Host, n.tracker, eviction{after: n.l.EvictStragglers.Std(), evict: n.rdzv.Evict},
+				n.rt.Log.With().Str("component", "stragglers").Logger())
+			return nil
+		}, func(error) { stopStats() })
+		g.Add(func() error {
+			publishGoodput(sctx, n.store, r.NodeID, n.l.Host, n.goodput, n.rt.Log)
+			return nil
+		}, func(error) { stopStats() })
+	}
+	// The group's error is the first actor's: the agent's, or nil when ctx
+	// ended and a publisher returned first. out and err are the agent's
+	// either way.
+	_ = g.Run()
+	return out, err
+}
+
+// leaveBy bounds what a node does with etcd once its agent ended with
+// out (see close): keep a finished run's keys, and host an etcd member
+// the others may still need. A stop by signal must stay prompt (the
+// others are most likely stopping too, and the etcd may have lost its
+// quorum).
+func leaveBy(out elastic.Outcome) time.Time {
+	if out.Signal != nil {
+		return time.Now().Add(lingerWhenStopped)
+	}
+	return time.Now().Add(lingerForOthers)
+}
+
+// close tears down what start made, each part once, in this order:
+//
+//  1. the rendezvous, with its store and lease (this node's leased keys
+//     go); then, unless another node hosts the embedded etcd (it may be
+//     stopping already), the run's keys are attached to their retention
+//     lease if no agent is left, within retainTimeout and by;
+//  2. the reachability prober;
+//  3. on the node hosting an embedded etcd member: until by, wait for
+//     the other nodes to leave, and once they all did, attach the run's
+//     keys to their retention lease: the last use of the etcd;
+//  4. the connection to etcd;
+//  5. the embedded member (given serverCloseTimeout to stop: one whose
+//     cluster lost its quorum may not), then its data dir, whether or not
+//     the member stopped in time;
+//  6. the guard process, the metrics server, and the temporary directory
+//     of the workers' error files.
+//
+// by is leaveBy's for a node whose agent ran, the zero time (leave at
+// once) for one whose start failed. close returns the errors of the
+// rendezvous, the member and its data dir; it logs the others.
+func (n *node) close(by time.Time) error {
+	var errs []error
+	if n.rdzv != nil {
+		errs = append(errs, n.rdzv.Close())
+		if n.l.Rendezvous.Embedded == nil || n.member != nil {
+			ctx, cancel := context.WithDeadline(context.Background(), earliest(by, time.Now().Add(retainTimeout)))
+			if err := n.conn.RetainIfDeserted(ctx, n.entry.Incarnation); err != nil {
+				n.log.Warn().Err(err).Msg("the run's keys stay in etcd until its run id starts again")
+			}
+			cancel()
+		}
+	} else if n.store != nil {
+		_ = n.store.Close() // the join failed: the store is not the rendezvous's
+	}
+	if n.prober != nil {
+		_ = n.prober.Close()
+	}
+	if n.member != nil && n.entry != nil {
+		ctx, cancel := context.WithDeadline(context.Background(), by)
+		if err := n.conn.AwaitDeparture(ctx, n.entry.Incarnation); err != nil {
+			n.log.Warn().Err(err).Msg("other nodes still registered when this node's etcd member stopped")
+		} else if err := n.conn.RetainIfDeserted(ctx, n.entry.Incarnation); err != nil {
+			n.log.Warn().Err(err).Msg("the run's keys stay in etcd until its run id starts again")
+		}
+		cancel()
+	}
+	if n.conn != nil {
+		_ = n.conn.Close()
+	}
+	if n.member != nil {
+		errs = append(errs, closeWithin(n.member.Close, serverCloseTimeout, n.log), n.dataDir.Release())
+	}
+	if n.guard != nil {
+		if err := n.guard.Close(); err != nil {
+			n.rt.Log.Warn().Err(err).Msg("guard process")
+		}
+	}
+	if n.stopMetrics != nil {
+		n.stopMetrics()
+	}
+	if n.tmpDir != "" {
+		_ = os.RemoveAll(n.tmpDir)
+	}
+	return errors.Join(errs...)
+}
+
+// earliest is the earlier of a and b.
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// startMember starts the embedded etcd member l's plan gives this node,
+// with its data dir; none (nil, nil, nil) when the plan gives it none,
+// or when it is a c10d endpoint's guessed host whose port is taken: this
+// node is then a client, as under torchrun.
+func startMember(ctx context.Context, l *Launch, log zerolog.Logger) (*etcdembed.Server, *etcdembed.DataDir, error) {
+	r := l.Rendezvous
+	if r.Embedded == nil || r.Member == nil {
+		return nil, nil, nil
+	}
+	m := *r.Member
+	dataDir, err := etcdembed.ClaimDataDir(scratchDir(os.Getenv), dataDirName(l.RunID, m))
+	if err != nil {
+		return nil, nil, fmt.Errorf("embedded etcd on %s: %w", m.Host, err)
+	}
+	cfg := r.Embedded.ServerConfig(m, ClusterToken(l.RunID, r.Generation, l.Secret), dataDir.Path(), log)
+	// The other members may be slow to start (a busy node, a late
+	// srun task): wait for them as long as for a round to form.
+	cfg.StartTimeout = r.Timing.JoinTimeout.Std()
+	if r.Auth != "" {
+		cfg.Secret = l.Secret // the agents' credentials come from it
+	}
+	server, err := etcdembed.Start(ctx, cfg)
+	switch {
+	case err != nil && r.clientFallback(err):
+		log.Info().Err(err).Strs("endpoints", r.Endpoints).Msg("the c10d endpoint's port is taken (another agent of this job on this machine hosts it?): this node is a client, as under torchrun")
+		if err := dataDir.Release(); err != nil {
+			log.Warn().Err(err).Msg("removing the unused etcd data dir")
+		}
+		return nil, nil, nil
+	case err != nil:
+		err = errors.Join(err, dataDir.Release())
+		if r.Hosting != "" {
+			err = fmt.Errorf("%w (%s; agents sharing a machine: give each its own --local-addr, or --rdzv-conf %s=false to all but one)",
+				err, r.Hosting, confIsHost)
+		}
+		return nil, nil, fmt.Errorf("embedded etcd on %s: %w", m.Host, err)
+	}
+	log.Info().Strs("endpoints", server.Endpoints()).Bool("auth", !cfg.Secret.IsZero()).Msg("hosting an embedded etcd member")
+	return server, dataDir, nil
+}
+
+// dialRendezvous connects to r's etcd. When the job secret gives the
+// credentials, a refusal says so, and an etcd that gorun does not embed
+// and that turns out to have no authentication is worth a warning: any
+// user who reaches it can read and change the job's keys.
+func dialRendezvous(ctx context.Context, r Rendezvous, log zerolog.Logger) (*etcdstore.Conn, error) {
+	conn, err := etcdstore.Connect(ctx, r.Client)
+	if err != nil {
+		if r.Auth != "" && etcdstore.CredentialsRefused(err) {
+			err = fmt.Errorf("%w (authenticating with the %s: does this etcd run with the same %s? for an etcd gorun does not run, give --rdzv-conf %s=,%s=)",
+				err, r.Auth, jobsecret.EnvVar, etcdstore.ConfUser, etcdstore.ConfPassword)
+		}
+		return nil, err
+	}
+	if r.Auth == "" || r.Embedded != nil {
+		return conn, nil
+	}
+	actx, cancel := context.WithTimeout(ctx, r.Client.DialTimeout+etcdstore.DefaultDialTimeout)
+	defer cancel()
+	if conn.Unauthenticated(actx) {
+		log.Warn().Strs("endpoints", r.Endpoints).Msg("the rendezvous etcd does not authenticate: any user who reaches it can read and change this job's keys " +
+			"(start gorun rendezvous serve with the job secret, or give an etcd with TLS and users --rdzv-conf)")
+	}
+	return conn, nil
+}

@@ -1,0 +1,141 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gorun/gorun/elastic"
+	"github.com/gorun/gorun/internal/etcdtest"
+	"github.com/gorun/gorun/rendezvous"
+	"github.com/gorun/gorun/rendezvous/etcdstore"
+)
+
+// A node whose start fails half-way is closed part by part: what start
+// made is released (the temporary error-file directory, the store's
+// lease), what it did not make is skipped, and close reports no error.
+func TestNodeCloseAfterFailedStart(t *testing.T) {
+	srv := etcdtest.Start(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	refused := ln.Addr().String()
+	require.NoError(t, ln.Close())
+
+	for _, tc := range []struct {
+		name      string
+		endpoint  string
+		nodeID    string
+		failure   string // start's error
+		conn      bool   // start made the connection
+		withStore bool   // and the store, whose lease close releases
+	}{
+		{"dial", refused, "n0", "no etcd answered", false, false},
+		// An empty node id fails the join before it writes a key.
+		{"join", srv.Endpoints()[0], "", "node id", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("TMPDIR", t.TempDir())
+			l := &Launch{
+				RunID: "failed-" + tc.name, Host: "localhost", Addr: "127.0.0.1", NProcPerNode: 1,
+				Rendezvous: Rendezvous{
+					Backend: BackendEtcd, NodeID: tc.nodeID,
+					Client: etcdstore.ClientConfig{Endpoints: []string{tc.endpoint}, Patience: time.Second},
+					Timing: RendezvousTiming{LeaseTTL: Duration(5 * time.Second), JoinTimeout: Duration(10 * time.Second)},
+					Limits: rendezvous.Limits{MinNodes: 1, MaxNodes: 1},
+				},
+			}
+			n := newNode(l, Runtime{Stdout: io.Discard, Stderr: io.Discard, Log: zerolog.Nop()})
+			err := n.start(context.Background())
+			require.ErrorContains(t, err, tc.failure)
+			require.DirExists(t, n.tmpDir)
+			require.Equal(t, tc.conn, n.conn != nil)
+			require.Equal(t, tc.withStore, n.store != nil)
+			require.Nil(t, n.rdzv)
+			require.Nil(t, n.agent)
+
+			require.NoError(t, n.close(time.Time{}))
+			require.NoDirExists(t, n.tmpDir)
+			leases, err := srv.Client(t).Leases(context.Background())
+			require.NoError(t, err)
+			require.Empty(t, leases.Leases, "the store's lease is released")
+		})
+	}
+}
+
+// A node over etcd runs its agent and closes in order: the agent's
+// session lease is released with the rendezvous, and the run's keys go
+// under one retention lease of etcdstore.RetentionTTL, whether the job
+// closed (the rendezvous retains them) or this agent, the last one, was
+// stopped with the job still open (close retains them as it leaves).
+func TestNodeRunsAndKeepsTheRunsKeys(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		script string // the worker's; $READY is a FIFO the test reads
+		stop   bool   // stop the node once its worker runs
+		exit   int
+	}{
+		{"succeeded", "exit 0", false, 0},
+		{"stopped", `echo ready > "$READY"; exec sleep 600`, true, 128 + int(syscall.SIGTERM)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := etcdtest.Start(t)
+			t.Setenv("TMPDIR", t.TempDir())
+			ready := filepath.Join(t.TempDir(), "ready")
+			require.NoError(t, syscall.Mkfifo(ready, 0o600))
+			l := &Launch{
+				RunID: "whole", Host: "localhost", Addr: "127.0.0.1", NProcPerNode: 1,
+				Command: []string{"/bin/sh", "-c", tc.script}, Environ: []string{"READY=" + ready},
+				TermTimeout: Duration(5 * time.Second),
+				Rendezvous: Rendezvous{
+					Backend: BackendEtcd, NodeID: "n0",
+					Client: etcdstore.ClientConfig{Endpoints: srv.Endpoints(), Patience: 10 * time.Second},
+					Timing: RendezvousTiming{LeaseTTL: Duration(5 * time.Second), JoinTimeout: Duration(60 * time.Second)},
+					Limits: rendezvous.Limits{MinNodes: 1, MaxNodes: 1},
+				},
+			}
+			n := newNode(l, Runtime{Stdout: io.Discard, Stderr: io.Discard, Log: zerolog.Nop()})
+			require.NoError(t, n.start(context.Background()))
+			ctx, stop := context.WithCancelCause(context.Background())
+			defer stop(nil)
+			type result struct {
+				out elastic.Outcome
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				out, err := n.run(ctx)
+				done <- result{out, err}
+			}()
+			if tc.stop {
+				_, err := os.ReadFile(ready) // returns once the worker wrote and closed it
+				require.NoError(t, err)
+				stop(errors.New("the test stops the node"))
+			}
+			res := <-done
+			require.NoError(t, res.err)
+			require.Equal(t, tc.exit, res.out.ExitCode, "%+v", res.out)
+			if tc.stop {
+				require.Equal(t, "the test stops the node", res.out.Reason, "the agent is stopped with ctx's cause")
+			}
+			require.NoError(t, n.close(leaveBy(res.out)))
+			require.NoDirExists(t, n.tmpDir)
+
+			client := srv.Client(t)
+			leases, err := client.Leases(context.Background())
+			require.NoError(t, err)
+			require.Len(t, leases.Leases, 1, "the session's lease is released, a retention lease holds the keys")
+			ttl, err := client.TimeToLive(context.Background(), leases.Leases[0].ID)
+			require.NoError(t, err)
+			require.Greater(t, time.Duration(ttl.TTL)*time.Second, etcdstore.RetentionTTL-time.Hour)
+		})
+	}
+}
