@@ -278,9 +278,9 @@ func (n *node) close(by time.Time) error {
 	if n.rdzv != nil {
 		errs = append(errs, n.rdzv.Close())
 		if n.l.Rendezvous.Embedded == nil || n.member != nil {
-			ctx, cancel := context.WithDeadline(context.Background(), earliest(by, time.Now().Add(retainTimeout)))
+			ctx, cancel := n.leavingCtx(earliest(by, time.Now().Add(retainTimeout)))
 			if err := n.conn.RetainIfDeserted(ctx, n.entry.Incarnation); err != nil {
-				n.log.Warn().Err(err).Msg("the run's keys stay in etcd until its run id starts again")
+				n.log.Warn().Err(err).AnErr("cause", context.Cause(ctx)).Msg("the run's keys stay in etcd until its run id starts again")
 			}
 			cancel()
 		}
@@ -291,11 +291,11 @@ func (n *node) close(by time.Time) error {
 		_ = n.prober.Close()
 	}
 	if n.member != nil && n.entry != nil {
-		ctx, cancel := context.WithDeadline(context.Background(), by)
+		ctx, cancel := n.leavingCtx(by)
 		if err := n.conn.AwaitDeparture(ctx, n.entry.Incarnation); err != nil {
-			n.log.Warn().Err(err).Msg("other nodes still registered when this node's etcd member stopped")
+			n.log.Warn().Err(err).AnErr("cause", context.Cause(ctx)).Msg("other nodes still registered when this node's etcd member stopped")
 		} else if err := n.conn.RetainIfDeserted(ctx, n.entry.Incarnation); err != nil {
-			n.log.Warn().Err(err).Msg("the run's keys stay in etcd until its run id starts again")
+			n.log.Warn().Err(err).AnErr("cause", context.Cause(ctx)).Msg("the run's keys stay in etcd until its run id starts again")
 		}
 		cancel()
 	}
@@ -317,6 +317,21 @@ func (n *node) close(by time.Time) error {
 		_ = os.RemoveAll(n.tmpDir)
 	}
 	return errors.Join(errs...)
+}
+
+// leavingCtx bounds what close does with the etcd: until by and, on a
+// node hosting an embedded member, only while that member's cluster has a
+// quorum (etcdembed.Server.UntilQuorumLost). The other nodes of a
+// finished job stop their members as they leave; once too few run, no
+// request can finish, and waiting for by would only delay the exit (by
+// 30 s, lingerForOthers, when the job had lost a node's member too).
+func (n *node) leavingCtx(by time.Time) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithDeadline(context.Background(), by)
+	if n.member == nil {
+		return ctx, cancel
+	}
+	ctx, stop := n.member.UntilQuorumLost(ctx)
+	return ctx, func() { stop(); cancel() }
 }
 
 // earliest is the earlier of a and b.
