@@ -1,7 +1,6 @@
 package launcher
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/internal/etcdtest"
+	"github.com/gorun/gorun/internal/testutil"
 	"github.com/gorun/gorun/slurm"
 )
 
@@ -342,7 +342,7 @@ func TestC10dHostFallsBackToClient(t *testing.T) {
 	require.NotNil(t, l.Rendezvous.Member, l.Rendezvous.Hosting)
 	require.True(t, l.Rendezvous.HostGuessed)
 
-	var out, logs bytes.Buffer
+	var out, logs testutil.SyncBuffer // written by the agent's goroutines and the workers' pumps at once
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	res, err := Run(ctx, l, Runtime{Stdout: &out, Stderr: &out, Log: zerolog.New(&logs)})
