@@ -14,7 +14,6 @@ import (
 	"github.com/gorun/gorun/internal/heartbeat"
 	"github.com/gorun/gorun/internal/straggler"
 	"github.com/gorun/gorun/rendezvous"
-	"github.com/gorun/gorun/rendezvous/etcdstore"
 )
 
 // statsEvery is how often an agent publishes its ranks' median step
@@ -109,13 +108,13 @@ func publishStats(ctx context.Context, store rendezvous.Store, nodeID, host stri
 		if len(own.Ranks) == 0 {
 			continue
 		}
-		if err := store.Put(ctx, etcdstore.PrefixStats+nodeID, own.Encode(), true); err != nil {
+		if err := store.Put(ctx, rendezvous.StatsKey(nodeID), own.Encode(), true); err != nil {
 			if ctx.Err() == nil {
 				log.Warn().Err(err).Msg("publishing this node's step compute")
 			}
 			continue
 		}
-		kvs, _, err := store.List(ctx, etcdstore.PrefixStats, 0)
+		kvs, _, err := store.List(ctx, rendezvous.PrefixStats, 0)
 		if err != nil {
 			if ctx.Err() == nil {
 				log.Warn().Err(err).Msg("reading the job's step compute")
@@ -222,7 +221,7 @@ func logStragglers(log zerolog.Logger, own straggler.Report, found []straggler.S
 func decodeReports(kvs []rendezvous.KV) []straggler.Report {
 	var out []straggler.Report
 	for _, kv := range kvs {
-		if !strings.HasPrefix(kv.Key, etcdstore.PrefixStats) {
+		if !strings.HasPrefix(kv.Key, rendezvous.PrefixStats) {
 			continue
 		}
 		if r, err := straggler.ParseReport(kv.Value); err == nil {

@@ -118,7 +118,7 @@ func Join(ctx context.Context, store Store, cfg Config) (*Elastic, error) {
 		cfg.Self.Since = time.Now()
 	}
 	self, _ := json.Marshal(cfg.Self)
-	if err := store.Put(ctx, prefixNodes+cfg.Self.ID, self, true); err != nil {
+	if err := store.Put(ctx, nodeKey(cfg.Self.ID), self, true); err != nil {
 		return nil, err
 	}
 	vctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -169,7 +169,7 @@ func (e *Elastic) cas(ctx context.Context, rev int64, from, next State) error {
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), retainTimeout)
 		defer cancel()
 	}
-	won, err := e.store.Txn(ctx, keyState, rev, KV{Key: keyState, Value: data})
+	won, err := e.store.Txn(ctx, KeyState, rev, KV{Key: KeyState, Value: data})
 	if won {
 		e.logTransition(from, next)
 	}
@@ -256,7 +256,7 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 					return Round{}, err
 				}
 				if waiting {
-					_ = e.store.Delete(ctx, prefixWait+e.cfg.Self.ID)
+					_ = e.store.Delete(ctx, waitKey(e.cfg.Self.ID))
 					waiting = false
 				}
 				joinedRound = st.Round
@@ -276,7 +276,7 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 				retry = time.After(reachEvery)
 				break
 			}
-			if err := e.put(ctx, prefixWait+e.cfg.Self.ID, e.cfg.Self, true); err != nil {
+			if err := e.put(ctx, waitKey(e.cfg.Self.ID), e.cfg.Self, true); err != nil {
 				return Round{}, err
 			}
 			waiting = true
@@ -451,12 +451,12 @@ func (e *Elastic) registerIfFenced(ctx context.Context) (bool, error) {
 	if sess, _ := e.store.Session(); !sess.Live {
 		return false, nil
 	}
-	kvs, _, err := e.store.List(ctx, prefixNodes+e.cfg.Self.ID, 0)
+	kvs, _, err := e.store.List(ctx, nodeKey(e.cfg.Self.ID), 0)
 	if err != nil || len(kvs) > 0 {
 		return err == nil, err
 	}
 	e.log.Warn().Msg("this node's registration was removed (a peer found its agent dead): registering again")
-	return true, e.put(ctx, prefixNodes+e.cfg.Self.ID, e.cfg.Self, true)
+	return true, e.put(ctx, nodeKey(e.cfg.Self.ID), e.cfg.Self, true)
 }
 
 // RunsWithout says whether the job runs a round that this node has no
@@ -513,7 +513,7 @@ func (e *Elastic) recordLost(ctx context.Context, round int, members, lost []Mem
 		f := Failure{Host: m.Host, NodeRank: -1, Rank: -1, ExitCode: 137, Signal: "node lost", Time: time.Now(), Attempt: round,
 			Ranks: ranksOf(members, m.ID),
 			Error: fmt.Sprintf("node %s stopped answering: its lease expired or its agent refused a peer's probe (the node died, or was cut off)", m.Host)}
-		if err := e.put(ctx, fmt.Sprintf("%s%08d/0-node-%s", prefixFail, round, m.ID), f, false); err != nil {
+		if err := e.put(ctx, nodeFailureKey(round, m.ID), f, false); err != nil {
 			return err
 		}
 	}
@@ -571,15 +571,15 @@ func (e *Elastic) await(ctx context.Context, changed <-chan struct{}) error {
 // every agent reads them when the job failed, so it reads a bounded number
 // whatever the job's size (see failureKey).
 func (e *Elastic) Failures(ctx context.Context) ([]Failure, error) {
-	kvs, _, err := e.store.List(ctx, prefixFail, MaxListedFailures)
+	kvs, _, err := e.store.List(ctx, PrefixFail, MaxListedFailures)
 	if err != nil {
 		return nil, err
 	}
-	return decodeFailures(kvs), nil
+	return DecodeFailures(kvs), nil
 }
 
 // RecordRecovery keeps rec in etcd (one unleased key per recovery, read by
 // gorun status): call it once per in-place recovery, from one node.
 func (e *Elastic) RecordRecovery(ctx context.Context, rec Recovery) error {
-	return e.put(ctx, fmt.Sprintf("%s%08d", prefixKept, rec.Round), rec, false)
+	return e.put(ctx, keptKey(rec.Round), rec, false)
 }

@@ -48,7 +48,7 @@ func (e *Elastic) Evict(ctx context.Context, why string) error {
 	self := e.cfg.Self
 	reason := fmt.Sprintf("node %s evicted: %s", self.Host, why)
 	f := Failure{Host: self.Host, NodeRank: p.NodeRank, Rank: -1, Signal: "evicted", Time: time.Now(), Attempt: st.Round, Error: reason}
-	if err := e.put(ctx, fmt.Sprintf("%s%08d/0-node-%s", prefixFail, st.Round, self.ID), f, false); err != nil {
+	if err := e.put(ctx, nodeFailureKey(st.Round, self.ID), f, false); err != nil {
 		return err
 	}
 	next := st.Next(CauseMembership, reason, e.cfg.Limits, time.Now())
@@ -59,7 +59,7 @@ func (e *Elastic) Evict(ctx context.Context, why string) error {
 	if err != nil {
 		return err
 	}
-	won, err := e.store.Txn(ctx, keyState, snap.stateRev, KV{Key: keyState, Value: data})
+	won, err := e.store.Txn(ctx, KeyState, snap.stateRev, KV{Key: KeyState, Value: data})
 	if err != nil || !won {
 		return err // lost the race to another change: the caller tries again
 	}

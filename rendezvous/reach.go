@@ -92,7 +92,7 @@ func (e *Elastic) Unreachable(ctx context.Context, r Round, rank int) error {
 		// after all (a network fault), it leads no longer and its
 		// transitions, compare-and-swaps on the state, cannot clash.
 		e.log.Info().Str("node", m.Host).Msg("the node gone held the aggregator's key: releasing it for a new aggregator")
-		return e.store.Delete(ctx, keyLeader)
+		return e.store.Delete(ctx, KeyLeader)
 	}
 	return nil
 }
@@ -118,11 +118,11 @@ func agentGone(perr error) bool {
 // aggregator's key, that goes too, so that a new aggregator acts now.
 func (e *Elastic) fence(ctx context.Context, m Member, perr error) error {
 	e.log.Warn().Str("node", m.Host).AnErr("probe", perr).Msg("a peer's agent is gone (its probe port refused): removing its registration")
-	if err := e.store.Delete(ctx, prefixNodes+m.ID); err != nil {
+	if err := e.store.Delete(ctx, nodeKey(m.ID)); err != nil {
 		return err
 	}
 	if snap, _ := e.agent.read(); snap.leader == m.ID {
-		return e.store.Delete(ctx, keyLeader)
+		return e.store.Delete(ctx, KeyLeader)
 	}
 	return nil
 }
@@ -160,7 +160,7 @@ func (s *reachState) reportedIn(round int) []string {
 
 // readRoster reads the roster of the last round that froze.
 func (e *Elastic) readRoster(ctx context.Context) (Roster, error) {
-	kvs, _, err := e.store.List(ctx, keyRoster, 1)
+	kvs, _, err := e.store.List(ctx, KeyRoster, 1)
 	if err != nil || len(kvs) == 0 {
 		return Roster{Round: -1}, err
 	}
@@ -301,7 +301,7 @@ func (e *Elastic) recordLeftOut(ctx context.Context, round int, members, out []M
 	for _, m := range out {
 		f := Failure{Host: m.Host, NodeRank: -1, Rank: -1, Signal: "left out", Time: time.Now(), Attempt: round,
 			Ranks: ranksOf(members, m.ID), Error: reason}
-		if err := e.put(ctx, fmt.Sprintf("%s%08d/0-node-%s", prefixFail, round, m.ID), f, false); err != nil {
+		if err := e.put(ctx, nodeFailureKey(round, m.ID), f, false); err != nil {
 			return err
 		}
 	}

@@ -164,7 +164,7 @@ func TestStatusWatchShowsEachNodesProgress(t *testing.T) {
 	tracker.Started(1, 1)
 	tracker.Observe(0, 0, heartbeat.Progress{Step: 41, Loss: 2.5, TokensPerS: 1234.4, ComputeS: 0.2})
 	tracker.Observe(1, 1, heartbeat.Progress{Step: 40, Loss: 2.75, TokensPerS: 1200, ComputeS: 0.2})
-	put(etcdstore.PrefixStats+"node-a.11", tracker.Report("node-a").Encode())
+	put(rendezvous.PrefixStats+"node-a.11", tracker.Report("node-a").Encode())
 
 	watch := startPipeWatch(ctx, t, srv)
 	head := watch.await("NODE RANK")
@@ -173,12 +173,12 @@ func TestStatusWatchShowsEachNodesProgress(t *testing.T) {
 	require.Regexp(t, `^1 +node-b +10\.0\.0\.2 +2 +false +\S+ ago +- +- +-$`, lastOf(watch.await("node-b")))
 
 	tracker.Observe(1, 1, heartbeat.Progress{Step: 42, Loss: 2.25, TokensPerS: 1300, ComputeS: 0.2})
-	put(etcdstore.PrefixStats+"node-a.11", tracker.Report("node-a").Encode())
+	put(rendezvous.PrefixStats+"node-a.11", tracker.Report("node-a").Encode())
 	require.Regexp(t, ` 42 +2\.250 +1300$`, lastOf(watch.await("node-a")))
 	other := straggler.NewTracker()
 	other.Started(0, 2)
 	other.Observe(0, 2, heartbeat.Progress{Step: 42, Loss: 2.375, TokensPerS: math.NaN(), ComputeS: 0.2})
-	put(etcdstore.PrefixStats+"node-b.22", other.Report("node-b").Encode())
+	put(rendezvous.PrefixStats+"node-b.22", other.Report("node-b").Encode())
 	watch.await("--- ") // the rest of the print before, up to the next one
 	require.Regexp(t, ` 42 +2\.375 +-$`, lastOf(watch.await("node-b")))
 	watch.stop()
