@@ -20,6 +20,7 @@ import (
 	"github.com/gorun/gorun/internal/straggler"
 	"github.com/gorun/gorun/rendezvous"
 	"github.com/gorun/gorun/rendezvous/etcdstore"
+	"github.com/gorun/gorun/rendezvous/status"
 )
 
 // gorun status --watch into a pipe (not a terminal) prints the status as
@@ -256,7 +257,7 @@ func TestStatusWatchRedrawsATerminal(t *testing.T) {
 			"--rdzv-endpoint", strings.Join(srv.Endpoints(), ","), "--rdzv-id", "job"}))
 	}()
 	var screenful strings.Builder
-	for strings.Count(screenful.String(), clearScreen) < 3 {
+	for strings.Count(screenful.String(), status.ClearScreen) < 3 {
 		select {
 		case s := <-shown:
 			screenful.WriteString(s)
@@ -264,7 +265,7 @@ func TestStatusWatchRedrawsATerminal(t *testing.T) {
 			t.Fatalf("fewer than 3 redraws in time: %q", screenful.String())
 		}
 	}
-	require.Contains(t, screenful.String(), clearScreen+"run job: no rendezvous on this etcd")
+	require.Contains(t, screenful.String(), status.ClearScreen+"run job: no rendezvous on this etcd")
 	require.Contains(t, screenful.String(), "every 10ms; Ctrl-C to stop")
 
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
