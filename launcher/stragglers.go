@@ -14,6 +14,7 @@ import (
 	"github.com/gorun/gorun/internal/heartbeat"
 	"github.com/gorun/gorun/internal/straggler"
 	"github.com/gorun/gorun/rendezvous"
+	"github.com/gorun/gorun/rendezvous/liveness"
 )
 
 // statsEvery is how often an agent publishes its ranks' median step
@@ -96,7 +97,7 @@ func publishStats(ctx context.Context, store rendezvous.Store, nodeID, host stri
 	tick := time.NewTicker(statsEvery)
 	defer tick.Stop()
 	slow := map[int]bool{} // this node's ranks named last time
-	clock := evictionClock{after: ev.after}
+	clock := liveness.EvictionClock{After: ev.after}
 	for {
 		var now time.Time
 		select {
@@ -127,14 +128,14 @@ func publishStats(ctx context.Context, store rendezvous.Store, nodeID, host stri
 			continue
 		}
 		worst, straggling := ownStraggler(own, found)
-		if !clock.observe(now, straggling) {
+		if !clock.Observe(now, straggling) {
 			continue
 		}
-		why := fmt.Sprintf("its rank %d was the job's straggler for %s (%.1fx the median step compute; --evict-stragglers=%s)", worst.Rank, now.Sub(clock.since).Round(time.Second), worst.Ratio, ev.after)
+		why := fmt.Sprintf("its rank %d was the job's straggler for %s (%.1fx the median step compute; --evict-stragglers=%s)", worst.Rank, now.Sub(clock.Since).Round(time.Second), worst.Ratio, ev.after)
 		switch err := ev.evict(ctx, why); {
 		case errors.Is(err, rendezvous.ErrEvictTooFew):
 			log.Warn().Str("why", why).Msg("not evicting this node: the job would have fewer nodes than its minimum")
-			clock.since = now // say so once per period, not every tick
+			clock.Since = now // say so once per period, not every tick
 		case err != nil:
 			if ctx.Err() == nil {
 				log.Warn().Err(err).Msg("evicting this node")
@@ -167,27 +168,6 @@ func ownStraggler(own straggler.Report, found []straggler.Straggler) (straggler.
 		}
 	}
 	return worst, ok
-}
-
-// evictionClock tells when a node has been the job's straggler for long
-// enough to evict it: without a break, from the first look that found
-// it one.
-type evictionClock struct {
-	after time.Duration
-	since time.Time // when the node became the straggler; zero: it is not
-}
-
-// observe records whether the node was a straggler at now and says
-// whether it has been one for at least after.
-func (c *evictionClock) observe(now time.Time, straggling bool) bool {
-	if !straggling {
-		c.since = time.Time{}
-		return false
-	}
-	if c.since.IsZero() {
-		c.since = now
-	}
-	return now.Sub(c.since) >= c.after
 }
 
 // logStragglers logs this node's ranks among found that were not named

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/gorun/gorun/rendezvous/liveness"
 )
 
 // ErrEtcdUnreachable means etcd did not answer for JoinTimeout while this
@@ -102,8 +104,9 @@ type Elastic struct {
 	log    zerolog.Logger
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	last   int // the last round Next returned; -1 before the first
-	reach  reachState
+	last   int              // the last round Next returned; -1 before the first
+	prober *liveness.Prober // checks the peers this node's workers stopped hearing from
+	gate   *liveness.Gate   // keeps this node out while it was left out and cannot reach every member
 	evict  evictState
 }
 
@@ -124,6 +127,8 @@ func Join(ctx context.Context, store Store, cfg Config) (*Elastic, error) {
 	vctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e := &Elastic{cfg: cfg, store: store, agent: newAgentView(cfg.Self.ID), cancel: cancel, last: -1,
 		log: cfg.Log.With().Str("component", "rendezvous").Logger()}
+	e.prober = liveness.NewProber(fencer{e}, e.log)
+	e.gate = liveness.NewGate(cfg.Self.ID, peers(store, cfg.Self.ID), e.log)
 	for _, run := range []func(context.Context){
 		func(ctx context.Context) { e.agent.run(ctx, store) },
 		e.followSession,
@@ -214,7 +219,7 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 	selfChecked := -1          // the round for which this node read its own key
 	var retry <-chan time.Time // a node left out probes the members again
 	for {
-		if err := e.evictedError(); err != nil {
+		if err := e.evict.err(); err != nil {
 			return Round{}, err
 		}
 		snap, changed := e.agent.read()
@@ -240,9 +245,9 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 			// This node's view has not yet caught up with the round that
 			// replaced the one it ran: wait for it.
 		case st.Phase == PhaseJoinable:
-			e.setLeftOut(st)
-			if joinedRound != st.Round && !e.rejoinable(ctx) {
-				retry = time.After(reachEvery)
+			e.gate.LeftOut(st.Round, st.LeftOut, st.Reason)
+			if joinedRound != st.Round && !e.gate.Open(ctx) {
+				retry = time.After(liveness.RejoinEvery)
 				break
 			}
 			if joinedRound != st.Round {
@@ -271,9 +276,9 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 			// round was full, or it was left out and reaches every member
 			// again. The aggregator opens the next one for it when there
 			// is room.
-			e.setLeftOut(st)
-			if !e.rejoinable(ctx) {
-				retry = time.After(reachEvery)
+			e.gate.LeftOut(st.Round, st.LeftOut, st.Reason)
+			if !e.gate.Open(ctx) {
+				retry = time.After(liveness.RejoinEvery)
 				break
 			}
 			if err := e.put(ctx, waitKey(e.cfg.Self.ID), e.cfg.Self, true); err != nil {
@@ -287,7 +292,7 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 		case <-retry:
 			retry = nil
 		case <-timeout.C:
-			if sess, _ := e.store.Session(); sess.Live && st.Phase == PhaseRunning && (waiting || e.leftOutError() != nil) {
+			if sess, _ := e.store.Session(); sess.Live && st.Phase == PhaseRunning && (waiting || e.gate.Err() != nil) {
 				// A spare, or a node left out for a network fault, waits
 				// as long as the job runs without it: the aggregator takes
 				// it in when there is room (once it reaches every member),
@@ -308,7 +313,7 @@ func (e *Elastic) formError(ctx context.Context, st State) error {
 		return fmt.Errorf("%w: no answer for %s, and no round took this node within join_timeout=%s",
 			ErrEtcdUnreachable, time.Since(sess.Since).Round(time.Second), e.cfg.JoinTimeout)
 	}
-	if err := e.leftOutError(); err != nil {
+	if err := e.gate.Err(); err != nil {
 		return fmt.Errorf("rendezvous: this node was left out of the job for a network fault and could not reach every member within join_timeout=%s: %w",
 			e.cfg.JoinTimeout, err)
 	}

@@ -64,18 +64,23 @@ func (e *Elastic) Evict(ctx context.Context, why string) error {
 		return err // lost the race to another change: the caller tries again
 	}
 	e.logTransition(st, next)
-	e.evict.mu.Lock()
-	e.evict.reason = reason
-	e.evict.mu.Unlock()
+	e.evict.set(reason)
 	return nil
 }
 
-// evictedError is Next's error after Evict, else nil.
-func (e *Elastic) evictedError() error {
-	e.evict.mu.Lock()
-	defer e.evict.mu.Unlock()
-	if e.evict.reason == "" {
+// set records that this node evicted itself, for reason.
+func (s *evictState) set(reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reason = reason
+}
+
+// err is Next's error after Evict, else nil.
+func (s *evictState) err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reason == "" {
 		return nil
 	}
-	return &EvictedError{Reason: e.evict.reason}
+	return &EvictedError{Reason: s.reason}
 }
