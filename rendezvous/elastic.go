@@ -321,7 +321,7 @@ func (e *Elastic) formError(ctx context.Context, st State) error {
 	if st.Phase == PhaseJoinable {
 		// Only now, on the way out, does this agent read the other
 		// nodes' keys: to say who came.
-		joined, _, err := e.store.List(ctx, roundPrefix(st.Round)+"join/", 0)
+		joined, _, err := e.store.List(ctx, joinPrefix(st.Round), 0)
 		if err == nil && len(joined) < lim.Needed(st.Round) {
 			var hosts []string
 			for _, kv := range joined {

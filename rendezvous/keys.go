@@ -217,6 +217,9 @@ func waitKey(id string) string   { return Key{Kind: KindWaiting, ID: id}.String(
 func keptKey(round int) string   { return Key{Kind: KindKept, Round: round}.String() }
 
 func roundPrefix(round int) string { return fmt.Sprintf("%s%08d/", PrefixRounds, round) }
+
+// joinPrefix is where the join keys of round are (joinKey).
+func joinPrefix(round int) string { return roundPrefix(round) + KindJoin.String() + "/" }
 func joinKey(round int, id string) string {
 	return Key{Kind: KindJoin, Round: round, ID: id}.String()
 }
