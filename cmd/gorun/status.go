@@ -92,11 +92,10 @@ func statusAction(c *cli.Context) error {
 	if watch != nil {
 		return runStatusWatch(c.Context, watch, read)
 	}
-	st, err := read(c.Context)
+	rep, err := status.Read(c.Context, read)
 	if err != nil {
 		return err
 	}
-	rep := status.New(st)
 	if c.Bool("json") {
 		return rep.WriteJSON(c.App.Writer)
 	}

@@ -2,7 +2,9 @@ package status
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -371,4 +373,26 @@ func TestWriteJSON(t *testing.T) {
 	want, err := json.MarshalIndent(rep, "", "  ")
 	require.NoError(t, err)
 	require.Equal(t, string(want)+"\n", b.String())
+}
+
+// Read is the report of what its reader read, or the reader's error.
+func TestRead(t *testing.T) {
+	failed := errors.New("etcd: no answer")
+	st := syntheticStatus(2, 0, 0, 1, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	for _, tc := range []struct {
+		name string
+		st   etcdstore.Status
+		err  error
+	}{
+		{"read", st, nil},
+		{"failed", etcdstore.Status{}, failed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep, err := Read(context.Background(), func(context.Context) (etcdstore.Status, error) { return tc.st, tc.err })
+			require.ErrorIs(t, err, tc.err)
+			if tc.err == nil {
+				require.Equal(t, New(tc.st), rep)
+			}
+		})
+	}
 }

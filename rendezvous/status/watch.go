@@ -15,10 +15,20 @@ import (
 // the screen: a terminal's Watch writes it before each status.
 const ClearScreen = "\x1b[H\x1b[2J"
 
-// Reader reads a run's status once, without taking part in it: a closure
+// Reader reads a run's keys once, without taking part in it: a closure
 // over etcdstore.ReadStatus. It fails when etcd does not answer, or ctx
 // ends.
 type Reader func(ctx context.Context) (etcdstore.Status, error)
+
+// Read reads a run's status once through read and returns its report. It
+// fails as read does.
+func Read(ctx context.Context, read Reader) (Report, error) {
+	st, err := read(ctx)
+	if err != nil {
+		return Report{}, err
+	}
+	return New(st), nil
+}
 
 // Watch is `gorun status --watch`: the status of one run every interval.
 type Watch struct {
@@ -62,7 +72,7 @@ func (w *Watch) Run(ctx context.Context, read Reader) error {
 
 // show reads the status once and prints it as the mode says.
 func (w *Watch) show(ctx context.Context, read Reader) error {
-	st, readErr := read(ctx)
+	rep, readErr := Read(ctx, read)
 	if ctx.Err() != nil {
 		return nil // stopping: the read was cut short
 	}
@@ -71,13 +81,13 @@ func (w *Watch) show(ctx context.Context, read Reader) error {
 	if readErr != nil {
 		fmt.Fprintf(&page, "run %s: reading the status failed (trying again every %v): %v\n", w.runID, w.interval, readErr)
 	} else {
-		New(st).WriteText(&page, now)
+		rep.WriteText(&page, now)
 	}
 	if w.terminal {
 		_, err := fmt.Fprintf(w.out, "%s%s\n%s every %v; Ctrl-C to stop\n", ClearScreen, page.Bytes(), now.Format("15:04:05"), w.interval)
 		return err
 	}
-	key := key(st, readErr)
+	key := key(rep, readErr)
 	if bytes.Equal(key, w.last) {
 		return nil
 	}
@@ -88,11 +98,11 @@ func (w *Watch) show(ctx context.Context, read Reader) error {
 
 // key is what a plain print depends on, less the clock: the report as
 // --json shows it, or the read error.
-func key(st etcdstore.Status, readErr error) []byte {
+func key(rep Report, readErr error) []byte {
 	if readErr != nil {
 		return []byte("error: " + readErr.Error())
 	}
-	b, err := json.Marshal(New(st))
+	b, err := json.Marshal(rep)
 	if err != nil {
 		return []byte("error: " + err.Error())
 	}
