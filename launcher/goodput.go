@@ -10,7 +10,6 @@ import (
 	"github.com/gorun/gorun/elastic/agentmetrics"
 	"github.com/gorun/gorun/internal/goodput"
 	"github.com/gorun/gorun/rendezvous"
-	"github.com/gorun/gorun/rendezvous/etcdstore"
 )
 
 // observeGoodput returns what gives this agent's goodput figures: its
@@ -51,7 +50,7 @@ func publishGoodput(ctx context.Context, store rendezvous.Store, nodeID, host st
 			return
 		}
 		r := goodput.NodeReport{Host: host, At: time.Now(), Summary: s}
-		if err := store.Put(ctx, etcdstore.PrefixGoodput+nodeID, r.Encode(), false); err != nil {
+		if err := store.Put(ctx, rendezvous.GoodputKey(nodeID), r.Encode(), false); err != nil {
 			log.Warn().Err(err).Msg("publishing this node's goodput")
 		}
 	}

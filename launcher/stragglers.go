@@ -14,7 +14,7 @@ import (
 	"github.com/gorun/gorun/internal/heartbeat"
 	"github.com/gorun/gorun/internal/straggler"
 	"github.com/gorun/gorun/rendezvous"
-	"github.com/gorun/gorun/rendezvous/etcdstore"
+	"github.com/gorun/gorun/rendezvous/liveness"
 )
 
 // statsEvery is how often an agent publishes its ranks' median step
@@ -97,7 +97,7 @@ func publishStats(ctx context.Context, store rendezvous.Store, nodeID, host stri
 	tick := time.NewTicker(statsEvery)
 	defer tick.Stop()
 	slow := map[int]bool{} // this node's ranks named last time
-	clock := evictionClock{after: ev.after}
+	clock := liveness.EvictionClock{After: ev.after}
 	for {
 		var now time.Time
 		select {
@@ -109,13 +109,13 @@ func publishStats(ctx context.Context, store rendezvous.Store, nodeID, host stri
 		if len(own.Ranks) == 0 {
 			continue
 		}
-		if err := store.Put(ctx, etcdstore.PrefixStats+nodeID, own.Encode(), true); err != nil {
+		if err := store.Put(ctx, rendezvous.StatsKey(nodeID), own.Encode(), true); err != nil {
 			if ctx.Err() == nil {
 				log.Warn().Err(err).Msg("publishing this node's step compute")
 			}
 			continue
 		}
-		kvs, _, err := store.List(ctx, etcdstore.PrefixStats, 0)
+		kvs, _, err := store.List(ctx, rendezvous.PrefixStats, 0)
 		if err != nil {
 			if ctx.Err() == nil {
 				log.Warn().Err(err).Msg("reading the job's step compute")
@@ -128,14 +128,14 @@ func publishStats(ctx context.Context, store rendezvous.Store, nodeID, host stri
 			continue
 		}
 		worst, straggling := ownStraggler(own, found)
-		if !clock.observe(now, straggling) {
+		if !clock.Observe(now, straggling) {
 			continue
 		}
-		why := fmt.Sprintf("its rank %d was the job's straggler for %s (%.1fx the median step compute; --evict-stragglers=%s)", worst.Rank, now.Sub(clock.since).Round(time.Second), worst.Ratio, ev.after)
+		why := fmt.Sprintf("its rank %d was the job's straggler for %s (%.1fx the median step compute; --evict-stragglers=%s)", worst.Rank, now.Sub(clock.Since).Round(time.Second), worst.Ratio, ev.after)
 		switch err := ev.evict(ctx, why); {
 		case errors.Is(err, rendezvous.ErrEvictTooFew):
 			log.Warn().Str("why", why).Msg("not evicting this node: the job would have fewer nodes than its minimum")
-			clock.since = now // say so once per period, not every tick
+			clock.Since = now // say so once per period, not every tick
 		case err != nil:
 			if ctx.Err() == nil {
 				log.Warn().Err(err).Msg("evicting this node")
@@ -170,27 +170,6 @@ func ownStraggler(own straggler.Report, found []straggler.Straggler) (straggler.
 	return worst, ok
 }
 
-// evictionClock tells when a node has been the job's straggler for long
-// enough to evict it: without a break, from the first look that found
-// it one.
-type evictionClock struct {
-	after time.Duration
-	since time.Time // when the node became the straggler; zero: it is not
-}
-
-// observe records whether the node was a straggler at now and says
-// whether it has been one for at least after.
-func (c *evictionClock) observe(now time.Time, straggling bool) bool {
-	if !straggling {
-		c.since = time.Time{}
-		return false
-	}
-	if c.since.IsZero() {
-		c.since = now
-	}
-	return now.Sub(c.since) >= c.after
-}
-
 // logStragglers logs this node's ranks among found that were not named
 // before, and those named before that no longer are; it returns the
 // ranks named now.
@@ -222,7 +201,7 @@ func logStragglers(log zerolog.Logger, own straggler.Report, found []straggler.S
 func decodeReports(kvs []rendezvous.KV) []straggler.Report {
 	var out []straggler.Report
 	for _, kv := range kvs {
-		if !strings.HasPrefix(kv.Key, etcdstore.PrefixStats) {
+		if !strings.HasPrefix(kv.Key, rendezvous.PrefixStats) {
 			continue
 		}
 		if r, err := straggler.ParseReport(kv.Value); err == nil {

@@ -2,7 +2,6 @@ package rendezvous
 
 import (
 	"context"
-	"encoding/json"
 	"sync"
 	"time"
 )
@@ -35,7 +34,7 @@ func newAgentView(self string) *agentView {
 // key a peer deleted learns it from these (Elastic.Next).
 func (v *agentView) run(ctx context.Context, store Store) {
 	var wg sync.WaitGroup
-	for _, key := range []string{keyState, keyLeader, placeKey(BucketOf(v.self))} {
+	for _, key := range []string{KeyState, KeyLeader, placeKey(BucketOf(v.self))} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -76,35 +75,44 @@ func (v *agentView) apply(kv KV, present bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	defer v.notifyLocked()
-	switch kv.Key {
-	case keyState:
+	k, ok := ParseKey(kv.Key)
+	if !ok {
+		return
+	}
+	var val any
+	if present {
+		var err error
+		if val, err = Decode(k, kv); err != nil {
+			val = nil
+		}
+	}
+	switch k.Kind {
+	case KindState:
 		v.stateRead = true
-		var st State
-		switch {
+		switch st, ok := val.(State); {
 		case !present:
 			v.state, v.stateRev = State{}, 0
-		case json.Unmarshal(kv.Value, &st) == nil:
+		case ok:
 			v.state, v.stateRev = st, kv.Rev
 		}
-	case keyLeader:
+	case KindLeader:
 		v.leader, v.led = "", true
 		if present {
-			v.leader = string(kv.Value)
+			v.leader = val.(string)
 		}
-	case placeKey(BucketOf(v.self)):
-		if !present {
+	case KindPlace:
+		b, ok := val.(Bucket)
+		if !ok || k.Bucket != BucketOf(v.self) {
 			break
 		}
-		if b, err := DecodeBucket(kv.Value); err == nil {
-			// Not in its bucket's round: this node did not join that
-			// round, or joined after it froze.
-			p, ok := b.Places[v.self]
-			if !ok {
-				p = Placement{Member: false, NodeRank: -1, FirstRank: -1}
-			}
-			p.Round = b.Round
-			v.placement, v.placed = p, true
+		// Not in its bucket's round: this node did not join that round,
+		// or joined after it froze.
+		p, ok := b.Places[v.self]
+		if !ok {
+			p = Placement{Member: false, NodeRank: -1, FirstRank: -1}
 		}
+		p.Round = b.Round
+		v.placement, v.placed = p, true
 	}
 }
 

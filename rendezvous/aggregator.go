@@ -72,7 +72,7 @@ func (e *Elastic) campaign(ctx context.Context) {
 
 // claim tries to take the leader key; losing to another agent is no error.
 func (e *Elastic) claim(ctx context.Context) {
-	won, err := e.store.Claim(ctx, keyLeader, []byte(e.cfg.Self.ID))
+	won, err := e.store.Claim(ctx, KeyLeader, []byte(e.cfg.Self.ID))
 	switch {
 	case err != nil && ctx.Err() == nil:
 		e.log.Warn().Err(err).Msg("claiming the aggregator's key")
@@ -247,7 +247,7 @@ func (a *aggregator) commit(ctx context.Context, rev int64, from, next State, ro
 	if err != nil {
 		return err
 	}
-	writes = append(writes, KV{Key: keyState, Value: state}, KV{Key: keyRoster, Value: members})
+	writes = append(writes, KV{Key: KeyState, Value: state}, KV{Key: KeyRoster, Value: members})
 	for b, bucket := range roster.Buckets(joined) {
 		data, err := bucket.Encode()
 		if err != nil {
@@ -255,7 +255,7 @@ func (a *aggregator) commit(ctx context.Context, rev int64, from, next State, ro
 		}
 		writes = append(writes, KV{Key: placeKey(b), Value: data})
 	}
-	won, err := a.e.store.Txn(ctx, keyState, rev, writes...)
+	won, err := a.e.store.Txn(ctx, KeyState, rev, writes...)
 	if won {
 		a.e.logTransition(from, next)
 		a.e.log.Debug().Int("round", roster.Round).Int("members", len(roster.Members)).Int("joined", len(joined)).Msg("placed the round's nodes")

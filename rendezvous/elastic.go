@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/gorun/gorun/rendezvous/liveness"
 )
 
 // ErrEtcdUnreachable means etcd did not answer for JoinTimeout while this
@@ -102,8 +104,9 @@ type Elastic struct {
 	log    zerolog.Logger
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	last   int // the last round Next returned; -1 before the first
-	reach  reachState
+	last   int              // the last round Next returned; -1 before the first
+	prober *liveness.Prober // checks the peers this node's workers stopped hearing from
+	gate   *liveness.Gate   // keeps this node out while it was left out and cannot reach every member
 	evict  evictState
 }
 
@@ -118,12 +121,14 @@ func Join(ctx context.Context, store Store, cfg Config) (*Elastic, error) {
 		cfg.Self.Since = time.Now()
 	}
 	self, _ := json.Marshal(cfg.Self)
-	if err := store.Put(ctx, prefixNodes+cfg.Self.ID, self, true); err != nil {
+	if err := store.Put(ctx, nodeKey(cfg.Self.ID), self, true); err != nil {
 		return nil, err
 	}
 	vctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e := &Elastic{cfg: cfg, store: store, agent: newAgentView(cfg.Self.ID), cancel: cancel, last: -1,
 		log: cfg.Log.With().Str("component", "rendezvous").Logger()}
+	e.prober = liveness.NewProber(fencer{e}, e.log)
+	e.gate = liveness.NewGate(cfg.Self.ID, peers(store, cfg.Self.ID), e.log)
 	for _, run := range []func(context.Context){
 		func(ctx context.Context) { e.agent.run(ctx, store) },
 		e.followSession,
@@ -169,7 +174,7 @@ func (e *Elastic) cas(ctx context.Context, rev int64, from, next State) error {
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), retainTimeout)
 		defer cancel()
 	}
-	won, err := e.store.Txn(ctx, keyState, rev, KV{Key: keyState, Value: data})
+	won, err := e.store.Txn(ctx, KeyState, rev, KV{Key: KeyState, Value: data})
 	if won {
 		e.logTransition(from, next)
 	}
@@ -214,7 +219,7 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 	selfChecked := -1          // the round for which this node read its own key
 	var retry <-chan time.Time // a node left out probes the members again
 	for {
-		if err := e.evictedError(); err != nil {
+		if err := e.evict.err(); err != nil {
 			return Round{}, err
 		}
 		snap, changed := e.agent.read()
@@ -240,9 +245,9 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 			// This node's view has not yet caught up with the round that
 			// replaced the one it ran: wait for it.
 		case st.Phase == PhaseJoinable:
-			e.setLeftOut(st)
-			if joinedRound != st.Round && !e.rejoinable(ctx) {
-				retry = time.After(reachEvery)
+			e.gate.LeftOut(st.Round, st.LeftOut, st.Reason)
+			if joinedRound != st.Round && !e.gate.Open(ctx) {
+				retry = time.After(liveness.RejoinEvery)
 				break
 			}
 			if joinedRound != st.Round {
@@ -256,7 +261,7 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 					return Round{}, err
 				}
 				if waiting {
-					_ = e.store.Delete(ctx, prefixWait+e.cfg.Self.ID)
+					_ = e.store.Delete(ctx, waitKey(e.cfg.Self.ID))
 					waiting = false
 				}
 				joinedRound = st.Round
@@ -271,12 +276,12 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 			// round was full, or it was left out and reaches every member
 			// again. The aggregator opens the next one for it when there
 			// is room.
-			e.setLeftOut(st)
-			if !e.rejoinable(ctx) {
-				retry = time.After(reachEvery)
+			e.gate.LeftOut(st.Round, st.LeftOut, st.Reason)
+			if !e.gate.Open(ctx) {
+				retry = time.After(liveness.RejoinEvery)
 				break
 			}
-			if err := e.put(ctx, prefixWait+e.cfg.Self.ID, e.cfg.Self, true); err != nil {
+			if err := e.put(ctx, waitKey(e.cfg.Self.ID), e.cfg.Self, true); err != nil {
 				return Round{}, err
 			}
 			waiting = true
@@ -287,7 +292,7 @@ func (e *Elastic) Next(ctx context.Context) (Round, error) {
 		case <-retry:
 			retry = nil
 		case <-timeout.C:
-			if sess, _ := e.store.Session(); sess.Live && st.Phase == PhaseRunning && (waiting || e.leftOutError() != nil) {
+			if sess, _ := e.store.Session(); sess.Live && st.Phase == PhaseRunning && (waiting || e.gate.Err() != nil) {
 				// A spare, or a node left out for a network fault, waits
 				// as long as the job runs without it: the aggregator takes
 				// it in when there is room (once it reaches every member),
@@ -308,7 +313,7 @@ func (e *Elastic) formError(ctx context.Context, st State) error {
 		return fmt.Errorf("%w: no answer for %s, and no round took this node within join_timeout=%s",
 			ErrEtcdUnreachable, time.Since(sess.Since).Round(time.Second), e.cfg.JoinTimeout)
 	}
-	if err := e.leftOutError(); err != nil {
+	if err := e.gate.Err(); err != nil {
 		return fmt.Errorf("rendezvous: this node was left out of the job for a network fault and could not reach every member within join_timeout=%s: %w",
 			e.cfg.JoinTimeout, err)
 	}
@@ -316,7 +321,7 @@ func (e *Elastic) formError(ctx context.Context, st State) error {
 	if st.Phase == PhaseJoinable {
 		// Only now, on the way out, does this agent read the other
 		// nodes' keys: to say who came.
-		joined, _, err := e.store.List(ctx, roundPrefix(st.Round)+"join/", 0)
+		joined, _, err := e.store.List(ctx, joinPrefix(st.Round), 0)
 		if err == nil && len(joined) < lim.Needed(st.Round) {
 			var hosts []string
 			for _, kv := range joined {
@@ -451,12 +456,12 @@ func (e *Elastic) registerIfFenced(ctx context.Context) (bool, error) {
 	if sess, _ := e.store.Session(); !sess.Live {
 		return false, nil
 	}
-	kvs, _, err := e.store.List(ctx, prefixNodes+e.cfg.Self.ID, 0)
+	kvs, _, err := e.store.List(ctx, nodeKey(e.cfg.Self.ID), 0)
 	if err != nil || len(kvs) > 0 {
 		return err == nil, err
 	}
 	e.log.Warn().Msg("this node's registration was removed (a peer found its agent dead): registering again")
-	return true, e.put(ctx, prefixNodes+e.cfg.Self.ID, e.cfg.Self, true)
+	return true, e.put(ctx, nodeKey(e.cfg.Self.ID), e.cfg.Self, true)
 }
 
 // RunsWithout says whether the job runs a round that this node has no
@@ -513,7 +518,7 @@ func (e *Elastic) recordLost(ctx context.Context, round int, members, lost []Mem
 		f := Failure{Host: m.Host, NodeRank: -1, Rank: -1, ExitCode: 137, Signal: "node lost", Time: time.Now(), Attempt: round,
 			Ranks: ranksOf(members, m.ID),
 			Error: fmt.Sprintf("node %s stopped answering: its lease expired or its agent refused a peer's probe (the node died, or was cut off)", m.Host)}
-		if err := e.put(ctx, fmt.Sprintf("%s%08d/0-node-%s", prefixFail, round, m.ID), f, false); err != nil {
+		if err := e.put(ctx, nodeFailureKey(round, m.ID), f, false); err != nil {
 			return err
 		}
 	}
@@ -571,15 +576,15 @@ func (e *Elastic) await(ctx context.Context, changed <-chan struct{}) error {
 // every agent reads them when the job failed, so it reads a bounded number
 // whatever the job's size (see failureKey).
 func (e *Elastic) Failures(ctx context.Context) ([]Failure, error) {
-	kvs, _, err := e.store.List(ctx, prefixFail, MaxListedFailures)
+	kvs, _, err := e.store.List(ctx, PrefixFail, MaxListedFailures)
 	if err != nil {
 		return nil, err
 	}
-	return decodeFailures(kvs), nil
+	return DecodeFailures(kvs), nil
 }
 
 // RecordRecovery keeps rec in etcd (one unleased key per recovery, read by
 // gorun status): call it once per in-place recovery, from one node.
 func (e *Elastic) RecordRecovery(ctx context.Context, rec Recovery) error {
-	return e.put(ctx, fmt.Sprintf("%s%08d", prefixKept, rec.Round), rec, false)
+	return e.put(ctx, keptKey(rec.Round), rec, false)
 }

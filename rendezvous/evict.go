@@ -48,7 +48,7 @@ func (e *Elastic) Evict(ctx context.Context, why string) error {
 	self := e.cfg.Self
 	reason := fmt.Sprintf("node %s evicted: %s", self.Host, why)
 	f := Failure{Host: self.Host, NodeRank: p.NodeRank, Rank: -1, Signal: "evicted", Time: time.Now(), Attempt: st.Round, Error: reason}
-	if err := e.put(ctx, fmt.Sprintf("%s%08d/0-node-%s", prefixFail, st.Round, self.ID), f, false); err != nil {
+	if err := e.put(ctx, nodeFailureKey(st.Round, self.ID), f, false); err != nil {
 		return err
 	}
 	next := st.Next(CauseMembership, reason, e.cfg.Limits, time.Now())
@@ -59,23 +59,28 @@ func (e *Elastic) Evict(ctx context.Context, why string) error {
 	if err != nil {
 		return err
 	}
-	won, err := e.store.Txn(ctx, keyState, snap.stateRev, KV{Key: keyState, Value: data})
+	won, err := e.store.Txn(ctx, KeyState, snap.stateRev, KV{Key: KeyState, Value: data})
 	if err != nil || !won {
 		return err // lost the race to another change: the caller tries again
 	}
 	e.logTransition(st, next)
-	e.evict.mu.Lock()
-	e.evict.reason = reason
-	e.evict.mu.Unlock()
+	e.evict.set(reason)
 	return nil
 }
 
-// evictedError is Next's error after Evict, else nil.
-func (e *Elastic) evictedError() error {
-	e.evict.mu.Lock()
-	defer e.evict.mu.Unlock()
-	if e.evict.reason == "" {
+// set records that this node evicted itself, for reason.
+func (s *evictState) set(reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reason = reason
+}
+
+// err is Next's error after Evict, else nil.
+func (s *evictState) err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reason == "" {
 		return nil
 	}
-	return &EvictedError{Reason: e.evict.reason}
+	return &EvictedError{Reason: s.reason}
 }

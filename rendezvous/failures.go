@@ -3,25 +3,9 @@ package rendezvous
 import (
 	"cmp"
 	"context"
-	"encoding/json"
-	"fmt"
 	"slices"
 	"time"
 )
-
-// failureKey is where failure f of round is kept; a later report of the
-// same worker overwrites it and keeps its first revision. Keys sort
-// roughly in OrderFailures' order — round, then lost nodes and failed
-// agents (0-), workers that failed on their own (1-), workers that name a
-// lost peer (2-, the bulk when a node dies in a large job) — so that the
-// first MaxListedFailures keys hold the first failures.
-func failureKey(round int, f Failure) string {
-	class := 1
-	if f.LostPeer != nil && *f.LostPeer != f.Rank {
-		class = 2
-	}
-	return fmt.Sprintf("%s%08d/%d-%08d", prefixFail, round, class, f.Rank)
-}
 
 // MaxListedFailures is how many failure reports an agent reads when the
 // job failed, to print the first: the first in key order (see failureKey).
@@ -54,22 +38,6 @@ func OrderFailures(failures []Failure) {
 	slices.SortStableFunc(failures, func(a, b Failure) int {
 		return cmp.Or(cmp.Compare(a.Attempt, b.Attempt), cmp.Compare(tier(a), tier(b)), cmp.Compare(a.Revision, b.Revision))
 	})
-}
-
-// decodeFailures decodes failure reports, each with the revision that
-// created it; malformed values are skipped (only this package writes
-// them).
-func decodeFailures(kvs []KV) []Failure {
-	var out []Failure
-	for _, kv := range kvs {
-		var f Failure
-		if json.Unmarshal(kv.Value, &f) == nil {
-			f.Revision = kv.Create
-			out = append(out, f)
-		}
-	}
-	OrderFailures(out)
-	return out
 }
 
 // Blame records failures of running round r now, before the agent acts on
@@ -124,7 +92,7 @@ func (e *Elastic) Abandon(ctx context.Context, f Failure) error {
 	if p := snap.placement; p.Round == snap.state.Round && p.Member {
 		f.NodeRank = p.NodeRank
 	}
-	if err := e.put(ctx, fmt.Sprintf("%s%08d/0-agent-%s", prefixFail, f.Attempt, e.cfg.Self.ID), f, false); err != nil {
+	if err := e.put(ctx, agentFailureKey(f.Attempt, e.cfg.Self.ID), f, false); err != nil {
 		return err
 	}
 	for {

@@ -30,3 +30,23 @@ func FuzzDecodeLargeValues(f *testing.F) {
 		_, _ = rendezvous.DecodeBucket(data)
 	})
 }
+
+// FuzzParseKey: any key parses or not, never a panic; a key that parses
+// is written back as it was read, unless it spelled a number another way
+// (leading zeros, a sign): then the key it writes parses to the same Key.
+func FuzzParseKey(f *testing.F) {
+	for _, key := range []string{"state", "place/03", "nodes/a", "rounds/00000004/join/a", "failures/00000005/0-node-a",
+		"failures/00000005/0-agent-a", "failures/00000005/2-00000012", "inplace/00000006", "stats/a", "goodput/a", "rounds/1"} {
+		f.Add(key)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		k, ok := rendezvous.ParseKey(key)
+		if !ok {
+			return
+		}
+		again, ok := rendezvous.ParseKey(k.String())
+		if !ok || again != k {
+			t.Fatalf("%q parses to %+v, written %q, which parses to %+v (%v)", key, k, k.String(), again, ok)
+		}
+	})
+}

@@ -71,7 +71,7 @@ func TestRoundOf20000NodesFitsOneRequest(t *testing.T) {
 				for b, bucket := range buckets {
 					data, err := encode(bucket)
 					require.NoError(t, err)
-					writes = append(writes, rendezvous.KV{Key: fmt.Sprintf("%s%02d", rendezvous.PrefixPlace, b), Value: data})
+					writes = append(writes, rendezvous.KV{Key: rendezvous.Key{Kind: rendezvous.KindPlace, Bucket: b}.String(), Value: data})
 				}
 				return writes
 			}

@@ -3,61 +3,36 @@ package rendezvous
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
-	"github.com/gorun/gorun/internal/reach"
+	"github.com/gorun/gorun/rendezvous/liveness"
 )
 
 // A network fault that costs no lease (packets dropped one way, a link
 // between two nodes cut while both still reach etcd) leaves every member
 // in the job and their workers blocked on each other. It is seen by the
 // workers: a peer rank they hear nothing from (heartbeat.SilentAfter). The
-// agent then probes that rank's node (package reach: a connection both
-// ways to its agent); a node it cannot reach it reports under the round
-// (Unreachable). The aggregator leaves out of the next round the fewest
-// nodes that end every reported pair (LeaveOut): the round opens without
-// them as for a lost node, and the others re-form in place. A node left
-// out stays in the job: it joins a round again once it reaches every
-// member, a few probes in a row (rejoinable).
-
-// Reachability probes: how long one may take before a node is reported
-// unreachable (a lost SYN is retried by the kernel after a second, so a
-// lossy link fails it); how long one of the probes of a node left out
-// may take, how many in a row must pass before it joins again, and how
-// far apart (a node that answers does so in milliseconds: a short bound
-// sees a heal sooner).
-const (
-	ProbeTimeout       = time.Second
-	rejoinProbeTimeout = 500 * time.Millisecond
-	reachPasses        = 3
-	reachEvery         = 100 * time.Millisecond
-)
-
-// reachState is what this agent knows of reachability: whom it reported
-// unreachable in which round, and, while it is left out, its probes.
-type reachState struct {
-	mu       sync.Mutex
-	reported map[int][]string // round -> members this node reported unreachable
-	leftOut  bool             // this node was left out and has not joined since
-	passes   int              // probes of every member in a row that passed
-	lastErr  error            // the last probe that failed, while left out
-}
+// agent then probes that rank's node (package liveness, over package
+// reach: a connection both ways to its agent); a node it cannot reach it
+// reports under the round (Unreachable). The aggregator leaves out of the
+// next round the fewest nodes that end every reported pair (LeaveOut): the
+// round opens without them as for a lost node, and the others re-form in
+// place. A node left out stays in the job: it joins a round again once it
+// reaches every member, a few probes in a row (liveness.Gate).
 
 // Unreachable checks, when a worker of this node heard nothing from peer
-// rank `rank` of round r, whether that rank's node can be reached: a
-// probe of its agent (ProbeTimeout). When it cannot, it reports the node
-// under the round, with every other this node cannot reach: the
-// aggregator then leaves one side out of the next round. A rank of this
-// node, a node that answers no probes, or a round that is over already
-// is no report. It fails when the store does, or ctx ends.
+// rank `rank` of round r, whether that rank's node can be reached: its
+// prober (package liveness) probes the node's agent and reports it under
+// the round, with every other this node cannot reach, or fences it when
+// its agent is gone (see fencer). The aggregator then leaves one side out
+// of the next round. A rank of this node, a node that answers no probes,
+// or a round that is over already is no report. It fails when the store
+// does, or ctx ends.
 func (e *Elastic) Unreachable(ctx context.Context, r Round, rank int) error {
-	roster, err := e.readRoster(ctx)
+	roster, err := readRoster(ctx, e.store)
 	if err != nil || roster.Round != r.Number {
 		return err
 	}
@@ -65,102 +40,79 @@ func (e *Elastic) Unreachable(ctx context.Context, r Round, rank int) error {
 	if !ok || m.ID == e.cfg.Self.ID || m.Reach == 0 {
 		return nil
 	}
-	if !e.reach.mark(r.Number, m.ID) {
-		return nil // reported already
-	}
-	perr := reach.Probe(ctx, m.Addr, m.Reach, ProbeTimeout)
-	if perr == nil {
-		e.reach.unmark(r.Number, m.ID)
-		e.log.Info().Int("rank", rank).Str("node", m.Host).Msg("a worker heard nothing from a peer, but its node answers: not a network fault")
-		return nil
-	}
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
-	}
-	if agentGone(perr) {
-		return e.fence(ctx, m, perr)
-	}
-	ids := e.reach.reportedIn(r.Number)
-	e.log.Warn().Int("rank", rank).Str("node", m.Host).AnErr("probe", perr).Msg("cannot reach a peer's node (it died, or a network fault): reporting it")
-	if err := e.put(ctx, unreachKey(r.Number, e.cfg.Self.ID), ids, true); err != nil {
-		return err
-	}
-	if snap, _ := e.agent.read(); snap.leader == m.ID {
-		// The node gone is the aggregator, which would act on the report:
-		// its leader key would outlive it by its lease TTL. Deleting it
-		// makes the candidates claim it at once. Should that node live
-		// after all (a network fault), it leads no longer and its
-		// transitions, compare-and-swaps on the state, cannot clash.
-		e.log.Info().Str("node", m.Host).Msg("the node gone held the aggregator's key: releasing it for a new aggregator")
-		return e.store.Delete(ctx, keyLeader)
-	}
-	return nil
+	return e.prober.Check(ctx, r.Number, rank, peerOf(m))
 }
 
-// agentGone says whether a probe's error shows the prober's peer agent
-// gone with its kernel up: the connection was refused (nothing listens on
-// its probe port) or reset (the listener closed with the probe still in
-// its backlog, as the agent died). A live agent reads the probe and
-// answers it; a node cut off or powered off answers nothing, which is
-// only a suspicion (a timeout), not this.
-func agentGone(perr error) bool {
-	return errors.Is(perr, syscall.ECONNREFUSED) || errors.Is(perr, syscall.ECONNRESET)
+// peerOf is member m as liveness probes it.
+func peerOf(m Member) liveness.Peer {
+	return liveness.Peer{ID: m.ID, Host: m.Host, Addr: m.Addr, Reach: m.Reach}
 }
 
-// fence removes the registration of member m, whose agent refused a
-// probe (agentGone): its kernel answers and nothing listens on the
-// agent's probe port, so the agent is gone (it died with its kernel up:
-// kill -9, a crash). That is a death seen, not a suspicion to weigh against other
-// reports (LeaveOut would weigh a survivor that reports two dead peers
-// against them, and leave it out): the aggregator opens the next round
-// without m at once, as its lease's expiry would. Should m be alive after
-// all, it registers again and joins as a new node (Next). When m held the
-// aggregator's key, that goes too, so that a new aggregator acts now.
-func (e *Elastic) fence(ctx context.Context, m Member, perr error) error {
-	e.log.Warn().Str("node", m.Host).AnErr("probe", perr).Msg("a peer's agent is gone (its probe port refused): removing its registration")
-	if err := e.store.Delete(ctx, prefixNodes+m.ID); err != nil {
-		return err
-	}
-	if snap, _ := e.agent.read(); snap.leader == m.ID {
-		return e.store.Delete(ctx, keyLeader)
-	}
-	return nil
-}
-
-// mark records id as reported in round; false when it was already.
-func (s *reachState) mark(round int, id string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.reported == nil {
-		s.reported = map[int][]string{}
-	}
-	if slices.Contains(s.reported[round], id) {
-		return false
-	}
-	for r := range s.reported {
-		if r < round {
-			delete(s.reported, r)
+// peers lists the members of the last round that froze but self, for the
+// rejoin gate (liveness.Gate) to probe.
+func peers(store Store, self string) func(ctx context.Context) ([]liveness.Peer, error) {
+	return func(ctx context.Context) ([]liveness.Peer, error) {
+		roster, err := readRoster(ctx, store)
+		if err != nil {
+			return nil, err
 		}
+		var out []liveness.Peer
+		for _, m := range roster.Members {
+			if m.ID != self {
+				out = append(out, peerOf(m))
+			}
+		}
+		return out, nil
 	}
-	s.reported[round] = append(s.reported[round], id)
-	return true
 }
 
-func (s *reachState) unmark(round int, id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.reported[round] = slices.DeleteFunc(s.reported[round], func(x string) bool { return x == id })
+// fencer is the round protocol's side of liveness (liveness.Protocol): it
+// writes what this node's prober decided.
+type fencer struct{ e *Elastic }
+
+// Report puts this node's unreachable peers of round under the round, for
+// the aggregator (leaveOutUnreachable). When the peer just found held the
+// aggregator's key, that goes too: the aggregator, which would act on the
+// report, is gone, and its key would outlive it by its lease TTL.
+// Deleting it makes the candidates claim it at once. Should that node
+// live after all (a network fault), it leads no longer and its
+// transitions, compare-and-swaps on the state, cannot clash.
+func (f fencer) Report(ctx context.Context, round int, ids []string, peer liveness.Peer) error {
+	e := f.e
+	if err := e.put(ctx, unreachKey(round, e.cfg.Self.ID), ids, true); err != nil {
+		return err
+	}
+	if snap, _ := e.agent.read(); snap.leader == peer.ID {
+		e.log.Info().Str("node", peer.Host).Msg("the node gone held the aggregator's key: releasing it for a new aggregator")
+		return e.store.Delete(ctx, KeyLeader)
+	}
+	return nil
 }
 
-func (s *reachState) reportedIn(round int) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.reported[round])
+// Fence removes the registration of peer, whose agent refused a probe
+// (liveness.AgentGone): its kernel answers and nothing listens on the
+// agent's probe port, so the agent is gone (it died with its kernel up:
+// kill -9, a crash). That is a death seen, not a suspicion to weigh
+// against other reports (LeaveOut would weigh a survivor that reports two
+// dead peers against them, and leave it out): the aggregator opens the
+// next round without the peer at once, as its lease's expiry would.
+// Should it be alive after all, it registers again and joins as a new
+// node (Next). When it held the aggregator's key, that goes too, so that
+// a new aggregator acts now.
+func (f fencer) Fence(ctx context.Context, peer liveness.Peer) error {
+	e := f.e
+	if err := e.store.Delete(ctx, nodeKey(peer.ID)); err != nil {
+		return err
+	}
+	if snap, _ := e.agent.read(); snap.leader == peer.ID {
+		return e.store.Delete(ctx, KeyLeader)
+	}
+	return nil
 }
 
 // readRoster reads the roster of the last round that froze.
-func (e *Elastic) readRoster(ctx context.Context) (Roster, error) {
-	kvs, _, err := e.store.List(ctx, keyRoster, 1)
+func readRoster(ctx context.Context, store Store) (Roster, error) {
+	kvs, _, err := store.List(ctx, KeyRoster, 1)
 	if err != nil || len(kvs) == 0 {
 		return Roster{Round: -1}, err
 	}
@@ -301,89 +253,9 @@ func (e *Elastic) recordLeftOut(ctx context.Context, round int, members, out []M
 	for _, m := range out {
 		f := Failure{Host: m.Host, NodeRank: -1, Rank: -1, Signal: "left out", Time: time.Now(), Attempt: round,
 			Ranks: ranksOf(members, m.ID), Error: reason}
-		if err := e.put(ctx, fmt.Sprintf("%s%08d/0-node-%s", prefixFail, round, m.ID), f, false); err != nil {
+		if err := e.put(ctx, nodeFailureKey(round, m.ID), f, false); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// rejoinable says whether this node, left out of the job for being
-// unreachable, may join a round again: every member of the last round
-// answered its probes reachPasses times in a row (Next probes again
-// reachEvery later while it says no). A node that was never left out
-// always may.
-func (e *Elastic) rejoinable(ctx context.Context) bool {
-	s := &e.reach
-	s.mu.Lock()
-	left := s.leftOut
-	s.mu.Unlock()
-	if !left {
-		return true
-	}
-	err := e.reachMembers(ctx)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err != nil {
-		if s.lastErr == nil || s.passes > 0 {
-			e.log.Info().Err(err).Msg("left out of the job: waiting until this node reaches every member")
-		}
-		s.passes, s.lastErr = 0, err
-		return false
-	}
-	if s.passes++; s.passes < reachPasses {
-		return false
-	}
-	e.log.Info().Msg("this node reaches every member again: rejoining the job")
-	s.leftOut, s.passes, s.lastErr = false, 0, nil
-	return true
-}
-
-// setLeftOut records that this node was left out of the job (st names it).
-func (e *Elastic) setLeftOut(st State) {
-	if !slices.Contains(st.LeftOut, e.cfg.Self.ID) {
-		return
-	}
-	s := &e.reach
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.leftOut {
-		e.log.Warn().Int("round", st.Round).Str("reason", st.Reason).Msg("this node was left out of the job's next round")
-	}
-	s.leftOut = true
-}
-
-// leftOutError is why a node left out did not get back in, nil when it
-// was not left out.
-func (e *Elastic) leftOutError() error {
-	s := &e.reach
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.leftOut {
-		return nil
-	}
-	return cmp.Or(s.lastErr, errors.New("its probes of the members never passed"))
-}
-
-// reachMembers probes every member of the last round that froze but this
-// node, at once, and returns what failed.
-func (e *Elastic) reachMembers(ctx context.Context) error {
-	roster, err := e.readRoster(ctx)
-	if err != nil {
-		return err
-	}
-	errs := make([]error, len(roster.Members))
-	var wg sync.WaitGroup
-	for i, m := range roster.Members {
-		if m.ID == e.cfg.Self.ID || m.Reach == 0 {
-			continue
-		}
-		wg.Go(func() {
-			if err := reach.Probe(ctx, m.Addr, m.Reach, rejoinProbeTimeout); err != nil {
-				errs[i] = fmt.Errorf("node %s: %w", m.Host, err)
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }

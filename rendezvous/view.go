@@ -2,9 +2,6 @@ package rendezvous
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"strings"
 	"sync"
 	"time"
 )
@@ -88,98 +85,98 @@ func (v *view) reset(kvs []KV) {
 	v.notifyLocked()
 }
 
-// applyLocked decodes one change into the view. Malformed values are
-// skipped: only this package writes them.
+// applyLocked decodes one change into the view. Keys of no kind and
+// malformed values are skipped: only this package writes them.
 func (v *view) applyLocked(ev Event) {
-	key := ev.Key
-	switch {
-	case key == keyState:
-		var st State
-		if !ev.Deleted && json.Unmarshal(ev.Value, &st) == nil {
-			v.state, v.stateRev = st, ev.Rev
-			v.forgetRoundsBefore(st.Round)
-		} else if ev.Deleted {
-			v.state, v.stateRev = State{}, 0
-		}
-	case key == keyRoster && !ev.Deleted:
-		if r, err := DecodeRoster(ev.Value); err == nil {
-			v.roster = r
-			// A new aggregator learns the join order of the members
-			// from the roster, so node ranks stay put when it takes
-			// over.
-			for _, m := range r.Members {
-				v.order[m.ID] = m.Order
-			}
-		}
-	case strings.HasPrefix(key, prefixNodes):
-		id := strings.TrimPrefix(key, prefixNodes)
-		if ev.Deleted {
-			delete(v.nodes, id)
-		} else {
-			v.nodes[id] = ev.Create
-			if _, seen := v.order[id]; !seen {
-				v.order[id] = ev.Create
-			}
-		}
-	case strings.HasPrefix(key, prefixWait):
-		id := strings.TrimPrefix(key, prefixWait)
-		var m Member
-		if ev.Deleted {
-			delete(v.waiting, id)
-		} else if json.Unmarshal(ev.Value, &m) == nil {
-			v.waiting[id] = m
-		}
-	case strings.HasPrefix(key, "rounds/"):
-		var round int
-		var kind, id string
-		rest := strings.TrimPrefix(key, "rounds/")
-		r, tail, _ := strings.Cut(rest, "/")
-		kind, id, _ = strings.Cut(tail, "/")
-		if _, err := fmt.Sscanf(r, "%d", &round); err != nil {
-			return
-		}
-		switch kind {
-		case "join":
-			if v.joined[round] == nil {
-				v.joined[round] = map[string]Member{}
-			}
-			var m Member
-			if ev.Deleted {
-				delete(v.joined[round], id)
-			} else if json.Unmarshal(ev.Value, &m) == nil {
-				m.Order = ev.Create
-				v.joined[round][id] = m
-			}
-		case "done":
-			if v.done[round] == nil {
-				v.done[round] = map[string]bool{}
-			}
-			if ev.Deleted {
-				delete(v.done[round], id)
-			} else {
-				v.done[round][id] = true
-			}
-		case "unreach":
-			if v.unreach[round] == nil {
-				v.unreach[round] = map[string][]string{}
-			}
-			var ids []string
-			if ev.Deleted {
-				delete(v.unreach[round], id)
-			} else if json.Unmarshal(ev.Value, &ids) == nil {
-				v.unreach[round][id] = ids
-			}
-		case "stall":
-			if v.stalls[round] == nil {
-				v.stalls[round] = map[string]int64{}
-			}
-			if ev.Deleted {
-				delete(v.stalls[round], id)
-			} else {
-				v.stalls[round][id] = ev.Create
+	k, ok := ParseKey(ev.Key)
+	if !ok {
+		return
+	}
+	// Only the values the view keeps are decoded: of the others (a node's
+	// registration, a round's done and stall marks) the key is the news,
+	// and the rest (placements, failures, stats) the view does not follow.
+	var val any
+	switch k.Kind {
+	case KindState, KindRoster, KindWaiting, KindJoin, KindUnreach:
+		if !ev.Deleted {
+			var err error
+			if val, err = Decode(k, ev.KV); err != nil {
+				return
 			}
 		}
 	}
+	switch k.Kind {
+	case KindState:
+		if ev.Deleted {
+			v.state, v.stateRev = State{}, 0
+			return
+		}
+		v.state, v.stateRev = val.(State), ev.Rev
+		v.forgetRoundsBefore(v.state.Round)
+	case KindRoster:
+		if ev.Deleted {
+			return
+		}
+		v.roster = val.(Roster)
+		// A new aggregator learns the join order of the members from the
+		// roster, so node ranks stay put when it takes over.
+		for _, m := range v.roster.Members {
+			v.order[m.ID] = m.Order
+		}
+	case KindNode:
+		if ev.Deleted {
+			delete(v.nodes, k.ID)
+			return
+		}
+		v.nodes[k.ID] = ev.Create
+		if _, seen := v.order[k.ID]; !seen {
+			v.order[k.ID] = ev.Create
+		}
+	case KindWaiting:
+		if ev.Deleted {
+			delete(v.waiting, k.ID)
+			return
+		}
+		v.waiting[k.ID] = val.(Member)
+	case KindJoin:
+		joined := roundEntry(v.joined, k.Round)
+		if ev.Deleted {
+			delete(joined, k.ID)
+			return
+		}
+		m := val.(Member)
+		m.Order = ev.Create
+		joined[k.ID] = m
+	case KindDone:
+		done := roundEntry(v.done, k.Round)
+		if ev.Deleted {
+			delete(done, k.ID)
+			return
+		}
+		done[k.ID] = true
+	case KindUnreach:
+		unreach := roundEntry(v.unreach, k.Round)
+		if ev.Deleted {
+			delete(unreach, k.ID)
+			return
+		}
+		unreach[k.ID] = val.([]string)
+	case KindStall:
+		stalls := roundEntry(v.stalls, k.Round)
+		if ev.Deleted {
+			delete(stalls, k.ID)
+			return
+		}
+		stalls[k.ID] = ev.Create
+	}
+}
+
+// roundEntry is m's map of round, made when it has none.
+func roundEntry[V any](m map[int]map[string]V, round int) map[string]V {
+	if m[round] == nil {
+		m[round] = map[string]V{}
+	}
+	return m[round]
 }
 
 // forgetRoundsBefore drops what the view holds of rounds before round:
@@ -226,28 +223,6 @@ type snapshot struct {
 	done     map[string]bool     // members whose workers succeeded in the state's round
 	stalls   map[string]int64    // members whose workers stalled in the state's round -> revision
 	unreach  map[string][]string // members of the state's round -> the members they cannot reach
-}
-
-// Keys of a job, relative to its prefix.
-const (
-	keyState    = "state"    // State: every agent watches it
-	keyLeader   = "leader"   // the aggregator's id, under its lease
-	keyRoster   = "roster"   // Roster of the last round that froze
-	prefixPlace = "place/"   // place/<bucket>: the Bucket of placements, each watched by its nodes only
-	prefixNodes = "nodes/"   // nodes/<id>: Member, leased: the node's liveness
-	prefixWait  = "waiting/" // waiting/<id>: Member, leased: a node waiting for a round
-	prefixFail  = "failures/"
-	prefixKept  = "inplace/" // inplace/<round>: Recovery, unleased: one per in-place recovery
-)
-
-func placeKey(bucket int) string { return fmt.Sprintf("%s%02d", prefixPlace, bucket) }
-
-func roundPrefix(round int) string         { return fmt.Sprintf("rounds/%08d/", round) }
-func joinKey(round int, id string) string  { return roundPrefix(round) + "join/" + id }
-func doneKey(round int, id string) string  { return roundPrefix(round) + "done/" + id }
-func stallKey(round int, id string) string { return roundPrefix(round) + "stall/" + id }
-func unreachKey(round int, id string) string {
-	return roundPrefix(round) + "unreach/" + id
 }
 
 // read returns a snapshot and the channel that closes at the next change.

@@ -20,6 +20,7 @@ import (
 	"github.com/gorun/gorun/internal/straggler"
 	"github.com/gorun/gorun/rendezvous"
 	"github.com/gorun/gorun/rendezvous/etcdstore"
+	"github.com/gorun/gorun/rendezvous/status"
 )
 
 // gorun status --watch into a pipe (not a terminal) prints the status as
@@ -164,7 +165,7 @@ func TestStatusWatchShowsEachNodesProgress(t *testing.T) {
 	tracker.Started(1, 1)
 	tracker.Observe(0, 0, heartbeat.Progress{Step: 41, Loss: 2.5, TokensPerS: 1234.4, ComputeS: 0.2})
 	tracker.Observe(1, 1, heartbeat.Progress{Step: 40, Loss: 2.75, TokensPerS: 1200, ComputeS: 0.2})
-	put(etcdstore.PrefixStats+"node-a.11", tracker.Report("node-a").Encode())
+	put(rendezvous.PrefixStats+"node-a.11", tracker.Report("node-a").Encode())
 
 	watch := startPipeWatch(ctx, t, srv)
 	head := watch.await("NODE RANK")
@@ -173,12 +174,12 @@ func TestStatusWatchShowsEachNodesProgress(t *testing.T) {
 	require.Regexp(t, `^1 +node-b +10\.0\.0\.2 +2 +false +\S+ ago +- +- +-$`, lastOf(watch.await("node-b")))
 
 	tracker.Observe(1, 1, heartbeat.Progress{Step: 42, Loss: 2.25, TokensPerS: 1300, ComputeS: 0.2})
-	put(etcdstore.PrefixStats+"node-a.11", tracker.Report("node-a").Encode())
+	put(rendezvous.PrefixStats+"node-a.11", tracker.Report("node-a").Encode())
 	require.Regexp(t, ` 42 +2\.250 +1300$`, lastOf(watch.await("node-a")))
 	other := straggler.NewTracker()
 	other.Started(0, 2)
 	other.Observe(0, 2, heartbeat.Progress{Step: 42, Loss: 2.375, TokensPerS: math.NaN(), ComputeS: 0.2})
-	put(etcdstore.PrefixStats+"node-b.22", other.Report("node-b").Encode())
+	put(rendezvous.PrefixStats+"node-b.22", other.Report("node-b").Encode())
 	watch.await("--- ") // the rest of the print before, up to the next one
 	require.Regexp(t, ` 42 +2\.375 +-$`, lastOf(watch.await("node-b")))
 	watch.stop()
@@ -256,7 +257,7 @@ func TestStatusWatchRedrawsATerminal(t *testing.T) {
 			"--rdzv-endpoint", strings.Join(srv.Endpoints(), ","), "--rdzv-id", "job"}))
 	}()
 	var screenful strings.Builder
-	for strings.Count(screenful.String(), clearScreen) < 3 {
+	for strings.Count(screenful.String(), status.ClearScreen) < 3 {
 		select {
 		case s := <-shown:
 			screenful.WriteString(s)
@@ -264,7 +265,7 @@ func TestStatusWatchRedrawsATerminal(t *testing.T) {
 			t.Fatalf("fewer than 3 redraws in time: %q", screenful.String())
 		}
 	}
-	require.Contains(t, screenful.String(), clearScreen+"run job: no rendezvous on this etcd")
+	require.Contains(t, screenful.String(), status.ClearScreen+"run job: no rendezvous on this etcd")
 	require.Contains(t, screenful.String(), "every 10ms; Ctrl-C to stop")
 
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))

@@ -2,11 +2,9 @@ package etcdstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -252,17 +250,6 @@ func (c *Conn) AwaitDeparture(ctx context.Context, inc Incarnation) error {
 	}
 }
 
-// PrefixStats is where, under an incarnation's prefix, each agent keeps
-// one leased key (PrefixStats + its node id) with its ranks' median step
-// compute (a straggler.Report), rewritten every few seconds.
-const PrefixStats = "stats/"
-
-// PrefixGoodput is where, under an incarnation's prefix, each agent keeps
-// one key (PrefixGoodput + its node id) with its goodput figures (a
-// goodput.NodeReport), rewritten every few seconds and once as it ends;
-// not leased, so that a finished job's figures stay with its other keys.
-const PrefixGoodput = "goodput/"
-
 // Status is a job's rendezvous as `gorun status` shows it: the run id's
 // current incarnation.
 type Status struct {
@@ -281,10 +268,10 @@ type Status struct {
 	// Recoveries are the job's in-place recoveries, first first: rounds
 	// that kept the workers instead of restarting them.
 	Recoveries []rendezvous.Recovery `json:"recoveries"`
-	// Stats is every live agent's PrefixStats value, by node id: raw,
+	// Stats is every live agent's rendezvous.PrefixStats value, by node id: raw,
 	// for the reader that knows its format (package straggler).
 	Stats map[string][]byte `json:"-"`
-	// Goodput is every agent's PrefixGoodput value, by node id: raw, for
+	// Goodput is every agent's rendezvous.PrefixGoodput value, by node id: raw, for
 	// package goodput.
 	Goodput map[string][]byte `json:"-"`
 }
@@ -303,52 +290,72 @@ func ReadStatus(ctx context.Context, client *clientv3.Client, runID string) (Sta
 	for _, key := range []string{rendezvous.KeyState, rendezvous.KeyRoster} {
 		gets = append(gets, clientv3.OpGet(key))
 	}
-	for _, prefix := range []string{rendezvous.PrefixNodes, rendezvous.PrefixWait, rendezvous.PrefixFail, PrefixStats, rendezvous.PrefixKept, PrefixGoodput} {
+	for _, prefix := range []string{rendezvous.PrefixNodes, rendezvous.PrefixWait, rendezvous.PrefixFail, rendezvous.PrefixStats, rendezvous.PrefixKept, rendezvous.PrefixGoodput} {
 		gets = append(gets, clientv3.OpGet(prefix, clientv3.WithPrefix()))
 	}
 	resp, err := incarnationKV(client, in).Txn(ctx).Then(gets...).Commit()
 	if err != nil {
 		return Status{}, fmt.Errorf("rendezvous: read run %s (incarnation %d): %w", runID, in.Number, err)
 	}
-	st := Status{RunID: runID, Started: true, Incarnation: in.Number, Generation: in.Generation, Roster: rendezvous.Roster{Round: -1}}
-	var failures, kept []rendezvous.KV
+	var kvs []rendezvous.KV
 	for _, r := range resp.Responses {
 		for _, kv := range r.GetResponseRange().Kvs {
-			key := string(kv.Key)
-			switch {
-			case key == rendezvous.KeyState:
-				st.Exists = json.Unmarshal(kv.Value, &st.State) == nil
-			case key == rendezvous.KeyRoster:
-				st.Roster, _ = rendezvous.DecodeRoster(kv.Value)
-			case strings.HasPrefix(key, rendezvous.PrefixNodes):
-				var m rendezvous.Member
-				if json.Unmarshal(kv.Value, &m) == nil {
-					st.Nodes = append(st.Nodes, m)
-				}
-			case strings.HasPrefix(key, rendezvous.PrefixWait):
-				var m rendezvous.Member
-				if json.Unmarshal(kv.Value, &m) == nil {
-					st.Waiting = append(st.Waiting, m)
-				}
-			case strings.HasPrefix(key, rendezvous.PrefixFail):
-				failures = append(failures, rendezvous.KV{Key: key, Value: kv.Value, Rev: kv.ModRevision, Create: kv.CreateRevision})
-			case strings.HasPrefix(key, rendezvous.PrefixKept):
-				kept = append(kept, rendezvous.KV{Key: key, Value: kv.Value})
-			case strings.HasPrefix(key, PrefixStats):
-				if st.Stats == nil {
-					st.Stats = map[string][]byte{}
-				}
-				st.Stats[strings.TrimPrefix(key, PrefixStats)] = kv.Value
-			case strings.HasPrefix(key, PrefixGoodput):
-				if st.Goodput == nil {
-					st.Goodput = map[string][]byte{}
-				}
-				st.Goodput[strings.TrimPrefix(key, PrefixGoodput)] = kv.Value
+			kvs = append(kvs, rendezvous.KV{Key: string(kv.Key), Value: kv.Value, Rev: kv.ModRevision, Create: kv.CreateRevision})
+		}
+	}
+	st := statusOf(kvs)
+	st.RunID, st.Started, st.Incarnation, st.Generation = runID, true, in.Number, in.Generation
+	return st, nil
+}
+
+// statusOf decodes the keys ReadStatus read (rendezvous.ParseKey and
+// Decode); a key of another kind, or a value that does not decode, is
+// left out.
+func statusOf(kvs []rendezvous.KV) Status {
+	st := Status{Roster: rendezvous.Roster{Round: -1}}
+	var failures, kept []rendezvous.KV
+	for _, kv := range kvs {
+		k, ok := rendezvous.ParseKey(kv.Key)
+		if !ok {
+			continue
+		}
+		switch k.Kind {
+		case rendezvous.KindFailure:
+			failures = append(failures, kv)
+			continue
+		case rendezvous.KindKept:
+			kept = append(kept, kv)
+			continue
+		}
+		v, err := rendezvous.Decode(k, kv)
+		switch k.Kind {
+		case rendezvous.KindState:
+			st.State, _ = v.(rendezvous.State)
+			st.Exists = err == nil
+		case rendezvous.KindRoster:
+			st.Roster, _ = v.(rendezvous.Roster)
+		case rendezvous.KindNode:
+			if err == nil {
+				st.Nodes = append(st.Nodes, v.(rendezvous.Member))
 			}
+		case rendezvous.KindWaiting:
+			if err == nil {
+				st.Waiting = append(st.Waiting, v.(rendezvous.Member))
+			}
+		case rendezvous.KindStats:
+			if st.Stats == nil {
+				st.Stats = map[string][]byte{}
+			}
+			st.Stats[k.ID] = kv.Value
+		case rendezvous.KindGoodput:
+			if st.Goodput == nil {
+				st.Goodput = map[string][]byte{}
+			}
+			st.Goodput[k.ID] = kv.Value
 		}
 	}
 	sort.Slice(st.Nodes, func(i, j int) bool { return st.Nodes[i].Host < st.Nodes[j].Host })
 	st.Failures = rendezvous.DecodeFailures(failures)
 	st.Recoveries = rendezvous.DecodeRecoveries(kept)
-	return st, nil
+	return st
 }

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/gorun/gorun/internal/etcdtest"
+	"github.com/gorun/gorun/rendezvous"
 	"github.com/gorun/gorun/rendezvous/etcdstore"
 )
 
@@ -171,7 +172,7 @@ func awaitNoNodes(t *testing.T, client *clientv3.Client, in etcdstore.Incarnatio
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
-	prefix := in.Prefix() + "nodes/"
+	prefix := in.Prefix() + rendezvous.PrefixNodes
 	for {
 		resp, err := client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {

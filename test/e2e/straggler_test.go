@@ -86,7 +86,7 @@ func awaitStats(t *testing.T, cli *clientv3.Client, runID string, nodes int, d t
 	deadline := time.Now().Add(d)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		resp, err := cli.Get(ctx, etcdstore.Incarnation{RunID: runID}.Prefix()+etcdstore.PrefixStats, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		resp, err := cli.Get(ctx, etcdstore.Incarnation{RunID: runID}.Prefix()+rendezvous.PrefixStats, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		cancel()
 		if err == nil && resp.Count >= int64(nodes) {
 			return
@@ -405,7 +405,7 @@ func TestNoStragglerNoEviction(t *testing.T) {
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		resp, err := cli.Get(ctx, etcdstore.Incarnation{RunID: j.runID}.Prefix()+etcdstore.PrefixStats, clientv3.WithPrefix())
+		resp, err := cli.Get(ctx, etcdstore.Incarnation{RunID: j.runID}.Prefix()+rendezvous.PrefixStats, clientv3.WithPrefix())
 		cancel()
 		// A member's key gone (its lease with it: it left the job) ends the wait too: the
 		// checks below say what changed.

@@ -1,8 +1,10 @@
-package main
+package status
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -31,7 +33,7 @@ func TestWriteStatusNamesTheIncarnation(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			writeStatus(&buf, tc.st, now)
+			New(tc.st).WriteText(&buf, now)
 			require.Contains(t, buf.String(), tc.want)
 		})
 	}
@@ -138,7 +140,7 @@ func TestWriteStatusFitsOneScreen(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(strconv.Itoa(tc.members), func(t *testing.T) {
 			var b strings.Builder
-			writeStatus(&b, syntheticStatus(tc.members, tc.lost, tc.waiting, 10, now.Add(-time.Minute)), now)
+			New(syntheticStatus(tc.members, tc.lost, tc.waiting, 10, now.Add(-time.Minute))).WriteText(&b, now)
 			out := b.String()
 			lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 			require.LessOrEqual(t, len(lines), maxLines, out)
@@ -173,7 +175,7 @@ func TestWriteStatusJoinable(t *testing.T) {
 	st := syntheticStatus(4096, 6, 40, 0, now)
 	st.State.Round, st.State.Phase = 4, rendezvous.PhaseJoinable
 	var b strings.Builder
-	writeStatus(&b, st, now)
+	New(st).WriteText(&b, now)
 	out := b.String()
 	for _, want := range []string{
 		"round 4 joinable since", "members: none yet (round 4 is joinable)\n", "agents: 4132 with a live lease; 40 waiting for the next round\n",
@@ -194,7 +196,7 @@ func TestWriteStatusCutsLongHostlists(t *testing.T) {
 		st.Roster.Members[i].Host = fmt.Sprintf("gpu-%x.example", i*7919)
 	}
 	var b strings.Builder
-	writeStatus(&b, st, now)
+	New(st).WriteText(&b, now)
 	out := b.String()
 	require.Regexp(t, `\nmember hosts \(4096\): gpu-0\.example,gpu-1[0-9a-f]*\.example,[^\n]* \.\.\. \d+ more\n`, out)
 	require.Regexp(t, `\nlost \(6\): (gpu-[0-9a-f]+\.example,){4}gpu-[0-9a-f]+\.example \.\.\. 1 more\n`, out)
@@ -226,7 +228,7 @@ func TestShortHostlist(t *testing.T) {
 // and liveness, under the field names the command's help documents.
 func TestStatusJSON(t *testing.T) {
 	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	out, err := json.Marshal(newStatusReport(syntheticStatus(17, 2, 5, 10, since)))
+	out, err := json.Marshal(New(syntheticStatus(17, 2, 5, 10, since)))
 	require.NoError(t, err)
 	var got struct {
 		Round   int    `json:"round"`
@@ -264,19 +266,19 @@ func TestStatusJSON(t *testing.T) {
 	var fields map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal(out, &fields))
 	for name := range fields {
-		require.Contains(t, statusDescription, name)
+		require.Contains(t, Description, name)
 	}
 	for _, sub := range []string{"counts", "budgets"} {
 		var inner map[string]json.RawMessage
 		require.NoError(t, json.Unmarshal(fields[sub], &inner))
 		for name := range inner {
-			require.Contains(t, statusDescription, name)
+			require.Contains(t, Description, name)
 		}
 	}
 	var members []map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal(fields["members"], &members))
 	for name := range members[0] {
-		require.Contains(t, statusDescription, name)
+		require.Contains(t, Description, name)
 	}
 }
 
@@ -287,7 +289,7 @@ func TestStatusJSONEmptyLists(t *testing.T) {
 		{RunID: "x"},
 		{RunID: "x", Started: true, Exists: true, State: rendezvous.State{Round: 1, Phase: rendezvous.PhaseJoinable}, Roster: rendezvous.Roster{Round: 0, Members: []rendezvous.Member{{ID: "a"}}}},
 	} {
-		out, err := json.Marshal(newStatusReport(st))
+		out, err := json.Marshal(New(st))
 		require.NoError(t, err)
 		require.Contains(t, string(out), `"members":[],"waiting":[],"others":[],"failures":[]`)
 	}
@@ -303,11 +305,11 @@ func TestStatusInPlaceRecoveries(t *testing.T) {
 		{Round: 3, Host: "node0001", Lost: []string{"c"}, Nodes: 2, Workers: 4, AtStep: 41, StepsLost: 1, Seconds: 1.25},
 	}
 	var b strings.Builder
-	writeStatus(&b, st, now)
+	New(st).WriteText(&b, now)
 	require.Contains(t, b.String(), "in-place recoveries (workers kept, not restarted): 2; last: round 3: node c lost at step 41; in place on 2 nodes (4 workers), 1 steps lost, 1.2 s\n"+
 		"time lost in them: 2.0 s (each round's end to its first step), 1 steps redone\n")
 
-	out, err := json.Marshal(newStatusReport(st))
+	out, err := json.Marshal(New(st))
 	require.NoError(t, err)
 	var got struct {
 		Counts     map[string]int        `json:"counts"`
@@ -340,24 +342,57 @@ func TestStatusGoodput(t *testing.T) {
 		"id-2": goodput.NodeReport{Host: "node0002", At: now, Summary: tally.Summary(now.Add(8 * time.Second))}.Encode(),
 	}
 	var b strings.Builder
-	writeStatus(&b, st, now)
+	New(st).WriteText(&b, now)
 	require.Contains(t, b.String(), "goodput: 0.500 (effective 8.0 of 16.0 node-seconds, 2 nodes); 1 recoveries, 0 steps redone\n"+
 		"time lost: 8.0 node-seconds: node 8.0; detection 2.0, rendezvous 2.0, state transfer 2.0, first step 2.0\n")
 
-	out, err := json.Marshal(newStatusReport(st))
+	out, err := json.Marshal(New(st))
 	require.NoError(t, err)
 	var got struct {
 		Goodput map[string]json.RawMessage `json:"goodput"`
 	}
 	require.NoError(t, json.Unmarshal(out, &got))
 	for name := range got.Goodput {
-		require.Contains(t, statusDescription, name)
+		require.Contains(t, Description, name)
 	}
 	var nodes []map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal(got.Goodput["nodes"], &nodes))
 	require.Len(t, nodes, 2)
 	for name := range nodes[0] {
-		require.Contains(t, statusDescription, name)
+		require.Contains(t, Description, name)
 	}
 	require.JSONEq(t, `{"worker":0,"node":8,"network":0,"straggler":0,"restart":0}`, string(got.Goodput["lost_by_cause"]))
+}
+
+// WriteJSON (gorun status --json) writes the report's JSON, two spaces an
+// indent, one object and a newline.
+func TestWriteJSON(t *testing.T) {
+	rep := New(syntheticStatus(3, 1, 1, 2, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)))
+	var b bytes.Buffer
+	require.NoError(t, rep.WriteJSON(&b))
+	want, err := json.MarshalIndent(rep, "", "  ")
+	require.NoError(t, err)
+	require.Equal(t, string(want)+"\n", b.String())
+}
+
+// Read is the report of what its reader read, or the reader's error.
+func TestRead(t *testing.T) {
+	failed := errors.New("etcd: no answer")
+	st := syntheticStatus(2, 0, 0, 1, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	for _, tc := range []struct {
+		name string
+		st   etcdstore.Status
+		err  error
+	}{
+		{"read", st, nil},
+		{"failed", etcdstore.Status{}, failed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep, err := Read(context.Background(), func(context.Context) (etcdstore.Status, error) { return tc.st, tc.err })
+			require.ErrorIs(t, err, tc.err)
+			if tc.err == nil {
+				require.Equal(t, New(tc.st), rep)
+			}
+		})
+	}
 }
