@@ -194,7 +194,7 @@ func TestInPlaceNodeLoss(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return strings.Contains(a.report.String()+b.report.String(), "node c lost at step 1; in place on 2 nodes (4 workers), 0 steps lost")
 	}, 30*time.Second, 20*time.Millisecond, "reports: %q %q", a.report, b.report)
-	st, err := etcdstore.ReadStatus(context.Background(), etcdtest.NewClient(t, eps...), "job")
+	st, err := etcdstore.NewConn(etcdtest.NewClient(t, eps...)).ReadStatus(context.Background(), "job")
 	require.NoError(t, err)
 	require.Len(t, st.Recoveries, 1)
 	require.Equal(t, []string{"c"}, st.Recoveries[0].Lost)

@@ -86,7 +86,7 @@ func testFinishedRunIsKeptThenReplaced(t *testing.T, eps []string) {
 	requireRetained(entry.Prefix() + "failures/00000000/1-00000001")
 	requireRetained(etcdstore.JobPrefix("again") + "current")
 
-	status, err := etcdstore.ReadStatus(ctx, client, "again")
+	status, err := etcdstore.NewConn(client).ReadStatus(ctx, "again")
 	require.NoError(t, err)
 	require.True(t, status.Exists)
 	require.Equal(t, rendezvous.PhaseClosed, status.State.Phase)
@@ -98,7 +98,7 @@ func testFinishedRunIsKeptThenReplaced(t *testing.T, eps []string) {
 	require.Equal(t, "run again finished before (incarnation 0, succeeded): starting incarnation 1", second.String())
 	rounds = nextAllEtcd(t, c, d)
 	require.Equal(t, 0, rounds[0].Number, "a new incarnation starts at round 0")
-	status, err = etcdstore.ReadStatus(ctx, client, "again")
+	status, err = etcdstore.NewConn(client).ReadStatus(ctx, "again")
 	require.NoError(t, err)
 	require.Equal(t, 1, status.Incarnation)
 	require.Equal(t, rendezvous.PhaseRunning, status.State.Phase)

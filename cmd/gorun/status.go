@@ -83,12 +83,12 @@ func statusAction(c *cli.Context) error {
 			return cli.Exit(err.Error(), exitUsage)
 		}
 	}
-	client, err := etcdstore.Dial(c.Context, cfg)
+	conn, err := etcdstore.Connect(c.Context, cfg)
 	if err != nil {
 		return err
 	}
-	defer client.Close()
-	read := func(ctx context.Context) (etcdstore.Status, error) { return etcdstore.ReadStatus(ctx, client, runID) }
+	defer conn.Close()
+	read := func(ctx context.Context) (etcdstore.Status, error) { return conn.ReadStatus(ctx, runID) }
 	if watch != nil {
 		return runStatusWatch(c.Context, watch, read)
 	}

@@ -279,8 +279,9 @@ type Status struct {
 // ReadStatus reads the current incarnation of run runID without taking
 // part in it (no lease, no writes). A finished job stays readable for
 // RetentionTTL after it closed.
-func ReadStatus(ctx context.Context, client *clientv3.Client, runID string) (Status, error) {
-	in, started, err := NewConn(client).ReadCurrent(ctx, runID)
+func (c *Conn) ReadStatus(ctx context.Context, runID string) (Status, error) {
+	client := c.client
+	in, started, err := c.ReadCurrent(ctx, runID)
 	if err != nil || !started {
 		return Status{RunID: runID}, err
 	}

@@ -141,14 +141,14 @@ func testEnterJoinsOrReplaces(t *testing.T, eps []string) {
 	require.Equal(t, 2, entry.Number)
 	require.Empty(t, entry.Replaced)
 
-	status, err := etcdstore.ReadStatus(ctx, client, "job")
+	status, err := etcdstore.NewConn(client).ReadStatus(ctx, "job")
 	require.NoError(t, err)
 	require.True(t, status.Started)
 	require.Equal(t, 2, status.Incarnation)
 	require.Equal(t, 2, status.Generation)
 	require.False(t, status.Exists, "incarnation 2 has no round yet")
 
-	status, err = etcdstore.ReadStatus(ctx, client, "never")
+	status, err = etcdstore.NewConn(client).ReadStatus(ctx, "never")
 	require.NoError(t, err)
 	require.False(t, status.Started)
 }
