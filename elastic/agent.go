@@ -485,10 +485,12 @@ func (a *Agent) pass(ctx context.Context, l *life) outcome {
 		return broken{err}
 	}
 	out = a.settle(ctx, round, out)
-	if r, ok := out.(rejoin); ok {
-		l.kept = r.keep
+	next, ok := out.(rejoin)
+	if !ok {
+		return out
 	}
-	if r, ok := out.(rejoin); ok && r.afterFailure {
+	l.kept = next.keep
+	if next.afterFailure {
 		select {
 		case <-time.After(l.pacer.Delay(time.Since(started))):
 		case <-ctx.Done():
