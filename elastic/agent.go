@@ -227,8 +227,7 @@ type Agent struct {
 
 	kill     chan struct{} // closed at a second stop signal
 	passOn   chan syscall.Signal
-	badEdge  error // the first transition not in the table: a bug, returned by Run
-	observed bool  // spec.Observer was given: workers report progress to it
+	observed bool // spec.Observer was given: workers report progress to it
 
 	// signalled is set once gorun passed a signal to the workers (SIGUSR1
 	// or SIGUSR2, SLURM's warning) or stopped them for one: only then does
@@ -285,12 +284,12 @@ func New(spec Spec, rdzv Rendezvous) (*Agent, error) {
 // State is the agent's current state; only meaningful from Run's goroutine.
 func (a *Agent) State() State { return a.state }
 
-// transition moves the agent to state to, logging the edge; an edge that
-// is not in the transition table is also kept for Run to return.
-func (a *Agent) transition(to State, fields ...any) {
-	if err := checkTransition(a.state, to); err != nil && a.badEdge == nil {
-		a.badEdge = err
-		a.log.Error().Err(err).Msg("agent state")
+// transition moves the agent to state to, logging the edge with fields.
+// It refuses an edge that is not in the transition table (a bug): the
+// agent stays where it is, and the caller acts on the error returned.
+func (a *Agent) transition(to State, fields ...any) error {
+	if err := checkTransition(a.state, to); err != nil {
+		return err
 	}
 	ev := a.log.Info().Stringer("from", a.state).Stringer("to", to)
 	if len(fields) > 0 {
@@ -299,6 +298,7 @@ func (a *Agent) transition(to State, fields ...any) {
 	ev.Msg("agent state")
 	a.spec.Observer.StateChanged(a.state, to)
 	a.state = to
+	return nil
 }
 
 // stopSignal is the cause of Run's context when a stop signal arrived.
@@ -309,7 +309,8 @@ func (s stopSignal) Error() string { return "stopped by " + unix.SignalName(s.si
 // Run runs the job until it closes (every node's workers succeeded, or
 // a budget is spent), a stop signal arrives, or ctx ends (as SIGTERM). It
 // returns an error only when the agent itself could not go on (a worker
-// could not be started, the rendezvous failed); no worker is left running
+// could not be started, the rendezvous failed, a state edge outside the
+// transition table, a bug, was refused); no worker is left running
 // when it returns, whatever the outcome.
 //
 // Run is two actors under one errgroup: the signal handler, which turns
@@ -350,7 +351,7 @@ func (a *Agent) Run(ctx context.Context) (Outcome, error) {
 		return err
 	})
 	err := g.Wait()
-	return out, errors.Join(err, a.badEdge)
+	return out, err
 }
 
 // handleSignals turns the first stop signal into cancel, a second into
@@ -397,128 +398,185 @@ func stoppedBy(ctx context.Context) syscall.Signal {
 // the other nodes so.
 const abandonTimeout = 10 * time.Second
 
-// rounds is the agent's life: rendezvous, run a round, and the ends of a
-// round, until the job closes, a stop signal comes or the agent itself
-// fails.
+// rounds is the agent's life: passes of rendezvous, a round and its end,
+// until the job closes, a stop signal comes or the agent itself fails.
+// decide says after each pass where the agent goes.
 func (a *Agent) rounds(ctx context.Context) (Outcome, error) {
-	pacer := newRestartPacer(a.spec.NewBackOff())
-	var last rendezvous.Round
-	ranOne := false     // last is a round this node ran
-	var kept *reforming // the workers kept in place from the round before
-	defer func() {
-		if kept != nil { // the job ended while the round changed
-			sig := syscall.SIGTERM
-			if ctx.Err() != nil {
-				sig = stoppedBy(ctx)
-			}
-			why := "the job ended while the round changed"
-			if kept.standby {
-				why = "the job ended while this node waited as a hot spare"
-			}
-			a.discard(kept.workers, sig, why)
-		}
-	}()
+	l := &life{pacer: newRestartPacer(a.spec.NewBackOff())}
+	defer a.dropKept(ctx, l)
 	for {
-		a.transition(StateRendezvous)
-		joined := time.Now()
-		if kept == nil {
-			kept = a.standby(ctx)
+		if err := a.transition(StateRendezvous); err != nil {
+			return a.abandon(l.last, err)
 		}
-		round, requeue, err := a.next(ctx, kept == nil || kept.standby)
-		var closed *rendezvous.ClosedError
-		var evicted *rendezvous.EvictedError
-		switch {
-		case ctx.Err() != nil:
-			return a.stopped(ctx, last), nil
-		case requeue != 0:
-			// SLURM's warning before the job's end: nothing here to save.
-			reason := fmt.Sprintf("%s while waiting for a round, with no workers to checkpoint", unix.SignalName(requeue))
-			a.transition(StateFailed, "reason", "requeue", "signal", unix.SignalName(requeue))
-			fmt.Fprintf(a.spec.Report, "gorun: %s: exit %d, requeue the job to resume\n", reason, ExitRequeue)
-			return Outcome{ExitCode: ExitRequeue, Requeue: true, Restarts: last.Number, Reason: reason}, nil
-		case errors.As(err, &closed) && closed.Result == rendezvous.ResultSucceeded:
-			// Only a round that this node did not run in can close while
-			// it waits to join one: the job went on without it.
-			return a.leftOut(closed, last, ranOne), nil
-		case errors.As(err, &closed):
-			return a.closed(rendezvous.End{Closed: true, Result: closed.Result, Reason: closed.Reason}, last), nil
-		case errors.As(err, &evicted):
-			// The job goes on without this node: its end is not the job's.
-			a.transition(StateFailed, "reason", evicted.Reason)
-			fmt.Fprintf(a.spec.Report, "gorun: %s; the job goes on without it\n", evicted.Reason)
-			return Outcome{ExitCode: 1, Restarts: last.Number, Reason: evicted.Reason}, nil
-		case err != nil:
-			return a.abandon(last, err)
-		}
-		a.spec.Observer.RoundStarted(round, time.Since(joined))
-		inPlace := a.takeOver(ctx, last, round, kept)
-		switch {
-		case inPlace != nil && inPlace.standby:
-			a.log.Info().Int("round", round.Number).Msg("taken in with its workers started and ready (hot spare): they take their state from their peers")
-		case inPlace != nil:
-			a.spec.Observer.RecoveredInPlace(round, len(inPlace.end.Lost))
-		case ranOne:
-			a.spec.Observer.Restarted(restartOf(last, round))
-		}
-		kept = nil
-		last, ranOne = round, true
-		a.transition(StateRunning, "round", round.Number, "node_rank", round.NodeRank, "nodes", round.NumNodes,
-			"world_size", round.WorldSize, "master", fmt.Sprintf("%s:%d", round.MasterAddr, round.MasterPort),
-			"in_place", inPlace != nil && !inPlace.standby)
-		started := time.Now()
-		res, err := a.runRound(ctx, round, inPlace)
-		kept = res.kept
+		out := a.pass(ctx, l)
+		to, err := decide(a.state, out)
 		if err != nil {
-			return a.abandon(round, err)
+			return a.abandon(l.last, err)
 		}
-		var end rendezvous.End
-		switch {
-		case ctx.Err() != nil:
-			return a.stopped(ctx, round), nil
-		case res.requeue:
-			a.transition(StateFailed, "reason", "requeue")
-			fmt.Fprintf(a.spec.Report, "gorun: the workers saved a checkpoint on request and stopped: exit %d, requeue the job to resume\n", ExitRequeue)
-			return Outcome{ExitCode: ExitRequeue, Requeue: true, Restarts: round.Number, Reason: "checkpointed on request"}, nil
-		case res.ended != nil:
-			end = *res.ended
-		case res.respawn:
-			end, err = a.rdzv.FailedInPlace(ctx, round, res.failures)
-			if kept != nil {
-				kept.end = end
-			}
-		case len(res.failures) > 0:
-			end, err = a.rdzv.Failed(ctx, round, res.failures)
-		default:
-			end, err = a.rdzv.Succeeded(ctx, round)
-		}
-		switch {
-		case ctx.Err() != nil:
-			return a.stopped(ctx, round), nil
-		case err != nil:
-			return a.abandon(round, err)
-		case end.Closed:
-			return a.closed(end, round), nil
-		}
-		a.log.Warn().Int("round", round.Number).Str("reason", end.Reason).Msg("round ended: rejoining")
-		if o, ok := a.spec.Observer.(EndObserver); ok {
-			o.RoundEnded(end)
-		}
-		if kept != nil && !keptAcross(end) {
-			// This node kept its workers to restart one alone, and the job
-			// restarts them all instead (a static world, or the round
-			// ended another way first).
-			a.discard(kept.workers, syscall.SIGTERM, "the next round restarts every worker")
-			kept = nil
-		}
-		if len(res.failures) == 0 {
-			continue
-		}
-		select {
-		case <-time.After(pacer.Delay(time.Since(started))):
-		case <-ctx.Done():
-			return a.stopped(ctx, round), nil
+		if to != StateRendezvous {
+			return a.end(ctx, to, out, l)
 		}
 	}
+}
+
+// life is what the agent's round loop carries from one pass to the next.
+type life struct {
+	last   rendezvous.Round // the last round this node ran in (ranOne), else none
+	ranOne bool
+	kept   *keep // workers going on in place into the next round, or nil
+	pacer  *restartPacer
+}
+
+// dropKept stops the workers still kept when the agent's life ends (the
+// job ended while the round changed, or while this node waited as a hot
+// spare): with the stop signal, or SIGTERM.
+func (a *Agent) dropKept(ctx context.Context, l *life) {
+	if l.kept == nil {
+		return
+	}
+	sig := syscall.SIGTERM
+	if ctx.Err() != nil {
+		sig = stoppedBy(ctx)
+	}
+	why := "the job ended while the round changed"
+	if l.kept.kind == keepSpare {
+		why = "the job ended while this node waited as a hot spare"
+	}
+	a.discard(l.kept.workers, sig, why)
+}
+
+// pass is one pass of the agent's life from StateRendezvous: it waits for
+// a round (as a hot spare when the job runs without this node), runs this
+// node's part of it with the workers kept from the round before or fresh
+// ones, and settles how it ended with the rendezvous. l.kept is what goes
+// on into the next round after it.
+func (a *Agent) pass(ctx context.Context, l *life) outcome {
+	joined := time.Now()
+	if l.kept == nil {
+		l.kept = a.standby(ctx)
+	}
+	round, out := a.join(ctx, l.kept == nil || l.kept.kind == keepSpare)
+	if out != nil {
+		return out
+	}
+	a.spec.Observer.RoundStarted(round, time.Since(joined))
+	workers, recovering := a.takeOver(ctx, l.last, round, l.kept)
+	switch {
+	case workers != nil && recovering == nil:
+		a.log.Info().Int("round", round.Number).Msg("taken in with its workers started and ready (hot spare): they take their state from their peers")
+	case workers != nil:
+		a.spec.Observer.RecoveredInPlace(round, len(recovering.end.Lost))
+	case l.ranOne:
+		a.spec.Observer.Restarted(restartOf(l.last, round))
+	}
+	l.kept, l.last, l.ranOne = nil, round, true
+	if err := a.transition(StateRunning, "round", round.Number, "node_rank", round.NodeRank, "nodes", round.NumNodes,
+		"world_size", round.WorldSize, "master", fmt.Sprintf("%s:%d", round.MasterAddr, round.MasterPort),
+		"in_place", recovering != nil); err != nil {
+		if workers != nil {
+			a.discard(workers, syscall.SIGTERM, err.Error())
+		}
+		return broken{err}
+	}
+	started := time.Now()
+	out, err := a.runRound(ctx, round, workers, recovering)
+	l.kept = keptBy(out) // until the rendezvous says whether they go on
+	if err != nil {
+		return broken{err}
+	}
+	out = a.settle(ctx, round, out)
+	next, ok := out.(rejoin)
+	if !ok {
+		return out
+	}
+	l.kept = next.keep
+	if next.afterFailure {
+		select {
+		case <-time.After(l.pacer.Delay(time.Since(started))):
+		case <-ctx.Done():
+			return stopped{stoppedBy(ctx)}
+		}
+	}
+	return out
+}
+
+// join is Rendezvous.Next (see next): the round this node runs next, or,
+// with no round, how waiting for one ended.
+func (a *Agent) join(ctx context.Context, idle bool) (rendezvous.Round, outcome) {
+	round, sig, err := a.next(ctx, idle)
+	var closedErr *rendezvous.ClosedError
+	var evictedErr *rendezvous.EvictedError
+	switch {
+	case ctx.Err() != nil:
+		return round, stopped{stoppedBy(ctx)}
+	case sig != 0:
+		// SLURM's warning before the job's end: nothing here to save.
+		return round, requeue{idle: sig}
+	case errors.As(err, &closedErr) && closedErr.Result == rendezvous.ResultSucceeded:
+		// Only a round that this node did not run in can close while
+		// it waits to join one: the job went on without it.
+		return round, leftOut{closedErr}
+	case errors.As(err, &closedErr):
+		return round, closed{rendezvous.End{Closed: true, Result: closedErr.Result, Reason: closedErr.Reason}}
+	case errors.As(err, &evictedErr):
+		return round, evicted{evictedErr.Reason}
+	case err != nil:
+		return round, broken{err}
+	}
+	return round, nil
+}
+
+// settle turns how this node's part of round r came out into how r ends
+// for the job, reporting it to the rendezvous: success, failures (paced
+// before the next round), a worker restarted alone (whose keep goes on
+// only when the rendezvous grants it: End.InPlace), or an end the
+// rendezvous already gave. An outcome that ends the agent (a stop, a
+// requeue) is returned as it is.
+func (a *Agent) settle(ctx context.Context, r rendezvous.Round, out outcome) outcome {
+	if ctx.Err() != nil {
+		return stopped{stoppedBy(ctx)}
+	}
+	var end rendezvous.End
+	var err error
+	var k *keep
+	switch o := out.(type) {
+	case succeeded:
+		end, err = a.rdzv.Succeeded(ctx, r)
+	case failed:
+		end, err = a.rdzv.Failed(ctx, r, o.failures)
+	case respawn:
+		k = o.keep
+		end, err = a.rdzv.FailedInPlace(ctx, r, []rendezvous.Failure{o.failure})
+		k.end = end
+	case reform:
+		end, k = o.end, o.keep
+	case ended:
+		end = o.end
+	default:
+		return out
+	}
+	switch {
+	case ctx.Err() != nil:
+		return stopped{stoppedBy(ctx)}
+	case err != nil:
+		return broken{err}
+	case end.Closed:
+		return closed{end}
+	}
+	a.log.Warn().Int("round", r.Number).Str("reason", end.Reason).Msg("round ended: rejoining")
+	if o, ok := a.spec.Observer.(EndObserver); ok {
+		o.RoundEnded(end)
+	}
+	if k != nil && !keptAcross(end) {
+		// This node kept its workers to restart one alone, and the job
+		// restarts them all instead (a static world, or the round ended
+		// another way first).
+		a.discard(k.workers, syscall.SIGTERM, "the next round restarts every worker")
+		k = nil
+	}
+	_, isFailed := out.(failed)
+	_, isRespawn := out.(respawn)
+	return rejoin{end: end, keep: k, afterFailure: isFailed || isRespawn}
 }
 
 // next is Rendezvous.Next. An agent with no workers (idle: a spare, or
@@ -562,30 +620,93 @@ func (a *Agent) next(ctx context.Context, idle bool) (rendezvous.Round, syscall.
 	return rendezvous.Round{}, s, nil
 }
 
-// takeOver hands the workers kept from round from (nil: none) to round
-// r. It returns them, told their new contracts (one that ended meanwhile
-// restarted alone, see adopt), or nil after stopping them when they could
-// not be handed over: then fresh workers start, as after any restart.
-func (a *Agent) takeOver(ctx context.Context, from, r rendezvous.Round, kept *reforming) *reforming {
-	if kept == nil {
-		return nil
+// takeOver hands the workers k kept (nil: none) from round from to round
+// r. It returns r's workers, told their new contracts (adopt), and k as
+// where they came from, for the record of the recovery (nil for a hot
+// spare's: taking them in is no recovery of this node's); or nothing,
+// after stopping them, when they could not be handed over: then fresh
+// workers start, as after any restart.
+func (a *Agent) takeOver(ctx context.Context, from, r rendezvous.Round, k *keep) ([]*worker, *keep) {
+	if k == nil {
+		return nil, nil
 	}
 	ran := &from
-	if kept.standby {
+	if k.kind == keepSpare {
 		ran = nil
 	}
-	if err := a.adopt(ctx, ran, r, kept.workers, kept.end.Grow); err != nil {
-		a.discard(kept.workers, syscall.SIGTERM, err.Error())
-		return nil
+	workers, err := a.adopt(ctx, ran, r, k)
+	if err != nil {
+		a.discard(workers, syscall.SIGTERM, err.Error())
+		return nil, nil
 	}
-	return kept
+	if k.kind == keepSpare {
+		return workers, nil
+	}
+	return workers, k
+}
+
+// end ends the agent's life in state to (StateSucceeded or StateFailed,
+// as decide said) for out, and returns the node's Outcome: with an error
+// only when the agent itself broke.
+func (a *Agent) end(ctx context.Context, to State, out outcome, l *life) (Outcome, error) {
+	r := l.last
+	res := Outcome{Restarts: r.Number}
+	switch o := out.(type) {
+	case closed:
+		return a.closed(to, o.end, r)
+	case broken:
+		return a.abandon(r, o.err)
+	case stopped:
+		res.ExitCode, res.Signal, res.Reason = 128+int(o.sig), o.sig, context.Cause(ctx).Error()
+		return res, a.finish(to, "", "signal", unix.SignalName(o.sig))
+	case requeue:
+		res.ExitCode, res.Requeue = ExitRequeue, true
+		if o.idle == 0 {
+			res.Reason = "checkpointed on request"
+			return res, a.finish(to, fmt.Sprintf("the workers saved a checkpoint on request and stopped: exit %d, requeue the job to resume", ExitRequeue),
+				"reason", "requeue")
+		}
+		res.Reason = fmt.Sprintf("%s while waiting for a round, with no workers to checkpoint", unix.SignalName(o.idle))
+		return res, a.finish(to, fmt.Sprintf("%s: exit %d, requeue the job to resume", res.Reason, ExitRequeue),
+			"reason", "requeue", "signal", unix.SignalName(o.idle))
+	case evicted:
+		// The job goes on without this node: its end is not the job's.
+		res.ExitCode, res.Reason = 1, o.reason
+		return res, a.finish(to, o.reason+"; the job goes on without it", "reason", o.reason)
+	case leftOut:
+		// No round took this node after its last one, or none at all: it
+		// was counted lost, or came too late, and its workers had no part
+		// in the job's end. The node failed, and says so.
+		why := "no round of the job took it"
+		if l.ranOne {
+			why = fmt.Sprintf("no round took it after round %d, the last it ran in (it was counted lost, or joined too late)", r.Number)
+		}
+		res.ExitCode = 1
+		res.Reason = fmt.Sprintf("the job succeeded without node %s: %s; the job: %s", a.spec.Host, why, o.err.Reason)
+		return res, a.finish(to, res.Reason, "reason", res.Reason)
+	}
+	return a.abandon(r, fmt.Errorf("elastic: no end for outcome %T", out))
+}
+
+// finish moves the agent to its last state to with fields, and reports
+// line (when not empty) on the report.
+func (a *Agent) finish(to State, line string, fields ...any) error {
+	if err := a.transition(to, fields...); err != nil {
+		return err
+	}
+	if line != "" {
+		fmt.Fprintf(a.spec.Report, "gorun: %s\n", line)
+	}
+	return nil
 }
 
 // abandon ends the agent for its own error err after it joined the job:
 // it records err as this node's failure, which ends the job on every
 // other node at once, and returns err.
 func (a *Agent) abandon(r rendezvous.Round, err error) (Outcome, error) {
-	a.transition(StateFailed, "error", err.Error())
+	if terr := a.transition(StateFailed, "error", err.Error()); terr != nil {
+		err = errors.Join(err, terr)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), abandonTimeout)
 	defer cancel()
 	f := rendezvous.Failure{Host: a.spec.Host, ExitCode: 1, Time: time.Now(), Attempt: r.Number, Error: err.Error()}
@@ -595,37 +716,17 @@ func (a *Agent) abandon(r rendezvous.Round, err error) (Outcome, error) {
 	return Outcome{ExitCode: 1, Restarts: r.Number, Reason: err.Error()}, err
 }
 
-// leftOut is the outcome of a job that succeeded while this node waited
-// to join a round: no round took it after its last one (ranOne: last),
-// or none at all. It was counted lost, or came too late, and its workers
-// had no part in the job's end: the node failed, and says so.
-func (a *Agent) leftOut(closed *rendezvous.ClosedError, last rendezvous.Round, ranOne bool) Outcome {
-	why := "no round of the job took it"
-	if ranOne {
-		why = fmt.Sprintf("no round took it after round %d, the last it ran in (it was counted lost, or joined too late)", last.Number)
-	}
-	reason := fmt.Sprintf("the job succeeded without node %s: %s; the job: %s", a.spec.Host, why, closed.Reason)
-	a.transition(StateFailed, "reason", reason)
-	fmt.Fprintf(a.spec.Report, "gorun: %s\n", reason)
-	return Outcome{ExitCode: 1, Restarts: last.Number, Reason: reason}
-}
-
-// stopped is the outcome of a stop signal (or ctx ending).
-func (a *Agent) stopped(ctx context.Context, r rendezvous.Round) Outcome {
-	sig := stoppedBy(ctx)
-	a.transition(StateFailed, "signal", unix.SignalName(sig))
-	return Outcome{ExitCode: 128 + int(sig), Signal: sig, Restarts: r.Number, Reason: context.Cause(ctx).Error()}
-}
-
-// closed is the outcome of a job that closed; a failed job's exit code and
-// report are its first failure's, whichever node it was on.
-func (a *Agent) closed(end rendezvous.End, r rendezvous.Round) Outcome {
+// closed is the outcome of a job that closed, ending the agent in state
+// to; a failed job's exit code and report are its first failure's,
+// whichever node it was on.
+func (a *Agent) closed(to State, end rendezvous.End, r rendezvous.Round) (Outcome, error) {
 	out := Outcome{Restarts: r.Number, Reason: end.Reason}
-	if end.Result == rendezvous.ResultSucceeded {
-		a.transition(StateSucceeded, "reason", end.Reason)
-		return out
+	if err := a.transition(to, "reason", end.Reason); err != nil {
+		return out, err
 	}
-	a.transition(StateFailed, "reason", end.Reason)
+	if end.Result == rendezvous.ResultSucceeded {
+		return out, nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	failures, err := a.rdzv.Failures(ctx)
@@ -639,7 +740,7 @@ func (a *Agent) closed(end rendezvous.End, r rendezvous.Round) Outcome {
 	} else {
 		fmt.Fprintf(a.spec.Report, "gorun: job failed: %s\n", firstLine(end.Reason))
 	}
-	return out
+	return out, nil
 }
 
 // ExitRequeue is the exit status (distenv.ExitRequeue) of a worker that

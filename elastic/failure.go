@@ -52,15 +52,16 @@ func (a *Agent) failure(w *worker, r rendezvous.Round, signal syscall.Signal) re
 	if e, ok := a.timedOut.Load(res.PID); ok {
 		msg = strings.TrimSpace(fmt.Sprintf("watchdog timer %q expired (TORCHELASTIC_TIMER_FILE)\n%s", e.(filetimer.Expiry).Scope, msg))
 	}
-	if stall := w.hung.Load(); stall != nil && w.judged.Load() {
+	switch h := w.health.load(); {
+	case (h == judged || h == suspect) && w.stall != nil:
 		what := "; stack dump requested (SIGQUIT)"
-		if w.suspect.Load() {
+		if h == suspect {
 			what = "; the process was stopped or stuck in the kernel"
 		}
-		msg = strings.TrimSpace(stall.String() + what + "\n" + msg)
+		msg = strings.TrimSpace(w.stall.String() + what + "\n" + msg)
 		f.LostPeer = nil // blamed for the hang, not a victim of a lost peer
-	}
-	if aw := w.abandoned.Load(); aw != nil {
+	case h == abandoned:
+		aw := w.await
 		msg = strings.TrimSpace(fmt.Sprintf("awaited a new round for %s after step %d (its world broke, lost peer %d): none came\n%s",
 			a.spec.AwaitTimeout, aw.Step, aw.LostPeer, msg))
 		if aw.LostPeer >= 0 {

@@ -346,23 +346,28 @@ func TestInPlaceScaleUp(t *testing.T) {
 func TestAdopt(t *testing.T) {
 	a, rdzv, report, dir := adoptingAgent(t, channelWorker)
 	first := rendezvous.Round{NumNodes: 1, WorldSize: 2}
-	workers := startRound(t, a, first)
+	held := startRound(t, a, first)
 	waitFiles(t, dir, "pids", 1, "a")
 	ctx := context.Background()
 
 	next := rendezvous.Round{Number: 1, NodeRank: 1, NumNodes: 2, FirstRank: 2, WorldSize: 4}
-	require.NoError(t, a.adopt(ctx, &first, next, workers, false))
+	workers, err := a.adopt(ctx, &first, next, &keep{kind: keepMembership, workers: *held})
+	require.NoError(t, err)
+	*held = workers
 	waitFiles(t, dir, "rounds", 1, "a")
 	require.Equal(t, 3, workers[1].contract.Rank)
 	require.Equal(t, 1, workers[1].started.Rank, "the contract it started with is kept")
 
 	require.NoError(t, workers[0].process.Signal(syscall.SIGKILL))
 	<-workers[0].process.Done()
-	require.ErrorContains(t, a.adopt(ctx, &next, next, workers, true), "rank 2 ended while the round changed")
+	_, err = a.adopt(ctx, &next, next, &keep{kind: keepMembership, workers: workers, end: rendezvous.End{Grow: true}})
+	require.ErrorContains(t, err, "rank 2 ended while the round changed")
 
 	dead := workers[0]
 	third := rendezvous.Round{Number: 2, NodeRank: 1, NumNodes: 2, FirstRank: 2, WorldSize: 4}
-	require.NoError(t, a.adopt(ctx, &next, third, workers, false))
+	workers, err = a.adopt(ctx, &next, third, &keep{kind: keepMembership, workers: workers})
+	require.NoError(t, err)
+	*held = workers
 	require.NotSame(t, dead, workers[0], "restarted alone")
 	require.Equal(t, 2, workers[0].started.Rank, "a fresh worker with the new round's contract")
 	require.Contains(t, report.String(), "restarting rank 2 alone in the next round")
@@ -391,17 +396,18 @@ func adoptingAgent(t *testing.T, worker string) (*Agent, *rendezvous.Static, *te
 }
 
 // startRound starts a's workers of round r; when the test ends it
-// stops and releases the slice they are in then (adopt replaces workers
-// in it).
-func startRound(t *testing.T, a *Agent, r rendezvous.Round) []*worker {
+// stops and releases the workers held then (a test puts there the
+// workers adopt returns).
+func startRound(t *testing.T, a *Agent, r rendezvous.Round) *[]*worker {
 	t.Helper()
 	workers, err := a.startRound(r)
 	require.NoError(t, err)
+	held := &workers
 	t.Cleanup(func() {
-		a.stopAll(workers, syscall.SIGTERM)
-		a.release(workers)
+		a.stopAll(*held, syscall.SIGTERM)
+		a.release(*held)
 	})
-	return workers
+	return held
 }
 
 // closingWorker is channelWorker that, on SIGUSR2, closes its channel,
@@ -418,7 +424,8 @@ const closingWorker = `trap 'exec 3>&-; echo closed >> "$DIR/closed.$AGENT.$LOCA
 func TestAdoptAfterItsChannelClosed(t *testing.T) {
 	a, rdzv, report, dir := adoptingAgent(t, closingWorker)
 	first := rendezvous.Round{NumNodes: 1, WorldSize: 2}
-	workers := startRound(t, a, first)
+	held := startRound(t, a, first)
+	workers := *held
 	waitFiles(t, dir, "pids", 1, "a")
 	require.NoError(t, workers[1].process.Signal(syscall.SIGUSR2))
 	require.Eventually(t, func() bool { return len(lines(filepath.Join(dir, "closed.a.1"))) == 1 },
@@ -426,7 +433,9 @@ func TestAdoptAfterItsChannelClosed(t *testing.T) {
 
 	kept, closing := workers[0], workers[1]
 	next := rendezvous.Round{Number: 1, NodeRank: 1, NumNodes: 2, FirstRank: 2, WorldSize: 4}
-	require.NoError(t, a.adopt(context.Background(), &first, next, workers, false))
+	workers, err := a.adopt(context.Background(), &first, next, &keep{kind: keepMembership, workers: workers})
+	require.NoError(t, err)
+	*held = workers
 	require.Same(t, kept, workers[0], "its peer is kept")
 	require.Equal(t, 2, workers[0].contract.Rank)
 	require.NotSame(t, closing, workers[1], "restarted alone")
@@ -466,4 +475,37 @@ func TestSpareRequeuesOnSIGUSR1(t *testing.T) {
 			require.ErrorIs(t, syscall.Kill(n, 0), syscall.ESRCH, "the spare's worker %d is stopped", n)
 		}
 	}
+}
+
+// "Restart rank k alone" is one value: a keep of kind keepRespawn names
+// the local rank to replace, and adopt starts a fresh worker there with
+// the new round's contract while its peer is kept and told the round.
+func TestAdoptReplacesTheRankRestartedAlone(t *testing.T) {
+	a, _, _, dir := adoptingAgent(t, channelWorker)
+	first := rendezvous.Round{NumNodes: 1, WorldSize: 2}
+	held := startRound(t, a, first)
+	waitFiles(t, dir, "pids", 1, "a")
+	survivor, failed := (*held)[0], (*held)[1]
+	require.NoError(t, failed.process.Signal(syscall.SIGKILL))
+	<-failed.process.Done()
+	a.release([]*worker{failed})
+	*held = []*worker{survivor}
+
+	next := rendezvous.Round{Number: 1, NumNodes: 1, WorldSize: 2}
+	k := &keep{kind: keepRespawn, workers: []*worker{survivor}, replace: []int{1},
+		end: rendezvous.End{Cause: rendezvous.CauseFailure, InPlace: true}}
+	workers, err := a.adopt(context.Background(), &first, next, k)
+	require.NoError(t, err)
+	*held = workers
+	require.Len(t, workers, 2)
+	require.Same(t, survivor, workers[0], "its peer is kept")
+	require.NotSame(t, failed, workers[1], "restarted alone")
+	require.Equal(t, 1, workers[1].started.Rank)
+	require.Equal(t, 1, workers[1].started.RestartCount, "with the new round's contract")
+	require.Eventually(t, func() bool { return len(lines(filepath.Join(dir, "rounds.a.0"))) > 0 }, 90*time.Second, 20*time.Millisecond,
+		"the kept worker is told the new round")
+	require.Equal(t, []int{2}, roundLines(t, filepath.Join(dir, "rounds.a.0")))
+	require.Len(t, pids(dir, "a")[0], 1, "the kept worker kept its process")
+	require.Eventually(t, func() bool { return len(pids(dir, "a")[1]) == 2 }, 90*time.Second, 20*time.Millisecond,
+		"a second process in rank 1's place")
 }

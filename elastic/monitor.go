@@ -16,69 +16,56 @@ import (
 	"github.com/gorun/gorun/rendezvous"
 )
 
-// roundResult is how this node's part of a round came out.
-type roundResult struct {
-	failures []rendezvous.Failure // this node's workers that failed
-	ended    *rendezvous.End      // the round ended elsewhere first
-	requeue  bool                 // the workers checkpointed on request and stopped
-	kept     *reforming           // the workers still run, kept for the next round
-	// respawn: failures are of workers that this node restarts alone,
-	// the others kept (kept.workers holds nil in their places).
-	respawn bool
-}
-
-// reforming is workers kept alive from a round that ended for a
-// membership change, on their way into the next round.
-type reforming struct {
-	workers  []*worker
-	end      rendezvous.End
-	endedAt  time.Time // when this node's first worker saw its world break, else when this node saw the round end
-	lastStep int       // the last step its workers reported before, -1: none
-	// standby: the workers of a hot spare, started before this node had a
-	// round (Agent.standby); they ran no round, so taking them in is no
-	// recovery of this node's.
-	standby bool
-}
-
 // blameTimeout bounds the report of a culprit before the agent acts on
 // it: the rendezvous must not keep a hung worker alive.
 const blameTimeout = 5 * time.Second
 
-// runRound runs this node's part of round r: with the workers of
-// inPlace, kept from the round before and already told r's contracts, or
-// else with fresh workers it starts. It watches them until they all
-// succeeded, one failed (then the others are stopped), the round ended
-// elsewhere (then they are stopped, or kept for the next round: see
-// Spec.InPlace), or ctx ended (a stop signal: then all are stopped with
-// it). It fails only when the workers could not be started.
-func (a *Agent) runRound(ctx context.Context, r rendezvous.Round, inPlace *reforming) (res roundResult, err error) {
-	var workers []*worker
-	recovering := inPlace
-	if inPlace != nil {
-		workers = inPlace.workers
-		if inPlace.standby {
-			recovering = nil
+// runRound runs this node's part of round r: with workers, kept from the
+// round before (recovering says from where: nil for a hot spare's) and
+// already told r's contracts, or, when workers is nil, with fresh workers
+// it starts. It watches them until they all succeeded, one failed (then
+// the others are stopped, or it alone is restarted: respawn), the round
+// ended elsewhere (then they are stopped, or kept for the next round:
+// reform; see Spec.InPlace), or ctx ended (a stop signal: then all are
+// stopped with it). Workers it does not keep are released when it
+// returns. It fails when the workers could not be started (then no
+// outcome), or when it met an agent state edge that is not allowed (a
+// bug; the outcome is then still how the round ended).
+func (a *Agent) runRound(ctx context.Context, r rendezvous.Round, workers []*worker, recovering *keep) (outcome, error) {
+	if workers == nil {
+		var err error
+		if workers, err = a.startRound(r); err != nil {
+			return nil, err
 		}
-	} else if workers, err = a.startRound(r); err != nil {
-		return roundResult{}, err
 	}
-	defer func() {
-		if res.kept == nil {
-			a.release(workers)
-		}
-	}()
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	m := &roundMonitor{
 		a: a, ctx: ctx, watchCtx: watchCtx, round: r, workers: workers, running: len(workers),
-		stalled: make(chan int, len(workers)), verdict: make(chan bool, 1),
+		stalled: make(chan stallOf, len(workers)), verdict: make(chan bool, 1),
 		roundEnd: a.rdzv.Watch(watchCtx, r), recovering: recovering,
 	}
 	m.watchWorkers()
-	res = m.run()
+	out := m.run()
 	stopWatch()
 	m.probes.Wait()
-	return res, nil
+	if keptBy(out) == nil {
+		a.release(workers)
+	}
+	return out, m.badEdge
+}
+
+// keptBy is the workers that out keeps in place, or nil.
+func keptBy(out outcome) *keep {
+	switch o := out.(type) {
+	case respawn:
+		return o.keep
+	case reform:
+		return o.keep
+	case rejoin:
+		return o.keep
+	}
+	return nil
 }
 
 // startRound starts fresh workers for round r; when not all of them
@@ -115,7 +102,7 @@ type roundMonitor struct {
 	workers  []*worker
 	running  int // workers not yet reaped
 
-	stalled  chan int              // index of a worker whose heartbeats stopped
+	stalled  chan stallOf          // a worker whose heartbeats stopped
 	verdict  chan bool             // the rendezvous's answer to a stall with no culprit here
 	roundEnd <-chan rendezvous.End // the round ended elsewhere
 	requeue  <-chan time.Time      // set once a worker stopped to be requeued
@@ -128,8 +115,24 @@ type roundMonitor struct {
 	reformDue <-chan time.Time
 	// recovering, in a round whose workers were kept in place, is where
 	// they came from, until their first progress in this round.
-	recovering *reforming
+	recovering *keep
 	probes     sync.WaitGroup // Unreachable checks of silent peers, bound to watchCtx
+	badEdge    error          // the first state edge refused (a bug): runRound returns it
+}
+
+// stallOf is the stall of the worker at index i: its heartbeats stopped.
+type stallOf struct {
+	i     int
+	stall heartbeat.Stall
+}
+
+// move moves the agent to state to (Agent.transition); an edge refused
+// is kept for runRound to return, and the round's workers are handled as
+// they would be after it.
+func (m *roundMonitor) move(to State, fields ...any) {
+	if err := m.a.transition(to, fields...); err != nil && m.badEdge == nil {
+		m.badEdge = err
+	}
 }
 
 // silence is a worker's report of a peer rank it heard nothing from.
@@ -149,21 +152,19 @@ func (m *roundMonitor) watchWorkers() {
 		if _, ok := w.heartbeat.Awaiting(); ok && m.awaitOver == nil {
 			m.awaitOver = time.After(m.a.spec.AwaitTimeout)
 		}
-		{
-			go func() {
-				if stall, ok := <-w.heartbeat.Watch(m.watchCtx, m.a.spec.HeartbeatTimeout); ok {
-					w.hung.Store(&stall)
-					m.stalled <- i
-				}
-			}()
-		}
+		go func() {
+			if stall, ok := <-w.heartbeat.Watch(m.watchCtx, m.a.spec.HeartbeatTimeout); ok {
+				w.health.markFrom(hung, healthy, resuming)
+				m.stalled <- stallOf{i, stall}
+			}
+		}()
 	}
 }
 
 // run handles events until the round is over for this node.
-func (m *roundMonitor) run() roundResult {
+func (m *roundMonitor) run() outcome {
 	for m.running > 0 {
-		var done *roundResult
+		var done outcome
 		select {
 		case w := <-m.a.exits:
 			if i := slices.Index(m.workers, w); i >= 0 {
@@ -183,8 +184,8 @@ func (m *roundMonitor) run() roundResult {
 			done = m.onRequeueGraceOver()
 		case end, ok := <-m.roundEnd:
 			done = m.onRoundEnd(end, ok)
-		case i := <-m.stalled:
-			m.onStall(i)
+		case s := <-m.stalled:
+			m.onStall(s)
 		case blame := <-m.verdict:
 			m.onVerdict(blame)
 		case s := <-m.a.passOn:
@@ -193,15 +194,18 @@ func (m *roundMonitor) run() roundResult {
 			done = m.onStop()
 		}
 		if done != nil {
-			return *done
+			return done
 		}
 	}
-	return roundResult{requeue: m.requeue != nil}
+	if m.requeue != nil {
+		return requeue{}
+	}
+	return succeeded{}
 }
 
 // onExit: a worker ended. Success or a requeue exit lets the others go
 // on; a failure stops them and ends the round.
-func (m *roundMonitor) onExit(i int) *roundResult {
+func (m *roundMonitor) onExit(i int) outcome {
 	m.running--
 	w := m.workers[i]
 	res := w.process.Result()
@@ -221,64 +225,72 @@ func (m *roundMonitor) onExit(i int) *roundResult {
 	if m.respawnable(i) {
 		return m.respawn(i)
 	}
-	m.a.transition(StateStopping, "reason", "worker failed", "rank", w.contract.Rank, "result", res.String())
+	m.move(StateStopping, "reason", "worker failed", "rank", w.contract.Rank, "result", res.String())
 	failures := m.stopAll(syscall.SIGTERM)
 	writeFailureTable(m.a.spec.Report, failures, len(m.workers)-len(failures))
-	return &roundResult{failures: failures}
+	return failed{failures}
 }
 
-// respawnable says whether worker i, which failed, is restarted alone
-// while every other worker of the job goes on in place: in-place recovery
-// is on, i is the only worker here that ended, and none is being judged
-// or stopped for a requeue (a failure while the job stops is no failure
-// to recover from).
-func (m *roundMonitor) respawnable(i int) bool {
-	if !m.a.spec.InPlace || m.requeue != nil || m.a.signalled.Load() || m.running != len(m.workers)-1 {
+// goOn says whether the workers here other than the one at index except
+// (-1: none) go on into the next round in place: in-place recovery is on,
+// no worker is being stopped for a requeue nor was passed a requeue
+// signal (a failure or a round end while the job stops is no change to
+// recover from: SIGUSR1/SIGUSR2 make the workers checkpoint to stop),
+// and each of them still runs, with a channel to be told its new
+// contract, and is not hung.
+func (m *roundMonitor) goOn(except int) bool {
+	others := len(m.workers)
+	if except >= 0 {
+		others--
+	}
+	if !m.a.spec.InPlace || m.requeue != nil || m.a.signalled.Load() || m.running != others {
 		return false
 	}
 	for j, w := range m.workers {
-		if j != i && (w.heartbeat == nil || w.endedOnItsOwn() || w.hung.Load() != nil) {
+		if j != except && (w.heartbeat == nil || w.endedOnItsOwn() || w.health.load().stalled()) {
 			return false
 		}
 	}
 	return true
 }
 
+// respawnable says whether worker i, which failed, is restarted alone
+// while every other worker of the job goes on in place: it is the only
+// worker here that ended, and the others go on (goOn).
+func (m *roundMonitor) respawnable(i int) bool { return m.goOn(i) }
+
 // respawn: worker i failed and is restarted alone in the next round; the
 // others are kept. Its failure is reported to the rendezvous by the
 // agent (FailedInPlace), which opens that round.
-func (m *roundMonitor) respawn(i int) *roundResult {
+func (m *roundMonitor) respawn(i int) outcome {
 	w := m.workers[i]
-	m.a.transition(StateReforming, "reason", "worker failed: restarting it alone", "rank", w.contract.Rank, "result", w.process.Result().String())
-	failures := m.a.failures([]*worker{w}, m.round)
-	fmt.Fprintf(m.a.spec.Report, "gorun: %s: restarting rank %d alone, the other workers go on in place\n", failures[0], w.contract.Rank)
+	m.move(StateReforming, "reason", "worker failed: restarting it alone", "rank", w.contract.Rank, "result", w.process.Result().String())
+	failure := m.a.failure(w, m.round, 0)
+	fmt.Fprintf(m.a.spec.Report, "gorun: %s: restarting rank %d alone, the other workers go on in place\n", failure, w.contract.Rank)
 	m.a.release([]*worker{w})
-	kept := &reforming{workers: slices.Clone(m.workers), endedAt: time.Now(), lastStep: -1}
-	kept.workers[i] = nil
-	for _, o := range kept.workers {
-		if o != nil {
-			kept.lastStep = max(kept.lastStep, o.heartbeat.LastStep())
-		}
+	k := &keep{kind: keepRespawn, workers: slices.Delete(slices.Clone(m.workers), i, i+1), replace: []int{i}, endedAt: time.Now(), lastStep: -1}
+	for _, o := range k.workers {
+		k.lastStep = max(k.lastStep, o.heartbeat.LastStep())
 	}
 	if res := w.process.Result(); !res.Ended.IsZero() {
-		kept.endedAt = res.Ended
+		k.endedAt = res.Ended
 	}
-	return &roundResult{failures: failures, kept: kept, respawn: true}
+	return respawn{failure: failure, keep: k}
 }
 
 // onRequeueGraceOver: workers still run TermTimeout after one stopped to
 // be requeued.
-func (m *roundMonitor) onRequeueGraceOver() *roundResult {
-	m.a.transition(StateStopping, "reason", "requeue: workers still running after the grace period")
+func (m *roundMonitor) onRequeueGraceOver() outcome {
+	m.move(StateStopping, "reason", "requeue: workers still running after the grace period")
 	m.stopAll(syscall.SIGTERM)
-	return &roundResult{requeue: true}
+	return requeue{}
 }
 
 // onRoundEnd: the round ended elsewhere (or ok is false: the watch ended
 // with ctx, handled by onStop). The workers stop; any that had already
 // failed on their own are still reported, after the failures that ended
 // the round.
-func (m *roundMonitor) onRoundEnd(end rendezvous.End, ok bool) *roundResult {
+func (m *roundMonitor) onRoundEnd(end rendezvous.End, ok bool) outcome {
 	if !ok {
 		m.roundEnd = nil
 		return nil
@@ -288,31 +300,31 @@ func (m *roundMonitor) onRoundEnd(end rendezvous.End, ok bool) *roundResult {
 		if end.Cause == rendezvous.CauseFailure {
 			cause = "a worker restarted alone"
 		}
-		m.a.transition(StateReforming, "reason", end.Reason, "cause", cause)
-		kept := &reforming{workers: m.workers, end: end, endedAt: time.Now(), lastStep: -1}
+		m.move(StateReforming, "reason", end.Reason, "cause", cause)
+		k := &keep{kind: keepMembership, workers: m.workers, end: end, endedAt: time.Now(), lastStep: -1}
 		for _, w := range m.workers {
-			kept.lastStep = max(kept.lastStep, w.heartbeat.LastStep())
+			k.lastStep = max(k.lastStep, w.heartbeat.LastStep())
 			// A worker that saw its world break awaited since then: the
 			// recovery is timed from the failure, not from the lease's expiry.
-			if aw, ok := w.heartbeat.Awaiting(); ok && aw.At.Before(kept.endedAt) {
-				kept.endedAt = aw.At
+			if aw, ok := w.heartbeat.Awaiting(); ok && aw.At.Before(k.endedAt) {
+				k.endedAt = aw.At
 			}
 		}
-		return &roundResult{ended: &end, kept: kept}
+		return reform{end: end, keep: k}
 	}
-	m.a.transition(StateStopping, "reason", end.Reason)
+	m.move(StateStopping, "reason", end.Reason)
 	failures := m.stopAll(syscall.SIGTERM)
 	if m.requeue != nil || (m.a.signalled.Load() && m.anyRequeued()) {
 		// The workers were stopping to be requeued (SLURM's --signal) when
 		// the round ended: most likely a node whose workers stopped first
 		// left. The job is to be requeued, not re-formed without it.
-		return &roundResult{requeue: true}
+		return requeue{}
 	}
 	if len(failures) > 0 {
 		writeFailureTable(m.a.spec.Report, failures, len(m.workers)-len(failures))
 		m.blame(failures)
 	}
-	return &roundResult{ended: &end}
+	return ended{end}
 }
 
 // anyRequeued says whether a worker of the round exited with ExitRequeue
@@ -328,30 +340,13 @@ func (m *roundMonitor) anyRequeued() bool {
 }
 
 // keepable says whether the workers go on into the next round in place:
-// the round ended for a membership change only, in-place recovery is on,
-// and every worker here is alive, with a channel to be told its new
-// contract, and not being judged or stopped for a requeue. Workers that
-// were passed a requeue signal (SIGUSR1/SIGUSR2) are checkpointing to
-// stop: a round that ends meanwhile (a node whose workers stopped first
-// left) is the job stopping, not a membership change to re-form for.
+// the round ended for a membership change only, every worker here goes on
+// (goOn), and no hang is being judged. Workers that were passed a requeue
+// signal are checkpointing to stop: a round that ends meanwhile (a node
+// whose workers stopped first left) is the job stopping, not a
+// membership change to re-form for.
 func (m *roundMonitor) keepable(end rendezvous.End) bool {
-	if !m.a.spec.InPlace || !keptAcross(end) ||
-		m.requeue != nil || m.a.signalled.Load() || m.judging || m.running != len(m.workers) {
-		return false
-	}
-	for _, w := range m.workers {
-		if w.heartbeat == nil || w.endedOnItsOwn() || w.hung.Load() != nil {
-			return false
-		}
-	}
-	return true
-}
-
-// keptAcross says whether a round that ended with end keeps live workers
-// in place: a membership change, or a worker failure whose agent restarts
-// that worker alone.
-func keptAcross(end rendezvous.End) bool {
-	return !end.Closed && (end.Cause == rendezvous.CauseMembership || end.Cause == rendezvous.CauseFailure && end.InPlace)
+	return keptAcross(end) && !m.judging && m.goOn(-1)
 }
 
 // onAwait: worker w says its world broke and it awaits a new round. The
@@ -451,7 +446,7 @@ func (m *roundMonitor) onReformDue() {
 // came. Those still awaiting count as failed, as a hung worker does: the
 // others stop and the round ends with their failure. While this node
 // cannot reach the rendezvous, they wait on.
-func (m *roundMonitor) onAwaitOver() *roundResult {
+func (m *roundMonitor) onAwaitOver() outcome {
 	m.awaitOver = nil
 	if !m.a.rdzv.Connected() {
 		// This node is cut off from the rendezvous (a partition): the new
@@ -465,13 +460,14 @@ func (m *roundMonitor) onAwaitOver() *roundResult {
 	over := m.awaitingWorkers()
 	for _, w := range over {
 		if aw, ok := w.heartbeat.Awaiting(); ok {
-			w.abandoned.Store(&aw)
+			w.await = aw
+			w.health.markFrom(abandoned, healthy, resuming, hung)
 		}
 	}
 	if len(over) == 0 {
 		return nil
 	}
-	m.a.transition(StateStopping, "reason", "no new round came for a worker that awaited one", "rank", over[0].contract.Rank,
+	m.move(StateStopping, "reason", "no new round came for a worker that awaited one", "rank", over[0].contract.Rank,
 		"waited", m.a.spec.AwaitTimeout.String())
 	var blamed []rendezvous.Failure
 	for _, w := range over {
@@ -480,7 +476,7 @@ func (m *roundMonitor) onAwaitOver() *roundResult {
 	m.blame(blamed)
 	failures := append(blamed, m.stopAll(syscall.SIGTERM)...)
 	writeFailureTable(m.a.spec.Report, failures, len(m.workers)-len(failures))
-	return &roundResult{failures: failures}
+	return failed{failures}
 }
 
 // onResumed: the first progress of a kept worker in its new round ends
@@ -494,7 +490,7 @@ func (m *roundMonitor) onResumed(r resumption) {
 	m.recovering = nil
 	m.a.reforms.Store(0)
 	for _, w := range m.workers {
-		w.resuming.Store(false)
+		w.health.mark(resuming, healthy)
 	}
 	rec := rendezvous.Recovery{
 		Round: m.round.Number, Host: m.a.spec.Host, Reason: from.end.Reason, Lost: from.end.Lost,
@@ -527,16 +523,20 @@ func stepsLost(lastStep int, r resumption) int {
 	return max(0, lastStep-(r.step-1))
 }
 
-// onStall: worker i sent no heartbeat for HeartbeatTimeout. A hung worker
-// holds every other in a collective, so all stop beating together: a
-// worker here that is stopped or stuck in the kernel (state T or D) is
-// the culprit; else the rendezvous decides which node names one.
-func (m *roundMonitor) onStall(i int) {
+// onStall: worker s.i sent no heartbeat for HeartbeatTimeout. A hung
+// worker holds every other in a collective, so all stop beating
+// together: a worker here that is stopped or stuck in the kernel (state
+// T or D) is the culprit; else the rendezvous decides which node names
+// one.
+func (m *roundMonitor) onStall(s stallOf) {
+	if w := m.workers[s.i]; w.stall == nil {
+		w.stall = &s.stall
+	}
 	if m.judging {
 		return
 	}
 	m.judging = true
-	stall := m.workers[i].hung.Load()
+	i, stall := s.i, &s.stall
 	j := suspectWorker(m.workers)
 	if j < 0 {
 		go func() {
@@ -556,13 +556,14 @@ func (m *roundMonitor) onStall(i int) {
 		return
 	}
 	w := m.workers[j]
-	w.hung.CompareAndSwap(nil, stall)
-	w.judged.Store(true)
-	w.suspect.Store(true)
+	if w.stall == nil {
+		w.stall = stall
+	}
+	w.health.markFrom(suspect, healthy, resuming, hung)
 	// A stopped process cannot dump its stacks: kill it now, once the
 	// blame is on record.
 	m.blame([]rendezvous.Failure{m.a.failure(w, m.round, syscall.SIGKILL)})
-	m.a.log.Warn().Int("rank", w.contract.Rank).Str("state", procState(w.process.PID())).Stringer("stall", w.hung.Load()).Msg("worker hung (stopped or stuck in the kernel): SIGKILL")
+	m.a.log.Warn().Int("rank", w.contract.Rank).Str("state", procState(w.process.PID())).Stringer("stall", w.stall).Msg("worker hung (stopped or stuck in the kernel): SIGKILL")
 	_ = w.process.Signal(syscall.SIGKILL)
 }
 
@@ -574,17 +575,17 @@ func (m *roundMonitor) onVerdict(blame bool) {
 		return // another node names the culprit; the round ends there
 	}
 	w := m.workers[longestSilent(m.workers)]
-	if stall := w.hung.Load(); stall == nil {
+	if w.stall == nil {
 		for _, o := range m.workers {
-			if s := o.hung.Load(); s != nil {
-				w.hung.CompareAndSwap(nil, s)
+			if o.stall != nil {
+				w.stall = o.stall
 				break
 			}
 		}
 	}
-	w.judged.Store(true)
+	w.health.markFrom(judged, healthy, resuming, hung)
 	m.blame([]rendezvous.Failure{m.a.failure(w, m.round, syscall.SIGQUIT)})
-	m.a.log.Warn().Int("rank", w.contract.Rank).Stringer("stall", w.hung.Load()).Msg("worker hung: SIGQUIT for a stack dump, then SIGKILL")
+	m.a.log.Warn().Int("rank", w.contract.Rank).Stringer("stall", w.stall).Msg("worker hung: SIGQUIT for a stack dump, then SIGKILL")
 	_ = w.process.Signal(syscall.SIGQUIT)
 	go func() {
 		select {
@@ -605,10 +606,11 @@ func (m *roundMonitor) onPassOn(s syscall.Signal) {
 }
 
 // onStop: a stop signal (or ctx ending) stops the workers with it.
-func (m *roundMonitor) onStop() *roundResult {
-	m.a.transition(StateStopping, "reason", context.Cause(m.ctx).Error())
-	m.a.stopAll(m.workers, stoppedBy(m.ctx))
-	return &roundResult{}
+func (m *roundMonitor) onStop() outcome {
+	m.move(StateStopping, "reason", context.Cause(m.ctx).Error())
+	sig := stoppedBy(m.ctx)
+	m.a.stopAll(m.workers, sig)
+	return stopped{sig}
 }
 
 // stopAll stops every worker with sig and returns the failures of those

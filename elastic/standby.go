@@ -37,7 +37,7 @@ const (
 // It returns nil, and the node waits without workers as before, when
 // the job is not running (a first start), the workers are not kept in
 // place, or they did not start or get ready: what went wrong is logged.
-func (a *Agent) standby(ctx context.Context) *reforming {
+func (a *Agent) standby(ctx context.Context) *keep {
 	if !a.spec.InPlace {
 		return nil
 	}
@@ -63,7 +63,7 @@ func (a *Agent) standby(ctx context.Context) *reforming {
 	}
 	a.log.Info().Int("workers", len(workers)).Dur("took", time.Since(start)).
 		Msg("the job runs without this node: waiting as a hot spare, its workers started and ready")
-	return &reforming{workers: workers, standby: true, lastStep: -1, endedAt: time.Now()}
+	return &keep{kind: keepSpare, workers: workers, lastStep: -1, endedAt: time.Now()}
 }
 
 // startStandby starts every local worker under its placeholder contract;

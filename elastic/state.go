@@ -7,8 +7,9 @@ type State int
 
 // The agent's states. Init -> Rendezvous -> Running, then Succeeded, or
 // Stopping -> Rendezvous (restart) or Failed, or Reforming -> Rendezvous
-// (the workers kept in place across a membership change); transitions
-// lists every edge.
+// (workers kept in place into the next round); transitions lists every
+// edge, Agent.transition refuses any other, and decide picks the edge
+// after each pass of the agent's life from how it came out.
 const (
 	StateInit State = iota
 	StateRendezvous
@@ -16,7 +17,10 @@ const (
 	StateStopping
 	StateSucceeded
 	StateFailed
-	StateReforming // the round ended for a membership change, or a worker restarted alone; the workers run on into the next
+	// StateReforming: the round is over and this node's live workers run
+	// on, in place, into the next (a membership change: reform; or one of
+	// them restarted alone: respawn).
+	StateReforming
 )
 
 func (s State) String() string {

@@ -34,16 +34,13 @@ type worker struct {
 	current   atomic.Pointer[distenv.Worker]
 	process   *proc.Process
 	logs      *workerlog.Worker
-	heartbeat *heartbeat.Pipe                 // nil unless the agent judges hangs, reports progress or keeps workers in place
-	hung      atomic.Pointer[heartbeat.Stall] // its heartbeats stopped
-	judged    atomic.Bool                     // the agent named it the culprit of a hang and acted on it
-	suspect   atomic.Bool                     // judged, found stopped or stuck in the kernel
-	// abandoned is the await of a worker that waited for a new round
-	// longer than the agent's bound: it is reported as failed.
-	abandoned atomic.Pointer[heartbeat.Await]
-	// resuming is set while the agent waits for the first progress of a
-	// kept worker in its new round.
-	resuming atomic.Bool
+	heartbeat *heartbeat.Pipe // nil unless the agent judges hangs, reports progress or keeps workers in place
+	health    healthCell
+	// stall is the stall of a worker whose heartbeats stopped, or the one
+	// it is blamed for; await is the wait of an abandoned one. Both are
+	// the round monitor's: only the agent's round loop reads them.
+	stall    *heartbeat.Stall
+	await    heartbeat.Await
 	released chan struct{} // closed once the agent is done with the worker
 	// exitTold is closed once the observer was told the process ended:
 	// release waits for it, so every exit is reported before Run returns.
@@ -259,7 +256,7 @@ func (a *Agent) onProgress(w *worker, prog heartbeat.Progress) {
 	if !math.IsNaN(prog.Round) && int(prog.Round) != c.RestartCount {
 		return // a step of the round before, finished after the agent sent the new one
 	}
-	if w.resuming.CompareAndSwap(true, false) {
+	if w.health.mark(resuming, healthy) {
 		select {
 		case a.resumed <- resumption{w: w, step: prog.Step, at: time.Now(), redone: prog.Redone}:
 		default:
@@ -296,69 +293,77 @@ func (a *Agent) release(workers []*worker) {
 }
 
 // discard stops kept workers that cannot go on into the next round and
-// releases them; why says why, for the log.
+// releases them (nil entries, places not filled, are skipped); why says
+// why, for the log.
 func (a *Agent) discard(workers []*worker, sig syscall.Signal, why string) {
-	workers = slices.DeleteFunc(slices.Clone(workers), func(w *worker) bool { return w == nil }) // a failed one's place
+	workers = slices.DeleteFunc(slices.Clone(workers), func(w *worker) bool { return w == nil })
 	a.log.Warn().Str("reason", why).Int("workers", len(workers)).Msg("stopping the workers kept in place")
 	a.stopAll(workers, sig)
 	a.release(workers)
 }
 
-// adopt gives the workers kept from round from (nil: a hot spare's, which
-// ran none) their contracts in round r over their channels, and starts a fresh worker in the place of one
-// that failed and is restarted alone (nil in kept; it takes the place in
-// kept). A kept worker that ended meanwhile, or that can no longer be told
-// because it is ending (its channel closed: only an exiting worker closes
-// it), failed as the round changed, beside the failure that changed it:
-// two workers of different nodes that die at once. It is recorded as a
-// failure of round from (if any) and restarted alone too, since r re-forms its
-// world anyway: the exchange finds what every rank holds. With atBoundary
-// (the world is intact: only nodes join, and the kept workers go into r at
-// the next step boundary their world agrees on, so that no rank is left a
-// step ahead) no worker can be replaced: it fails, sending nothing more,
-// and the caller then stops them all and starts fresh workers, as it does
-// on any other error.
-func (a *Agent) adopt(ctx context.Context, from *rendezvous.Round, r rendezvous.Round, kept []*worker, atBoundary bool) error {
-	if len(kept) != a.spec.LocalWorkers {
-		return fmt.Errorf("%d workers kept, %d wanted", len(kept), a.spec.LocalWorkers)
+// adopt returns round r's workers, by local rank, from the workers k
+// kept from round from (nil: a hot spare's, which ran none): it gives
+// each its contract in r over its channel, and starts a fresh worker in
+// each place that k replaces (one that failed and is restarted alone). A
+// kept worker that ended meanwhile, or that can no longer be told because
+// it is ending (its channel closed: only an exiting worker closes it),
+// failed as the round changed, beside the failure that changed it: two
+// workers of different nodes that die at once. It is recorded as a
+// failure of round from (if any) and restarted alone too, since r
+// re-forms its world anyway: the exchange finds what every rank holds.
+// At a step boundary (k.atBoundary: the world is intact, only nodes join,
+// and the kept workers go into r at the next step boundary their world
+// agrees on, so that no rank is left a step ahead) no worker can be
+// replaced: it fails, sending nothing more. On error it returns the
+// workers it holds then (nil where a place is not filled), and the caller
+// stops them all and starts fresh workers, as after any restart.
+func (a *Agent) adopt(ctx context.Context, from *rendezvous.Round, r rendezvous.Round, k *keep) ([]*worker, error) {
+	if len(k.workers)+len(k.replace) != a.spec.LocalWorkers {
+		return k.workers, fmt.Errorf("%d workers kept and %d replaced, %d wanted", len(k.workers), len(k.replace), a.spec.LocalWorkers)
 	}
-	for local, w := range kept {
+	workers := make([]*worker, a.spec.LocalWorkers)
+	for _, w := range k.workers {
+		workers[w.contract.LocalRank] = w
+	}
+	for local, w := range workers {
 		if w != nil && w.endedOnItsOwn() {
-			if atBoundary {
-				return fmt.Errorf("rank %d ended while the round changed: %s", w.contract.Rank, w.process.Result())
+			if k.atBoundary() {
+				return workers, fmt.Errorf("rank %d ended while the round changed: %s", w.contract.Rank, w.process.Result())
 			}
 			a.lostAsRoundChanged(ctx, from, w)
-			kept[local] = nil
+			workers[local] = nil
 		}
 	}
 	sink, err := a.sinkOf(r)
 	if err != nil {
-		return err
+		return workers, err
 	}
-	for local, w := range kept {
+	for local, w := range workers {
 		if w == nil {
-			if err := a.restartAlone(sink, r, kept, local); err != nil {
-				return err
+			if err := a.restartAlone(sink, r, workers, local); err != nil {
+				return workers, err
 			}
 			continue
 		}
 		c := a.spec.Contract(r, local)
 		if err := os.MkdirAll(filepath.Dir(c.ErrorFile), 0o755); err != nil {
-			return fmt.Errorf("error file of rank %d: %w", c.Rank, err)
+			return workers, fmt.Errorf("error file of rank %d: %w", c.Rank, err)
 		}
 		_ = os.Remove(c.ErrorFile)
 		if err := w.logs.Move(sink, c.Rank, c.LocalRank); err != nil {
-			return fmt.Errorf("output of rank %d: %w", c.Rank, err)
+			return workers, fmt.Errorf("output of rank %d: %w", c.Rank, err)
 		}
-		w.resuming.Store(true)
-		if err := w.heartbeat.SendRound(c, atBoundary); err != nil {
-			if atBoundary || !w.endsWithin(a.spec.TermTimeout) {
-				return err
+		w.health.mark(healthy, resuming) // a worker still resuming from the round before stays so
+		if err := w.heartbeat.SendRound(c, k.atBoundary()); err != nil {
+			if k.atBoundary() || !w.endsWithin(a.spec.TermTimeout) {
+				return workers, err
 			}
 			a.lostAsRoundChanged(ctx, from, w)
+			workers[local] = nil
 			sink.Vacate(c.Rank) // its output moved there, and is closed
-			if err := a.restartAlone(sink, r, kept, local); err != nil {
-				return err
+			if err := a.restartAlone(sink, r, workers, local); err != nil {
+				return workers, err
 			}
 			continue
 		}
@@ -366,18 +371,18 @@ func (a *Agent) adopt(ctx context.Context, from *rendezvous.Round, r rendezvous.
 		w.setContract(c)
 		a.spec.Observer.WorkerStarted(c)
 	}
-	a.log.Info().Int("round", r.Number).Int("workers", len(kept)).Int("world_size", r.WorldSize).Msg("sent the new round to its workers")
-	return nil
+	a.log.Info().Int("round", r.Number).Int("workers", len(workers)).Int("world_size", r.WorldSize).Msg("sent the new round to its workers")
+	return workers, nil
 }
 
 // restartAlone starts a fresh worker for local rank local of round r in
-// kept[local]'s place.
-func (a *Agent) restartAlone(sink *workerlog.Sink, r rendezvous.Round, kept []*worker, local int) error {
+// the empty place workers[local].
+func (a *Agent) restartAlone(sink *workerlog.Sink, r rendezvous.Round, workers []*worker, local int) error {
 	fresh, err := a.startWorker(sink, r, local)
 	if err != nil {
 		return err
 	}
-	kept[local] = fresh
+	workers[local] = fresh
 	a.log.Info().Int("rank", fresh.contract.Rank).Int("pid", fresh.process.PID()).Msg("worker restarted alone: it takes its state from its peers")
 	return nil
 }
