@@ -232,7 +232,9 @@ class Snapshots:
         back into the dict, state[key] = value.
 
         Raises StateMismatchError, naming the key, when the state's keys or
-        tensor shapes differ from the snapshot's; nothing is loaded then.
+        the keys, tensor shapes and dtypes of a stateful object's state_dict
+        differ from the snapshot's; nothing is loaded then. Plain values are
+        replaced whole, unchecked (a list may have grown).
         """
         if not self.enabled:
             return None
@@ -272,7 +274,8 @@ class Snapshots:
             if kinds[key] != _is_stateful(obj):
                 raise StateMismatchError(f"gorun snapshots: {key}: stateful in one of the "
                                          "snapshot and the state, a plain value in the other")
-            _compare(values[key], obj.state_dict() if kinds[key] else obj, str(key))
+            if kinds[key]:
+                _compare(values[key], obj.state_dict(), str(key))
 
         def tensor(i: int, clone: bool) -> torch.Tensor:
             dtype, shape, off, nbytes = specs[i]
