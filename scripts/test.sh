@@ -62,6 +62,7 @@ echo "== go test (all others)"
 mapfile -t plain_pkgs < <(comm -23 <(go list ./... | sort) \
   <(go list "${race_pkgs[@]}" | grep -vx 'github.com/gorun/gorun/rendezvous/etcdembed' | sort))
 go test -p 1 -count=1 -timeout 15m "${plain_pkgs[@]}"
+echo "== python tests (python/gorun)"; /usr/bin/python3 -m unittest discover -s python/tests -t python
 
 # Every fuzz target in the tree (func FuzzXxx in a _test.go), each for a
 # bounded number of inputs: the runs above only replayed their seeds and
