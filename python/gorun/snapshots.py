@@ -258,10 +258,11 @@ class Snapshots:
         (meta_len,) = struct.unpack("<Q", m.mm[base:base + 8])
         meta = m.mm[base + 8:base + 8 + meta_len]
         data = base + _align(8 + meta_len)
-        specs, tree_bytes = pickle.loads(meta)
-        shapes = _Unpickler(io.BytesIO(tree_bytes),
-                            lambda i: _Missing(specs[i][0], tuple(specs[i][1]))).load()
-        kinds, values = shapes
+        specs, kinds, trees = pickle.loads(meta)
+
+        def unpickle(key: Any, load: Callable[[int], Any]) -> Any:
+            return _Unpickler(io.BytesIO(trees[key]), load).load()
+
         if set(kinds) != set(state):
             extra = sorted(set(kinds) - set(state), key=str)
             missing = sorted(set(state) - set(kinds), key=str)
@@ -275,7 +276,8 @@ class Snapshots:
                 raise StateMismatchError(f"gorun snapshots: {key}: stateful in one of the "
                                          "snapshot and the state, a plain value in the other")
             if kinds[key]:
-                _compare(values[key], obj.state_dict(), str(key))
+                saved = unpickle(key, lambda i: _Missing(specs[i][0], tuple(specs[i][1])))
+                _compare(saved, obj.state_dict(), str(key))
 
         def tensor(i: int, clone: bool) -> torch.Tensor:
             dtype, shape, off, nbytes = specs[i]
@@ -287,7 +289,7 @@ class Snapshots:
             # A module copies into its own parameters: it may read the slot
             # directly. Anything else keeps the tensors it is given.
             view = isinstance(obj, torch.nn.Module)
-            value = _Unpickler(io.BytesIO(tree_bytes), lambda i: tensor(i, not view)).load()[1][key]
+            value = unpickle(key, lambda i: tensor(i, not view))
             if kinds[key]:
                 obj.load_state_dict(value)
             else:
@@ -312,15 +314,18 @@ class Snapshots:
         kinds = {k: _is_stateful(v) for k, v in state.items()}
         values = {k: (v.state_dict() if kinds[k] else v) for k, v in state.items()}
         tensors: List[torch.Tensor] = []
-        f = io.BytesIO()
-        _Pickler(f, tensors).dump((kinds, values))
+        trees: Dict[Any, bytes] = {}
+        for k, v in values.items():  # one pickle a key: restore unpickles each once
+            f = io.BytesIO()
+            _Pickler(f, tensors).dump(v)
+            trees[k] = f.getvalue()
         specs = []
         off = 0
         for t in tensors:
             nbytes = t.numel() * t.element_size()
             specs.append((_dtype_name(t.dtype), tuple(t.shape), off, nbytes))
             off = _align(off + nbytes)
-        meta = pickle.dumps((specs, f.getvalue()), protocol=4)
+        meta = pickle.dumps((specs, kinds, trees), protocol=4)
         data = _align(8 + len(meta))
         length = data + off
         slot = self._older()
