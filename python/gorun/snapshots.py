@@ -165,7 +165,10 @@ class _Mapped:
     def release(self) -> None:
         self.buf = None
         if self.mm is not None:
-            self.mm.close()
+            try:
+                self.mm.close()
+            except BufferError:
+                pass  # a view is still alive (a traceback's frame): unmapped with it
             self.mm = None
 
     def close(self) -> None:
