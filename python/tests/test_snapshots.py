@@ -158,7 +158,6 @@ class SnapshotsTest(ShmTest):
             sys.path.insert(0, {PYTHON_DIR!r})
             import gorun
             from tests.test_snapshots import make, train
-            paused = threading.Event()
             def hook(step):
                 if step == 2:
                     print("paused", flush=True)
@@ -200,7 +199,7 @@ class SnapshotsTest(ShmTest):
             self.assertIsNone(_slot.unpack(bytes(torn), crc), f"byte {i} flipped")
 
     def header(self, slot: int):
-        with open(os.path.join(self.dir, f"rank-{getattr(self, 'rank', None) or self._rank()}.slot{slot}"), "rb") as f:
+        with open(os.path.join(self.dir, f"rank-{self._rank()}.slot{slot}"), "rb") as f:
             return _slot.unpack(f.read(64), gorun.snapshots.Crc32c().of_bytes)
 
     def _rank(self) -> int:
