@@ -76,6 +76,11 @@ mapfile -t plain_pkgs < <(comm -23 <(go list ./... | sort) \
 go test -p 1 -count=1 -timeout 15m -skip '^TestNetFaults$/^node_C_cut_off_10_s$' "${plain_pkgs[@]}"
 lap "go test (all others)"
 
+# The PyTorch side's pure-Python package (python/gorun): its unit tests, on Debian's torch.
+echo "== python tests (python/gorun)"
+/usr/bin/python3 -m unittest discover -s python/tests -t python
+lap "python tests"
+
 # Every fuzz target in the tree (func FuzzXxx in a _test.go), each for a
 # bounded number of inputs: the runs above only replayed their seeds and
 # testdata corpora. GORUN_FUZZTIME sets the budget per target (Nx for N

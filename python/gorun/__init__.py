@@ -1,0 +1,17 @@
+"""gorun's worker-side API: per-rank training-state snapshots in memory the
+gorun agent owns, so a restarted worker goes on at the step it had reached.
+
+    snaps = gorun.Snapshots()
+    state = {"model": model, "optim": opt, "sched": sched, "epoch": 0}
+    start = snaps.restore(state)  # the step to go on from, or None
+    for step in range(start or 0, steps):
+        train_step()
+        snaps.save(step + 1, state)
+
+Outside gorun (no GORUN_SNAPSHOT_DIR) every call does nothing.
+"""
+from .snapshots import (ENV_DIR, NoSpaceError, SnapshotError, Snapshots,
+                        StateMismatchError)
+
+__all__ = ["ENV_DIR", "NoSpaceError", "SnapshotError", "Snapshots", "StateMismatchError"]
+__version__ = "0.1.0"

@@ -1,0 +1,477 @@
+"""Per-rank training-state snapshots in memory that outlives the worker.
+
+Under gorun the agent names a directory (on a tmpfs it owns) in the
+environment variable GORUN_SNAPSHOT_DIR; each local rank keeps two slot files
+there, rank-<LOCAL_RANK>.slot0 and .slot1, and a save overwrites the slot
+holding the older snapshot: payload first, header last, so a worker killed in
+the middle of a save leaves the other slot whole. Without GORUN_SNAPSHOT_DIR
+(plain python, torchrun) every call does nothing and restore returns None.
+
+Torch APIs used (all kept by torch 2.x): torch.frombuffer, torch.empty,
+Tensor.view(dtype), Tensor.reshape, Tensor.contiguous, Tensor.copy_
+(non_blocking), Tensor.pin_memory, torch.cuda.Event, torch.cuda.is_available,
+torch.Size, nn.Module.state_dict / load_state_dict (and the same pair of
+optimizers and LR schedulers).
+"""
+from __future__ import annotations
+
+import atexit
+import io
+import mmap
+import os
+import pickle
+import struct
+import threading
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+import torch
+
+from . import _slot
+from ._crc32c import Crc32c
+
+ENV_DIR = "GORUN_SNAPSHOT_DIR"
+"""The environment variable that names the snapshot directory."""
+
+_ALIGN = 64
+
+
+class SnapshotError(RuntimeError):
+    """A snapshot could not be saved or restored."""
+
+
+class StateMismatchError(SnapshotError):
+    """The state given to restore differs from the snapshot's (a key or a
+    tensor's shape or dtype); the message names the key."""
+
+
+class NoSpaceError(SnapshotError):
+    """The snapshot directory has too little free space; the message names
+    the size needed."""
+
+
+def _align(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).split(".", 1)[1]
+
+
+def _is_stateful(obj: Any) -> bool:
+    return callable(getattr(obj, "state_dict", None)) and callable(
+        getattr(obj, "load_state_dict", None)
+    )
+
+
+class _Pickler(pickle.Pickler):
+    def __init__(self, f: io.BytesIO, tensors: List[torch.Tensor]) -> None:
+        super().__init__(f, protocol=4)
+        self._tensors = tensors
+
+    def persistent_id(self, obj: Any) -> Optional[int]:
+        if isinstance(obj, torch.Tensor):
+            self._tensors.append(obj)
+            return len(self._tensors) - 1
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, f: io.BytesIO, load: Callable[[int], Any]) -> None:
+        super().__init__(f)
+        self._load = load
+
+    def persistent_load(self, pid: Any) -> Any:
+        return self._load(pid)
+
+
+class _Missing:
+    """A tensor of the snapshot, standing in for it while states are compared."""
+
+    def __init__(self, dtype: str, shape: Tuple[int, ...]) -> None:
+        self.dtype = dtype
+        self.shape = shape
+
+
+def _compare(saved: Any, current: Any, path: str) -> None:
+    """Raise StateMismatchError naming path when saved (tensors as _Missing)
+    does not fit current: other keys, another tensor shape or dtype. An
+    empty mapping or list in current takes anything (lazily built state,
+    such as an optimizer's before its first step)."""
+    if isinstance(current, torch.Tensor):
+        if not isinstance(saved, _Missing):
+            raise StateMismatchError(f"gorun snapshots: {path}: the snapshot holds a "
+                                     f"{type(saved).__name__}, the state a tensor")
+        if tuple(current.shape) != saved.shape or _dtype_name(current.dtype) != saved.dtype:
+            raise StateMismatchError(
+                f"gorun snapshots: {path}: the snapshot's tensor is {saved.dtype}"
+                f"{list(saved.shape)}, the state's is {_dtype_name(current.dtype)}"
+                f"{list(current.shape)}")
+        return
+    if isinstance(current, Mapping):
+        if not current:
+            return
+        if not isinstance(saved, Mapping):
+            raise StateMismatchError(f"gorun snapshots: {path}: the snapshot holds a "
+                                     f"{type(saved).__name__}, the state a mapping")
+        missing = [k for k in current if k not in saved]
+        extra = [k for k in saved if k not in current]
+        if missing:
+            raise StateMismatchError(f"gorun snapshots: {_join(path, missing[0])}: in the "
+                                     "state but not in the snapshot")
+        if extra:
+            raise StateMismatchError(f"gorun snapshots: {_join(path, extra[0])}: in the "
+                                     "snapshot but not in the state")
+        for k in current:
+            _compare(saved[k], current[k], _join(path, k))
+        return
+    if isinstance(current, (list, tuple)):
+        if not current:
+            return
+        if not isinstance(saved, (list, tuple)) or len(saved) != len(current):
+            raise StateMismatchError(f"gorun snapshots: {path}: the snapshot's length "
+                                     f"differs from the state's {len(current)}")
+        for i, (s, c) in enumerate(zip(saved, current)):
+            _compare(s, c, _join(path, i))
+
+
+def _join(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+class _Mapped:
+    """One slot file, mapped shared."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        self.size = 0
+        self.mm: Optional[mmap.mmap] = None
+        self.buf: Optional[torch.Tensor] = None  # uint8 over mm
+        self._remap()
+
+    def _remap(self) -> None:
+        self.release()
+        self.size = os.fstat(self.fd).st_size
+        if self.size:
+            self.mm = mmap.mmap(self.fd, self.size, mmap.MAP_SHARED,
+                                mmap.PROT_READ | mmap.PROT_WRITE)
+            self.buf = torch.frombuffer(self.mm, dtype=torch.uint8)
+
+    def grow(self, size: int) -> None:
+        if size > self.size:
+            os.posix_fallocate(self.fd, 0, size)
+            self._remap()
+
+    def release(self) -> None:
+        self.buf = None
+        if self.mm is not None:
+            try:
+                self.mm.close()
+            except BufferError:
+                pass  # a view is still alive (a traceback's frame): unmapped with it
+            self.mm = None
+
+    def close(self) -> None:
+        self.release()
+        os.close(self.fd)
+
+
+class Snapshots:
+    """A local rank's snapshots: restore the newest at start, save one per
+    step.
+
+    The state is a dict from names to stateful objects (anything with
+    state_dict() and load_state_dict(): modules, optimizers, LR schedulers,
+    samplers) or plain picklable values (ints, floats, tensors, lists,
+    dicts). Without a directory (the argument, or GORUN_SNAPSHOT_DIR) the
+    object is disabled: save does nothing and restore returns None.
+
+    A save copies every CPU tensor into the slot before it returns; the
+    CRC, the GPU tensors' copies (asynchronous, to pinned host buffers) and
+    the header are finished in a background thread, overlapping the next
+    step. The snapshot is complete once its header is written; the next
+    save, wait() and close() wait for that.
+    """
+
+    def __init__(self, directory: Optional[str] = None, local_rank: Optional[int] = None,
+                 *, background: bool = True,
+                 _before_header: Optional[Callable[[int], None]] = None) -> None:
+        """directory defaults to $GORUN_SNAPSHOT_DIR and local_rank to
+        $LOCAL_RANK (0 when unset). background=False finishes each save
+        before save returns. _before_header is a test hook called with the
+        step after the payload and its CRC are written and before the
+        header."""
+        if directory is None:
+            directory = os.environ.get(ENV_DIR) or None
+        self.directory: Optional[str] = directory
+        self.local_rank: int = int(os.environ.get("LOCAL_RANK", "0")) if local_rank is None else local_rank
+        self._background = background
+        self._hook = _before_header
+        self._crc: Optional[Crc32c] = None
+        self._slots: List[Optional[_Mapped]] = [None, None]
+        self._steps: List[Optional[int]] = [None, None]  # complete step per slot
+        self._pending: Optional[threading.Thread] = None
+        self._pending_error: Optional[BaseException] = None
+        self._pinned: Dict[int, torch.Tensor] = {}
+        if self.enabled:
+            atexit.register(self.close)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether snapshots are on (a snapshot directory is named)."""
+        return bool(self.directory)
+
+    def path(self, slot: int) -> str:
+        """The file of slot 0 or 1 of this local rank."""
+        assert self.directory
+        return os.path.join(self.directory, f"rank-{self.local_rank}.slot{slot}")
+
+    # -- restore ---------------------------------------------------------
+
+    def restore(self, state: Dict[str, Any]) -> Optional[int]:
+        """Load the newest complete snapshot into state and return its step,
+        or return None (state untouched) when there is none or snapshots are
+        off. Stateful objects get load_state_dict; plain values are stored
+        back into the dict, state[key] = value.
+
+        Raises StateMismatchError, naming the key, when the state's keys or
+        the keys, tensor shapes and dtypes of a stateful object's state_dict
+        differ from the snapshot's; nothing is loaded then. Plain values are
+        replaced whole, unchecked (a list may have grown).
+        """
+        if not self.enabled:
+            return None
+        self._open()
+        order = sorted((s for s in (0, 1) if self._steps[s] is not None),
+                       key=lambda s: self._steps[s], reverse=True)
+        for s in order:
+            m = self._slots[s]
+            h = self._header(m)
+            if h is None or self._crc32c(m, h.length) != h.crc:
+                self._steps[s] = None
+                continue
+            self._load(m, h.length, state)
+            return h.step
+        return None
+
+    def _load(self, m: _Mapped, length: int, state: Dict[str, Any]) -> None:
+        buf = m.buf
+        assert buf is not None
+        base = _slot.HEADER_SIZE
+        (meta_len,) = struct.unpack("<Q", m.mm[base:base + 8])
+        meta = m.mm[base + 8:base + 8 + meta_len]
+        data = base + _align(8 + meta_len)
+        specs, kinds, trees = pickle.loads(meta)
+
+        def unpickle(key: Any, load: Callable[[int], Any]) -> Any:
+            return _Unpickler(io.BytesIO(trees[key]), load).load()
+
+        if set(kinds) != set(state):
+            extra = sorted(set(kinds) - set(state), key=str)
+            missing = sorted(set(state) - set(kinds), key=str)
+            if missing:
+                raise StateMismatchError(f"gorun snapshots: {missing[0]}: in the state but "
+                                         "not in the snapshot")
+            raise StateMismatchError(f"gorun snapshots: {extra[0]}: in the snapshot but not "
+                                     "in the state")
+        for key, obj in state.items():
+            if kinds[key] != _is_stateful(obj):
+                raise StateMismatchError(f"gorun snapshots: {key}: stateful in one of the "
+                                         "snapshot and the state, a plain value in the other")
+            if kinds[key]:
+                saved = unpickle(key, lambda i: _Missing(specs[i][0], tuple(specs[i][1])))
+                _compare(saved, obj.state_dict(), str(key))
+
+        def tensor(i: int, clone: bool) -> torch.Tensor:
+            dtype, shape, off, nbytes = specs[i]
+            raw = buf[data + off:data + off + nbytes]
+            t = raw.view(getattr(torch, dtype)).reshape(shape)
+            return t.clone() if clone else t
+
+        for key, obj in state.items():
+            # A module copies into its own parameters: it may read the slot
+            # directly. Anything else keeps the tensors it is given.
+            view = isinstance(obj, torch.nn.Module)
+            value = unpickle(key, lambda i: tensor(i, not view))
+            if kinds[key]:
+                obj.load_state_dict(value)
+            else:
+                state[key] = value
+
+    # -- save ------------------------------------------------------------
+
+    def save(self, step: int, state: Dict[str, Any]) -> None:
+        """Start the snapshot of state at step (a non-negative int; the step
+        restore will return). CPU tensors are copied before save returns, so
+        the caller may change them at once; GPU tensors are copied
+        asynchronously on the current stream, so later kernels on that
+        stream may change them too. Errors of the previous save are raised
+        here; NoSpaceError names the size needed.
+        """
+        if not self.enabled:
+            return
+        if step < 0:
+            raise ValueError("gorun snapshots: step must be >= 0")
+        self.wait()
+        self._open()
+        kinds = {k: _is_stateful(v) for k, v in state.items()}
+        values = {k: (v.state_dict() if kinds[k] else v) for k, v in state.items()}
+        tensors: List[torch.Tensor] = []
+        trees: Dict[Any, bytes] = {}
+        for k, v in values.items():  # one pickle a key: restore unpickles each once
+            f = io.BytesIO()
+            _Pickler(f, tensors).dump(v)
+            trees[k] = f.getvalue()
+        specs = []
+        off = 0
+        for t in tensors:
+            nbytes = t.numel() * t.element_size()
+            specs.append((_dtype_name(t.dtype), tuple(t.shape), off, nbytes))
+            off = _align(off + nbytes)
+        meta = pickle.dumps((specs, kinds, trees), protocol=4)
+        data = _align(8 + len(meta))
+        length = data + off
+        slot = self._older()
+        m = self._reserve(slot, _slot.HEADER_SIZE + length)
+        assert m.buf is not None and m.mm is not None
+        m.mm[0:64] = bytes(64)  # the slot is incomplete from here on
+        self._steps[slot] = None
+        base = _slot.HEADER_SIZE
+        m.mm[base:base + 8] = struct.pack("<Q", len(meta))
+        m.mm[base + 8:base + 8 + len(meta)] = meta
+        gpu: List[Tuple[torch.Tensor, int]] = []
+        event = None
+        for i, (t, spec) in enumerate(zip(tensors, specs)):
+            start = base + data + spec[2]
+            if t.device.type == "cpu":
+                m.buf[start:start + spec[3]].copy_(_bytes_of(t))
+                continue
+            pinned = self._pinned.get(i)
+            if pinned is None or pinned.numel() != spec[3]:
+                pinned = torch.empty(spec[3], dtype=torch.uint8).pin_memory()
+                self._pinned[i] = pinned
+            pinned.copy_(_bytes_of(t), non_blocking=True)
+            gpu.append((pinned, start))
+        if gpu:
+            event = torch.cuda.Event()
+            event.record()
+
+        def finish() -> None:
+            if event is not None:
+                event.synchronize()
+                for pinned, start in gpu:
+                    m.buf[start:start + pinned.numel()].copy_(pinned)
+            crc = self._crc32c(m, length)
+            if self._hook is not None:
+                self._hook(step)
+            m.mm[0:64] = _slot.pack(_slot.Header(step, length, crc), self._crc_engine().of_bytes)
+            self._steps[slot] = step
+
+        if not self._background:
+            finish()
+            return
+
+        def run() -> None:
+            try:
+                finish()
+            except BaseException as e:  # handed to the caller by wait()
+                self._pending_error = e
+
+        self._pending = threading.Thread(target=run, name="gorun-snapshot", daemon=True)
+        self._pending.start()
+
+    def wait(self) -> None:
+        """Wait until the save in flight is complete; raise its error."""
+        t, self._pending = self._pending, None
+        if t is not None:
+            t.join()
+        err, self._pending_error = self._pending_error, None
+        if err is not None:
+            raise SnapshotError(f"gorun snapshots: the save did not complete: {err}") from err
+
+    def close(self) -> None:
+        """Wait for the save in flight and unmap the slots (the files stay:
+        they belong to the agent). Idempotent."""
+        try:
+            self.wait()
+        finally:
+            for i, m in enumerate(self._slots):
+                if m is not None:
+                    m.close()
+                self._slots[i] = None
+            self._steps = [None, None]
+            atexit.unregister(self.close)
+
+    def __enter__(self) -> "Snapshots":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- internals -------------------------------------------------------
+
+    def _crc_engine(self) -> Crc32c:
+        if self._crc is None:
+            self._crc = Crc32c()
+        return self._crc
+
+    def _crc32c(self, m: _Mapped, length: int) -> int:
+        assert m.buf is not None
+        base = _slot.HEADER_SIZE
+        return self._crc_engine().update(0, m.buf[base:base + length])
+
+    def _open(self) -> None:
+        if self._slots[0] is not None:
+            return
+        for s in (0, 1):
+            m = _Mapped(self.path(s))
+            self._slots[s] = m
+            h = self._header(m)
+            self._steps[s] = None if h is None else h.step
+
+    def _header(self, m: _Mapped) -> Optional[_slot.Header]:
+        if m.mm is None or m.size < _slot.HEADER_SIZE:
+            return None
+        h = _slot.unpack(m.mm[0:64], self._crc_engine().of_bytes)
+        if h is None or _slot.HEADER_SIZE + h.length > m.size:
+            return None
+        return h
+
+    def _older(self) -> int:
+        """The slot to overwrite: one without a complete snapshot, or the
+        one with the older step."""
+        a, b = self._steps
+        if a is None:
+            return 0
+        if b is None:
+            return 1
+        return 0 if a <= b else 1
+
+    def _reserve(self, slot: int, size: int) -> _Mapped:
+        """Slot slot's file, at least size bytes. Both files are sized
+        alike, so the check of free space at the first save covers both."""
+        m = self._slots[slot]
+        assert m is not None
+        if m.size >= size:
+            return m
+        need = sum(max(0, size - s.size) for s in self._slots if s is not None)
+        st = os.statvfs(self.directory)
+        free = st.f_bavail * st.f_frsize
+        if need > free:
+            raise NoSpaceError(
+                f"gorun snapshots: {self.directory} has {free} bytes free; the snapshots of "
+                f"local rank {self.local_rank} need {need} bytes more (two slots of {size} "
+                "bytes); give the tmpfs more room (e.g. docker run --shm-size)")
+        try:
+            for s in self._slots:
+                if s is not None:
+                    s.grow(size)
+        except OSError as e:
+            raise NoSpaceError(f"gorun snapshots: cannot reserve two slots of {size} bytes "
+                               f"in {self.directory}: {e}") from e
+        return m
+
+
+def _bytes_of(t: torch.Tensor) -> torch.Tensor:
+    """t's bytes as a flat uint8 tensor (a view when t is contiguous)."""
+    return t.detach().contiguous().reshape(-1).view(torch.uint8)

@@ -1,0 +1,286 @@
+"""Snapshots: round trip, refusals, a save killed half-way, the no-op."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+
+import torch
+
+import gorun
+from gorun import _slot
+
+from .helpers import ShmTest
+
+PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def make(seed: int = 0, out: int = 3):
+    """A module, an Adam optimizer, a step scheduler and plain values."""
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, out))
+    optim = torch.optim.Adam(model.parameters(), lr=0.01)
+    sched = torch.optim.lr_scheduler.StepLR(optim, step_size=2, gamma=0.5)
+    return {"model": model, "optim": optim, "sched": sched, "epoch": 0,
+            "rng": torch.arange(5), "notes": {"seen": [1, 2]}}
+
+
+def train(state, steps: int, seed: int = 7) -> None:
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        x = torch.randn(4, 8, generator=g)
+        state["optim"].zero_grad()
+        state["model"](x).square().sum().backward()
+        state["optim"].step()
+        state["sched"].step()
+        state["epoch"] += 1
+
+
+def flat(value, path=""):
+    """Every leaf of value (a state dict) with its path, in order."""
+    if isinstance(value, dict):
+        return [x for k in value for x in flat(value[k], f"{path}.{k}")]
+    if isinstance(value, (list, tuple)):
+        return [x for i, v in enumerate(value) for x in flat(v, f"{path}.{i}")]
+    return [(path, value)]
+
+
+def assert_identical(test, a, b) -> None:
+    """a and b have the same leaves, tensors equal bit for bit."""
+    la, lb = flat(a), flat(b)
+    test.assertEqual([p for p, _ in la], [p for p, _ in lb])
+    for (path, x), (_, y) in zip(la, lb):
+        if isinstance(x, torch.Tensor):
+            test.assertEqual((x.dtype, x.shape), (y.dtype, y.shape), path)
+            test.assertTrue(torch.equal(x.reshape(-1).view(torch.uint8),
+                                        y.reshape(-1).view(torch.uint8)), path)
+        else:
+            test.assertEqual(x, y, path)
+
+
+def dicts(state):
+    return {k: (v.state_dict() if hasattr(v, "state_dict") else v) for k, v in state.items()}
+
+
+class SnapshotsTest(ShmTest):
+    def test_round_trip_is_bit_identical(self) -> None:
+        for background in (True, False):
+            with self.subTest(background=background):
+                for f in os.listdir(self.dir):
+                    os.remove(os.path.join(self.dir, f))
+                a = make()
+                with gorun.Snapshots(self.dir, 0, background=background) as snaps:
+                    self.assertIsNone(snaps.restore(a))  # nothing yet
+                    for step in range(1, 4):
+                        train(a, 1, seed=step)
+                        a["notes"]["seen"].append(step)
+                        snaps.save(step, a)
+                b = make(seed=1)
+                with gorun.Snapshots(self.dir, 0) as snaps:
+                    self.assertEqual(snaps.restore(b), 3)
+                assert_identical(self, dicts(a), dicts(b))
+                # Both go on alike: nothing of the state was left out.
+                train(a, 2)
+                train(b, 2)
+                assert_identical(self, dicts(a), dicts(b))
+
+    def test_restores_the_newer_slot_and_overwrites_the_older(self) -> None:
+        a = make()
+        with gorun.Snapshots(self.dir, 2) as snaps:
+            for step in (10, 11, 12):
+                a["epoch"] = step
+                snaps.save(step, a)
+        # 12 went to the slot of 10.
+        steps = sorted(self.header(s).step for s in (0, 1))
+        self.assertEqual(steps, [11, 12])
+        b = make()
+        with gorun.Snapshots(self.dir, 2) as snaps:
+            self.assertEqual(snaps.restore(b), 12)
+            self.assertEqual(b["epoch"], 12)
+            snaps.save(13, b)
+        self.assertEqual(sorted(self.header(s).step for s in (0, 1)), [12, 13])
+
+    def test_a_bad_crc_falls_back_to_the_other_slot(self) -> None:
+        a = make()
+        with gorun.Snapshots(self.dir, 0) as snaps:
+            for step in (1, 2):
+                a["epoch"] = step
+                snaps.save(step, a)
+        newest = 0 if self.header(0).step == 2 else 1
+        path = os.path.join(self.dir, f"rank-0.slot{newest}")
+        with open(path, "r+b") as f:
+            f.seek(_slot.HEADER_SIZE + 100)
+            byte = f.read(1)
+            f.seek(_slot.HEADER_SIZE + 100)
+            f.write(bytes([byte[0] ^ 1]))
+        b = make()
+        with gorun.Snapshots(self.dir, 0) as snaps:
+            self.assertEqual(snaps.restore(b), 1)
+        self.assertEqual(b["epoch"], 1)
+
+    def test_a_changed_shape_is_refused_naming_the_key(self) -> None:
+        with gorun.Snapshots(self.dir, 0) as snaps:
+            a = make()
+            train(a, 1)
+            snaps.save(1, a)
+        cases = [
+            ("model.2.weight", make(out=5)),
+            ("optim", {**make(), "optim": torch.optim.SGD(make()["model"].parameters(), lr=1)}),
+            ("extra", {**make(), "extra": 1}),
+            ("epoch", {k: v for k, v in make().items() if k != "epoch"}),
+        ]
+        for key, state in cases:
+            with self.subTest(key=key), gorun.Snapshots(self.dir, 0) as snaps:
+                before = [p.clone() for p in state["model"].parameters()]
+                with self.assertRaises(gorun.StateMismatchError) as cm:
+                    snaps.restore(state)
+                self.assertIn(key, str(cm.exception))
+                for p, q in zip(before, state["model"].parameters()):
+                    self.assertTrue(torch.equal(p, q), "a refused restore changed the model")
+
+    def test_too_little_space_names_the_size(self) -> None:
+        # 2**40 float32 elements that take no memory: the refusal comes
+        # before any byte is copied.
+        huge = torch.zeros(1).expand(1 << 40)
+        with gorun.Snapshots(self.dir, 0) as snaps:
+            with self.assertRaises(gorun.NoSpaceError) as cm:
+                snaps.save(1, {"w": huge})
+        msg = str(cm.exception)
+        self.assertIn(self.dir, msg)
+        slot = int(re.search(r"two slots of (\d+) bytes", msg).group(1))
+        self.assertGreaterEqual(slot, _slot.HEADER_SIZE + (1 << 42))
+        self.assertIn(f"need {2 * slot} bytes more", msg)
+
+    def test_a_save_killed_before_its_header_leaves_the_previous_one(self) -> None:
+        script = textwrap.dedent(f"""
+            import os, sys, threading, torch
+            sys.path.insert(0, {PYTHON_DIR!r})
+            import gorun
+            from tests.test_snapshots import make, train
+            def hook(step):
+                if step == 2:
+                    print("paused", flush=True)
+                    threading.Event().wait()  # until killed
+            s = make()
+            snaps = gorun.Snapshots({self.dir!r}, 0, _before_header=hook)
+            train(s, 1)
+            snaps.save(1, s)
+            snaps.wait()
+            torch.save({{k: v.state_dict() for k, v in s.items() if hasattr(v, "state_dict")}},
+                       os.path.join({self.dir!r}, "expected.pt"))
+            train(s, 1)
+            snaps.save(2, s)
+            snaps.wait()
+        """)
+        proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        try:
+            line = proc.stdout.readline()
+            self.assertEqual(line.strip(), "paused")
+            proc.send_signal(signal.SIGKILL)
+        finally:
+            proc.wait()
+            proc.stdout.close()
+        self.assertEqual(proc.returncode, -signal.SIGKILL)
+        expected = torch.load(os.path.join(self.dir, "expected.pt"))
+        b = make(seed=3)
+        with gorun.Snapshots(self.dir, 0) as snaps:
+            self.assertEqual(snaps.restore(b), 1)
+        assert_identical(self, expected, {k: v.state_dict() for k, v in b.items() if hasattr(v, "state_dict")})
+
+    def test_header(self) -> None:
+        h = _slot.Header(7, 123, 0xDEADBEEF)
+        crc = gorun.snapshots.Crc32c().of_bytes
+        raw = _slot.pack(h, crc)
+        self.assertEqual(_slot.unpack(raw, crc), h)
+        for i in range(44):
+            torn = bytearray(raw)
+            torn[i] ^= 0x10
+            self.assertIsNone(_slot.unpack(bytes(torn), crc), f"byte {i} flipped")
+
+    def header(self, slot: int):
+        with open(os.path.join(self.dir, f"rank-{self._rank()}.slot{slot}"), "rb") as f:
+            return _slot.unpack(f.read(64), gorun.snapshots.Crc32c().of_bytes)
+
+    def _rank(self) -> int:
+        names = [n for n in os.listdir(self.dir) if n.startswith("rank-")]
+        return int(names[0].split("-")[1].split(".")[0])
+
+
+class OutsideGorunTest(ShmTest):
+    def test_without_the_variable_it_does_nothing(self) -> None:
+        env = {k: v for k, v in os.environ.items() if k != gorun.ENV_DIR}
+        env["PYTHONPATH"] = PYTHON_DIR
+        script = textwrap.dedent("""
+            import os, torch, gorun
+            from tests.test_snapshots import make, train
+            s = make()
+            snaps = gorun.Snapshots()
+            assert not snaps.enabled
+            before = {k: v.clone() for k, v in s["model"].state_dict().items()}
+            assert snaps.restore(s) is None
+            assert all(torch.equal(before[k], v) for k, v in s["model"].state_dict().items())
+            train(s, 1)
+            snaps.save(1, s)
+            snaps.close()
+            print("no-op")
+        """)
+        listing = sorted(os.listdir("/dev/shm"))
+        out = subprocess.run([sys.executable, "-c", script], env=env, cwd=self.dir,
+                             stdout=subprocess.PIPE, check=True, text=True).stdout
+        self.assertEqual(out.strip(), "no-op")
+        self.assertEqual(os.listdir(self.dir), [])
+        self.assertEqual(sorted(os.listdir("/dev/shm")), listing)
+
+    def test_the_variable_names_the_directory(self) -> None:
+        os.environ[gorun.ENV_DIR] = self.dir
+        os.environ["LOCAL_RANK"] = "3"
+        try:
+            with gorun.Snapshots() as snaps:
+                self.assertTrue(snaps.enabled)
+                snaps.save(4, {"x": 1})
+        finally:
+            del os.environ[gorun.ENV_DIR]
+            del os.environ["LOCAL_RANK"]
+        self.assertEqual(sorted(os.listdir(self.dir)), ["rank-3.slot0", "rank-3.slot1"])
+
+
+class CudaTest(ShmTest):
+    """The GPU path: pinned host buffers, non_blocking copies, a CUDA event.
+    Skipped where CUDA is missing (CI: CPU only)."""
+
+    def setUp(self) -> None:
+        if not torch.cuda.is_available():
+            self.skipTest("needs CUDA")
+        super().setUp()
+
+    def test_round_trip_on_the_gpu(self) -> None:
+        a = make()
+        a["model"].cuda()
+        a["optim"] = torch.optim.Adam(a["model"].parameters(), lr=0.01)
+        a["sched"] = torch.optim.lr_scheduler.StepLR(a["optim"], step_size=2)
+        train_gpu(a, 2)
+        with gorun.Snapshots(self.dir, 0) as snaps:
+            snaps.save(2, a)
+            expected = {k: v.clone() for k, v in a["model"].state_dict().items()}
+            train_gpu(a, 1)  # changes the parameters while the copy may be in flight
+            snaps.wait()
+        b = make(seed=5)
+        b["model"].cuda()
+        b["optim"] = torch.optim.Adam(b["model"].parameters(), lr=0.01)
+        b["sched"] = torch.optim.lr_scheduler.StepLR(b["optim"], step_size=2)
+        with gorun.Snapshots(self.dir, 0) as snaps:
+            self.assertEqual(snaps.restore(b), 2)
+        for k, v in b["model"].state_dict().items():
+            self.assertEqual(v.device.type, "cuda")
+            self.assertTrue(torch.equal(v, expected[k]), k)
+
+
+def train_gpu(state, steps: int) -> None:
+    g = torch.Generator().manual_seed(11)
+    for _ in range(steps):
+        x = torch.randn(4, 8, generator=g).cuda()
+        state["optim"].zero_grad()
+        state["model"](x).square().sum().backward()
+        state["optim"].step()
+        state["sched"].step()
