@@ -2,7 +2,9 @@ package procfs
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strconv"
@@ -65,6 +67,36 @@ func parseStat(pid int, data []byte) (Process, error) {
 		}
 	}
 	return p, nil
+}
+
+// Threads reads the stat line of each thread of process pid (/proc/PID/task/TID/stat; the
+// Process's PID is the thread's id). A thread that ends while they are read is left out; a
+// process gone has none, and no error.
+func Threads(pid int) ([]Process, error) {
+	names, err := os.ReadDir(path(pid, "task"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("procfs: %w", err)
+	}
+	var out []Process
+	for _, e := range names {
+		tid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile(path(pid, "task/"+e.Name()+"/stat"))
+		if err != nil {
+			continue // that thread ended
+		}
+		t, err := parseStat(tid, data)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
 }
 
 // Environ reads the environment process pid started with (/proc/PID/environ), one

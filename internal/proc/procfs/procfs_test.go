@@ -87,6 +87,12 @@ func TestStatRealProcesses(t *testing.T) {
 			require.Equal(t, Process{PID: pid, State: p.State, PPID: os.Getpid(), PGRP: pid, Flags: p.Flags}, p)
 			require.Equal(t, tt.zombie, p.Zombie())
 			require.Equal(t, tt.zombie, p.Exiting(), "PF_EXITING is set from the start of the exit on, and only then")
+			threads, err := Threads(pid)
+			require.NoError(t, err)
+			require.NotEmpty(t, threads)
+			for _, th := range threads {
+				require.Contains(t, tt.states, string(th.State), "thread %d", th.PID)
+			}
 		})
 	}
 }
@@ -97,6 +103,9 @@ func TestStatGone(t *testing.T) {
 	require.NoError(t, cmd.Run())
 	_, err := Stat(cmd.Process.Pid)
 	require.ErrorIs(t, err, os.ErrNotExist)
+	threads, err := Threads(cmd.Process.Pid)
+	require.NoError(t, err)
+	require.Empty(t, threads)
 }
 
 // TestParseStat covers the lines a real process cannot be made to show.
