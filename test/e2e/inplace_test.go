@@ -11,6 +11,7 @@ import (
 
 	"github.com/gorun/gorun/checkpoint"
 	"github.com/gorun/gorun/internal/etcdtest"
+	"github.com/gorun/gorun/trainer/metrics"
 )
 
 // inPlaceSets: 80 steps and a checkpoint only at the end, so a job that loses or gains a node
@@ -60,7 +61,7 @@ func (j *faultJob) observeWorldSize(scenario string, at time.Time, atStep, world
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
 		recs := j.records()
-		if i := slices.IndexFunc(recs, func(r trainerRecord) bool { return r.WorldSize == worldSize && r.Step > atStep-2 }); i >= 0 {
+		if i := slices.IndexFunc(recs, func(r metrics.Record) bool { return r.WorldSize == worldSize && r.Step > atStep-2 }); i >= 0 {
 			took := time.Since(at)
 			pids := j.pidsOf(keep...)
 			last := recs[i-1].Step // recorded before the change (the redone step, if any, was dropped)

@@ -123,6 +123,17 @@ func nulSeparated(pid int, file string) ([]string, error) {
 	return strings.Split(string(data), "\x00"), nil
 }
 
+// Namespace is the identity of process pid's namespace of kind ("uts", "net", "pid", ...), as
+// the link /proc/PID/ns/KIND names it ("uts:[4026531838]"): two processes share the
+// namespace when their identities are equal.
+func Namespace(pid int, kind string) (string, error) {
+	ns, err := os.Readlink(path(pid, "ns/"+kind))
+	if err != nil {
+		return "", fmt.Errorf("procfs: %w", err)
+	}
+	return ns, nil
+}
+
 // PIDs lists the pid of every process /proc shows, in the kernel's order.
 func PIDs() ([]int, error) {
 	dir, err := os.Open(root)

@@ -172,6 +172,15 @@ func TestEnvironCmdlineScan(t *testing.T) {
 	slices.Sort(want)
 	require.Equal(t, want, pids)
 
+	own, err := Namespace(os.Getpid(), "uts")
+	require.NoError(t, err)
+	require.Regexp(t, `^uts:\[\d+\]$`, own)
+	child, err := Namespace(a.Process.Pid, "uts")
+	require.NoError(t, err)
+	require.Equal(t, own, child, "a child shares its parent's namespaces")
+	_, err = Namespace(a.Process.Pid, "no-such-kind")
+	require.ErrorIs(t, err, os.ErrNotExist)
+
 	all, err := PIDs()
 	require.NoError(t, err)
 	require.Subset(t, all, []int{os.Getpid(), a.Process.Pid, b.Process.Pid, z.Process.Pid})
