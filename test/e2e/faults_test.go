@@ -147,7 +147,7 @@ func (j *faultJob) observe(scenario string, at time.Time, atStep, endedBefore in
 		time.Sleep(5 * time.Millisecond)
 	}
 	for _, a := range j.agents {
-		j.t.Logf("%s stdout:\n%s\n%s stderr:\n%s", a.name, tailLines(a.stdout.String(), 30), a.name, tailLines(a.stderr.String(), 40))
+		j.t.Logf("%s stdout:\n%s\n%s stderr:\n%s", a.name, harness.Tail(a.stdout.String(), 30), a.name, harness.Tail(a.stderr.String(), 40))
 	}
 	j.t.Logf("records: %d at detection, %d now", len(atDetect), len(j.records()))
 	j.t.Fatalf("%s: no round ended and training resumed within 90 s of the fault (detected after %v)", scenario, row.Detect)
@@ -450,6 +450,21 @@ func (j *faultJob) pause() []worker {
 	return ws
 }
 
+// kill runs kill, the fault of a test, and returns when it ran: with paused, between steps
+// (every worker stopped first, by pause, and continued after), else mid-step (the workers
+// running). kill runs on the caller's goroutine, so it may fail the test.
+func (j *faultJob) kill(paused bool, kill func()) time.Time {
+	j.t.Helper()
+	var ws []worker
+	if paused {
+		ws = j.pause()
+	}
+	at := time.Now()
+	kill()
+	resume(ws)
+	return at
+}
+
 // pauseBetweenCheckpoints pauses every worker at a moment when no checkpoint newer than the
 // newest complete one can complete without ranks the test then kills, and returns them with
 // that checkpoint's step. A save of step s starts with rank 0's broadcast, after rank 0 logged
@@ -581,15 +596,11 @@ func TestFaults(t *testing.T) {
 			rank := 2 * nodeRank(t, agent, round) // 2: its local rank 0
 			ended := j.roundsEnded()
 			rec := j.waitStep(12)
-			var paused []worker
-			if k.paused {
-				paused = j.pause()
-			}
-			at := time.Now()
-			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			resume(paused) // no step completes without the victim now
+			at := j.kill(k.paused, func() {
+				if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+			}) // no step completes without the victim now
 			row := j.observe(fmt.Sprintf("kill -9 of a worker (rank %d), %s", rank, k.name), at, rec.Step, ended)
 			j.finish()
 			redone := j.requireRedone(fault{round: round, lost: []int{rank}})
@@ -621,15 +632,11 @@ func TestFaults(t *testing.T) {
 			lost := ranksOf(t, victim, round)
 			ended := j.roundsEnded()
 			rec := j.waitStep(12)
-			var paused []worker
-			if k.paused {
-				paused = j.pause()
-			}
-			at := time.Now()
-			if err := victim.cmd.Process.Kill(); err != nil {
-				t.Fatal(err)
-			}
-			resume(paused) // its workers die with it: no step completes without them
+			at := j.kill(k.paused, func() {
+				if err := victim.cmd.Process.Kill(); err != nil {
+					t.Fatal(err)
+				}
+			}) // its workers die with it: no step completes without them
 			row := j.observe("kill -9 of a node (agent and its 2 workers), "+k.name, at, rec.Step, ended)
 			j.finish(victim)
 			redone := j.requireRedone(fault{round: round, lost: lost})
