@@ -218,6 +218,35 @@ func (p *gorunProc) waitOutput(d time.Duration, cond func(stdout string) bool) b
 	return false
 }
 
+// startAgents starts one gorun agent per name, all at once, agent i with the environment edits
+// env and the arguments args(i); each is bounded and cleaned up as startGorun's is.
+func startAgents(t *testing.T, names, env []string, args func(i int) []string) []*gorunProc {
+	t.Helper()
+	agents := make([]*gorunProc, len(names))
+	for i, name := range names {
+		agents[i] = startGorun(t, name, env, args(i)...)
+	}
+	return agents
+}
+
+// nodeNames are the names node0 .. node<n-1>.
+func nodeNames(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("node%d", i)
+	}
+	return names
+}
+
+// waitAll waits for each agent in turn (gorunProc.wait) and returns their results in order.
+func waitAll(agents []*gorunProc) []result {
+	results := make([]result, len(agents))
+	for i, a := range agents {
+		results[i] = a.wait()
+	}
+	return results
+}
+
 // runGorun runs gorun to completion.
 func runGorun(t *testing.T, extraEnv []string, args ...string) result {
 	t.Helper()

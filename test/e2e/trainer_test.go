@@ -102,11 +102,11 @@ func TestTrainerLayoutsMatch(t *testing.T) {
 			results = []result{runGorun(t, nil, append([]string{fmt.Sprintf("--nproc-per-node=%d", nproc)}, worker...)...)}
 		} else {
 			port := testutil.FreePort(t)
-			results = runNodes(t, l.nodes, nil, func(node int) []string {
+			results = waitAll(startAgents(t, nodeNames(l.nodes), nil, func(node int) []string {
 				return append([]string{fmt.Sprintf("--nnodes=%d", l.nodes), fmt.Sprintf("--node-rank=%d", node),
 					"--master-addr=127.0.0.1", fmt.Sprintf("--master-port=%d", port),
 					fmt.Sprintf("--nproc-per-node=%d", nproc/l.nodes)}, worker...)
-			})
+			}))
 		}
 		for node, r := range results {
 			if r.ExitCode != 0 {
