@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/gorun/gorun/internal/broadcast"
 )
 
 // agentView is what one agent follows of its job: the state key, the
@@ -22,11 +24,11 @@ type agentView struct {
 	led       bool   // the leader key was read: leader is known
 	placement Placement
 	placed    bool // a placement was read
-	changed   chan struct{}
+	changed   broadcast.Signal
 }
 
 func newAgentView(self string) *agentView {
-	return &agentView{self: self, changed: make(chan struct{})}
+	return &agentView{self: self}
 }
 
 // run keeps v current until ctx ends. It follows three keys and no
@@ -125,8 +127,7 @@ func (v *agentView) poke() {
 }
 
 func (v *agentView) notifyLocked() {
-	close(v.changed)
-	v.changed = make(chan struct{})
+	v.changed.Notify()
 }
 
 // agentSnapshot is what the agent reads from its view at one moment.
@@ -147,5 +148,5 @@ func (v *agentView) read() (agentSnapshot, <-chan struct{}) {
 	if !v.placed {
 		s.placement = Placement{Round: -1, NodeRank: -1, FirstRank: -1}
 	}
-	return s, v.changed
+	return s, v.changed.Changed()
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/gorun/gorun/internal/broadcast"
 )
 
 // view is the aggregator's copy of its job's keys, kept current by one
@@ -28,11 +30,11 @@ type view struct {
 	stalls  map[int]map[string]int64    // round -> ids whose workers stalled -> revision of the report
 	unreach map[int]map[string][]string // round -> id -> the members it cannot reach (Elastic.Unreachable)
 	waiting map[string]Member
-	changed chan struct{}
+	changed broadcast.Signal
 }
 
 func newView() *view {
-	v := &view{changed: make(chan struct{}), order: map[string]int64{}}
+	v := &view{order: map[string]int64{}}
 	v.clearLocked()
 	return v
 }
@@ -207,8 +209,7 @@ func (v *view) poke() {
 }
 
 func (v *view) notifyLocked() {
-	close(v.changed)
-	v.changed = make(chan struct{})
+	v.changed.Notify()
 }
 
 // snapshot is what the protocol reads from the view at one moment.
@@ -255,5 +256,5 @@ func (v *view) read() (snapshot, <-chan struct{}) {
 	for _, m := range v.waiting {
 		s.waiting = append(s.waiting, m)
 	}
-	return s, v.changed
+	return s, v.changed.Changed()
 }

@@ -1,59 +1,39 @@
 package main
 
 import (
-	"bytes"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
+	"slices"
 	"syscall"
+
+	"github.com/gorun/gorun/internal/proc/procfs"
 )
 
-// proc is one process as /proc shows it.
-type proc struct{ pid, ppid int }
-
 // readProcs lists every live process (zombies left out: they hold nothing).
-func readProcs() []proc {
-	entries, _ := os.ReadDir("/proc")
-	var out []proc
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
+func readProcs() []procfs.Process {
+	pids, _ := procfs.PIDs()
+	var out []procfs.Process
+	for _, pid := range pids {
+		if p, err := procfs.Stat(pid); err == nil && !p.Zombie() {
+			out = append(out, p)
 		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' {
-			continue
-		}
-		fields := strings.Fields(string(stat[i+2:]))
-		if len(fields) < 2 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(fields[1])
-		out = append(out, proc{pid: pid, ppid: ppid})
 	}
 	return out
 }
 
 // descendants are the pids of root's live descendants, root left out.
-func descendants(root int) []proc {
+func descendants(root int) []procfs.Process {
 	all := readProcs()
-	children := map[int][]proc{}
+	children := map[int][]procfs.Process{}
 	for _, p := range all {
-		children[p.ppid] = append(children[p.ppid], p)
+		children[p.PPID] = append(children[p.PPID], p)
 	}
-	var out []proc
+	var out []procfs.Process
 	queue := []int{root}
 	for len(queue) > 0 {
 		pid := queue[0]
 		queue = queue[1:]
 		for _, c := range children[pid] {
 			out = append(out, c)
-			queue = append(queue, c.pid)
+			queue = append(queue, c.PID)
 		}
 	}
 	return out
@@ -66,17 +46,8 @@ const runIDEnv = "TORCHELASTIC_RUN_ID"
 // environHas reports whether process pid's environment holds kv ("KEY=VALUE") exactly; a
 // process gone (or not ours) has none.
 func environHas(pid int, kv string) bool {
-	env, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
-	if err != nil {
-		return false
-	}
-	want := []byte(kv)
-	for _, e := range bytes.Split(env, []byte{0}) {
-		if bytes.Equal(e, want) {
-			return true
-		}
-	}
-	return false
+	env, err := procfs.Environ(pid)
+	return err == nil && slices.Contains(env, kv)
 }
 
 // workersOf are the worker processes of job runID under agent pid: the processes of the
@@ -91,9 +62,9 @@ func workersOf(pid int, runID string) []int {
 	tagged := map[int]bool{pid: false}
 	var out []int
 	for _, p := range descendants(pid) { // breadth first: a parent comes before its children
-		tagged[p.pid] = environHas(p.pid, kv)
-		if tagged[p.pid] && !tagged[p.ppid] {
-			out = append(out, p.pid)
+		tagged[p.PID] = environHas(p.PID, kv)
+		if tagged[p.PID] && !tagged[p.PPID] {
+			out = append(out, p.PID)
 		}
 	}
 	return out
@@ -105,22 +76,17 @@ func signalTree(pid int, sig syscall.Signal) {
 	ds := descendants(pid)
 	_ = syscall.Kill(pid, sig)
 	for _, d := range ds {
-		_ = syscall.Kill(d.pid, sig)
+		_ = syscall.Kill(d.PID, sig)
 	}
 }
 
 // killMarked SIGKILLs every live process whose environment carries markerEnv=marker and
 // returns how many there were.
 func killMarked(marker string) int {
-	kv := markerEnv + "=" + marker
-	self := os.Getpid()
-	n := 0
-	for _, p := range readProcs() {
-		if p.pid != self && environHas(p.pid, kv) {
-			_ = syscall.Kill(p.pid, syscall.SIGCONT)
-			_ = syscall.Kill(p.pid, syscall.SIGKILL)
-			n++
-		}
+	marked, _ := procfs.Scan(markerEnv + "=" + marker)
+	for _, p := range marked {
+		_ = syscall.Kill(p.PID, syscall.SIGCONT)
+		_ = syscall.Kill(p.PID, syscall.SIGKILL)
 	}
-	return n
+	return len(marked)
 }

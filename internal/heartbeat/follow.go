@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/gorun/gorun/internal/broadcast"
 	"github.com/gorun/gorun/internal/distenv"
 )
 
@@ -71,8 +72,8 @@ type Follower struct {
 	// atBoundary: pending came in Training as a next line (the world is
 	// intact): the phase goes on until a step boundary (StopAsked).
 	atBoundary bool
-	gone       bool          // the agent's end closed: no contract will come
-	arrived    chan struct{} // closed (and replaced) when a contract arrives or the agent goes
+	gone       bool             // the agent's end closed: no contract will come
+	arrived    broadcast.Signal // notified when a contract arrives or the agent goes
 }
 
 // Follow starts reading the agent's contracts on b (until the agent's end
@@ -80,7 +81,7 @@ type Follower struct {
 // told each phase change with its reason, from any goroutine; it must
 // not block. A nil Beater gives a Follower that never gets a contract.
 func (b *Beater) Follow(ctx context.Context, log func(from, to Phase, why string)) *Follower {
-	f := &Follower{log: log, arrived: make(chan struct{})}
+	f := &Follower{log: log}
 	rounds := b.Rounds(ctx)
 	if rounds == nil {
 		return f
@@ -189,7 +190,7 @@ func (f *Follower) Await(ctx context.Context, stop <-chan struct{}) (distenv.Wor
 			f.mu.Unlock()
 			return distenv.Worker{}, ErrAgentGone
 		}
-		arrived := f.arrived
+		arrived := f.arrived.Changed()
 		f.mu.Unlock()
 		var err error
 		select {
@@ -266,6 +267,5 @@ func (f *Follower) agentGone() {
 
 // wake tells a waiting Await; f.mu is held.
 func (f *Follower) wake() {
-	close(f.arrived)
-	f.arrived = make(chan struct{})
+	f.arrived.Notify()
 }

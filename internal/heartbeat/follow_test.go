@@ -151,7 +151,7 @@ func TestFollowerRefusesEdges(t *testing.T) {
 func waitPending(f *Follower, round int) {
 	for {
 		f.mu.Lock()
-		arrived, have := f.arrived, f.pending != nil && f.pending.RestartCount == round
+		arrived, have := f.arrived.Changed(), f.pending != nil && f.pending.RestartCount == round
 		f.mu.Unlock()
 		if have {
 			return

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gorun/gorun/internal/broadcast"
 	"github.com/gorun/gorun/internal/distenv"
 )
 
@@ -55,7 +56,7 @@ type Pipe struct {
 	awaiting *Await        // the worker awaits a round: set by an await line, cleared by progress
 	ready    chan struct{} // closed by a ready line
 	isReady  bool
-	wake     chan struct{} // closed (and replaced) at each line read
+	wake     broadcast.Signal // notified at each line read
 	onBeat   func(Progress)
 	onAwait  func(Await)
 	onSilent func(peer int)
@@ -83,7 +84,7 @@ func NewPipe() (*Pipe, error) {
 	}
 	return &Pipe{
 		agent: os.NewFile(uintptr(fds[0]), "heartbeat-agent"), worker: os.NewFile(uintptr(fds[1]), "heartbeat"),
-		lastStep: -1, done: make(chan struct{}), wake: make(chan struct{}), ready: make(chan struct{}),
+		lastStep: -1, done: make(chan struct{}), ready: make(chan struct{}),
 	}, nil
 }
 
@@ -203,8 +204,7 @@ func (p *Pipe) handle(line string) {
 func (p *Pipe) notify() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	close(p.wake)
-	p.wake = make(chan struct{})
+	p.wake.Notify()
 }
 
 // Watch follows the worker for one round, until the worker's end closes
@@ -225,7 +225,7 @@ func (p *Pipe) Watch(ctx context.Context, timeout time.Duration) <-chan Stall {
 		var timer <-chan time.Time
 		for {
 			p.mu.Lock()
-			wake, beats, awaiting := p.wake, p.beats, p.awaiting != nil
+			wake, beats, awaiting := p.wake.Changed(), p.beats, p.awaiting != nil
 			p.mu.Unlock()
 			switch {
 			case awaiting:

@@ -2,7 +2,6 @@ package proc
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -17,6 +16,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gorun/gorun/internal/proc/procfs"
 )
 
 // Guard is a helper process that kills, with SIGKILL, every process group
@@ -196,7 +197,7 @@ func RunGuard(r io.Reader) error {
 		}
 	}
 	if mark != "" {
-		killMarked([]byte(GuardMarkEnv + "=" + mark))
+		killMarked(GuardMarkEnv + "=" + mark)
 	}
 	return bad
 }
@@ -208,24 +209,15 @@ const maxMarkScans = 10
 
 // killMarked SIGKILLs every process whose environment holds the entry
 // mark, and its process group, scanning /proc until a scan finds none.
-func killMarked(mark []byte) {
-	self := os.Getpid()
+func killMarked(mark string) {
 	for range maxMarkScans {
 		found := false
-		entries, _ := os.ReadDir("/proc")
-		for _, e := range entries {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil || pid == self {
-				continue
-			}
-			env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-			if err != nil || !hasEntry(env, mark) {
-				continue
-			}
-			if pgid, err := unix.Getpgid(pid); err == nil && pgid > 1 {
+		marked, _ := procfs.Scan(mark)
+		for _, p := range marked {
+			if pgid, err := unix.Getpgid(p.PID); err == nil && pgid > 1 {
 				_ = unix.Kill(-pgid, unix.SIGKILL)
 			}
-			if unix.Kill(pid, unix.SIGKILL) == nil {
+			if unix.Kill(p.PID, unix.SIGKILL) == nil {
 				found = true
 			}
 		}
@@ -233,21 +225,6 @@ func killMarked(mark []byte) {
 			return
 		}
 	}
-}
-
-// hasEntry says whether the NUL-separated environment env holds entry.
-func hasEntry(env, entry []byte) bool {
-	for len(env) > 0 {
-		i := bytes.IndexByte(env, 0)
-		if i < 0 {
-			i = len(env)
-		}
-		if bytes.Equal(env[:i], entry) {
-			return true
-		}
-		env = env[min(i+1, len(env)):]
-	}
-	return false
 }
 
 // signalIgnore makes the guard deaf to the signals that stop a job: it

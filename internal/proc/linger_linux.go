@@ -1,13 +1,12 @@
 package proc
 
 import (
-	"bytes"
-	"os"
-	"strconv"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gorun/gorun/internal/proc/procfs"
 )
 
 // cldExited is si_code CLD_EXITED: the child called exit.
@@ -57,18 +56,12 @@ func lingerGroup(pgid int, d time.Duration) {
 // process group pgid, from /proc. If /proc cannot be read it says false:
 // the group is then killed at once, as without a linger.
 func groupHasOthers(pgid int) bool {
-	dir, err := os.Open("/proc")
+	pids, err := procfs.PIDs()
 	if err != nil {
 		return false
 	}
-	defer dir.Close()
-	names, err := dir.Readdirnames(-1)
-	if err != nil {
-		return false
-	}
-	for _, name := range names {
-		pid, err := strconv.Atoi(name)
-		if err != nil || pid == pgid {
+	for _, pid := range pids {
+		if pid == pgid {
 			continue
 		}
 		// getpgid is one system call; reading /proc/PID/stat takes
@@ -78,33 +71,9 @@ func groupHasOthers(pgid int) bool {
 		if group, err := unix.Getpgid(pid); err != nil || group != pgid {
 			continue
 		}
-		state, group, ok := statOf(pid)
-		if ok && group == pgid && state != 'Z' && state != 'X' {
+		if p, err := procfs.Stat(pid); err == nil && p.PGRP == pgid && !p.Zombie() {
 			return true
 		}
 	}
 	return false
-}
-
-// statOf reads the state and process group of pid from /proc/pid/stat.
-func statOf(pid int) (state byte, pgrp int, ok bool) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, 0, false
-	}
-	// The command name is in parentheses and may contain anything: the
-	// fields after its last ')' are state, ppid, pgrp, ...
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return 0, 0, false
-	}
-	f := bytes.Fields(data[i+1:])
-	if len(f) < 3 || len(f[0]) != 1 {
-		return 0, 0, false
-	}
-	g, err := strconv.Atoi(string(f[2]))
-	if err != nil {
-		return 0, 0, false
-	}
-	return f[0][0], g, true
 }

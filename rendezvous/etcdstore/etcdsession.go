@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/gorun/gorun/internal/broadcast"
 	"github.com/gorun/gorun/rendezvous"
 )
 
@@ -29,7 +30,7 @@ type etcdSession struct {
 	lease   clientv3.LeaseID
 	leased  map[string]string // key -> the value last put under the lease
 	state   rendezvous.Session
-	changed chan struct{} // closed and replaced when state changes
+	changed broadcast.Signal // notified when state changes
 	// recheck tells the keeper to leave its keep-alives: CheckSession
 	// found the lease gone. Sent to and drained under mu.
 	recheck chan struct{}
@@ -54,8 +55,8 @@ func newEtcdSession(ctx context.Context, client *clientv3.Client, kv clientv3.KV
 		client: client, kv: kv, ttl: ttl,
 		lease: grant.ID, leased: map[string]string{},
 		state:   rendezvous.Session{Live: true, Since: time.Now()},
-		changed: make(chan struct{}), recheck: make(chan struct{}, 1),
-		cancel: cancel, done: make(chan struct{}),
+		recheck: make(chan struct{}, 1),
+		cancel:  cancel, done: make(chan struct{}),
 	}
 	go s.keep(kctx)
 	return s, nil
@@ -216,14 +217,13 @@ func (s *etcdSession) live(renewed bool) {
 }
 
 func (s *etcdSession) notifyLocked() {
-	close(s.changed)
-	s.changed = make(chan struct{})
+	s.changed.Notify()
 }
 
 func (s *etcdSession) snapshot() (rendezvous.Session, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.state, s.changed
+	return s.state, s.changed.Changed()
 }
 
 func (s *etcdSession) leaseID() clientv3.LeaseID {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gorun/gorun/internal/broadcast"
 	"github.com/gorun/gorun/rendezvous"
 )
 
@@ -21,13 +22,13 @@ type Backend struct {
 	kvs     map[string]rendezvous.KV
 	leaseOf map[string]*Store // leased key -> its owner
 	history []rendezvous.Event
-	wake    chan struct{} // closed and replaced on every change
-	retains int           // calls of Retain
+	wake    broadcast.Signal // notified on every change
+	retains int              // calls of Retain
 }
 
 // NewBackend returns an empty key space at revision 1.
 func NewBackend() *Backend {
-	return &Backend{rev: 1, kvs: map[string]rendezvous.KV{}, leaseOf: map[string]*Store{}, wake: make(chan struct{})}
+	return &Backend{rev: 1, kvs: map[string]rendezvous.KV{}, leaseOf: map[string]*Store{}}
 }
 
 // Store returns a new agent's view of the backend, with its own session.
@@ -35,7 +36,7 @@ func (b *Backend) Store() *Store {
 	up := make(chan struct{})
 	close(up)
 	return &Store{b: b, leased: map[string][]byte{}, session: rendezvous.Session{Live: true, Since: time.Now()},
-		changed: make(chan struct{}), up: up}
+		up: up}
 }
 
 // Value returns the current value of key, for assertions.
@@ -72,8 +73,7 @@ func (b *Backend) changeLocked(key string, value []byte, deleted bool, owner *St
 		}
 	}
 	b.history = append(b.history, rendezvous.Event{KV: kv, Deleted: deleted})
-	close(b.wake)
-	b.wake = make(chan struct{})
+	b.wake.Notify()
 }
 
 // Store is one agent's session on a Backend.
@@ -83,7 +83,7 @@ type Store struct {
 	lostFlag bool               // killed: its lease is gone for good
 	leased   map[string][]byte  // leased keys put and not deleted
 	session  rendezvous.Session // as Session reports it
-	changed  chan struct{}      // closed at the session's next change
+	changed  broadcast.Signal   // notified at the session's next change
 	up       chan struct{}      // closed while the session is live
 }
 
@@ -223,7 +223,7 @@ func (s *Store) Watch(ctx context.Context, keyOrPrefix string, rev int64) <-chan
 				}
 			}
 			next = s.b.rev + 1
-			wake := s.b.wake
+			wake := s.b.wake.Changed()
 			s.b.mu.Unlock()
 			// In an outage this agent hears nothing from etcd.
 			if s.awaitUp(ctx) != nil {
@@ -259,7 +259,7 @@ func (s *Store) Retain(ctx context.Context) error {
 func (s *Store) Session() (rendezvous.Session, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.session, s.changed
+	return s.session, s.changed.Changed()
 }
 
 // CheckSession implements rendezvous.Store: the lease lives unless the
@@ -329,8 +329,7 @@ func (s *Store) Restore() {
 }
 
 func (s *Store) notifyLocked() {
-	close(s.changed)
-	s.changed = make(chan struct{})
+	s.changed.Notify()
 }
 
 // Close implements rendezvous.Store: the lease is released.

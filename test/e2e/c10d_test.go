@@ -1,16 +1,16 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/test/harness"
 )
 
 // c10dAddrs are the --local-addr of the three agents of the c10d tests,
@@ -53,23 +53,13 @@ func workerOn(t *testing.T, p *gorunProc) (pid, rank int) {
 // findWorker returns the pid and RANK of one worker of agent p, if it
 // has one running.
 func findWorker(p *gorunProc) (pid, rank int, ok bool) {
-	parent := strconv.Itoa(p.cmd.Process.Pid)
-	for _, l := range listMarked(p.marker) {
-		pid, _ := strconv.Atoi(strings.Fields(l)[0])
-		stat, err1 := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		env, err2 := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(stat, ')')
-		if f := strings.Fields(string(stat[i+1:])); len(f) < 2 || f[1] != parent {
+	for _, w := range harness.Marked(markerEnv + "=" + p.marker) {
+		if w.PPID != p.cmd.Process.Pid {
 			continue // not a child of the agent (its guard, say)
 		}
-		for _, kv := range bytes.Split(env, []byte{0}) {
-			if v, ok := bytes.CutPrefix(kv, []byte("RANK=")); ok {
-				rank, _ = strconv.Atoi(string(v))
-				return pid, rank, true
-			}
+		if v, ok := w.Getenv("RANK"); ok {
+			rank, _ = strconv.Atoi(v)
+			return w.PID, rank, true
 		}
 	}
 	return 0, 0, false
@@ -101,7 +91,7 @@ func TestC10dEndpointGetsTheControlPlane(t *testing.T) {
 	for _, a := range agents {
 		r := waitExit(t, a, 60*time.Second)
 		if r.ExitCode != 137 || !strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, "SIGKILL") {
-			t.Errorf("%s: exit %d, want 137 and %q (SIGKILL):\n%s", a.name, r.ExitCode, want, tail(r.Stderr, 15))
+			t.Errorf("%s: exit %d, want 137 and %q (SIGKILL):\n%s", a.name, r.ExitCode, want, harness.Tail(r.Stderr, 15))
 		}
 	}
 	if !strings.Contains(agents[0].stderr.String(), "hosting an embedded etcd member") {

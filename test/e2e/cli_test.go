@@ -144,10 +144,10 @@ func TestEnvContract(t *testing.T) {
 // TestEnvTwoNodes: two static gorun agents on this machine form one world of 4.
 func TestEnvTwoNodes(t *testing.T) {
 	port := testutil.FreePort(t)
-	results := runNodes(t, 2, nil, func(node int) []string {
+	results := waitAll(startAgents(t, nodeNames(2), nil, func(node int) []string {
 		return []string{"--nnodes=2", fmt.Sprintf("--node-rank=%d", node), "--master-addr=127.0.0.1",
 			fmt.Sprintf("--master-port=%d", port), "--nproc-per-node=2", "--", "/bin/sh", "-c", envScript()}
-	})
+	}))
 	all := map[int]map[string]string{}
 	for node, r := range results {
 		if r.ExitCode != 0 {
@@ -180,22 +180,6 @@ func TestEnvTwoNodes(t *testing.T) {
 				all[rank]["MASTER_PORT"], all[0]["MASTER_ADDR"], all[0]["MASTER_PORT"])
 		}
 	}
-}
-
-// runNodes runs n gorun agents concurrently (args from argsFor(node), env
-// edits extraEnv) and
-// waits for all of them.
-func runNodes(t *testing.T, n int, extraEnv []string, argsFor func(node int) []string) []result {
-	t.Helper()
-	procs := make([]*gorunProc, n)
-	for node := range procs {
-		procs[node] = startGorun(t, fmt.Sprintf("node%d", node), extraEnv, argsFor(node)...)
-	}
-	results := make([]result, n)
-	for node, p := range procs {
-		results[node] = p.wait()
-	}
-	return results
 }
 
 // TestWorkerFailureExitCode: gorun exits with the first failing worker's code,

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/etcdtest"
+	"github.com/gorun/gorun/test/harness"
 )
 
 // waitExit waits for p to exit within d (the join timeout of these jobs is
@@ -38,7 +39,7 @@ func TestAgentFailureEndsTheJob(t *testing.T) {
 	for _, p := range []*gorunProc{broken, healthy} {
 		r := waitExit(t, p, 60*time.Second)
 		if r.ExitCode != 1 || !strings.Contains(r.Stderr, "the agent on node-a failed") || !strings.Contains(r.Stderr, "no-such-host.invalid") {
-			t.Errorf("%s: exit %d, want 1 and a report naming the failed agent on node-a:\n%s", p.name, r.ExitCode, tail(r.Stderr, 15))
+			t.Errorf("%s: exit %d, want 1 and a report naming the failed agent on node-a:\n%s", p.name, r.ExitCode, harness.Tail(r.Stderr, 15))
 		}
 	}
 	st := runGorun(t, nil, "status", "--rdzv-endpoint="+endpoint, "--rdzv-id=agent-fails").Stdout
@@ -67,7 +68,7 @@ exec sleep 300`
 	for _, p := range agents {
 		r := waitExit(t, p, 60*time.Second)
 		if r.ExitCode != 1 || !strings.Contains(r.Stderr, "first failure: rank 2 on node-b") {
-			t.Errorf("%s: exit %d, want 1 naming rank 2 on node-b first:\n%s", p.name, r.ExitCode, tail(r.Stderr, 15))
+			t.Errorf("%s: exit %d, want 1 naming rank 2 on node-b first:\n%s", p.name, r.ExitCode, harness.Tail(r.Stderr, 15))
 		}
 		if len(r.Stderr) > 64<<10 {
 			t.Errorf("%s: %d bytes on the console: the error was not cut", p.name, len(r.Stderr))
@@ -75,6 +76,6 @@ exec sleep 300`
 	}
 	st := runGorun(t, nil, "status", "--json", "--rdzv-endpoint="+endpoint, "--rdzv-id=huge-error").Stdout
 	if !strings.Contains(st, "[cut: first ") || !strings.Contains(st, "error.json") {
-		t.Errorf("gorun status --json: the report is not cut with a note naming the file:\n%s", tail(st, 20))
+		t.Errorf("gorun status --json: the report is not cut with a note naming the file:\n%s", harness.Tail(st, 20))
 	}
 }

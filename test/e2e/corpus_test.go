@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/test/harness"
 )
 
 // noGoEnv is an environment with no $GOROOT and a PATH on which there is
@@ -52,14 +54,14 @@ func TestExampleRunsWithoutGo(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Run(); err != nil {
-			t.Fatalf("gorun %s: %v\n%s", strings.Join(args, " "), err, tail(stderr.String(), 20))
+			t.Fatalf("gorun %s: %v\n%s", strings.Join(args, " "), err, harness.Tail(stderr.String(), 20))
 		}
 		return stdout.String(), stderr.String()
 	}
 	run("plan", "--nproc-per-node=2", "train.toml")
 	stdout, _ := run("--nproc-per-node=2", "train.toml", "--set", "train.steps=20", "--set", "optim.warmup=5")
 	if !strings.Contains(stdout, "in 1 files") {
-		t.Errorf("the trainer did not read the one built-in corpus:\n%s", tail(stdout, 20))
+		t.Errorf("the trainer did not read the one built-in corpus:\n%s", harness.Tail(stdout, 20))
 	}
 	if recs := readMetrics(t, filepath.Join(dir, "metrics.jsonl")); len(recs) != 20 || recs[19].WorldSize != 2 {
 		t.Errorf("metrics: %d records (want 20) of world size %v", len(recs), recs)

@@ -139,11 +139,11 @@ func TestDDPTwoNodes(t *testing.T) {
 	torch.Require(t)
 	out := t.TempDir()
 	port := testutil.FreePort(t)
-	results := runNodes(t, 2, ddpEnv, func(node int) []string {
+	results := waitAll(startAgents(t, nodeNames(2), ddpEnv, func(node int) []string {
 		return []string{"--nnodes=2", fmt.Sprintf("--node-rank=%d", node), "--master-addr=127.0.0.1",
 			fmt.Sprintf("--master-port=%d", port), "--nproc-per-node=2",
 			trainScript(), "--steps", strconv.Itoa(ddpSteps), "--out", out}
-	})
+	}))
 	for node, r := range results {
 		if r.ExitCode != 0 {
 			t.Errorf("node %d: exit %d, want 0", node, r.ExitCode)

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"github.com/gorun/gorun/checkpoint"
 	"github.com/gorun/gorun/internal/etcdtest"
 	"github.com/gorun/gorun/internal/testutil"
+	"github.com/gorun/gorun/test/harness"
 	"github.com/gorun/gorun/trainer/metrics"
 )
 
@@ -76,25 +76,13 @@ func (j *faultJob) start(name string, extra ...string) *gorunProc {
 
 // records reads the metrics file's final line of steps, ignoring a last
 // line still being written.
-func (j *faultJob) records() []trainerRecord {
-	data, _ := os.ReadFile(j.metrics)
-	var out []trainerRecord
-	for _, l := range bytes.Split(data, []byte("\n")) {
-		var r trainerRecord
-		if json.Unmarshal(l, &r) == nil && r.Step > 0 {
-			// The file keeps the records of steps a later world redid
-			// (metrics.History): keep the job's final line of steps.
-			for len(out) > 0 && out[len(out)-1].Step >= r.Step {
-				out = out[:len(out)-1]
-			}
-			out = append(out, r)
-		}
-	}
-	return out
+func (j *faultJob) records() []metrics.Record {
+	recs, _ := harness.Records(j.metrics)
+	return recs
 }
 
 // waitStep waits until rank 0 logged step or a later one, and returns the last record.
-func (j *faultJob) waitStep(step int) trainerRecord {
+func (j *faultJob) waitStep(step int) metrics.Record {
 	j.t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
@@ -104,7 +92,7 @@ func (j *faultJob) waitStep(step int) trainerRecord {
 		time.Sleep(2 * time.Millisecond)
 	}
 	j.t.Fatalf("%s: no step %d within 90 s", j.runID, step)
-	return trainerRecord{}
+	return metrics.Record{}
 }
 
 // roundsEnded counts the "round ended" lines of every agent.
@@ -140,7 +128,7 @@ func (j *faultJob) observe(scenario string, at time.Time, atStep, endedBefore in
 	j.t.Helper()
 	row := faultRow{Scenario: scenario, AtStep: atStep}
 	deadline := time.Now().Add(90 * time.Second)
-	var atDetect []trainerRecord
+	var atDetect []metrics.Record
 	for time.Now().Before(deadline) {
 		if row.Detect == 0 && j.roundsEnded() > endedBefore {
 			row.Detect = time.Since(at)
@@ -159,7 +147,7 @@ func (j *faultJob) observe(scenario string, at time.Time, atStep, endedBefore in
 		time.Sleep(5 * time.Millisecond)
 	}
 	for _, a := range j.agents {
-		j.t.Logf("%s stdout:\n%s\n%s stderr:\n%s", a.name, tailLines(a.stdout.String(), 30), a.name, tailLines(a.stderr.String(), 40))
+		j.t.Logf("%s stdout:\n%s\n%s stderr:\n%s", a.name, harness.Tail(a.stdout.String(), 30), a.name, harness.Tail(a.stderr.String(), 40))
 	}
 	j.t.Logf("records: %d at detection, %d now", len(atDetect), len(j.records()))
 	j.t.Fatalf("%s: no round ended and training resumed within 90 s of the fault (detected after %v)", scenario, row.Detect)
@@ -169,13 +157,20 @@ func (j *faultJob) observe(scenario string, at time.Time, atStep, endedBefore in
 // firstNew returns the first record of now that was not in before. The resumed round first drops
 // the records of the steps it redoes, then appends: its first record is the first one that is not
 // the record before held at the same place.
-func firstNew(before, now []trainerRecord) (trainerRecord, bool) {
+func firstNew(before, now []metrics.Record) (metrics.Record, bool) {
 	for i, r := range now {
-		if i >= len(before) || r != before[i] {
+		if i >= len(before) || !sameRecord(r, before[i]) {
 			return r, true
 		}
 	}
-	return trainerRecord{}, false
+	return metrics.Record{}, false
+}
+
+// sameRecord says whether a and b are the same line of the metrics file: the same step, time,
+// loss, learning rate, throughput, world size and elapsed time.
+func sameRecord(a, b metrics.Record) bool {
+	return a.Step == b.Step && a.Time.Equal(b.Time) && a.Loss == b.Loss && a.LR == b.LR &&
+		a.TokensPerS == b.TokensPerS && a.WorldSize == b.WorldSize && a.ElapsedS == b.ElapsedS
 }
 
 // stepsRedone reads the metrics file at path as the trainer wrote it, the records of steps that
@@ -411,30 +406,20 @@ func (j *faultJob) workers() []worker {
 		if a.cmd.ProcessState != nil {
 			continue
 		}
-		for _, l := range listMarked(a.marker) {
-			pid, _ := strconv.Atoi(strings.Fields(l)[0])
-			env, err1 := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-			stat, err2 := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-			if err1 != nil || err2 != nil {
+		for _, p := range harness.Marked(markerEnv + "=" + a.marker) {
+			if p.PPID != a.cmd.Process.Pid {
 				continue
 			}
-			i := bytes.LastIndexByte(stat, ')')
-			if f := strings.Fields(string(stat[i+1:])); len(f) < 2 || f[1] != strconv.Itoa(a.cmd.Process.Pid) {
+			rank, ranked := p.Getenv("RANK")
+			if !ranked {
 				continue
 			}
-			w, ranked := worker{pid: pid, agent: a}, false
-			for _, e := range bytes.Split(env, []byte{0}) {
-				if v, ok := bytes.CutPrefix(e, []byte("RANK=")); ok {
-					w.rank, _ = strconv.Atoi(string(v))
-					ranked = true
-				}
-				if v, ok := bytes.CutPrefix(e, []byte("LOCAL_RANK=")); ok {
-					w.local, _ = strconv.Atoi(string(v))
-				}
+			w := worker{pid: p.PID, agent: a}
+			w.rank, _ = strconv.Atoi(rank)
+			if local, ok := p.Getenv("LOCAL_RANK"); ok {
+				w.local, _ = strconv.Atoi(local)
 			}
-			if ranked {
-				out = append(out, w)
-			}
+			out = append(out, w)
 		}
 	}
 	return out
@@ -455,7 +440,7 @@ func (j *faultJob) pause() []worker {
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for _, w := range ws {
-		for !stopped(w.pid) {
+		for !harness.Stopped(w.pid) {
 			if time.Now().After(deadline) {
 				j.t.Fatalf("%s: worker %d (rank %d) not stopped 60 s after SIGSTOP", j.runID, w.pid, w.rank)
 			}
@@ -465,26 +450,19 @@ func (j *faultJob) pause() []worker {
 	return ws
 }
 
-// stopped reports whether no thread of process pid can run: each is stopped or traced (state T
-// or t), or the process is a zombie or gone.
-func stopped(pid int) bool {
-	stats, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
-	for _, path := range stats {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			continue // that thread exited
-		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 || i+2 >= len(b) {
-			continue
-		}
-		switch b[i+2] {
-		case 'T', 't', 'Z', 'X':
-		default:
-			return false
-		}
+// kill runs kill, the fault of a test, and returns when it ran: with paused, between steps
+// (every worker stopped first, by pause, and continued after), else mid-step (the workers
+// running). kill runs on the caller's goroutine, so it may fail the test.
+func (j *faultJob) kill(paused bool, kill func()) time.Time {
+	j.t.Helper()
+	var ws []worker
+	if paused {
+		ws = j.pause()
 	}
-	return true
+	at := time.Now()
+	kill()
+	resume(ws)
+	return at
 }
 
 // pauseBetweenCheckpoints pauses every worker at a moment when no checkpoint newer than the
@@ -618,15 +596,11 @@ func TestFaults(t *testing.T) {
 			rank := 2 * nodeRank(t, agent, round) // 2: its local rank 0
 			ended := j.roundsEnded()
 			rec := j.waitStep(12)
-			var paused []worker
-			if k.paused {
-				paused = j.pause()
-			}
-			at := time.Now()
-			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			resume(paused) // no step completes without the victim now
+			at := j.kill(k.paused, func() {
+				if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+			}) // no step completes without the victim now
 			row := j.observe(fmt.Sprintf("kill -9 of a worker (rank %d), %s", rank, k.name), at, rec.Step, ended)
 			j.finish()
 			redone := j.requireRedone(fault{round: round, lost: []int{rank}})
@@ -658,15 +632,11 @@ func TestFaults(t *testing.T) {
 			lost := ranksOf(t, victim, round)
 			ended := j.roundsEnded()
 			rec := j.waitStep(12)
-			var paused []worker
-			if k.paused {
-				paused = j.pause()
-			}
-			at := time.Now()
-			if err := victim.cmd.Process.Kill(); err != nil {
-				t.Fatal(err)
-			}
-			resume(paused) // its workers die with it: no step completes without them
+			at := j.kill(k.paused, func() {
+				if err := victim.cmd.Process.Kill(); err != nil {
+					t.Fatal(err)
+				}
+			}) // its workers die with it: no step completes without them
 			row := j.observe("kill -9 of a node (agent and its 2 workers), "+k.name, at, rec.Step, ended)
 			j.finish(victim)
 			redone := j.requireRedone(fault{round: round, lost: lost})
@@ -800,7 +770,7 @@ func TestFaults(t *testing.T) {
 		}
 		victim.wait()
 		deadline := time.Now().Add(60 * time.Second)
-		var rec trainerRecord
+		var rec metrics.Record
 		for time.Now().Before(deadline) {
 			if recs := j.records(); len(recs) > 0 && recs[len(recs)-1].WorldSize == 4 && recs[len(recs)-1].Step >= 17 {
 				rec = recs[len(recs)-1]

@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -16,6 +14,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/test/harness"
+	"github.com/gorun/gorun/trainer/metrics"
 )
 
 // TestGarbageConnectionsLeaveTheJobAlone is issue 11's flood: while a job of 2 workers trains,
@@ -127,47 +128,28 @@ func flood(port, kind int, stop <-chan struct{}, connected *atomic.Int64) {
 }
 
 // waitForStep waits until the metrics file has a record of step or later.
-func waitForStep(t *testing.T, metrics string, step int) {
+func waitForStep(t *testing.T, path string, step int) {
 	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
-		for _, r := range readRecords(metrics) {
+		recs, _ := metrics.ReadFile(path) // every record, a step redone included
+		for _, r := range recs {
 			if r.Step >= step {
 				return
 			}
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	t.Fatalf("%s: no step %d within 90 s", metrics, step)
-}
-
-// readRecords reads a metrics file, ignoring a last line still being written.
-func readRecords(path string) []trainerRecord {
-	data, _ := os.ReadFile(path)
-	var out []trainerRecord
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		var r trainerRecord
-		if json.Unmarshal(sc.Bytes(), &r) == nil && r.Step > 0 {
-			out = append(out, r)
-		}
-	}
-	return out
+	t.Fatalf("%s: no step %d within 90 s", path, step)
 }
 
 // childWorkers are the pids of the worker processes gorun p started.
 func childWorkers(t *testing.T, p *gorunProc) []int {
 	t.Helper()
 	var pids []int
-	for _, l := range listMarked(p.marker) {
-		pid, _ := strconv.Atoi(strings.Fields(l)[0])
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(stat, ')')
-		if f := strings.Fields(string(stat[i+1:])); len(f) > 1 && f[1] == strconv.Itoa(p.cmd.Process.Pid) {
-			pids = append(pids, pid)
+	for _, w := range harness.Marked(markerEnv + "=" + p.marker) {
+		if w.PPID == p.cmd.Process.Pid {
+			pids = append(pids, w.PID)
 		}
 	}
 	if len(pids) == 0 {

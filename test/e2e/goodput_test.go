@@ -1,11 +1,9 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,6 +13,7 @@ import (
 	"github.com/gorun/gorun/internal/etcdtest"
 	"github.com/gorun/gorun/internal/goodput"
 	"github.com/gorun/gorun/internal/testutil"
+	"github.com/gorun/gorun/trainer/metrics"
 )
 
 // goodputWait bounds how long the recovery takes to show in the agents' metrics and in
@@ -219,19 +218,8 @@ func goodputSeries(text string) map[string]float64 {
 // recordCounts reads rank 0's metrics file once: its records of steps (raw, a step redone
 // after a recovery counted again) and the steps of the job's final line of steps (kept).
 func (j *faultJob) recordCounts() (raw, kept int) {
-	data, _ := os.ReadFile(j.metrics)
-	var steps []int
-	for _, l := range bytes.Split(data, []byte("\n")) {
-		var r trainerRecord
-		if json.Unmarshal(l, &r) == nil && r.Step > 0 {
-			raw++
-			for len(steps) > 0 && steps[len(steps)-1] >= r.Step {
-				steps = steps[:len(steps)-1]
-			}
-			steps = append(steps, r.Step)
-		}
-	}
-	return raw, len(steps)
+	recs, _ := metrics.ReadFile(j.metrics)
+	return len(recs), len(metrics.History(recs))
 }
 
 // requireInside fails t unless 0 < v < 1.

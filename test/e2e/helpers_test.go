@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -11,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/testutil"
+	"github.com/gorun/gorun/test/harness"
 )
 
 const (
@@ -219,6 +218,35 @@ func (p *gorunProc) waitOutput(d time.Duration, cond func(stdout string) bool) b
 	return false
 }
 
+// startAgents starts one gorun agent per name, all at once, agent i with the environment edits
+// env and the arguments args(i); each is bounded and cleaned up as startGorun's is.
+func startAgents(t *testing.T, names, env []string, args func(i int) []string) []*gorunProc {
+	t.Helper()
+	agents := make([]*gorunProc, len(names))
+	for i, name := range names {
+		agents[i] = startGorun(t, name, env, args(i)...)
+	}
+	return agents
+}
+
+// nodeNames are the names node0 .. node<n-1>.
+func nodeNames(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("node%d", i)
+	}
+	return names
+}
+
+// waitAll waits for each agent in turn (gorunProc.wait) and returns their results in order.
+func waitAll(agents []*gorunProc) []result {
+	results := make([]result, len(agents))
+	for i, a := range agents {
+		results[i] = a.wait()
+	}
+	return results
+}
+
 // runGorun runs gorun to completion.
 func runGorun(t *testing.T, extraEnv []string, args ...string) result {
 	t.Helper()
@@ -255,16 +283,7 @@ func defaultPython() string {
 func logOutput(t *testing.T, name string, r result) {
 	t.Helper()
 	t.Logf("%s: exit %d (err %v)\n--- stdout ---\n%s--- stderr ---\n%s", name, r.ExitCode, r.Err,
-		tail(r.Stdout, 60), tail(r.Stderr, 60))
-}
-
-// tail returns the last n lines of s.
-func tail(s string, n int) string {
-	lines := strings.SplitAfter(s, "\n")
-	if len(lines) > n {
-		lines = append([]string{fmt.Sprintf("... (%d lines omitted)\n", len(lines)-n)}, lines[len(lines)-n:]...)
-	}
-	return strings.Join(lines, "")
+		harness.Tail(r.Stdout, 60), harness.Tail(r.Stderr, 60))
 }
 
 func newMarker(t *testing.T) string {
@@ -278,49 +297,19 @@ func newMarker(t *testing.T) string {
 // listMarked returns "pid cmdline" of every live process whose environment
 // carries markerEnv=marker (zombies excluded: they hold nothing).
 func listMarked(marker string) []string {
-	want := []byte(markerEnv + "=" + marker)
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	self := os.Getpid()
 	var out []string
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
-			continue
-		}
-		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err != nil || !containsEnv(env, want) {
-			continue
-		}
-		if stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil {
-			if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
-				continue
-			}
-		}
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		out = append(out, fmt.Sprintf("%d %s", pid, strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))))
+	for _, p := range harness.Marked(markerEnv + "=" + marker) {
+		out = append(out, p.String())
 	}
-	sort.Strings(out)
 	return out
-}
-
-func containsEnv(environ, kv []byte) bool {
-	for _, e := range bytes.Split(environ, []byte{0}) {
-		if bytes.Equal(e, kv) {
-			return true
-		}
-	}
-	return false
 }
 
 // killMarked SIGKILLs every process carrying the marker and returns what it found.
 func killMarked(marker string) []string {
-	left := listMarked(marker)
-	for _, l := range left {
-		pid, _ := strconv.Atoi(strings.Fields(l)[0])
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+	var left []string
+	for _, p := range harness.Marked(markerEnv + "=" + marker) {
+		left = append(left, p.String())
+		_ = syscall.Kill(p.PID, syscall.SIGKILL)
 	}
 	return left
 }

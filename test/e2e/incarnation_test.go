@@ -32,12 +32,9 @@ func runLines(t *testing.T, out string) []string {
 // worker with $OUT set to out.
 func startNodes(t *testing.T, out, worker string, names []string, args ...string) []*gorunProc {
 	t.Helper()
-	var agents []*gorunProc
-	for _, name := range names {
-		a := append(append([]string{"--node-name=" + name, "--local-addr=127.0.0.1"}, args...), "--", "/bin/sh", "-c", worker)
-		agents = append(agents, startGorun(t, name, []string{"OUT=" + out}, a...))
-	}
-	return agents
+	return startAgents(t, names, []string{"OUT=" + out}, func(i int) []string {
+		return append(append([]string{"--node-name=" + names[i], "--local-addr=127.0.0.1"}, args...), "--", "/bin/sh", "-c", worker)
+	})
 }
 
 // A job run twice on one etcd runs twice: the same command with no run id

@@ -11,6 +11,8 @@ import (
 
 	"github.com/gorun/gorun/checkpoint"
 	"github.com/gorun/gorun/internal/etcdtest"
+	"github.com/gorun/gorun/test/harness"
+	"github.com/gorun/gorun/trainer/metrics"
 )
 
 // inPlaceSets: 80 steps and a checkpoint only at the end, so a job that loses or gains a node
@@ -60,7 +62,7 @@ func (j *faultJob) observeWorldSize(scenario string, at time.Time, atStep, world
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
 		recs := j.records()
-		if i := slices.IndexFunc(recs, func(r trainerRecord) bool { return r.WorldSize == worldSize && r.Step > atStep-2 }); i >= 0 {
+		if i := slices.IndexFunc(recs, func(r metrics.Record) bool { return r.WorldSize == worldSize && r.Step > atStep-2 }); i >= 0 {
 			took := time.Since(at)
 			pids := j.pidsOf(keep...)
 			last := recs[i-1].Step // recorded before the change (the redone step, if any, was dropped)
@@ -69,7 +71,7 @@ func (j *faultJob) observeWorldSize(scenario string, at time.Time, atStep, world
 		time.Sleep(2 * time.Millisecond)
 	}
 	for _, a := range j.agents {
-		j.t.Logf("%s stdout:\n%s\n%s stderr:\n%s", a.name, tailLines(a.stdout.String(), 30), a.name, tailLines(a.stderr.String(), 40))
+		j.t.Logf("%s stdout:\n%s\n%s stderr:\n%s", a.name, harness.Tail(a.stdout.String(), 30), a.name, harness.Tail(a.stderr.String(), 40))
 	}
 	j.t.Fatalf("%s: no step at world size %d within 90 s", scenario, worldSize)
 	return faultRow{}, nil
@@ -164,15 +166,11 @@ func TestInPlace(t *testing.T) {
 			lost := ranksOf(t, victim, round)
 			before := j.pidsOf(survivors...)
 			rec := j.waitStep(40)
-			var paused []worker
-			if k.paused {
-				paused = j.pause()
-			}
-			at := time.Now()
-			if err := victim.cmd.Process.Kill(); err != nil {
-				t.Fatal(err)
-			}
-			resume(paused) // its workers die with it: no step completes without them
+			at := j.kill(k.paused, func() {
+				if err := victim.cmd.Process.Kill(); err != nil {
+					t.Fatal(err)
+				}
+			}) // its workers die with it: no step completes without them
 			row, after := j.observeWorldSize("kill -9 of a node, in place (no periodic checkpoint), "+k.name, at, rec.Step, 4, survivors...)
 			j.finish(victim)
 			if !slices.Equal(before, after) {
@@ -209,17 +207,13 @@ func TestInPlace(t *testing.T) {
 			lost := append(ranksOf(t, victims[0], round), ranksOf(t, victims[1], round)...)
 			before := j.pidsOf(survivors...)
 			rec := j.waitStep(40)
-			var paused []worker
-			if k.paused {
-				paused = j.pause()
-			}
-			at := time.Now()
-			for _, v := range victims {
-				if err := v.cmd.Process.Kill(); err != nil {
-					t.Fatal(err)
+			at := j.kill(k.paused, func() {
+				for _, v := range victims {
+					if err := v.cmd.Process.Kill(); err != nil {
+						t.Fatal(err)
+					}
 				}
-			}
-			resume(paused)
+			})
 			row, after := j.observeWorldSize("kill -9 of two nodes of three at once, fenced (lease 60 s), in place, "+k.name, at, rec.Step, 2, survivors...)
 			j.finish(victims...)
 			if !slices.Equal(before, after) {
@@ -410,9 +404,3 @@ func roundsSent(nodes []*gorunProc) []int {
 
 // roundSentMessage is what an agent logs when it sent its kept workers a new round.
 const roundSentMessage = "sent the new round to its workers"
-
-// tailLines is the last n lines of s.
-func tailLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}

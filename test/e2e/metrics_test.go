@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/testutil"
+	"github.com/gorun/gorun/test/harness"
 )
 
 // metricsWait bounds how long the job and Prometheus get to show every
@@ -112,7 +113,7 @@ scrape_configs:
 		cancel()
 		<-done
 		if t.Failed() {
-			t.Logf("prometheus log:\n%s", tail(log.String(), 40))
+			t.Logf("prometheus log:\n%s", harness.Tail(log.String(), 40))
 		}
 	})
 }

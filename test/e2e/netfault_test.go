@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/checkpoint"
+	"github.com/gorun/gorun/test/harness"
 	"github.com/gorun/gorun/trainer/metrics"
 )
 
@@ -243,7 +244,7 @@ func runNetScenario(t *testing.T, lab *netLab, toml, dir string, sc netScenario)
 	}
 	dump := func() {
 		for _, a := range append([]*gorunProc{etcd}, agents...) {
-			t.Logf("%s stdout:\n%s\n%s stderr:\n%s", a.name, tailLines(a.stdout.String(), 15), a.name, tailLines(a.stderr.String(), 40))
+			t.Logf("%s stdout:\n%s\n%s stderr:\n%s", a.name, harness.Tail(a.stdout.String(), 15), a.name, harness.Tail(a.stderr.String(), 40))
 		}
 	}
 	read := func() []metrics.Record {

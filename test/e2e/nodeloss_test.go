@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/etcdtest"
+	"github.com/gorun/gorun/test/harness"
 )
 
 // TestNodeLossKeepsEveryWorker is issue 31's node loss in place: three
@@ -66,7 +67,7 @@ func TestNodeLossKeepsEveryWorker(t *testing.T) {
 			if len(before) != 4 || !slices.Equal(before, after) {
 				t.Errorf("the survivors' workers changed: pids %v before the loss, %v at the first step at world size 4", before, after)
 				for _, a := range survivors {
-					t.Logf("%s stderr:\n%s", a.name, tailLines(a.stderr.String(), 60))
+					t.Logf("%s stderr:\n%s", a.name, harness.Tail(a.stderr.String(), 60))
 				}
 			}
 			requireNoCheckpointRead(t, j)

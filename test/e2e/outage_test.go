@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/testutil"
+	"github.com/gorun/gorun/test/harness"
 )
 
 // outageWorker records each start (one line per start, one file per
@@ -26,11 +27,11 @@ func waitStderr(t *testing.T, agents []*gorunProc, want string, d time.Duration)
 		for !strings.Contains(a.stderr.String(), want) {
 			select {
 			case <-a.done:
-				t.Fatalf("%s exited (code %d) before logging %q:\n%s", a.name, a.res.ExitCode, want, tail(a.stderr.String(), 20))
+				t.Fatalf("%s exited (code %d) before logging %q:\n%s", a.name, a.res.ExitCode, want, harness.Tail(a.stderr.String(), 20))
 			case <-time.After(50 * time.Millisecond):
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s did not log %q within %s:\n%s", a.name, want, d, tail(a.stderr.String(), 20))
+				t.Fatalf("%s did not log %q within %s:\n%s", a.name, want, d, harness.Tail(a.stderr.String(), 20))
 			}
 		}
 	}
@@ -95,7 +96,7 @@ func TestEtcdFrozenUnderAHealthyJob(t *testing.T) {
 		case strings.Contains(log, "expired: a new lease"):
 			renewed++
 		case !strings.Contains(log, `"lease":"kept"`):
-			t.Errorf("%s: its session was neither kept nor renewed:\n%s", a.name, tail(log, 20))
+			t.Errorf("%s: its session was neither kept nor renewed:\n%s", a.name, harness.Tail(log, 20))
 		}
 	}
 	t.Logf("%d of 3 leases expired in the freeze and were renewed", renewed)

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/checkpoint"
+	"github.com/gorun/gorun/test/harness"
+	"github.com/gorun/gorun/trainer/metrics"
 )
 
 // resumeSets is a model a little larger than trainerSets' (a few ms a step), so that a run can be
@@ -31,20 +33,15 @@ func resumeRun(t *testing.T, name, toml, dir, metrics string, nproc int, extra .
 	return startGorun(t, name, nil, args...)
 }
 
-// newestStep is the step of the newest complete checkpoint in dir.
+// newestStep is the step of the newest complete checkpoint in dir (harness.NewestStep); it
+// fails t when there is none.
 func newestStep(t *testing.T, dir string) int64 {
 	t.Helper()
-	entries, err := checkpoint.List(dir)
+	step, err := harness.NewestStep(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := len(entries) - 1; i >= 0; i-- {
-		if entries[i].Complete {
-			return entries[i].Step
-		}
-	}
-	t.Fatalf("no complete checkpoint in %s: %v", dir, entries)
-	return 0
+	return step
 }
 
 // ckptDiff runs gorun ckpt diff --rtol=rtol a b.
@@ -72,7 +69,7 @@ func lastLine(s string) string {
 }
 
 // requireSteps: the metrics file holds exactly the steps from..to, in order.
-func requireSteps(t *testing.T, metrics string, from, to int) []trainerRecord {
+func requireSteps(t *testing.T, metrics string, from, to int) []metrics.Record {
 	t.Helper()
 	recs := readMetrics(t, metrics)
 	if len(recs) != to-from+1 {
@@ -86,27 +83,15 @@ func requireSteps(t *testing.T, metrics string, from, to int) []trainerRecord {
 	return recs
 }
 
-// normDiff compares the newest checkpoints of ref and got by groups of tensors (the parameters,
-// the AdamW first moments and the second moments, each taken as one vector): ||got-ref|| /
-// ||ref|| per group, as gorun ckpt diff --norm does. Element-wise relative differences are no
-// measure across world sizes: some values are float noise around zero (the attention key bias
-// has a true gradient of 0, so it is all noise).
+// normDiff is harness.NormDiff of the newest checkpoints of ref and got (||got-ref|| / ||ref||
+// per group of tensors); it fails t when they cannot be compared.
 func normDiff(t *testing.T, ref, got string) map[string]float64 {
 	t.Helper()
-	rep, err := checkpoint.CompareDirs(context.Background(), got, ref, checkpoint.Tolerance{Norm: true})
+	rel, err := harness.NormDiff(context.Background(), ref, got)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]float64{}
-	for _, tr := range rep.Tensors {
-		if !tr.Comparable() {
-			t.Fatalf("%s vs %s: tensor %s is not in both with the same shape", got, ref, tr.Name)
-		}
-	}
-	for _, g := range rep.Groups {
-		out[g.Name] = g.NormRel()
-	}
-	return out
+	return rel
 }
 
 // TestResume is issue 5's must-show on real gorun processes: 40 steps straight vs 20 steps,

@@ -20,6 +20,7 @@ import (
 	"github.com/gorun/gorun/internal/etcdtest"
 	"github.com/gorun/gorun/rendezvous"
 	"github.com/gorun/gorun/rendezvous/etcdstore"
+	"github.com/gorun/gorun/test/harness"
 	"github.com/gorun/gorun/trainer/metrics"
 )
 
@@ -51,7 +52,7 @@ func TestStatusNamesTheStraggler(t *testing.T) {
 	defer func() {
 		if t.Failed() {
 			for _, a := range agents {
-				t.Logf("%s's log:\n%s", a.name, tail(a.stderr.String(), 30))
+				t.Logf("%s's log:\n%s", a.name, harness.Tail(a.stderr.String(), 30))
 			}
 		}
 	}()
@@ -297,7 +298,7 @@ func startStragglerJob(t *testing.T, runID string) (*stragglerJob, []*gorunProc)
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, a := range agents {
-				t.Logf("%s's log:\n%s", a.name, tail(a.stderr.String(), 30))
+				t.Logf("%s's log:\n%s", a.name, harness.Tail(a.stderr.String(), 30))
 			}
 		}
 	})
@@ -334,7 +335,7 @@ func TestStragglerEvicted(t *testing.T) {
 	r := waitExit(t, agents[1], 3*time.Minute)
 	stop()
 	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "node node-b evicted: its rank") {
-		t.Fatalf("node-b exited %d, want 1 with \"node node-b evicted: its rank ...\"; its log:\n%s", r.ExitCode, tail(r.Stderr, 30))
+		t.Fatalf("node-b exited %d, want 1 with \"node node-b evicted: its rank ...\"; its log:\n%s", r.ExitCode, harness.Tail(r.Stderr, 30))
 	}
 	s := j.awaitStatus("node-d did not take node-b's place", 2*time.Minute, func(s jobStatus) bool {
 		return s.Round > before && slices.Equal(s.members(), []string{"node-a", "node-c", "node-d"})

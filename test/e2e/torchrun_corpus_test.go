@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gorun/gorun/test/harness"
 )
 
 // corpusLine is one torchrun command line in a shape found in public
@@ -396,14 +398,14 @@ func runCorpusLine(t *testing.T, c corpusLine, python, probeDir string) {
 		switch {
 		case c.refuse != "":
 			if r.ExitCode != 2 || !strings.Contains(r.Stderr, c.refuse) {
-				t.Errorf("node %d: exit %d, want 2 and %q, as torchrun refuses this line:\n%s", node, r.ExitCode, c.refuse, tail(r.Stderr, 20))
+				t.Errorf("node %d: exit %d, want 2 and %q, as torchrun refuses this line:\n%s", node, r.ExitCode, c.refuse, harness.Tail(r.Stderr, 20))
 			}
 		case r.ExitCode != 0:
-			t.Errorf("node %d: exit %d, want 0:\n%s", node, r.ExitCode, tail(r.Stderr, 20))
+			t.Errorf("node %d: exit %d, want 0:\n%s", node, r.ExitCode, harness.Tail(r.Stderr, 20))
 		}
 		for _, w := range c.warn {
 			if !strings.Contains(r.Stderr, w) {
-				t.Errorf("node %d: its log does not warn %q:\n%s", node, w, tail(r.Stderr, 20))
+				t.Errorf("node %d: its log does not warn %q:\n%s", node, w, harness.Tail(r.Stderr, 20))
 			}
 		}
 		console.WriteString(r.Stdout)

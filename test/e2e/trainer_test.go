@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/testutil"
+	"github.com/gorun/gorun/test/harness"
+	"github.com/gorun/gorun/trainer/metrics"
 )
 
 // trainerSets make the embedded trainer's model tiny, so that 20 steps take
@@ -46,36 +47,16 @@ func trainerToml(t *testing.T) string {
 	return toml
 }
 
-// trainerRecord is one line of the metrics file.
-type trainerRecord struct {
-	Step       int     `json:"step"`
-	Time       float64 `json:"time"`
-	Loss       float64 `json:"loss"`
-	LR         float64 `json:"lr"`
-	TokensPerS float64 `json:"tokens_per_s"`
-	WorldSize  int     `json:"world_size"`
-	ElapsedS   float64 `json:"elapsed_s"`
-}
-
-func readMetrics(t *testing.T, path string) []trainerRecord {
+// readMetrics is the job's final line of steps in the metrics file at path (harness.Records);
+// it fails t when the file is missing or a line is not a record.
+func readMetrics(t *testing.T, path string) []metrics.Record {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
+	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("metrics: %v", err)
 	}
-	var recs []trainerRecord
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		var r trainerRecord
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatalf("metrics %s: %q: %v", path, sc.Text(), err)
-		}
-		// The file keeps the records of steps a later world redid
-		// (metrics.History): keep the job's final line of steps.
-		for len(recs) > 0 && recs[len(recs)-1].Step >= r.Step {
-			recs = recs[:len(recs)-1]
-		}
-		recs = append(recs, r)
+	recs, err := harness.Records(path)
+	if err != nil {
+		t.Fatalf("metrics: %v", err)
 	}
 	return recs
 }
@@ -121,11 +102,11 @@ func TestTrainerLayoutsMatch(t *testing.T) {
 			results = []result{runGorun(t, nil, append([]string{fmt.Sprintf("--nproc-per-node=%d", nproc)}, worker...)...)}
 		} else {
 			port := testutil.FreePort(t)
-			results = runNodes(t, l.nodes, nil, func(node int) []string {
+			results = waitAll(startAgents(t, nodeNames(l.nodes), nil, func(node int) []string {
 				return append([]string{fmt.Sprintf("--nnodes=%d", l.nodes), fmt.Sprintf("--node-rank=%d", node),
 					"--master-addr=127.0.0.1", fmt.Sprintf("--master-port=%d", port),
 					fmt.Sprintf("--nproc-per-node=%d", nproc/l.nodes)}, worker...)
-			})
+			}))
 		}
 		for node, r := range results {
 			if r.ExitCode != 0 {
@@ -337,10 +318,10 @@ func TestLeanWorker(t *testing.T) {
 		}
 		r := startProc(t, "gorun alone", alone, nil, append([]string{"--standalone", "--nproc-per-node=2", toml}, trainerSets...)...).wait()
 		if r.ExitCode != 0 {
-			t.Fatalf("exit %d:\n%s", r.ExitCode, tail(r.Stderr, 20))
+			t.Fatalf("exit %d:\n%s", r.ExitCode, harness.Tail(r.Stderr, 20))
 		}
 		if !strings.Contains(r.Stdout, "step 20/20 loss") || !strings.Contains(r.Stderr, "not gorun-worker: there is none in") {
-			t.Errorf("want the last progress line and the note:\n%s\n%s", tail(r.Stdout, 5), tail(r.Stderr, 20))
+			t.Errorf("want the last progress line and the note:\n%s\n%s", harness.Tail(r.Stdout, 5), harness.Tail(r.Stderr, 20))
 		}
 	})
 }
@@ -410,9 +391,9 @@ func TestExampleLearns(t *testing.T) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
 	err := cmd.Run()
-	t.Logf("wall time %v\n%s", time.Since(start).Round(time.Second), tail(stdout.String(), 40))
+	t.Logf("wall time %v\n%s", time.Since(start).Round(time.Second), harness.Tail(stdout.String(), 40))
 	if err != nil {
-		t.Fatalf("gorun: %v\n%s", err, tail(stderr.String(), 20))
+		t.Fatalf("gorun: %v\n%s", err, harness.Tail(stderr.String(), 20))
 	}
 	recs := readMetrics(t, metricsPath)
 	if len(recs) != 300 {

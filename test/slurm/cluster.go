@@ -19,7 +19,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gorun/gorun/internal/proc/procfs"
 	"github.com/gorun/gorun/internal/testutil"
+	"github.com/gorun/gorun/test/harness"
 )
 
 // Net is the lab subnet: node i is Net.i. The shared lab scripts default
@@ -126,7 +128,7 @@ func Start(t testing.TB, nodes int) *Cluster {
 			break
 		}
 		if attempt == 2 {
-			t.Fatalf("slurm-up.sh %d: %v\n%s", nodes, err, tail(stderr.String(), 30))
+			t.Fatalf("slurm-up.sh %d: %v\n%s", nodes, err, harness.Tail(stderr.String(), 30))
 		}
 		// The ports it picked were free when it looked, but another
 		// process may take one before slurmctld binds it: tear down and
@@ -196,7 +198,7 @@ func (c *Cluster) stop(t testing.TB) {
 	down := exec.CommandContext(ctx, filepath.Join(c.lab, "slurm-down.sh"))
 	down.Env = c.Env()
 	if out, err := down.CombinedOutput(); err != nil {
-		t.Errorf("slurm-down.sh: %v\n%s", err, tail(string(out), 20))
+		t.Errorf("slurm-down.sh: %v\n%s", err, harness.Tail(string(out), 20))
 	}
 	var survivors []Proc
 	for _, p := range processes() {
@@ -271,7 +273,7 @@ func (c *Cluster) MustRun(t testing.TB, name string, args ...string) string {
 	t.Helper()
 	out, code := c.Run(t, commandTimeout, name, args...)
 	if code != 0 {
-		t.Fatalf("%s %s: exit %d\n%s", name, strings.Join(args, " "), code, tail(out, 20))
+		t.Fatalf("%s %s: exit %d\n%s", name, strings.Join(args, " "), code, harness.Tail(out, 20))
 	}
 	return out
 }
@@ -487,26 +489,21 @@ type proc struct {
 
 // processes lists the live (not zombie) processes of the machine.
 func processes() []proc {
-	entries, _ := os.ReadDir("/proc")
+	pids, _ := procfs.PIDs()
 	var out []proc
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
+	for _, pid := range pids {
+		if pid == os.Getpid() {
 			continue
 		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if p, err := procfs.Stat(pid); err != nil || p.Zombie() {
+			continue
+		}
+		uts, err := procfs.Namespace(pid, "uts")
 		if err != nil {
 			continue
 		}
-		if i := bytes.LastIndexByte(stat, ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X' {
-			continue
-		}
-		uts, err := os.Readlink(filepath.Join("/proc", e.Name(), "ns", "uts"))
-		if err != nil {
-			continue
-		}
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		out = append(out, proc{Proc{pid, strings.TrimSpace(string(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '})))}, uts})
+		args, _ := procfs.Cmdline(pid)
+		out = append(out, proc{Proc{pid, strings.TrimSpace(strings.Join(args, " "))}, uts})
 	}
 	return out
 }
@@ -523,12 +520,4 @@ func parseFields(s string) map[string]string {
 		}
 	}
 	return f
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -4,13 +4,15 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gorun/gorun/internal/proc/procfs"
+	"github.com/gorun/gorun/test/harness"
 )
 
 // killTree SIGKILLs the agent on node whose command line starts with
@@ -54,20 +56,11 @@ func killTree(t *testing.T, c *Cluster, node, agentPrefix string) []int {
 
 // parentOf is pid's parent from /proc/PID/stat, 0 when pid is gone.
 func parentOf(pid int) int {
-	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	p, err := procfs.Stat(pid)
 	if err != nil {
 		return 0
 	}
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(stat[i+1:])) // state, ppid, ...
-	if len(f) < 2 {
-		return 0
-	}
-	pp, _ := strconv.Atoi(f[1])
-	return pp
+	return p.PPID
 }
 
 // The rendered script of the embedded trainer on 4 nodes of 2 workers,
@@ -113,7 +106,7 @@ func TestSbatchTrainerFirstNodeLost(t *testing.T) {
 	recs := readMetrics(t, metrics)
 	last := recs[len(recs)-1]
 	require.Equal(t, metricsRecord{Step: steps, WorldSize: 6}, metricsRecord{Step: last.Step, WorldSize: last.WorldSize},
-		"the last record is step %d at world size 6; job output:\n%s", steps, tail(output, 40))
+		"the last record is step %d at world size 6; job output:\n%s", steps, harness.Tail(output, 40))
 	last8, first6 := 0, 0
 	for _, r := range recs {
 		switch {
@@ -137,18 +130,18 @@ func TestSbatchTrainerFirstNodeLost(t *testing.T) {
 	}
 	// node1's task died of SIGKILL, which srun reports as the step's exit
 	// (137); the three other agents saw the job succeed.
-	require.Equal(t, "137:0", job["ExitCode"], "job output:\n%s", tail(output, 40))
+	require.Equal(t, "137:0", job["ExitCode"], "job output:\n%s", harness.Tail(output, 40))
 	succeeded := 0
 	for _, l := range strings.Split(output, "\n") {
 		if strings.Contains(l, `"message":"agent state"`) && strings.Contains(l, `"to":"succeeded"`) {
 			succeeded++
 		}
 	}
-	require.Equal(t, 3, succeeded, "the agents of node2..node4 end succeeded; job output:\n%s", tail(output, 40))
+	require.Equal(t, 3, succeeded, "the agents of node2..node4 end succeeded; job output:\n%s", harness.Tail(output, 40))
 	named := w.line(func(l string) bool {
 		return strings.Contains(l, `"round state"`) && strings.Contains(l, `"to":"joinable"`) && strings.Contains(l, "node1")
 	})
-	require.NotEmpty(t, named, "the round after the loss names node1; job output:\n%s", tail(output, 40))
+	require.NotEmpty(t, named, "the round after the loss names node1; job output:\n%s", harness.Tail(output, 40))
 	t.Logf("killed node1's gorun tree %v at step %d; last step at world size 8: %d, first at 6: %d, %d redone; %s",
 		killed, atKill[len(atKill)-1].Step, last8, first6, redone, named)
 	c.WaitNoJobProcs(t, 15*time.Second)

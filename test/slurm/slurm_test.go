@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gorun/gorun/internal/testutil"
+	"github.com/gorun/gorun/test/harness"
 )
 
 // Bad input to gorun sbatch is one line on stderr and exit 2; needs no cluster.
@@ -207,7 +208,7 @@ func TestScancelSignals(t *testing.T) {
 	defer func() {
 		if t.Failed() {
 			out, _ := os.ReadFile(c.Job(t, id)["StdOut"])
-			t.Logf("job output:\n%s", tail(string(out), 40))
+			t.Logf("job output:\n%s", harness.Tail(string(out), 40))
 		}
 	}()
 	waitFiles(t, filepath.Join(dir, "ready-*"), 4, 60*time.Second)
@@ -283,7 +284,7 @@ func TestSbatchElasticNodeCrash(t *testing.T) {
 	job := c.WaitJob(t, id, 90*time.Second, "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
 	ended := time.Now()
 	text := readFile(t, output)
-	require.Equal(t, "COMPLETED", job["JobState"], "job output:\n%s", tail(text, 40))
+	require.Equal(t, "COMPLETED", job["JobState"], "job output:\n%s", harness.Tail(text, 40))
 	require.Equal(t, "0:0", job["ExitCode"], "srun returns 0 with --no-kill")
 	require.Contains(t, text, "done: 60 steps, world_size 2")
 	slurmSaw := w.seen(func(l string) bool { return strings.Contains(l, "Node failure on node3") })

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gorun/gorun/rendezvous/etcdembed"
+	"github.com/gorun/gorun/test/harness"
 )
 
 // repeatedStarts is how many 3-node jobs TestSbatchStartsRepeatedly runs.
@@ -41,7 +42,7 @@ func TestSbatchStartsRepeatedly(t *testing.T) {
 	for i, id := range ids {
 		job := c.WaitJob(t, id, 3*time.Minute, "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
 		out := readFile(t, job["StdOut"])
-		require.Equal(t, "COMPLETED", job["JobState"], "start %d (job %s) output:\n%s", i, id, tail(out, 40))
+		require.Equal(t, "COMPLETED", job["JobState"], "start %d (job %s) output:\n%s", i, id, harness.Tail(out, 40))
 		require.Equal(t, "0:0", job["ExitCode"])
 		recs := readMetrics(t, filepath.Join(dir, fmt.Sprintf("run%d", i), "metrics.jsonl"))
 		require.NotEmpty(t, recs)

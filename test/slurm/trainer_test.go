@@ -1,10 +1,7 @@
 package slurmtest
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,7 +15,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gorun/gorun/checkpoint"
+	"github.com/gorun/gorun/test/harness"
+	"github.com/gorun/gorun/trainer/metrics"
 )
 
 // trainerSets is a tiny model of the embedded trainer: about 20 ms a step
@@ -46,42 +44,16 @@ func trainerToml(t *testing.T, dir string) string {
 	return writeFile(t, dir, "train.toml", "[data]\nfiles = [\"corpus.txt\"]\n\n[train]\nmetrics = \"\"\n", 0o644)
 }
 
-// metricsRecord is one line of the trainer's metrics file.
-type metricsRecord struct {
-	Step      int     `json:"step"`
-	Loss      float64 `json:"loss"`
-	WorldSize int     `json:"world_size"`
-}
+// metricsRecord is one line of the trainer's metrics file (the tests name their metrics paths
+// "metrics", which hides the package).
+type metricsRecord = metrics.Record
 
-// readMetrics returns the whole lines of the metrics file (none when it
-// does not exist yet) that make the job's final line of steps.
+// readMetrics returns the job's final line of steps in the metrics file (harness.Records): none
+// while it does not exist yet, or is empty.
 func readMetrics(t *testing.T, path string) []metricsRecord {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		return nil
-	}
+	recs, err := harness.Records(path)
 	require.NoError(t, err)
-	if i := bytes.LastIndexByte(data, '\n'); i >= 0 {
-		data = data[:i+1] // a line being written is not a record yet
-	} else {
-		data = nil
-	}
-	var recs []metricsRecord
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		if len(sc.Bytes()) == 0 {
-			continue
-		}
-		var r metricsRecord
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &r), "metrics %s: %q", path, sc.Text())
-		// The file keeps the records of steps a later world redid
-		// (metrics.History): keep the job's final line of steps.
-		for len(recs) > 0 && recs[len(recs)-1].Step >= r.Step {
-			recs = recs[:len(recs)-1]
-		}
-		recs = append(recs, r)
-	}
 	return recs
 }
 
@@ -121,41 +93,26 @@ func localReference(t *testing.T, toml, dir string, nproc, steps int) string {
 	}
 	cmd.Env = env
 	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "reference run:\n%s", tail(string(out), 30))
+	require.NoError(t, err, "reference run:\n%s", harness.Tail(string(out), 30))
 	return ckpt
 }
 
-// normDiff compares the newest checkpoints of ref and got by groups of
-// tensors (params, optim.m, optim.v), each taken as one vector:
-// ||got-ref|| / ||ref||, as gorun ckpt diff --norm does. Across world
-// sizes only such a norm is meaningful: some values are float noise
-// around zero.
+// normDiff is harness.NormDiff of the newest checkpoints of ref and got: ||got-ref|| / ||ref||
+// per group of tensors (params, optim.m, optim.v). Across world sizes only such a norm is
+// meaningful: some values are float noise around zero.
 func normDiff(t *testing.T, ref, got string) map[string]float64 {
 	t.Helper()
-	rep, err := checkpoint.CompareDirs(context.Background(), got, ref, checkpoint.Tolerance{Norm: true})
+	rel, err := harness.NormDiff(context.Background(), ref, got)
 	require.NoError(t, err)
-	for _, tr := range rep.Tensors {
-		require.True(t, tr.Comparable(), "%s vs %s: tensor %s is not in both with the same shape", got, ref, tr.Name)
-	}
-	out := map[string]float64{}
-	for _, g := range rep.Groups {
-		out[g.Name] = g.NormRel()
-	}
-	return out
+	return rel
 }
 
-// newestStep is the step of the newest complete checkpoint in dir.
+// newestStep is the step of the newest complete checkpoint in dir (harness.NewestStep).
 func newestStep(t *testing.T, dir string) int64 {
 	t.Helper()
-	entries, err := checkpoint.List(dir)
+	step, err := harness.NewestStep(dir)
 	require.NoError(t, err)
-	for i := len(entries) - 1; i >= 0; i-- {
-		if entries[i].Complete {
-			return entries[i].Step
-		}
-	}
-	t.Fatalf("no complete checkpoint in %s: %v", dir, entries)
-	return 0
+	return step
 }
 
 // crashNow SIGKILLs every process on node (slurmd, slurmstepd, the job's
@@ -210,7 +167,7 @@ func TestSbatchTrainerNodeCrash(t *testing.T) {
 	first, firstAt := waitMetrics(t, metrics, "a step at world size 4", 60*time.Second, func(r metricsRecord) bool { return r.WorldSize == 4 })
 	job := c.WaitJob(t, id, 2*time.Minute, "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
 	output := readFile(t, job["StdOut"])
-	require.Equal(t, "COMPLETED", job["JobState"], "job output:\n%s", tail(output, 40))
+	require.Equal(t, "COMPLETED", job["JobState"], "job output:\n%s", harness.Tail(output, 40))
 	require.Equal(t, "0:0", job["ExitCode"])
 
 	recs := readMetrics(t, metrics)
@@ -274,7 +231,7 @@ func TestSbatchTrainerRequeue(t *testing.T) {
 	job := c.WaitJob(t, id, 3*time.Minute, "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
 	first := readFile(t, job["StdOut"])
 	t.Logf("after USR1: JobState %s ExitCode %s Restarts %s Reason %s", job["JobState"], job["ExitCode"], job["Restarts"], job["Reason"])
-	require.Equal(t, "75:0", job["ExitCode"], "job output:\n%s", tail(first, 40))
+	require.Equal(t, "75:0", job["ExitCode"], "job output:\n%s", harness.Tail(first, 40))
 	for _, task := range []string{"node1: task 0", "node2: task 1"} {
 		require.Contains(t, first, task+": Exited with exit code 75")
 	}
@@ -304,7 +261,7 @@ func TestSbatchTrainerRequeue(t *testing.T) {
 	job = c.WaitJob(t, id, 3*time.Minute, "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
 	t.Logf("requeued to ended %s: JobState %s ExitCode %s Restarts %s", time.Since(requeued).Round(100*time.Millisecond), job["JobState"], job["ExitCode"], job["Restarts"])
 	output := readFile(t, job["StdOut"])
-	require.Equal(t, "COMPLETED", job["JobState"], "job output:\n%s", tail(output, 40))
+	require.Equal(t, "COMPLETED", job["JobState"], "job output:\n%s", harness.Tail(output, 40))
 	require.Equal(t, "1", job["Restarts"])
 	require.Contains(t, output, fmt.Sprintf("resuming at step %d", at))
 	recs = readMetrics(t, metrics)
