@@ -7,8 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/gorun/gorun/internal/distenv"
 	"github.com/gorun/gorun/internal/heartbeat"
 	"github.com/gorun/gorun/internal/proc"
+	"github.com/gorun/gorun/internal/proc/procfs"
 	"github.com/gorun/gorun/internal/workerlog"
 	"github.com/gorun/gorun/rendezvous"
 )
@@ -85,52 +84,21 @@ func (w *worker) endedOnItsOwn() bool {
 		return true
 	default:
 	}
-	switch procState(w.process.PID()) {
-	case "Z", "X":
-		return true
-	}
-	return procExiting(w.process.PID())
-}
-
-// pfExiting is the kernel's PF_EXITING task flag: the process is in
-// exit. It is set before the process's files are closed, so a peer that
-// saw its connections break (and failed for that, a victim) finds the
-// cause already exiting: the order is causal, not a race with the reaper.
-const pfExiting = 0x4
-
-// procExiting reports whether process pid is exiting (PF_EXITING in the
-// flags of /proc/<pid>/stat); false when it cannot be read.
-func procExiting(pid int) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return false
-	}
-	// After the command: state ppid pgrp session tty_nr tpgid flags ...
-	f := strings.Fields(s[i+1:])
-	if len(f) < 7 {
-		return false
-	}
-	flags, err := strconv.ParseUint(f[6], 10, 64)
-	return err == nil && flags&pfExiting != 0
+	p, err := procfs.Stat(w.process.PID())
+	// A zombie, or a process in exit (PF_EXITING is set before its files
+	// close, so a peer that saw its connections break finds the cause
+	// already exiting: causal, not a race with the reaper).
+	return err == nil && (p.Zombie() || p.Exiting())
 }
 
 // procState is the one-letter state of process pid ("R", "S", "D", "T",
 // ...), or "" when it cannot be read.
 func procState(pid int) string {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	p, err := procfs.Stat(pid)
 	if err != nil {
 		return ""
 	}
-	s := string(data)
-	if i := strings.LastIndexByte(s, ')'); i > 0 && i+2 < len(s) {
-		return s[i+2 : i+3]
-	}
-	return ""
+	return string(p.State)
 }
 
 // suspectWorker is the index of a worker that is stopped (T, t) or in
@@ -418,27 +386,21 @@ func (a *Agent) wantsHeartbeats() bool {
 // them to end, then kills what is left; a second stop signal kills at
 // once. It returns when every worker is reaped.
 func (a *Agent) stopAll(workers []*worker, sig syscall.Signal) {
-	for _, w := range workers {
-		_ = w.process.Signal(sig)
+	ps := make([]*proc.Process, len(workers))
+	for i, w := range workers {
+		ps[i] = w.process
 	}
-	allDone := make(chan struct{})
-	go func() {
-		for _, w := range workers {
-			<-w.process.Done()
-		}
-		close(allDone)
-	}()
-	grace := time.NewTimer(a.spec.TermTimeout)
-	defer grace.Stop()
-	select {
-	case <-allDone:
-		return
-	case <-grace.C:
+	if proc.StopAll(ps, sig, a.spec.TermTimeout, a.kill) && !isClosed(a.kill) {
 		a.log.Warn().Dur("grace", a.spec.TermTimeout).Msg("workers still running after the grace period: SIGKILL")
-	case <-a.kill:
 	}
-	for _, w := range workers {
-		_ = w.process.Signal(syscall.SIGKILL)
+}
+
+// isClosed says whether ch is closed (nil never is).
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
-	<-allDone
 }

@@ -260,14 +260,38 @@ func (p *Process) Stop(sig syscall.Signal, grace time.Duration) Result {
 	return p.Wait()
 }
 
-// StopAll stops every process of ps in parallel with the same sig and grace (see Stop), and returns
-// once all of them are reaped. Nil entries are skipped; each Result is then available from Result.
-func StopAll(ps []*Process, sig syscall.Signal, grace time.Duration) {
-	var wg sync.WaitGroup
-	for _, p := range ps {
-		if p != nil {
-			wg.Go(func() { p.Stop(sig, grace) })
+// StopAll stops every process of ps at once: it sends each group sig, waits until all have ended,
+// grace has passed or hurry is closed (a nil hurry never is), then sends SIGKILL to the groups still
+// running, and returns once every process is reaped, saying whether it had to send SIGKILL. Nil
+// entries are skipped; each Result is then available from Result. With sig 0 or SIGKILL, or a grace
+// <= 0, it sends SIGKILL at once.
+func StopAll(ps []*Process, sig syscall.Signal, grace time.Duration, hurry <-chan struct{}) (killed bool) {
+	ps = slices.DeleteFunc(slices.Clone(ps), func(p *Process) bool { return p == nil })
+	allDone := make(chan struct{})
+	go func() {
+		for _, p := range ps {
+			<-p.done
+		}
+		close(allDone)
+	}()
+	if sig != 0 && sig != syscall.SIGKILL && grace > 0 {
+		for _, p := range ps {
+			_ = p.Signal(sig)
+		}
+		timer := time.NewTimer(grace)
+		defer timer.Stop()
+		select {
+		case <-allDone:
+			return false
+		case <-timer.C:
+		case <-hurry:
 		}
 	}
-	wg.Wait()
+	for _, p := range ps {
+		if p.Signal(syscall.SIGKILL) == nil {
+			killed = true
+		}
+	}
+	<-allDone
+	return killed
 }

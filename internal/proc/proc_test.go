@@ -260,7 +260,8 @@ func TestStopAll(t *testing.T) {
 
 	done := make(chan struct{})
 	go func() {
-		proc.StopAll(ps, syscall.SIGTERM, 200*time.Millisecond)
+		killed := proc.StopAll(ps, syscall.SIGTERM, 200*time.Millisecond, nil)
+		assert.True(t, killed, "two processes ignore SIGTERM: StopAll had to send SIGKILL")
 		close(done)
 	}()
 	select {
