@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/etcdtest"
+	"github.com/gorun/gorun/rendezvous"
 	"github.com/gorun/gorun/test/harness"
 )
 
@@ -29,13 +30,18 @@ func waitExit(t *testing.T, p *gorunProc, d time.Duration) result {
 // every node at once: the other agent does not wait out join_timeout, and
 // both name the failed agent.
 func TestAgentFailureEndsTheJob(t *testing.T) {
-	endpoint := etcdtest.Start(t).Endpoints()[0]
+	srv := etcdtest.Start(t)
+	endpoint := srv.Endpoints()[0]
 	common := []string{"--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=etcd", "--rdzv-endpoint=" + endpoint,
 		"--rdzv-id=agent-fails", "--rdzv-conf=lease_ttl=2,join_timeout=600", "--term-timeout=5s"}
-	broken := startGorun(t, "node-a", nil, append(common, "--node-name=node-a", "--node-rank=0",
-		"--local-addr=no-such-host.invalid", "--", "/bin/sh", "-c", "exec sleep 300")...)
+	// The healthy agent joins first: the broken one may fail, and close the
+	// run's incarnation 0, before a later agent reached it (that agent would
+	// then wait in incarnation 1, a job of its own).
 	healthy := startGorun(t, "node-b", nil, append(common, "--node-name=node-b", "--node-rank=1",
 		"--local-addr=127.0.0.1", "--", "/bin/sh", "-c", "exec sleep 300")...)
+	awaitKeys(t, srv.Client(t), "agent-fails", rendezvous.PrefixNodes, 1, 60*time.Second, "agents registered")
+	broken := startGorun(t, "node-a", nil, append(common, "--node-name=node-a", "--node-rank=0",
+		"--local-addr=no-such-host.invalid", "--", "/bin/sh", "-c", "exec sleep 300")...)
 	for _, p := range []*gorunProc{broken, healthy} {
 		r := waitExit(t, p, 60*time.Second)
 		if r.ExitCode != 1 || !strings.Contains(r.Stderr, "the agent on node-a failed") || !strings.Contains(r.Stderr, "no-such-host.invalid") {

@@ -25,15 +25,19 @@ import (
 )
 
 // stragglerWait bounds how long the test waits for gorun status to name a
-// worker slowed to half speed: the goal is 20 s, measured and logged
+// worker slowed to a tenth of its speed: the goal is 20 s, measured and logged
 // here (2-4 s seen); the bound only keeps a broken build from hanging.
 const stragglerWait = 90 * time.Second
 
 // TestStatusNamesTheStraggler: a 2-node job of the embedded trainer runs
 // over etcd, 2 workers on node-a and 1 on node-b. Once both agents
 // published their ranks' step compute, gorun status names no straggler;
-// then node-b's worker is slowed to half speed (stopped and continued by
-// signals, 10 ms each), and gorun status names exactly that rank.
+// then node-b's worker is slowed to a tenth of its speed (stopped 90 ms,
+// continued 10 ms, in turn), and gorun status names exactly that rank.
+// (At half speed, 3 workers on 2 cores of a loaded machine measured an
+// unslowed rank at 1.5x the others' median at times, past straggler.Factor:
+// the slowed rank's own time must stand out of that noise, and at a tenth
+// it also lifts its peers' median, so that no other rank can be named.)
 func TestStatusNamesTheStraggler(t *testing.T) {
 	srv := etcdtest.Start(t)
 	endpoint := srv.Endpoints()[0]
@@ -62,14 +66,14 @@ func TestStatusNamesTheStraggler(t *testing.T) {
 		t.Fatalf("before any slowdown gorun status names %q", named)
 	}
 
-	stop := halfSpeed(pid)
+	stop := throttle(pid, 90*time.Millisecond, 10*time.Millisecond)
 	defer stop()
 	slowed := time.Now()
 	want := fmt.Sprintf("straggler: rank %d on node-b, ", rank)
 	var named []string
 	for named = stragglers(t, endpoint); len(named) == 0; named = stragglers(t, endpoint) {
 		if time.Since(slowed) > stragglerWait {
-			t.Fatalf("gorun status named no straggler %v after rank %d was slowed to half speed; the agents publish %s",
+			t.Fatalf("gorun status named no straggler %v after rank %d was slowed to a tenth of its speed; the agents publish %s",
 				stragglerWait, rank, publishedStats(t, endpoint))
 		}
 		time.Sleep(250 * time.Millisecond) // polling what the agents publish every 2 s
@@ -84,16 +88,24 @@ func TestStatusNamesTheStraggler(t *testing.T) {
 // step compute; it fails t after d.
 func awaitStats(t *testing.T, cli *clientv3.Client, runID string, nodes int, d time.Duration) {
 	t.Helper()
+	awaitKeys(t, cli, runID, rendezvous.PrefixStats, nodes, d, "agents published their step compute")
+}
+
+// awaitKeys polls until incarnation 0 of run runID holds at least n keys
+// under prefix (one of package rendezvous's Prefix names); it fails t
+// after d, saying that fewer than n what.
+func awaitKeys(t *testing.T, cli *clientv3.Client, runID, prefix string, n int, d time.Duration, what string) {
+	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		resp, err := cli.Get(ctx, etcdstore.Incarnation{RunID: runID}.Prefix()+rendezvous.PrefixStats, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		resp, err := cli.Get(ctx, etcdstore.Incarnation{RunID: runID}.Prefix()+prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		cancel()
-		if err == nil && resp.Count >= int64(nodes) {
+		if err == nil && resp.Count >= int64(n) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after %v, fewer than %d agents published their step compute (%v)", d, nodes, err)
+			t.Fatalf("after %v, fewer than %d %s (%v)", d, n, what, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -113,12 +125,6 @@ func awaitWorker(t *testing.T, p *gorunProc, d time.Duration) (pid, rank int) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// halfSpeed stops and continues process pid, 10 ms each, until the
-// returned func is called; that func leaves the process continued.
-func halfSpeed(pid int) (stop func()) {
-	return throttle(pid, 10*time.Millisecond, 10*time.Millisecond)
 }
 
 // throttle stops process pid for off and continues it for on, in turn,
@@ -369,13 +375,13 @@ func TestStragglerEvicted(t *testing.T) {
 			t.Fatalf("%s's worker was replaced (pid %d, then %d): the round did not go on in place", agents[i].name, kept, pid)
 		}
 	}
-	inPlace := false
-	for _, rc := range s.Recoveries {
-		inPlace = inPlace || rc.Round > before && slices.Contains(rc.Lost, "node-b")
-	}
-	if !inPlace {
-		t.Fatalf("gorun status records no in-place recovery after node-b's eviction: %+v", s.Recoveries)
-	}
+	// The agents record the in-place recovery once the new round's first
+	// step is made, in their own time: wait for it rather than read once.
+	j.awaitStatus("gorun status records no in-place recovery after node-b's eviction", 2*time.Minute, func(s jobStatus) bool {
+		return slices.ContainsFunc(s.Recoveries, func(rc rendezvous.Recovery) bool {
+			return rc.Round > before && slices.Contains(rc.Lost, "node-b")
+		})
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	text, err := exec.CommandContext(ctx, gorunBin, "status", "--rdzv-endpoint="+j.endpoint, "--rdzv-id="+j.runID).Output()
