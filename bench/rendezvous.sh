@@ -46,7 +46,7 @@
 set -euo pipefail
 
 SMOKE=${SMOKE:-0}
-KEYS_PER_AGENT=3 # DESIGN.md: "Every other agent follows three exact keys"
+KEYS_PER_AGENT=3 # docs/design.md: "Every other agent follows three exact keys"
 if [[ "$SMOKE" == 1 && -z "${RDZV_SMOKE_OUT:-}" ]]; then
   # The smoke run: this script once more, its output kept and read afterwards.
   out=$(mktemp "${TMPDIR:-/tmp}/gorun-rdzv-smoke.XXXXXX")
@@ -62,7 +62,7 @@ if [[ "$SMOKE" == 1 && -z "${RDZV_SMOKE_OUT:-}" ]]; then
     grep -q "^{\"part\":\"$part\"" "$out" || { echo "rendezvous.sh: smoke: no JSON line of part $part" >&2; exit 1; }
   done
   grep -q 'kill -9 to next round.s workers *[0-9]' "$out" || { echo "rendezvous.sh: smoke: part nodeloss printed no restart time" >&2; exit 1; }
-  # DESIGN.md: every agent but the aggregator follows three exact keys, one list and one watch
+  # docs/design.md: every agent but the aggregator follows three exact keys, one list and one watch
   # each. A fourth (fa8ad97 added nodes/<self>: a list and a watch more per agent, an etcd watcher
   # more per agent) went unnoticed; no key may come back that way. The median agent of each case
   # is the typical one (the aggregator lists and watches the whole job).

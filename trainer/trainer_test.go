@@ -195,7 +195,7 @@ func requireSameLosses(t *testing.T, want, got []float64, what string) {
 	}
 }
 
-// TestLayoutsMatchOneProcess is DESIGN.md's invariant, to the bit: on the
+// TestLayoutsMatchOneProcess is docs/design.md's invariant, to the bit: on the
 // same global batch in the same units (micro batches of micro_batch
 // samples), every layout (ddp, zero1, zero2, fsdp = zero3, hsdp), every
 // world size that divides the batch and so every count of micro batches a

@@ -117,7 +117,7 @@ func (a *agent) close() {
 // viewCounts is what one agent's store watches delivered to it, how often
 // it listed a key or prefix of the job, and how many watches it opened.
 // An agent that is not the aggregator lists and watches each key it
-// follows once (DESIGN.md: three exact keys), unless a watch breaks.
+// follows once (docs/design.md: three exact keys), unless a watch breaks.
 type viewCounts struct {
 	Events, Lists, Watches atomic.Int64
 }

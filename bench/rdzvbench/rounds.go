@@ -176,7 +176,7 @@ func roundsCmd(ctx context.Context, args []string) error {
 }
 
 // designKeys is how many keys an agent that is not the aggregator follows
-// (DESIGN.md, rendezvous/agentview.go): with a list and a watch each, its
+// (docs/design.md, rendezvous/agentview.go): with a list and a watch each, its
 // lists and watches per round. bench/rendezvous.sh's smoke fails when the
 // median agent lists or watches more.
 const designKeys = 3

@@ -59,7 +59,7 @@ func TestRanksAndWorldSize(t *testing.T) {
 	}
 }
 
-// contractVars is the torchrun environment contract (DESIGN.md) every worker must get.
+// contractVars is the torchrun environment contract (docs/design.md) every worker must get.
 var contractVars = []string{
 	"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
 	"ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
@@ -196,7 +196,7 @@ func TestWorkerFailureExitCode(t *testing.T) {
 		// The peers would run for 5 minutes: gorun must stop them (and the
 		// sleep they started) once rank 1 has failed.
 		{"rank1-fails-peers-hang", 3, `if [ "$RANK" = 1 ]; then exit 7; fi; sleep 300`, 7},
-		// DESIGN.md: a signal death is exit code 128+N.
+		// docs/design.md: a signal death is exit code 128+N.
 		{"killed-by-signal", 1, `kill -9 $$`, 128 + 9},
 	}
 	for _, tc := range cases {

@@ -61,7 +61,7 @@ func readMetrics(t *testing.T, path string) []metrics.Record {
 	return recs
 }
 
-// TestTrainerLayoutsMatch is the invariant of DESIGN.md, on real processes
+// TestTrainerLayoutsMatch is the invariant of docs/design.md, on real processes
 // started by real agents, to the bit: the same config as one process, as
 // ddp 4x1, fsdp 1x4 and hsdp 2x2 (two agents of two workers) has the same
 // loss at every step (the same float64) and ends with the same checkpoint
@@ -371,7 +371,7 @@ func TestTrainerStops(t *testing.T) {
 	})
 }
 
-// TestExampleLearns runs examples/train.toml as DESIGN.md promises it
+// TestExampleLearns runs examples/train.toml as docs/design.md promises it
 // learns: 300 steps on two workers over the built-in corpus, the loss
 // from about ln 256 = 5.5 to below 3.0 (2.82 measured). It takes a few minutes of CPU, so it runs only with
 // E2E_TRAINER_LEARN=1.

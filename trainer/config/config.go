@@ -161,7 +161,7 @@ func ShardsParams(mode string) bool {
 // ddp), rather than the whole gradient once the pass is done.
 func ShardsGrads(mode string) bool { return ShardsParams(mode) || mode == ModeZeRO2 }
 
-// Default returns the defaults of DESIGN.md's train.toml, which every key
+// Default returns the defaults of docs/design.md's train.toml, which every key
 // a file leaves out keeps. Its paths are still relative.
 func Default() Config {
 	c := Config{

@@ -443,5 +443,5 @@ func TestExampleTrainToml(t *testing.T) {
 		require.NoError(t, err, "world %d", world)
 	}
 	_, err = Load(path, []string{"train.steps=20", "parallel.mode=fsdp"})
-	require.NoError(t, err, "DESIGN.md's command line")
+	require.NoError(t, err, "docs/design.md's command line")
 }
