@@ -79,7 +79,10 @@ func requireRefused(t *testing.T, endpoint string, secret jobsecret.Secret) {
 		{"TLS without the job's client certificate", []string{"--endpoints=https://" + endpoint, "--cacert=" + files.CA, "get", "--prefix", "/gorun/"}},
 	}
 	for _, tc := range unreachable {
-		if got, ok := etcdctl(t, endpoint, tc.args...); ok || strings.Contains(got, "/gorun/") {
+		// etcdctl retries a connection it cannot make until its dial and
+		// command timeouts: these end there, so they are short (a later
+		// flag wins).
+		if got, ok := etcdctl(t, endpoint, append([]string{"--dial-timeout=2s", "--command-timeout=2s"}, tc.args...)...); ok || strings.Contains(got, "/gorun/") {
 			t.Errorf("%s: etcdctl got an answer: %s", tc.name, got)
 		}
 	}
