@@ -7,35 +7,15 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/gorun/gorun/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // silent accepts connections and never answers: a node whose packets
 // back never arrive looks like this to a probe.
-func silent(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		var held []net.Conn
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				for _, c := range held {
-					c.Close()
-				}
-				return
-			}
-			held = append(held, c)
-		}
-	}()
-	t.Cleanup(func() { l.Close(); <-done })
-	return l.Addr().(*net.TCPAddr).Port
-}
+func silent(t *testing.T) int { return testutil.SilentPort(t) }
 
 // closedPort is a port nobody listens on.
 func closedPort(t *testing.T) int {

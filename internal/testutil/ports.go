@@ -40,3 +40,32 @@ func FreePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
+
+// SilentPort listens on a free loopback port, accepts every connection
+// and never answers on it: to a prober, a node whose packets back never
+// arrive. The listener and the connections it took close at t's
+// cleanup, which waits for its goroutine.
+func SilentPort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var held []net.Conn
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				for _, c := range held {
+					c.Close()
+				}
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	t.Cleanup(func() { l.Close(); <-done })
+	return l.Addr().(*net.TCPAddr).Port
+}

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gorun/gorun/internal/reach"
+	"github.com/gorun/gorun/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -50,24 +51,7 @@ func answering(t *testing.T, id string) Peer {
 // silent is a peer that takes connections and never answers: a node
 // whose packets back are dropped.
 func silent(t *testing.T, id string) Peer {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		var held []net.Conn
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				for _, c := range held {
-					c.Close()
-				}
-				return
-			}
-			held = append(held, c)
-		}
-	})
-	t.Cleanup(func() { l.Close(); wg.Wait() })
-	return Peer{ID: id, Host: id, Addr: "127.0.0.1", Reach: l.Addr().(*net.TCPAddr).Port}
+	return Peer{ID: id, Host: id, Addr: "127.0.0.1", Reach: testutil.SilentPort(t)}
 }
 
 // gone is a peer whose agent died with its kernel up: its port refuses.
