@@ -161,8 +161,9 @@ func ShardsParams(mode string) bool {
 // ddp), rather than the whole gradient once the pass is done.
 func ShardsGrads(mode string) bool { return ShardsParams(mode) || mode == ModeZeRO2 }
 
-// Default returns the defaults of docs/design.md's train.toml, which every key
-// a file leaves out keeps. Its paths are still relative.
+// Default returns the defaults of the train.toml of gorun's first design
+// (config_test.go's design holds it, comments and all), which every key a
+// file leaves out keeps. Its paths are still relative.
 func Default() Config {
 	c := Config{
 		Model: Model{Layers: 2, DModel: 64, Heads: 4, Context: 64},

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// design is the train.toml of gorun's first design, comments and all (docs/design.md; examples/train.toml is the reference).
+// design is the train.toml of gorun's first design, comments and all (examples/train.toml is the reference).
 const design = `[model]
 layers = 2            # transformer blocks
 d_model = 64
@@ -443,5 +443,5 @@ func TestExampleTrainToml(t *testing.T) {
 		require.NoError(t, err, "world %d", world)
 	}
 	_, err = Load(path, []string{"train.steps=20", "parallel.mode=fsdp"})
-	require.NoError(t, err, "docs/design.md's command line")
+	require.NoError(t, err, "the first design's command line: --set train.steps=20 --set parallel.mode=fsdp")
 }
