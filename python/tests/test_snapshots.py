@@ -96,13 +96,21 @@ class SnapshotsTest(ShmTest):
                 a = make()
                 with gorun.Snapshots(self.dir, 0, background=background) as snaps:
                     self.assertIsNone(snaps.restore(a))  # nothing yet
-                    for step in range(1, 4):
+                    for step in range(1, 5):
                         train(a, 1, seed=step)
                         a["notes"]["seen"].append(step)
                         snaps.save(step, a)
+                        snaps.wait()
+                        # Each step as a restarted worker finds it: steps 1
+                        # and 2 were written into a fresh mapping (pwrite),
+                        # 3 and 4 into one already touched (a copy).
+                        b = make(seed=1)
+                        with gorun.Snapshots(self.dir, 0) as again:
+                            self.assertEqual(again.restore(b), step)
+                        assert_identical(self, dicts(a), dicts(b))
                 b = make(seed=1)
                 with gorun.Snapshots(self.dir, 0) as snaps:
-                    self.assertEqual(snaps.restore(b), 3)
+                    self.assertEqual(snaps.restore(b), 4)
                 assert_identical(self, dicts(a), dicts(b))
                 # Both go on alike: nothing of the state was left out.
                 train(a, 2)
