@@ -68,8 +68,12 @@ func (h Header) validate() error {
 	switch {
 	case h.World < 1 || h.World > 1<<31-1:
 		return fmt.Errorf("snapshot: world size %d, want 1 to %d", h.World, 1<<31-1)
-	case h.Rank < 0 || h.Rank >= h.World:
-		return fmt.Errorf("snapshot: rank %d outside the world of %d", h.Rank, h.World)
+	case h.Rank < 0 || h.Rank > 1<<31-1:
+		return fmt.Errorf("snapshot: rank %d, want 0 to %d", h.Rank, 1<<31-1)
+	case h.Rank >= h.World && !h.Replicated():
+		// A replicated snapshot copied under the name of a rank of a
+		// larger world keeps the world it was saved in.
+		return fmt.Errorf("snapshot: rank %d outside the world of %d (and not replicated)", h.Rank, h.World)
 	case h.Flags&^knownFlags != 0:
 		return fmt.Errorf("snapshot: flags %#x: only FlagReplicated (%#x) is defined", h.Flags, FlagReplicated)
 	}
@@ -80,7 +84,8 @@ func (h Header) validate() error {
 // first HeaderLen bytes). It returns an error wrapping ErrIncomplete, with
 // the reason, when the magic, version, payload offset or the header's own
 // CRC-32 is wrong, or the CRC-valid header holds an impossible rank, world
-// or flag.
+// or flag (a rank outside its world is possible only in a replicated
+// snapshot, copied under the name of a rank of a larger world).
 func ParseHeader(b []byte) (Header, error) {
 	if len(b) < HeaderLen {
 		return Header{}, fmt.Errorf("%w: %d bytes, a header has %d", ErrIncomplete, len(b), HeaderLen)

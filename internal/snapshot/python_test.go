@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +19,8 @@ var torch testutil.Torch
 // step 4's save (its payload and CRC written, not its header): Go finds
 // step 3 the newest complete snapshot, with the rank, world and REPLICATED
 // flag Python wrote and a payload whose zlib CRC-32 hash/crc32 verifies;
-// the other slot is incomplete, and Scan offers only step 3.
+// the other slot is incomplete, and Scan offers only step 3. Copied by
+// RankSlots under another rank's name, Python restores it there.
 func TestReadsWhatPythonWrites(t *testing.T) {
 	python := torch.Require(t)
 	dir := t.TempDir()
@@ -66,4 +68,34 @@ for step in range(1, 5):
 	held, err := Scan(dir)
 	require.NoError(t, err)
 	require.Equal(t, []Holding{{Rank: 1, World: 2, Step: 3, Replicated: true, Path: s.Path}}, held)
+
+	// What an agent does for a new rank 2 of a world of 3: copy the
+	// replicated snapshot under rank 2's name with RankSlots, checking the
+	// CRC on the way; the Python package restores it there, with the
+	// agreed step and the CRC taken as verified.
+	other := t.TempDir()
+	dst, err := OpenRank(other, 2)
+	require.NoError(t, err)
+	require.NoError(t, dst.Write(s.Header, bytes.NewReader(payload)))
+	require.NoError(t, dst.Close())
+	restore := `
+import sys, torch, gorun
+torch.manual_seed(1)
+model = torch.nn.Linear(300, 200)
+state = {"model": model, "step": 0}
+step = gorun.Snapshots(sys.argv[1], 2, world_size=3).restore(state)
+torch.manual_seed(0)
+want = torch.nn.Linear(300, 200)
+with torch.no_grad():
+    for _ in range(3):
+        want.weight.add_(1)
+assert torch.equal(model.weight, want.weight) and torch.equal(model.bias, want.bias)
+print(step, state["step"])
+`
+	cmd = exec.Command(python, "-c", restore, other)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join("..", "..", "python"),
+		"GORUN_SNAPSHOT_STEP=3", "GORUN_SNAPSHOT_VERIFIED=1")
+	out, err = cmd.CombinedOutput()
+	require.NoError(t, err, "output: %s", out)
+	require.Equal(t, "3 3\n", string(out))
 }

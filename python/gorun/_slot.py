@@ -58,7 +58,8 @@ def pack(h: Header) -> bytes:
 def unpack(raw: bytes) -> Optional[Header]:
     """The header in raw (at least 64 bytes), or None when it is not a
     whole, valid version-2 header (wrong magic, version or offset, torn, a
-    bad header CRC, an unknown flag, or a rank outside its world)."""
+    bad header CRC, an unknown flag, or a sharded snapshot's rank outside its
+    world)."""
     if len(raw) < HEADER_LEN:
         return None
     magic, version, offset, step, length, crc, flags, rank, world = struct.unpack(
@@ -68,6 +69,6 @@ def unpack(raw: bytes) -> Optional[Header]:
         return None
     if zlib.crc32(raw[:_FIXED]) != hcrc:
         return None
-    if flags & ~FLAG_REPLICATED or world < 1 or rank >= world:
-        return None
+    if flags & ~FLAG_REPLICATED or world < 1 or (rank >= world and not flags & FLAG_REPLICATED):
+        return None  # (a replicated copy may sit under a rank of a larger world)
     return Header(step, length, crc, flags, rank, world)
