@@ -3,6 +3,7 @@
 restore GB/s beside a plain memcpy (Tensor.copy_) of the same bytes.
 
     /usr/bin/python3 python/bench_snapshots.py --mb 100 --reps 5
+    python3 python/bench_snapshots.py --mb 1024 --device cuda --wall   # on a GPU
 
 The state is a module of --mb megabytes of float32 parameters (plain
 values besides). Times are CPU seconds of the process (time.process_time:
@@ -14,7 +15,9 @@ in steady state (the slots already mapped and touched), and for the first
 save into each slot of a restarted worker (first_save: the files there, the
 pages not yet mapped). Restore is reported with the CRC checked (GORUN_SNAPSHOT_STEP
 unset) and with GORUN_SNAPSHOT_VERIFIED=1 (the agent checked it), into a
-model built beforehand as a script builds it.
+model built beforehand as a script builds it. With --device cuda the model
+is on the GPU, memcpy is the device-to-host copy into pinned memory, and
+--wall should be given (CPU time does not count the GPU's copies).
 """
 import argparse
 import json
@@ -37,12 +40,15 @@ def model_of(mb: int) -> torch.nn.Module:
     return torch.nn.Sequential(*layers)
 
 
+CLOCK = [time.process_time]
+
+
 def median(f, reps: int) -> float:
     times = []
     for _ in range(reps):
-        t0 = time.process_time()
+        t0 = CLOCK[0]()
         f()
-        times.append(time.process_time() - t0)
+        times.append(CLOCK[0]() - t0)
     return statistics.median(times)
 
 
@@ -51,16 +57,25 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=100)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--dir", default="/dev/shm")
+    ap.add_argument("--device", default="cpu", help="where the model lives: cpu or cuda")
+    ap.add_argument("--wall", action="store_true",
+                    help="time with the wall clock (a quiet machine; needed for cuda)")
     args = ap.parse_args()
+    if args.wall:
+        CLOCK[0] = time.perf_counter
+    device = torch.device(args.device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     for k in ("GORUN_SNAPSHOT_STEP", "GORUN_SNAPSHOT_VERIFIED", "RANK", "WORLD_SIZE"):
         os.environ.pop(k, None)
-    model = model_of(args.mb)
+    model = model_of(args.mb).to(device)
     nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
     gb = nbytes / 1e9
     src = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-    dst = torch.empty_like(src)
+    dst = torch.empty(src.shape, dtype=src.dtype, pin_memory=device.type == "cuda")
     dst.copy_(src)  # touch the pages
-    memcpy = median(lambda: dst.copy_(src), args.reps)
+    # memcpy: a CPU copy; for cuda, the device-to-host copy into pinned memory.
+    memcpy = median(lambda: (dst.copy_(src), sync()), args.reps)
+    src = dst
     raw = src.view(torch.uint8)
     view = gorun.snapshots._memory(raw)
     t_crc = median(lambda: zlib.crc32(view), args.reps)
@@ -76,17 +91,17 @@ def main() -> None:
         first = []
         for _ in range(2):  # the first save into each slot
             step[0] += 1
-            t0 = time.process_time()
+            t0 = CLOCK[0]()
             snaps.save(step[0], state)
-            first.append(time.process_time() - t0)
+            first.append(CLOCK[0]() - t0)
             snaps.wait()
 
         def save_blocking() -> None:
             snaps.wait()
             step[0] += 1
-            t0 = time.process_time()
+            t0 = CLOCK[0]()
             snaps.save(step[0], state)
-            save_blocking.times.append(time.process_time() - t0)
+            save_blocking.times.append(CLOCK[0]() - t0)
         save_blocking.times = []
         for _ in range(args.reps):
             save_blocking()
@@ -100,11 +115,12 @@ def main() -> None:
         t_save = median(save_whole, args.reps)
         snaps.close()
 
-        fresh = {"model": model_of(args.mb), "step": 0}
+        fresh = {"model": model_of(args.mb).to(device), "step": 0}
 
         def restore() -> None:
             with gorun.Snapshots(d, 0) as s:
                 assert s.restore(fresh) == step[0]
+            sync()
         t_restore = median(restore, args.reps)
         os.environ["GORUN_SNAPSHOT_STEP"] = str(step[0])
         os.environ["GORUN_SNAPSHOT_VERIFIED"] = "1"
@@ -114,7 +130,8 @@ def main() -> None:
     finally:
         shutil.rmtree(d)
     out = {
-        "bytes": nbytes, "threads": torch.get_num_threads(),
+        "bytes": nbytes, "device": args.device, "threads": torch.get_num_threads(),
+        "clock": "wall" if args.wall else "cpu", "torch": torch.__version__,
         "memcpy_GBps": gb / memcpy, "crc32_GBps": gb / t_crc,
         "first_save_returns_GBps": gb / max(first),
         "save_returns_GBps": gb / t_save_block, "save_complete_GBps": gb / t_save,
