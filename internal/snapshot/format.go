@@ -33,9 +33,23 @@ const FlagReplicated uint32 = 1
 // bit set is not a version-2 header.
 const knownFlags = FlagReplicated
 
-// EnvDir is the worker environment variable that names the snapshot
-// directory; without it the Python package does nothing.
-const EnvDir = "GORUN_SNAPSHOT_DIR"
+// The worker environment the agent sets for the Python package
+// (docs/snapshots-format.md, "Restore").
+const (
+	// EnvDir names the snapshot directory; without it the Python package
+	// does nothing.
+	EnvDir = "GORUN_SNAPSHOT_DIR"
+	// EnvStep is the agreed step to restore, in decimal, or StepNone.
+	// Unset, a worker restores its newest complete local slot.
+	EnvStep = "GORUN_SNAPSHOT_STEP"
+	// EnvReason says why, when EnvStep is StepNone (Plan.Reason).
+	EnvReason = "GORUN_SNAPSHOT_REASON"
+	// EnvVerified is "1" when the agent has verified the CRC of the slot
+	// holding EnvStep's step, and the worker need not check it again.
+	EnvVerified = "GORUN_SNAPSHOT_VERIFIED"
+	// StepNone is EnvStep's value when nothing is to be restored.
+	StepNone = "none"
+)
 
 var (
 	// ErrIncomplete means the slot has no whole, valid header: never
