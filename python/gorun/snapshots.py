@@ -380,8 +380,8 @@ class Snapshots:
         """Check state against the snapshot in m, then load it: every
         tensor is read with preadv, a CPU module's straight into its own
         parameters and buffers (no memory of ours to fault in, and its
-        load_state_dict then copies each onto itself), any other into a
-        new tensor."""
+        load_state_dict, given those very tensors, copies nothing), any
+        other into a new tensor."""
         base = _slot.HEADER_SIZE
         (meta_len,) = struct.unpack("<Q", os.pread(m.fd, 8, base))
         if 8 + meta_len > length:
@@ -409,9 +409,13 @@ class Snapshots:
                                          "snapshot and the state, a plain value in the other")
             if kinds[key]:
                 saved = unpickle(key, lambda i: _Missing(i, specs[i][0], tuple(specs[i][1])))
-                current = obj.state_dict()
+                module = isinstance(obj, torch.nn.Module)
+                # keep_vars: a module's own parameters and buffers, not
+                # detached views of them, so that load_state_dict's
+                # param.copy_(param) of what was read in place is no copy.
+                current = obj.state_dict(keep_vars=True) if module else obj.state_dict()
                 _compare(saved, current, str(key))
-                if isinstance(obj, torch.nn.Module):
+                if module:
                     _targets(saved, current, into)
 
         def tensor(i: int) -> torch.Tensor:
