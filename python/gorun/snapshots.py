@@ -261,14 +261,16 @@ class Snapshots:
         marks every save as restorable by any rank (see the class).
         background=False finishes each save before save returns.
         _before_header is a test hook called with the step after the payload
-        and its CRC are written and before the header. Raises ValueError
-        when rank is not in [0, world_size)."""
+        and its CRC are written and before the header. With a directory,
+        raises ValueError when rank is not in [0, world_size) or RANK or
+        WORLD_SIZE is not an integer; without one nothing is checked."""
         if directory is None:
             directory = os.environ.get(ENV_DIR) or None
         self.directory: Optional[str] = directory
-        self.rank: int = _env_int("RANK", 0) if rank is None else rank
-        self.world_size: int = _env_int("WORLD_SIZE", 1) if world_size is None else world_size
-        if not 0 <= self.rank < self.world_size:
+        self.rank: int = rank if rank is not None else _env_int("RANK", 0) if directory else 0
+        self.world_size: int = (world_size if world_size is not None
+                                else _env_int("WORLD_SIZE", 1) if directory else 1)
+        if directory and not 0 <= self.rank < self.world_size:
             raise ValueError(f"gorun snapshots: rank {self.rank} is not in [0, {self.world_size}) "
                              "(RANK and WORLD_SIZE, or the arguments)")
         self.replicated: bool = replicated

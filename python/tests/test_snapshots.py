@@ -387,6 +387,16 @@ class OutsideGorunTest(ShmTest):
         new = set(os.listdir("/dev/shm")) - set(listing)
         self.assertEqual([n for n in new if n.startswith("rank-")], [])
 
+    def test_rank_and_world_are_checked_only_when_on(self) -> None:
+        with patched_env({"RANK": "4", "WORLD_SIZE": "4"}):
+            self.assertFalse(gorun.Snapshots().enabled)
+            with self.assertRaises(ValueError) as cm:
+                gorun.Snapshots(self.dir)
+        self.assertIn("rank 4 is not in [0, 4)", str(cm.exception))
+        with patched_env({"RANK": "x"}), self.assertRaises(ValueError) as cm:
+            gorun.Snapshots(self.dir)
+        self.assertIn("RANK='x'", str(cm.exception))
+
     def test_the_variable_names_the_directory(self) -> None:
         env = {gorun.ENV_DIR: self.dir, "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}
         with patched_env(env):
