@@ -164,8 +164,9 @@ type sender struct {
 	slots map[int]*snapshot.RankSlots
 }
 
-func newSender(t *testing.T) *sender {
-	s := &sender{dir: t.TempDir(), slots: map[int]*snapshot.RankSlots{}}
+// newSender's slots are in dir.
+func newSender(t testing.TB, dir string) *sender {
+	s := &sender{dir: dir, slots: map[int]*snapshot.RankSlots{}}
 	t.Cleanup(func() {
 		for _, rs := range s.slots {
 			rs.Close()
@@ -176,7 +177,7 @@ func newSender(t *testing.T) *sender {
 
 // save writes rank's snapshot of step, size random bytes, with the
 // workers' protocol, and returns its payload.
-func (s *sender) save(t *testing.T, rank int, step uint64, size int) []byte {
+func (s *sender) save(t testing.TB, rank int, step uint64, size int) []byte {
 	t.Helper()
 	rs := s.slots[rank]
 	if rs == nil {
@@ -245,7 +246,7 @@ func requireHolds(t *testing.T, dir string, rank int, step uint64, payload []byt
 func TestPushReachesPeer(t *testing.T) {
 	peer := startNode(t, testAuth, nil)
 	peer.Accept(3, []int{0, 1})
-	src := newSender(t)
+	src := newSender(t, t.TempDir())
 	one := src.save(t, 2, 1, 1<<20)
 	_, sent := pushing(t, 3, src.dir, []int{2}, []string{peer.Addr()}, testAuth)
 	waitSent(t, sent, 2, 1)
@@ -308,7 +309,7 @@ func TestHandshake(t *testing.T) {
 	t.Run("push", func(t *testing.T) {
 		peer := startNode(t, testAuth, nil)
 		peer.Accept(0, nil)
-		src := newSender(t)
+		src := newSender(t, t.TempDir())
 		src.save(t, 0, 1, 100)
 		log, _ := pushing(t, 0, src.dir, []int{0}, []string{peer.Addr()}, Auth{RunID: testAuth.RunID})
 		line := log.wait(t, "do not get through")
@@ -323,7 +324,7 @@ func TestHandshake(t *testing.T) {
 func TestStaleRoundRefused(t *testing.T) {
 	peer := startNode(t, testAuth, nil)
 	peer.Accept(2, nil)
-	src := newSender(t)
+	src := newSender(t, t.TempDir())
 	src.save(t, 3, 1, 1000)
 	log, _ := pushing(t, 1, src.dir, []int{3}, []string{peer.Addr()}, testAuth)
 	for step := uint64(1); step <= 3; step++ {
@@ -400,7 +401,7 @@ func TestOverwrittenMidSend(t *testing.T) {
 	hook, reached, release := midway(0, 1)
 	peer := startNode(t, testAuth, hook)
 	peer.Accept(1, nil)
-	src := newSender(t)
+	src := newSender(t, t.TempDir())
 	src.save(t, 0, 1, bigSlot) // slot 0
 	plog, sent := pushing(t, 1, src.dir, []int{0}, []string{peer.Addr()}, testAuth)
 	<-reached
@@ -428,7 +429,7 @@ func TestPeerKilledMidTransfer(t *testing.T) {
 	hook, reached, release := midway(1, 2)
 	peer := startNode(t, testAuth, hook)
 	peer.Accept(0, nil)
-	src := newSender(t)
+	src := newSender(t, t.TempDir())
 	one := src.save(t, 1, 1, 1<<20)
 	var out bytes.Buffer
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -463,19 +464,74 @@ func TestPeerKilledMidTransfer(t *testing.T) {
 	requireHolds(t, peer.dir, 1, 1, one)
 }
 
+// TestAcceptFences: Accept(-1, nil) cuts off a copy being written, returns
+// once it ended, and the directory then holds what it held before that
+// copy: the rank's previous step, whole.
+func TestAcceptFences(t *testing.T) {
+	hook, reached, release := midway(0, 2)
+	peer := startNode(t, testAuth, hook)
+	peer.Accept(1, nil)
+	a, b := newSender(t, t.TempDir()), newSender(t, t.TempDir())
+	one := a.save(t, 0, 1, 1000)
+	_, sentA := pushing(t, 1, a.dir, []int{0}, []string{peer.Addr()}, testAuth)
+	waitSent(t, sentA, 0, 1)
+	require.NoError(t, peer.next(t).err)
+	a.save(t, 0, 2, bigSlot)
+	<-reached
+
+	fenced := make(chan struct{})
+	go func() {
+		peer.Accept(-1, nil)
+		close(fenced)
+	}()
+	// Another node's pushes show when the server stopped accepting: from
+	// then on the copy of rank 0 is cut off.
+	_, _ = pushing(t, 1, b.dir, []int{1}, []string{peer.Addr()}, testAuth)
+	for step := uint64(1); ; step++ {
+		b.save(t, 1, step, 1000)
+		e := peer.next(t)
+		require.Equal(t, 1, e.rank)
+		require.Equal(t, step, e.step)
+		if e.err != nil {
+			require.ErrorContains(t, e.err, "accepts none now")
+			break
+		}
+	}
+	close(release)
+	// The pusher of rank 0, cut off, may come back with step 2 before the
+	// cut-off write has ended: refused.
+	e := peer.next(t)
+	for e.err != nil && strings.Contains(e.err.Error(), "accepts none now") {
+		e = peer.next(t)
+	}
+	require.Equal(t, ended{rank: 0, step: 2}, ended{rank: e.rank, step: e.step})
+	require.ErrorIs(t, e.err, net.ErrClosed)
+	<-fenced
+	held, err := snapshot.Scan(peer.dir)
+	require.NoError(t, err)
+	var rank0 []snapshot.Holding
+	for _, h := range held {
+		if h.Rank == 0 {
+			rank0 = append(rank0, h)
+		}
+	}
+	require.Len(t, rank0, 1)
+	require.Equal(t, uint64(1), rank0[0].Step)
+	s, err := snapshot.Verify(rank0[0].Path)
+	require.NoError(t, err)
+	got, err := snapshot.ReadPayload(s)
+	require.NoError(t, err)
+	require.Equal(t, one, got)
+}
+
 // TestFetch reads a rank's snapshot at a step from a peer, and says
 // plainly what is missing.
 func TestFetch(t *testing.T) {
 	peer := startNode(t, testAuth, nil)
 	var payloads [3][]byte
-	{
-		src := &sender{dir: peer.dir, slots: map[int]*snapshot.RankSlots{}}
-		payloads[1] = src.save(t, 3, 1, 5000)
-		payloads[2] = src.save(t, 3, 2, 6000)
-		for _, rs := range src.slots {
-			require.NoError(t, rs.Close())
-		}
-	}
+	src := newSender(t, peer.dir)
+	payloads[1] = src.save(t, 3, 1, 5000)
+	payloads[2] = src.save(t, 3, 2, 6000)
 	tests := []struct {
 		name    string
 		rank    int
@@ -526,7 +582,7 @@ func TestCloseEndsEverything(t *testing.T) {
 	require.NoError(t, err)
 	defer silent.Close()
 
-	src := newSender(t)
+	src := newSender(t, t.TempDir())
 	src.save(t, 0, 1, 1000)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
