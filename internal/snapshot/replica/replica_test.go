@@ -233,6 +233,7 @@ func requireHolds(t *testing.T, dir string, rank int, step uint64, payload []byt
 	t.Helper()
 	held, err := snapshot.Scan(dir)
 	require.NoError(t, err)
+	require.Len(t, held, 1, "complete slots in %s: %v", dir, held)
 	require.Equal(t, []snapshot.Holding{{Rank: rank, World: 4, Step: step, Replicated: true, Path: held[0].Path}}, held)
 	s, err := snapshot.Verify(held[0].Path)
 	require.NoError(t, err)
@@ -373,19 +374,20 @@ func TestAdmit(t *testing.T) {
 }
 
 // midway blocks the first payloadRead of rank at step: it closes reached,
-// then waits for release.
-func midway(rank int, step uint64) (hook func(int, uint64, uint64), reached, release chan struct{}) {
-	reached, release = make(chan struct{}), make(chan struct{})
-	var once sync.Once
+// then waits for release, which the test calls (also deferred, so that a
+// failed test does not leave the server's Close waiting for it).
+func midway(rank int, step uint64) (hook func(int, uint64, uint64), reached chan struct{}, release func()) {
+	reached, released := make(chan struct{}), make(chan struct{})
+	var once, unblock sync.Once
 	hook = func(r int, s, _ uint64) {
 		if r == rank && s == step {
 			once.Do(func() {
 				close(reached)
-				<-release
+				<-released
 			})
 		}
 	}
-	return hook, reached, release
+	return hook, reached, func() { unblock.Do(func() { close(released) }) }
 }
 
 // bigSlot is a payload much larger than the socket buffers between a
@@ -400,6 +402,7 @@ const bigSlot = 64 << 20
 func TestOverwrittenMidSend(t *testing.T) {
 	hook, reached, release := midway(0, 1)
 	peer := startNode(t, testAuth, hook)
+	defer release()
 	peer.Accept(1, nil)
 	src := newSender(t, t.TempDir())
 	src.save(t, 0, 1, bigSlot) // slot 0
@@ -407,7 +410,7 @@ func TestOverwrittenMidSend(t *testing.T) {
 	<-reached
 	src.save(t, 0, 2, bigSlot)          // slot 1
 	three := src.save(t, 0, 3, bigSlot) // slot 0: the one being sent
-	close(release)
+	release()
 	// The pusher may come back with step 3 before this end has read the
 	// rest of step 1: "still being written", and it tries again.
 	e := peer.next(t)
@@ -428,6 +431,7 @@ func TestOverwrittenMidSend(t *testing.T) {
 func TestPeerKilledMidTransfer(t *testing.T) {
 	hook, reached, release := midway(1, 2)
 	peer := startNode(t, testAuth, hook)
+	defer release()
 	peer.Accept(0, nil)
 	src := newSender(t, t.TempDir())
 	one := src.save(t, 1, 1, 1<<20)
@@ -454,7 +458,7 @@ func TestPeerKilledMidTransfer(t *testing.T) {
 	err := cmd.Wait()
 	killed = true
 	require.ErrorContains(t, err, "signal: killed", "child: %s", &out)
-	close(release)
+	release()
 	e = peer.next(t)
 	require.Equal(t, uint64(2), e.step)
 	require.Error(t, e.err)
@@ -470,6 +474,7 @@ func TestPeerKilledMidTransfer(t *testing.T) {
 func TestAcceptFences(t *testing.T) {
 	hook, reached, release := midway(0, 2)
 	peer := startNode(t, testAuth, hook)
+	defer release()
 	peer.Accept(1, nil)
 	a, b := newSender(t, t.TempDir()), newSender(t, t.TempDir())
 	one := a.save(t, 0, 1, 1000)
@@ -497,7 +502,14 @@ func TestAcceptFences(t *testing.T) {
 			break
 		}
 	}
-	close(release)
+	// The copy of rank 0 is held in payloadRead: Accept has not returned.
+	// (Were Accept not to wait, it would most likely have returned by now.)
+	select {
+	case <-fenced:
+		t.Fatal("Accept returned while a copy it cut off was still being written")
+	default:
+	}
+	release()
 	// The pusher of rank 0, cut off, may come back with step 2 before the
 	// cut-off write has ended: refused.
 	e := peer.next(t)
@@ -570,9 +582,11 @@ func TestFetch(t *testing.T) {
 }
 
 // TestCloseEndsEverything: Close returns with a pusher connected and a
-// connection that never says a word, closes both, and leaves no goroutine.
+// connection that never says a word, and has ended every goroutine of the
+// server by then (the pusher still runs); Push ends with its context.
 func TestCloseEndsEverything(t *testing.T) {
 	defer goleak.VerifyNone(t)
+	before := goleak.IgnoreCurrent()
 	dir := t.TempDir()
 	log := newLines()
 	s, err := Serve("127.0.0.1:0", dir, testAuth, log.logger())
@@ -593,6 +607,10 @@ func TestCloseEndsEverything(t *testing.T) {
 	}()
 	<-sent
 	require.NoError(t, s.Close())
+	// Only the pusher's goroutines are left: nothing of the server.
+	goleak.VerifyNone(t, before,
+		goleak.IgnoreAnyFunction("github.com/gorun/gorun/internal/snapshot/replica.Push"),
+		goleak.IgnoreAnyFunction("github.com/gorun/gorun/internal/snapshot/replica.(*pusher).run"))
 	_, err = silent.Read(make([]byte, 1))
 	require.ErrorIs(t, err, io.EOF, "the server closed the silent connection")
 	cancel()
