@@ -33,9 +33,23 @@ const FlagReplicated uint32 = 1
 // bit set is not a version-2 header.
 const knownFlags = FlagReplicated
 
-// EnvDir is the worker environment variable that names the snapshot
-// directory; without it the Python package does nothing.
-const EnvDir = "GORUN_SNAPSHOT_DIR"
+// The worker environment the agent sets for the Python package
+// (docs/snapshots-format.md, "Restore").
+const (
+	// EnvDir names the snapshot directory; without it the Python package
+	// does nothing.
+	EnvDir = "GORUN_SNAPSHOT_DIR"
+	// EnvStep is the agreed step to restore, in decimal, or StepNone.
+	// Unset, a worker restores its newest complete local slot.
+	EnvStep = "GORUN_SNAPSHOT_STEP"
+	// EnvReason says why, when EnvStep is StepNone (Plan.Reason).
+	EnvReason = "GORUN_SNAPSHOT_REASON"
+	// EnvVerified is "1" when the agent has verified the CRC of the slot
+	// holding EnvStep's step, and the worker need not check it again.
+	EnvVerified = "GORUN_SNAPSHOT_VERIFIED"
+	// StepNone is EnvStep's value when nothing is to be restored.
+	StepNone = "none"
+)
 
 var (
 	// ErrIncomplete means the slot has no whole, valid header: never
@@ -68,8 +82,12 @@ func (h Header) validate() error {
 	switch {
 	case h.World < 1 || h.World > 1<<31-1:
 		return fmt.Errorf("snapshot: world size %d, want 1 to %d", h.World, 1<<31-1)
-	case h.Rank < 0 || h.Rank >= h.World:
-		return fmt.Errorf("snapshot: rank %d outside the world of %d", h.Rank, h.World)
+	case h.Rank < 0 || h.Rank > 1<<31-1:
+		return fmt.Errorf("snapshot: rank %d, want 0 to %d", h.Rank, 1<<31-1)
+	case h.Rank >= h.World && !h.Replicated():
+		// A replicated snapshot copied under the name of a rank of a
+		// larger world keeps the world it was saved in.
+		return fmt.Errorf("snapshot: rank %d outside the world of %d (and not replicated)", h.Rank, h.World)
 	case h.Flags&^knownFlags != 0:
 		return fmt.Errorf("snapshot: flags %#x: only FlagReplicated (%#x) is defined", h.Flags, FlagReplicated)
 	}
@@ -80,7 +98,8 @@ func (h Header) validate() error {
 // first HeaderLen bytes). It returns an error wrapping ErrIncomplete, with
 // the reason, when the magic, version, payload offset or the header's own
 // CRC-32 is wrong, or the CRC-valid header holds an impossible rank, world
-// or flag.
+// or flag (a rank outside its world is possible only in a replicated
+// snapshot, copied under the name of a rank of a larger world).
 func ParseHeader(b []byte) (Header, error) {
 	if len(b) < HeaderLen {
 		return Header{}, fmt.Errorf("%w: %d bytes, a header has %d", ErrIncomplete, len(b), HeaderLen)
