@@ -71,11 +71,14 @@ func (w *watcher) poll() (Slot, bool, error) {
 	var out Slot
 	ok := false
 	for i, p := range w.paths {
-		h, complete, err := readHeader(p)
-		if err != nil {
+		h, err := ReadHeader(p)
+		switch {
+		case errors.Is(err, ErrIncomplete) || errors.Is(err, fs.ErrNotExist):
+			continue
+		case err != nil:
 			return Slot{}, false, err
 		}
-		if !complete || (w.seen[i] != nil && *w.seen[i] == h) {
+		if w.seen[i] != nil && *w.seen[i] == h {
 			continue
 		}
 		w.seen[i] = &h
@@ -86,24 +89,26 @@ func (w *watcher) poll() (Slot, bool, error) {
 	return out, ok, nil
 }
 
-// readHeader reads the header of the slot file at path and reports whether
-// it is complete; a missing or short file is not.
-func readHeader(path string) (Header, bool, error) {
+// ReadHeader reads and parses the header of the slot file at path, and
+// nothing else: the payload is not checked (Verify checks it). The error
+// wraps ErrIncomplete when the header is not complete (a short file
+// included) and fs.ErrNotExist when there is no file; it names the path.
+func ReadHeader(path string) (Header, error) {
 	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return Header{}, false, nil
-	}
 	if err != nil {
-		return Header{}, false, fmt.Errorf("snapshot: watch: %w", err)
+		return Header{}, fmt.Errorf("snapshot: %w", err)
 	}
 	defer f.Close()
 	var b [HeaderLen]byte
 	if _, err := f.ReadAt(b[:], 0); err != nil {
 		if errors.Is(err, io.EOF) {
-			return Header{}, false, nil
+			err = fmt.Errorf("%w: the file is shorter than a header", ErrIncomplete)
 		}
-		return Header{}, false, fmt.Errorf("snapshot: watch: %s: %w", path, err)
+		return Header{}, fmt.Errorf("snapshot: %s: %w", path, err)
 	}
 	h, err := ParseHeader(b[:])
-	return h, err == nil, nil
+	if err != nil {
+		return Header{}, fmt.Errorf("snapshot: %s: %w", path, err)
+	}
+	return h, nil
 }

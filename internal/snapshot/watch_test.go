@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"hash/crc32"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -183,6 +187,40 @@ func TestWatchEnds(t *testing.T) {
 				return
 			}
 			require.ErrorContains(t, err, tt.want)
+		})
+	}
+}
+
+func TestReadHeader(t *testing.T) {
+	dir := t.TempDir()
+	h := Header{Step: 7, World: 2, Rank: 1}
+	whole := encode(h, []byte("payload"))
+	tests := []struct {
+		name    string
+		content []byte // nil: no file
+		want    error  // nil: h, Length and CRC as encode sets them
+	}{
+		{"whole (the payload is not read)", with(whole, func(b []byte) { b[HeaderSize] ^= 1 }), nil},
+		{"no file", nil, fs.ErrNotExist},
+		{"shorter than a header", whole[:HeaderLen-1], ErrIncomplete},
+		{"zeroed: a save in progress", make([]byte, HeaderSize), ErrIncomplete},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := filepath.Join(dir, fmt.Sprint(i))
+			if tt.content != nil {
+				require.NoError(t, os.WriteFile(p, tt.content, 0o600))
+			}
+			got, err := ReadHeader(p)
+			if tt.want != nil {
+				require.ErrorIs(t, err, tt.want)
+				require.ErrorContains(t, err, p)
+				return
+			}
+			require.NoError(t, err)
+			want := h
+			want.Length, want.CRC = 7, crc32.ChecksumIEEE([]byte("payload"))
+			require.Equal(t, want, got)
 		})
 	}
 }
