@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -210,6 +211,47 @@ func TestPersistDropsACopyTheWorkerOverwrote(t *testing.T) {
 	require.Equal(t, map[string][]string{"step-000000000002": {}, "step-000000000004": {"rank-0.slot"}}, tree(t, dst))
 	_, err := snapshot.Verify(filepath.Join(dst, stepDir(4), slotName(0)))
 	require.NoError(t, err)
+}
+
+// A copy that storage does not give back as written (a byte flipped in the
+// temporary file after it was written, as a faulty disk or server would)
+// fails its read-back and never gets its final name.
+func TestPersistVerifiesWhatItWrote(t *testing.T) {
+	dst := t.TempDir()
+	n := newNode(t, dst, []int{0}, 1, 2, 10)
+	n.save(t, 0, 1, 50000)
+	n.save(t, 0, 2, 50000)
+	damaged := make(chan error, 1)
+	n.start(t, func(e event) {
+		if e == (event{atCopying, 0, 2}) {
+			damaged <- flipTmp(filepath.Join(dst, stepDir(2)))
+		}
+	})
+	require.Equal(t, event{atFailed, 0, 2}, n.next())
+	require.NoError(t, <-damaged)
+	n.save(t, 0, 3, 50000)
+	n.save(t, 0, 4, 50000)
+	require.Equal(t, event{atPersisted, 0, 4}, n.next())
+	require.NoError(t, n.stop())
+	require.Equal(t, map[string][]string{"step-000000000002": {}, "step-000000000004": {"rank-0.slot"}}, tree(t, dst))
+}
+
+// flipTmp flips a payload byte of the one temporary copy in dir.
+func flipTmp(dir string) error {
+	tmps, err := filepath.Glob(filepath.Join(dir, ".rank-*.slot.tmp-*"))
+	if err != nil || len(tmps) != 1 {
+		return fmt.Errorf("temporary copies %v: %v", tmps, err)
+	}
+	f, err := os.OpenFile(tmps[0], os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	b := []byte{0}
+	if _, err := f.ReadAt(b, snapshot.HeaderSize+10); err != nil {
+		return errors.Join(err, f.Close())
+	}
+	_, err = f.WriteAt([]byte{b[0] ^ 0x80}, snapshot.HeaderSize+10)
+	return errors.Join(err, f.Close())
 }
 
 func TestPersistKeepsTheNewestCompleteSteps(t *testing.T) {
