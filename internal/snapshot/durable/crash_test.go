@@ -101,6 +101,13 @@ func TestKilledPersisterLeavesNoUnverifiedFile(t *testing.T) {
 			require.NoError(t, cmd.Process.Kill())
 			require.ErrorContains(t, cmd.Wait(), "signal: killed")
 
+			// Every file under a final name verifies.
+			finals, err := filepath.Glob(filepath.Join(dst, "step-*", "rank-*.slot"))
+			require.NoError(t, err)
+			for _, f := range finals {
+				_, err := snapshot.Verify(f)
+				require.NoError(t, err, "a file under its final name after the kill")
+			}
 			final := filepath.Join(dst, stepDir(2), slotName(0))
 			tmps, err := filepath.Glob(filepath.Join(dst, stepDir(2), ".rank-0.slot.tmp-*"))
 			require.NoError(t, err)
