@@ -34,7 +34,7 @@ func Watch(ctx context.Context, dir string, rank int, interval time.Duration, fo
 	if interval <= 0 {
 		return fmt.Errorf("snapshot: watch of rank %d: poll interval %v, want > 0", rank, interval)
 	}
-	w := watcher{paths: Paths(dir, rank)}
+	w := NewPoller(dir, rank)
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -46,7 +46,7 @@ func Watch(ctx context.Context, dir string, rank int, interval time.Duration, fo
 		if ctx.Err() != nil {
 			return nil // both were ready: the end wins
 		}
-		s, ok, err := w.poll()
+		s, ok, err := w.Poll()
 		if err != nil {
 			return err
 		}
@@ -59,31 +59,43 @@ func Watch(ctx context.Context, dir string, rank int, interval time.Duration, fo
 	}
 }
 
-// watcher remembers the last complete header each slot file showed.
-type watcher struct {
+// Poller finds the new complete snapshots of one rank's slots, for a
+// caller that polls on its own schedule (Watch is one): it remembers the
+// last complete header each slot file showed. It is not safe for
+// concurrent use.
+type Poller struct {
 	paths [2]string
 	seen  [2]*Header
 }
 
-// poll reads both slots' headers and returns the newest slot whose complete
-// header differs from the one last seen there, and whether there is one.
-func (w *watcher) poll() (Slot, bool, error) {
+// NewPoller returns a Poller of the slots of global rank rank in dir that
+// has seen nothing yet: its first Poll reports the newest complete slot.
+func NewPoller(dir string, rank int) *Poller {
+	return &Poller{paths: Paths(dir, rank)}
+}
+
+// Poll reads both slots' headers (not the payloads) and returns the newest
+// slot whose complete header differs from the last one that slot showed,
+// and whether there is one; see Watch for what that means. A missing or
+// short slot file counts as incomplete; another read error is returned,
+// naming the file.
+func (p *Poller) Poll() (Slot, bool, error) {
 	var out Slot
 	ok := false
-	for i, p := range w.paths {
-		h, err := ReadHeader(p)
+	for i, path := range p.paths {
+		h, err := ReadHeader(path)
 		switch {
 		case errors.Is(err, ErrIncomplete) || errors.Is(err, fs.ErrNotExist):
 			continue
 		case err != nil:
 			return Slot{}, false, err
 		}
-		if w.seen[i] != nil && *w.seen[i] == h {
+		if p.seen[i] != nil && *p.seen[i] == h {
 			continue
 		}
-		w.seen[i] = &h
+		p.seen[i] = &h
 		if !ok || h.Step > out.Step {
-			out, ok = Slot{Header: h, Path: p}, true
+			out, ok = Slot{Header: h, Path: path}, true
 		}
 	}
 	return out, ok, nil

@@ -224,3 +224,46 @@ func TestReadHeader(t *testing.T) {
 		})
 	}
 }
+
+// Poll, step by step: what each change of the slots makes it report.
+func TestPollerReportsChangedSlotsOnly(t *testing.T) {
+	dir := t.TempDir()
+	paths := Paths(dir, 0)
+	put := func(slot int, step uint64) func(*testing.T) {
+		return func(t *testing.T) {
+			require.NoError(t, os.WriteFile(paths[slot], encode(Header{Step: step, World: 1}, []byte{byte(step)}), 0o600))
+		}
+	}
+	zero := func(slot int) func(*testing.T) {
+		return func(t *testing.T) { require.NoError(t, os.WriteFile(paths[slot], make([]byte, HeaderSize), 0o600)) }
+	}
+	nothing := func(*testing.T) {}
+	const none = ^uint64(0)
+	steps := []struct {
+		name string
+		do   func(*testing.T)
+		want uint64 // the step reported, none for no report
+	}{
+		{"no files", nothing, none},
+		{"slot 0 complete", put(0, 1), 1},
+		{"nothing changed", nothing, none},
+		{"slot 1 complete", put(1, 2), 2},
+		{"slot 0 zeroed: a save begins", zero(0), none},
+		{"slot 0 complete again", put(0, 3), 3},
+		{"both rewritten between two polls: the newer only", func(t *testing.T) { put(1, 4)(t); put(0, 5)(t) }, 5},
+		{"a lower step than the other slot's", put(1, 2), 2},
+		{"the same header rewritten", put(1, 2), none},
+	}
+	p := NewPoller(dir, 0)
+	for _, s := range steps {
+		s.do(t)
+		got, ok, err := p.Poll()
+		require.NoError(t, err, s.name)
+		if s.want == none {
+			require.False(t, ok, "%s: reported step %d", s.name, got.Step)
+			continue
+		}
+		require.True(t, ok, s.name)
+		require.Equal(t, s.want, got.Step, s.name)
+	}
+}
