@@ -445,6 +445,38 @@ func TestLoadRoundTrips(t *testing.T) {
 	}
 }
 
+func TestFind(t *testing.T) {
+	dst, _ := persistTree(t, snapshot.FlagReplicated)
+	hs, err := Scan(dst)
+	require.NoError(t, err)
+	for _, h := range hs {
+		got, err := Find(dst, h.Rank, h.Step)
+		require.NoError(t, err)
+		require.Equal(t, h, got, "Find agrees with Scan")
+	}
+	require.NoError(t, os.Rename(filepath.Join(dst, stepDir(4), slotName(0)), filepath.Join(dst, stepDir(4), slotName(1))))
+	tests := []struct {
+		name string
+		rank int
+		step uint64
+		is   error
+		text string
+	}{
+		{"no such step", 0, 6, fs.ErrNotExist, "step-000000000006/rank-0.slot"},
+		{"no such rank", 0, 4, fs.ErrNotExist, "step-000000000004/rank-0.slot"},
+		{"another rank's file under this name", 1, 4, nil, "holds rank 0 at step 4, not rank 1 at step 4"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Find(dst, tt.rank, tt.step)
+			if tt.is != nil {
+				require.ErrorIs(t, err, tt.is)
+			}
+			require.ErrorContains(t, err, tt.text)
+		})
+	}
+}
+
 // Cancelling Persist's context ends a copy between two chunks: the
 // temporary file is removed and nothing is persisted.
 func TestPersistEndsWithItsContext(t *testing.T) {

@@ -55,6 +55,24 @@ func Scan(dst string) ([]snapshot.Holding, error) {
 	return out, nil
 }
 
+// Find verifies the durable file of rank at step in dst (as Scan would)
+// and returns its Holding: what an agent that agreed on a durable source
+// (rank, step) passes to Load, without scanning the whole directory. It
+// returns an error naming the path, wrapping fs.ErrNotExist when there is
+// no such file, snapshot.ErrIncomplete or snapshot.ErrCorrupt when it does
+// not verify, or saying what it holds when that is another rank or step.
+func Find(dst string, rank int, step uint64) (snapshot.Holding, error) {
+	v, err := snapshot.Verify(filepath.Join(dst, stepDir(step), slotName(rank)))
+	if err != nil {
+		return snapshot.Holding{}, fmt.Errorf("durable: find: %w", err)
+	}
+	if v.Rank != rank || v.Step != step {
+		return snapshot.Holding{}, fmt.Errorf("durable: find: %s holds rank %d at step %d, not rank %d at step %d",
+			v.Path, v.Rank, v.Step, rank, step)
+	}
+	return snapshot.Holding{Rank: v.Rank, World: v.World, Step: v.Step, Replicated: v.Replicated(), Path: v.Path}, nil
+}
+
 // Load copies the durable snapshot h (from Scan) into the local slots dst
 // with RankSlots.Write, which checks the payload's CRC-32 as it copies and
 // writes the header last: a copy that disagrees is an error wrapping
