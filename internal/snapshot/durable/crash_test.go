@@ -74,6 +74,7 @@ func TestKilledPersisterLeavesNoUnverifiedFile(t *testing.T) {
 		landed bool // the copy is under its final name after the kill
 	}{
 		{"in the middle of the payload", atCopying, false},
+		{"synced, before the read-back", atSynced, false},
 		{"synced and verified, before the rename", atWritten, false},
 		{"renamed, before the directory's fsync", atRenamed, true},
 	}

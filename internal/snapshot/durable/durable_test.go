@@ -486,24 +486,26 @@ func TestPersistEndsWithItsContext(t *testing.T) {
 		n.start(t, nil)
 		require.NoError(t, n.stop())
 	})
-	t.Run("in the middle of a copy", func(t *testing.T) {
-		dst := t.TempDir()
-		n := newNode(t, dst, []int{0}, 1, 1, 1)
-		n.save(t, 0, 1, 1000*4096)
-		copying, resume := make(chan struct{}), make(chan struct{})
-		n.start(t, func(e event) {
-			if e.at == atCopying {
-				copying <- struct{}{}
-				<-resume
-			}
+	for _, at := range []point{atCopying, atSynced} {
+		t.Run(fmt.Sprintf("in the middle of a copy (point %d)", at), func(t *testing.T) {
+			dst := t.TempDir()
+			n := newNode(t, dst, []int{0}, 1, 1, 1)
+			n.save(t, 0, 1, 1000*4096)
+			reached, resume := make(chan struct{}), make(chan struct{})
+			n.start(t, func(e event) {
+				if e.at == at {
+					reached <- struct{}{}
+					<-resume
+				}
+			})
+			<-reached
+			n.cancel()
+			close(resume)
+			require.NoError(t, n.wait())
+			require.Equal(t, map[string][]string{"step-000000000001": {}}, tree(t, dst))
+			require.Empty(t, n.outcomes)
 		})
-		<-copying
-		n.cancel()
-		close(resume)
-		require.NoError(t, n.wait())
-		require.Equal(t, map[string][]string{"step-000000000001": {}}, tree(t, dst))
-		require.Empty(t, n.outcomes)
-	})
+	}
 }
 
 func TestPersistRefusesBadArguments(t *testing.T) {

@@ -72,6 +72,7 @@ type point int
 
 const (
 	atCopying   point = iota // the first chunk of the payload is in the temporary file
+	atSynced                 // the temporary file is synced, not yet read back
 	atWritten                // the temporary file is synced and verified, not yet renamed
 	atRenamed                // renamed, the directory not yet synced
 	atPersisted              // persisted, the older steps pruned
@@ -205,7 +206,8 @@ func (p *persister) copy(ctx context.Context, s snapshot.Slot, final string) (er
 	if err := tmp.Sync(); err != nil {
 		return fmt.Errorf("durable: %w", err)
 	}
-	if err := readBack(tmp, s.Header); err != nil {
+	p.at(atSynced, s.Rank, s.Step)
+	if err := readBack(ctx, tmp, s.Header); err != nil {
 		return err
 	}
 	p.at(atWritten, s.Rank, s.Step)
@@ -299,22 +301,52 @@ func readFullAt(f *os.File, b []byte, off int64) error {
 	return fmt.Errorf("durable: %w", err)
 }
 
-// readBack verifies the synced file f as storage holds it: its cached pages
-// are dropped first (a clean page may be; on a network file system this
-// reads from the server), and again after, so that durable copies do not
-// fill the page cache. Its header must be want.
-func readBack(f *os.File, want snapshot.Header) error {
+// readBack verifies the synced file f as storage holds it, as
+// snapshot.Verify does but checking ctx between chunks, so that a copy of
+// a large slot ends promptly too: its cached pages are dropped first (a
+// clean page may be; on a network file system this reads from the server),
+// and again after, so that durable copies do not fill the page cache. Its
+// header must be want and its payload's CRC-32 want.CRC.
+func readBack(ctx context.Context, f *os.File, want snapshot.Header) error {
 	// Advice only: where it is not taken, the read-back reads the cache.
 	_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
 	defer unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
-	got, err := snapshot.Verify(f.Name())
-	if err == nil && got.Header != want {
-		err = fmt.Errorf("the header read back is %+v, not %+v", got.Header, want)
+	var b [snapshot.HeaderLen]byte
+	if err := readFullAt(f, b[:], 0); err != nil {
+		return err
+	}
+	h, err := snapshot.ParseHeader(b[:])
+	if err == nil && h != want {
+		err = fmt.Errorf("the header read back is %+v, not %+v", h, want)
 	}
 	if err != nil {
-		return fmt.Errorf("durable: the copy does not read back whole: %w", err)
+		return fmt.Errorf("durable: the copy %s does not read back whole: %w", f.Name(), err)
+	}
+	crc := crc32.NewIEEE()
+	n, err := io.CopyBuffer(crc, ctxReader{ctx, io.NewSectionReader(f, snapshot.HeaderSize, int64(want.Length))}, make([]byte, chunk))
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		return fmt.Errorf("durable: %w", err)
+	case uint64(n) != want.Length || crc.Sum32() != want.CRC:
+		return fmt.Errorf("durable: the copy %s does not read back whole: %w: %d payload bytes with CRC-32 %#08x, want %d with %#08x",
+			f.Name(), snapshot.ErrCorrupt, n, crc.Sum32(), want.Length, want.CRC)
 	}
 	return nil
+}
+
+// ctxReader reads r until ctx ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(b []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(b)
 }
 
 // syncDir fsyncs the directory dir, so that the names made or renamed in it
