@@ -325,10 +325,8 @@ func readBack(ctx context.Context, f *os.File, want snapshot.Header) error {
 	crc := crc32.NewIEEE()
 	n, err := io.CopyBuffer(crc, ctxReader{ctx, io.NewSectionReader(f, snapshot.HeaderSize, int64(want.Length))}, make([]byte, chunk))
 	switch {
-	case ctx.Err() != nil:
-		return ctx.Err()
 	case err != nil:
-		return fmt.Errorf("durable: %w", err)
+		return fmt.Errorf("durable: %w", err) // ctx's error among them
 	case uint64(n) != want.Length || crc.Sum32() != want.CRC:
 		return fmt.Errorf("durable: the copy %s does not read back whole: %w: %d payload bytes with CRC-32 %#08x, want %d with %#08x",
 			f.Name(), snapshot.ErrCorrupt, n, crc.Sum32(), want.Length, want.CRC)
