@@ -153,7 +153,7 @@ func (s *session) takeOver() error {
 		return nil
 	}
 	rank := s.worker.Rank
-	held, err := takeOver(s.snapDir, rank, s.t.SavedRun(), s.warn)
+	held, err := takeOver(s.snapDir, rank, s.t.SavedRun(), s.cfg.Train.Steps, s.warn)
 	if err != nil || len(held) == 0 {
 		return err
 	}

@@ -88,12 +88,12 @@ func (r *rankSlots) close() error {
 	return r.slots.Close()
 }
 
-// takeOver reads what rank saved in dir (each complete slot of run's
-// that parses) for a fresh worker to offer as its own (Trainer.HoldSaved).
-// A slot that is missing, empty or torn is none; one that is corrupt or
-// of another run is none either, and is said on warn. It returns the
-// slices, the newest first.
-func takeOver(dir string, rank int, run recovery.Run, warn io.Writer) ([]recovery.Slice, error) {
+// takeOver reads what rank saved in dir (each complete slot of run's, at
+// most step steps, that parses) for a fresh worker to offer as its own
+// (Trainer.HoldSaved). A slot that is missing, empty or torn is none; one
+// that is corrupt, of another run or past its steps is none either, and
+// is said on warn. It returns the slices, the newest first.
+func takeOver(dir string, rank int, run recovery.Run, steps int, warn io.Writer) ([]recovery.Slice, error) {
 	var held []recovery.Slice
 	for _, path := range snapshot.Paths(dir, rank) {
 		s, err := readSaved(path, run)
@@ -105,6 +105,9 @@ func takeOver(dir string, rank int, run recovery.Run, warn io.Writer) ([]recover
 			continue
 		case err != nil:
 			return nil, fmt.Errorf("worker rank %d: read its saved state: %w", rank, err)
+		case s.Step > int64(steps):
+			fmt.Fprintf(warn, "worker rank %d: not offering %s: step %d, past this run's %d steps\n", rank, path, s.Step, steps)
+			continue
 		}
 		if len(held) > 0 && s.Step > held[0].Step {
 			s, held[0] = held[0], s

@@ -142,13 +142,15 @@ func TestTakeOver(t *testing.T) {
 		}, []int64{5}, "rank-1.slot1: snapshot: payload corrupt"},
 		{"another run's", func(t *testing.T, dir string) { write(t, dir, 1, other, slice(5)) }, nil,
 			"rank-1.slot0: recovery: a saved slice of another run: config hash fedcba987654"},
+		{"one past the run's steps", func(t *testing.T, dir string) { write(t, dir, 1, run, slice(20), slice(21)) }, []int64{20},
+			"rank-1.slot1: step 21, past this run's 20 steps"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			tc.setup(t, dir)
 			var warn bytes.Buffer
-			held, err := takeOver(dir, 1, run, &warn)
+			held, err := takeOver(dir, 1, run, 20, &warn)
 			require.NoError(t, err)
 			var steps []int64
 			for _, s := range held {
@@ -167,7 +169,7 @@ func TestTakeOver(t *testing.T) {
 	t.Run("an unreadable slot is an error", func(t *testing.T) {
 		dir := t.TempDir()
 		require.NoError(t, os.Mkdir(snapshot.Paths(dir, 1)[0], 0o700)) // a directory in a slot's place
-		_, err := takeOver(dir, 1, run, io.Discard)
+		_, err := takeOver(dir, 1, run, 20, io.Discard)
 		require.ErrorContains(t, err, "worker rank 1: read its saved state: ")
 	})
 }
