@@ -24,6 +24,8 @@ import (
 //	any                     set        live     done: the step; round: the world's
 //	any                     emptied    fresh
 //	fresh                   reformed   carried  nothing carried (done -1)
+//	fresh                   loaded     carried  the saved slices (done -1)
+//	live, updated, carried  loaded     refused
 //	live, updated           reformed   carried  the owned state (and copy), done, round
 //	carried                 reformed   carried  (what it carried)
 //
@@ -31,7 +33,8 @@ import (
 // sum shares the copy's memory live -> (reused) live -> (kept) updated
 // -> (completed) updated -> (reused) live ...; an error leaves the
 // phase where it was, and Reform carries it over to the next world,
-// where an Exchange settles it (set or emptied).
+// where an Exchange settles it (set or emptied). A fresh worker that
+// takes over a rank's saved state (HoldSaved) carries it likewise.
 type phase int
 
 const (
@@ -47,8 +50,9 @@ const (
 	// before the last optimizer update, so the rank can go back one step
 	// (see rollback).
 	updated
-	// carried: Reform re-laid the buffers out for a new world; what the
-	// rank held before is in recoveryState.carried until an Exchange
+	// carried: Reform re-laid the buffers out for a new world, or a fresh
+	// rank took over the state its previous process saved (HoldSaved);
+	// what the rank holds is in recoveryState.carried until an Exchange
 	// settles it.
 	carried
 )
@@ -91,6 +95,9 @@ const (
 	// the rollback copy's memory, which the step's gradient sum shares
 	// (see rollback): the copy holds nothing from here on.
 	reused
+	// loaded: a fresh rank took over the state its previous process saved
+	// outside itself (HoldSaved), with no step completed.
+	loaded
 )
 
 // String names the event as the table of phase does.
@@ -110,6 +117,8 @@ func (k eventKind) String() string {
 		return "reformed"
 	case reused:
 		return "reused"
+	case loaded:
+		return "loaded"
 	}
 	return fmt.Sprintf("eventKind(%d)", int(k))
 }
@@ -125,7 +134,7 @@ type event struct {
 	round int
 	// own is what the rank holds in its own buffers, read before Reform
 	// replaces them (reformed): the owned state and, in phase updated,
-	// the rollback copy.
+	// the rollback copy; or what it took over (loaded).
 	own []recovery.Slice
 }
 
@@ -143,7 +152,7 @@ type recoveryState struct {
 	round int
 	// carried is what the rank held before Reform re-laid its buffers
 	// out (carried only): its live state and rollback copy, in the old
-	// buffers.
+	// buffers; or the saved state it took over (loaded).
 	carried []recovery.Slice
 }
 
@@ -187,6 +196,10 @@ func (s recoveryState) next(e event) (recoveryState, error) {
 			return recoveryState{phase: carried, done: s.done, round: s.round, carried: e.own}, nil
 		case carried:
 			return s, nil
+		}
+	case loaded:
+		if s.phase == fresh {
+			return recoveryState{phase: carried, done: -1, carried: e.own}, nil
 		}
 	}
 	return s, fmt.Errorf("%v refused in phase %v", e.kind, s.phase)

@@ -34,6 +34,7 @@ func TestPhaseTransitions(t *testing.T) {
 		empty    = event{kind: emptied}
 		reform   = event{kind: reformed, own: own}
 		reuse    = event{kind: reused}
+		load     = event{kind: loaded, own: held}
 	)
 	refused := recoveryState{phase: -1} // marks an edge the table refuses
 	tests := []struct {
@@ -75,6 +76,11 @@ func TestPhaseTransitions(t *testing.T) {
 		{live, reuse, recoveryState{phase: live, done: 5, round: 1}},
 		{updated, reuse, recoveryState{phase: live, done: 6, round: 1}},
 		{carried, reuse, refused},
+
+		{fresh, load, recoveryState{phase: carried, done: -1, carried: held}},
+		{live, load, refused},
+		{updated, load, refused},
+		{carried, load, refused},
 	}
 	seen := map[[2]int]bool{}
 	for _, tc := range tests {
@@ -91,7 +97,7 @@ func TestPhaseTransitions(t *testing.T) {
 			require.Equal(t, tc.want, got)
 		})
 	}
-	require.Len(t, seen, 4*7, "every event from every phase")
+	require.Len(t, seen, 4*8, "every event from every phase")
 	_, err := recoveryState{phase: live}.next(event{kind: eventKind(99)})
 	require.EqualError(t, err, "eventKind(99) refused in phase live")
 }

@@ -46,6 +46,12 @@ type scenario struct {
 	afterStep func(old, step int, cancel context.CancelFunc) error
 	// setup sets a first-world rank's hooks right after New.
 	setup func(old int, tr *Trainer)
+	// onStep, when set, sees every step a first-world rank completes,
+	// before afterStep.
+	onStep func(old int, tr *Trainer)
+	// hold, when set, is what a fresh worker holds before its Exchange
+	// (Trainer.HoldSaved): the state its rank saved in the first world.
+	hold func(next int) []recovery.Slice
 	// metrics is the metrics pattern, "" for none.
 	metrics string
 	// messageElems, when positive, is every rank's bound on the elements
@@ -93,6 +99,11 @@ func play(t *testing.T, sc scenario) []outcome {
 			}
 			defer tr.Close()
 			tr.hooks.messageElems = sc.messageElems
+			if sc.hold != nil {
+				if o.err = tr.HoldSaved(sc.hold(p.next)); o.err != nil {
+					return nil
+				}
+			}
 			if o.rec, o.err = tr.Exchange(context.Background(), nil); o.err != nil {
 				return nil
 			}
@@ -103,8 +114,11 @@ func play(t *testing.T, sc scenario) []outcome {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		cfg.Worker = worlds[0].Worker(p.old)
-		cfg.AfterStep = func(_ *Trainer, rec metrics.Record) error {
+		cfg.AfterStep = func(tr *Trainer, rec metrics.Record) error {
 			o.steps = append(o.steps, rec.Step)
+			if sc.onStep != nil && rec.WorldSize == sc.first {
+				sc.onStep(p.old, tr)
+			}
 			if sc.afterStep != nil && rec.WorldSize == sc.first {
 				return sc.afterStep(p.old, rec.Step, cancel)
 			}

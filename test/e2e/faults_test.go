@@ -52,6 +52,8 @@ type faultJob struct {
 	steps    int
 	lastCall int
 	leaseTTL int
+	// env is added to each agent's environment (its workers inherit it).
+	env []string
 }
 
 func newFaultJob(t *testing.T, toml, endpoint, runID, root, nnodes string) *faultJob {
@@ -69,7 +71,7 @@ func (j *faultJob) start(name string, extra ...string) *gorunProc {
 		fmt.Sprintf("--rdzv-conf=lease_ttl=%d,last_call_timeout=%d,join_timeout=120", cmp.Or(j.leaseTTL, 2), cmp.Or(j.lastCall, 10))}
 	args = append(append(args, extra...), j.toml)
 	args = append(append(append(args, faultSets...), j.sets...), "--set", fmt.Sprintf("checkpoint.dir=%q", j.dir), "--metrics", j.pattern)
-	p := startGorun(j.t, name, nil, args...)
+	p := startGorun(j.t, name, j.env, args...)
 	j.agents = append(j.agents, p)
 	return p
 }

@@ -9,7 +9,11 @@
 // optimizer update (so every rank holds the step the slowest completed;
 // see trainer/rollback.go). With [checkpoint] memory, package memcopy also
 // keeps each rank's slice on the buddy rank of the next node (rank + local
-// world size): these are extra offers.
+// world size): these are extra offers. A worker restarted alone under gorun
+// holds no live state, but its predecessor saved its slice after every step
+// in the agent's snapshot directory (two slots: Saved and ParseSaved are
+// the payload); it offers those as its own state, with no step completed
+// (Done -1), so they neither cap nor count in the choice of the step.
 //
 // How the step is chosen. Every rank all-gathers an Announcement (its last
 // completed step, its round, its new slice and its offers) and runs Decide

@@ -14,7 +14,8 @@ const (
 	// None: no step was held in full; the ranks start as new (the caller
 	// resumes from a checkpoint, or the seed).
 	None Source = iota
-	// Peers: the ranks' own live state covered the model.
+	// Peers: the ranks' own state covered the model: live, or saved by a
+	// rank's previous process (see Announcement).
 	Peers
 	// Memory: the extra offers (memory copies) were needed.
 	Memory
@@ -43,9 +44,10 @@ type Offer struct {
 }
 
 // Announcement is what one rank tells every other at the start of an
-// exchange: the last step it completed (-1: it holds no live state), the
-// round of the world whose run last set its live state (see Decide), the
-// slice [Lo, Hi) it owns under the new layout, and what it holds.
+// exchange: the last step it completed (-1: it holds no live state; its
+// offers may still be its own state, saved before its process restarted),
+// the round of the world whose run last set its live state (see Decide),
+// the slice [Lo, Hi) it owns under the new layout, and what it holds.
 type Announcement struct {
 	Done   int64
 	Round  int64

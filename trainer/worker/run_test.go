@@ -33,7 +33,7 @@ var tinySets = []string{
 // tinyConfig writes a small corpus and a train.toml that reads it into a
 // fresh directory (checkpoints go to its ckpt/) and loads it with sets
 // after tinySets.
-func tinyConfig(t *testing.T, sets ...string) config.Config {
+func tinyConfig(t testing.TB, sets ...string) config.Config {
 	t.Helper()
 	dir := t.TempDir()
 	var corpus strings.Builder

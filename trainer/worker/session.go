@@ -28,6 +28,7 @@ type session struct {
 	cfg    config.Config
 	worker distenv.Worker
 	log    io.Writer // rank 0's lines (the worker's stdout)
+	warn   io.Writer // warnings (the worker's stderr)
 	stop   *resume.Stop
 	term   <-chan struct{} // closed by a SIGTERM that asks for a save at the next step boundary
 
@@ -51,12 +52,21 @@ type session struct {
 	// the state (the exchange with the peers, and a checkpoint's load),
 	// for the next heartbeat likewise; NaN once told.
 	stateS float64
+	// snapDir is the agent's snapshot directory ("" without one) and
+	// slots this rank's slots in it (nil without one).
+	snapDir string
+	slots   *rankSlots
 }
 
-// afterStep is the trainer's AfterStep hook: heartbeat, memory copy,
-// checkpoint. (A new round's contract does not wait for a step boundary:
-// it ends Run's context, see run.)
+// afterStep is the trainer's AfterStep hook: snapshot (first, see
+// rankSlots), heartbeat, memory copy, checkpoint. (A new round's contract
+// does not wait for a step boundary: it ends Run's context, see run.)
 func (s *session) afterStep(t *trainer.Trainer, rec metrics.Record) error {
+	if s.slots != nil {
+		if err := s.slots.save(t); err != nil {
+			return err
+		}
+	}
 	p := progressOf(rec, s.worker.RestartCount, s.redone)
 	p.StateS = s.stateS
 	s.beat.Report(p)
@@ -70,8 +80,9 @@ func (s *session) afterStep(t *trainer.Trainer, rec metrics.Record) error {
 }
 
 // start makes the first round's trainer state: from live peers when a
-// job is re-forming around this fresh worker, else from the newest
-// checkpoint (or the seed).
+// job is re-forming around this fresh worker, with the state its rank's
+// previous process saved in the snapshot directory as its own (a worker
+// restarted alone), else from the newest checkpoint (or the seed).
 //
 // The collectives come in the order of a re-form (exchange, then the
 // checkpointer's and memory copies' groups), so that fresh workers and
@@ -81,6 +92,9 @@ func (s *session) afterStep(t *trainer.Trainer, rec metrics.Record) error {
 // newer round meanwhile (a node of this one is gone), it is aborted and
 // the worker re-forms in that round instead, as a rank new to the job.
 func (s *session) start() error {
+	if err := s.takeOver(); err != nil {
+		return err
+	}
 	ctx, err := s.follow.Enter(s.ctx, heartbeat.Reforming)
 	if err != nil {
 		return err
@@ -131,8 +145,27 @@ func (s *session) join() error {
 	return s.resumeFrom(rec, fmt.Sprintf("round %d: joined as a hot spare", next.RestartCount))
 }
 
-// attach makes the checkpointer and memory copies on the trainer's
-// current world, in the same order on every rank.
+// takeOver offers what this rank's previous process saved in the
+// snapshot directory, if anything, to the trainer's first exchange
+// (Trainer.HoldSaved).
+func (s *session) takeOver() error {
+	if s.snapDir == "" {
+		return nil
+	}
+	rank := s.worker.Rank
+	held, err := takeOver(s.snapDir, rank, s.t.SavedRun(), s.cfg.Train.Steps, s.warn)
+	if err != nil || len(held) == 0 {
+		return err
+	}
+	if err := s.t.HoldSaved(held); err != nil {
+		return err
+	}
+	fmt.Fprintf(s.warn, "worker rank %d: offering the state its rank saved in %s: %s\n", rank, s.snapDir, describeSaved(held))
+	return nil
+}
+
+// attach makes the checkpointer, memory copies and snapshot slots on the
+// trainer's current world, in the same order on every rank.
 func (s *session) attach() error {
 	ck, err := resume.New(s.t, resume.Config{Train: s.cfg, Log: s.log, Stop: s.stop})
 	if err != nil {
@@ -144,14 +177,20 @@ func (s *session) attach() error {
 			return err
 		}
 	}
+	if s.snapDir != "" {
+		if s.slots, err = openSlots(s.snapDir, s.worker.Rank); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
-// detach closes the checkpointer and memory copies of the old world and
-// returns the memory copies to re-form from.
+// detach closes the checkpointer, memory copies and snapshot slots of the
+// old world and returns the memory copies to re-form from.
 func (s *session) detach() ([]recovery.Slice, error) {
 	var extra []recovery.Slice
-	var errs []error
+	errs := []error{s.slots.close()}
+	s.slots = nil
 	if s.keeper != nil {
 		extra = s.keeper.Copies()
 		errs = append(errs, s.keeper.Close())
@@ -302,7 +341,7 @@ func (s *session) nextRound(err error, pending *distenv.Worker) (distenv.Worker,
 // close closes the checkpointer (waiting for a background save, which
 // uses the world) and then the trainer.
 func (s *session) close() error {
-	var errs []error
+	errs := []error{s.slots.close()}
 	if s.keeper != nil {
 		errs = append(errs, s.keeper.Close())
 	}

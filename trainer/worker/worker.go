@@ -58,8 +58,10 @@ type Options struct {
 	// LookupEnv reads the worker's environment: the torchrun contract
 	// (see distenv.FromEnv; WORLD_SIZE=1 without RANK is a world of its
 	// own), the agent's channel (heartbeat.EnvVar), whether the worker is
-	// a hot spare (heartbeat.StandbyEnvVar) and the job secret
-	// (jobsecret.EnvVar). nil means os.LookupEnv.
+	// a hot spare (heartbeat.StandbyEnvVar), the job secret
+	// (jobsecret.EnvVar) and the agent's snapshot directory
+	// (snapshot.EnvDir: unset, nothing is saved after each step; set, it
+	// must be a directory). nil means os.LookupEnv.
 	LookupEnv func(string) (string, bool)
 	// Threads is the worker's kernel goroutines; 0 means
 	// trainer.DefaultThreads of LOCAL_WORLD_SIZE. It must not be negative.
@@ -103,8 +105,11 @@ func usage(format string, args ...any) *ExitError {
 	return &ExitError{Code: ExitUsage, Err: fmt.Errorf("worker: "+format, args...)}
 }
 
-// Run trains as the rank opts' environment names until the run ends. A
-// hot spare (heartbeat.StandbyEnvVar=1) first awaits its round's
+// Run trains as the rank opts' environment names until the run ends. With
+// the agent's snapshot directory it saves the rank's state there after
+// every step, and a worker started for a rank whose previous process
+// died offers what that one saved to its peers (see rankSlots). A hot
+// spare (heartbeat.StandbyEnvVar=1) first awaits its round's
 // contract on the agent's channel. While it trains, Run catches the
 // signals the agent passes on (SIGUSR1, SIGUSR2, SIGTERM, SIGINT,
 // SIGHUP) for the whole process (os/signal), and stops catching them
@@ -151,13 +156,17 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return usage("%w", err)
 	}
+	snapDir, err := snapshotDir(lookup)
+	if err != nil {
+		return usage("%w", err)
+	}
 	if secret.IsZero() && w.WorldSize > 1 && w.Rank == 0 {
 		fmt.Fprintf(opts.Stderr, "worker: warning: %s is not set: the ranks of this job do not authenticate each other, and any process that knows its run id can join as a rank (gorun sets one; under torchrun, export one from gorun job-secret)\n", jobsecret.EnvVar)
 	}
 
 	sigs, stop := watchSignals(ctx, termSaveTimeout, duplicateSignalWindow)
 	defer stop()
-	err = run(sigs, opts, heartbeat.FromEnv(lookup), w, secret, standby)
+	err = run(sigs, opts, heartbeat.FromEnv(lookup), w, secret, standby, snapDir)
 	xe, lastWords := exitOf(w.Rank, err, sigs.terminated.Load())
 	if lastWords {
 		writeErrorFile(w.ErrorFile, err)
@@ -191,11 +200,12 @@ func exitOf(rank int, err error, terminated bool) (xe *ExitError, lastWords bool
 	return &ExitError{Code: ExitFailed, Err: fmt.Errorf("worker rank %d: %w", rank, err)}, true
 }
 
-// run trains as rank w, with beat the agent's channel (nil: none). A hot
-// spare (standby: its agent started it before the node had a round)
-// builds its trainer for a world of its own, which it never runs, and
-// awaits its first round's contract instead.
-func run(sigs *workerSignals, opts Options, beat *heartbeat.Beater, w distenv.Worker, secret jobsecret.Secret, standby bool) (err error) {
+// run trains as rank w, with beat the agent's channel (nil: none) and
+// snapDir the agent's snapshot directory ("": none). A hot spare
+// (standby: its agent started it before the node had a round) builds its
+// trainer for a world of its own, which it never runs, and awaits its
+// first round's contract instead.
+func run(sigs *workerSignals, opts Options, beat *heartbeat.Beater, w distenv.Worker, secret jobsecret.Secret, standby bool, snapDir string) (err error) {
 	ctx := sigs.ctx
 	threads := opts.Threads
 	who := fmt.Sprintf("worker rank %d", w.Rank)
@@ -207,7 +217,7 @@ func run(sigs *workerSignals, opts Options, beat *heartbeat.Beater, w distenv.Wo
 		w = distenv.Worker{WorldSize: 1, LocalWorldSize: 1, GroupWorldSize: 1, ErrorFile: w.ErrorFile,
 			RunID: w.RunID, RoleName: w.RoleName, MaxRestarts: w.MaxRestarts}
 	}
-	s := &session{ctx: ctx, cfg: opts.Config, worker: w, log: opts.Stdout, stop: &sigs.stop, term: sigs.term, beat: beat,
+	s := &session{ctx: ctx, cfg: opts.Config, worker: w, log: opts.Stdout, warn: opts.Stderr, snapDir: snapDir, stop: &sigs.stop, term: sigs.term, beat: beat,
 		follow: beat.Follow(ctx, logPhase(opts.Stderr, who)), waitRound: comm.DefaultTimeout, redone: math.NaN(), stateS: math.NaN()}
 	tcfg := trainer.Config{Train: opts.Config, Worker: w, Threads: threads,
 		Secret: secret, CommLog: opts.Stderr, Profile: opts.Profile,
