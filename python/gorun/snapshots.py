@@ -24,8 +24,10 @@ Tensor.element_size, Tensor.device, torch.cuda.Event (record, synchronize),
 torch.nn.Module.state_dict / load_state_dict (and the same pair of
 optimizers, LR schedulers and any other stateful object). Besides torch,
 only the standard library: zlib.crc32 for the CRC-32 (it releases the GIL),
-mmap, os.pwrite / os.preadv, and ctypes for a byte view of a tensor's
-memory (Tensor.data_ptr).
+mmap, os.pwrite / os.preadv (large ones in pieces on a few threads:
+_parallel), and ctypes for a byte view of a tensor's memory
+(Tensor.data_ptr). A GPU tensor is restored through two pinned buffers with
+non-blocking copies (torch.cuda.synchronize at the end).
 """
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
-from . import _slot
+from . import _parallel, _slot
 
 ENV_DIR = "GORUN_SNAPSHOT_DIR"
 """The environment variable that names the snapshot directory."""
@@ -54,7 +56,7 @@ ENV_REASON = "GORUN_SNAPSHOT_REASON"
 ENV_VERIFIED = "GORUN_SNAPSHOT_VERIFIED"
 """"1": the agent verified the CRC of the slot holding GORUN_SNAPSHOT_STEP."""
 
-_CRC_CHUNK = 16 << 20  # bytes per zlib.crc32 call over the mapping
+_STAGING = 64 << 20  # bytes of each of the two pinned buffers a GPU restore reads through
 _READ_CHUNK = 1 << 20  # the buffer of a CRC read with preadv: stays in the cache
 
 _ALIGN = 64
@@ -122,10 +124,10 @@ class _Missing:
 def _targets(saved: Any, current: Any, into: Dict[int, torch.Tensor]) -> None:
     """Record in into, for every tensor of saved (a tree of _Missing that
     _compare accepted against current), the tensor of current at the same
-    place when the snapshot's bytes can be read straight into it: on the
-    CPU and contiguous."""
+    place when the snapshot's bytes can be read straight into it (a CPU
+    tensor) or through pinned buffers (a GPU tensor): a contiguous one."""
     if isinstance(saved, _Missing):
-        if current.device.type == "cpu" and current.is_contiguous():
+        if current.is_contiguous():
             into[saved.index] = current
     elif isinstance(current, Mapping) and isinstance(saved, Mapping):
         for k in current:
@@ -282,6 +284,8 @@ class Snapshots:
         self._pending: Optional[threading.Thread] = None
         self._pending_error: Optional[BaseException] = None
         self._pinned: Dict[int, torch.Tensor] = {}
+        self._io = _parallel.Pool()
+        self._staging: List[torch.Tensor] = []  # pinned, for restoring onto a GPU
         if self.enabled:
             atexit.register(self.close)
 
@@ -425,7 +429,10 @@ class Snapshots:
             t = into.get(i)
             if t is None:
                 t = torch.empty(shape, dtype=getattr(torch, dtype))
-            _pread_into(m.fd, _memory(t), data + off, m.path)
+            if t.device.type == "cpu":
+                self._pread(m, _memory(t), data + off)
+            else:
+                self._pread_to_device(m, t, data + off)
             return t
 
         for key, obj in state.items():
@@ -434,6 +441,8 @@ class Snapshots:
                 obj.load_state_dict(value)
             else:
                 state[key] = value
+        if self._staging:
+            torch.cuda.synchronize()  # the last copies out of the staging buffers
 
     # -- save ------------------------------------------------------------
 
@@ -481,7 +490,7 @@ class Snapshots:
         for i, (t, spec) in enumerate(zip(tensors, specs)):
             start = base + data + spec[2]
             if t.device.type == "cpu":
-                _write(m, start, _bytes_of(t))
+                _write(m, start, _bytes_of(t), self._io)
                 continue
             pinned = self._pinned.get(i)
             if pinned is None or pinned.numel() != spec[3]:
@@ -497,8 +506,8 @@ class Snapshots:
             if event is not None:
                 event.synchronize()
                 for pinned, start in gpu:
-                    _write(m, start, pinned)
-            crc = _crc32(m, length)
+                    _write(m, start, pinned, self._io)
+            crc = _crc32(m, length, self._io)
             m.warm = max(m.warm, _slot.HEADER_SIZE + length)
             if self._hook is not None:
                 self._hook(step)
@@ -540,6 +549,8 @@ class Snapshots:
                     m.close()
                 self._slots[i] = None
             self._steps = [None, None]
+            self._io.close()
+            self._staging = []
             atexit.unregister(self.close)
 
     def __enter__(self) -> "Snapshots":
@@ -549,6 +560,35 @@ class Snapshots:
         self.close()
 
     # -- internals -------------------------------------------------------
+
+    def _pread(self, m: "_Mapped", view: memoryview, off: int) -> None:
+        """Fill view from slot m at off, in pieces on the I/O threads; a
+        SnapshotError naming the file if it ends first."""
+        if self._io.pread(m.fd, view, off) != len(view):
+            raise SnapshotError(f"gorun snapshots: {m.path} ends inside its payload")
+
+    def _pread_to_device(self, m: "_Mapped", t: torch.Tensor, off: int) -> None:
+        """Read the bytes of t (a contiguous GPU tensor) from slot m at off:
+        into two pinned staging buffers in turn, each copied to the device
+        asynchronously while the next piece is read."""
+        dst = t.view(-1).view(torch.uint8)
+        n = dst.numel()
+        if not self._staging:
+            self._staging = [torch.empty(_STAGING, dtype=torch.uint8).pin_memory() for _ in range(2)]
+            self._staged = [None, None]  # the event of each buffer's copy in flight
+        done, b = 0, 0
+        while done < n:
+            k = min(_STAGING, n - done)
+            ev = self._staged[b]
+            if ev is not None:
+                ev.synchronize()
+            buf = self._staging[b]
+            self._pread(m, _memory(buf)[:k], off + done)
+            dst[done:done + k].copy_(buf[:k], non_blocking=True)
+            ev = torch.cuda.Event()
+            ev.record()
+            self._staged[b] = ev
+            done, b = done + k, 1 - b
 
     def _open(self) -> None:
         if self._slots[0] is not None:
@@ -623,18 +663,16 @@ def _memory(t: torch.Tensor) -> memoryview:
     return memoryview((ctypes.c_char * n).from_address(t.data_ptr())).cast("B")
 
 
-def _write(m: "_Mapped", start: int, src: torch.Tensor) -> None:
+def _write(m: "_Mapped", start: int, src: torch.Tensor, io: _parallel.Pool) -> None:
     """Write the bytes of src (uint8, CPU, contiguous) at start of slot m:
-    a copy into the mapping where it is warm, pwrite where it is not."""
+    a copy into the mapping where it is warm, pwrite (in pieces on io's
+    threads) where it is not."""
     n = src.numel()
     if start + n <= m.warm:
         assert m.buf is not None
         m.buf[start:start + n].copy_(src)
         return
-    view = _memory(src)
-    done = 0
-    while done < n:  # a write moves at most about 2 GiB
-        done += os.pwrite(m.fd, view[done:], start + done)
+    io.pwrite(m.fd, _memory(src), start)
 
 
 def _pread_into(fd: int, view: memoryview, off: int, path: str) -> None:
@@ -662,19 +700,15 @@ def _crc32_read(fd: int, length: int, path: str) -> int:
     return crc
 
 
-def _crc32(m: "_Mapped", length: int) -> int:
+def _crc32(m: "_Mapped", length: int, io: _parallel.Pool) -> int:
     """The CRC-32 of the payload of slot m (length bytes), read from the
-    mapping in chunks; zlib.crc32 releases the GIL, so in the background
-    thread it overlaps the training step."""
+    mapping in pieces on io's threads; zlib.crc32 releases the GIL, so in
+    the background it overlaps the training step."""
     assert m.mm is not None
     view = memoryview(m.mm)
     try:
-        crc = 0
-        end = _slot.HEADER_SIZE + length
-        for off in range(_slot.HEADER_SIZE, end, _CRC_CHUNK):
-            with view[off:min(off + _CRC_CHUNK, end)] as chunk:
-                crc = zlib.crc32(chunk, crc)
-        return crc
+        with view[_slot.HEADER_SIZE:_slot.HEADER_SIZE + length] as payload:
+            return io.crc32(payload)
     finally:
         view.release()
 
