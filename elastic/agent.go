@@ -162,7 +162,11 @@ type Spec struct {
 	// budget during a long fault. The launcher gives twice the lease TTL:
 	// by then a node that is really gone has lost its lease.
 	ReformAfter time.Duration
-	Log         zerolog.Logger
+	// Snapshots, when not nil, is the workers' snapshot directory: before
+	// a round's fresh script workers start, the agents agree on the step
+	// they restore and give it to them (see Snapshots).
+	Snapshots *Snapshots
+	Log       zerolog.Logger
 }
 
 // DefaultAwaitTimeout is Spec.AwaitTimeout when it is 0.

@@ -33,8 +33,11 @@ const blameTimeout = 5 * time.Second
 // bug; the outcome is then still how the round ended).
 func (a *Agent) runRound(ctx context.Context, r rendezvous.Round, workers []*worker, recovering *keep) (outcome, error) {
 	if workers == nil {
-		var err error
-		if workers, err = a.startRound(r); err != nil {
+		env, err := a.prepareSnapshots(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		if workers, err = a.startRound(r, env); err != nil {
 			return nil, err
 		}
 	}
@@ -68,14 +71,15 @@ func keptBy(out outcome) *keep {
 	return nil
 }
 
-// startRound starts fresh workers for round r; when not all of them
-// start, it stops and releases those that did.
-func (a *Agent) startRound(r rendezvous.Round) ([]*worker, error) {
+// startRound starts fresh workers for round r, with extra variables over
+// their environment; when not all of them start, it stops and releases
+// those that did.
+func (a *Agent) startRound(r rendezvous.Round, extra []string) ([]*worker, error) {
 	sink, err := a.sinkOf(r)
 	if err != nil {
 		return nil, err
 	}
-	workers, err := a.startWorkers(sink, r)
+	workers, err := a.startWorkers(sink, r, extra)
 	if err != nil {
 		a.stopAll(workers, syscall.SIGTERM)
 		a.release(workers)

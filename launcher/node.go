@@ -17,7 +17,9 @@ import (
 	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/internal/proc"
 	"github.com/gorun/gorun/internal/reach"
+	"github.com/gorun/gorun/internal/snapshot"
 	"github.com/gorun/gorun/internal/straggler"
+	pythonpkg "github.com/gorun/gorun/python"
 	"github.com/gorun/gorun/rendezvous"
 	"github.com/gorun/gorun/rendezvous/etcdembed"
 	"github.com/gorun/gorun/rendezvous/etcdstore"
@@ -65,6 +67,7 @@ type node struct {
 	log zerolog.Logger // the rendezvous's (component=rendezvous)
 
 	tmpDir      string      // the workers' error files without --log-dir; removed by close
+	snapDir     string      // the job's snapshot directory on this node (Launch.Snapshots); removed by close
 	stopMetrics func()      // stops serving --metrics-addr
 	guard       *proc.Guard // kills the workers if gorun dies without stopping them
 
@@ -89,7 +92,7 @@ func newNode(l *Launch, rt Runtime) *node {
 
 // start makes the node's parts, each in the order the next one needs
 // it: the error-file directory, the metrics server, the guard process,
-// then (over etcd) the embedded member, the connection, the incarnation,
+// the snapshot directory (which the guard removes if gorun dies), then (over etcd) the embedded member, the connection, the incarnation,
 // the store, the prober, the rendezvous, and last the agent. It returns
 // the first error; what it made until then stays in n for close.
 func (n *node) start(ctx context.Context) error {
@@ -137,6 +140,11 @@ func (n *node) start(ctx context.Context) error {
 			return err
 		}
 		n.guard, spec.Guard = guard, guard
+	}
+	if l.Snapshots {
+		if err := n.makeSnapshotDir(&spec); err != nil {
+			return err
+		}
 	}
 	if l.Rendezvous.Backend == BackendEtcd {
 		return n.startElastic(ctx, spec)
@@ -267,8 +275,9 @@ func leaveBy(out elastic.Outcome) time.Time {
 //  5. the embedded member (given serverCloseTimeout to stop: one whose
 //     cluster lost its quorum may not), then its data dir, whether or not
 //     the member stopped in time;
-//  6. the guard process, the metrics server, and the temporary directory
-//     of the workers' error files.
+//  6. the guard process, the metrics server, the temporary directory of
+//     the workers' error files, and the snapshot directory (the agent has
+//     returned: no worker maps its files any more).
 //
 // by is leaveBy's for a node whose agent ran, the zero time (leave at
 // once) for one whose start failed. close returns the errors of the
@@ -315,6 +324,11 @@ func (n *node) close(by time.Time) error {
 	}
 	if n.tmpDir != "" {
 		_ = os.RemoveAll(n.tmpDir)
+	}
+	if n.snapDir != "" {
+		if err := os.RemoveAll(n.snapDir); err != nil {
+			n.rt.Log.Warn().Err(err).Msg("removing the snapshot directory")
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -406,4 +420,43 @@ func dialRendezvous(ctx context.Context, r Rendezvous, log zerolog.Logger) (*etc
 			"(start gorun rendezvous serve with the job secret, or give an etcd with TLS and users --rdzv-conf)")
 	}
 	return conn, nil
+}
+
+// DefaultShmDir is where the job's snapshot directory is made when
+// Runtime.ShmDir is "": a tmpfs on every Linux machine, so that the
+// workers' snapshots are memory that outlives the workers.
+const DefaultShmDir = "/dev/shm"
+
+// makeSnapshotDir makes the job's snapshot directory on this node,
+// <shm>/gorun-<run id>-<pid> (mode 0700: the job's user alone), extracts
+// the gorun Python package into its python/ and gives spec's workers
+// both (GORUN_SNAPSHOT_DIR, and python/ first on PYTHONPATH); the guard,
+// if any, removes it if gorun dies. A directory that cannot be made is
+// an error that names it and says what to do.
+func (n *node) makeSnapshotDir(spec *elastic.Spec) error {
+	l, shm := n.l, n.rt.ShmDir
+	if shm == "" {
+		shm = DefaultShmDir
+	}
+	dir := filepath.Join(shm, fmt.Sprintf("gorun-%s-%d", l.RunID, os.Getpid()))
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("snapshot directory %s: %w (the workers' snapshots live in a tmpfs at %s: make it writable, or turn snapshots off with --snapshots=false)", dir, err, shm)
+	}
+	n.snapDir = dir
+	if err := n.guard.RemoveAtExit(dir); err != nil {
+		return err
+	}
+	python := filepath.Join(dir, "python")
+	if err := pythonpkg.Extract(python); err != nil {
+		return fmt.Errorf("snapshot directory %s: %w", dir, err)
+	}
+	env := setEnv(spec.Environ, snapshot.EnvDir, dir)
+	path := python
+	if old, ok := lookupEnv(env, "PYTHONPATH"); ok && old != "" {
+		path += string(os.PathListSeparator) + old
+	}
+	spec.Environ = setEnv(env, "PYTHONPATH", path)
+	spec.Snapshots = &elastic.Snapshots{Dir: dir, Replicas: l.SnapshotReplicas}
+	n.rt.Log.Info().Str("component", "launcher").Str("dir", dir).Int("replicas", l.SnapshotReplicas).Msg("workers' snapshots in memory")
+	return nil
 }

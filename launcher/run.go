@@ -37,7 +37,10 @@ type Runtime struct {
 	// GuardCommand starts the guard process that kills the workers if
 	// gorun dies without stopping them (proc.RunGuard); nil: no guard.
 	GuardCommand []string
-	Log          zerolog.Logger
+	// ShmDir is the tmpfs the job's snapshot directory is made in;
+	// "": DefaultShmDir.
+	ShmDir string
+	Log    zerolog.Logger
 }
 
 // staticRound is the round of a static launch, and what `gorun plan`
