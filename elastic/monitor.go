@@ -32,17 +32,18 @@ const blameTimeout = 5 * time.Second
 // outcome), or when it met an agent state edge that is not allowed (a
 // bug; the outcome is then still how the round ended).
 func (a *Agent) runRound(ctx context.Context, r rendezvous.Round, workers []*worker, recovering *keep) (outcome, error) {
-	if workers == nil {
-		env, err := a.prepareSnapshots(ctx, r)
-		if err != nil {
-			return nil, err
-		}
-		if workers, err = a.startRound(r, env); err != nil {
-			return nil, err
-		}
-	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
+	if workers == nil {
+		snaps, err := a.prepareSnapshots(ctx, r)
+		if err != nil {
+			return a.snapshotOutcome(ctx, r, err), nil
+		}
+		if workers, err = a.startRound(r, snaps.env); err != nil {
+			return nil, err
+		}
+		defer a.replicate(watchCtx, r, snaps)()
+	}
 	m := &roundMonitor{
 		a: a, ctx: ctx, watchCtx: watchCtx, round: r, workers: workers, running: len(workers),
 		stalled: make(chan stallOf, len(workers)), verdict: make(chan bool, 1),

@@ -456,7 +456,7 @@ func (n *node) makeSnapshotDir(spec *elastic.Spec) error {
 		path += string(os.PathListSeparator) + old
 	}
 	spec.Environ = setEnv(env, "PYTHONPATH", path)
-	spec.Snapshots = &elastic.Snapshots{Dir: dir, Replicas: l.SnapshotReplicas}
+	spec.Snapshots = &elastic.Snapshots{Dir: dir, Node: firstNonEmpty(l.Rendezvous.NodeID, l.Host), Replicas: l.SnapshotReplicas}
 	n.rt.Log.Info().Str("component", "launcher").Str("dir", dir).Int("replicas", l.SnapshotReplicas).Msg("workers' snapshots in memory")
 	return nil
 }

@@ -160,7 +160,7 @@ func TestSnapshotDir(t *testing.T) {
 		{name: "no tmpfs", shm: file, err: "--snapshots=false"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := &Launch{RunID: "snap", SnapshotReplicas: 2}
+			l := &Launch{RunID: "snap", Host: "h", SnapshotReplicas: 2}
 			n := newNode(l, Runtime{ShmDir: tc.shm, Log: zerolog.Nop()})
 			spec := elastic.Spec{Environ: []string{"HOME=/h"}}
 			if tc.pythonPath != "" {
@@ -181,7 +181,7 @@ func TestSnapshotDir(t *testing.T) {
 			require.Equal(t, os.FileMode(0o700), st.Mode().Perm())
 			require.FileExists(t, filepath.Join(dir, "python", "gorun", "__init__.py"))
 			require.Equal(t, []string{"HOME=/h", "GORUN_SNAPSHOT_DIR=" + dir, "PYTHONPATH=" + tc.wantPath(dir)}, spec.Environ)
-			require.Equal(t, &elastic.Snapshots{Dir: dir, Replicas: 2}, spec.Snapshots)
+			require.Equal(t, &elastic.Snapshots{Dir: dir, Node: "h", Replicas: 2}, spec.Snapshots)
 			require.NoError(t, n.close(time.Time{}))
 			require.NoDirExists(t, dir)
 		})
