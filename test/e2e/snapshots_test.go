@@ -204,3 +204,40 @@ func TestSnapshotsWorkerKill(t *testing.T) {
 	requireNoShm(t, id)
 	requireNoShm(t, id+"-ref")
 }
+
+// An agent killed with SIGKILL leaves no snapshot directory behind: its
+// guard, which outlives it, kills its workers and then removes the
+// directory.
+func TestSnapshotsGoWithAKilledAgent(t *testing.T) {
+	torch.Require(t)
+	id := "snap-agent-kill-" + newMarker(t)
+	p := startGorun(t, "gorun", ddpEnv, append([]string{"--standalone", "--nproc-per-node=1", "--rdzv-id=" + id},
+		snapshotArgs(filepath.Join(t.TempDir(), "out.pt"))...)...)
+	if !p.waitOutput(runTimeout, func(out string) bool { return strings.Contains(out, "step 5 loss") }) {
+		p.wait()
+		t.Fatal("training never reached step 5")
+	}
+	dirs, _ := filepath.Glob(filepath.Join("/dev/shm", "gorun-"+id+"-*"))
+	if len(dirs) != 1 {
+		t.Fatalf("want one snapshot directory of the run in /dev/shm, found %v", dirs)
+	}
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+	// The guard reads the end of its input once gorun is gone; then it
+	// kills the workers and removes the directory, and exits.
+	gone := func() bool {
+		_, err := os.Stat(dirs[0])
+		return os.IsNotExist(err) && len(listMarked(p.marker)) == 0
+	}
+	deadline := time.After(runTimeout)
+	for !gone() {
+		select {
+		case <-deadline:
+			t.Fatalf("%s still there, or processes of the run alive (%v), after gorun was killed", dirs[0], listMarked(p.marker))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	requireNoShm(t, id)
+}
