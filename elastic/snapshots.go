@@ -302,7 +302,7 @@ func (a *Agent) replicate(ctx context.Context, r rendezvous.Round, sr snapRound)
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if err := s.Transfer.Push(ctx, r.Number, s.Dir, own, sr.peers, sent); err != nil && ctx.Err() == nil {
+		if err := s.Transfer.Push(a.log.WithContext(ctx), r.Number, s.Dir, own, sr.peers, sent); err != nil && ctx.Err() == nil {
 			a.log.Warn().Err(err).Int("round", r.Number).Msg("snapshots: replication stopped; the ranks of this node restore from its memory alone")
 		}
 	})

@@ -18,6 +18,7 @@ import (
 	"github.com/gorun/gorun/internal/proc"
 	"github.com/gorun/gorun/internal/reach"
 	"github.com/gorun/gorun/internal/snapshot"
+	"github.com/gorun/gorun/internal/snapshot/replica"
 	"github.com/gorun/gorun/internal/straggler"
 	pythonpkg "github.com/gorun/gorun/python"
 	"github.com/gorun/gorun/rendezvous"
@@ -66,10 +67,11 @@ type node struct {
 	rt  Runtime
 	log zerolog.Logger // the rendezvous's (component=rendezvous)
 
-	tmpDir      string      // the workers' error files without --log-dir; removed by close
-	snapDir     string      // the job's snapshot directory on this node (Launch.Snapshots); removed by close
-	stopMetrics func()      // stops serving --metrics-addr
-	guard       *proc.Guard // kills the workers if gorun dies without stopping them
+	tmpDir      string          // the workers' error files without --log-dir; removed by close
+	snapDir     string          // the job's snapshot directory on this node (Launch.Snapshots); removed by close
+	replicas    *replica.Server // serves snapshot copies to and from the other nodes (over etcd); nil: none
+	stopMetrics func()          // stops serving --metrics-addr
+	guard       *proc.Guard     // kills the workers if gorun dies without stopping them
 
 	// Over etcd, in the order start makes them.
 	member  *etcdembed.Server  // this node's embedded etcd member, which the others may still need
@@ -276,8 +278,9 @@ func leaveBy(out elastic.Outcome) time.Time {
 //     cluster lost its quorum may not), then its data dir, whether or not
 //     the member stopped in time;
 //  6. the guard process, the metrics server, the temporary directory of
-//     the workers' error files, and the snapshot directory (the agent has
-//     returned: no worker maps its files any more).
+//     the workers' error files, the snapshot replica server, and the
+//     snapshot directory (the agent has returned: no worker maps its
+//     files any more).
 //
 // by is leaveBy's for a node whose agent ran, the zero time (leave at
 // once) for one whose start failed. close returns the errors of the
@@ -324,6 +327,11 @@ func (n *node) close(by time.Time) error {
 	}
 	if n.tmpDir != "" {
 		_ = os.RemoveAll(n.tmpDir)
+	}
+	if n.replicas != nil {
+		if err := n.replicas.Close(); err != nil {
+			n.rt.Log.Warn().Err(err).Msg("stopping the snapshot replica server")
+		}
 	}
 	if n.snapDir != "" {
 		if err := os.RemoveAll(n.snapDir); err != nil {
@@ -457,6 +465,14 @@ func (n *node) makeSnapshotDir(spec *elastic.Spec) error {
 	}
 	spec.Environ = setEnv(env, "PYTHONPATH", path)
 	spec.Snapshots = &elastic.Snapshots{Dir: dir, Node: firstNonEmpty(l.Rendezvous.NodeID, l.Host), Replicas: l.SnapshotReplicas}
+	if l.Rendezvous.Backend == BackendEtcd {
+		// Nodes that may lose one another copy and fetch snapshots.
+		t, err := n.serveReplicas(dir)
+		if err != nil {
+			return fmt.Errorf("snapshot replicas: %w (or turn snapshots off with --snapshots=false)", err)
+		}
+		n.replicas, spec.Snapshots.Transfer = t.Server, t
+	}
 	n.rt.Log.Info().Str("component", "launcher").Str("dir", dir).Int("replicas", l.SnapshotReplicas).Msg("workers' snapshots in memory")
 	return nil
 }
