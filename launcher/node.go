@@ -120,7 +120,11 @@ func (n *node) start(ctx context.Context) error {
 		rt.Log.Warn().Str("component", "launcher").Msg(ompWarning)
 	}
 	if l.MetricsAddr != "" {
-		stop, err := serveMetrics(l, rt.Log, &spec)
+		snapDir := ""
+		if l.Snapshots {
+			snapDir = n.snapshotPath()
+		}
+		stop, err := serveMetrics(l, rt.Log, &spec, snapDir)
 		if err != nil {
 			return err
 		}
@@ -435,6 +439,16 @@ func dialRendezvous(ctx context.Context, r Rendezvous, log zerolog.Logger) (*etc
 // workers' snapshots are memory that outlives the workers.
 const DefaultShmDir = "/dev/shm"
 
+// snapshotPath is the job's snapshot directory on this node:
+// <shm>/gorun-<run id>-<pid>.
+func (n *node) snapshotPath() string {
+	shm := n.rt.ShmDir
+	if shm == "" {
+		shm = DefaultShmDir
+	}
+	return filepath.Join(shm, fmt.Sprintf("gorun-%s-%d", n.l.RunID, os.Getpid()))
+}
+
 // makeSnapshotDir makes the job's snapshot directory on this node,
 // <shm>/gorun-<run id>-<pid> (mode 0700: the job's user alone), extracts
 // the gorun Python package into its python/ and gives spec's workers
@@ -446,7 +460,7 @@ func (n *node) makeSnapshotDir(spec *elastic.Spec) error {
 	if shm == "" {
 		shm = DefaultShmDir
 	}
-	dir := filepath.Join(shm, fmt.Sprintf("gorun-%s-%d", l.RunID, os.Getpid()))
+	dir := n.snapshotPath()
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return fmt.Errorf("snapshot directory %s: %w (the workers' snapshots live in a tmpfs at %s: make it writable, or turn snapshots off with --snapshots=false)", dir, err, shm)
 	}
