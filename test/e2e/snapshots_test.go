@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/etcdtest"
+	"github.com/gorun/gorun/internal/snapshot"
 	"github.com/gorun/gorun/test/harness"
 )
 
@@ -62,12 +64,14 @@ func agreements(stderr string) []agreement {
 	return out
 }
 
-// requireSameModel fails unless the state_dicts torch.save wrote at ref
-// and got hold the same tensors, bit for bit.
+// requireSameModel fails unless the state_dicts (or tensors) torch.save
+// wrote at ref and got hold the same tensors, bit for bit.
 func requireSameModel(t *testing.T, ref, got string) {
 	t.Helper()
 	const compare = `import sys, torch
 a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+if isinstance(a, torch.Tensor):
+    a, b = {"": a}, {"": b}
 assert a.keys() == b.keys(), (sorted(a), sorted(b))
 for k in a:
     x, y = a[k], b[k]
@@ -240,4 +244,217 @@ func TestSnapshotsGoWithAKilledAgent(t *testing.T) {
 		}
 	}
 	requireNoShm(t, id)
+}
+
+// shardedSteps and shardedPace: the sharded job's length and the pace of
+// its steps (a real step lasts far longer than its snapshot's copy).
+const (
+	shardedSteps = 300
+	shardedPace  = "0.02"
+)
+
+func shardedScript() string {
+	return filepath.Join(moduleRoot, "test", "e2e", "testdata", "snapshots", "sharded.py")
+}
+
+// shardedJob is three agents of one worker each over one etcd running
+// testdata/snapshots/sharded.py, whose ranks each keep state of their own.
+type shardedJob struct {
+	t        *testing.T
+	endpoint string
+	id, out  string
+	agents   []*gorunProc
+}
+
+func newShardedJob(t *testing.T, endpoint, id string) *shardedJob {
+	return &shardedJob{t: t, endpoint: endpoint, id: id, out: t.TempDir()}
+}
+
+// start starts one more agent, named name.
+func (j *shardedJob) start(name string) *gorunProc {
+	p := startGorun(j.t, name, ddpEnv, "--nnodes=3", "--nproc-per-node=1", "--max-restarts=3", "--snapshot-replicas=1",
+		"--rdzv-endpoint="+j.endpoint, "--rdzv-id="+j.id, "--node-name="+name, "--local-addr=127.0.0.1",
+		"--rdzv-conf=lease_ttl=2,last_call_timeout=1", shardedScript(), "--steps", strconv.Itoa(shardedSteps),
+		"--step-sleep", shardedPace, "--out", j.out)
+	j.agents = append(j.agents, p)
+	return p
+}
+
+// worker is the one worker of agent p: its process, global rank and node rank.
+type nodeWorker struct {
+	agent          *gorunProc
+	proc           harness.Proc
+	rank, nodeRank int
+}
+
+func (j *shardedJob) workers() []nodeWorker {
+	var out []nodeWorker
+	for _, p := range j.agents {
+		for _, w := range harness.Marked(markerEnv + "=" + p.marker) {
+			rank, ok1 := w.Getenv("RANK")
+			group, ok2 := w.Getenv("GROUP_RANK")
+			if ok1 && ok2 {
+				r, _ := strconv.Atoi(rank)
+				g, _ := strconv.Atoi(group)
+				out = append(out, nodeWorker{agent: p, proc: w, rank: r, nodeRank: g})
+			}
+		}
+	}
+	return out
+}
+
+// snapDir is agent p's snapshot directory.
+func (j *shardedJob) snapDir(p *gorunProc) string {
+	return filepath.Join("/dev/shm", fmt.Sprintf("gorun-%s-%d", j.id, p.cmd.Process.Pid))
+}
+
+// newestSnapshot is the newest complete step of rank in dir; -1: none.
+func newestSnapshot(dir string, rank int) int64 {
+	s, err := snapshot.Newest(snapshot.Paths(dir, rank)[0], snapshot.Paths(dir, rank)[1])
+	if err != nil {
+		return -1
+	}
+	return int64(s.Step)
+}
+
+// killNode kills every process of agent p at once (its gorun, guard and
+// worker: the machine is gone) and removes its snapshot directory, as the
+// machine's memory goes with it.
+func (j *shardedJob) killNode(p *gorunProc) {
+	j.t.Helper()
+	dir := j.snapDir(p)
+	for _, q := range harness.Marked(markerEnv + "=" + p.marker) {
+		_ = syscall.Kill(q.PID, syscall.SIGKILL)
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+	for len(listMarked(p.marker)) > 0 {
+		killMarked(p.marker)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		j.t.Fatal(err)
+	}
+}
+
+// Node loss with a copy of each rank's snapshots on the next node
+// (--snapshot-replicas=1) and state that is each rank's own (sharded): with
+// every worker paused once the copies caught up, one whole node is killed
+// (agent, guard, worker; its memory gone) and a new node takes its place.
+// Its rank restores from the copy on the node after it, every rank goes on
+// from the same step (at most 1 redone), and every rank's final state is
+// bit-identical to a fault-free run's. With two nodes killed, one rank's
+// copies are all gone: the agents say so, the workers restore nothing (the
+// script's own fallback: here, from the start) and still end identical.
+func TestSnapshotsNodeLoss(t *testing.T) {
+	torch.Require(t)
+	endpoint := etcdtest.Start(t).Endpoints()[0]
+	ref := newShardedJob(t, endpoint, "snap-ref-"+newMarker(t))
+	for _, n := range nodeNames(3) {
+		ref.start(n)
+	}
+	for i, r := range waitAll(ref.agents) {
+		if r.ExitCode != 0 {
+			t.Fatalf("fault-free run: node %d exit %d", i, r.ExitCode)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		kills int // nodes killed: the one with rank `victim` and, with 2, the next (which holds its copy)
+	}{
+		{"one node, restored from its copy", 1},
+		{"two nodes, both copies gone", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := newShardedJob(t, endpoint, "snap-loss-"+newMarker(t))
+			for _, n := range nodeNames(3) {
+				j.start(n)
+			}
+			reached := func() bool {
+				for _, p := range j.agents {
+					if strings.Contains(p.stdout.String(), "step 50\n") {
+						return true
+					}
+				}
+				return false
+			}
+			if !waitUntil(j.agents[0], reached) {
+				t.Fatal("training never reached step 50")
+			}
+			ws := j.workers()
+			if len(ws) != 3 {
+				t.Fatalf("want 3 workers, found %d", len(ws))
+			}
+			for _, w := range ws {
+				_ = syscall.Kill(w.proc.PID, syscall.SIGSTOP)
+			}
+			for _, w := range ws {
+				for !harness.Stopped(w.proc.PID) {
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+			byNodeRank := map[int]nodeWorker{}
+			for _, w := range ws {
+				byNodeRank[w.nodeRank] = w
+			}
+			victim := byNodeRank[1]
+			next := byNodeRank[2]
+			// The copy of the victim's rank on the next node catches up
+			// with the victim's own newest snapshot.
+			own := newestSnapshot(j.snapDir(victim.agent), victim.rank)
+			if !waitUntil(next.agent, func() bool { return newestSnapshot(j.snapDir(next.agent), victim.rank) == own }) {
+				t.Fatalf("the copy of rank %d on node rank 2 never reached step %d", victim.rank, own)
+			}
+			j.killNode(victim.agent)
+			if tc.kills == 2 {
+				j.killNode(next.agent)
+			}
+			for _, w := range ws {
+				_ = syscall.Kill(w.proc.PID, syscall.SIGCONT)
+			}
+			for i := range tc.kills {
+				j.start(fmt.Sprintf("new%d", i))
+			}
+			var agreed []agreement
+			for _, p := range j.agents {
+				if p == victim.agent || tc.kills == 2 && p == next.agent {
+					continue
+				}
+				if r := p.wait(); r.ExitCode != 0 {
+					t.Errorf("%s: exit %d, want 0", p.name, r.ExitCode)
+				}
+				a := agreements(p.stderr.String())
+				if len(a) < 2 && !strings.HasPrefix(p.name, "new") { // a new node's first round is the one after the loss
+					t.Errorf("%s: want an agreement after the loss, got %+v", p.name, a)
+					continue
+				}
+				agreed = append(agreed, a[len(a)-1])
+			}
+			for _, a := range agreed {
+				switch {
+				case tc.kills == 1 && (!a.Restore || a.Redone > 1 || a.Step == 0):
+					t.Errorf("after one node lost: %+v; want a restore, at most 1 step redone", a)
+				case tc.kills == 2 && (a.Restore || !strings.Contains(a.Reason, fmt.Sprintf("snapshot of rank %d", victim.rank))):
+					t.Errorf("after two nodes lost: %+v; want no restore, and why: rank %d's snapshots are gone", a, victim.rank)
+				}
+			}
+			if len(agreed) > 0 {
+				t.Logf("%s: %s", tc.name, agreed[0].Message)
+			}
+			if tc.kills == 1 {
+				fetched := false
+				for _, p := range j.agents {
+					fetched = fetched || strings.Contains(p.stderr.String(), "snapshot put in place for its rank")
+				}
+				if !fetched {
+					t.Error("no agent put a snapshot in place from another node")
+				}
+			}
+			for r := range 3 {
+				requireSameModel(t, filepath.Join(ref.out, fmt.Sprintf("rank-%d.pt", r)), filepath.Join(j.out, fmt.Sprintf("rank-%d.pt", r)))
+			}
+			requireNoShm(t, j.id)
+		})
+	}
+	requireNoShm(t, ref.id)
 }
