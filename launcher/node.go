@@ -82,6 +82,7 @@ type node struct {
 	prober  *reach.Listener  // answers reachability probes; nil: none (it could not listen)
 	rdzv    *rendezvous.Elastic
 	tracker *straggler.Tracker     // the ranks' step compute, for publishStats
+	snaps   *snapshotStatus        // the snapshots, for publishStats; nil: off
 	goodput func() goodput.Summary // for publishGoodput; nil: none
 
 	agent *elastic.Agent
@@ -210,7 +211,10 @@ func (n *node) startElastic(ctx context.Context, spec elastic.Spec) (err error) 
 	}
 	n.goodput = observeGoodput(&spec, l)
 	n.tracker = straggler.NewTracker()
-	observeStragglers(&spec, n.tracker)
+	if spec.Snapshots != nil {
+		n.snaps = newSnapshotStatus(spec.Snapshots.Dir)
+	}
+	observeStragglers(&spec, n.tracker, n.snaps)
 	n.agent, err = elastic.New(spec, n.rdzv)
 	return err
 }
@@ -239,7 +243,7 @@ func (n *node) run(ctx context.Context) (out elastic.Outcome, err error) {
 		r := n.l.Rendezvous
 		sctx, stopStats := context.WithCancel(ctx)
 		g.Add(func() error {
-			publishStats(sctx, n.store, r.NodeID, n.l.Host, n.tracker, eviction{after: n.l.EvictStragglers.Std(), evict: n.rdzv.Evict},
+			publishStats(sctx, n.store, r.NodeID, n.l.Host, n.tracker, n.snaps, eviction{after: n.l.EvictStragglers.Std(), evict: n.rdzv.Evict},
 				n.rt.Log.With().Str("component", "stragglers").Logger())
 			return nil
 		}, func(error) { stopStats() })

@@ -2,7 +2,6 @@ package agentmetrics
 
 import (
 	"math"
-	"os"
 	"strconv"
 	"sync"
 
@@ -98,7 +97,7 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for rank := range c.ranks {
-		if step, ok := newestHeader(c.dir, rank); ok {
+		if step, ok := snapshot.NewestHeader(c.dir, rank); ok {
 			ch <- prometheus.MustNewConstMetric(snapStepDesc, prometheus.GaugeValue, float64(step), strconv.Itoa(rank))
 		}
 	}
@@ -114,31 +113,6 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	for result, n := range c.recovered {
 		ch <- prometheus.MustNewConstMetric(snapRecoveriesDesc, prometheus.CounterValue, float64(n), result)
 	}
-}
-
-// newestHeader is the newest step whose header is complete in rank's
-// slots in dir: the headers alone are read (a scrape must not read
-// payloads), so a slot whose payload a crash corrupted would count; the
-// agent verifies payloads before any restore.
-func newestHeader(dir string, rank int) (uint64, bool) {
-	var newest uint64
-	found := false
-	for _, p := range snapshot.Paths(dir, rank) {
-		f, err := os.Open(p)
-		if err != nil {
-			continue
-		}
-		var raw [snapshot.HeaderLen]byte
-		_, err = f.ReadAt(raw[:], 0)
-		f.Close()
-		if err != nil {
-			continue
-		}
-		if h, err := snapshot.ParseHeader(raw[:]); err == nil && (!found || h.Step > newest) {
-			newest, found = h.Step, true
-		}
-	}
-	return newest, found
 }
 
 // SnapshotsAgreed records a round's agreement (elastic.SnapshotObserver).
