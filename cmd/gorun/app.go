@@ -18,8 +18,10 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/gorun/gorun/elastic"
 	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/internal/proc"
+	"github.com/gorun/gorun/internal/snapshot"
 	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/rendezvous/etcdembed"
 	"github.com/gorun/gorun/slurm"
@@ -454,7 +456,10 @@ func newLogger(c *cli.Context) (zerolog.Logger, error) {
 // warnUnknownEnv warns about GORUN_* variables that no flag reads: most
 // likely a typo that would otherwise be ignored in silence.
 func warnUnknownEnv(log zerolog.Logger, environ []string, flags []cli.Flag) {
-	known := map[string]bool{jobsecret.EnvVar: true, proc.GuardMarkEnv: true}
+	// A gorun started by a worker of another inherits its agent's
+	// variables for the workers: they are gorun's own, not typos.
+	known := map[string]bool{jobsecret.EnvVar: true, proc.GuardMarkEnv: true, snapshot.EnvDir: true,
+		elastic.EnvSnapshotStep: true, elastic.EnvSnapshotReason: true, elastic.EnvSnapshotVerified: true}
 	for _, f := range flags {
 		if ev, ok := f.(interface{ GetEnvVars() []string }); ok {
 			for _, name := range ev.GetEnvVars() {
