@@ -317,6 +317,41 @@ func newestSnapshot(dir string, rank int) int64 {
 	return int64(s.Step)
 }
 
+// requireStatusShowsRecovery waits until gorun status --json shows, for
+// a member, the snapshots its agent published (every 2 s): a rank's
+// newest step and a recovery that restored a step; it fails when the job
+// ends first.
+func (j *shardedJob) requireStatusShowsRecovery() {
+	j.t.Helper()
+	var last string
+	shown := func() bool {
+		last = runGorun(j.t, nil, "status", "--json", "--rdzv-endpoint="+j.endpoint, "--rdzv-id="+j.id).Stdout
+		var st struct {
+			Members []struct {
+				Snapshots *struct {
+					Ranks    []struct{ Step uint64 } `json:"ranks"`
+					Recovery *struct {
+						Restored bool   `json:"restored"`
+						Step     uint64 `json:"step"`
+					} `json:"recovery"`
+				} `json:"snapshots"`
+			} `json:"members"`
+		}
+		if json.Unmarshal([]byte(last), &st) != nil {
+			return false
+		}
+		for _, m := range st.Members {
+			if s := m.Snapshots; s != nil && len(s.Ranks) > 0 && s.Recovery != nil && s.Recovery.Restored && s.Recovery.Step > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	if !waitUntil(j.agents[len(j.agents)-1], shown) {
+		j.t.Errorf("gorun status never showed a member's snapshots and its recovery before the job ended; last:\n%s", last)
+	}
+}
+
 // killNode kills every process of agent p at once (its gorun, guard and
 // worker: the machine is gone) and removes its snapshot directory, as the
 // machine's memory goes with it.
@@ -414,6 +449,9 @@ func TestSnapshotsNodeLoss(t *testing.T) {
 			}
 			for i := range tc.kills {
 				j.start(fmt.Sprintf("new%d", i))
+			}
+			if tc.kills == 1 {
+				j.requireStatusShowsRecovery()
 			}
 			var agreed []agreement
 			for _, p := range j.agents {
