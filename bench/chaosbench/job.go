@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorun/gorun/bench/benchproc"
 	"github.com/gorun/gorun/trainer/metrics"
 )
 
@@ -259,7 +260,7 @@ func (j *job) runPending(now time.Time) {
 func (j *job) stop() {
 	for _, a := range j.agents {
 		if a != nil && a.stopped {
-			signalTree(a.cmd.Process.Pid, syscall.SIGKILL)
+			benchproc.SignalTree(a.cmd.Process.Pid, syscall.SIGKILL)
 		}
 	}
 	// The members' workers checkpoint and exit 75 (a hot spare waits on: it gets SIGTERM after).
@@ -297,7 +298,7 @@ func (j *job) stop() {
 	if !wait(15*time.Second, all) {
 		for _, a := range j.agents {
 			if a != nil && a.alive() {
-				signalTree(a.cmd.Process.Pid, syscall.SIGKILL)
+				benchproc.SignalTree(a.cmd.Process.Pid, syscall.SIGKILL)
 			}
 		}
 		wait(10*time.Second, all)
@@ -332,7 +333,7 @@ func (j *job) members(ctx context.Context) []*agent {
 		}
 		ws := 0
 		if a.alive() {
-			ws = len(workersOf(a.cmd.Process.Pid, j.runID))
+			ws = len(benchproc.WorkersOf(a.cmd.Process.Pid, j.runID))
 		}
 		if a.alive() && !a.stopped && inRound[a.name] && ws > 0 {
 			out = append(out, a)
@@ -400,7 +401,7 @@ func (j *job) inject(ctx context.Context) {
 	f := fault{Kind: kind, At: time.Now()}
 	members := j.members(ctx)
 	killNode := func(a *agent) {
-		signalTree(a.cmd.Process.Pid, syscall.SIGKILL)
+		benchproc.SignalTree(a.cmd.Process.Pid, syscall.SIGKILL)
 		f.Victim = a.name
 		j.replaceLater(a.slot, requeueDelay)
 	}
@@ -411,7 +412,7 @@ func (j *job) inject(ctx context.Context) {
 			break
 		}
 		a := members[j.rng.IntN(len(members))]
-		ws := workersOf(a.cmd.Process.Pid, j.runID)
+		ws := benchproc.WorkersOf(a.cmd.Process.Pid, j.runID)
 		if len(ws) == 0 {
 			f.Skipped = "its workers were gone"
 			break
@@ -434,11 +435,11 @@ func (j *job) inject(ctx context.Context) {
 		}
 		a := members[j.rng.IntN(len(members))]
 		f.At = time.Now()
-		signalTree(a.cmd.Process.Pid, syscall.SIGSTOP)
+		benchproc.SignalTree(a.cmd.Process.Pid, syscall.SIGSTOP)
 		a.stopped = true
 		f.Victim = a.name
 		j.pending = append(j.pending, pendingAction{at: time.Now().Add(stopHold), do: func() {
-			signalTree(a.cmd.Process.Pid, syscall.SIGKILL)
+			benchproc.SignalTree(a.cmd.Process.Pid, syscall.SIGKILL)
 			a.stopped = false
 			j.replaceLater(a.slot, 0)
 		}})

@@ -22,6 +22,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gorun/gorun/bench/benchproc"
 )
 
 // bench is one invocation: its settings and its etcd.
@@ -111,7 +113,7 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	defer func() {
-		if n := killMarked(b.marker); n > 0 {
+		if n := benchproc.KillMarked(markerEnv + "=" + b.marker); n > 0 {
 			b.logf("killed %d processes left behind", n)
 		}
 	}()
@@ -214,7 +216,7 @@ func runGiven(ctx context.Context, b *bench, j *job) error {
 	err := j.run(ctx)
 	for _, a := range j.agents {
 		if a != nil && a.alive() {
-			signalTree(a.cmd.Process.Pid, syscall.SIGKILL)
+			benchproc.SignalTree(a.cmd.Process.Pid, syscall.SIGKILL)
 			<-a.done
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorun/gorun/bench/benchproc"
 	"github.com/gorun/gorun/rendezvous"
 )
 
@@ -40,7 +41,7 @@ func (j *job) slowNode(ctx context.Context) (*slowdown, error) {
 		return nil, fmt.Errorf("%s: no member node to slow", j.name)
 	}
 	a := members[len(members)-1]
-	ws := workersOf(a.cmd.Process.Pid, j.runID)
+	ws := benchproc.WorkersOf(a.cmd.Process.Pid, j.runID)
 	if len(ws) == 0 {
 		return nil, fmt.Errorf("%s: %s has no worker to slow", j.name, a.name)
 	}

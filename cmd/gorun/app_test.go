@@ -109,9 +109,11 @@ func TestHostnames(t *testing.T) {
 
 func TestWarnUnknownEnv(t *testing.T) {
 	var buf bytes.Buffer
-	warnUnknownEnv(zerolog.New(&buf), []string{"GORUN_NPROC_PER_NODE=2", "GORUN_NPROCS=4", "PET_FOO=1", "HOME=/"}, NewApp().Flags)
+	warnUnknownEnv(zerolog.New(&buf), []string{"GORUN_NPROC_PER_NODE=2", "GORUN_NPROCS=4", "PET_FOO=1", "HOME=/",
+		"GORUN_SNAPSHOT_DIR=/dev/shm/x", "GORUN_SNAPSHOT_STEP=3", "GORUN_SNAPSHOT_REASON=r", "GORUN_SNAPSHOT_VERIFIED=1", "GORUN_SNAPSHOTS=false"}, NewApp().Flags)
 	require.Contains(t, buf.String(), "GORUN_NPROCS")
 	require.NotContains(t, buf.String(), "GORUN_NPROC_PER_NODE")
+	require.NotContains(t, buf.String(), "GORUN_SNAPSHOT", "the variables a worker of gorun inherits, and the flag's")
 	require.NotContains(t, buf.String(), "PET_FOO")
 }
 

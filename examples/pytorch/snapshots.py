@@ -17,10 +17,19 @@ prints `step N loss L` after each step and, with --out, saves the final
 state_dict there with torch.save. The process group is gloo on CPU and NCCL
 when CUDA is there; without RANK in the environment there is none (one
 process).
+
+The script's own storage checkpoint, the fallback when the snapshots restore
+nothing (under torchrun, under gorun --snapshots=false, or after losing more
+nodes than there are copies): with --ckpt-dir D --ckpt-every N rank 0 writes
+{model, optim, step} to D/ckpt-<step>.pt every N steps with torch.save
+(atomically: a temporary file, fsynced, renamed), keeping only the newest, and
+at start, when restore returns None, every rank loads the newest one there.
 """
 import argparse
 import os
+import re
 import sys
+import tempfile
 
 import torch
 import torch.distributed as dist
@@ -52,6 +61,50 @@ def sample(seed: int, index: int) -> "tuple[torch.Tensor, torch.Tensor]":
     return x, torch.roll(x, 1) * 0.5
 
 
+CKPT = re.compile(r"ckpt-(\d+)\.pt")  # the name of a checkpoint of step N
+
+
+def save_checkpoint(directory: str, step: int, model: nn.Module, optim: torch.optim.Optimizer) -> str:
+    """Write {model, optim, step} to directory/ckpt-<step>.pt atomically: into a
+    temporary file there, fsynced, renamed over the name, the directory fsynced;
+    then remove the older checkpoints. A crash at any point leaves the newest
+    complete checkpoint whole. Returns the path written."""
+    path = os.path.join(directory, f"ckpt-{step:08d}.pt")
+    fd, tmp = tempfile.mkstemp(prefix=".ckpt-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save({"model": model.state_dict(), "optim": optim.state_dict(), "step": step}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    for name in os.listdir(directory):
+        m = CKPT.fullmatch(name)
+        if m and int(m.group(1)) < step:
+            os.unlink(os.path.join(directory, name))
+    return path
+
+
+def load_checkpoint(directory: str, model: nn.Module, optim: torch.optim.Optimizer) -> "tuple[int, str] | None":
+    """Load the newest directory/ckpt-<step>.pt into model and optim; returns
+    (its step, its path), or None when the directory holds none."""
+    steps = [int(m.group(1)) for m in map(CKPT.fullmatch, os.listdir(directory)) if m]
+    if not steps:
+        return None
+    path = os.path.join(directory, f"ckpt-{max(steps):08d}.pt")
+    ckpt = torch.load(path, map_location="cpu")
+    model.load_state_dict(ckpt["model"])
+    optim.load_state_dict(ckpt["optim"])
+    return ckpt["step"], path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model-mb", type=float, default=100)
@@ -60,7 +113,17 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="")
+    ap.add_argument("--ckpt-dir", default="",
+                    help="storage checkpoints: loaded at start when the snapshots restore nothing")
+    ap.add_argument("--ckpt-every", type=int, default=0,
+                    help="rank 0 writes a checkpoint to --ckpt-dir every this many steps (0: never)")
     args = ap.parse_args()
+    if args.ckpt_every < 0:
+        ap.error(f"--ckpt-every must be 0 (no checkpoints) or a positive number of steps, got {args.ckpt_every}")
+    if args.ckpt_every and not args.ckpt_dir:
+        ap.error("--ckpt-every needs --ckpt-dir, the directory to write the checkpoints to")
+    if args.ckpt_dir:
+        os.makedirs(args.ckpt_dir, exist_ok=True)
 
     distributed = "RANK" in os.environ
     cuda = torch.cuda.is_available()
@@ -82,9 +145,16 @@ def main() -> None:
     # DDP keeps the same state on every rank: any rank may restore any
     # rank's snapshot, so the job can come back at another world size.
     snaps = gorun.Snapshots(replicated=True)
-    start = snaps.restore(state) or 0
+    start = snaps.restore(state)
     if start and rank == 0:
         print(f"restored step {start}", flush=True)
+    if start is None and args.ckpt_dir:
+        loaded = load_checkpoint(args.ckpt_dir, model, optim)
+        if loaded:
+            start = loaded[0]
+            if rank == 0:
+                print(f"restored step {start} from checkpoint {loaded[1]}", flush=True)
+    start = start or 0
     for step in range(start, args.steps):
         first = (step * world + rank) * args.batch
         xs, ys = zip(*(sample(args.seed, first + i) for i in range(args.batch)))
@@ -96,6 +166,8 @@ def main() -> None:
         snaps.save(step + 1, state)
         if rank == 0:
             print(f"step {step + 1} loss {loss.item():.6f}", flush=True)
+        if rank == 0 and args.ckpt_every and (step + 1) % args.ckpt_every == 0:
+            save_checkpoint(args.ckpt_dir, step + 1, model, optim)
     snaps.close()
     if rank == 0 and args.out:
         torch.save({k: v.cpu() for k, v in model.state_dict().items()}, args.out)

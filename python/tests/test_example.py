@@ -1,6 +1,8 @@
 """examples/pytorch/snapshots.py under plain python: a run stopped at step 3
 and started again goes on from its snapshot and ends bit-identical to a run
-that never stopped; without GORUN_SNAPSHOT_DIR it snapshots nothing."""
+that never stopped; without GORUN_SNAPSHOT_DIR it snapshots nothing; with
+snapshots off, a run stopped after a checkpoint goes on from the newest
+checkpoint and ends bit-identical too."""
 import os
 import subprocess
 import sys
@@ -15,13 +17,13 @@ SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
 
 
 class ExampleTest(ShmTest):
-    def run_script(self, steps: int, out: str, snapshots: bool) -> str:
+    def run_script(self, steps: int, out: str, snapshots: bool, *extra: str) -> str:
         env = {k: v for k, v in os.environ.items()
                if k not in ("GORUN_SNAPSHOT_DIR", "RANK", "LOCAL_RANK", "WORLD_SIZE")}
         if snapshots:
             env["GORUN_SNAPSHOT_DIR"] = self.dir
         return subprocess.run(
-            [sys.executable, SCRIPT, "--model-mb", "1", "--steps", str(steps), "--out", out],
+            [sys.executable, SCRIPT, "--model-mb", "1", "--steps", str(steps), "--out", out, *extra],
             env=env, stdout=subprocess.PIPE, check=True, text=True).stdout
 
     def test_restarted_run_ends_bit_identical(self) -> None:
@@ -39,3 +41,31 @@ class ExampleTest(ShmTest):
             self.assertEqual(list(a), list(b))
             for k in a:
                 self.assertTrue(torch.equal(a[k], b[k]), k)
+
+    def test_checkpoint_resume_ends_bit_identical(self) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            straight, resumed = os.path.join(tmp, "a.pt"), os.path.join(tmp, "b.pt")
+            ckpt = os.path.join(tmp, "ckpt")
+            self.run_script(5, straight, False)
+            # Stopped at step 3: its newest checkpoint is step 2's, so step 3 is trained again.
+            out = self.run_script(3, resumed, False, "--ckpt-dir", ckpt, "--ckpt-every", "2")
+            self.assertEqual(os.listdir(ckpt), ["ckpt-00000002.pt"])
+            self.assertEqual(out.splitlines()[0].split()[:2], ["step", "1"])
+            out = self.run_script(5, resumed, False, "--ckpt-dir", ckpt, "--ckpt-every", "2")
+            lines = out.splitlines()
+            self.assertEqual(lines[0], "restored step 2 from checkpoint " + os.path.join(ckpt, "ckpt-00000002.pt"))
+            self.assertEqual([line.split()[1] for line in lines[1:]], ["3", "4", "5"])
+            self.assertEqual(os.listdir(ckpt), ["ckpt-00000004.pt"])  # the older one removed, no temporary left
+            self.assertEqual(os.listdir(self.dir), [])
+            a, b = torch.load(straight), torch.load(resumed)
+            self.assertEqual(list(a), list(b))
+            for k in a:
+                self.assertTrue(torch.equal(a[k], b[k]), k)
+
+    def test_checkpoint_every_needs_a_directory(self) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {k: v for k, v in os.environ.items() if k not in ("GORUN_SNAPSHOT_DIR", "RANK")}
+            r = subprocess.run([sys.executable, SCRIPT, "--ckpt-every", "2", "--out", os.path.join(tmp, "x.pt")],
+                               env=env, stderr=subprocess.PIPE, text=True)
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("--ckpt-every needs --ckpt-dir", r.stderr)

@@ -1,4 +1,4 @@
-package main
+package benchproc
 
 import (
 	"os"
@@ -15,7 +15,7 @@ import (
 
 // TestWorkersOf starts a real process tree shaped like an agent's: two workers of run "r1"
 // (each with a child of its own, which inherits the run id), a guard-like child without it,
-// and a worker of another run; no command line says "worker". workersOf finds exactly the two
+// and a worker of another run; no command line says "worker". WorkersOf finds exactly the two
 // workers of r1, and none under an agent that carries the run id itself.
 func TestWorkersOf(t *testing.T) {
 	dir := t.TempDir()
@@ -27,7 +27,7 @@ func TestWorkersOf(t *testing.T) {
 		`TORCHELASTIC_RUN_ID=other sh -c "echo \$\$ > ` + dir + `/o1; exec sleep 300" & ` +
 		leaf("guard") + `wait`
 	agent := exec.Command("sh", "-c", script)
-	agent.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, runIDEnv+"=") })
+	agent.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, RunIDEnv+"=") })
 	agent.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	require.NoError(t, agent.Start())
 	t.Cleanup(func() {
@@ -39,14 +39,14 @@ func TestWorkersOf(t *testing.T) {
 		pids[name] = awaitPidFile(t, dir+"/"+name)
 	}
 
-	got := workersOf(agent.Process.Pid, "r1")
+	got := WorkersOf(agent.Process.Pid, "r1")
 	slices.Sort(got)
 	want := []int{pids["w1"], pids["w2"]}
 	slices.Sort(want)
 	require.Equal(t, want, got, "the workers of r1 (every pid: %v)", pids)
-	require.Equal(t, []int{pids["o1"]}, workersOf(agent.Process.Pid, "other"))
-	require.Empty(t, workersOf(agent.Process.Pid, "no-such-run"))
-	require.Empty(t, workersOf(pids["w1"], "r1"), "an agent that carries the run id itself has no workers to tell apart")
+	require.Equal(t, []int{pids["o1"]}, WorkersOf(agent.Process.Pid, "other"))
+	require.Empty(t, WorkersOf(agent.Process.Pid, "no-such-run"))
+	require.Empty(t, WorkersOf(pids["w1"], "r1"), "an agent that carries the run id itself has no workers to tell apart")
 }
 
 // awaitPidFile waits for a process of the test tree to write its pid to path (the process

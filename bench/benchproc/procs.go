@@ -1,4 +1,4 @@
-package main
+package benchproc
 
 import (
 	"slices"
@@ -19,8 +19,8 @@ func readProcs() []procfs.Process {
 	return out
 }
 
-// descendants are the pids of root's live descendants, root left out.
-func descendants(root int) []procfs.Process {
+// Descendants are root's live descendants (zombies left out), breadth first, root left out.
+func Descendants(root int) []procfs.Process {
 	all := readProcs()
 	children := map[int][]procfs.Process{}
 	for _, p := range all {
@@ -39,9 +39,9 @@ func descendants(root int) []procfs.Process {
 	return out
 }
 
-// runIDEnv is the variable the launcher sets in every worker's environment to the job's run
+// RunIDEnv is the variable the launcher sets in every worker's environment to the job's run
 // id (--rdzv-id): the agent itself and its guard do not carry it.
-const runIDEnv = "TORCHELASTIC_RUN_ID"
+const RunIDEnv = "TORCHELASTIC_RUN_ID"
 
 // environHas reports whether process pid's environment holds kv ("KEY=VALUE") exactly; a
 // process gone (or not ours) has none.
@@ -50,18 +50,18 @@ func environHas(pid int, kv string) bool {
 	return err == nil && slices.Contains(env, kv)
 }
 
-// workersOf are the worker processes of job runID under agent pid: the processes of the
+// WorkersOf are the worker processes of job runID under agent pid: the processes of the
 // agent's tree whose environment carries TORCHELASTIC_RUN_ID=runID and whose parent's does
 // not (a worker's own children inherit the variable; they are not workers). What a worker's
 // command line says (gorun-worker, python, a shell) does not matter.
-func workersOf(pid int, runID string) []int {
-	kv := runIDEnv + "=" + runID
+func WorkersOf(pid int, runID string) []int {
+	kv := RunIDEnv + "=" + runID
 	if environHas(pid, kv) {
 		return nil // the agent itself carries it: its workers cannot be told from it
 	}
 	tagged := map[int]bool{pid: false}
 	var out []int
-	for _, p := range descendants(pid) { // breadth first: a parent comes before its children
+	for _, p := range Descendants(pid) { // breadth first: a parent comes before its children
 		tagged[p.PID] = environHas(p.PID, kv)
 		if tagged[p.PID] && !tagged[p.PPID] {
 			out = append(out, p.PID)
@@ -70,20 +70,20 @@ func workersOf(pid int, runID string) []int {
 	return out
 }
 
-// signalTree sends sig to pid and every descendant of it at once (descendants listed first,
+// SignalTree sends sig to pid and every descendant of it at once (the descendants listed first,
 // so that none is re-parented away between the listing and the signal).
-func signalTree(pid int, sig syscall.Signal) {
-	ds := descendants(pid)
+func SignalTree(pid int, sig syscall.Signal) {
+	ds := Descendants(pid)
 	_ = syscall.Kill(pid, sig)
 	for _, d := range ds {
 		_ = syscall.Kill(d.PID, sig)
 	}
 }
 
-// killMarked SIGKILLs every live process whose environment carries markerEnv=marker and
-// returns how many there were.
-func killMarked(marker string) int {
-	marked, _ := procfs.Scan(markerEnv + "=" + marker)
+// KillMarked SIGCONTs and SIGKILLs every live process whose environment carries kv
+// ("KEY=VALUE", the marker a bench sets in what it starts) and returns how many there were.
+func KillMarked(kv string) int {
+	marked, _ := procfs.Scan(kv)
 	for _, p := range marked {
 		_ = syscall.Kill(p.PID, syscall.SIGCONT)
 		_ = syscall.Kill(p.PID, syscall.SIGKILL)
