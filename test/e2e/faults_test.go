@@ -658,7 +658,9 @@ func TestFaults(t *testing.T) {
 	}
 
 	t.Run("SIGSTOP worker", func(t *testing.T) {
-		j := three(t, "sigstop", "--heartbeat-timeout=2s")
+		// --snapshots=false: this case measures the checkpoint path; with the workers' saves in
+		// the agent's memory the restarted workers take over their own state instead.
+		j := three(t, "sigstop", "--heartbeat-timeout=2s", "--snapshots=false")
 		rec := j.waitStep(12)
 		ended := j.roundsEnded()
 		at := time.Now()
@@ -705,7 +707,7 @@ func TestFaults(t *testing.T) {
 	})
 
 	t.Run("corrupt newest checkpoint", func(t *testing.T) {
-		j := three(t, "corrupt")
+		j := three(t, "corrupt", "--snapshots=false") // the checkpoint fallback, not the saves
 		rec := j.waitStep(17)
 		// Ranks 1, 3 and 5 hold shard 1 of the model in the job's 3 replicas x 2 shards: killed
 		// together, no live rank covers it, so the workers restarted alone and the others resume
