@@ -175,13 +175,25 @@ func (a *Agent) prepareSnapshots(ctx context.Context, r rendezvous.Round) (snapR
 	plan := snapshot.Agree(offers, r.WorldSize)
 	rec := recoveryOf(plan, offers)
 	out := snapRound{peers: ringPeers(offers, r.NodeRank, s.Replicas)}
-	if plan.Restore {
+	// A slot newer than the step restored (every slot, when none is)
+	// belongs to a timeline the job abandoned: discarded, so that it is
+	// neither pushed to peers nor kept as a rank's newest.
+	keep := func(step uint64) bool { return plan.Restore && step <= plan.Step }
+	switch {
+	case plan.Restore:
 		if err := a.gather(ctx, s, r, plan); err != nil {
 			return snapRound{}, &snapshotFailure{err}
 		}
 		out.env = []string{EnvSnapshotStep + "=" + strconv.FormatUint(plan.Step, 10), EnvSnapshotVerified + "=1"}
-	} else {
+	case rec.Held:
 		out.env = []string{EnvSnapshotStep + "=none", EnvSnapshotReason + "=" + plan.Reason}
+	default: // nothing was ever saved (a new job): nothing to say to the script
+		out.env = []string{EnvSnapshotStep + "=none"}
+	}
+	if n, err := snapshot.Discard(s.Dir, keep); err != nil {
+		return snapRound{}, &snapshotFailure{err}
+	} else if n > 0 {
+		a.log.Info().Int("slots", n).Uint64("after_step", plan.Step).Bool("restore", plan.Restore).Msg("snapshots: discarded the slots of an abandoned timeline")
 	}
 	ev := a.log.Info()
 	if rec.Held && !rec.Restored {

@@ -2,8 +2,10 @@ package elastic
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -47,25 +49,27 @@ func TestPrepareSnapshots(t *testing.T) {
 		inPlace bool
 		env     []string
 		holds   map[int]uint64 // rank -> the step its own slots must hold afterwards
+		newest  uint64         // the newest step left in the directory (slots past the restored one discarded)
+		empty   bool           // nothing left (nothing restored: every slot discarded)
 	}{
 		{name: "nothing yet", slots: func(*testing.T, string) {},
-			env: []string{"GORUN_SNAPSHOT_STEP=none", "GORUN_SNAPSHOT_REASON=no snapshot yet"}},
+			env: []string{"GORUN_SNAPSHOT_STEP=none"}, empty: true}, // a new job: nothing said to the script
 		{name: "replicated: the newest any rank had, copied", slots: func(t *testing.T, dir string) {
 			writeSlot(t, dir, 0, 2, 4, true)
 			writeSlot(t, dir, 0, 2, 5, true)
 			writeSlot(t, dir, 1, 2, 4, true) // rank 1 died saving step 5
-		}, env: []string{"GORUN_SNAPSHOT_STEP=5", "GORUN_SNAPSHOT_VERIFIED=1"}, holds: map[int]uint64{0: 5, 1: 5}},
+		}, env: []string{"GORUN_SNAPSHOT_STEP=5", "GORUN_SNAPSHOT_VERIFIED=1"}, holds: map[int]uint64{0: 5, 1: 5}, newest: 5},
 		{name: "sharded: the newest every rank has", slots: func(t *testing.T, dir string) {
 			writeSlot(t, dir, 0, 2, 4, false)
 			writeSlot(t, dir, 0, 2, 5, false)
 			writeSlot(t, dir, 1, 2, 3, false)
 			writeSlot(t, dir, 1, 2, 4, false)
-		}, env: []string{"GORUN_SNAPSHOT_STEP=4", "GORUN_SNAPSHOT_VERIFIED=1"}, holds: map[int]uint64{0: 4, 1: 4}},
+		}, env: []string{"GORUN_SNAPSHOT_STEP=4", "GORUN_SNAPSHOT_VERIFIED=1"}, holds: map[int]uint64{0: 4, 1: 4}, newest: 4},
 		{name: "sharded at another world size", slots: func(t *testing.T, dir string) {
 			writeSlot(t, dir, 0, 4, 7, false)
 			writeSlot(t, dir, 1, 4, 7, false)
-		}, env: []string{"GORUN_SNAPSHOT_STEP=none", "GORUN_SNAPSHOT_REASON=the world changed from 4 to 2 and the snapshots are sharded: restore at 4 ranks or from your checkpoint"}},
-		{name: "in place: nothing", inPlace: true, slots: func(t *testing.T, dir string) { writeSlot(t, dir, 0, 2, 4, true) }},
+		}, env: []string{"GORUN_SNAPSHOT_STEP=none", "GORUN_SNAPSHOT_REASON=the world changed from 4 to 2 and the snapshots are sharded: restore at 4 ranks or from your checkpoint"}, empty: true},
+		{name: "in place: nothing", inPlace: true, slots: func(t *testing.T, dir string) { writeSlot(t, dir, 0, 2, 4, true) }, newest: 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -93,6 +97,15 @@ func TestPrepareSnapshots(t *testing.T) {
 					owner = 0 // the newest replicated step here is rank 0's
 				}
 				require.Equal(t, payloadOf(owner, step), p)
+			}
+			left, err := snapshot.Scan(dir)
+			require.NoError(t, err)
+			if tc.empty {
+				require.Empty(t, left, "every slot of an abandoned timeline discarded")
+			} else {
+				require.NotEmpty(t, left)
+				require.Equal(t, tc.newest, slices.MaxFunc(left, func(a, b snapshot.Holding) int { return cmp.Compare(a.Step, b.Step) }).Step,
+					"the slots past the restored step discarded")
 			}
 			entries, err := os.ReadDir(dir)
 			require.NoError(t, err)

@@ -13,7 +13,8 @@ Which step restore loads is the agent's decision, passed in the environment
 
     GORUN_SNAPSHOT_STEP      the step every rank agreed on, or "none";
                              unset: the newest complete local slot
-    GORUN_SNAPSHOT_REASON    with "none": why (printed once to stderr)
+    GORUN_SNAPSHOT_REASON    with "none": why (printed once to stderr); unset
+                             when there was nothing to restore (a new job)
     GORUN_SNAPSHOT_VERIFIED  "1": the agent checked that step's CRC already
 
 Torch APIs used (torch 1.13 has them all and torch 2.x keeps them):
@@ -325,8 +326,8 @@ class Snapshots:
             return None
         agreed = os.environ.get(ENV_STEP)
         if agreed is not None and agreed.strip() == "none":
-            if not self._said_why:
-                reason = os.environ.get(ENV_REASON) or "the agent gave no reason"
+            reason = os.environ.get(ENV_REASON)
+            if reason and not self._said_why:  # no reason: no snapshot was ever taken
                 print(f"gorun snapshots: not restoring: {reason}; the script's own checkpoint "
                       "is the fallback", file=sys.stderr, flush=True)
                 self._said_why = True
