@@ -30,7 +30,7 @@
 #   KEEP=/tmp/pychaos bench/pytorch-chaos.sh  # keep the logs (every line stamped) and the models
 #   SMOKE=1 bench/pytorch-chaos.sh            # CI: under a minute
 #
-# SMOKE=1: a 2 MB model, 3 nodes x 1 worker, 24 steps, the snapshot way only (WAYS), one failure
+# SMOKE=1: a 2 MB model, 3 nodes x 1 worker, 60 steps, the snapshot way only (WAYS), one failure
 # of each kind, each as soon as the job recovered from the one before; exit 1 when a kind was not
 # injected, a failure was not recovered from, or the final model is not bit-identical. No timing
 # is judged.
@@ -38,7 +38,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bench_init pytorch-chaos.sh
 if [[ "$SMOKE" == 1 ]]; then
-  MODEL_MB=${MODEL_MB:-2} STEPS=${STEPS:-24} CKPT_EVERY=${CKPT_EVERY:-4} NPROC=${NPROC:-1} WAYS=${WAYS:-gorun+snapshots}
+  MODEL_MB=${MODEL_MB:-2} STEPS=${STEPS:-60} CKPT_EVERY=${CKPT_EVERY:-4} NPROC=${NPROC:-1} WAYS=${WAYS:-gorun+snapshots}
 fi
 MODEL_MB=${MODEL_MB:-100} STEPS=${STEPS:-60} CKPT_EVERY=${CKPT_EVERY:-10} PERIOD=${PERIOD:-20} NPROC=${NPROC:-2}
 SEED=${SEED:-1} REPLICAS=${REPLICAS:-1} WAYS=${WAYS:-torchrun+ckpt,gorun+ckpt,gorun+snapshots}

@@ -300,35 +300,32 @@ func (j *job) draw() string {
 // torchrun agent can go on.
 func (j *job) inject() {
 	kind := j.draw()
-	var live []*node
+	var alive []*node
 	for _, n := range j.nodes {
-		if n.alive() && len(benchproc.WorkersOf(n.cmd.Process.Pid, j.runID)) > 0 {
-			live = append(live, n)
+		if n.alive() && !(kind == kindNode && j.way.Torchrun && n.slot == 0) {
+			alive = append(alive, n)
 		}
 	}
-	if len(live) == 0 {
-		return // between rounds: tried again on the next tick
+	if len(alive) == 0 {
+		j.bag = append([]string{kind}, j.bag...) // the same kind on the next tick
+		return
+	}
+	// One node drawn and one scan of its process tree: on a loaded machine a scan takes the
+	// driver a while, and the job goes on meanwhile.
+	n := alive[j.rng.IntN(len(alive))]
+	ws := benchproc.WorkersOf(n.cmd.Process.Pid, j.runID)
+	if len(ws) == 0 { // between rounds: tried again on the next tick
+		j.bag = append([]string{kind}, j.bag...)
+		return
 	}
 	f := fault{Kind: kind}
 	switch kind {
 	case kindWorker:
-		n := live[j.rng.IntN(len(live))]
-		ws := benchproc.WorkersOf(n.cmd.Process.Pid, j.runID)
-		if len(ws) == 0 {
-			return
-		}
 		pid := ws[j.rng.IntN(len(ws))]
 		f.At = time.Now()
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 		f.Victim = fmt.Sprintf("a worker of %s (pid %d)", n.name, pid)
 	case kindNode:
-		if j.way.Torchrun {
-			live = slices.DeleteFunc(live, func(n *node) bool { return n.slot == 0 })
-		}
-		if len(live) == 0 {
-			return
-		}
-		n := live[j.rng.IntN(len(live))]
 		f.At = time.Now()
 		benchproc.SignalTree(n.cmd.Process.Pid, syscall.SIGKILL)
 		f.Victim = n.name
