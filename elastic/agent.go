@@ -71,6 +71,11 @@ type Rendezvous interface {
 	Succeeded(ctx context.Context, r rendezvous.Round) (rendezvous.End, error)
 	// Failures returns every failure reported in the job, first first.
 	Failures(ctx context.Context) ([]rendezvous.Failure, error)
+	// Exchange is an all-gather among the nodes of round r: every node's
+	// value in node-rank order, once all put theirs
+	// (rendezvous.ErrRoundEnded when r ends first;
+	// rendezvous.ErrNoExchange where nodes share no store).
+	Exchange(ctx context.Context, r rendezvous.Round, value []byte) ([][]byte, error)
 	// RecordRecovery keeps an in-place recovery for gorun status; the
 	// agent of node rank 0 of the new round calls it once per recovery.
 	RecordRecovery(ctx context.Context, rec rendezvous.Recovery) error
@@ -162,7 +167,11 @@ type Spec struct {
 	// budget during a long fault. The launcher gives twice the lease TTL:
 	// by then a node that is really gone has lost its lease.
 	ReformAfter time.Duration
-	Log         zerolog.Logger
+	// Snapshots, when not nil, is the workers' snapshot directory: before
+	// a round's fresh script workers start, the agents agree on the step
+	// they restore and give it to them (see Snapshots).
+	Snapshots *Snapshots
+	Log       zerolog.Logger
 }
 
 // DefaultAwaitTimeout is Spec.AwaitTimeout when it is 0.

@@ -400,7 +400,7 @@ func adoptingAgent(t *testing.T, worker string) (*Agent, *rendezvous.Static, *te
 // workers adopt returns).
 func startRound(t *testing.T, a *Agent, r rendezvous.Round) *[]*worker {
 	t.Helper()
-	workers, err := a.startRound(r)
+	workers, err := a.startRound(r, nil)
 	require.NoError(t, err)
 	held := &workers
 	t.Cleanup(func() {

@@ -32,14 +32,18 @@ const blameTimeout = 5 * time.Second
 // outcome), or when it met an agent state edge that is not allowed (a
 // bug; the outcome is then still how the round ended).
 func (a *Agent) runRound(ctx context.Context, r rendezvous.Round, workers []*worker, recovering *keep) (outcome, error) {
-	if workers == nil {
-		var err error
-		if workers, err = a.startRound(r); err != nil {
-			return nil, err
-		}
-	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
+	if workers == nil {
+		snaps, err := a.prepareSnapshots(ctx, r)
+		if err != nil {
+			return a.snapshotOutcome(ctx, r, err), nil
+		}
+		if workers, err = a.startRound(r, snaps.env); err != nil {
+			return nil, err
+		}
+		defer a.replicate(watchCtx, r, snaps)()
+	}
 	m := &roundMonitor{
 		a: a, ctx: ctx, watchCtx: watchCtx, round: r, workers: workers, running: len(workers),
 		stalled: make(chan stallOf, len(workers)), verdict: make(chan bool, 1),
@@ -68,14 +72,15 @@ func keptBy(out outcome) *keep {
 	return nil
 }
 
-// startRound starts fresh workers for round r; when not all of them
-// start, it stops and releases those that did.
-func (a *Agent) startRound(r rendezvous.Round) ([]*worker, error) {
+// startRound starts fresh workers for round r, with extra variables over
+// their environment; when not all of them start, it stops and releases
+// those that did.
+func (a *Agent) startRound(r rendezvous.Round, extra []string) ([]*worker, error) {
 	sink, err := a.sinkOf(r)
 	if err != nil {
 		return nil, err
 	}
-	workers, err := a.startWorkers(sink, r)
+	workers, err := a.startWorkers(sink, r, extra)
 	if err != nil {
 		a.stopAll(workers, syscall.SIGTERM)
 		a.release(workers)

@@ -79,7 +79,7 @@ func (a *Agent) startStandby() ([]*worker, error) {
 	}
 	var workers []*worker
 	for local := range a.spec.LocalWorkers {
-		w, err := a.launch(sink, a.standbyContract(local), true)
+		w, err := a.launch(sink, a.standbyContract(local), true, nil)
 		if err != nil {
 			return workers, err
 		}

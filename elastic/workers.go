@@ -128,12 +128,12 @@ func longestSilent(workers []*worker) int {
 	return max(best, 0)
 }
 
-// startWorkers starts every worker of this node for round r; on error it
-// returns those it started.
-func (a *Agent) startWorkers(sink *workerlog.Sink, r rendezvous.Round) ([]*worker, error) {
+// startWorkers starts every worker of this node for round r, with extra
+// variables over their environment; on error it returns those it started.
+func (a *Agent) startWorkers(sink *workerlog.Sink, r rendezvous.Round, extra []string) ([]*worker, error) {
 	var workers []*worker
 	for local := 0; local < a.spec.LocalWorkers; local++ {
-		w, err := a.startWorker(sink, r, local)
+		w, err := a.startWorker(sink, r, local, extra)
 		if err != nil {
 			return workers, err
 		}
@@ -142,16 +142,17 @@ func (a *Agent) startWorkers(sink *workerlog.Sink, r rendezvous.Round) ([]*worke
 	return workers, nil
 }
 
-// startWorker starts local worker `local` of this node for round r.
-func (a *Agent) startWorker(sink *workerlog.Sink, r rendezvous.Round, local int) (*worker, error) {
-	return a.launch(sink, a.spec.Contract(r, local), false)
+// startWorker starts local worker `local` of this node for round r, with
+// extra variables over its environment.
+func (a *Agent) startWorker(sink *workerlog.Sink, r rendezvous.Round, local int, extra []string) (*worker, error) {
+	return a.launch(sink, a.spec.Contract(r, local), false, extra)
 }
 
-// launch starts a worker under contract c; a standby worker (a hot
-// spare's: c is a placeholder, see standbyContract) also gets
-// heartbeat.StandbyEnvVar, and the observer hears of it only once a
-// round adopts it.
-func (a *Agent) launch(sink *workerlog.Sink, c distenv.Worker, standby bool) (*worker, error) {
+// launch starts a worker under contract c, with extra variables
+// (KEY=VALUE) over its environment; a standby worker (a hot spare's: c is
+// a placeholder, see standbyContract) also gets heartbeat.StandbyEnvVar,
+// and the observer hears of it only once a round adopts it.
+func (a *Agent) launch(sink *workerlog.Sink, c distenv.Worker, standby bool, extra []string) (*worker, error) {
 	local := c.LocalRank
 	logs, err := sink.Worker(c.Rank, c.LocalRank)
 	if err != nil {
@@ -163,7 +164,7 @@ func (a *Agent) launch(sink *workerlog.Sink, c distenv.Worker, standby bool) (*w
 	}
 	_ = os.Remove(c.ErrorFile) // a stale file would name an old error
 	spec := proc.Spec{
-		Path: a.spec.Command[0], Args: a.spec.Command[1:], Env: c.Environ(a.spec.Environ),
+		Path: a.spec.Command[0], Args: a.spec.Command[1:], Env: append(c.Environ(a.spec.Environ), extra...),
 		Stdout: logs.Stdout(), Stderr: logs.Stderr(), Guard: a.spec.Guard,
 		Stdin: a.spec.Stdin, Linger: a.spec.TermTimeout,
 	}
@@ -346,7 +347,7 @@ func (a *Agent) adopt(ctx context.Context, from *rendezvous.Round, r rendezvous.
 // restartAlone starts a fresh worker for local rank local of round r in
 // the empty place workers[local].
 func (a *Agent) restartAlone(sink *workerlog.Sink, r rendezvous.Round, workers []*worker, local int) error {
-	fresh, err := a.startWorker(sink, r, local)
+	fresh, err := a.startWorker(sink, r, local, nil)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,10 @@ import (
 	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/internal/proc"
 	"github.com/gorun/gorun/internal/reach"
+	"github.com/gorun/gorun/internal/snapshot"
+	"github.com/gorun/gorun/internal/snapshot/replica"
 	"github.com/gorun/gorun/internal/straggler"
+	pythonpkg "github.com/gorun/gorun/python"
 	"github.com/gorun/gorun/rendezvous"
 	"github.com/gorun/gorun/rendezvous/etcdembed"
 	"github.com/gorun/gorun/rendezvous/etcdstore"
@@ -64,9 +67,11 @@ type node struct {
 	rt  Runtime
 	log zerolog.Logger // the rendezvous's (component=rendezvous)
 
-	tmpDir      string      // the workers' error files without --log-dir; removed by close
-	stopMetrics func()      // stops serving --metrics-addr
-	guard       *proc.Guard // kills the workers if gorun dies without stopping them
+	tmpDir      string          // the workers' error files without --log-dir; removed by close
+	snapDir     string          // the job's snapshot directory on this node (Launch.Snapshots); removed by close
+	replicas    *replica.Server // serves snapshot copies to and from the other nodes (over etcd); nil: none
+	stopMetrics func()          // stops serving --metrics-addr
+	guard       *proc.Guard     // kills the workers if gorun dies without stopping them
 
 	// Over etcd, in the order start makes them.
 	member  *etcdembed.Server  // this node's embedded etcd member, which the others may still need
@@ -77,6 +82,7 @@ type node struct {
 	prober  *reach.Listener  // answers reachability probes; nil: none (it could not listen)
 	rdzv    *rendezvous.Elastic
 	tracker *straggler.Tracker     // the ranks' step compute, for publishStats
+	snaps   *snapshotStatus        // the snapshots, for publishStats; nil: off
 	goodput func() goodput.Summary // for publishGoodput; nil: none
 
 	agent *elastic.Agent
@@ -89,7 +95,7 @@ func newNode(l *Launch, rt Runtime) *node {
 
 // start makes the node's parts, each in the order the next one needs
 // it: the error-file directory, the metrics server, the guard process,
-// then (over etcd) the embedded member, the connection, the incarnation,
+// the snapshot directory (which the guard removes if gorun dies), then (over etcd) the embedded member, the connection, the incarnation,
 // the store, the prober, the rendezvous, and last the agent. It returns
 // the first error; what it made until then stays in n for close.
 func (n *node) start(ctx context.Context) error {
@@ -115,7 +121,11 @@ func (n *node) start(ctx context.Context) error {
 		rt.Log.Warn().Str("component", "launcher").Msg(ompWarning)
 	}
 	if l.MetricsAddr != "" {
-		stop, err := serveMetrics(l, rt.Log, &spec)
+		snapDir := ""
+		if l.Snapshots {
+			snapDir = n.snapshotPath()
+		}
+		stop, err := serveMetrics(l, rt.Log, &spec, snapDir)
 		if err != nil {
 			return err
 		}
@@ -137,6 +147,11 @@ func (n *node) start(ctx context.Context) error {
 			return err
 		}
 		n.guard, spec.Guard = guard, guard
+	}
+	if l.Snapshots {
+		if err := n.makeSnapshotDir(&spec); err != nil {
+			return err
+		}
 	}
 	if l.Rendezvous.Backend == BackendEtcd {
 		return n.startElastic(ctx, spec)
@@ -196,7 +211,10 @@ func (n *node) startElastic(ctx context.Context, spec elastic.Spec) (err error) 
 	}
 	n.goodput = observeGoodput(&spec, l)
 	n.tracker = straggler.NewTracker()
-	observeStragglers(&spec, n.tracker)
+	if spec.Snapshots != nil {
+		n.snaps = newSnapshotStatus(spec.Snapshots.Dir)
+	}
+	observeStragglers(&spec, n.tracker, n.snaps)
 	n.agent, err = elastic.New(spec, n.rdzv)
 	return err
 }
@@ -225,7 +243,7 @@ func (n *node) run(ctx context.Context) (out elastic.Outcome, err error) {
 		r := n.l.Rendezvous
 		sctx, stopStats := context.WithCancel(ctx)
 		g.Add(func() error {
-			publishStats(sctx, n.store, r.NodeID, n.l.Host, n.tracker, eviction{after: n.l.EvictStragglers.Std(), evict: n.rdzv.Evict},
+			publishStats(sctx, n.store, r.NodeID, n.l.Host, n.tracker, n.snaps, eviction{after: n.l.EvictStragglers.Std(), evict: n.rdzv.Evict},
 				n.rt.Log.With().Str("component", "stragglers").Logger())
 			return nil
 		}, func(error) { stopStats() })
@@ -267,8 +285,10 @@ func leaveBy(out elastic.Outcome) time.Time {
 //  5. the embedded member (given serverCloseTimeout to stop: one whose
 //     cluster lost its quorum may not), then its data dir, whether or not
 //     the member stopped in time;
-//  6. the guard process, the metrics server, and the temporary directory
-//     of the workers' error files.
+//  6. the guard process, the metrics server, the temporary directory of
+//     the workers' error files, the snapshot replica server, and the
+//     snapshot directory (the agent has returned: no worker maps its
+//     files any more).
 //
 // by is leaveBy's for a node whose agent ran, the zero time (leave at
 // once) for one whose start failed. close returns the errors of the
@@ -315,6 +335,16 @@ func (n *node) close(by time.Time) error {
 	}
 	if n.tmpDir != "" {
 		_ = os.RemoveAll(n.tmpDir)
+	}
+	if n.replicas != nil {
+		if err := n.replicas.Close(); err != nil {
+			n.rt.Log.Warn().Err(err).Msg("stopping the snapshot replica server")
+		}
+	}
+	if n.snapDir != "" {
+		if err := os.RemoveAll(n.snapDir); err != nil {
+			n.rt.Log.Warn().Err(err).Msg("removing the snapshot directory")
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -406,4 +436,61 @@ func dialRendezvous(ctx context.Context, r Rendezvous, log zerolog.Logger) (*etc
 			"(start gorun rendezvous serve with the job secret, or give an etcd with TLS and users --rdzv-conf)")
 	}
 	return conn, nil
+}
+
+// DefaultShmDir is where the job's snapshot directory is made when
+// Runtime.ShmDir is "": a tmpfs on every Linux machine, so that the
+// workers' snapshots are memory that outlives the workers.
+const DefaultShmDir = "/dev/shm"
+
+// snapshotPath is the job's snapshot directory on this node:
+// <shm>/gorun-<run id>-<pid>.
+func (n *node) snapshotPath() string {
+	shm := n.rt.ShmDir
+	if shm == "" {
+		shm = DefaultShmDir
+	}
+	return filepath.Join(shm, fmt.Sprintf("gorun-%s-%d", n.l.RunID, os.Getpid()))
+}
+
+// makeSnapshotDir makes the job's snapshot directory on this node,
+// <shm>/gorun-<run id>-<pid> (mode 0700: the job's user alone), extracts
+// the gorun Python package into its python/ and gives spec's workers
+// both (GORUN_SNAPSHOT_DIR, and python/ first on PYTHONPATH); the guard,
+// if any, removes it if gorun dies. A directory that cannot be made is
+// an error that names it and says what to do.
+func (n *node) makeSnapshotDir(spec *elastic.Spec) error {
+	l, shm := n.l, n.rt.ShmDir
+	if shm == "" {
+		shm = DefaultShmDir
+	}
+	dir := n.snapshotPath()
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("snapshot directory %s: %w (the workers' snapshots live in a tmpfs at %s: make it writable, or turn snapshots off with --snapshots=false)", dir, err, shm)
+	}
+	n.snapDir = dir
+	if err := n.guard.RemoveAtExit(dir); err != nil {
+		return err
+	}
+	python := filepath.Join(dir, "python")
+	if err := pythonpkg.Extract(python); err != nil {
+		return fmt.Errorf("snapshot directory %s: %w", dir, err)
+	}
+	env := setEnv(spec.Environ, snapshot.EnvDir, dir)
+	path := python
+	if old, ok := lookupEnv(env, "PYTHONPATH"); ok && old != "" {
+		path += string(os.PathListSeparator) + old
+	}
+	spec.Environ = setEnv(env, "PYTHONPATH", path)
+	spec.Snapshots = &elastic.Snapshots{Dir: dir, Node: firstNonEmpty(l.Rendezvous.NodeID, l.Host), Replicas: l.SnapshotReplicas}
+	if l.Rendezvous.Backend == BackendEtcd {
+		// Nodes that may lose one another copy and fetch snapshots.
+		t, err := n.serveReplicas(dir)
+		if err != nil {
+			return fmt.Errorf("snapshot replicas: %w (or turn snapshots off with --snapshots=false)", err)
+		}
+		n.replicas, spec.Snapshots.Transfer = t.Server, t
+	}
+	n.rt.Log.Info().Str("component", "launcher").Str("dir", dir).Int("replicas", l.SnapshotReplicas).Msg("workers' snapshots in memory")
+	return nil
 }

@@ -3,6 +3,7 @@ package launcher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -136,6 +137,53 @@ func TestNodeRunsAndKeepsTheRunsKeys(t *testing.T) {
 			ttl, err := client.TimeToLive(context.Background(), leases.Leases[0].ID)
 			require.NoError(t, err)
 			require.Greater(t, time.Duration(ttl.TTL)*time.Second, etcdstore.RetentionTTL-time.Hour)
+		})
+	}
+}
+
+// The snapshot directory: made 0700 under the tmpfs, named by run id and
+// pid, the gorun package extracted into it, its path and the package's on
+// the workers' environment (PYTHONPATH keeps what it had, after it), and
+// removed by close; a tmpfs where it cannot be made is an error that says
+// what to do.
+func TestSnapshotDir(t *testing.T) {
+	shm := t.TempDir()
+	file := filepath.Join(shm, "not-a-dir")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	for _, tc := range []struct {
+		name, shm, pythonPath string
+		wantPath              func(dir string) string
+		err                   string
+	}{
+		{name: "no PYTHONPATH", shm: shm, wantPath: func(dir string) string { return dir + "/python" }},
+		{name: "PYTHONPATH kept after it", shm: shm, pythonPath: "/a:/b", wantPath: func(dir string) string { return dir + "/python:/a:/b" }},
+		{name: "no tmpfs", shm: file, err: "--snapshots=false"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &Launch{RunID: "snap", Host: "h", SnapshotReplicas: 2}
+			n := newNode(l, Runtime{ShmDir: tc.shm, Log: zerolog.Nop()})
+			spec := elastic.Spec{Environ: []string{"HOME=/h"}}
+			if tc.pythonPath != "" {
+				spec.Environ = append(spec.Environ, "PYTHONPATH="+tc.pythonPath)
+			}
+			err := n.makeSnapshotDir(&spec)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				require.ErrorContains(t, err, tc.shm)
+				require.Empty(t, n.snapDir)
+				return
+			}
+			require.NoError(t, err)
+			dir := filepath.Join(tc.shm, fmt.Sprintf("gorun-snap-%d", os.Getpid()))
+			require.Equal(t, dir, n.snapDir)
+			st, err := os.Stat(dir)
+			require.NoError(t, err)
+			require.Equal(t, os.FileMode(0o700), st.Mode().Perm())
+			require.FileExists(t, filepath.Join(dir, "python", "gorun", "__init__.py"))
+			require.Equal(t, []string{"HOME=/h", "GORUN_SNAPSHOT_DIR=" + dir, "PYTHONPATH=" + tc.wantPath(dir)}, spec.Environ)
+			require.Equal(t, &elastic.Snapshots{Dir: dir, Node: "h", Replicas: 2}, spec.Snapshots)
+			require.NoError(t, n.close(time.Time{}))
+			require.NoDirExists(t, dir)
 		})
 	}
 }

@@ -35,6 +35,10 @@ type Options struct {
 	LocalAddr        string        // address other nodes reach this node at; "" is the node name
 	JobSecretFile    string        // file holding the job secret (else GORUN_JOB_SECRET; see resolveSecret)
 	MetricsAddr      string        // HOST:PORT the agent serves Prometheus /metrics on; "": none
+	// NoSnapshots turns the workers' snapshots off: no per-job directory,
+	// no GORUN_SNAPSHOT_* variables, no gorun package on PYTHONPATH.
+	NoSnapshots      bool
+	SnapshotReplicas int // copies of each rank's snapshots on other nodes (--snapshot-replicas); 0: none
 
 	// torchrun's flags that gorun accepts for a drop-in command line
 	// (docs/torchrun.md, "torchrun flags and variables"); checkCompat validates them.

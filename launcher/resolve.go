@@ -115,15 +115,22 @@ type Launch struct {
 	Heartbeat    Duration   `json:"heartbeat_timeout,omitempty"`
 	// EvictStragglers: a node whose rank stays the job's straggler this
 	// long evicts itself (the job goes on without it); 0: never.
-	EvictStragglers Duration          `json:"evict_stragglers,omitempty"`
-	MetricsAddr     string            `json:"metrics_addr,omitempty"` // Prometheus /metrics of this agent
-	Command         []string          `json:"command"`
-	LogDir          string            `json:"log_dir,omitempty"`
-	Redirects       workerlog.StdSpec `json:"-"`
-	Tee             workerlog.StdSpec `json:"-"`
-	ShowRanks       []int             `json:"local_ranks_filter,omitempty"`
-	GPUs            []string          `json:"gpus,omitempty"`
-	GPUSource       string            `json:"gpu_source,omitempty"`
+	EvictStragglers Duration `json:"evict_stragglers,omitempty"`
+	MetricsAddr     string   `json:"metrics_addr,omitempty"` // Prometheus /metrics of this agent
+	// Snapshots gives the workers a per-job directory on a tmpfs for their
+	// training-state snapshots (GORUN_SNAPSHOT_DIR), the gorun Python
+	// package on PYTHONPATH, and, for scripts, the step the agents agreed
+	// they restore (docs/snapshots.md); SnapshotReplicas is how many other
+	// nodes keep a copy of each rank's snapshots.
+	Snapshots        bool              `json:"snapshots"`
+	SnapshotReplicas int               `json:"snapshot_replicas"`
+	Command          []string          `json:"command"`
+	LogDir           string            `json:"log_dir,omitempty"`
+	Redirects        workerlog.StdSpec `json:"-"`
+	Tee              workerlog.StdSpec `json:"-"`
+	ShowRanks        []int             `json:"local_ranks_filter,omitempty"`
+	GPUs             []string          `json:"gpus,omitempty"`
+	GPUSource        string            `json:"gpu_source,omitempty"`
 	// VirtualLocalRank (torchrun's --virtual-local-rank): every worker
 	// gets LOCAL_RANK=0 and WorkerGPUs[local rank] as its only GPU.
 	VirtualLocalRank bool       `json:"virtual_local_rank,omitempty"`
@@ -186,14 +193,16 @@ func Resolve(opts Options, host Host) (*Launch, error) {
 		return nil, usagef("%v", err)
 	}
 	l := &Launch{
-		Role:            orDefault(opts.Role, "default"),
-		MaxRestarts:     opts.MaxRestarts,
-		TermTimeout:     Duration(opts.TermTimeout),
-		Heartbeat:       Duration(opts.HeartbeatTimeout),
-		EvictStragglers: Duration(opts.EvictStragglers),
-		MetricsAddr:     opts.MetricsAddr,
-		LogDir:          opts.LogDir,
-		Environ:         host.Environ,
+		Role:             orDefault(opts.Role, "default"),
+		MaxRestarts:      opts.MaxRestarts,
+		TermTimeout:      Duration(opts.TermTimeout),
+		Heartbeat:        Duration(opts.HeartbeatTimeout),
+		EvictStragglers:  Duration(opts.EvictStragglers),
+		MetricsAddr:      opts.MetricsAddr,
+		Snapshots:        !opts.NoSnapshots,
+		SnapshotReplicas: opts.SnapshotReplicas,
+		LogDir:           opts.LogDir,
+		Environ:          host.Environ,
 	}
 	if opts.MaxRestarts < 0 {
 		return nil, usagef("--max-restarts=%d: want 0 or more", opts.MaxRestarts)
@@ -203,6 +212,9 @@ func Resolve(opts Options, host Host) (*Launch, error) {
 	}
 	if opts.EvictStragglers < 0 {
 		return nil, usagef("--evict-stragglers=%s: want a duration of 0 (off) or more", opts.EvictStragglers)
+	}
+	if opts.SnapshotReplicas < 0 {
+		return nil, usagef("--snapshot-replicas=%d: want 0 (no copies on other nodes) or more", opts.SnapshotReplicas)
 	}
 	if err := checkMetricsAddr(opts.MetricsAddr); err != nil {
 		return nil, err

@@ -117,6 +117,13 @@ func TestResolve(t *testing.T) {
 			require.Equal(t, "gorun-fresh", l.RunID, "one node outside SLURM: a fresh run id")
 			require.Equal(t, "gorun-fresh", l.Workers[0].RunID)
 		}},
+		{"snapshots on by default, one copy", opts(nil), nil, nil, func(t *testing.T, l *Launch) {
+			require.True(t, l.Snapshots)
+			require.Equal(t, 0, l.SnapshotReplicas, "Options' zero value; the flag's default is 1")
+		}},
+		{"--snapshots=false", opts(func(o *Options) { o.NoSnapshots, o.SnapshotReplicas = true, 2 }), nil, nil, func(t *testing.T, l *Launch) {
+			require.False(t, l.Snapshots)
+		}},
 		{"--rdzv-id names the run", opts(func(o *Options) { o.RdzvID = "mine" }), nil, nil, func(t *testing.T, l *Launch) {
 			require.Equal(t, "mine", l.RunID)
 			require.Equal(t, "mine", l.Rendezvous.ID)
@@ -371,6 +378,7 @@ func TestResolveErrors(t *testing.T) {
 		{"bad redirects", opts(func(o *Options) { o.Redirects = "7" }), nil, "--redirects"},
 		{"bad ranks filter", opts(func(o *Options) { o.LocalRanksFilter = "0,x" }), nil, "--local-ranks-filter"},
 		{"negative restarts", opts(func(o *Options) { o.MaxRestarts = -1 }), nil, "--max-restarts=-1"},
+		{"negative snapshot replicas", opts(func(o *Options) { o.SnapshotReplicas = -1 }), nil, "--snapshot-replicas=-1: want 0"},
 		{"metrics addr without port", opts(func(o *Options) { o.MetricsAddr = "0.0.0.0" }), nil, "--metrics-addr=0.0.0.0: want HOST:PORT"},
 		{"metrics addr with a bad port", opts(func(o *Options) { o.MetricsAddr = "127.0.0.1:http" }), nil, `port "http" is not 0-65535`},
 		{"node id outside nodes", opts(nil), withEnv(func(e map[string]string) { e["SLURM_NODEID"] = "3" }), "SLURM_NODEID"},

@@ -37,7 +37,10 @@ type Runtime struct {
 	// GuardCommand starts the guard process that kills the workers if
 	// gorun dies without stopping them (proc.RunGuard); nil: no guard.
 	GuardCommand []string
-	Log          zerolog.Logger
+	// ShmDir is the tmpfs the job's snapshot directory is made in;
+	// "": DefaultShmDir.
+	ShmDir string
+	Log    zerolog.Logger
 }
 
 // staticRound is the round of a static launch, and what `gorun plan`
@@ -111,9 +114,10 @@ func checkMasterPort(r rendezvous.Round) error {
 }
 
 // serveMetrics serves the agent's Prometheus metrics at l.MetricsAddr
-// and makes them spec's observer; the returned func stops serving.
-func serveMetrics(l *Launch, log zerolog.Logger, spec *elastic.Spec) (func(), error) {
-	m, err := agentmetrics.New(agentmetrics.Config{RunID: l.RunID, Node: l.Host})
+// and makes them spec's observer; snapDir is the job's snapshot directory
+// ("": none). The returned func stops serving.
+func serveMetrics(l *Launch, log zerolog.Logger, spec *elastic.Spec, snapDir string) (func(), error) {
+	m, err := agentmetrics.New(agentmetrics.Config{RunID: l.RunID, Node: l.Host, SnapshotDir: snapDir})
 	if err != nil {
 		return nil, err
 	}

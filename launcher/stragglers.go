@@ -15,6 +15,7 @@ import (
 	"github.com/gorun/gorun/internal/straggler"
 	"github.com/gorun/gorun/rendezvous"
 	"github.com/gorun/gorun/rendezvous/liveness"
+	"github.com/gorun/gorun/rendezvous/status"
 )
 
 // statsEvery is how often an agent publishes its ranks' median step
@@ -26,11 +27,31 @@ const statsEvery = 2 * time.Second
 type trackingObserver struct {
 	next    elastic.Observer
 	tracker *straggler.Tracker
+	snaps   *snapshotStatus // nil: snapshots are off
 }
 
-// observeStragglers makes spec's observer also feed tracker.
-func observeStragglers(spec *elastic.Spec, tracker *straggler.Tracker) {
-	spec.Observer = trackingObserver{next: spec.Observer, tracker: tracker}
+// observeStragglers makes spec's observer also feed tracker, and snaps
+// when not nil.
+func observeStragglers(spec *elastic.Spec, tracker *straggler.Tracker, snaps *snapshotStatus) {
+	spec.Observer = trackingObserver{next: spec.Observer, tracker: tracker, snaps: snaps}
+}
+
+// SnapshotsAgreed records the agreement for gorun status and passes it on
+// to next when it takes it (elastic.SnapshotObserver).
+func (o trackingObserver) SnapshotsAgreed(r rendezvous.Round, rec elastic.SnapshotRecovery) {
+	o.snaps.agreed(r, rec)
+	if s, ok := o.next.(elastic.SnapshotObserver); ok {
+		s.SnapshotsAgreed(r, rec)
+	}
+}
+
+// SnapshotReplicated records the copy for gorun status and passes it on
+// to next when it takes it (elastic.SnapshotObserver).
+func (o trackingObserver) SnapshotReplicated(rank int, step uint64, peer string) {
+	o.snaps.replicated(rank, step, peer)
+	if s, ok := o.next.(elastic.SnapshotObserver); ok {
+		s.SnapshotReplicated(rank, step, peer)
+	}
 }
 
 func (o trackingObserver) StateChanged(from, to elastic.State) {
@@ -40,6 +61,7 @@ func (o trackingObserver) StateChanged(from, to elastic.State) {
 }
 
 func (o trackingObserver) RoundStarted(r rendezvous.Round, formed time.Duration) {
+	o.snaps.roundStarted()
 	if o.next != nil {
 		o.next.RoundStarted(r, formed)
 	}
@@ -67,6 +89,7 @@ func (o trackingObserver) RoundEnded(end rendezvous.End) {
 
 func (o trackingObserver) WorkerStarted(w distenv.Worker) {
 	o.tracker.Started(w.LocalRank, w.Rank)
+	o.snaps.workerStarted(w.Rank)
 	if o.next != nil {
 		o.next.WorkerStarted(w)
 	}
@@ -93,7 +116,7 @@ func (o trackingObserver) WorkerExited(w distenv.Worker, exitCode int) {
 // With an eviction policy (ev.after > 0), a node whose rank stays the
 // job's straggler for ev.after evicts itself (ev.evict): the job goes on
 // without it, and a spare takes its place.
-func publishStats(ctx context.Context, store rendezvous.Store, nodeID, host string, tracker *straggler.Tracker, ev eviction, log zerolog.Logger) {
+func publishStats(ctx context.Context, store rendezvous.Store, nodeID, host string, tracker *straggler.Tracker, snaps *snapshotStatus, ev eviction, log zerolog.Logger) {
 	tick := time.NewTicker(statsEvery)
 	defer tick.Stop()
 	slow := map[int]bool{} // this node's ranks named last time
@@ -106,10 +129,16 @@ func publishStats(ctx context.Context, store rendezvous.Store, nodeID, host stri
 		case now = <-tick.C:
 		}
 		own := tracker.Report(host)
-		if len(own.Ranks) == 0 {
+		published := snaps.status()
+		if len(own.Ranks) == 0 && published == nil {
 			continue
 		}
-		if err := store.Put(ctx, rendezvous.StatsKey(nodeID), own.Encode(), true); err != nil {
+		value, err := status.WithSnapshots(own.Encode(), published)
+		if err != nil {
+			log.Warn().Err(err).Msg("publishing this node's snapshots") // a bug: Encode makes an object
+			value = own.Encode()
+		}
+		if err := store.Put(ctx, rendezvous.StatsKey(nodeID), value, true); err != nil {
 			if ctx.Err() == nil {
 				log.Warn().Err(err).Msg("publishing this node's step compute")
 			}

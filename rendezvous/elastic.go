@@ -108,6 +108,9 @@ type Elastic struct {
 	prober *liveness.Prober // checks the peers this node's workers stopped hearing from
 	gate   *liveness.Gate   // keeps this node out while it was left out and cannot reach every member
 	evict  evictState
+	// exchanged is the round of this node's last Exchange, whose key the
+	// next one deletes; -1 before the first.
+	exchanged int
 }
 
 // Join registers this node with the job (a leased key: its liveness) and
@@ -125,7 +128,7 @@ func Join(ctx context.Context, store Store, cfg Config) (*Elastic, error) {
 		return nil, err
 	}
 	vctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	e := &Elastic{cfg: cfg, store: store, agent: newAgentView(cfg.Self.ID), cancel: cancel, last: -1,
+	e := &Elastic{cfg: cfg, store: store, agent: newAgentView(cfg.Self.ID), cancel: cancel, last: -1, exchanged: -1,
 		log: cfg.Log.With().Str("component", "rendezvous").Logger()}
 	e.prober = liveness.NewProber(fencer{e}, e.log)
 	e.gate = liveness.NewGate(cfg.Self.ID, peers(store, cfg.Self.ID), e.log)

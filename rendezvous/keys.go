@@ -20,7 +20,7 @@ const (
 	PrefixPlace   = "place/"    // place/<bucket>: the Bucket of placements, each watched by its nodes only
 	PrefixNodes   = "nodes/"    // nodes/<id>: Member, leased: the node's liveness
 	PrefixWait    = "waiting/"  // waiting/<id>: Member, leased: a node waiting for a round
-	PrefixRounds  = "rounds/"   // rounds/<round>/<join|done|stall|unreach>/<id>: one round's keys, leased
+	PrefixRounds  = "rounds/"   // rounds/<round>/<join|done|stall|unreach|exchange>/<id>: one round's keys, leased
 	PrefixFail    = "failures/" // failures/<round>/<class>-...: Failure, unleased (see failureKey)
 	PrefixKept    = "inplace/"  // inplace/<round>: Recovery, unleased: one per in-place recovery
 	PrefixStats   = "stats/"    // stats/<id>: the node's straggler.Report, leased, rewritten every few seconds
@@ -33,24 +33,25 @@ type Kind int
 
 // The kinds of key, each with its shape and what Decode returns for it.
 const (
-	KindUnknown Kind = iota // not a key of the job's schema
-	KindState               // KeyState: State
-	KindLeader              // KeyLeader: the aggregator's id (string)
-	KindRoster              // KeyRoster: Roster
-	KindPlace               // place/<Bucket, 2 digits>: Bucket
-	KindNode                // nodes/<ID>: Member
-	KindWaiting             // waiting/<ID>: Member
-	KindJoin                // rounds/<Round, 8 digits>/join/<ID>: Member
-	KindDone                // rounds/<Round>/done/<ID>: the node's host (string)
-	KindStall               // rounds/<Round>/stall/<ID>: the node's host (string)
-	KindUnreach             // rounds/<Round>/unreach/<ID>: the ids the node cannot reach ([]string)
-	KindFailure             // failures/<Round, 8 digits>/0-node-<ID>, 0-agent-<ID> or <Class>-<Rank, 8 digits>: Failure
-	KindKept                // inplace/<Round, 8 digits>: Recovery
-	KindStats               // stats/<ID>: the raw value ([]byte), for package straggler
-	KindGoodput             // goodput/<ID>: the raw value ([]byte), for package goodput
+	KindUnknown  Kind = iota // not a key of the job's schema
+	KindState                // KeyState: State
+	KindLeader               // KeyLeader: the aggregator's id (string)
+	KindRoster               // KeyRoster: Roster
+	KindPlace                // place/<Bucket, 2 digits>: Bucket
+	KindNode                 // nodes/<ID>: Member
+	KindWaiting              // waiting/<ID>: Member
+	KindJoin                 // rounds/<Round, 8 digits>/join/<ID>: Member
+	KindDone                 // rounds/<Round>/done/<ID>: the node's host (string)
+	KindStall                // rounds/<Round>/stall/<ID>: the node's host (string)
+	KindUnreach              // rounds/<Round>/unreach/<ID>: the ids the node cannot reach ([]string)
+	KindFailure              // failures/<Round, 8 digits>/0-node-<ID>, 0-agent-<ID> or <Class>-<Rank, 8 digits>: Failure
+	KindKept                 // inplace/<Round, 8 digits>: Recovery
+	KindStats                // stats/<ID>: the raw value ([]byte), for package straggler
+	KindGoodput              // goodput/<ID>: the raw value ([]byte), for package goodput
+	KindExchange             // rounds/<Round>/exchange/<ID>: Exchanged, the node's part of Elastic.Exchange
 )
 
-var kindNames = [...]string{"unknown", "state", "leader", "roster", "place", "node", "waiting", "join", "done", "stall", "unreach", "failure", "inplace", "stats", "goodput"}
+var kindNames = [...]string{"unknown", "state", "leader", "roster", "place", "node", "waiting", "join", "done", "stall", "unreach", "failure", "inplace", "stats", "goodput", "exchange"}
 
 // String is the kind's name, as in the key shapes above.
 func (k Kind) String() string {
@@ -61,7 +62,7 @@ func (k Kind) String() string {
 }
 
 // roundKinds are the kinds under PrefixRounds, by the name in their key.
-var roundKinds = map[string]Kind{"join": KindJoin, "done": KindDone, "stall": KindStall, "unreach": KindUnreach}
+var roundKinds = map[string]Kind{"join": KindJoin, "done": KindDone, "stall": KindStall, "unreach": KindUnreach, "exchange": KindExchange}
 
 // Key is one key of a job as a value: its kind and the fields its shape
 // holds (the others are zero).
@@ -94,7 +95,7 @@ func (k Key) String() string {
 		return PrefixNodes + k.ID
 	case KindWaiting:
 		return PrefixWait + k.ID
-	case KindJoin, KindDone, KindStall, KindUnreach:
+	case KindJoin, KindDone, KindStall, KindUnreach, KindExchange:
 		return roundPrefix(k.Round) + k.Kind.String() + "/" + k.ID
 	case KindFailure:
 		head := fmt.Sprintf("%s%08d/", PrefixFail, k.Round)
@@ -195,6 +196,8 @@ func Decode(k Key, kv KV) (any, error) {
 		return f, err
 	case KindKept:
 		return decodeJSON[Recovery](kv.Value)
+	case KindExchange:
+		return decodeJSON[Exchanged](kv.Value)
 	case KindLeader, KindDone, KindStall:
 		return string(kv.Value), nil
 	case KindStats, KindGoodput:
@@ -232,6 +235,12 @@ func stallKey(round int, id string) string {
 func unreachKey(round int, id string) string {
 	return Key{Kind: KindUnreach, Round: round, ID: id}.String()
 }
+func exchangeKey(round int, id string) string {
+	return Key{Kind: KindExchange, Round: round, ID: id}.String()
+}
+
+// exchangePrefix is where the exchange keys of round are (exchangeKey).
+func exchangePrefix(round int) string { return roundPrefix(round) + KindExchange.String() + "/" }
 
 // failureKey is where failure f of a worker in round is kept; a later
 // report of the same worker overwrites it and keeps its first revision.

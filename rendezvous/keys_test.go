@@ -29,6 +29,7 @@ func TestKeyShapes(t *testing.T) {
 		{"done", doneKey(4, "node-a.11"), Key{Kind: KindDone, Round: 4, ID: "node-a.11"}},
 		{"stall", stallKey(4, "node-a.11"), Key{Kind: KindStall, Round: 4, ID: "node-a.11"}},
 		{"unreach", unreachKey(4, "node-a.11"), Key{Kind: KindUnreach, Round: 4, ID: "node-a.11"}},
+		{"exchange", exchangeKey(4, "node-a.11"), Key{Kind: KindExchange, Round: 4, ID: "node-a.11"}},
 		{"lost node", nodeFailureKey(5, "node-a.11"), Key{Kind: KindFailure, Round: 5, ID: "node-a.11"}},
 		{"failed agent", agentFailureKey(5, "node-a.11"), Key{Kind: KindFailure, Round: 5, ID: "node-a.11", Agent: true}},
 		{"worker", failureKey(5, Failure{Rank: 12}), Key{Kind: KindFailure, Round: 5, Class: 1, Rank: 12}},
@@ -51,6 +52,7 @@ func TestKeyShapes(t *testing.T) {
 		doneKey(4, "a"):                  "rounds/00000004/done/a",
 		stallKey(4, "a"):                 "rounds/00000004/stall/a",
 		unreachKey(4, "a"):               "rounds/00000004/unreach/a",
+		exchangeKey(4, "a"):              "rounds/00000004/exchange/a",
 		nodeFailureKey(5, "a"):           "failures/00000005/0-node-a",
 		agentFailureKey(5, "a"):          "failures/00000005/0-agent-a",
 		failureKey(5, Failure{Rank: 12}): "failures/00000005/1-00000012",
@@ -96,6 +98,7 @@ func TestDecodeByKind(t *testing.T) {
 		{unreachKey(3, "a"), []byte(`["b","c"]`), []string{"b", "c"}},
 		{nodeFailureKey(3, "a"), []byte(`{"host":"node-a"}`), Failure{Host: "node-a", Revision: 9}},
 		{keptKey(3), []byte(`{"round":3}`), Recovery{Round: 3}},
+		{exchangeKey(3, "a"), []byte(`{"node_rank":2,"value":"aGk="}`), Exchanged{NodeRank: 2, Value: []byte("hi")}},
 		{StatsKey("a"), []byte("raw"), []byte("raw")},
 	} {
 		t.Run(tc.key, func(t *testing.T) {

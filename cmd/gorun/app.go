@@ -107,6 +107,12 @@ func shortString(f *cli.StringFlag, short string) *cli.StringFlag {
 	return f
 }
 
+// defaultTrue makes f true unless given false (--name=false).
+func defaultTrue(f *cli.BoolFlag) *cli.BoolFlag {
+	f.Value = true
+	return f
+}
+
 func shortBool(f *cli.BoolFlag, short string) *cli.BoolFlag {
 	f.Aliases = append([]string{short}, f.Aliases...)
 	return f
@@ -130,6 +136,8 @@ func launchFlags() []cli.Flag {
 		stringFlag(catWorkers, "signals-to-handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT", "torchrun's list, checked; gorun always stops the job on SIGTERM, SIGINT, SIGHUP, SIGQUIT and passes SIGUSR1, SIGUSR2 on to the workers"),
 		stringFlag(catWorkers, "numa-binding", "", "bind each worker to CPUs near its GPU, as torchrun: node, socket, exclusive or core-complex (CPU workers: exclusive, a disjoint share of this task's CPUs each)"),
 		boolFlag(catWorkers, "virtual-local-rank", "as torchrun: LOCAL_RANK=0 for every worker, each seeing only its own GPU in CUDA_VISIBLE_DEVICES"),
+		defaultTrue(boolFlag(catWorkers, "snapshots", "keep the workers' training-state snapshots (python/gorun's gorun.Snapshots) in a per-job directory in /dev/shm that outlives them, put the gorun Python package on their PYTHONPATH, and restart them at the step every rank holds; --snapshots=false: none of it")),
+		intFlag(catWorkers, "snapshot-replicas", 1, "copies of each rank's snapshots kept on other nodes (the next ones in node-rank order), so that the ranks of a lost node restore from memory; 0: none"),
 
 		stringFlag(catNodes, "nnodes", "", "number of nodes N, or MIN:MAX for an elastic job (default: SLURM's, or 1)"),
 		intFlag(catNodes, "node-rank", -1, "this node's rank (default: SLURM_NODEID, or 0)"),
@@ -297,6 +305,7 @@ func options(c *cli.Context) launcher.Options {
 		LocalAddr: c.String("local-addr"), HeartbeatTimeout: seconds(c, "heartbeat-timeout"),
 		EvictStragglers: seconds(c, "evict-stragglers"),
 		JobSecretFile:   c.String("job-secret-file"), MetricsAddr: c.String("metrics-addr"),
+		NoSnapshots: !c.Bool("snapshots"), SnapshotReplicas: c.Int("snapshot-replicas"),
 
 		Module: c.Bool("module"), RunPath: c.Bool("run-path"), MonitorInterval: seconds(c, "monitor-interval"),
 		StartMethod: c.String("start-method"), EventLogHandler: c.String("event-log-handler"),

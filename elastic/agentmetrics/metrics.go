@@ -22,6 +22,9 @@ import (
 type Config struct {
 	RunID string
 	Node  string // the host name the agent announces
+	// SnapshotDir is the job's snapshot directory on this node (it may
+	// not exist yet); "": snapshots are off.
+	SnapshotDir string
 	// Now is the clock of gorun_worker_heartbeat_age_seconds; nil is
 	// time.Now.
 	Now func() time.Time
@@ -54,11 +57,14 @@ type Metrics struct {
 	rendezvous prometheus.Histogram
 	workers    *workerCollector
 	goodput    *goodputRecorder
+	snapshots  *snapshotCollector
 }
 
 var (
 	_ elastic.Observer    = (*Metrics)(nil)
 	_ elastic.EndObserver = (*Metrics)(nil)
+
+	_ elastic.SnapshotObserver = (*Metrics)(nil)
 )
 
 var nan = math.NaN()
@@ -94,8 +100,9 @@ func New(cfg Config) (*Metrics, error) {
 		rendezvous: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gorun_rendezvous_duration_seconds",
 			Help:    "How long this node waited in the rendezvous for each of its rounds to form.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 4, 9)}),
-		workers: newWorkerCollector(cfg.Now),
-		goodput: newGoodputRecorder(cfg.Now),
+		workers:   newWorkerCollector(cfg.Now),
+		goodput:   newGoodputRecorder(cfg.Now),
+		snapshots: newSnapshotCollector(cfg.SnapshotDir),
 	}
 	for _, s := range elastic.States() {
 		m.state.WithLabelValues(s.String())
@@ -105,7 +112,7 @@ func New(cfg Config) (*Metrics, error) {
 		m.restarts.WithLabelValues(c.String())
 	}
 	labelled := prometheus.WrapRegistererWith(prometheus.Labels{"run_id": cfg.RunID, "node": cfg.Node}, m.reg)
-	for _, c := range []prometheus.Collector{m.state, m.round, m.nodes, m.worldSize, m.nodeRank, m.restarts, m.nodeLosses, m.inPlace, m.rendezvous, m.workers, m.goodput} {
+	for _, c := range []prometheus.Collector{m.state, m.round, m.nodes, m.worldSize, m.nodeRank, m.restarts, m.nodeLosses, m.inPlace, m.rendezvous, m.workers, m.goodput, m.snapshots} {
 		if err := labelled.Register(c); err != nil {
 			return nil, err
 		}
@@ -143,6 +150,7 @@ func (m *Metrics) RoundStarted(r rendezvous.Round, formed time.Duration) {
 	m.worldSize.Set(float64(r.WorldSize))
 	m.nodeRank.Set(float64(r.NodeRank))
 	m.rendezvous.Observe(formed.Seconds())
+	m.snapshots.roundStarted()
 }
 
 // Restarted counts a restart by cause, and the nodes it lost.
@@ -160,7 +168,10 @@ func (m *Metrics) RecoveredInPlace(_ rendezvous.Round, nodesLost int) {
 }
 
 // WorkerStarted makes w the worker of its local rank, with no figures yet.
-func (m *Metrics) WorkerStarted(w distenv.Worker) { m.workers.started(w) }
+func (m *Metrics) WorkerStarted(w distenv.Worker) {
+	m.workers.started(w)
+	m.snapshots.workerStarted(w)
+}
 
 // WorkerProgress records w's heartbeat for the per-worker series,
 // and a step of the lowest local rank for the goodput figures.

@@ -153,7 +153,9 @@ def main() -> None:
     optim = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     state = {"model": model, "optim": optim}
 
-    snaps = gorun.Snapshots()
+    # DDP keeps the same state on every rank: any rank may restore any
+    # rank's snapshot, so the job can come back at another world size.
+    snaps = gorun.Snapshots(replicated=True)
     start = snaps.restore(state)
     if start and rank == 0:
         print(f"restored step {start}", flush=True)

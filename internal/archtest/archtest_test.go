@@ -38,7 +38,7 @@ type rule struct {
 }
 
 // ours is every top-level directory of the module that holds packages.
-var ours = []string{"bench", "checkpoint", "cmd", "elastic", "internal", "launcher", "rendezvous", "slurm", "test", "trainer"}
+var ours = []string{"bench", "checkpoint", "cmd", "elastic", "internal", "launcher", "python", "rendezvous", "slurm", "test", "trainer"}
 
 // rules are the layering of docs/design.md ("Packages and who may import
 // whom"): cmd -> launcher -> elastic -> rendezvous, launcher -> slurm,
@@ -47,6 +47,9 @@ var rules = []rule{
 	{name: "internal imports nothing above it", pkgs: []string{"internal"},
 		never: without(ours, "internal")},
 	{name: "slurm is pure parsing", pkgs: []string{"slurm"}, never: without(ours, "slurm")},
+	// python/ holds the worker-side Python package; its one Go package
+	// only embeds those files for the agent to extract.
+	{name: "python only embeds files", pkgs: []string{"python"}, never: without(ours, "python")},
 	{name: "rendezvous knows no agent, launcher or trainer", pkgs: []string{"rendezvous"},
 		never: []string{"elastic", "launcher", "trainer", "checkpoint", "cmd"}},
 	// gorun status writes host lists in SLURM's compressed syntax

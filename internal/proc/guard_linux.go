@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,6 +44,10 @@ type Guard struct {
 	err     error
 	watched map[int]bool // the groups told with Watch and not yet with Forget
 }
+
+// A Guard can also be given directories to remove once gorun is gone
+// (RemoveAtExit): the files gorun keeps for its job's life (its workers'
+// snapshots on a tmpfs) go with it whichever way it ends.
 
 // GuardMarkEnv is the environment variable that marks the processes a
 // Guard watches: their descendants inherit it unless they clear their
@@ -127,6 +132,32 @@ func (g *Guard) Watch(pgid int) { g.send('+', pgid) }
 // Forget tells the guard that group pgid is gone. A nil Guard does nothing.
 func (g *Guard) Forget(pgid int) { g.send('-', pgid) }
 
+// RemoveAtExit tells the guard to remove dir, and everything under it,
+// once gorun is gone (after it killed the watched groups). dir must be an
+// absolute, clean path other than "/" on one line: anything else is
+// refused with an error and the guard is told nothing. A nil Guard does
+// nothing. Close does not remove dir: whoever made it removes it too.
+func (g *Guard) RemoveAtExit(dir string) error {
+	if err := checkRemovable(dir); err != nil {
+		return err
+	}
+	if g == nil {
+		return nil
+	}
+	g.sendLine("d" + dir)
+	return nil
+}
+
+// checkRemovable refuses a directory the guard must not remove: a
+// relative or unclean path, "/", or one with a line break (the guard's
+// protocol is lines).
+func checkRemovable(dir string) error {
+	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir || dir == "/" || strings.ContainsAny(dir, "\n\x00") {
+		return fmt.Errorf("proc: guard: %q is not a directory it may remove: want an absolute, clean path other than /", dir)
+	}
+	return nil
+}
+
 // Err is the first error talking to the guard, if any.
 func (g *Guard) Err() error {
 	g.mu.Lock()
@@ -166,27 +197,37 @@ func (g *Guard) Close() error {
 	return errors.Join(w.Close(), g.cmd.Wait(), g.Err())
 }
 
-// RunGuard is the guard's body: it reads "=MARK", "+PGID" and "-PGID"
-// lines from r until end of file, then SIGKILLs every group still
+// RunGuard is the guard's body: it reads "=MARK", "+PGID", "-PGID" and
+// "dDIR" lines from r until end of file, then SIGKILLs every group still
 // watched, and every process (and its group) whose environment carries
-// GuardMarkEnv=MARK, until a scan of /proc finds none. It ignores the
-// signals that stop a job, which are gorun's to handle; it returns an
-// error only for a malformed line.
+// GuardMarkEnv=MARK, until a scan of /proc finds none, and last removes
+// every DIR (RemoveAtExit). It ignores the signals that stop a job, which
+// are gorun's to handle; it returns an error for a malformed line (and
+// ignores that line) or a directory it could not remove.
 func RunGuard(r io.Reader) error {
 	signalIgnore()
 	watched := map[int]bool{}
 	mark := ""
+	var dirs []string
 	sc := bufio.NewScanner(r)
-	var bad error
+	var bad []error
 	for sc.Scan() {
 		line := sc.Text()
 		if m, ok := strings.CutPrefix(line, "="); ok && m != "" {
 			mark = m
 			continue
 		}
+		if dir, ok := strings.CutPrefix(line, "d"); ok {
+			if err := checkRemovable(dir); err != nil {
+				bad = append(bad, fmt.Errorf("proc: guard: bad line %q: %w", line, err))
+				continue
+			}
+			dirs = append(dirs, dir)
+			continue
+		}
 		pgid, err := strconv.Atoi(line[min(1, len(line)):])
 		if err != nil || pgid <= 0 || (line[0] != '+' && line[0] != '-') {
-			bad = fmt.Errorf("proc: guard: bad line %q", line)
+			bad = append(bad, fmt.Errorf("proc: guard: bad line %q", line))
 			continue
 		}
 		watched[pgid] = line[0] == '+'
@@ -199,7 +240,12 @@ func RunGuard(r io.Reader) error {
 	if mark != "" {
 		killMarked(GuardMarkEnv + "=" + mark)
 	}
-	return bad
+	for _, dir := range dirs {
+		if err := os.RemoveAll(dir); err != nil {
+			bad = append(bad, fmt.Errorf("proc: guard: %w", err))
+		}
+	}
+	return errors.Join(bad...)
 }
 
 // maxMarkScans bounds killMarked's scans of /proc: each kills what the

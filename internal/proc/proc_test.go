@@ -365,6 +365,9 @@ func TestRunGuard(t *testing.T) {
 		{"watch and forget", "+999999999\n-999999999\n", 0, ""},
 		{"bad line", "+x\n", 1, `bad line "+x"`},
 		{"bad op", "*12\n", 1, `bad line "*12"`},
+		{"relative dir", "dtmp/x\n", 1, `bad line "dtmp/x"`},
+		{"root dir", "d/\n", 1, `bad line "d/"`},
+		{"unclean dir", "d/tmp/../x\n", 1, `bad line "d/tmp/../x"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -385,6 +388,27 @@ func TestRunGuard(t *testing.T) {
 			require.Contains(t, stderr.String(), tc.stderr)
 		})
 	}
+}
+
+// Once its input ends, the guard removes the directories it was given
+// (with what is in them), after the groups it kills: a SIGKILLed gorun's
+// snapshot directory goes with it. One that is already gone is no error.
+func TestRunGuardRemovesDirs(t *testing.T) {
+	tmp := t.TempDir()
+	full, gone := filepath.Join(tmp, "full"), filepath.Join(tmp, "gone")
+	require.NoError(t, os.MkdirAll(filepath.Join(full, "python", "gorun"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(full, "rank-0.slot0"), []byte("x"), 0o600))
+	var g *proc.Guard
+	require.NoError(t, g.RemoveAtExit(full), "a nil Guard takes a good path")
+	require.Error(t, g.RemoveAtExit("relative"))
+	cmd := exec.Command(self())
+	cmd.Env = roleEnviron("guard", "", "")
+	cmd.Stdin = strings.NewReader("d" + full + "\nd" + gone + "\n")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+	_, err = os.Stat(full)
+	require.ErrorIs(t, err, fs.ErrNotExist, "the guard left %s", full)
+	require.DirExists(t, tmp, "only the directory named goes")
 }
 
 func TestOutput(t *testing.T) {

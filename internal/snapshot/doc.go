@@ -1,5 +1,5 @@
-// Package snapshot reads the slot files in which a worker's gorun Python
-// package (python/gorun) keeps its rank's newest training-state snapshots,
-// and verifies them; docs/snapshots-format.md describes the format byte by
-// byte.
+// Package snapshot reads, verifies and writes the slot files in which each
+// rank keeps its newest training-state snapshots (format version 2,
+// docs/snapshots-format.md), and computes the pure agreement (Agree) by
+// which the agents of a round choose the one step every rank restores.
 package snapshot

@@ -1,7 +1,7 @@
 """gorun's worker-side API: per-rank training-state snapshots in memory the
-gorun agent owns, so a restarted worker goes on at the step it had reached.
+gorun agent owns, so a restarted worker goes on at the step the job reached.
 
-    snaps = gorun.Snapshots()
+    snaps = gorun.Snapshots(replicated=True)  # DDP: the state is the same on every rank
     state = {"model": model, "optim": opt, "sched": sched, "epoch": 0}
     start = snaps.restore(state)  # the step to go on from, or None
     for step in range(start or 0, steps):
@@ -10,8 +10,9 @@ gorun agent owns, so a restarted worker goes on at the step it had reached.
 
 Outside gorun (no GORUN_SNAPSHOT_DIR) every call does nothing.
 """
-from .snapshots import (ENV_DIR, NoSpaceError, SnapshotError, Snapshots,
-                        StateMismatchError)
+from .snapshots import (ENV_DIR, ENV_REASON, ENV_STEP, ENV_VERIFIED, NoSpaceError,
+                        SnapshotError, Snapshots, StateMismatchError)
 
-__all__ = ["ENV_DIR", "NoSpaceError", "SnapshotError", "Snapshots", "StateMismatchError"]
-__version__ = "0.1.0"
+__all__ = ["ENV_DIR", "ENV_REASON", "ENV_STEP", "ENV_VERIFIED", "NoSpaceError",
+           "SnapshotError", "Snapshots", "StateMismatchError"]
+__version__ = "0.2.0"

@@ -1,17 +1,28 @@
 """Per-rank training-state snapshots in memory that outlives the worker.
 
 Under gorun the agent names a directory (on a tmpfs it owns) in the
-environment variable GORUN_SNAPSHOT_DIR; each local rank keeps two slot files
-there, rank-<LOCAL_RANK>.slot0 and .slot1, and a save overwrites the slot
-holding the older snapshot: payload first, header last, so a worker killed in
-the middle of a save leaves the other slot whole. Without GORUN_SNAPSHOT_DIR
-(plain python, torchrun) every call does nothing and restore returns None.
+environment variable GORUN_SNAPSHOT_DIR; each global rank keeps two slot
+files there, rank-<RANK>.slot0 and .slot1 (docs/snapshots-format.md), and a
+save overwrites the slot holding the older snapshot: payload first, header
+last, so a worker killed in the middle of a save leaves the other slot
+whole. Without GORUN_SNAPSHOT_DIR (plain python, torchrun) every call does
+nothing and restore returns None.
 
-Torch APIs used (all kept by torch 2.x): torch.frombuffer, torch.empty,
-Tensor.view(dtype), Tensor.reshape, Tensor.contiguous, Tensor.copy_
-(non_blocking), Tensor.pin_memory, torch.cuda.Event, torch.cuda.is_available,
-torch.Size, nn.Module.state_dict / load_state_dict (and the same pair of
-optimizers and LR schedulers).
+Which step restore loads is the agent's decision, passed in the environment
+(docs/snapshots-format.md, "Worker environment"):
+
+    GORUN_SNAPSHOT_STEP      the step every rank agreed on, or "none";
+                             unset: the newest complete local slot
+    GORUN_SNAPSHOT_REASON    with "none": why (printed once to stderr)
+    GORUN_SNAPSHOT_VERIFIED  "1": the agent checked that step's CRC already
+
+Torch APIs used (torch 1.13 has them all and torch 2.x keeps them):
+torch.frombuffer, torch.empty, Tensor.view(dtype), Tensor.reshape,
+Tensor.contiguous, Tensor.detach, Tensor.clone, Tensor.copy_ (non_blocking),
+Tensor.pin_memory, torch.cuda.Event (record, synchronize),
+torch.nn.Module.state_dict / load_state_dict (and the same pair of
+optimizers, LR schedulers and any other stateful object). The CRC-32 is the
+standard library's zlib.crc32, which releases the GIL.
 """
 from __future__ import annotations
 
@@ -21,16 +32,25 @@ import mmap
 import os
 import pickle
 import struct
+import sys
 import threading
+import zlib
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
 from . import _slot
-from ._crc32c import Crc32c
 
 ENV_DIR = "GORUN_SNAPSHOT_DIR"
 """The environment variable that names the snapshot directory."""
+ENV_STEP = "GORUN_SNAPSHOT_STEP"
+"""The step the agents agreed every rank restores, or "none"."""
+ENV_REASON = "GORUN_SNAPSHOT_REASON"
+"""With GORUN_SNAPSHOT_STEP=none: why nothing is restored."""
+ENV_VERIFIED = "GORUN_SNAPSHOT_VERIFIED"
+""""1": the agent verified the CRC of the slot holding GORUN_SNAPSHOT_STEP."""
+
+_CRC_CHUNK = 16 << 20  # bytes per zlib.crc32 call
 
 _ALIGN = 64
 
@@ -177,8 +197,8 @@ class _Mapped:
 
 
 class Snapshots:
-    """A local rank's snapshots: restore the newest at start, save one per
-    step.
+    """One rank's snapshots: restore the agreed (or newest) one at start,
+    save one per step.
 
     The state is a dict from names to stateful objects (anything with
     state_dict() and load_state_dict(): modules, optimizers, LR schedulers,
@@ -186,28 +206,42 @@ class Snapshots:
     dicts). Without a directory (the argument, or GORUN_SNAPSHOT_DIR) the
     object is disabled: save does nothing and restore returns None.
 
+    replicated=True says the state is the same on every rank (data
+    parallel: DDP): each save carries the REPLICATED flag, and any rank of
+    any world size may restore it, so the job can come back at another size.
+    Without it a snapshot is the saving rank's own and restores only at the
+    same rank and world size.
+
     A save copies every CPU tensor into the slot before it returns; the
-    CRC, the GPU tensors' copies (asynchronous, to pinned host buffers) and
-    the header are finished in a background thread, overlapping the next
-    step. The snapshot is complete once its header is written; the next
-    save, wait() and close() wait for that.
+    CRC-32, the GPU tensors' copies (asynchronous, to pinned host buffers)
+    and the header are finished in a background thread, overlapping the
+    next step. The snapshot is complete once its header is written; the
+    next save, wait() and close() wait for that.
     """
 
-    def __init__(self, directory: Optional[str] = None, local_rank: Optional[int] = None,
-                 *, background: bool = True,
+    def __init__(self, directory: Optional[str] = None, rank: Optional[int] = None, *,
+                 world_size: Optional[int] = None, replicated: bool = False,
+                 background: bool = True,
                  _before_header: Optional[Callable[[int], None]] = None) -> None:
-        """directory defaults to $GORUN_SNAPSHOT_DIR and local_rank to
-        $LOCAL_RANK (0 when unset). background=False finishes each save
-        before save returns. _before_header is a test hook called with the
-        step after the payload and its CRC are written and before the
-        header."""
+        """directory defaults to $GORUN_SNAPSHOT_DIR, rank to $RANK (0 when
+        unset) and world_size to $WORLD_SIZE (1 when unset). replicated
+        marks every save as restorable by any rank (see the class).
+        background=False finishes each save before save returns.
+        _before_header is a test hook called with the step after the payload
+        and its CRC are written and before the header. Raises ValueError
+        when rank is not in [0, world_size)."""
         if directory is None:
             directory = os.environ.get(ENV_DIR) or None
         self.directory: Optional[str] = directory
-        self.local_rank: int = int(os.environ.get("LOCAL_RANK", "0")) if local_rank is None else local_rank
+        self.rank: int = _env_int("RANK", 0) if rank is None else rank
+        self.world_size: int = _env_int("WORLD_SIZE", 1) if world_size is None else world_size
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"gorun snapshots: rank {self.rank} is not in [0, {self.world_size}) "
+                             "(RANK and WORLD_SIZE, or the arguments)")
+        self.replicated: bool = replicated
         self._background = background
         self._hook = _before_header
-        self._crc: Optional[Crc32c] = None
+        self._said_why = False
         self._slots: List[Optional[_Mapped]] = [None, None]
         self._steps: List[Optional[int]] = [None, None]  # complete step per slot
         self._pending: Optional[threading.Thread] = None
@@ -222,37 +256,92 @@ class Snapshots:
         return bool(self.directory)
 
     def path(self, slot: int) -> str:
-        """The file of slot 0 or 1 of this local rank."""
+        """The file of slot 0 or 1 of this rank."""
         assert self.directory
-        return os.path.join(self.directory, f"rank-{self.local_rank}.slot{slot}")
+        return os.path.join(self.directory, f"rank-{self.rank}.slot{slot}")
 
     # -- restore ---------------------------------------------------------
 
     def restore(self, state: Dict[str, Any]) -> Optional[int]:
-        """Load the newest complete snapshot into state and return its step,
-        or return None (state untouched) when there is none or snapshots are
-        off. Stateful objects get load_state_dict; plain values are stored
-        back into the dict, state[key] = value.
+        """Load a snapshot into state and return its step, or return None
+        (state untouched) when snapshots are off or there is nothing to
+        restore. Stateful objects get load_state_dict; plain values are
+        stored back into the dict, state[key] = value.
+
+        Which snapshot: with GORUN_SNAPSHOT_STEP=<step> (the step the gorun
+        agents agreed on), the one of that step, its CRC-32 checked unless
+        GORUN_SNAPSHOT_VERIFIED=1; a SnapshotError if this rank's slots do
+        not hold it. With GORUN_SNAPSHOT_STEP=none, nothing: the reason
+        (GORUN_SNAPSHOT_REASON) is printed once to stderr and None returned.
+        Unset: the newest complete slot, or None.
 
         Raises StateMismatchError, naming the key, when the state's keys or
         the keys, tensor shapes and dtypes of a stateful object's state_dict
-        differ from the snapshot's; nothing is loaded then. Plain values are
-        replaced whole, unchecked (a list may have grown).
+        differ from the snapshot's; and SnapshotError when the snapshot is
+        sharded (saved without replicated=True) by another rank or world
+        size. Nothing is loaded then. Plain values are replaced whole,
+        unchecked (a list may have grown).
         """
         if not self.enabled:
             return None
+        agreed = os.environ.get(ENV_STEP)
+        if agreed is not None and agreed.strip() == "none":
+            if not self._said_why:
+                reason = os.environ.get(ENV_REASON) or "the agent gave no reason"
+                print(f"gorun snapshots: not restoring: {reason}; the script's own checkpoint "
+                      "is the fallback", file=sys.stderr, flush=True)
+                self._said_why = True
+            return None
+        want: Optional[int] = None
+        if agreed is not None:
+            try:
+                want = int(agreed)
+            except ValueError:
+                want = -1
+            if want < 0:
+                raise SnapshotError(f"gorun snapshots: {ENV_STEP}={agreed!r} is neither a step "
+                                    "nor 'none' (the gorun agent sets it; unset it to restore the "
+                                    "newest local snapshot)")
         self._open()
         order = sorted((s for s in (0, 1) if self._steps[s] is not None),
                        key=lambda s: self._steps[s], reverse=True)
+        if want is not None:
+            held = [self._steps[s] for s in order]
+            order = [s for s in order if self._steps[s] == want]
+            if not order:
+                raise SnapshotError(
+                    f"gorun snapshots: the agents agreed on step {want}, but rank {self.rank}'s "
+                    f"slots in {self.directory} hold {held or 'no complete snapshot'}")
+        verified = want is not None and os.environ.get(ENV_VERIFIED) == "1"
+        bad = []
         for s in order:
             m = self._slots[s]
+            assert m is not None
             h = self._header(m)
-            if h is None or self._crc32c(m, h.length) != h.crc:
+            if h is None:
                 self._steps[s] = None
                 continue
+            self._check_owner(m, h)
+            if not verified:
+                crc = _crc32(m, h.length)
+                if crc != h.crc:
+                    bad.append(f"{m.path}: payload CRC-32 {crc:#010x}, the header says {h.crc:#010x}")
+                    self._steps[s] = None
+                    continue
             self._load(m, h.length, state)
             return h.step
+        if want is not None:
+            raise SnapshotError(f"gorun snapshots: step {want} is corrupt: " + "; ".join(bad))
         return None
+
+    def _check_owner(self, m: "_Mapped", h: _slot.Header) -> None:
+        """Refuse a sharded snapshot of another rank or world size."""
+        if h.replicated or (h.rank, h.world) == (self.rank, self.world_size):
+            return
+        raise SnapshotError(
+            f"gorun snapshots: {m.path} holds the state of rank {h.rank} of {h.world} and is "
+            f"sharded (saved without replicated=True); this worker is rank {self.rank} of "
+            f"{self.world_size}: restore at {h.world} ranks, or from your own checkpoint")
 
     def _load(self, m: _Mapped, length: int, state: Dict[str, Any]) -> None:
         buf = m.buf
@@ -334,7 +423,7 @@ class Snapshots:
         slot = self._older()
         m = self._reserve(slot, _slot.HEADER_SIZE + length)
         assert m.buf is not None and m.mm is not None
-        m.mm[0:64] = bytes(64)  # the slot is incomplete from here on
+        m.mm[0:_slot.HEADER_LEN] = bytes(_slot.HEADER_LEN)  # incomplete from here on
         self._steps[slot] = None
         base = _slot.HEADER_SIZE
         m.mm[base:base + 8] = struct.pack("<Q", len(meta))
@@ -361,10 +450,12 @@ class Snapshots:
                 event.synchronize()
                 for pinned, start in gpu:
                     m.buf[start:start + pinned.numel()].copy_(pinned)
-            crc = self._crc32c(m, length)
+            crc = _crc32(m, length)
             if self._hook is not None:
                 self._hook(step)
-            m.mm[0:64] = _slot.pack(_slot.Header(step, length, crc), self._crc_engine().of_bytes)
+            m.mm[0:_slot.HEADER_LEN] = _slot.pack(_slot.Header(
+                step, length, crc, _slot.FLAG_REPLICATED if self.replicated else 0,
+                self.rank, self.world_size))
             self._steps[slot] = step
 
         if not self._background:
@@ -410,16 +501,6 @@ class Snapshots:
 
     # -- internals -------------------------------------------------------
 
-    def _crc_engine(self) -> Crc32c:
-        if self._crc is None:
-            self._crc = Crc32c()
-        return self._crc
-
-    def _crc32c(self, m: _Mapped, length: int) -> int:
-        assert m.buf is not None
-        base = _slot.HEADER_SIZE
-        return self._crc_engine().update(0, m.buf[base:base + length])
-
     def _open(self) -> None:
         if self._slots[0] is not None:
             return
@@ -432,7 +513,7 @@ class Snapshots:
     def _header(self, m: _Mapped) -> Optional[_slot.Header]:
         if m.mm is None or m.size < _slot.HEADER_SIZE:
             return None
-        h = _slot.unpack(m.mm[0:64], self._crc_engine().of_bytes)
+        h = _slot.unpack(m.mm[0:_slot.HEADER_LEN])
         if h is None or _slot.HEADER_SIZE + h.length > m.size:
             return None
         return h
@@ -460,7 +541,7 @@ class Snapshots:
         if need > free:
             raise NoSpaceError(
                 f"gorun snapshots: {self.directory} has {free} bytes free; the snapshots of "
-                f"local rank {self.local_rank} need {need} bytes more (two slots of {size} "
+                f"rank {self.rank} need {need} bytes more (two slots of {size} "
                 "bytes); give the tmpfs more room (e.g. docker run --shm-size)")
         try:
             for s in self._slots:
@@ -470,6 +551,35 @@ class Snapshots:
             raise NoSpaceError(f"gorun snapshots: cannot reserve two slots of {size} bytes "
                                f"in {self.directory}: {e}") from e
         return m
+
+
+def _env_int(name: str, default: int) -> int:
+    """The integer in environment variable name, default when unset; a
+    ValueError naming the variable when it is not one."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"gorun snapshots: {name}={raw!r} is not an integer") from None
+
+
+def _crc32(m: "_Mapped", length: int) -> int:
+    """The CRC-32 of the payload of slot m (length bytes), read from the
+    mapping in chunks; zlib.crc32 releases the GIL, so in the background
+    thread it overlaps the training step."""
+    assert m.mm is not None
+    view = memoryview(m.mm)
+    try:
+        crc = 0
+        end = _slot.HEADER_SIZE + length
+        for off in range(_slot.HEADER_SIZE, end, _CRC_CHUNK):
+            with view[off:min(off + _CRC_CHUNK, end)] as chunk:
+                crc = zlib.crc32(chunk, crc)
+        return crc
+    finally:
+        view.release()
 
 
 def _bytes_of(t: torch.Tensor) -> torch.Tensor:

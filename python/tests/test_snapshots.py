@@ -1,10 +1,15 @@
 """Snapshots: round trip, refusals, a save killed half-way, the no-op."""
+import contextlib
+import io
 import os
 import re
+import shutil
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
+import zlib
 
 import torch
 
@@ -59,6 +64,25 @@ def assert_identical(test, a, b) -> None:
             test.assertEqual(x, y, path)
 
 
+@contextlib.contextmanager
+def patched_env(env):
+    """os.environ with env set (a value None: unset), restored after."""
+    saved = {k: os.environ.get(k) for k in env}
+    try:
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def dicts(state):
     return {k: (v.state_dict() if hasattr(v, "state_dict") else v) for k, v in state.items()}
 
@@ -87,7 +111,7 @@ class SnapshotsTest(ShmTest):
 
     def test_restores_the_newer_slot_and_overwrites_the_older(self) -> None:
         a = make()
-        with gorun.Snapshots(self.dir, 2) as snaps:
+        with gorun.Snapshots(self.dir, 2, world_size=4) as snaps:
             for step in (10, 11, 12):
                 a["epoch"] = step
                 snaps.save(step, a)
@@ -95,7 +119,7 @@ class SnapshotsTest(ShmTest):
         steps = sorted(self.header(s).step for s in (0, 1))
         self.assertEqual(steps, [11, 12])
         b = make()
-        with gorun.Snapshots(self.dir, 2) as snaps:
+        with gorun.Snapshots(self.dir, 2, world_size=4) as snaps:
             self.assertEqual(snaps.restore(b), 12)
             self.assertEqual(b["epoch"], 12)
             snaps.save(13, b)
@@ -189,22 +213,142 @@ class SnapshotsTest(ShmTest):
         assert_identical(self, expected, {k: v.state_dict() for k, v in b.items() if hasattr(v, "state_dict")})
 
     def test_header(self) -> None:
-        h = _slot.Header(7, 123, 0xDEADBEEF)
-        crc = gorun.snapshots.Crc32c().of_bytes
-        raw = _slot.pack(h, crc)
-        self.assertEqual(_slot.unpack(raw, crc), h)
-        for i in range(44):
+        h = _slot.Header(7, 123, 0xDEADBEEF, _slot.FLAG_REPLICATED, 3, 4)
+        raw = _slot.pack(h)
+        self.assertEqual(len(raw), 64)
+        self.assertEqual(_slot.unpack(raw), h)
+        self.assertTrue(_slot.unpack(raw).replicated)
+        self.assertEqual(raw[52:], bytes(12))
+        for i in range(52):
             torn = bytearray(raw)
             torn[i] ^= 0x10
-            self.assertIsNone(_slot.unpack(bytes(torn), crc), f"byte {i} flipped")
+            self.assertIsNone(_slot.unpack(bytes(torn)), f"byte {i} flipped")
+
+    def test_header_is_zlib_crc32(self) -> None:
+        # CRC-32 (IEEE) check value of the catalogue, and the header's own
+        # CRC over bytes [0, 48): what Go's crc32.ChecksumIEEE computes.
+        self.assertEqual(zlib.crc32(b"123456789"), 0xCBF43926)
+        raw = _slot.pack(_slot.Header(1, 2, 3, 0, 0, 1))
+        self.assertEqual(struct.unpack("<I", raw[48:52])[0], zlib.crc32(raw[:48]))
 
     def header(self, slot: int):
         with open(os.path.join(self.dir, f"rank-{self._rank()}.slot{slot}"), "rb") as f:
-            return _slot.unpack(f.read(64), gorun.snapshots.Crc32c().of_bytes)
+            return _slot.unpack(f.read(64))
 
     def _rank(self) -> int:
         names = [n for n in os.listdir(self.dir) if n.startswith("rank-")]
         return int(names[0].split("-")[1].split(".")[0])
+
+
+class AgreedStepTest(ShmTest):
+    """The environment the agent sets after the agreement (spec section 3)."""
+
+    def save_steps(self, *steps: int, rank: int = 0, world: int = 1,
+                   replicated: bool = False) -> None:
+        a = make()
+        with gorun.Snapshots(self.dir, rank, world_size=world, replicated=replicated) as snaps:
+            for step in steps:
+                a["epoch"] = step
+                snaps.save(step, a)
+
+    def test_the_agreed_step_not_the_newest(self) -> None:
+        self.save_steps(11, 12)
+        b = make(seed=2)
+        with patched_env({gorun.ENV_STEP: "11"}), gorun.Snapshots(self.dir, 0) as snaps:
+            self.assertEqual(snaps.restore(b), 11)
+        self.assertEqual(b["epoch"], 11)
+
+    def test_an_agreed_step_the_slots_lack_is_an_error(self) -> None:
+        self.save_steps(11, 12)
+        b = make(seed=2)
+        with patched_env({gorun.ENV_STEP: "10"}), gorun.Snapshots(self.dir, 0) as snaps:
+            with self.assertRaises(gorun.SnapshotError) as cm:
+                snaps.restore(b)
+        self.assertIn("agreed on step 10", str(cm.exception))
+        self.assertIn("[12, 11]", str(cm.exception))
+        self.assertEqual(b["epoch"], 0)
+        for bad in ("-1", "twelve", ""):
+            with self.subTest(step=bad), patched_env({gorun.ENV_STEP: bad}), \
+                    gorun.Snapshots(self.dir, 0) as snaps:
+                with self.assertRaises(gorun.SnapshotError) as cm:
+                    snaps.restore(b)
+                self.assertIn(gorun.ENV_STEP, str(cm.exception))
+
+    def test_none_restores_nothing_and_says_why_once(self) -> None:
+        self.save_steps(11, 12)
+        b = make(seed=2)
+        before = {k: v.clone() for k, v in b["model"].state_dict().items()}
+        err = io.StringIO()
+        reason = "rank 4's snapshots were only on node c (lost)"
+        with patched_env({gorun.ENV_STEP: "none", gorun.ENV_REASON: reason}), \
+                contextlib.redirect_stderr(err), gorun.Snapshots(self.dir, 0) as snaps:
+            self.assertIsNone(snaps.restore(b))
+            self.assertIsNone(snaps.restore(b))
+        self.assertEqual(err.getvalue(), f"gorun snapshots: not restoring: {reason}; the "
+                         "script's own checkpoint is the fallback\n")
+        self.assertEqual(b["epoch"], 0)
+        for k, v in b["model"].state_dict().items():
+            self.assertTrue(torch.equal(before[k], v), k)
+
+    def test_verified_skips_the_crc(self) -> None:
+        self.save_steps(11, 12)
+        # Corrupt step 12's last payload byte: only a CRC can tell.
+        slot = next(s for s in (0, 1) if self.header(s).step == 12)
+        path = os.path.join(self.dir, f"rank-0.slot{slot}")
+        with open(path, "r+b") as f:
+            pos = _slot.HEADER_SIZE + self.header(slot).length - 1
+            f.seek(pos)
+            byte = f.read(1)[0]
+            f.seek(pos)
+            f.write(bytes([byte ^ 0x80]))
+        with patched_env({gorun.ENV_STEP: "12"}), gorun.Snapshots(self.dir, 0) as snaps:
+            with self.assertRaises(gorun.SnapshotError) as cm:
+                snaps.restore(make())
+        self.assertIn("step 12 is corrupt", str(cm.exception))
+        b = make()
+        with patched_env({gorun.ENV_STEP: "12", gorun.ENV_VERIFIED: "1"}), \
+                gorun.Snapshots(self.dir, 0) as snaps:
+            self.assertEqual(snaps.restore(b), 12)
+        self.assertEqual(b["epoch"], 12)
+        # Without an agreed step VERIFIED means nothing: the CRC is checked
+        # and the older slot restored.
+        with patched_env({gorun.ENV_VERIFIED: "1"}), gorun.Snapshots(self.dir, 0) as snaps:
+            self.assertEqual(snaps.restore(make()), 11)
+
+    def test_a_sharded_slot_of_another_world_or_rank_is_refused(self) -> None:
+        self.save_steps(5, rank=1, world=2)
+        cases = [("another world", 1, 4, "rank 1 of 2"), ("another rank", 0, 2, "rank 1 of 2")]
+        for name, rank, world, says in cases:
+            with self.subTest(name):
+                if rank != 1:  # as if rank 1's files were put under rank 0's name
+                    for s in (0, 1):
+                        shutil.copy(os.path.join(self.dir, f"rank-1.slot{s}"),
+                                    os.path.join(self.dir, f"rank-{rank}.slot{s}"))
+                b = make(seed=2)
+                for env in ({}, {gorun.ENV_STEP: "5"}):
+                    with patched_env(env), gorun.Snapshots(self.dir, rank, world_size=world) as snaps:
+                        with self.assertRaises(gorun.SnapshotError) as cm:
+                            snaps.restore(b)
+                    msg = str(cm.exception)
+                    self.assertIn(says, msg)
+                    self.assertIn("sharded", msg)
+                    self.assertIn(f"rank {rank} of {world}", msg)
+                    self.assertEqual(b["epoch"], 0)
+
+    def test_a_replicated_slot_restores_at_any_rank_and_world(self) -> None:
+        self.save_steps(5, rank=1, world=2, replicated=True)
+        self.assertTrue(self.header(0, rank=1).replicated)
+        for s in (0, 1):
+            shutil.copy(os.path.join(self.dir, f"rank-1.slot{s}"),
+                        os.path.join(self.dir, f"rank-2.slot{s}"))
+        b = make(seed=2)
+        with patched_env({gorun.ENV_STEP: "5"}), gorun.Snapshots(self.dir, 2, world_size=3) as snaps:
+            self.assertEqual(snaps.restore(b), 5)
+        self.assertEqual(b["epoch"], 5)
+
+    def header(self, slot: int, rank: int = 0):
+        with open(os.path.join(self.dir, f"rank-{rank}.slot{slot}"), "rb") as f:
+            return _slot.unpack(f.read(64))
 
 
 class OutsideGorunTest(ShmTest):
@@ -233,16 +377,16 @@ class OutsideGorunTest(ShmTest):
         self.assertEqual(sorted(os.listdir("/dev/shm")), listing)
 
     def test_the_variable_names_the_directory(self) -> None:
-        os.environ[gorun.ENV_DIR] = self.dir
-        os.environ["LOCAL_RANK"] = "3"
-        try:
+        env = {gorun.ENV_DIR: self.dir, "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}
+        with patched_env(env):
             with gorun.Snapshots() as snaps:
                 self.assertTrue(snaps.enabled)
                 snaps.save(4, {"x": 1})
-        finally:
-            del os.environ[gorun.ENV_DIR]
-            del os.environ["LOCAL_RANK"]
+        # Named by the global rank, not the local one.
         self.assertEqual(sorted(os.listdir(self.dir)), ["rank-3.slot0", "rank-3.slot1"])
+        with open(os.path.join(self.dir, "rank-3.slot0"), "rb") as f:
+            h = _slot.unpack(f.read(64))
+        self.assertEqual((h.step, h.rank, h.world, h.replicated), (4, 3, 4, False))
 
 
 class CudaTest(ShmTest):

@@ -36,7 +36,10 @@ Lists too long for one line end in "... N more": --json has them all.
            node_rank, first_rank (global rank of its local rank 0), id, host, addr, nproc,
            since, alive (its agent's lease lives), progress (the node's latest heartbeat figures
            as its agent published them every 2 s: rank, step, loss, tokens_per_s of its rank
-           that finished the newest step; absent when it published none)
+           that finished the newest step; absent when it published none), snapshots (its
+           PyTorch snapshots as its agent published them: ranks (rank, step, replicas: peer,
+           step), recovery (the last agreement that found snapshots: round, restored, step,
+           newest, redone, reason); absent when it published none)
   waiting: agents waiting for the next round: id, host, addr, nproc, since
   others:  agents with a live lease, neither members nor waiting: id, host, addr, nproc, since
   failures: every failure report, first first (the fields of the agents' reports)
@@ -143,6 +146,9 @@ type Member struct {
 	// newest step. Nil when it published none (workers other than the
 	// embedded trainer may report steps only, an older agent nothing).
 	Progress *straggler.RankProgress `json:"progress,omitempty"`
+	// Snapshots are the node's PyTorch snapshots as its agent last
+	// published them; nil when it published none.
+	Snapshots *Snapshots `json:"snapshots,omitempty"`
 }
 
 func nodeOf(m rendezvous.Member) Node {
@@ -179,7 +185,7 @@ func New(st etcdstore.Status) Report {
 		first := 0
 		for i, m := range st.Roster.Members {
 			r.Members = append(r.Members, Member{NodeRank: i, FirstRank: first, Node: nodeOf(m), Alive: alive[m.ID],
-				Progress: latestOf(st.Stats[m.ID])})
+				Progress: latestOf(st.Stats[m.ID]), Snapshots: ParseSnapshots(st.Stats[m.ID])})
 			first += m.NProc
 			placed[m.ID] = true
 			if alive[m.ID] {

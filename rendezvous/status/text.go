@@ -142,6 +142,11 @@ func writeMembers(w io.Writer, r Report, ago func(time.Time) string) (elided boo
 				fmt.Fprintln(tw)
 			}
 			tw.Flush()
+			for _, m := range r.Members {
+				if m.Snapshots != nil {
+					fmt.Fprintf(w, "snapshots on %s: %s\n", m.Host, m.Snapshots)
+				}
+			}
 		}
 	} else {
 		hosts := make([]string, 0, len(r.Members))

@@ -1,0 +1,332 @@
+package elastic
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gorun/gorun/internal/snapshot"
+	"github.com/gorun/gorun/rendezvous"
+)
+
+// Snapshots is the agent's part in its workers' training-state snapshots
+// (docs/snapshots-format.md): the directory they keep them in, which the
+// launcher made and gave them in GORUN_SNAPSHOT_DIR, and the copies of
+// each rank's snapshots that other nodes keep.
+type Snapshots struct {
+	Dir  string // the job's snapshot directory on this node
+	Node string // this node's id, unique in the job (the rendezvous's node id)
+	// Replicas is how many other nodes (the next ones in node-rank
+	// order) each rank's snapshots are copied to while a round runs; 0:
+	// none.
+	Replicas int
+	// Transfer copies snapshots between nodes; nil: this node serves and
+	// fetches none (Replicas is then moot).
+	Transfer Transfer
+}
+
+// Transfer is how a node's snapshots reach other nodes' directories
+// (internal/snapshot/replica over the job secret): a server that takes
+// other nodes' copies into this node's directory, a fetch of one
+// snapshot from another node's server, and a background push of this
+// node's newest snapshots to other nodes' servers.
+type Transfer interface {
+	// Addr is the host:port other nodes reach this node's server at.
+	Addr() string
+	// Accept lets the server take copies sent for round, except of the
+	// ranks in own (this node's own workers' in that round); round -1
+	// takes none (between rounds, while this node agrees on a step).
+	Accept(round int, own []int)
+	// Fetch copies rank's snapshot of step from the server at addr into
+	// dst, verifying its CRC; it gives up when ctx ends.
+	Fetch(ctx context.Context, addr string, rank int, step uint64, dst *snapshot.RankSlots) error
+	// Push sends, until ctx ends, each new complete snapshot of ranks
+	// (in dir) to every peer, tagged with round, and calls sent for each
+	// copy a peer stored. It never blocks the workers.
+	Push(ctx context.Context, round int, dir string, ranks []int, peers []string, sent func(rank int, step uint64, peer string)) error
+}
+
+// SnapshotObserver is an Observer that is also told of snapshots: the
+// agent calls it when its Spec.Observer implements it.
+type SnapshotObserver interface {
+	// SnapshotsAgreed: before round r's workers started, the agents
+	// agreed that they restore rec.Step (rec.Restored), or nothing.
+	SnapshotsAgreed(r rendezvous.Round, rec SnapshotRecovery)
+	// SnapshotReplicated: a copy of rank's snapshot of step is now on
+	// peer (its replica server's address).
+	SnapshotReplicated(rank int, step uint64, peer string)
+}
+
+// The variables the agent gives a script worker about its restore
+// (python/gorun reads them).
+const (
+	// EnvSnapshotStep is the step every rank restores, agreed by the
+	// agents (decimal), or "none": restore returns None.
+	EnvSnapshotStep = "GORUN_SNAPSHOT_STEP"
+	// EnvSnapshotReason says, with "none", why nothing is restored.
+	EnvSnapshotReason = "GORUN_SNAPSHOT_REASON"
+	// EnvSnapshotVerified is "1" when the agent verified the CRC of the
+	// slot holding the agreed step: the worker need not.
+	EnvSnapshotVerified = "GORUN_SNAPSHOT_VERIFIED"
+)
+
+// SnapshotRecovery is what the agents agreed before a round's workers
+// started: the step they restore and how many steps that redoes.
+type SnapshotRecovery struct {
+	Restored bool   // the workers restore Step; else Reason says why not
+	Step     uint64 // the agreed step
+	// Newest is the newest step any rank had a complete snapshot of,
+	// anywhere in the round (Held: there was one).
+	Newest uint64
+	Held   bool
+	Reason string
+}
+
+// Redone is the steps the restore throws away: Newest - Step (0 when
+// nothing is restored).
+func (s SnapshotRecovery) Redone() uint64 {
+	if !s.Restored || s.Newest < s.Step {
+		return 0
+	}
+	return s.Newest - s.Step
+}
+
+// String is the recovery's log line.
+func (s SnapshotRecovery) String() string {
+	if s.Restored {
+		return fmt.Sprintf("snapshots: restoring step %d (newest step any rank had: %d; steps redone: %d)", s.Step, s.Newest, s.Redone())
+	}
+	return "snapshots: not restoring: " + s.Reason
+}
+
+// snapRound is what the agreement before a round leaves for the round:
+// the variables of its fresh workers and the peers its replicas go to.
+type snapRound struct {
+	env   []string
+	peers []string // the replica servers of the next Replicas nodes, in node-rank order
+}
+
+// snapshotFailure is an agreement that could not be carried out on this
+// node (a snapshot that could not be fetched or copied): the round fails
+// as if a worker had, and the next one agrees again.
+type snapshotFailure struct{ err error }
+
+func (e *snapshotFailure) Error() string { return e.err.Error() }
+func (e *snapshotFailure) Unwrap() error { return e.err }
+
+// prepareSnapshots readies this node's snapshots for round r before its
+// fresh workers start: it fences the replica server (no copy lands while
+// the directory is read), scans the directory, exchanges this node's
+// Offer with every node of r, agrees on the step with them
+// (snapshot.Agree: every agent computes the same plan), fetches or copies
+// what this node's ranks lack, and returns the variables of section 3 of
+// the design for the workers. With no snapshots, or for workers that keep
+// their state in place across rounds (Spec.InPlace: they agree among
+// themselves), it does nothing. Its errors: the round ended first
+// (rendezvous.ErrRoundEnded), ctx's cause, or a *snapshotFailure.
+func (a *Agent) prepareSnapshots(ctx context.Context, r rendezvous.Round) (snapRound, error) {
+	s := a.spec.Snapshots
+	if s == nil || a.spec.InPlace {
+		return snapRound{}, nil
+	}
+	offer := snapshot.Offer{Node: s.Node, NodeRank: r.NodeRank, FirstRank: r.FirstRank, NProc: a.spec.LocalWorkers}
+	if s.Transfer != nil {
+		s.Transfer.Accept(-1, nil)
+		offer.Replica = s.Transfer.Addr()
+	}
+	held, err := snapshot.Scan(s.Dir)
+	if err != nil {
+		return snapRound{}, &snapshotFailure{err}
+	}
+	offer.Holdings = held
+	mine, err := json.Marshal(offer)
+	if err != nil {
+		return snapRound{}, &snapshotFailure{err}
+	}
+	values, err := a.rdzv.Exchange(ctx, r, mine)
+	if errors.Is(err, rendezvous.ErrNoExchange) {
+		// Nodes that share nothing cannot agree: restoring each rank's
+		// newest would restore different steps.
+		a.log.Warn().Err(err).Msg("snapshots: not restoring")
+		return snapRound{env: []string{EnvSnapshotStep + "=none", EnvSnapshotReason + "=" + err.Error()}}, nil
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return snapRound{}, context.Cause(ctx)
+		}
+		if errors.Is(err, rendezvous.ErrRoundEnded) {
+			return snapRound{}, err
+		}
+		return snapRound{}, &snapshotFailure{fmt.Errorf("snapshots: exchanging offers: %w", err)}
+	}
+	offers := make([]snapshot.Offer, len(values))
+	for i, v := range values {
+		if err := json.Unmarshal(v, &offers[i]); err != nil {
+			return snapRound{}, &snapshotFailure{fmt.Errorf("snapshots: node rank %d's offer: %w", i, err)}
+		}
+	}
+	plan := snapshot.Agree(offers, r.WorldSize)
+	rec := recoveryOf(plan, offers)
+	out := snapRound{peers: ringPeers(offers, r.NodeRank, s.Replicas)}
+	if plan.Restore {
+		if err := a.gather(ctx, s, r, plan); err != nil {
+			return snapRound{}, &snapshotFailure{err}
+		}
+		out.env = []string{EnvSnapshotStep + "=" + strconv.FormatUint(plan.Step, 10), EnvSnapshotVerified + "=1"}
+	} else {
+		out.env = []string{EnvSnapshotStep + "=none", EnvSnapshotReason + "=" + plan.Reason}
+	}
+	ev := a.log.Info()
+	if rec.Held && !rec.Restored {
+		ev = a.log.Warn() // there were snapshots, and none is used: the script's own checkpoint is the fallback
+	}
+	ev.Int("round", r.Number).Bool("restore", rec.Restored).Uint64("step", rec.Step).Uint64("newest", rec.Newest).
+		Uint64("redone", rec.Redone()).Str("reason", rec.Reason).Msg(rec.String())
+	if o, ok := a.spec.Observer.(SnapshotObserver); ok {
+		o.SnapshotsAgreed(r, rec)
+	}
+	return out, nil
+}
+
+// recoveryOf is what plan restores, beside the newest step any offer
+// held.
+func recoveryOf(plan snapshot.Plan, offers []snapshot.Offer) SnapshotRecovery {
+	rec := SnapshotRecovery{Restored: plan.Restore, Step: plan.Step, Reason: plan.Reason}
+	for _, o := range offers {
+		for _, h := range o.Holdings {
+			if !rec.Held || h.Step > rec.Newest {
+				rec.Newest, rec.Held = h.Step, true
+			}
+		}
+	}
+	return rec
+}
+
+// ringPeers is the replica servers of the k nodes after nodeRank in
+// node-rank order, wrapping around (at most every other node), skipping
+// nodes that serve none.
+func ringPeers(offers []snapshot.Offer, nodeRank, k int) []string {
+	byRank := slices.Clone(offers)
+	slices.SortFunc(byRank, func(a, b snapshot.Offer) int { return a.NodeRank - b.NodeRank })
+	var peers []string
+	for i := 1; i < len(byRank) && len(peers) < k; i++ {
+		if o := byRank[(nodeRank+i)%len(byRank)]; o.Replica != "" {
+			peers = append(peers, o.Replica)
+		}
+	}
+	return peers
+}
+
+// gather puts the agreed step of every rank of this node into that
+// rank's own slots: a snapshot of another rank held here (replicated
+// state) is copied under this rank's name, one on another node is
+// fetched from its replica server. One already there is left as it is.
+func (a *Agent) gather(ctx context.Context, s *Snapshots, r rendezvous.Round, plan snapshot.Plan) error {
+	for rank := r.FirstRank; rank < r.FirstRank+a.spec.LocalWorkers; rank++ {
+		src, ok := plan.Sources[rank]
+		switch {
+		case !ok:
+			return fmt.Errorf("snapshots: the plan has no source for rank %d", rank)
+		case src.Node == s.Node && src.Rank == rank:
+			continue
+		}
+		dst, err := snapshot.OpenRank(s.Dir, rank)
+		if err != nil {
+			return err
+		}
+		if src.Node == s.Node {
+			err = copyLocal(s.Dir, src, dst)
+		} else if s.Transfer == nil || src.Replica == "" {
+			err = fmt.Errorf("node %s holds it and serves no copies", src.Node)
+		} else {
+			err = s.Transfer.Fetch(ctx, src.Replica, src.Rank, src.Step, dst)
+		}
+		err = errors.Join(err, dst.Close())
+		if err != nil {
+			return fmt.Errorf("snapshots: rank %d's snapshot of step %d (rank %d's on node %s): %w", rank, src.Step, src.Rank, src.Node, err)
+		}
+		a.log.Info().Int("rank", rank).Int("from_rank", src.Rank).Str("from_node", src.Node).Uint64("step", src.Step).Msg("snapshot put in place for its rank")
+	}
+	return nil
+}
+
+// copyLocal copies the snapshot src (of another rank, in dir) into dst;
+// Write checks the payload against the header's CRC as it copies.
+func copyLocal(dir string, src snapshot.Source, dst *snapshot.RankSlots) error {
+	for _, p := range snapshot.Paths(dir, src.Rank) {
+		f, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		defer f.Close()
+		var raw [snapshot.HeaderLen]byte
+		if _, err := f.ReadAt(raw[:], 0); err != nil {
+			continue
+		}
+		h, err := snapshot.ParseHeader(raw[:])
+		if err != nil || h.Step != src.Step {
+			continue
+		}
+		return dst.Write(h, io.NewSectionReader(f, snapshot.HeaderSize, int64(h.Length)))
+	}
+	return fmt.Errorf("no complete slot of step %d in %s", src.Step, dir)
+}
+
+// replicate runs while round r runs: the replica server takes the copies
+// of r's other ranks, and this node's ranks' snapshots go to sr's peers,
+// until ctx ends (with the round); the returned func waits for the push
+// to stop.
+func (a *Agent) replicate(ctx context.Context, r rendezvous.Round, sr snapRound) func() {
+	s := a.spec.Snapshots
+	if s == nil || a.spec.InPlace || s.Transfer == nil {
+		return func() {}
+	}
+	own := make([]int, a.spec.LocalWorkers)
+	for i := range own {
+		own[i] = r.FirstRank + i
+	}
+	s.Transfer.Accept(r.Number, own)
+	if len(sr.peers) == 0 {
+		return func() {}
+	}
+	sent := func(int, uint64, string) {}
+	if o, ok := a.spec.Observer.(SnapshotObserver); ok {
+		sent = o.SnapshotReplicated
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := s.Transfer.Push(a.log.WithContext(ctx), r.Number, s.Dir, own, sr.peers, sent); err != nil && ctx.Err() == nil {
+			a.log.Warn().Err(err).Int("round", r.Number).Msg("snapshots: replication stopped; the ranks of this node restore from its memory alone")
+		}
+	})
+	return wg.Wait
+}
+
+// snapshotOutcome is how round r comes out when its snapshots could not
+// be readied (prepareSnapshots' err): the round ended elsewhere first
+// (the end, once the rendezvous says it), a stop, or a failure of this
+// node that ends the round as a worker's would.
+func (a *Agent) snapshotOutcome(ctx context.Context, r rendezvous.Round, err error) outcome {
+	if ctx.Err() != nil {
+		return stopped{stoppedBy(ctx)}
+	}
+	if errors.Is(err, rendezvous.ErrRoundEnded) {
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		if end, ok := <-a.rdzv.Watch(wctx, r); ok {
+			return ended{end}
+		}
+		return stopped{stoppedBy(ctx)}
+	}
+	return failed{[]rendezvous.Failure{{
+		Host: a.spec.Host, NodeRank: r.NodeRank, Rank: r.FirstRank, ExitCode: 1, Time: time.Now(), Attempt: r.Number,
+		Error: err.Error(),
+	}}}
+}

@@ -1,0 +1,104 @@
+package elastic
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gorun/gorun/internal/snapshot"
+	"github.com/gorun/gorun/rendezvous"
+)
+
+// writeSlot stores a snapshot of rank at step (world, replicated or not)
+// in dir, with a payload that names them.
+func writeSlot(t *testing.T, dir string, rank, world int, step uint64, replicated bool) {
+	t.Helper()
+	s, err := snapshot.OpenRank(dir, rank)
+	require.NoError(t, err)
+	defer s.Close()
+	h := snapshot.Header{Step: step, World: world}
+	if replicated {
+		h.Flags = snapshot.FlagReplicated
+	}
+	p := payloadOf(rank, step)
+	h.Length = uint64(len(p))
+	require.NoError(t, s.Write(h, bytes.NewReader(p)))
+}
+
+func payloadOf(rank int, step uint64) []byte {
+	return bytes.Repeat([]byte{byte(rank), byte(step)}, 5000)
+}
+
+// Before a round's fresh workers start, the agent (here of one node,
+// over the static rendezvous) agrees on a step from what its directory
+// holds and gives it to the workers: a replicated snapshot that another
+// rank saved later is copied under each rank's name that lacks it, so
+// that every rank restores the newest step any rank had; with nothing to
+// restore, "none" and why. The embedded trainer's workers (InPlace) get
+// nothing: they agree among themselves.
+func TestPrepareSnapshots(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		slots   func(t *testing.T, dir string)
+		inPlace bool
+		env     []string
+		holds   map[int]uint64 // rank -> the step its own slots must hold afterwards
+	}{
+		{name: "nothing yet", slots: func(*testing.T, string) {},
+			env: []string{"GORUN_SNAPSHOT_STEP=none", "GORUN_SNAPSHOT_REASON=no snapshot yet"}},
+		{name: "replicated: the newest any rank had, copied", slots: func(t *testing.T, dir string) {
+			writeSlot(t, dir, 0, 2, 4, true)
+			writeSlot(t, dir, 0, 2, 5, true)
+			writeSlot(t, dir, 1, 2, 4, true) // rank 1 died saving step 5
+		}, env: []string{"GORUN_SNAPSHOT_STEP=5", "GORUN_SNAPSHOT_VERIFIED=1"}, holds: map[int]uint64{0: 5, 1: 5}},
+		{name: "sharded: the newest every rank has", slots: func(t *testing.T, dir string) {
+			writeSlot(t, dir, 0, 2, 4, false)
+			writeSlot(t, dir, 0, 2, 5, false)
+			writeSlot(t, dir, 1, 2, 3, false)
+			writeSlot(t, dir, 1, 2, 4, false)
+		}, env: []string{"GORUN_SNAPSHOT_STEP=4", "GORUN_SNAPSHOT_VERIFIED=1"}, holds: map[int]uint64{0: 4, 1: 4}},
+		{name: "sharded at another world size", slots: func(t *testing.T, dir string) {
+			writeSlot(t, dir, 0, 4, 7, false)
+			writeSlot(t, dir, 1, 4, 7, false)
+		}, env: []string{"GORUN_SNAPSHOT_STEP=none", "GORUN_SNAPSHOT_REASON=the world changed from 4 to 2 and the snapshots are sharded: restore at 4 ranks or from your checkpoint"}},
+		{name: "in place: nothing", inPlace: true, slots: func(t *testing.T, dir string) { writeSlot(t, dir, 0, 2, 4, true) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tc.slots(t, dir)
+			r := rendezvous.Round{NumNodes: 1, WorldSize: 2}
+			a, err := New(Spec{LocalWorkers: 2, Command: []string{"true"}, ErrorDir: t.TempDir(), InPlace: tc.inPlace, Log: zerolog.Nop(),
+				Snapshots: &Snapshots{Dir: dir, Node: "n0"}}, &rendezvous.Static{Round: r})
+			require.NoError(t, err)
+			got, err := a.prepareSnapshots(context.Background(), r)
+			require.NoError(t, err)
+			require.Equal(t, tc.env, got.env)
+			for rank, step := range tc.holds {
+				var held *snapshot.Slot
+				for _, p := range snapshot.Paths(dir, rank) {
+					if s, err := snapshot.Verify(p); err == nil && s.Step == step {
+						held = &s
+					}
+				}
+				require.NotNil(t, held, "rank %d's slots do not hold step %d", rank, step)
+				require.Equal(t, rank, held.Rank, "the copy is under rank %d's name", rank)
+				p, err := snapshot.ReadPayload(*held)
+				require.NoError(t, err)
+				owner := rank
+				if held.Replicated() {
+					owner = 0 // the newest replicated step here is rank 0's
+				}
+				require.Equal(t, payloadOf(owner, step), p)
+			}
+			entries, err := os.ReadDir(dir)
+			require.NoError(t, err)
+			for _, e := range entries {
+				require.Regexp(t, `^rank-[01]\.slot[01]$`, e.Name())
+			}
+		})
+	}
+}

@@ -1,0 +1,460 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/internal/etcdtest"
+	"github.com/gorun/gorun/internal/snapshot"
+	"github.com/gorun/gorun/test/harness"
+)
+
+// PyTorch snapshots (issue 33) under real gorun agents: the DDP example
+// examples/pytorch/snapshots.py (gloo on CPU, a 2 MB model) saves a
+// snapshot every step in the agent's per-job directory, and a worker that
+// gorun restarts goes on from the step the agents agreed on.
+
+// snapSteps is how many steps the example trains: enough that a kill
+// after snapKillAt lands in the middle of training.
+const (
+	snapSteps  = 400
+	snapKillAt = 40
+)
+
+func snapshotsScript() string {
+	return filepath.Join(moduleRoot, "examples", "pytorch", "snapshots.py")
+}
+
+// snapshotArgs are the example's arguments, writing its final state_dict
+// to out.
+func snapshotArgs(out string, extra ...string) []string {
+	return append([]string{snapshotsScript(), "--model-mb", "2", "--steps", strconv.Itoa(snapSteps), "--out", out}, extra...)
+}
+
+// agreement is one of the agent's "snapshots: ..." log lines (JSON):
+// what the agents agreed before a round's workers started.
+type agreement struct {
+	Message string `json:"message"`
+	Round   int    `json:"round"`
+	Restore bool   `json:"restore"`
+	Step    uint64 `json:"step"`
+	Newest  uint64 `json:"newest"`
+	Redone  uint64 `json:"redone"`
+	Reason  string `json:"reason"`
+}
+
+// agreements parses the agreement lines of an agent's stderr.
+func agreements(stderr string) []agreement {
+	var out []agreement
+	for _, l := range strings.Split(stderr, "\n") {
+		var a agreement
+		if json.Unmarshal([]byte(l), &a) == nil && strings.HasPrefix(a.Message, "snapshots: ") && strings.Contains(l, `"restore"`) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// requireSameModel fails unless the state_dicts (or tensors) torch.save
+// wrote at ref and got hold the same tensors, bit for bit.
+func requireSameModel(t *testing.T, ref, got string) {
+	t.Helper()
+	const compare = `import sys, torch
+a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+if isinstance(a, torch.Tensor):
+    a, b = {"": a}, {"": b}
+assert a.keys() == b.keys(), (sorted(a), sorted(b))
+for k in a:
+    x, y = a[k], b[k]
+    assert x.dtype == y.dtype and x.shape == y.shape, k
+    assert torch.equal(x.contiguous().view(torch.uint8), y.contiguous().view(torch.uint8)), "tensor %s differs: max |diff| %g" % (k, (x - y).abs().max())
+`
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, torch.Python, "-c", compare, ref, got).CombinedOutput()
+	if err != nil {
+		t.Fatalf("the final model %s is not bit-identical to the fault-free run's %s: %v\n%s", got, ref, err, out)
+	}
+}
+
+// requireNoShm fails when /dev/shm holds a snapshot directory of run id.
+func requireNoShm(t *testing.T, runID string) {
+	t.Helper()
+	left, _ := filepath.Glob(filepath.Join("/dev/shm", "gorun-"+runID+"-*"))
+	if len(left) > 0 {
+		t.Errorf("snapshot directories left in /dev/shm: %v", left)
+		for _, d := range left {
+			_ = os.RemoveAll(d)
+		}
+	}
+}
+
+// waitUntil waits until cond holds, or p exits (then it says whether cond
+// holds by then), bounded by runTimeout.
+func waitUntil(p *gorunProc, cond func() bool) bool {
+	deadline := time.After(runTimeout)
+	for !cond() {
+		select {
+		case <-p.done:
+			return cond()
+		case <-deadline:
+			return false
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return true
+}
+
+// workerOf is the live worker of global rank rank among the processes p
+// started.
+func (p *gorunProc) workerOf(rank int) (harness.Proc, bool) {
+	for _, w := range harness.Marked(markerEnv + "=" + p.marker) {
+		if v, ok := w.Getenv("RANK"); ok && v == strconv.Itoa(rank) {
+			return w, true
+		}
+	}
+	return harness.Proc{}, false
+}
+
+// A worker killed with SIGKILL in the middle of training: gorun restarts
+// the node's workers, the agent agrees on the step every rank holds (the
+// state is replicated, so the newest any rank saved: no step redone) and
+// the workers go on from it; the final model is bit-identical to a
+// fault-free run's, and no snapshot directory is left in /dev/shm. The
+// fault-free run has --snapshots=false, which gives the workers no
+// snapshot directory (the example then trains as under torchrun).
+func TestSnapshotsWorkerKill(t *testing.T) {
+	torch.Require(t)
+	dir := t.TempDir()
+	ref, got := filepath.Join(dir, "ref.pt"), filepath.Join(dir, "got.pt")
+	id := "snap-kill-" + newMarker(t)
+
+	r := runGorun(t, ddpEnv, "--standalone", "--nproc-per-node=2", "--rdzv-id="+id+"-ref", "--snapshots=false", snapshotsScript(),
+		"--model-mb", "2", "--steps", strconv.Itoa(snapSteps), "--out", ref)
+	if r.ExitCode != 0 {
+		t.Fatalf("fault-free run: exit %d", r.ExitCode)
+	}
+	if a := agreements(r.Stderr); len(a) > 0 || strings.Contains(r.Stderr, "gorun snapshots:") {
+		t.Errorf("--snapshots=false: the agent agreed on snapshots or a worker saw a directory: %v", a)
+	}
+
+	p := startGorun(t, "gorun", ddpEnv, append([]string{"--standalone", "--nproc-per-node=2", "--max-restarts=1", "--rdzv-id=" + id},
+		snapshotArgs(got)...)...)
+	if !p.waitOutput(runTimeout, func(out string) bool { return strings.Contains(out, fmt.Sprintf("step %d loss", snapKillAt)) }) {
+		p.wait()
+		t.Fatalf("training never reached step %d", snapKillAt)
+	}
+	w, ok := p.workerOf(1)
+	if !ok {
+		t.Fatal("no worker of rank 1 running")
+	}
+	if err := syscall.Kill(w.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// The restarted workers run with the agreed step in their
+	// environment, from the snapshot directory's copy of the package.
+	var rec agreement
+	if !waitUntil(p, func() bool {
+		a := agreements(p.stderr.String())
+		if len(a) < 2 {
+			return false
+		}
+		rec = a[1]
+		return true
+	}) {
+		p.wait()
+		t.Fatal("no agreement after the kill")
+	}
+	for rank := range 2 {
+		w, ok := p.workerOf(rank)
+		if !ok {
+			t.Fatalf("no restarted worker of rank %d", rank)
+		}
+		dir, _ := w.Getenv("GORUN_SNAPSHOT_DIR")
+		step, _ := w.Getenv("GORUN_SNAPSHOT_STEP")
+		verified, _ := w.Getenv("GORUN_SNAPSHOT_VERIFIED")
+		path, _ := w.Getenv("PYTHONPATH")
+		if !strings.HasPrefix(dir, "/dev/shm/gorun-"+id+"-") || step != strconv.FormatUint(rec.Step, 10) || verified != "1" || !strings.HasPrefix(path, dir+"/python") {
+			t.Errorf("rank %d restarted with GORUN_SNAPSHOT_DIR=%q GORUN_SNAPSHOT_STEP=%q GORUN_SNAPSHOT_VERIFIED=%q PYTHONPATH=%q; want the agreed step %d from a directory of the run, and its python/ first",
+				rank, dir, step, verified, path, rec.Step)
+		}
+	}
+	res := p.wait()
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d after the worker kill, want 0", res.ExitCode)
+	}
+	agreed := agreements(res.Stderr)
+	if len(agreed) != 2 || agreed[0].Restore || !agreed[1].Restore {
+		t.Fatalf("want two agreements, none at the start and a restore after the kill; got %+v", agreed)
+	}
+	rec = agreed[1]
+	if rec.Step < snapKillAt || rec.Redone > 1 {
+		t.Errorf("restored step %d (newest any rank had %d, %d redone): want at least step %d and at most 1 redone", rec.Step, rec.Newest, rec.Redone, snapKillAt)
+	}
+	if !strings.Contains(res.Stdout, fmt.Sprintf("restored step %d\n", rec.Step)) {
+		t.Errorf("rank 0 did not say it restored step %d", rec.Step)
+	}
+	t.Logf("worker kill: restored step %d, newest any rank had %d, %d steps redone", rec.Step, rec.Newest, rec.Redone)
+	requireSameModel(t, ref, got)
+	requireNoShm(t, id)
+	requireNoShm(t, id+"-ref")
+}
+
+// An agent killed with SIGKILL leaves no snapshot directory behind: its
+// guard, which outlives it, kills its workers and then removes the
+// directory.
+func TestSnapshotsGoWithAKilledAgent(t *testing.T) {
+	torch.Require(t)
+	id := "snap-agent-kill-" + newMarker(t)
+	p := startGorun(t, "gorun", ddpEnv, append([]string{"--standalone", "--nproc-per-node=1", "--rdzv-id=" + id},
+		snapshotArgs(filepath.Join(t.TempDir(), "out.pt"))...)...)
+	if !p.waitOutput(runTimeout, func(out string) bool { return strings.Contains(out, "step 5 loss") }) {
+		p.wait()
+		t.Fatal("training never reached step 5")
+	}
+	dirs, _ := filepath.Glob(filepath.Join("/dev/shm", "gorun-"+id+"-*"))
+	if len(dirs) != 1 {
+		t.Fatalf("want one snapshot directory of the run in /dev/shm, found %v", dirs)
+	}
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+	// The guard reads the end of its input once gorun is gone; then it
+	// kills the workers and removes the directory, and exits.
+	gone := func() bool {
+		_, err := os.Stat(dirs[0])
+		return os.IsNotExist(err) && len(listMarked(p.marker)) == 0
+	}
+	deadline := time.After(runTimeout)
+	for !gone() {
+		select {
+		case <-deadline:
+			t.Fatalf("%s still there, or processes of the run alive (%v), after gorun was killed", dirs[0], listMarked(p.marker))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	requireNoShm(t, id)
+}
+
+// shardedSteps and shardedPace: the sharded job's length and the pace of
+// its steps (a real step lasts far longer than its snapshot's copy).
+const (
+	shardedSteps = 300
+	shardedPace  = "0.02"
+)
+
+func shardedScript() string {
+	return filepath.Join(moduleRoot, "test", "e2e", "testdata", "snapshots", "sharded.py")
+}
+
+// shardedJob is three agents of one worker each over one etcd running
+// testdata/snapshots/sharded.py, whose ranks each keep state of their own.
+type shardedJob struct {
+	t        *testing.T
+	endpoint string
+	id, out  string
+	agents   []*gorunProc
+}
+
+func newShardedJob(t *testing.T, endpoint, id string) *shardedJob {
+	return &shardedJob{t: t, endpoint: endpoint, id: id, out: t.TempDir()}
+}
+
+// start starts one more agent, named name.
+func (j *shardedJob) start(name string) *gorunProc {
+	p := startGorun(j.t, name, ddpEnv, "--nnodes=3", "--nproc-per-node=1", "--max-restarts=3", "--snapshot-replicas=1",
+		"--rdzv-endpoint="+j.endpoint, "--rdzv-id="+j.id, "--node-name="+name, "--local-addr=127.0.0.1",
+		"--rdzv-conf=lease_ttl=2,last_call_timeout=1", shardedScript(), "--steps", strconv.Itoa(shardedSteps),
+		"--step-sleep", shardedPace, "--out", j.out)
+	j.agents = append(j.agents, p)
+	return p
+}
+
+// worker is the one worker of agent p: its process, global rank and node rank.
+type nodeWorker struct {
+	agent          *gorunProc
+	proc           harness.Proc
+	rank, nodeRank int
+}
+
+func (j *shardedJob) workers() []nodeWorker {
+	var out []nodeWorker
+	for _, p := range j.agents {
+		for _, w := range harness.Marked(markerEnv + "=" + p.marker) {
+			rank, ok1 := w.Getenv("RANK")
+			group, ok2 := w.Getenv("GROUP_RANK")
+			if ok1 && ok2 {
+				r, _ := strconv.Atoi(rank)
+				g, _ := strconv.Atoi(group)
+				out = append(out, nodeWorker{agent: p, proc: w, rank: r, nodeRank: g})
+			}
+		}
+	}
+	return out
+}
+
+// snapDir is agent p's snapshot directory.
+func (j *shardedJob) snapDir(p *gorunProc) string {
+	return filepath.Join("/dev/shm", fmt.Sprintf("gorun-%s-%d", j.id, p.cmd.Process.Pid))
+}
+
+// newestSnapshot is the newest complete step of rank in dir; -1: none.
+func newestSnapshot(dir string, rank int) int64 {
+	s, err := snapshot.Newest(snapshot.Paths(dir, rank)[0], snapshot.Paths(dir, rank)[1])
+	if err != nil {
+		return -1
+	}
+	return int64(s.Step)
+}
+
+// killNode kills every process of agent p at once (its gorun, guard and
+// worker: the machine is gone) and removes its snapshot directory, as the
+// machine's memory goes with it.
+func (j *shardedJob) killNode(p *gorunProc) {
+	j.t.Helper()
+	dir := j.snapDir(p)
+	for _, q := range harness.Marked(markerEnv + "=" + p.marker) {
+		_ = syscall.Kill(q.PID, syscall.SIGKILL)
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+	for len(listMarked(p.marker)) > 0 {
+		killMarked(p.marker)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		j.t.Fatal(err)
+	}
+}
+
+// Node loss with a copy of each rank's snapshots on the next node
+// (--snapshot-replicas=1) and state that is each rank's own (sharded): with
+// every worker paused once the copies caught up, one whole node is killed
+// (agent, guard, worker; its memory gone) and a new node takes its place.
+// Its rank restores from the copy on the node after it, every rank goes on
+// from the same step (at most 1 redone), and every rank's final state is
+// bit-identical to a fault-free run's. With two nodes killed, one rank's
+// copies are all gone: the agents say so, the workers restore nothing (the
+// script's own fallback: here, from the start) and still end identical.
+func TestSnapshotsNodeLoss(t *testing.T) {
+	torch.Require(t)
+	endpoint := etcdtest.Start(t).Endpoints()[0]
+	ref := newShardedJob(t, endpoint, "snap-ref-"+newMarker(t))
+	for _, n := range nodeNames(3) {
+		ref.start(n)
+	}
+	for i, r := range waitAll(ref.agents) {
+		if r.ExitCode != 0 {
+			t.Fatalf("fault-free run: node %d exit %d", i, r.ExitCode)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		kills int // nodes killed: the one with rank `victim` and, with 2, the next (which holds its copy)
+	}{
+		{"one node, restored from its copy", 1},
+		{"two nodes, both copies gone", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := newShardedJob(t, endpoint, "snap-loss-"+newMarker(t))
+			for _, n := range nodeNames(3) {
+				j.start(n)
+			}
+			reached := func() bool {
+				for _, p := range j.agents {
+					if strings.Contains(p.stdout.String(), "step 50\n") {
+						return true
+					}
+				}
+				return false
+			}
+			if !waitUntil(j.agents[0], reached) {
+				t.Fatal("training never reached step 50")
+			}
+			ws := j.workers()
+			if len(ws) != 3 {
+				t.Fatalf("want 3 workers, found %d", len(ws))
+			}
+			for _, w := range ws {
+				_ = syscall.Kill(w.proc.PID, syscall.SIGSTOP)
+			}
+			for _, w := range ws {
+				for !harness.Stopped(w.proc.PID) {
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+			byNodeRank := map[int]nodeWorker{}
+			for _, w := range ws {
+				byNodeRank[w.nodeRank] = w
+			}
+			victim := byNodeRank[1]
+			next := byNodeRank[2]
+			// The copy of the victim's rank on the next node catches up
+			// with the victim's own newest snapshot.
+			own := newestSnapshot(j.snapDir(victim.agent), victim.rank)
+			if !waitUntil(next.agent, func() bool { return newestSnapshot(j.snapDir(next.agent), victim.rank) == own }) {
+				t.Fatalf("the copy of rank %d on node rank 2 never reached step %d", victim.rank, own)
+			}
+			j.killNode(victim.agent)
+			if tc.kills == 2 {
+				j.killNode(next.agent)
+			}
+			for _, w := range ws {
+				_ = syscall.Kill(w.proc.PID, syscall.SIGCONT)
+			}
+			for i := range tc.kills {
+				j.start(fmt.Sprintf("new%d", i))
+			}
+			var agreed []agreement
+			for _, p := range j.agents {
+				if p == victim.agent || tc.kills == 2 && p == next.agent {
+					continue
+				}
+				if r := p.wait(); r.ExitCode != 0 {
+					t.Errorf("%s: exit %d, want 0", p.name, r.ExitCode)
+				}
+				a := agreements(p.stderr.String())
+				if len(a) < 2 && !strings.HasPrefix(p.name, "new") { // a new node's first round is the one after the loss
+					t.Errorf("%s: want an agreement after the loss, got %+v", p.name, a)
+					continue
+				}
+				agreed = append(agreed, a[len(a)-1])
+			}
+			for _, a := range agreed {
+				switch {
+				case tc.kills == 1 && (!a.Restore || a.Redone > 1 || a.Step == 0):
+					t.Errorf("after one node lost: %+v; want a restore, at most 1 step redone", a)
+				case tc.kills == 2 && (a.Restore || !strings.Contains(a.Reason, fmt.Sprintf("snapshot of rank %d", victim.rank))):
+					t.Errorf("after two nodes lost: %+v; want no restore, and why: rank %d's snapshots are gone", a, victim.rank)
+				}
+			}
+			if len(agreed) > 0 {
+				t.Logf("%s: %s", tc.name, agreed[0].Message)
+			}
+			if tc.kills == 1 {
+				fetched := false
+				for _, p := range j.agents {
+					fetched = fetched || strings.Contains(p.stderr.String(), "snapshot put in place for its rank")
+				}
+				if !fetched {
+					t.Error("no agent put a snapshot in place from another node")
+				}
+			}
+			for r := range 3 {
+				requireSameModel(t, filepath.Join(ref.out, fmt.Sprintf("rank-%d.pt", r)), filepath.Join(j.out, fmt.Sprintf("rank-%d.pt", r)))
+			}
+			requireNoShm(t, j.id)
+		})
+	}
+	requireNoShm(t, ref.id)
+}
