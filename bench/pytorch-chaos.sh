@@ -10,8 +10,8 @@
 #                     checkpoint, --snapshots=false
 #   gorun+snapshots   gorun with snapshots every step (--snapshot-replicas REPLICAS), no checkpoint
 # First a fault-free run (gorun, no checkpoint, no snapshot). In each way's run one failure every
-# PERIOD seconds (the first at PERIOD/2, each after the job recovered from the one before, none
-# before the first checkpoint), drawn from kill -9 of a worker and kill -9 of a whole node (its
+# PERIOD seconds of training (the first PERIOD/2 after the first step, each next one PERIOD after
+# the first step after the one before; none before the first checkpoint), drawn from kill -9 of a worker and kill -9 of a whole node (its
 # agent's process tree: agent, guard, workers; /dev/shm/gorun-<run id>-* of dead agents removed
 # by the bench at the end). A killed node's slot gets a new agent 1 s later, as a SLURM requeue
 # would, so that the world (and the data order) stays the same. torchrun never loses node 0: its

@@ -204,9 +204,10 @@ func (j *job) recovered(events []event) bool {
 	return !costs(j.fault[len(j.fault)-1:], events)[0].Unrecovered
 }
 
-// run starts the job, injects a fault every period once it trains (the first at period/2, each
-// only after the job recovered from the one before; in smoke mode one of each kind, each as soon
-// as the job recovered), and waits for it to finish its steps; it leaves no process behind.
+// run starts the job, injects a fault every period of training (the first period/2 after its
+// first step, each next one a period after the job's first step after the one before; in smoke
+// mode one of each kind, each as soon as the job recovered), and waits for it to finish its
+// steps; it leaves no process behind.
 func (j *job) run(ctx context.Context) error {
 	defer j.cleanup()
 	began := time.Now()
@@ -242,13 +243,19 @@ func (j *job) run(ctx context.Context) error {
 			if next.IsZero() {
 				next = ev[0].At.Add(j.b.period / 2)
 			}
+			if len(j.fault) > 0 && next.Before(j.fault[len(j.fault)-1].At) {
+				// The period counts training time: the next fault comes a period after the job
+				// recovered from the last one, so that recoveries longer than the period do not
+				// make a fault follow each one at once (no checkpoint way could then get on).
+				c := costs(j.fault[len(j.fault)-1:], ev)[0]
+				next = c.At.Add(c.Recovery + j.b.period)
+			}
 			// A fault once the first checkpoint is written (so that each way has something to
 			// restore) and two steps were done since the last recovery, and none in the last two
 			// steps: the job must have a step left to show its recovery.
 			ready := reached >= j.b.ckptEvery+2 && stepsSince(ev, j.fault) >= 2 && reached < j.b.steps-2
 			if !done && ready && (j.b.smoke || !now.Before(next)) {
 				j.inject()
-				next = next.Add(j.b.period)
 			}
 		}
 		if time.Since(began) > j.b.timeout {

@@ -81,7 +81,7 @@ func run() error {
 	flag.IntVar(&b.steps, "steps", 60, "steps each run trains")
 	flag.IntVar(&b.ckptEvery, "ckpt-every", 10, "the checkpoint ways' torch.save every this many steps")
 	flag.IntVar(&b.replicas, "snapshot-replicas", 1, "gorun --snapshot-replicas of the snapshot way")
-	flag.DurationVar(&b.period, "period", 20*time.Second, "one failure every period (the first at half of it), each after the job recovered from the one before")
+	flag.DurationVar(&b.period, "period", 20*time.Second, "one failure every period of training: the first half a period after the first step, each next one a period after the job recovered from the one before")
 	flag.DurationVar(&b.timeout, "timeout", 15*time.Minute, "a run not done this long after its start fails the bench")
 	flag.Uint64Var(&b.seed, "seed", 1, "seed of the failure draws")
 	wayList := flag.String("ways", "torchrun+ckpt,gorun+ckpt,gorun+snapshots", "the ways to run, comma-separated")
