@@ -29,7 +29,7 @@ type kindFigures struct {
 
 // byKind sums costs per failure kind, in kinds' order (kinds with no failure left out).
 func byKind(cs []cost) []kindFigures {
-	var out []kindFigures
+	out := []kindFigures{}
 	for _, k := range kinds {
 		f := kindFigures{Kind: k}
 		var rec []time.Duration
@@ -99,6 +99,9 @@ func printTable(w io.Writer, b *bench, ref summary, rs []result, bw *bandwidth) 
 	}
 	for _, r := range rs {
 		fmt.Fprintf(w, "\n%s: bit-identical: %s\n", r.way.Name, yesNo(r.identical))
+		if len(r.costs) == 0 {
+			fmt.Fprintf(w, "  no failure injected: the run trained its %d steps in less than half a period (%v); give it more -steps\n", b.steps, b.period)
+		}
 		for _, c := range r.costs {
 			state := fmt.Sprintf("%d steps redone, next step %.2f s after", c.Redone, c.Recovery.Seconds())
 			if c.Unrecovered {
