@@ -125,22 +125,26 @@ func (s summary) Effective() float64 {
 
 // summarize reads a run's events.
 func summarize(events []event) summary {
+	// own[i]: the time of steps[i] since the step before it in the same run of steps (N-1
+	// right before N, no restart between them); 0 for the first of a run.
 	var steps []event
+	var own []time.Duration
+	var ds []time.Duration
+	broken := true
 	for _, e := range events {
-		if !e.Restored {
-			steps = append(steps, e)
+		if e.Restored {
+			broken = true
+			continue
 		}
+		d := time.Duration(0)
+		if !broken && len(steps) > 0 && e.Step == steps[len(steps)-1].Step+1 {
+			d = e.At.Sub(steps[len(steps)-1].At)
+			ds = append(ds, d)
+		}
+		steps, own, broken = append(steps, e), append(own, d), false
 	}
 	if len(steps) == 0 {
 		return summary{}
-	}
-	own := make([]time.Duration, len(steps)) // 0: the first of a run of steps
-	var ds []time.Duration
-	for i := 1; i < len(steps); i++ {
-		if steps[i].Step == steps[i-1].Step+1 {
-			own[i] = steps[i].At.Sub(steps[i-1].At)
-			ds = append(ds, own[i])
-		}
 	}
 	s := summary{Wall: steps[len(steps)-1].At.Sub(steps[0].At)}
 	if len(ds) > 0 {

@@ -105,4 +105,10 @@ func TestSummarize(t *testing.T) {
 	require.Equal(t, 5, got.Steps)
 	require.Equal(t, 4*time.Second, got.Kept, "steps 2-5 a second each (3 its median), step 1 none: the wall starts there")
 	require.InDelta(t, 4.0/13, got.Effective(), 1e-9)
+
+	// A restore at the step reached: the step after it follows its number, not its time.
+	ev = []event{{At: s(0), Step: 1}, {At: s(1), Step: 2}, {At: s(9), Step: 2, Restored: true}, {At: s(10), Step: 3}, {At: s(11), Step: 4}}
+	got = summarize(ev)
+	require.Equal(t, time.Second, got.StepTime)
+	require.Equal(t, 3*time.Second, got.Kept, "steps 2-4 a second each, step 3's recovery left out")
 }
