@@ -105,6 +105,17 @@ def load_checkpoint(directory: str, model: nn.Module, optim: torch.optim.Optimiz
     return ckpt["step"], path
 
 
+def settle_buckets(ddp: nn.Module, optim: torch.optim.Optimizer, device: torch.device) -> None:
+    """One forward and backward that changes no weight (no optimizer step; the
+    gradients are dropped). DDP all-reduces the gradients of its first
+    iteration as one bucket and rebuilds its buckets after it; a bucket's
+    layout decides the order in which gloo sums each element. Without this, a
+    run that resumed at step k would sum step k+1 in another order than a run
+    that never stopped, and end different in the last bits."""
+    ddp(torch.zeros(1, WIDTH, device=device)).sum().backward()
+    optim.zero_grad(set_to_none=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model-mb", type=float, default=100)
@@ -155,6 +166,8 @@ def main() -> None:
             if rank == 0:
                 print(f"restored step {start} from checkpoint {loaded[1]}", flush=True)
     start = start or 0
+    if distributed:
+        settle_buckets(ddp, optim, device)
     for step in range(start, args.steps):
         first = (step * world + rank) * args.batch
         xs, ys = zip(*(sample(args.seed, first + i) for i in range(args.batch)))

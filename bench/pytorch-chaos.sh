@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# bench/pytorch-chaos.sh — issue 33's goals: what a failure costs a PyTorch DDP job, three ways.
+#
+# Trains examples/pytorch/snapshots.py (a model of MODEL_MB megabytes, 100: 26M parameters) as a
+# DDP job of 3 nodes x NPROC workers (CPU, gloo) on this machine, STEPS steps, three ways in one
+# invocation:
+#   torchrun+ckpt     torchrun (python3 -m torch.distributed.run, c10d hosted by node 0's agent)
+#                     and the script's torch.save checkpoint every CKPT_EVERY steps
+#   gorun+ckpt        gorun agents (--nnodes=3, over a `gorun rendezvous serve` etcd), the same
+#                     checkpoint, --snapshots=false
+#   gorun+snapshots   gorun with snapshots every step (--snapshot-replicas REPLICAS), no checkpoint
+# First a fault-free run (gorun, no checkpoint, no snapshot). In each way's run one failure every
+# PERIOD seconds of training (the first PERIOD/2 after the first step, each next one PERIOD after
+# the first step after the one before; none before the first checkpoint), drawn from kill -9 of a worker and kill -9 of a whole node (its
+# agent's process tree: agent, guard, workers; /dev/shm/gorun-<run id>-* of dead agents removed
+# by the bench at the end). A killed node's slot gets a new agent 1 s later, as a SLURM requeue
+# would, so that the world (and the data order) stays the same. torchrun never loses node 0: its
+# agent holds the c10d store.
+#
+# Per way it prints, from rank 0's `step N loss L` lines (stamped as the driver reads them) and
+# the fault times: the steps redone per failure and the seconds from the failure to the first step
+# after it (per kind), the median step, the snapshot cost per step (the snapshot way's median step
+# over the fault-free run's), the effective training time (time on kept steps / wall time, from
+# the first step to the last), and `bit-identical: yes/no` (the final --out against the fault-free
+# run's, bit for bit); beside them a snapshot's save and restore GB/s and this machine's memcpy
+# (python/bench_snapshots.py at MODEL_MB). JSON=1 adds one JSON object per way.
+#
+#   bench/pytorch-chaos.sh                    # MODEL_MB=100 STEPS=60 CKPT_EVERY=10 PERIOD=20 NPROC=2
+#   WAYS=gorun+ckpt,gorun+snapshots JSON=1 bench/pytorch-chaos.sh
+#   KEEP=/tmp/pychaos bench/pytorch-chaos.sh  # keep the logs (every line stamped) and the models
+#   SMOKE=1 bench/pytorch-chaos.sh            # CI: under a minute
+#
+# SMOKE=1: a 2 MB model, 3 nodes x 1 worker, 60 steps, the snapshot way only (WAYS), one failure
+# of each kind, each as soon as the job recovered from the one before; exit 1 when a kind was not
+# injected, a failure was not recovered from, or the final model is not bit-identical. No timing
+# is judged.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_init pytorch-chaos.sh
+if [[ "$SMOKE" == 1 ]]; then
+  MODEL_MB=${MODEL_MB:-2} STEPS=${STEPS:-60} CKPT_EVERY=${CKPT_EVERY:-4} NPROC=${NPROC:-1} WAYS=${WAYS:-gorun+snapshots}
+fi
+MODEL_MB=${MODEL_MB:-100} STEPS=${STEPS:-60} CKPT_EVERY=${CKPT_EVERY:-10} PERIOD=${PERIOD:-20} NPROC=${NPROC:-2}
+SEED=${SEED:-1} REPLICAS=${REPLICAS:-1} WAYS=${WAYS:-torchrun+ckpt,gorun+ckpt,gorun+snapshots}
+PYTHON=${PYTHON:-/usr/bin/python3}
+bench_positive MODEL_MB STEPS CKPT_EVERY PERIOD NPROC SEED
+[[ "$REPLICAS" =~ ^[0-9]+$ ]] || die "REPLICAS must be 0 or a positive integer, got '$REPLICAS'"
+"$PYTHON" -c 'import torch' 2>/dev/null || die "$PYTHON has no torch (Debian: apt-get install python3-torch; or set PYTHON)"
+bench_gorun
+(cd "$root" && go build -o "$tmp/torchchaos" ./bench/torchchaos) || die "go build ./bench/torchchaos failed"
+
+args=(-gorun "$gorun" -python "$PYTHON" -script "$root/examples/pytorch/snapshots.py" -model-mb "$MODEL_MB" -steps "$STEPS"
+  -ckpt-every "$CKPT_EVERY" -period "${PERIOD}s" -nproc "$NPROC" -seed "$SEED" -snapshot-replicas "$REPLICAS" -ways "$WAYS")
+[[ "${JSON:-0}" == 1 ]] && args+=(-json)
+[[ "$SMOKE" == 1 ]] && args+=(-smoke)
+[[ -n "${KEEP:-}" ]] && args+=(-dir "$KEEP")
+echo "pytorch-chaos: gorun $(cd "$root" && git describe --always --dirty 2>/dev/null || echo '?'), $(nproc) CPUs, MODEL_MB=$MODEL_MB STEPS=$STEPS CKPT_EVERY=$CKPT_EVERY PERIOD=$PERIOD NPROC=$NPROC SEED=$SEED REPLICAS=$REPLICAS WAYS=$WAYS SMOKE=$SMOKE"
+"$tmp/torchchaos" "${args[@]}"
