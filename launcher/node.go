@@ -483,6 +483,12 @@ func (n *node) makeSnapshotDir(spec *elastic.Spec) error {
 	}
 	spec.Environ = setEnv(env, "PYTHONPATH", path)
 	spec.Snapshots = &elastic.Snapshots{Dir: dir, Node: firstNonEmpty(l.Rendezvous.NodeID, l.Host), Replicas: l.SnapshotReplicas}
+	if d := l.SnapshotDurable; d != nil {
+		if err := os.MkdirAll(d.Dir, 0o700); err != nil {
+			return fmt.Errorf("--snapshot-durable %s: %w (give a directory on storage every node shares that gorun can make and write, or drop the flag)", d.Dir, err)
+		}
+		spec.Snapshots.Durable = &elastic.Durable{Dir: d.Dir, Every: d.Every, Keep: d.Keep}
+	}
 	if l.Rendezvous.Backend == BackendEtcd {
 		// Nodes that may lose one another copy and fetch snapshots.
 		t, err := n.serveReplicas(dir)
