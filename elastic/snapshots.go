@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -106,9 +107,9 @@ type SnapshotRecovery struct {
 	Newest uint64
 	Held   bool
 	Reason string
-	// Durable is how many ranks restore from the durable directory
-	// rather than from a node's memory.
-	Durable int
+	// Durable is the ranks that restore from the durable directory
+	// rather than from a node's memory, in order.
+	Durable []int
 }
 
 // Redone is the steps the restore throws away: Newest - Step (0 when
@@ -122,8 +123,17 @@ func (s SnapshotRecovery) Redone() uint64 {
 
 // String is the recovery's log line.
 func (s SnapshotRecovery) String() string {
-	if s.Restored && s.Durable > 0 {
-		return fmt.Sprintf("snapshots: restoring step %d from the durable directory for %d ranks (newest step any rank had: %d; steps redone: %d)", s.Step, s.Durable, s.Newest, s.Redone())
+	if s.Restored && len(s.Durable) > 0 {
+		ranks := make([]string, len(s.Durable))
+		for i, r := range s.Durable {
+			ranks[i] = strconv.Itoa(r)
+		}
+		noun := "rank"
+		if len(ranks) > 1 {
+			noun = "ranks"
+		}
+		return fmt.Sprintf("snapshots: restoring step %d, %s %s from the durable directory (newest step any rank had: %d; steps redone: %d)",
+			s.Step, noun, strings.Join(ranks, ", "), s.Newest, s.Redone())
 	}
 	if s.Restored {
 		return fmt.Sprintf("snapshots: restoring step %d (newest step any rank had: %d; steps redone: %d)", s.Step, s.Newest, s.Redone())
@@ -206,7 +216,7 @@ func (a *Agent) prepareSnapshots(ctx context.Context, r rendezvous.Round) (snapR
 			return snapRound{}, &snapshotFailure{err}
 		}
 		out.env = []string{EnvSnapshotStep + "=" + strconv.FormatUint(plan.Step, 10), EnvSnapshotVerified + "=1"}
-		if rec.Durable > 0 {
+		if len(rec.Durable) > 0 {
 			out.env = append(out.env, EnvSnapshotReason+"="+rec.String())
 		}
 	} else {
@@ -217,7 +227,7 @@ func (a *Agent) prepareSnapshots(ctx context.Context, r rendezvous.Round) (snapR
 		ev = a.log.Warn() // there were snapshots, and none is used: the script's own checkpoint is the fallback
 	}
 	ev.Int("round", r.Number).Bool("restore", rec.Restored).Uint64("step", rec.Step).Uint64("newest", rec.Newest).
-		Uint64("redone", rec.Redone()).Str("reason", rec.Reason).Int("durable", rec.Durable).Msg(rec.String())
+		Uint64("redone", rec.Redone()).Str("reason", rec.Reason).Ints("durable", rec.Durable).Msg(rec.String())
 	if o, ok := a.spec.Observer.(SnapshotObserver); ok {
 		o.SnapshotsAgreed(r, rec)
 	}
@@ -264,11 +274,12 @@ func decodeOffers(values [][]byte) ([]snapshot.Offer, error) {
 // held.
 func recoveryOf(plan snapshot.Plan, offers []snapshot.Offer) SnapshotRecovery {
 	rec := SnapshotRecovery{Restored: plan.Restore, Step: plan.Step, Reason: plan.Reason}
-	for _, src := range plan.Sources {
+	for rank, src := range plan.Sources {
 		if src.Durable {
-			rec.Durable++
+			rec.Durable = append(rec.Durable, rank)
 		}
 	}
+	slices.Sort(rec.Durable)
 	for _, o := range offers {
 		for _, h := range o.Holdings {
 			if !rec.Held || h.Step > rec.Newest {
