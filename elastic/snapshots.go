@@ -90,7 +90,8 @@ const (
 	// EnvSnapshotStep is the step every rank restores, agreed by the
 	// agents (decimal), or "none": restore returns None.
 	EnvSnapshotStep = "GORUN_SNAPSHOT_STEP"
-	// EnvSnapshotReason says, with "none", why nothing is restored.
+	// EnvSnapshotReason says, with "none", why nothing is restored; with
+	// a step, that some rank's snapshot comes from the durable directory.
 	EnvSnapshotReason = "GORUN_SNAPSHOT_REASON"
 	// EnvSnapshotVerified is "1" when the agent verified the CRC of the
 	// slot holding the agreed step: the worker need not.
@@ -217,7 +218,7 @@ func (a *Agent) prepareSnapshots(ctx context.Context, r rendezvous.Round) (snapR
 		}
 		out.env = []string{EnvSnapshotStep + "=" + strconv.FormatUint(plan.Step, 10), EnvSnapshotVerified + "=1"}
 		if len(rec.Durable) > 0 {
-			out.env = append(out.env, EnvSnapshotReason+"="+rec.String())
+			out.env = append(out.env, EnvSnapshotReason+"="+strings.TrimPrefix(rec.String(), "snapshots: "))
 		}
 	} else {
 		out.env = []string{EnvSnapshotStep + "=none", EnvSnapshotReason + "=" + plan.Reason}

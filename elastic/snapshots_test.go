@@ -92,7 +92,7 @@ func TestPrepareSnapshots(t *testing.T) {
 				writeDurable(t, dst, 2, 150, 0) // rank 1's copy of 150 never made it
 			},
 			env: []string{"GORUN_SNAPSHOT_STEP=100", "GORUN_SNAPSHOT_VERIFIED=1",
-				"GORUN_SNAPSHOT_REASON=snapshots: restoring step 100, ranks 0, 1 from the durable directory (newest step any rank had: 150; steps redone: 50)"},
+				"GORUN_SNAPSHOT_REASON=restoring step 100, ranks 0, 1 from the durable directory (newest step any rank had: 150; steps redone: 50)"},
 			holds: map[int]uint64{0: 100, 1: 100}},
 		{name: "durable: the same step in memory is taken from memory", slots: func(t *testing.T, dir string) {
 			writeSlot(t, dir, 0, 2, 100, false)
