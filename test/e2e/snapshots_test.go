@@ -528,6 +528,15 @@ func TestSnapshotsNodeLoss(t *testing.T) {
 			if len(agreed) > 0 {
 				t.Logf("%s: %s", tc.name, agreed[0].Message)
 			}
+			if tc.durable {
+				said := false // a restored worker's own line (python/gorun, GORUN_SNAPSHOT_REASON)
+				for _, p := range j.agents {
+					said = said || strings.Contains(p.stderr.String(), "gorun snapshots: restoring step ") && strings.Contains(p.stderr.String(), "from the durable directory (")
+				}
+				if !said {
+					t.Error("no worker said that its restore came from the durable directory")
+				}
+			}
 			if tc.kills == 1 {
 				fetched := false
 				for _, p := range j.agents {
