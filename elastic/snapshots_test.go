@@ -144,3 +144,45 @@ func TestPrepareSnapshots(t *testing.T) {
 		})
 	}
 }
+
+// The exchanged values are JSON lists of offers: each node's own, then,
+// from node rank 0 alone, the durable directory's; anything else (a node
+// of an older gorun sending one offer, a durable offer from another node
+// or in the first place) is an error that says which node sent it.
+func TestDecodeOffers(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		values []string
+		nodes  []string // the offers' node ids, in order
+		err    string
+	}{
+		{name: "nodes and the durable directory", values: []string{
+			`[{"Node":"a","NodeRank":0},{"Node":"(durable)","NodeRank":2,"Durable":true}]`, `[{"Node":"b","NodeRank":1}]`},
+			nodes: []string{"a", "(durable)", "b"}},
+		{name: "no durable directory", values: []string{`[{"Node":"a"}]`, `[{"Node":"b","NodeRank":1}]`}, nodes: []string{"a", "b"}},
+		{name: "one offer, not a list", values: []string{`{"Node":"a"}`}, err: "node rank 0's offer"},
+		{name: "an empty list", values: []string{`[]`}, err: "not a JSON list of offers"},
+		{name: "the durable directory from node rank 1", values: []string{`[{"Node":"a"}]`, `[{"Node":"b"},{"Node":"d","Durable":true}]`},
+			err: "node rank 1's offer 1: only node rank 0 offers the durable directory"},
+		{name: "the durable directory first", values: []string{`[{"Node":"d","Durable":true},{"Node":"a"}]`},
+			err: "node rank 0's offer 0: only node rank 0 offers the durable directory, after its own"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			values := make([][]byte, len(tc.values))
+			for i, v := range tc.values {
+				values[i] = []byte(v)
+			}
+			got, err := decodeOffers(values)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			var nodes []string
+			for _, o := range got {
+				nodes = append(nodes, o.Node)
+			}
+			require.Equal(t, tc.nodes, nodes)
+		})
+	}
+}
