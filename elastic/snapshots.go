@@ -6,13 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/gorun/gorun/internal/snapshot"
+	"github.com/gorun/gorun/internal/snapshot/durable"
 	"github.com/gorun/gorun/rendezvous"
 )
 
@@ -30,7 +33,24 @@ type Snapshots struct {
 	// Transfer copies snapshots between nodes; nil: this node serves and
 	// fetches none (Replicas is then moot).
 	Transfer Transfer
+	// Durable, when not nil, is where copies of the snapshots outlive
+	// every node (internal/snapshot/durable): while a round runs, this
+	// node's ranks' snapshots go there; before one, node rank 0 offers
+	// what is there, a source when no node holds a step every rank has.
+	Durable *Durable
 }
+
+// Durable is the job's durable directory (shared storage that every node
+// sees at Dir) and which snapshots are kept there: every Every-th step,
+// the newest Keep complete steps.
+type Durable struct {
+	Dir         string
+	Every, Keep int
+}
+
+// durableNode is the node id of the durable directory's offer and
+// sources: no host is named so.
+const durableNode = "(durable)"
 
 // Transfer is how a node's snapshots reach other nodes' directories
 // (internal/snapshot/replica over the job secret): a server that takes
@@ -70,7 +90,8 @@ const (
 	// EnvSnapshotStep is the step every rank restores, agreed by the
 	// agents (decimal), or "none": restore returns None.
 	EnvSnapshotStep = "GORUN_SNAPSHOT_STEP"
-	// EnvSnapshotReason says, with "none", why nothing is restored.
+	// EnvSnapshotReason says, with "none", why nothing is restored; with
+	// a step, that some rank's snapshot comes from the durable directory.
 	EnvSnapshotReason = "GORUN_SNAPSHOT_REASON"
 	// EnvSnapshotVerified is "1" when the agent verified the CRC of the
 	// slot holding the agreed step: the worker need not.
@@ -87,6 +108,9 @@ type SnapshotRecovery struct {
 	Newest uint64
 	Held   bool
 	Reason string
+	// Durable is the ranks that restore from the durable directory
+	// rather than from a node's memory, in order.
+	Durable []int
 }
 
 // Redone is the steps the restore throws away: Newest - Step (0 when
@@ -100,6 +124,18 @@ func (s SnapshotRecovery) Redone() uint64 {
 
 // String is the recovery's log line.
 func (s SnapshotRecovery) String() string {
+	if s.Restored && len(s.Durable) > 0 {
+		ranks := make([]string, len(s.Durable))
+		for i, r := range s.Durable {
+			ranks[i] = strconv.Itoa(r)
+		}
+		noun := "rank"
+		if len(ranks) > 1 {
+			noun = "ranks"
+		}
+		return fmt.Sprintf("snapshots: restoring step %d, %s %s from the durable directory (newest step any rank had: %d; steps redone: %d)",
+			s.Step, noun, strings.Join(ranks, ", "), s.Newest, s.Redone())
+	}
 	if s.Restored {
 		return fmt.Sprintf("snapshots: restoring step %d (newest step any rank had: %d; steps redone: %d)", s.Step, s.Newest, s.Redone())
 	}
@@ -127,7 +163,10 @@ func (e *snapshotFailure) Unwrap() error { return e.err }
 // Offer with every node of r, agrees on the step with them
 // (snapshot.Agree: every agent computes the same plan), fetches or copies
 // what this node's ranks lack, and returns the variables of section 3 of
-// the design for the workers. With no snapshots, or for workers that keep
+// the design for the workers. Node rank 0 also offers the durable
+// directory's snapshots, if any (every node would scan it at another
+// moment, and they must agree); a rank whose source is there is loaded
+// from it. With no snapshots, or for workers that keep
 // their state in place across rounds (Spec.InPlace: they agree among
 // themselves), it does nothing. Its errors: the round ended first
 // (rendezvous.ErrRoundEnded), ctx's cause, or a *snapshotFailure.
@@ -146,7 +185,7 @@ func (a *Agent) prepareSnapshots(ctx context.Context, r rendezvous.Round) (snapR
 		return snapRound{}, &snapshotFailure{err}
 	}
 	offer.Holdings = held
-	mine, err := json.Marshal(offer)
+	mine, err := json.Marshal(a.offers(s, r, offer))
 	if err != nil {
 		return snapRound{}, &snapshotFailure{err}
 	}
@@ -166,11 +205,9 @@ func (a *Agent) prepareSnapshots(ctx context.Context, r rendezvous.Round) (snapR
 		}
 		return snapRound{}, &snapshotFailure{fmt.Errorf("snapshots: exchanging offers: %w", err)}
 	}
-	offers := make([]snapshot.Offer, len(values))
-	for i, v := range values {
-		if err := json.Unmarshal(v, &offers[i]); err != nil {
-			return snapRound{}, &snapshotFailure{fmt.Errorf("snapshots: node rank %d's offer: %w", i, err)}
-		}
+	offers, err := decodeOffers(values)
+	if err != nil {
+		return snapRound{}, &snapshotFailure{err}
 	}
 	plan := snapshot.Agree(offers, r.WorldSize)
 	rec := recoveryOf(plan, offers)
@@ -185,6 +222,9 @@ func (a *Agent) prepareSnapshots(ctx context.Context, r rendezvous.Round) (snapR
 			return snapRound{}, &snapshotFailure{err}
 		}
 		out.env = []string{EnvSnapshotStep + "=" + strconv.FormatUint(plan.Step, 10), EnvSnapshotVerified + "=1"}
+		if len(rec.Durable) > 0 {
+			out.env = append(out.env, EnvSnapshotReason+"="+strings.TrimPrefix(rec.String(), "snapshots: "))
+		}
 	case rec.Held:
 		out.env = []string{EnvSnapshotStep + "=none", EnvSnapshotReason + "=" + plan.Reason}
 	default: // nothing was ever saved (a new job): nothing to say to the script
@@ -200,17 +240,59 @@ func (a *Agent) prepareSnapshots(ctx context.Context, r rendezvous.Round) (snapR
 		ev = a.log.Warn() // there were snapshots, and none is used: the script's own checkpoint is the fallback
 	}
 	ev.Int("round", r.Number).Bool("restore", rec.Restored).Uint64("step", rec.Step).Uint64("newest", rec.Newest).
-		Uint64("redone", rec.Redone()).Str("reason", rec.Reason).Msg(rec.String())
+		Uint64("redone", rec.Redone()).Str("reason", rec.Reason).Ints("durable", rec.Durable).Msg(rec.String())
 	if o, ok := a.spec.Observer.(SnapshotObserver); ok {
 		o.SnapshotsAgreed(r, rec)
 	}
 	return out, nil
 }
 
+// offers is this node's value for round r's exchange: its own offer
+// and, on node rank 0, the durable directory's (NodeRank NumNodes, after
+// every node's). A durable directory that cannot be read is logged and
+// offers nothing: the nodes' memory still can.
+func (a *Agent) offers(s *Snapshots, r rendezvous.Round, own snapshot.Offer) []snapshot.Offer {
+	out := []snapshot.Offer{own}
+	if s.Durable == nil || r.NodeRank != 0 {
+		return out
+	}
+	held, err := durable.Scan(s.Durable.Dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		a.log.Warn().Err(err).Str("dir", s.Durable.Dir).Msg("snapshots: the durable directory offers nothing")
+		return out
+	}
+	return append(out, snapshot.Offer{Node: durableNode, NodeRank: r.NumNodes, Durable: true, Holdings: held})
+}
+
+// decodeOffers is every offer of the exchanged values (node-rank order):
+// each node's own, and the durable directory's from node rank 0 alone.
+func decodeOffers(values [][]byte) ([]snapshot.Offer, error) {
+	var all []snapshot.Offer
+	for i, v := range values {
+		var list []snapshot.Offer
+		if err := json.Unmarshal(v, &list); err != nil || len(list) == 0 {
+			return nil, fmt.Errorf("snapshots: node rank %d's offer %q: not a JSON list of offers (%v): is every node's gorun the same version?", i, v, err)
+		}
+		for j, o := range list {
+			if o.Durable != (j > 0) || (o.Durable && i != 0) {
+				return nil, fmt.Errorf("snapshots: node rank %d's offer %d: only node rank 0 offers the durable directory, after its own", i, j)
+			}
+		}
+		all = append(all, list...)
+	}
+	return all, nil
+}
+
 // recoveryOf is what plan restores, beside the newest step any offer
 // held.
 func recoveryOf(plan snapshot.Plan, offers []snapshot.Offer) SnapshotRecovery {
 	rec := SnapshotRecovery{Restored: plan.Restore, Step: plan.Step, Reason: plan.Reason}
+	for rank, src := range plan.Sources {
+		if src.Durable {
+			rec.Durable = append(rec.Durable, rank)
+		}
+	}
+	slices.Sort(rec.Durable)
 	for _, o := range offers {
 		for _, h := range o.Holdings {
 			if !rec.Held || h.Step > rec.Newest {
@@ -229,7 +311,7 @@ func ringPeers(offers []snapshot.Offer, nodeRank, k int) []string {
 	slices.SortFunc(byRank, func(a, b snapshot.Offer) int { return a.NodeRank - b.NodeRank })
 	var peers []string
 	for i := 1; i < len(byRank) && len(peers) < k; i++ {
-		if o := byRank[(nodeRank+i)%len(byRank)]; o.Replica != "" {
+		if o := byRank[(nodeRank+i)%len(byRank)]; o.Replica != "" && !o.Durable {
 			peers = append(peers, o.Replica)
 		}
 	}
@@ -239,21 +321,24 @@ func ringPeers(offers []snapshot.Offer, nodeRank, k int) []string {
 // gather puts the agreed step of every rank of this node into that
 // rank's own slots: a snapshot of another rank held here (replicated
 // state) is copied under this rank's name, one on another node is
-// fetched from its replica server. One already there is left as it is.
+// fetched from its replica server, one in the durable directory is
+// loaded from it. One already there is left as it is.
 func (a *Agent) gather(ctx context.Context, s *Snapshots, r rendezvous.Round, plan snapshot.Plan) error {
 	for rank := r.FirstRank; rank < r.FirstRank+a.spec.LocalWorkers; rank++ {
 		src, ok := plan.Sources[rank]
 		switch {
 		case !ok:
 			return fmt.Errorf("snapshots: the plan has no source for rank %d", rank)
-		case src.Node == s.Node && src.Rank == rank:
+		case !src.Durable && src.Node == s.Node && src.Rank == rank:
 			continue
 		}
 		dst, err := snapshot.OpenRank(s.Dir, rank)
 		if err != nil {
 			return err
 		}
-		if src.Node == s.Node {
+		if src.Durable {
+			err = loadDurable(s.Durable, src)(dst)
+		} else if src.Node == s.Node {
 			err = copyLocal(s.Dir, src, dst)
 		} else if s.Transfer == nil || src.Replica == "" {
 			err = fmt.Errorf("node %s holds it and serves no copies", src.Node)
@@ -267,6 +352,21 @@ func (a *Agent) gather(ctx context.Context, s *Snapshots, r rendezvous.Round, pl
 		a.log.Info().Int("rank", rank).Int("from_rank", src.Rank).Str("from_node", src.Node).Uint64("step", src.Step).Msg("snapshot put in place for its rank")
 	}
 	return nil
+}
+
+// loadDurable loads src, a snapshot in the durable directory d, into a
+// rank's slots: durable.Find verifies it, durable.Load copies it.
+func loadDurable(d *Durable, src snapshot.Source) func(*snapshot.RankSlots) error {
+	return func(dst *snapshot.RankSlots) error {
+		if d == nil {
+			return errors.New("the agents agreed on the durable directory, and this node has none (--snapshot-durable)")
+		}
+		h, err := durable.Find(d.Dir, src.Rank, src.Step)
+		if err != nil {
+			return err
+		}
+		return durable.Load(h, dst)
+	}
 }
 
 // copyLocal copies the snapshot src (of another rank, in dir) into dst;
@@ -292,27 +392,39 @@ func copyLocal(dir string, src snapshot.Source, dst *snapshot.RankSlots) error {
 }
 
 // replicate runs while round r runs: the replica server takes the copies
-// of r's other ranks, and this node's ranks' snapshots go to sr's peers,
-// until ctx ends (with the round); the returned func waits for the push
-// to stop.
+// of r's other ranks, this node's ranks' snapshots go to sr's peers and
+// (every Durable.Every-th step) to the durable directory, until ctx ends
+// (with the round); the returned func waits for the push and the copies
+// to the durable directory to stop.
 func (a *Agent) replicate(ctx context.Context, r rendezvous.Round, sr snapRound) func() {
 	s := a.spec.Snapshots
-	if s == nil || a.spec.InPlace || s.Transfer == nil {
+	if s == nil || a.spec.InPlace {
 		return func() {}
 	}
 	own := make([]int, a.spec.LocalWorkers)
 	for i := range own {
 		own[i] = r.FirstRank + i
 	}
+	var wg sync.WaitGroup
+	if s.Durable != nil {
+		d := *s.Durable
+		wg.Go(func() {
+			if err := durable.Persist(ctx, s.Dir, own, d.Dir, d.Every, d.Keep, a.log); err != nil && ctx.Err() == nil {
+				a.log.Warn().Err(err).Int("round", r.Number).Str("dir", d.Dir).Msg("snapshots: copies to the durable directory stopped for this round")
+			}
+		})
+	}
+	if s.Transfer == nil {
+		return wg.Wait
+	}
 	s.Transfer.Accept(r.Number, own)
 	if len(sr.peers) == 0 {
-		return func() {}
+		return wg.Wait
 	}
 	sent := func(int, uint64, string) {}
 	if o, ok := a.spec.Observer.(SnapshotObserver); ok {
 		sent = o.SnapshotReplicated
 	}
-	var wg sync.WaitGroup
 	wg.Go(func() {
 		if err := s.Transfer.Push(a.log.WithContext(ctx), r.Number, s.Dir, own, sr.peers, sent); err != nil && ctx.Err() == nil {
 			a.log.Warn().Err(err).Int("round", r.Number).Msg("snapshots: replication stopped; the ranks of this node restore from its memory alone")

@@ -457,12 +457,18 @@ func (n *node) snapshotPath() string {
 // <shm>/gorun-<run id>-<pid> (mode 0700: the job's user alone), extracts
 // the gorun Python package into its python/ and gives spec's workers
 // both (GORUN_SNAPSHOT_DIR, and python/ first on PYTHONPATH); the guard,
-// if any, removes it if gorun dies. A directory that cannot be made is
+// if any, removes it if gorun dies. It makes the durable directory
+// (--snapshot-durable), if any, first. A directory that cannot be made is
 // an error that names it and says what to do.
 func (n *node) makeSnapshotDir(spec *elastic.Spec) error {
 	l, shm := n.l, n.rt.ShmDir
 	if shm == "" {
 		shm = DefaultShmDir
+	}
+	if d := l.SnapshotDurable; d != nil {
+		if err := os.MkdirAll(d.Dir, 0o700); err != nil {
+			return fmt.Errorf("--snapshot-durable %s: %w (give a directory on storage every node shares that gorun can make and write, or drop the flag)", d.Dir, err)
+		}
 	}
 	dir := n.snapshotPath()
 	if err := os.Mkdir(dir, 0o700); err != nil {
@@ -483,6 +489,9 @@ func (n *node) makeSnapshotDir(spec *elastic.Spec) error {
 	}
 	spec.Environ = setEnv(env, "PYTHONPATH", path)
 	spec.Snapshots = &elastic.Snapshots{Dir: dir, Node: firstNonEmpty(l.Rendezvous.NodeID, l.Host), Replicas: l.SnapshotReplicas}
+	if d := l.SnapshotDurable; d != nil {
+		spec.Snapshots.Durable = &elastic.Durable{Dir: d.Dir, Every: d.Every, Keep: d.Keep}
+	}
 	if l.Rendezvous.Backend == BackendEtcd {
 		// Nodes that may lose one another copy and fetch snapshots.
 		t, err := n.serveReplicas(dir)

@@ -152,15 +152,23 @@ func TestSnapshotDir(t *testing.T) {
 	require.NoError(t, os.WriteFile(file, nil, 0o600))
 	for _, tc := range []struct {
 		name, shm, pythonPath string
+		durable               string // --snapshot-durable
 		wantPath              func(dir string) string
 		err                   string
 	}{
 		{name: "no PYTHONPATH", shm: shm, wantPath: func(dir string) string { return dir + "/python" }},
 		{name: "PYTHONPATH kept after it", shm: shm, pythonPath: "/a:/b", wantPath: func(dir string) string { return dir + "/python:/a:/b" }},
 		{name: "no tmpfs", shm: file, err: "--snapshots=false"},
+		{name: "a durable directory, made", shm: shm, durable: filepath.Join(shm, "shared", "snaps"), wantPath: func(dir string) string { return dir + "/python" }},
+		{name: "a durable directory that cannot be made", shm: shm, durable: filepath.Join(file, "snaps"), err: "--snapshot-durable " + filepath.Join(file, "snaps")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := &Launch{RunID: "snap", Host: "h", SnapshotReplicas: 2}
+			var want *elastic.Durable
+			if tc.durable != "" {
+				l.SnapshotDurable = &DurableSnapshots{Dir: tc.durable, Every: 100, Keep: 2}
+				want = &elastic.Durable{Dir: tc.durable, Every: 100, Keep: 2}
+			}
 			n := newNode(l, Runtime{ShmDir: tc.shm, Log: zerolog.Nop()})
 			spec := elastic.Spec{Environ: []string{"HOME=/h"}}
 			if tc.pythonPath != "" {
@@ -181,7 +189,10 @@ func TestSnapshotDir(t *testing.T) {
 			require.Equal(t, os.FileMode(0o700), st.Mode().Perm())
 			require.FileExists(t, filepath.Join(dir, "python", "gorun", "__init__.py"))
 			require.Equal(t, []string{"HOME=/h", "GORUN_SNAPSHOT_DIR=" + dir, "PYTHONPATH=" + tc.wantPath(dir)}, spec.Environ)
-			require.Equal(t, &elastic.Snapshots{Dir: dir, Node: "h", Replicas: 2}, spec.Snapshots)
+			require.Equal(t, &elastic.Snapshots{Dir: dir, Node: "h", Replicas: 2, Durable: want}, spec.Snapshots)
+			if tc.durable != "" {
+				require.DirExists(t, tc.durable)
+			}
 			require.NoError(t, n.close(time.Time{}))
 			require.NoDirExists(t, dir)
 		})

@@ -39,6 +39,13 @@ type Options struct {
 	// no GORUN_SNAPSHOT_* variables, no gorun package on PYTHONPATH.
 	NoSnapshots      bool
 	SnapshotReplicas int // copies of each rank's snapshots on other nodes (--snapshot-replicas); 0: none
+	// SnapshotDurable is a directory on storage every node shares where
+	// every SnapshotDurableEvery-th snapshot of each rank is also copied,
+	// the newest SnapshotDurableKeep complete steps kept
+	// (--snapshot-durable*); "": none.
+	SnapshotDurable      string
+	SnapshotDurableEvery int
+	SnapshotDurableKeep  int
 
 	// torchrun's flags that gorun accepts for a drop-in command line
 	// (docs/torchrun.md, "torchrun flags and variables"); checkCompat validates them.

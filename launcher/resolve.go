@@ -122,15 +122,18 @@ type Launch struct {
 	// package on PYTHONPATH, and, for scripts, the step the agents agreed
 	// they restore (docs/snapshots.md); SnapshotReplicas is how many other
 	// nodes keep a copy of each rank's snapshots.
-	Snapshots        bool              `json:"snapshots"`
-	SnapshotReplicas int               `json:"snapshot_replicas"`
-	Command          []string          `json:"command"`
-	LogDir           string            `json:"log_dir,omitempty"`
-	Redirects        workerlog.StdSpec `json:"-"`
-	Tee              workerlog.StdSpec `json:"-"`
-	ShowRanks        []int             `json:"local_ranks_filter,omitempty"`
-	GPUs             []string          `json:"gpus,omitempty"`
-	GPUSource        string            `json:"gpu_source,omitempty"`
+	Snapshots        bool `json:"snapshots"`
+	SnapshotReplicas int  `json:"snapshot_replicas"`
+	// SnapshotDurable, when not nil, also copies the snapshots to a
+	// directory that outlives the nodes (shared storage).
+	SnapshotDurable *DurableSnapshots `json:"snapshot_durable,omitempty"`
+	Command         []string          `json:"command"`
+	LogDir          string            `json:"log_dir,omitempty"`
+	Redirects       workerlog.StdSpec `json:"-"`
+	Tee             workerlog.StdSpec `json:"-"`
+	ShowRanks       []int             `json:"local_ranks_filter,omitempty"`
+	GPUs            []string          `json:"gpus,omitempty"`
+	GPUSource       string            `json:"gpu_source,omitempty"`
 	// VirtualLocalRank (torchrun's --virtual-local-rank): every worker
 	// gets LOCAL_RANK=0 and WorkerGPUs[local rank] as its only GPU.
 	VirtualLocalRank bool       `json:"virtual_local_rank,omitempty"`
@@ -215,6 +218,9 @@ func Resolve(opts Options, host Host) (*Launch, error) {
 	}
 	if opts.SnapshotReplicas < 0 {
 		return nil, usagef("--snapshot-replicas=%d: want 0 (no copies on other nodes) or more", opts.SnapshotReplicas)
+	}
+	if l.SnapshotDurable, err = resolveDurable(opts); err != nil {
+		return nil, err
 	}
 	if err := checkMetricsAddr(opts.MetricsAddr); err != nil {
 		return nil, err
@@ -733,6 +739,40 @@ func (l *Launch) readTrainConfig(opts Options, host Host) error {
 	if opts.HeartbeatTimeout == 0 {
 		l.Heartbeat = Duration(cfg.Elastic.Heartbeat())
 	}
+	if l.SnapshotDurable != nil {
+		return usagef("--snapshot-durable: the embedded trainer (%s) keeps its workers and their snapshots in place and copies none; drop the flag", opts.Entrypoint)
+	}
 	l.InPlace = true
 	return nil
+}
+
+// DurableSnapshots is where and how often the workers' snapshots are
+// also copied to shared storage (internal/snapshot/durable).
+type DurableSnapshots struct {
+	Dir   string `json:"dir"`   // absolute; made at start when missing
+	Every int    `json:"every"` // every Every-th step
+	Keep  int    `json:"keep"`  // the newest Keep complete steps
+}
+
+// resolveDurable is the --snapshot-durable* flags checked: nil without
+// a directory; a usage error for a count below 1 or a directory with
+// --snapshots=false.
+func resolveDurable(opts Options) (*DurableSnapshots, error) {
+	if opts.SnapshotDurable == "" {
+		return nil, nil
+	}
+	if opts.NoSnapshots {
+		return nil, usagef("--snapshot-durable=%s copies the snapshots that --snapshots=false turns off: drop one of them", opts.SnapshotDurable)
+	}
+	if opts.SnapshotDurableEvery < 1 {
+		return nil, usagef("--snapshot-durable-every=%d: want 1 (every step's snapshot) or more", opts.SnapshotDurableEvery)
+	}
+	if opts.SnapshotDurableKeep < 1 {
+		return nil, usagef("--snapshot-durable-keep=%d: want 1 or more complete steps kept", opts.SnapshotDurableKeep)
+	}
+	dir, err := filepath.Abs(opts.SnapshotDurable)
+	if err != nil {
+		return nil, usagef("--snapshot-durable=%s: %v", opts.SnapshotDurable, err)
+	}
+	return &DurableSnapshots{Dir: dir, Every: opts.SnapshotDurableEvery, Keep: opts.SnapshotDurableKeep}, nil
 }

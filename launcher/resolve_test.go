@@ -121,6 +121,11 @@ func TestResolve(t *testing.T) {
 			require.True(t, l.Snapshots)
 			require.Equal(t, 0, l.SnapshotReplicas, "Options' zero value; the flag's default is 1")
 		}},
+		{"--snapshot-durable, made absolute", opts(func(o *Options) {
+			o.SnapshotDurable, o.SnapshotDurableEvery, o.SnapshotDurableKeep = "/shared/../shared/snaps", 100, 2
+		}), nil, nil, func(t *testing.T, l *Launch) {
+			require.Equal(t, &DurableSnapshots{Dir: "/shared/snaps", Every: 100, Keep: 2}, l.SnapshotDurable)
+		}},
 		{"--snapshots=false", opts(func(o *Options) { o.NoSnapshots, o.SnapshotReplicas = true, 2 }), nil, nil, func(t *testing.T, l *Launch) {
 			require.False(t, l.Snapshots)
 		}},
@@ -379,6 +384,11 @@ func TestResolveErrors(t *testing.T) {
 		{"bad ranks filter", opts(func(o *Options) { o.LocalRanksFilter = "0,x" }), nil, "--local-ranks-filter"},
 		{"negative restarts", opts(func(o *Options) { o.MaxRestarts = -1 }), nil, "--max-restarts=-1"},
 		{"negative snapshot replicas", opts(func(o *Options) { o.SnapshotReplicas = -1 }), nil, "--snapshot-replicas=-1: want 0"},
+		{"durable copies every 0 steps", opts(func(o *Options) { o.SnapshotDurable, o.SnapshotDurableKeep = "/shared/snaps", 2 }), nil, "--snapshot-durable-every=0: want 1"},
+		{"durable copies, none kept", opts(func(o *Options) { o.SnapshotDurable, o.SnapshotDurableEvery = "/shared/snaps", 100 }), nil, "--snapshot-durable-keep=0: want 1"},
+		{"durable copies of no snapshots", opts(func(o *Options) {
+			o.SnapshotDurable, o.SnapshotDurableEvery, o.SnapshotDurableKeep, o.NoSnapshots = "/shared/snaps", 100, 2, true
+		}), nil, "--snapshots=false turns off"},
 		{"metrics addr without port", opts(func(o *Options) { o.MetricsAddr = "0.0.0.0" }), nil, "--metrics-addr=0.0.0.0: want HOST:PORT"},
 		{"metrics addr with a bad port", opts(func(o *Options) { o.MetricsAddr = "127.0.0.1:http" }), nil, `port "http" is not 0-65535`},
 		{"node id outside nodes", opts(nil), withEnv(func(e map[string]string) { e["SLURM_NODEID"] = "3" }), "SLURM_NODEID"},

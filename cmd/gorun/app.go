@@ -140,6 +140,9 @@ func launchFlags() []cli.Flag {
 		boolFlag(catWorkers, "virtual-local-rank", "as torchrun: LOCAL_RANK=0 for every worker, each seeing only its own GPU in CUDA_VISIBLE_DEVICES"),
 		defaultTrue(boolFlag(catWorkers, "snapshots", "keep the workers' training-state snapshots (python/gorun's gorun.Snapshots) in a per-job directory in /dev/shm that outlives them, put the gorun Python package on their PYTHONPATH, and restart them at the step every rank holds; --snapshots=false: none of it")),
 		intFlag(catWorkers, "snapshot-replicas", 1, "copies of each rank's snapshots kept on other nodes (the next ones in node-rank order), so that the ranks of a lost node restore from memory; 0: none"),
+		stringFlag(catWorkers, "snapshot-durable", "", "DIR on storage every node shares: every --snapshot-durable-every-th snapshot of each rank is also copied there in the background, and the job restores from it when no node holds a step every rank has (more nodes lost than --snapshot-replicas covers, or a requeued job); made when missing"),
+		intFlag(catWorkers, "snapshot-durable-every", 100, "with --snapshot-durable: copy every N-th step's snapshot (1 or more)"),
+		intFlag(catWorkers, "snapshot-durable-keep", 2, "with --snapshot-durable: keep the newest M complete steps there (1 or more)"),
 
 		stringFlag(catNodes, "nnodes", "", "number of nodes N, or MIN:MAX for an elastic job (default: SLURM's, or 1)"),
 		intFlag(catNodes, "node-rank", -1, "this node's rank (default: SLURM_NODEID, or 0)"),
@@ -308,6 +311,8 @@ func options(c *cli.Context) launcher.Options {
 		EvictStragglers: seconds(c, "evict-stragglers"),
 		JobSecretFile:   c.String("job-secret-file"), MetricsAddr: c.String("metrics-addr"),
 		NoSnapshots: !c.Bool("snapshots"), SnapshotReplicas: c.Int("snapshot-replicas"),
+		SnapshotDurable: c.String("snapshot-durable"), SnapshotDurableEvery: c.Int("snapshot-durable-every"),
+		SnapshotDurableKeep: c.Int("snapshot-durable-keep"),
 
 		Module: c.Bool("module"), RunPath: c.Bool("run-path"), MonitorInterval: seconds(c, "monitor-interval"),
 		StartMethod: c.String("start-method"), EventLogHandler: c.String("event-log-handler"),

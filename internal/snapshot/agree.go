@@ -17,6 +17,11 @@ type Offer struct {
 	NProc     int       // its workers: global ranks [FirstRank, FirstRank+NProc)
 	Replica   string    // host:port of its replica server; "" when it has none
 	Holdings  []Holding // its complete snapshots (Scan)
+	// Durable marks the offer of the job's durable directory (shared
+	// storage, internal/snapshot/durable) rather than of a node: it hosts
+	// no rank (NProc 0), and its holdings are a source only where no
+	// node's holding of the same step is usable (a node's copy is cheaper).
+	Durable bool `json:",omitempty"`
 }
 
 // Source is where one rank's snapshot of the agreed step is: the node that
@@ -27,6 +32,7 @@ type Source struct {
 	Replica string
 	Rank    int
 	Step    uint64
+	Durable bool // the snapshot is in the durable directory (Node is that offer's)
 }
 
 // Plan is the outcome of an agreement: whether the new world restores, at
@@ -50,8 +56,10 @@ type candidate struct {
 //
 // The step is the newest s at which every rank r in [0, world) has a
 // holding usable by r: its own (Rank == r and World == world) or a
-// Replicated one. Rank r's source is, among those, preferably on the node
-// that will host r, then one of rank r, then on the lowest node rank. When
+// Replicated one; the holdings of a Durable offer count as any node's.
+// Rank r's source is, among those, preferably on a node rather than in the
+// durable directory, then on the node that will host r, then one of rank
+// r, then on the lowest node rank. When
 // no step fits, Restore is false and Reason says why: no snapshot yet; the
 // world changed and the snapshots are sharded; a rank whose snapshots no
 // node of the round holds; no step every rank holds; or offers that do not
@@ -142,15 +150,19 @@ func Agree(offers []Offer, world int) Plan {
 				best = c
 			}
 		}
-		sources[r] = Source{Node: best.offer.Node, Replica: best.offer.Replica, Rank: best.Rank, Step: step}
+		sources[r] = Source{Node: best.offer.Node, Replica: best.offer.Replica, Rank: best.Rank, Step: step, Durable: best.offer.Durable}
 	}
 	return Plan{Step: step, Restore: true, Sources: sources}
 }
 
 // prefer reports whether a is a better source than b for rank r, which
-// node hostNode will host: on that node first, then of rank r, then on the
-// lower node rank, then of the lower rank.
+// node hostNode will host: on a node rather than in the durable directory,
+// then on that node, then of rank r, then on the lower node rank, then of
+// the lower rank.
 func prefer(a, b candidate, r int, hostNode string) bool {
+	if a.offer.Durable != b.offer.Durable {
+		return !a.offer.Durable
+	}
 	if ah, bh := a.offer.Node == hostNode, b.offer.Node == hostNode; ah != bh {
 		return ah
 	}

@@ -43,6 +43,17 @@ func src(name string, rank int, step uint64) Source {
 	return Source{Node: name, Replica: name + ":7000", Rank: rank, Step: step}
 }
 
+// durable returns the offer of the job's durable directory, after the
+// nodes' numNodes offers.
+func durable(numNodes int, hs ...Holding) Offer {
+	return Offer{Node: "durable", NodeRank: numNodes, Durable: true, Holdings: hs}
+}
+
+// dsrc is the Source of rank in the durable directory.
+func dsrc(rank int, step uint64) Source {
+	return Source{Node: "durable", Rank: rank, Step: step, Durable: true}
+}
+
 func TestAgree(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -59,6 +70,37 @@ func TestAgree(t *testing.T) {
 			world: 4,
 			want: Plan{Step: 7, Restore: true, Sources: map[int]Source{
 				0: src("a", 0, 7), 1: src("a", 1, 7), 2: src("b", 2, 7), 3: src("b", 3, 7)}},
+		},
+		{
+			name: "two nodes lost: the durable directory's older step, from it for their ranks alone",
+			offers: []Offer{
+				node("a", 0, 0, 2, cat(own(4, 100, 0, 1), own(4, 130, 0, 1), own(4, 131, 0, 1))...),
+				node("new", 1, 2, 2),
+				durable(2, cat(own(4, 100, 0, 1, 2, 3), own(4, 50, 0, 1, 2, 3))...),
+			},
+			world: 4,
+			want: Plan{Step: 100, Restore: true, Sources: map[int]Source{
+				0: src("a", 0, 100), 1: src("a", 1, 100), 2: dsrc(2, 100), 3: dsrc(3, 100)}},
+		},
+		{
+			name: "a node's replicated copy at the durable step beats the durable file of the rank itself",
+			offers: []Offer{
+				node("a", 0, 0, 1, repl(2, 100, 0)...),
+				node("new", 1, 1, 1),
+				durable(2, repl(2, 100, 0, 1)...),
+			},
+			world: 2,
+			want:  Plan{Step: 100, Restore: true, Sources: map[int]Source{0: src("a", 0, 100), 1: src("a", 0, 100)}},
+		},
+		{
+			name: "the nodes' newer common step wins over the durable directory",
+			offers: []Offer{
+				node("a", 0, 0, 1, own(2, 131, 0)...),
+				node("b", 1, 1, 1, own(2, 131, 1)...),
+				durable(2, own(2, 100, 0, 1)...),
+			},
+			world: 2,
+			want:  Plan{Step: 131, Restore: true, Sources: map[int]Source{0: src("a", 0, 131), 1: src("b", 1, 131)}},
 		},
 		{
 			name: "one rank's save cut short at s: everyone goes back to s-1",

@@ -13,8 +13,10 @@ Which step restore loads is the agent's decision, passed in the environment
 
     GORUN_SNAPSHOT_STEP      the step every rank agreed on, or "none";
                              unset: the newest complete local slot
-    GORUN_SNAPSHOT_REASON    with "none": why (printed once to stderr); unset
-                             when there was nothing to restore (a new job)
+    GORUN_SNAPSHOT_REASON    with "none": why; with a step: where it comes from
+                             (either printed once to stderr); unset when there
+                             is nothing to say (a new job, or every rank's own
+                             snapshot in memory)
     GORUN_SNAPSHOT_VERIFIED  "1": the agent checked that step's CRC already
 
 Torch APIs used (torch 1.13 has them all and torch 2.x keeps them):
@@ -312,7 +314,9 @@ class Snapshots:
         agents agreed on), the one of that step, its CRC-32 checked unless
         GORUN_SNAPSHOT_VERIFIED=1; a SnapshotError if this rank's slots do
         not hold it. With GORUN_SNAPSHOT_STEP=none, nothing: the reason
-        (GORUN_SNAPSHOT_REASON) is printed once to stderr and None returned.
+        (GORUN_SNAPSHOT_REASON) is printed once to stderr and None returned;
+        a reason given with a step (a restore from the agents' durable
+        directory) is printed once too.
         Unset: the newest complete slot, or None.
 
         Raises StateMismatchError, naming the key, when the state's keys or
@@ -369,6 +373,10 @@ class Snapshots:
                     self._steps[s] = None
                     continue
             self._load(m, h.length, state)
+            reason = os.environ.get(ENV_REASON)
+            if want is not None and reason and not self._said_why:
+                print(f"gorun snapshots: {reason}", file=sys.stderr, flush=True)
+                self._said_why = True
             return h.step
         if want is not None:
             raise SnapshotError(f"gorun snapshots: step {want} is corrupt: " + "; ".join(bad))

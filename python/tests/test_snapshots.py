@@ -298,6 +298,17 @@ class AgreedStepTest(ShmTest):
         for k, v in b["model"].state_dict().items():
             self.assertTrue(torch.equal(before[k], v), k)
 
+    def test_a_step_with_a_reason_says_where_it_comes_from_once(self) -> None:
+        self.save_steps(11, 12)
+        b = make(seed=2)
+        err = io.StringIO()
+        reason = "restoring step 11, rank 0 from the durable directory (newest step any rank had: 12; steps redone: 1)"
+        with patched_env({gorun.ENV_STEP: "11", gorun.ENV_REASON: reason}), \
+                contextlib.redirect_stderr(err), gorun.Snapshots(self.dir, 0) as snaps:
+            self.assertEqual(snaps.restore(b), 11)
+            self.assertEqual(snaps.restore(b), 11)
+        self.assertEqual(err.getvalue(), f"gorun snapshots: {reason}\n")
+
     def test_verified_skips_the_crc(self) -> None:
         self.save_steps(11, 12)
         # Corrupt step 12's last payload byte: only a CRC can tell.

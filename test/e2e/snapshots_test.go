@@ -15,6 +15,7 @@ import (
 
 	"github.com/gorun/gorun/internal/etcdtest"
 	"github.com/gorun/gorun/internal/snapshot"
+	"github.com/gorun/gorun/internal/snapshot/durable"
 	"github.com/gorun/gorun/test/harness"
 )
 
@@ -264,6 +265,7 @@ type shardedJob struct {
 	endpoint string
 	id, out  string
 	agents   []*gorunProc
+	extra    []string // more gorun flags for every agent
 }
 
 func newShardedJob(t *testing.T, endpoint, id string) *shardedJob {
@@ -272,10 +274,11 @@ func newShardedJob(t *testing.T, endpoint, id string) *shardedJob {
 
 // start starts one more agent, named name.
 func (j *shardedJob) start(name string) *gorunProc {
-	p := startGorun(j.t, name, ddpEnv, "--nnodes=3", "--nproc-per-node=1", "--max-restarts=3", "--snapshot-replicas=1",
+	args := append([]string(nil), "--nnodes=3", "--nproc-per-node=1", "--max-restarts=3", "--snapshot-replicas=1",
 		"--rdzv-endpoint="+j.endpoint, "--rdzv-id="+j.id, "--node-name="+name, "--local-addr=127.0.0.1",
-		"--rdzv-conf=lease_ttl=2,last_call_timeout=1", shardedScript(), "--steps", strconv.Itoa(shardedSteps),
-		"--step-sleep", shardedPace, "--out", j.out)
+		"--rdzv-conf=lease_ttl=2,last_call_timeout=1")
+	p := startGorun(j.t, name, ddpEnv, append(append(args, j.extra...), shardedScript(), "--steps", strconv.Itoa(shardedSteps),
+		"--step-sleep", shardedPace, "--out", j.out)...)
 	j.agents = append(j.agents, p)
 	return p
 }
@@ -315,6 +318,26 @@ func newestSnapshot(dir string, rank int) int64 {
 		return -1
 	}
 	return int64(s.Step)
+}
+
+// durableStep is the newest step at which the durable directory dst holds
+// a complete, verified copy of every one of world ranks; -1: none.
+func durableStep(dst string, world int) int64 {
+	held, _ := durable.Scan(dst)
+	ranks := map[uint64]map[int]bool{}
+	for _, h := range held {
+		if ranks[h.Step] == nil {
+			ranks[h.Step] = map[int]bool{}
+		}
+		ranks[h.Step][h.Rank] = true
+	}
+	newest := int64(-1)
+	for step, rs := range ranks {
+		if len(rs) == world {
+			newest = max(newest, int64(step))
+		}
+	}
+	return newest
 }
 
 // requireStatusShowsRecovery waits until gorun status --json shows, for
@@ -381,6 +404,9 @@ func (j *shardedJob) killNode(p *gorunProc) {
 // bit-identical to a fault-free run's. With two nodes killed, one rank's
 // copies are all gone: the agents say so, the workers restore nothing (the
 // script's own fallback: here, from the start) and still end identical.
+// With --snapshot-durable as well, the two nodes' loss is restored from
+// the durable directory: the newest step every rank has there, the steps
+// since redone, and the final states still bit-identical.
 func TestSnapshotsNodeLoss(t *testing.T) {
 	torch.Require(t)
 	endpoint := etcdtest.Start(t).Endpoints()[0]
@@ -394,14 +420,21 @@ func TestSnapshotsNodeLoss(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		name  string
-		kills int // nodes killed: the one with rank `victim` and, with 2, the next (which holds its copy)
+		name    string
+		kills   int  // nodes killed: the one with rank `victim` and, with 2, the next (which holds its copy)
+		durable bool // --snapshot-durable, every durableEvery steps
 	}{
-		{"one node, restored from its copy", 1},
-		{"two nodes, both copies gone", 2},
+		{"one node, restored from its copy", 1, false},
+		{"two nodes, both copies gone", 2, false},
+		{"two nodes, restored from the durable directory", 2, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			const durableEvery = 10
 			j := newShardedJob(t, endpoint, "snap-loss-"+newMarker(t))
+			dst := filepath.Join(t.TempDir(), "durable")
+			if tc.durable {
+				j.extra = []string{"--snapshot-durable=" + dst, "--snapshot-durable-every=" + strconv.Itoa(durableEvery), "--snapshot-durable-keep=2"}
+			}
 			for _, n := range nodeNames(3) {
 				j.start(n)
 			}
@@ -415,6 +448,9 @@ func TestSnapshotsNodeLoss(t *testing.T) {
 			}
 			if !waitUntil(j.agents[0], reached) {
 				t.Fatal("training never reached step 50")
+			}
+			if tc.durable && !waitUntil(j.agents[0], func() bool { return durableStep(dst, 3) > 0 }) {
+				t.Fatalf("the durable directory %s never held a step of every rank", dst)
 			}
 			ws := j.workers()
 			if len(ws) != 3 {
@@ -444,6 +480,15 @@ func TestSnapshotsNodeLoss(t *testing.T) {
 			if tc.kills == 2 {
 				j.killNode(next.agent)
 			}
+			// The survivor's copy of its paused rank may still complete a
+			// newer step in the durable directory: the restore is at this
+			// step or later.
+			durableAtKill := durableStep(dst, 3)
+			survivor := byNodeRank[0]
+			newestAtKill := int64(-1)
+			for r := range 3 {
+				newestAtKill = max(newestAtKill, newestSnapshot(j.snapDir(survivor.agent), r))
+			}
 			for _, w := range ws {
 				_ = syscall.Kill(w.proc.PID, syscall.SIGCONT)
 			}
@@ -472,12 +517,25 @@ func TestSnapshotsNodeLoss(t *testing.T) {
 				switch {
 				case tc.kills == 1 && (!a.Restore || a.Redone > 1 || a.Step == 0):
 					t.Errorf("after one node lost: %+v; want a restore, at most 1 step redone", a)
-				case tc.kills == 2 && (a.Restore || !strings.Contains(a.Reason, fmt.Sprintf("snapshot of rank %d", victim.rank))):
+				case tc.durable && (!a.Restore || !strings.Contains(a.Message, "from the durable directory") ||
+					int64(a.Step) < durableAtKill || a.Step%durableEvery != 0 || int64(a.Newest) < newestAtKill || a.Redone != a.Newest-a.Step || a.Redone == 0):
+					t.Errorf("after two nodes lost, with --snapshot-durable: %+v; want a restore from the durable directory of step %d or a later multiple of %d, newest (%d or more) - that step redone",
+						a, durableAtKill, durableEvery, newestAtKill)
+				case tc.kills == 2 && !tc.durable && (a.Restore || !strings.Contains(a.Reason, fmt.Sprintf("snapshot of rank %d", victim.rank))):
 					t.Errorf("after two nodes lost: %+v; want no restore, and why: rank %d's snapshots are gone", a, victim.rank)
 				}
 			}
 			if len(agreed) > 0 {
 				t.Logf("%s: %s", tc.name, agreed[0].Message)
+			}
+			if tc.durable {
+				said := false // a restored worker's own line (python/gorun, GORUN_SNAPSHOT_REASON)
+				for _, p := range j.agents {
+					said = said || strings.Contains(p.stderr.String(), "gorun snapshots: restoring step ") && strings.Contains(p.stderr.String(), "from the durable directory (")
+				}
+				if !said {
+					t.Error("no worker said that its restore came from the durable directory")
+				}
 			}
 			if tc.kills == 1 {
 				fetched := false
