@@ -101,3 +101,29 @@ class ExampleTest(ShmTest):
                                env=env, stderr=subprocess.PIPE, text=True)
             self.assertEqual(r.returncode, 2)
             self.assertIn("--ckpt-every needs --ckpt-dir", r.stderr)
+
+    def test_under_torchrun_snapshots_do_nothing(self) -> None:
+        """torchrun (Debian's torch.distributed.run) sets RANK, WORLD_SIZE and
+        the rest but no GORUN_SNAPSHOT_DIR: the script trains, its snapshot
+        calls do nothing (nothing restored, no slot file in /dev/shm) and it
+        ends as the same job of plain processes does."""
+        with tempfile.TemporaryDirectory() as tmp:
+            plain, torchrun = os.path.join(tmp, "a.pt"), os.path.join(tmp, "b.pt")
+            self.run_ddp(2, plain)
+            before = set(os.listdir("/dev/shm"))
+            env = {k: v for k, v in os.environ.items() if k != "GORUN_SNAPSHOT_DIR"}
+            env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+            # --redirects/--tee: torch 1.13's torchrun under Python 3.11 crashes at start without them.
+            r = subprocess.run(
+                [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=3",
+                 "--redirects", "9:1", "--tee", "9:1", "--log_dir", os.path.join(tmp, "logs"),
+                 SCRIPT, "--model-mb", "2", "--steps", "2", "--out", torchrun],
+                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout[-2000:])
+            self.assertIn("step 2 loss", r.stdout)
+            self.assertNotIn("restored", r.stdout)
+            self.assertEqual([n for n in set(os.listdir("/dev/shm")) - before if n.startswith("rank-")], [])
+            a, b = torch.load(plain), torch.load(torchrun)
+            self.assertEqual(list(a), list(b))
+            for k in a:
+                self.assertTrue(torch.equal(a[k], b[k]), k)
