@@ -493,12 +493,15 @@ func (n *node) makeSnapshotDir(spec *elastic.Spec) error {
 		spec.Snapshots.Durable = &elastic.Durable{Dir: d.Dir, Every: d.Every, Keep: d.Keep}
 	}
 	if l.Rendezvous.Backend == BackendEtcd {
-		// Nodes that may lose one another copy and fetch snapshots.
-		t, err := n.serveReplicas(dir)
-		if err != nil {
-			return fmt.Errorf("snapshot replicas: %w (or turn snapshots off with --snapshots=false)", err)
+		// Nodes that may lose one another copy and fetch snapshots. One
+		// that cannot listen on its address still runs (as it runs without
+		// answering reachability probes): the failure is the agent's to
+		// report once it joined the job, so that every node hears of it.
+		if t, err := n.serveReplicas(dir); err != nil {
+			n.rt.Log.Warn().Str("component", "launcher").Err(err).Msg("this node serves no snapshot copies: its ranks' snapshots are not copied to other nodes, and it keeps none of theirs")
+		} else {
+			n.replicas, spec.Snapshots.Transfer = t.Server, t
 		}
-		n.replicas, spec.Snapshots.Transfer = t.Server, t
 	}
 	n.rt.Log.Info().Str("component", "launcher").Str("dir", dir).Int("replicas", l.SnapshotReplicas).Msg("workers' snapshots in memory")
 	return nil

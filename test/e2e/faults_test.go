@@ -682,18 +682,35 @@ func TestFaults(t *testing.T) {
 		// rank 2 stays stopped: no step completes without it
 		row := j.observe(fmt.Sprintf("SIGSTOP of a worker (rank %d, --heartbeat-timeout=2s)", rank), at, rec.Step, ended)
 		j.finish()
-		// Not in place today: every worker stalls with the stopped one, so every agent sees hung
-		// workers (elastic's respawnable and keepable refuse a worker whose heartbeat stalled)
-		// and restarts its workers; the job resumes from the newest checkpoint and redoes every
-		// step rank 0 recorded past it.
-		m := regexp.MustCompile(`checkpoint: loading step-\d+: resuming at step (\d+)`).FindStringSubmatch(j.stdoutOf())
-		if m == nil {
-			t.Fatalf("no worker resumed from a checkpoint after the hang")
-		}
-		from, _ := strconv.Atoi(m[1])
+		// Which recovery follows is a race between the agents, and either is right. Usually every
+		// worker stalls with the stopped one, so every agent sees hung workers (elastic's
+		// respawnable and keepable refuse a worker whose heartbeat stalled) and restarts its
+		// workers; the job resumes from the newest checkpoint and redoes every step rank 0
+		// recorded past it. On a loaded machine the stopped worker's agent may judge it before its
+		// peers' heartbeats count as stalled: then it is restarted alone, the others go on in place
+		// and the new process takes its slice from its peers, at most the step in flight redone.
+		var from int
 		_, redone := stepsRedone(t, j.metrics)
-		if want := j.lastInRound(0, round) - from; redone != want {
-			t.Errorf("%d step(s) redone (raw records of rank 0), want %d: rank 0 recorded step %d and the job resumed at step %d", redone, want, j.lastInRound(0, round), from)
+		how := ""
+		if inPlace := strings.Contains(j.stderrOf(), "restarted alone, the other workers go on in place"); inPlace {
+			if strings.Contains(j.stdoutOf(), "checkpoint: loading") {
+				t.Fatalf("the hung worker was restarted alone, and yet a checkpoint was read")
+			}
+			if redone > 1 {
+				t.Errorf("%d step(s) redone in place, want at most the step in flight", redone)
+			}
+			from = j.lastInRound(0, round) - redone
+			how = fmt.Sprintf("restarted alone, the others in place (%d step(s) redone)", redone)
+		} else {
+			m := regexp.MustCompile(`checkpoint: loading step-\d+: resuming at step (\d+)`).FindStringSubmatch(j.stdoutOf())
+			if m == nil {
+				t.Fatalf("no worker resumed from a checkpoint after the hang, and none was restarted alone")
+			}
+			from, _ = strconv.Atoi(m[1])
+			if want := j.lastInRound(0, round) - from; redone != want {
+				t.Errorf("%d step(s) redone (raw records of rank 0), want %d: rank 0 recorded step %d and the job resumed at step %d", redone, want, j.lastInRound(0, round), from)
+			}
+			how = fmt.Sprintf("every worker restarted from the checkpoint of step %d (%d step(s) redone)", from, redone)
 		}
 		requireEqual(t, ref6.dir, j.dir)
 		st := j.status()
@@ -702,7 +719,7 @@ func TestFaults(t *testing.T) {
 		// agents blame the one that is stopped (state T), and the others wait for that.
 		requireFirstFailure(t, st, 1, fmt.Sprintf(`rank %d on %s \(node \d\): SIGKILL \(exit 137\) at \S+: no progress for 2[.0-9]*s after step \d+ \(heartbeat timeout\); the process was stopped`, rank, agent.name))
 		row.FromStep = row.AtStep - redone
-		row.Result = fmt.Sprintf("killed by its agent; every worker restarted from the checkpoint of step %d (%d step(s) redone); finished, bit-identical (--rtol 0)", from, redone)
+		row.Result = fmt.Sprintf("killed by its agent; %s; finished, bit-identical (--rtol 0)", how)
 		rows = append(rows, row)
 	})
 
