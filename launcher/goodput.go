@@ -50,7 +50,9 @@ func publishGoodput(ctx context.Context, store rendezvous.Store, nodeID, host st
 			return
 		}
 		r := goodput.NodeReport{Host: host, At: time.Now(), Summary: s}
-		if err := store.Put(ctx, rendezvous.GoodputKey(nodeID), r.Encode(), false); err != nil {
+		// A put cut short by the end of ctx is not worth a warning: the
+		// final put below follows it with a context of its own.
+		if err := store.Put(ctx, rendezvous.GoodputKey(nodeID), r.Encode(), false); err != nil && ctx.Err() == nil {
 			log.Warn().Err(err).Msg("publishing this node's goodput")
 		}
 	}
