@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/oklog/run"
@@ -273,6 +276,10 @@ func leaveBy(out elastic.Outcome) time.Time {
 
 // close tears down what start made, each part once, in this order:
 //
+//  0. the snapshot replica server and the snapshot directory (the agent
+//     has returned: no worker maps its files any more), first, so that
+//     the memory is free even when the node is killed while it waits for
+//     the others below (srun kills a step's leftover tasks);
 //  1. the rendezvous, with its store and lease (this node's leased keys
 //     go); then, unless another node hosts the embedded etcd (it may be
 //     stopping already), the run's keys are attached to their retention
@@ -285,16 +292,24 @@ func leaveBy(out elastic.Outcome) time.Time {
 //  5. the embedded member (given serverCloseTimeout to stop: one whose
 //     cluster lost its quorum may not), then its data dir, whether or not
 //     the member stopped in time;
-//  6. the guard process, the metrics server, the temporary directory of
-//     the workers' error files, the snapshot replica server, and the
-//     snapshot directory (the agent has returned: no worker maps its
-//     files any more).
+//  6. the guard process, the metrics server and the temporary directory
+//     of the workers' error files.
 //
 // by is leaveBy's for a node whose agent ran, the zero time (leave at
 // once) for one whose start failed. close returns the errors of the
 // rendezvous, the member and its data dir; it logs the others.
 func (n *node) close(by time.Time) error {
 	var errs []error
+	if n.replicas != nil {
+		if err := n.replicas.Close(); err != nil {
+			n.rt.Log.Warn().Err(err).Msg("stopping the snapshot replica server")
+		}
+	}
+	if n.snapDir != "" {
+		if err := os.RemoveAll(n.snapDir); err != nil {
+			n.rt.Log.Warn().Err(err).Msg("removing the snapshot directory")
+		}
+	}
 	if n.rdzv != nil {
 		errs = append(errs, n.rdzv.Close())
 		if n.l.Rendezvous.Embedded == nil || n.member != nil {
@@ -335,16 +350,6 @@ func (n *node) close(by time.Time) error {
 	}
 	if n.tmpDir != "" {
 		_ = os.RemoveAll(n.tmpDir)
-	}
-	if n.replicas != nil {
-		if err := n.replicas.Close(); err != nil {
-			n.rt.Log.Warn().Err(err).Msg("stopping the snapshot replica server")
-		}
-	}
-	if n.snapDir != "" {
-		if err := os.RemoveAll(n.snapDir); err != nil {
-			n.rt.Log.Warn().Err(err).Msg("removing the snapshot directory")
-		}
 	}
 	return errors.Join(errs...)
 }
@@ -453,6 +458,34 @@ func (n *node) snapshotPath() string {
 	return filepath.Join(shm, fmt.Sprintf("gorun-%s-%d", n.l.RunID, os.Getpid()))
 }
 
+// SweepSnapshotDirs removes from shm the snapshot directories of gorun
+// processes that are gone (gorun-<run id>-<pid> holding the extracted
+// python/gorun, whose pid no longer runs): a node killed whole, or a
+// gorun SIGKILLed with its guard, cannot remove its own, and its memory
+// would stay taken until the machine restarts. A directory it cannot
+// read or remove is left, logged.
+func SweepSnapshotDirs(shm string, log zerolog.Logger) {
+	dirs, _ := filepath.Glob(filepath.Join(shm, "gorun-*-*"))
+	for _, dir := range dirs {
+		i := strings.LastIndexByte(dir, '-')
+		pid, err := strconv.Atoi(dir[i+1:])
+		if err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(dir, "python", "gorun")); err != nil {
+			continue // not a snapshot directory of gorun's
+		}
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			continue // its gorun still runs (or is another user's)
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			log.Warn().Err(err).Str("dir", dir).Msg("cannot remove the snapshot directory of a gorun that is gone")
+			continue
+		}
+		log.Info().Str("component", "launcher").Str("dir", dir).Msg("removed the snapshot directory of a gorun that is gone")
+	}
+}
+
 // makeSnapshotDir makes the job's snapshot directory on this node,
 // <shm>/gorun-<run id>-<pid> (mode 0700: the job's user alone), extracts
 // the gorun Python package into its python/ and gives spec's workers
@@ -470,6 +503,7 @@ func (n *node) makeSnapshotDir(spec *elastic.Spec) error {
 			return fmt.Errorf("--snapshot-durable %s: %w (give a directory on storage every node shares that gorun can make and write, or drop the flag)", d.Dir, err)
 		}
 	}
+	SweepSnapshotDirs(shm, n.rt.Log)
 	dir := n.snapshotPath()
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return fmt.Errorf("snapshot directory %s: %w (the workers' snapshots live in a tmpfs at %s: make it writable, or turn snapshots off with --snapshots=false)", dir, err, shm)

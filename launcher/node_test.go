@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -196,5 +197,32 @@ func TestSnapshotDir(t *testing.T) {
 			require.NoError(t, n.close(time.Time{}))
 			require.NoDirExists(t, dir)
 		})
+	}
+}
+
+// TestSweepSnapshotDirs: the snapshot directory of a gorun that is gone
+// is removed; one of a gorun that runs, this process's own, and
+// directories that are not gorun's snapshot directories are left.
+func TestSweepSnapshotDirs(t *testing.T) {
+	shm := t.TempDir()
+	gone := exec.Command("true")
+	require.NoError(t, gone.Run()) // its pid is free now (and the kernel does not reuse it at once)
+	mk := func(name string, withPackage bool) string {
+		dir := filepath.Join(shm, name)
+		sub := dir
+		if withPackage {
+			sub = filepath.Join(dir, "python", "gorun")
+		}
+		require.NoError(t, os.MkdirAll(sub, 0o700))
+		return dir
+	}
+	dead := mk(fmt.Sprintf("gorun-run-%d", gone.Process.Pid), true)
+	alive := mk(fmt.Sprintf("gorun-run-%d", os.Getppid()), true)
+	own := mk(fmt.Sprintf("gorun-run-%d", os.Getpid()), true)
+	notOurs := mk(fmt.Sprintf("gorun-snapshot-test-%d", gone.Process.Pid), false)
+	SweepSnapshotDirs(shm, zerolog.Nop())
+	require.NoDirExists(t, dead)
+	for _, d := range []string{alive, own, notOurs} {
+		require.DirExists(t, d)
 	}
 }

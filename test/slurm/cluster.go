@@ -17,9 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/internal/proc/procfs"
+	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/internal/testutil"
 	"github.com/gorun/gorun/test/harness"
 )
@@ -210,6 +212,10 @@ func (c *Cluster) stop(t testing.TB) {
 	if len(survivors) > 0 {
 		t.Errorf("slurmtest: processes of the cluster survived slurm-down.sh (now killed): %v", survivors)
 	}
+	// A node killed whole (and srun, which kills a step's leftover tasks, guard and all) leaves
+	// its snapshot directory in /dev/shm, which the next gorun on that machine would sweep: this
+	// cluster's gorun processes are all gone now, so sweep at once.
+	launcher.SweepSnapshotDirs(launcher.DefaultShmDir, zerolog.Nop())
 }
 
 // tmpDir is the TMPDIR of everything run against the cluster: an agent
