@@ -21,8 +21,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/internal/proc/procfs"
-	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/internal/testutil"
+	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/test/harness"
 )
 
