@@ -25,19 +25,23 @@ const maxBackoff = time.Second
 
 // Push sends, until ctx ends, each new complete snapshot of ranks (their
 // slot files in dir, snapshot.Paths) to every peer (a Server's host:port),
-// tagged round: it reads the slots' 64-byte headers every 10 ms and, when
-// a rank's newest complete step is newer than the one it last sent a peer,
-// streams that slot to the peer, one connection per peer. It sends the
-// newest step only (a step overwritten before its turn is skipped), never
-// writes to dir nor locks anything a worker uses, and drops a copy whose
-// slot header changed while it was read (the worker began overwriting
-// it): the peer then keeps its previous copy whole.
+// tagged round: it reads the slots' 64-byte headers every 10 ms
+// (snapshot.Poller) and, when a rank's slot shows a complete header it did
+// not show before, streams the newer such slot to the peer, one connection
+// per peer. A slot left with a higher step than the worker now saves (the
+// job restored an older step) does not hold back the new steps in the
+// other slot. It sends the newest step only (a step overwritten before its
+// turn is skipped), never writes to dir nor locks anything a worker uses,
+// and drops a copy whose slot header changed while it was read (the worker
+// began overwriting it): the peer then keeps its previous copy whole.
 //
 // sent, if not nil, is called after each copy a peer wrote complete, one
 // call at a time. A peer's refusal (another round, or one of its own
 // ranks) or a peer it cannot reach is logged once, at each change, to the
-// logger of ctx (zerolog.Ctx), and Push goes on: it tries the next step,
-// and dials an unreachable peer again. Push returns nil once ctx has ended
+// logger of ctx (zerolog.Ctx), and Push goes on: it does not send a
+// refused step again but tries the next one; a peer that was busy with
+// the rank, or could not be reached, is sent the newest step it has not
+// had at the next poll (dialled again). Push returns nil once ctx has ended
 // and every connection is closed; it returns an error at once, having
 // sent nothing, when round is negative, dir is empty, or a rank or peer
 // is invalid or named twice.
@@ -58,10 +62,7 @@ func Push(ctx context.Context, round int, dir string, ranks []int, peers []strin
 	k := auth.keys()
 	var wg sync.WaitGroup
 	for _, peer := range peers {
-		p := &pusher{
-			peer: peer, round: round, dir: dir, ranks: ranks, keys: k, sent: report,
-			log: log.With().Str("peer", peer).Logger(), done: map[int]uint64{},
-		}
+		p := newPusher(peer, round, dir, ranks, k, report, log.With().Str("peer", peer).Logger())
 		wg.Go(func() { p.run(ctx) })
 	}
 	wg.Wait()
@@ -98,18 +99,35 @@ func checkPush(round int, dir string, ranks []int, peers []string) error {
 type pusher struct {
 	peer  string
 	round int
-	dir   string
-	ranks []int
+	ranks []rankPush
 	keys  keys
 	sent  func(rank int, step uint64, peer string)
 	log   zerolog.Logger
 
 	conn      net.Conn
-	stopClose func() bool    // stops the close of conn when ctx ends
-	done      map[int]uint64 // by rank: the newest step sent (or refused)
-	problem   string         // what was last logged as wrong, "" once a copy got through
-	retryAt   time.Time      // no dial before
+	stopClose func() bool // stops the close of conn when ctx ends
+	problem   string      // what was last logged as wrong, "" once a copy got through
+	retryAt   time.Time   // no dial before
 	backoff   time.Duration
+}
+
+// rankPush is one rank's slots as a pusher follows them.
+type rankPush struct {
+	rank int
+	poll *snapshot.Poller
+	// pending is the newest new slot the peer has not had yet (the peer
+	// was busy with the rank, or could not be reached), sent at the next
+	// pass unless the poller reports a newer one first.
+	pending *snapshot.Slot
+}
+
+func newPusher(peer string, round int, dir string, ranks []int, k keys,
+	sent func(rank int, step uint64, peer string), log zerolog.Logger) *pusher {
+	p := &pusher{peer: peer, round: round, keys: k, sent: sent, log: log}
+	for _, rank := range ranks {
+		p.ranks = append(p.ranks, rankPush{rank: rank, poll: snapshot.NewPoller(dir, rank)})
+	}
+	return p
 }
 
 func (p *pusher) run(ctx context.Context) {
@@ -126,43 +144,51 @@ func (p *pusher) run(ctx context.Context) {
 	}
 }
 
-// pass sends each rank's newest complete snapshot if the peer has not had
-// it yet.
+// pass polls each rank's slots and sends the new snapshot found, or the
+// one still pending, to the peer.
 func (p *pusher) pass(ctx context.Context) {
 	if p.conn == nil && time.Now().Before(p.retryAt) {
 		return
 	}
-	for _, rank := range p.ranks {
+	for i := range p.ranks {
 		if ctx.Err() != nil {
 			return
 		}
-		f, raw, h, ok := newest(p.dir, rank)
-		if !ok {
+		r := &p.ranks[i]
+		s, ok, err := r.poll.Poll()
+		switch {
+		case err != nil:
+			p.note("unreadable slot", err)
+		case ok:
+			r.pending = &s
+		}
+		if r.pending == nil {
 			continue
 		}
-		if last, ok := p.done[rank]; ok && h.Step <= last {
-			f.Close()
-			continue
-		}
-		err := p.push(ctx, rank, f, raw, h)
-		f.Close()
+		s = *r.pending
+		err = p.send(ctx, r.rank, s)
 		var v *verdictError
 		switch {
 		case err == nil:
-			p.done[rank] = h.Step
-			p.sent(rank, h.Step, p.peer)
+			r.pending = nil
+			p.sent(r.rank, s.Step, p.peer)
 			if p.problem != "" {
 				p.log.Info().Msg("pushes to this peer get through again")
 				p.problem = ""
 			}
+		case errors.Is(err, errChanged):
+			// The worker is overwriting it: the poller reports what it
+			// writes once it is complete.
+			r.pending = nil
 		case errors.As(err, &v) && v.status == statusRefused:
-			p.done[rank] = h.Step
+			r.pending = nil
 			p.note("refused: "+v.reason, err)
 		case errors.As(err, &v) && v.status == statusBusy:
 			// Tried again at the next poll.
 		case errors.Is(err, errDropped):
+			r.pending = nil
 			p.disconnect() // the server closes it after a dropped copy
-			p.log.Info().Int("rank", rank).Uint64("step", h.Step).Msg("dropped a copy: the slot was overwritten while it was read")
+			p.log.Info().Int("rank", r.rank).Uint64("step", s.Step).Msg("dropped a copy: the slot was overwritten while it was read")
 		default:
 			p.disconnect()
 			if ctx.Err() == nil {
@@ -182,6 +208,29 @@ func (p *pusher) note(kind string, err error) {
 	}
 	p.problem = kind
 	p.log.Warn().Err(err).Msg("snapshot copies to this peer do not get through")
+}
+
+// errChanged says that a slot no longer holds the header the poller
+// reported: nothing was sent.
+var errChanged = errors.New("the slot changed since it was polled")
+
+// send pushes s, a slot of rank the poller reported, to the peer, or
+// returns errChanged, sending nothing, when s's file no longer holds s's
+// header (the worker began overwriting it) or holds no payload.
+func (p *pusher) send(ctx context.Context, rank int, s snapshot.Slot) error {
+	f, err := os.Open(s.Path)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errChanged, err)
+	}
+	defer f.Close()
+	raw, err := readHeader(f)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errChanged, err)
+	}
+	if h, err := snapshot.ParseHeader(raw[:]); err != nil || h != s.Header || checkLength(h) != nil {
+		return errChanged
+	}
+	return p.push(ctx, rank, f, raw, s.Header)
 }
 
 // push sends the slot file f of rank, whose header read raw and parsed h,
@@ -234,35 +283,4 @@ func (p *pusher) disconnect() {
 		p.conn.Close()
 		p.conn = nil
 	}
-}
-
-// newest opens rank's slot file in dir whose header is complete and of
-// the highest step, and returns it with its header; false when neither is.
-// The payload is not verified here: the receiver checks its CRC-32.
-func newest(dir string, rank int) (*os.File, [headerLen]byte, snapshot.Header, bool) {
-	var (
-		best    *os.File
-		bestRaw [headerLen]byte
-		bestH   snapshot.Header
-	)
-	for _, path := range snapshot.Paths(dir, rank) {
-		f, err := os.Open(path)
-		if err != nil {
-			continue
-		}
-		raw, err := readHeader(f)
-		var h snapshot.Header
-		if err == nil {
-			h, err = snapshot.ParseHeader(raw[:])
-		}
-		if err != nil || checkLength(h) != nil || (best != nil && h.Step <= bestH.Step) {
-			f.Close()
-			continue
-		}
-		if best != nil {
-			best.Close()
-		}
-		best, bestRaw, bestH = f, raw, h
-	}
-	return best, bestRaw, bestH, best != nil
 }

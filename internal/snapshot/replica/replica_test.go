@@ -267,6 +267,47 @@ func TestPushReachesPeer(t *testing.T) {
 	require.True(t, bytes.Equal(two, got))
 }
 
+// TestPushAfterRestoreAtAnOlderStep: a rank's slots hold a stale step 90
+// in one slot (the job restored an older step, and nothing discarded it);
+// the worker's new steps 5, 6, 7 go to the other slot, and reach the peer:
+// each, when the test waits for each, and the newest at least when they
+// are saved back to back.
+func TestPushAfterRestoreAtAnOlderStep(t *testing.T) {
+	tests := []struct {
+		name string
+		each bool // wait for each new step to be sent before the next save
+	}{
+		{name: "a step per poll", each: true},
+		{name: "three saves back to back"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			peer := startNode(t, testAuth, nil)
+			peer.Accept(0, nil)
+			src := newSender(t, t.TempDir())
+			src.save(t, 0, 90, 1000) // slot 0
+			_, sent := pushing(t, 0, src.dir, []int{0}, []string{peer.Addr()}, testAuth)
+			waitSent(t, sent, 0, 90)
+			var last []byte
+			for step := uint64(5); step <= 7; step++ {
+				last = src.save(t, 0, step, 1000+int(step)) // slot 1: the lower step's
+				if tt.each || step == 7 {
+					waitSent(t, sent, 0, step)
+				}
+			}
+			held, err := snapshot.Scan(peer.dir)
+			require.NoError(t, err)
+			require.Len(t, held, 2, "the stale step and the newest: %v", held)
+			require.Equal(t, []uint64{7, 90}, []uint64{held[0].Step, held[1].Step})
+			s, err := snapshot.Verify(held[0].Path)
+			require.NoError(t, err)
+			got, err := snapshot.ReadPayload(s)
+			require.NoError(t, err)
+			require.True(t, bytes.Equal(last, got), "the payload of step 7 differs")
+		})
+	}
+}
+
 // TestHandshake: a wrong secret is refused by both ends (the dialer finds
 // the listener's proof wrong, the listener the dialer's), another run's
 // agent is refused, no secret on both ends works, and a push with a wrong
