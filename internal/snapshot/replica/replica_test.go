@@ -468,6 +468,58 @@ func TestOverwrittenMidSend(t *testing.T) {
 	requireHolds(t, peer.dir, 0, 3, three)
 }
 
+// TestBusyRetried: a push the peer answers "busy" (a copy of the rank is
+// still being written there) is sent again at a later poll, though the
+// slot has not changed since.
+func TestBusyRetried(t *testing.T) {
+	hook, reached, release := midway(0, 1)
+	peer := startNode(t, testAuth, hook)
+	defer release()
+	peer.Accept(1, nil)
+	a, b := newSender(t, t.TempDir()), newSender(t, t.TempDir())
+	a.save(t, 0, 1, 1000)
+	pushing(t, 1, a.dir, []int{0}, []string{peer.Addr()}, testAuth)
+	<-reached // a's copy of rank 0 is being written
+	b.save(t, 0, 2, 1000)
+	_, sent := pushing(t, 1, b.dir, []int{0}, []string{peer.Addr()}, testAuth)
+	e := peer.next(t)
+	require.Equal(t, uint64(2), e.step)
+	require.ErrorContains(t, e.err, "still being written")
+	release()
+	for e.step != 2 || e.err != nil {
+		if e.step == 2 {
+			require.ErrorContains(t, e.err, "still being written")
+		} else {
+			require.NoError(t, e.err, "a's copy of step 1")
+		}
+		e = peer.next(t)
+	}
+	waitSent(t, sent, 0, 2)
+}
+
+// TestUnreachableRetried: a step that could not be sent (the peer closed
+// the connection in the handshake) is sent once the peer can be reached,
+// though the slot has not changed since.
+func TestUnreachableRetried(t *testing.T) {
+	var once sync.Once
+	cut := make(chan struct{})
+	s, err := serve("127.0.0.1:0", t.TempDir(), testAuth, zerolog.Nop(), hooks{accepted: func(c net.Conn) {
+		once.Do(func() {
+			c.Close()
+			close(cut)
+		})
+	}})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	s.Accept(0, nil)
+	src := newSender(t, t.TempDir())
+	src.save(t, 0, 1, 1000)
+	log, sent := pushing(t, 0, src.dir, []int{0}, []string{s.Addr()}, testAuth)
+	<-cut
+	waitSent(t, sent, 0, 1)
+	require.Equal(t, 1, log.count("do not get through"), "the failed handshake: %v", log)
+}
+
 // TestPeerKilledMidTransfer: a pusher process killed in the middle of a
 // copy leaves the receiver's previous copy of the rank whole.
 func TestPeerKilledMidTransfer(t *testing.T) {
