@@ -78,10 +78,12 @@ func NewPoller(dir string, rank int) *Poller {
 // slot whose complete header differs from the last one that slot showed,
 // and whether there is one; see Watch for what that means. A missing or
 // short slot file counts as incomplete; another read error is returned,
-// naming the file.
+// naming the file, and the Poll counts as not made: the next one reports
+// what this one would have.
 func (p *Poller) Poll() (Slot, bool, error) {
 	var out Slot
 	ok := false
+	seen := p.seen
 	for i, path := range p.paths {
 		h, err := ReadHeader(path)
 		switch {
@@ -90,14 +92,15 @@ func (p *Poller) Poll() (Slot, bool, error) {
 		case err != nil:
 			return Slot{}, false, err
 		}
-		if p.seen[i] != nil && *p.seen[i] == h {
+		if seen[i] != nil && *seen[i] == h {
 			continue
 		}
-		p.seen[i] = &h
+		seen[i] = &h
 		if !ok || h.Step > out.Step {
 			out, ok = Slot{Header: h, Path: path}, true
 		}
 	}
+	p.seen = seen
 	return out, ok, nil
 }
 

@@ -243,21 +243,32 @@ func TestPollerReportsChangedSlotsOnly(t *testing.T) {
 		name string
 		do   func(*testing.T)
 		want uint64 // the step reported, none for no report
+		err  string // in Poll's error, "" for none
 	}{
-		{"no files", nothing, none},
-		{"slot 0 complete", put(0, 1), 1},
-		{"nothing changed", nothing, none},
-		{"slot 1 complete", put(1, 2), 2},
-		{"slot 0 zeroed: a save begins", zero(0), none},
-		{"slot 0 complete again", put(0, 3), 3},
-		{"both rewritten between two polls: the newer only", func(t *testing.T) { put(1, 4)(t); put(0, 5)(t) }, 5},
-		{"a lower step than the other slot's", put(1, 2), 2},
-		{"the same header rewritten", put(1, 2), none},
+		{"no files", nothing, none, ""},
+		{"slot 0 complete", put(0, 1), 1, ""},
+		{"nothing changed", nothing, none, ""},
+		{"slot 1 complete", put(1, 2), 2, ""},
+		{"slot 0 zeroed: a save begins", zero(0), none, ""},
+		{"slot 0 complete again", put(0, 3), 3, ""},
+		{"both rewritten between two polls: the newer only", func(t *testing.T) { put(1, 4)(t); put(0, 5)(t) }, 5, ""},
+		{"a lower step than the other slot's", put(1, 2), 2, ""},
+		{"the same header rewritten", put(1, 2), none, ""},
+		{"slot 0 rewritten, slot 1 unreadable: an error", func(t *testing.T) {
+			put(0, 6)(t)
+			require.NoError(t, os.Remove(paths[1]))
+			require.NoError(t, os.Mkdir(paths[1], 0o700))
+		}, none, "is a directory"},
+		{"slot 1 gone: what the failed poll saw is reported", func(t *testing.T) { require.NoError(t, os.Remove(paths[1])) }, 6, ""},
 	}
 	p := NewPoller(dir, 0)
 	for _, s := range steps {
 		s.do(t)
 		got, ok, err := p.Poll()
+		if s.err != "" {
+			require.ErrorContains(t, err, s.err, s.name)
+			continue
+		}
 		require.NoError(t, err, s.name)
 		if s.want == none {
 			require.False(t, ok, "%s: reported step %d", s.name, got.Step)
