@@ -37,7 +37,8 @@ const maxBackoff = time.Second
 //
 // sent, if not nil, is called after each copy a peer wrote complete, one
 // call at a time. A peer's refusal (another round, or one of its own
-// ranks) or a peer it cannot reach is logged once, at each change, to the
+// ranks), a peer it cannot reach, or a slot file it cannot read (a missing
+// or incomplete one is only not sent) is logged once, at each change, to the
 // logger of ctx (zerolog.Ctx), and Push goes on: it does not send a
 // refused step again but tries the next one; a peer that was busy with
 // the rank, or could not be reached, is sent the newest step it has not
