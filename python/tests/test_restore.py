@@ -77,23 +77,21 @@ class StateDevicesTest(unittest.TestCase):
         self.assertEqual(opt.state_dict()["param_groups"][1]["params"], [2])
 
 
-class ArenaTest(ShmTest):
-    def test_views_of_one_huge_page_mapping_that_outlives_the_arena(self) -> None:
-        sizes = [3, 0, 5 << 20, 64]
-        arena = snapshots._Arena(sizes)
-        self.assertEqual([t.numel() for t in arena.tensors], sizes)
-        ptrs = [t.data_ptr() for t in arena.tensors if t.numel()]
-        self.assertEqual(ptrs[0] % snapshots._HUGE, 0)
-        self.assertEqual([p - ptrs[0] for p in ptrs], [0, 64, 64 + (5 << 20)])
-        last = arena.tensors[-1]
-        del arena
-        last.fill_(7)  # still mapped
-        flags = mapping_of(last.data_ptr())["VmFlags"].split()
+class NewCpuTest(ShmTest):
+    def test_large_ones_in_a_huge_page_mapping_of_their_own(self) -> None:
+        big = snapshots._new_cpu(5 << 20)
+        self.assertEqual((big.numel(), big.storage_offset()), (5 << 20, 0))
+        self.assertEqual(len(big.storage()), 5 << 20)  # a deepcopy copies it alone
+        self.assertEqual(big.data_ptr() % snapshots._HUGE, 0)
+        flags = mapping_of(big.data_ptr())["VmFlags"].split()
         self.assertIn("hg", flags)  # madvise(MADV_HUGEPAGE) took
         self.assertNotIn("sh", flags)  # private: shmem would get no huge pages
-        self.assertEqual(snapshots._Arena([]).tensors, [])
+        big.fill_(7)
+        small = snapshots._new_cpu(100)
+        self.assertEqual(small.numel(), 100)
+        self.assertNotIn("hg", mapping_of(small.data_ptr()).get("VmFlags", "").split())
 
-    def test_a_restores_new_cpu_tensors_are_in_the_arena(self) -> None:
+    def test_a_restores_new_cpu_tensors_have_huge_pages(self) -> None:
         a = make()
         train(a, 2)
         a["big"] = torch.arange(1 << 20, dtype=torch.float64)
@@ -105,12 +103,67 @@ class ArenaTest(ShmTest):
             self.assertEqual(snaps.restore(b), 2)
         assert_identical(self, dicts(a), dicts(b))
         self.assertIn("hg", mapping_of(b["big"].data_ptr())["VmFlags"].split())
-        self.assertIn("hg", mapping_of(b["rng"].data_ptr())["VmFlags"].split())
-        for s in b["optim"].state.values():  # torch 2.x keeps them; 1.13 copies them
-            for name, t in s.items():
-                self.assertEqual(t.device.type, "cpu", name)
         train(a, 3)
         train(b, 3)
+        assert_identical(self, dicts(a), dicts(b))
+
+
+def make_big(seed: int):
+    """A model with a 4 MiB weight, Adam and a scheduler (make's keys)."""
+    state = make(seed)
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 1024), torch.nn.Linear(1024, 1024),
+                                torch.nn.Linear(1024, 3))
+    state["model"] = model
+    state["optim"] = torch.optim.Adam(model.parameters(), lr=0.01)
+    state["sched"] = torch.optim.lr_scheduler.StepLR(state["optim"], step_size=2, gamma=0.5)
+    return state
+
+
+class OptimizerTest(ShmTest):
+    def test_its_state_is_the_tensors_read_and_training_goes_on_alike(self) -> None:
+        a = make_big(0)
+        train(a, 2)
+        with gorun.Snapshots(self.dir, 0) as snaps:
+            snaps.save(2, a)
+        b = make_big(1)
+        with gorun.Snapshots(self.dir, 0) as snaps:
+            self.assertEqual(snaps.restore(b), 2)
+        assert_identical(self, dicts(a), dicts(b))
+        weight = b["model"][1].weight
+        for name in ("exp_avg", "exp_avg_sq"):
+            t = b["optim"].state[weight][name]
+            # read into a mapping of ours, not copied by load_state_dict
+            self.assertIn("hg", mapping_of(t.data_ptr())["VmFlags"].split(), name)
+            self.assertEqual(t.stride(), (1024, 1), name)
+        train(a, 3)
+        train(b, 3)
+        assert_identical(self, dicts(a), dicts(b))
+
+    def test_one_that_loads_its_own_way_gets_the_state_as_it_is(self) -> None:
+        seen = []
+
+        class Mine(torch.optim.Adam):
+            def load_state_dict(self, state_dict):  # type: ignore[override]
+                seen.extend(t.stride() for s in state_dict["state"].values()
+                            for t in s.values() if t.dim() == 2)
+                super().load_state_dict(state_dict)
+
+        a = make_big(0)
+        a["optim"] = Mine(a["model"].parameters(), lr=0.01)
+        a["sched"] = torch.optim.lr_scheduler.StepLR(a["optim"], step_size=2, gamma=0.5)
+        train(a, 2)
+        with gorun.Snapshots(self.dir, 0) as snaps:
+            snaps.save(2, a)
+        b = make_big(1)
+        b["optim"] = Mine(b["model"].parameters(), lr=0.01)
+        b["sched"] = torch.optim.lr_scheduler.StepLR(b["optim"], step_size=2, gamma=0.5)
+        with gorun.Snapshots(self.dir, 0) as snaps:
+            self.assertEqual(snaps.restore(b), 2)
+        self.assertNotIn((0, 0), seen)  # no placeholder reached it
+        self.assertTrue(seen)
+        train(a, 2)
+        train(b, 2)
         assert_identical(self, dicts(a), dicts(b))
 
 
