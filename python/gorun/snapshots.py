@@ -26,7 +26,8 @@ Tensor.contiguous, Tensor.is_contiguous, Tensor.detach, Tensor.copy_
 Tensor.element_size, Tensor.device, torch.cuda.Event (record, synchronize),
 torch.nn.Module.state_dict / load_state_dict (and the same pair of
 optimizers, LR schedulers and any other stateful object),
-torch.optim.Optimizer.param_groups (where an optimizer's state goes).
+torch.optim.Optimizer.param_groups and .state (where an optimizer's state
+goes: _load_optimizer), Tensor.expand, torch.__version__.
 Besides torch, only the standard library: zlib.crc32 for the CRC-32 (it
 releases the GIL), mmap (MAP_PRIVATE | MAP_ANONYMOUS and madvise
 MADV_HUGEPAGE for a restore's new CPU tensors: _new_cpu), os.pwrite /
