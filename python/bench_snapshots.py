@@ -101,7 +101,7 @@ def read_ceilings(path: str, reps: int) -> dict:
             "tmpfs_read": median(lambda: pool.pread(fd, view, 0), reps),
             "tmpfs_read_new_empty": median(
                 lambda: new(lambda: torch.empty(n, dtype=torch.uint8)), reps),
-            "tmpfs_read_new_arena": median(
+            "tmpfs_read_new_huge": median(
                 lambda: new(lambda: gorun.snapshots._new_cpu(n)), reps),
         }
     finally:
