@@ -18,6 +18,17 @@ unset) and with GORUN_SNAPSHOT_VERIFIED=1 (the agent checked it), into a
 model built beforehand as a script builds it. With --device cuda the model
 is on the GPU, memcpy is the device-to-host copy into pinned memory, and
 --wall should be given (CPU time does not count the GPU's copies).
+
+--optim adds an Adam optimizer after one step to the state (its exp_avg and
+exp_avg_sq: three times the model's bytes in all), restored into a fresh
+Adam each time, as a restarted worker has it; the GB/s count every byte of
+the state.
+
+Beside memcpy, the ceilings of a restore's reads from the tmpfs: the slot
+read with preadv into a touched buffer of its size (one thread, and in
+pieces on the threads a restore uses), into a new torch.empty, and into a
+new private mapping with huge pages asked for (what restore uses for the
+tensors it makes on the CPU).
 """
 import argparse
 import json
@@ -52,6 +63,52 @@ def median(f, reps: int) -> float:
     return statistics.median(times)
 
 
+def stepped_adam(model: torch.nn.Module) -> torch.optim.Optimizer:
+    """An Adam optimizer of model after one step (its state made)."""
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 1e-3)
+    opt.step()
+    for p in model.parameters():
+        p.grad = None
+    return opt
+
+
+def read_ceilings(path: str, reps: int) -> dict:
+    """Seconds (the median of reps) to read the file at path whole, with
+    preadv, into: a touched buffer, on one thread and on the threads of a
+    restore (gorun's pool); a new torch.empty; a new mapping with huge
+    pages asked for (gorun's _new_cpu).
+    And "bytes": the file's size."""
+    n = os.path.getsize(path)
+    fd = os.open(path, os.O_RDONLY)
+    pool = gorun._parallel.Pool()
+    try:
+        touched = torch.ones(n, dtype=torch.uint8)
+        view = gorun.snapshots._memory(touched)
+
+        def one_thread(v) -> None:
+            done = 0
+            while done < n:
+                done += os.preadv(fd, [v[done:]], done)
+
+        def new(make) -> None:
+            t = make()
+            assert pool.pread(fd, gorun.snapshots._memory(t), 0) == n
+        return {
+            "bytes": n,
+            "tmpfs_read_1thread": median(lambda: one_thread(view), reps),
+            "tmpfs_read": median(lambda: pool.pread(fd, view, 0), reps),
+            "tmpfs_read_new_empty": median(
+                lambda: new(lambda: torch.empty(n, dtype=torch.uint8)), reps),
+            "tmpfs_read_new_huge": median(
+                lambda: new(lambda: gorun.snapshots._new_cpu(n)), reps),
+        }
+    finally:
+        pool.close()
+        os.close(fd)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=100)
@@ -60,6 +117,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="where the model lives: cpu or cuda")
     ap.add_argument("--wall", action="store_true",
                     help="time with the wall clock (a quiet machine; needed for cuda)")
+    ap.add_argument("--optim", action="store_true",
+                    help="an Adam optimizer's state too, restored into a fresh optimizer")
     args = ap.parse_args()
     if args.wall:
         CLOCK[0] = time.perf_counter
@@ -68,7 +127,13 @@ def main() -> None:
     for k in ("GORUN_SNAPSHOT_STEP", "GORUN_SNAPSHOT_VERIFIED", "RANK", "WORLD_SIZE"):
         os.environ.pop(k, None)
     model = model_of(args.mb).to(device)
+    state = {"model": model, "step": 0}
+    if args.optim:
+        state["optim"] = stepped_adam(model)
     nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    model_gb = nbytes / 1e9  # what memcpy and crc32 are timed on
+    if args.optim:
+        nbytes *= 3  # exp_avg and exp_avg_sq beside the parameters
     gb = nbytes / 1e9
     src = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     dst = torch.empty(src.shape, dtype=src.dtype, pin_memory=device.type == "cuda")
@@ -82,7 +147,6 @@ def main() -> None:
 
     d = tempfile.mkdtemp(prefix="gorun-snapshot-bench-", dir=args.dir)
     try:
-        state = {"model": model, "step": 0}
         step = [2]
         with gorun.Snapshots(d, 0) as snaps:  # the slot files made
             snaps.save(1, state)
@@ -114,28 +178,44 @@ def main() -> None:
             snaps.wait()
         t_save = median(save_whole, args.reps)
         snaps.close()
+        ceilings = read_ceilings(snaps.path(0), args.reps)
 
         fresh = {"model": model_of(args.mb).to(device), "step": 0}
 
-        def restore() -> None:
+        def restore() -> float:
+            if args.optim:  # a restarted worker's: no state yet
+                fresh["optim"] = torch.optim.Adam(fresh["model"].parameters(), lr=1e-3)
+            t0 = CLOCK[0]()
             with gorun.Snapshots(d, 0) as s:
                 assert s.restore(fresh) == step[0]
             sync()
-        t_restore = median(restore, args.reps)
+            return CLOCK[0]() - t0
+        t_restore = statistics.median(restore() for _ in range(args.reps))
         os.environ["GORUN_SNAPSHOT_STEP"] = str(step[0])
         os.environ["GORUN_SNAPSHOT_VERIFIED"] = "1"
-        t_restore_verified = median(restore, args.reps)
+        t_restore_verified = statistics.median(restore() for _ in range(args.reps))
         for a, b in zip(model.parameters(), fresh["model"].parameters()):
             assert torch.equal(a, b)
+        if args.optim:
+            saved, got = state["optim"].state_dict()["state"], fresh["optim"].state_dict()["state"]
+            assert saved.keys() == got.keys()
+            for i in saved:
+                for k in ("exp_avg", "exp_avg_sq"):
+                    assert got[i][k].device == saved[i][k].device, (i, k)
+                    assert torch.equal(got[i][k], saved[i][k]), (i, k)
     finally:
         shutil.rmtree(d)
+    slot_gb = ceilings.pop("bytes") / 1e9
     out = {
-        "bytes": nbytes, "device": args.device, "threads": torch.get_num_threads(),
-        "clock": "wall" if args.wall else "cpu", "torch": torch.__version__,
-        "memcpy_GBps": gb / memcpy, "crc32_GBps": gb / t_crc,
+        "bytes": nbytes, "device": args.device, "optim": args.optim,
+        "threads": torch.get_num_threads(), "clock": "wall" if args.wall else "cpu",
+        "torch": torch.__version__, "loadavg": os.getloadavg()[0],
+        "memcpy_GBps": model_gb / memcpy, "crc32_GBps": model_gb / t_crc,
+        **{k + "_GBps": slot_gb / v for k, v in ceilings.items()},
         "first_save_returns_GBps": gb / max(first),
         "save_returns_GBps": gb / t_save_block, "save_complete_GBps": gb / t_save,
         "restore_GBps": gb / t_restore, "restore_verified_GBps": gb / t_restore_verified,
+        "restore_verified_of_memcpy": gb / t_restore_verified / (model_gb / memcpy),
     }
     for k, v in out.items():
         print(f"{k:24s} {v:.3f}" if isinstance(v, float) else f"{k:24s} {v}")

@@ -25,9 +25,13 @@ Tensor.contiguous, Tensor.is_contiguous, Tensor.detach, Tensor.copy_
 (non_blocking), Tensor.pin_memory, Tensor.data_ptr, Tensor.numel,
 Tensor.element_size, Tensor.device, torch.cuda.Event (record, synchronize),
 torch.nn.Module.state_dict / load_state_dict (and the same pair of
-optimizers, LR schedulers and any other stateful object). Besides torch,
-only the standard library: zlib.crc32 for the CRC-32 (it releases the GIL),
-mmap, os.pwrite / os.preadv (large ones in pieces on a few threads:
+optimizers, LR schedulers and any other stateful object),
+torch.optim.Optimizer.param_groups and .state (where an optimizer's state
+goes: _load_optimizer), Tensor.expand, torch.__version__.
+Besides torch, only the standard library: zlib.crc32 for the CRC-32 (it
+releases the GIL), mmap (MAP_PRIVATE | MAP_ANONYMOUS and madvise
+MADV_HUGEPAGE for a restore's new CPU tensors: _new_cpu), os.pwrite /
+os.preadv (large ones in pieces on a few threads:
 _parallel), and ctypes for a byte view of a tensor's memory
 (Tensor.data_ptr). A GPU tensor is restored through two pinned buffers with
 non-blocking copies (torch.cuda.synchronize at the end).
@@ -395,8 +399,13 @@ class Snapshots:
         """Check state against the snapshot in m, then load it: every
         tensor is read with preadv, a CPU module's straight into its own
         parameters and buffers (no memory of ours to fault in, and its
-        load_state_dict, given those very tensors, copies nothing), any
-        other into a new tensor."""
+        load_state_dict, given those very tensors, copies nothing); a GPU
+        module's, and an optimizer's state of a GPU parameter (in a new
+        tensor on that parameter's device, where load_state_dict leaves it),
+        through the pinned staging buffers; any other into a new CPU tensor
+        (_new_cpu: huge pages). An optimizer's state is loaded by
+        _load_optimizer, which keeps the tensors read where torch's
+        load_state_dict would copy them."""
         base = _slot.HEADER_SIZE
         (meta_len,) = struct.unpack("<Q", os.pread(m.fd, 8, base))
         if 8 + meta_len > length:
@@ -417,7 +426,8 @@ class Snapshots:
                                          "not in the snapshot")
             raise StateMismatchError(f"gorun snapshots: {extra[0]}: in the snapshot but not "
                                      "in the state")
-        into: Dict[int, torch.Tensor] = {}  # spec index -> the module tensor to read into
+        into: Dict[int, torch.Tensor] = {}  # spec index -> the tensor to read into
+        devices: Dict[int, torch.device] = {}  # spec index -> the GPU of a new tensor
         for key, obj in state.items():
             if kinds[key] != _is_stateful(obj):
                 raise StateMismatchError(f"gorun snapshots: {key}: stateful in one of the "
@@ -432,12 +442,23 @@ class Snapshots:
                 _compare(saved, current, str(key))
                 if module:
                     _targets(saved, current, into)
+                elif isinstance(obj, torch.optim.Optimizer):
+                    devices.update((i, d) for i, d in _state_devices(saved, _params(obj)).items()
+                                   if d.type != "cpu")
+
+        # Every other tensor is new: on the device of its parameter when
+        # it is an optimizer's state, else on the CPU (_new_cpu).
+        for i, (dtype, shape, _, nbytes) in enumerate(specs):
+            if i in into:
+                continue
+            if i in devices:
+                into[i] = torch.empty(shape, dtype=getattr(torch, dtype), device=devices[i])
+            else:
+                into[i] = _new_cpu(nbytes).view(getattr(torch, dtype)).reshape(shape)
 
         def tensor(i: int) -> torch.Tensor:
-            dtype, shape, off, nbytes = specs[i]
-            t = into.get(i)
-            if t is None:
-                t = torch.empty(shape, dtype=getattr(torch, dtype))
+            off = specs[i][2]
+            t = into[i]
             if t.device.type == "cpu":
                 self._pread(m, _memory(t), data + off)
             else:
@@ -446,7 +467,9 @@ class Snapshots:
 
         for key, obj in state.items():
             value = unpickle(key, tensor)
-            if kinds[key]:
+            if isinstance(obj, torch.optim.Optimizer):
+                _load_optimizer(obj, value)
+            elif kinds[key]:
                 obj.load_state_dict(value)
             else:
                 state[key] = value
@@ -649,6 +672,138 @@ class Snapshots:
             raise NoSpaceError(f"gorun snapshots: cannot reserve two slots of {size} bytes "
                                f"in {self.directory}: {e}") from e
         return m
+
+
+_HUGE = 2 << 20  # a transparent huge page on x86-64 and arm64 (4 KiB base pages)
+
+
+def _new_cpu(nbytes: int) -> torch.Tensor:
+    """A new uint8 CPU tensor of nbytes for a restore to read into: of
+    2 MiB or more, a private anonymous mapping of its own, 2 MiB aligned,
+    with transparent huge pages asked for (madvise MADV_HUGEPAGE); smaller,
+    a torch.empty.
+
+    Why: the first touch of new memory faults a page at a time, and faults
+    are dear on a VM (about 16 us a 4 KiB page here: a preadv into a new
+    torch.empty reads 0.1-0.25 GB/s against 5-8 GB/s into touched memory);
+    a huge page is one fault for 512. Private, because a shared anonymous
+    mapping (mmap.mmap(-1, n)'s default) is shmem, which gets huge pages
+    only by /sys/kernel/mm/transparent_hugepage/shmem_enabled. Where huge
+    pages are off or madvise fails the mapping has small pages, nothing
+    worse. One mapping a tensor, its storage exactly the tensor: a deepcopy
+    or torch.save of it copies it alone. The mapping lives as long as the
+    tensor (torch.frombuffer keeps it)."""
+    if nbytes < _HUGE:
+        return torch.empty(nbytes, dtype=torch.uint8)
+    mm = mmap.mmap(-1, nbytes + _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    if advice is not None:
+        try:
+            mm.madvise(advice)
+        except OSError:
+            pass  # no transparent huge pages in this kernel: small pages
+    skip = -torch.frombuffer(mm, dtype=torch.uint8, count=1).data_ptr() % _HUGE
+    return torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=skip)
+
+
+def _params(optim: torch.optim.Optimizer) -> List[torch.Tensor]:
+    """The parameters of optim in the order of its state_dict's indices."""
+    return [p for group in optim.param_groups for p in group["params"]]
+
+
+def _param_of(saved: Any, params: List[torch.Tensor]) -> Optional[Dict[Any, torch.Tensor]]:
+    """The parameter of each index of saved, an optimizer's state_dict
+    ({"state": {index: ...}, "param_groups": [{"params": [index, ...]}]}),
+    params its parameters in order (_params); None when saved has another
+    layout."""
+    if not isinstance(saved, Mapping):
+        return None
+    state, groups = saved.get("state"), saved.get("param_groups")
+    if not isinstance(state, Mapping) or not isinstance(groups, (list, tuple)):
+        return None
+    indices = []
+    for group in groups:
+        ids = group.get("params") if isinstance(group, Mapping) else None
+        if not isinstance(ids, (list, tuple)):
+            return None
+        indices.extend(ids)
+    return dict(zip(indices, params))
+
+
+def _deep_copies(optim: Any) -> bool:
+    """Whether optim.load_state_dict deep-copies the state it is given:
+    torch.optim.Optimizer's own before torch 2.1 (pytorch/pytorch#106082
+    made it shallow)."""
+    return (isinstance(optim, torch.optim.Optimizer)
+            and type(optim).load_state_dict is torch.optim.Optimizer.load_state_dict
+            and tuple(int(x) for x in torch.__version__.split(".")[:2]) < (2, 1))
+
+
+def _load_optimizer(optim: torch.optim.Optimizer, value: Any) -> None:
+    """optim.load_state_dict(value) without the deep copy of its large
+    tensors where load_state_dict makes one (_deep_copies): each state
+    tensor of 2 MiB or more is handed over as a one-element placeholder
+    expanded to its shape (copied for nothing) and put in place of what
+    load_state_dict made of it afterwards; converted to the placeholder's
+    result's dtype and device where load_state_dict changed those. A copy
+    would cost twice the memory and, on the CPU, a page fault every 4 KiB
+    of it. Where the state is not as expected afterwards, value is loaded
+    again, whole and as it is."""
+    param_of = _param_of(value, _params(optim))
+    if param_of is None or not _deep_copies(optim):
+        optim.load_state_dict(value)
+        return
+    state: Dict[Any, Any] = {}
+    swaps: List[Tuple[torch.Tensor, Any, torch.Tensor]] = []  # param, name, tensor read
+    for index, names in value["state"].items():
+        state[index] = names
+        if index not in param_of or not isinstance(names, Mapping):
+            continue
+        state[index] = dict(names)
+        for name, t in names.items():
+            if (name != "step" and isinstance(t, torch.Tensor)
+                    and t.numel() * t.element_size() >= _HUGE):
+                stub = torch.empty((), dtype=t.dtype, device=t.device).expand(t.shape)
+                state[index][name] = stub
+                swaps.append((param_of[index], name, t))
+    optim.load_state_dict({**value, "state": state})
+    done = []
+    for param, name, t in swaps:
+        got = optim.state.get(param, {}).get(name)
+        if not isinstance(got, torch.Tensor) or got.shape != t.shape:
+            optim.load_state_dict(value)  # not as load_state_dict was known to be
+            return
+        done.append(t if (got.dtype, got.device) == (t.dtype, t.device)
+                    else t.to(dtype=got.dtype, device=got.device))
+    for (param, name, _), t in zip(swaps, done):
+        optim.state[param][name] = t
+
+
+def _state_devices(saved: Any, params: List[torch.Tensor]) -> Dict[int, torch.device]:
+    """Where torch.optim.Optimizer.load_state_dict puts each tensor of an
+    optimizer's saved state (its state_dict, tensors as _Missing): the
+    snapshot's tensor index -> the device of the parameter it belongs to.
+
+    The layout of Optimizer.state_dict (torch 1.13 and 2.x):
+    {"state": {index: {name: value}}, "param_groups": [{"params": [index,
+    ...], ...}]}, an index naming the parameter at the same place of the
+    optimizer's param_groups. Left out, so that they take today's path (a
+    CPU tensor that load_state_dict moves where it wants): "step" (kept
+    where it was saved, unless a capturable or fused optimizer moves it
+    itself), a value that is not a tensor of a name of a parameter's state,
+    an index without a parameter, and a state of any other layout."""
+    out: Dict[int, torch.device] = {}
+    param_of = _param_of(saved, params)
+    if param_of is None:
+        return out
+    for index, names in saved["state"].items():
+        param = param_of.get(index)
+        if param is None or not isinstance(names, Mapping):
+            continue
+        for name, value in names.items():
+            if name != "step" and isinstance(value, _Missing):
+                out[value.index] = param.device
+    return out
 
 
 def _env_int(name: str, default: int) -> int:

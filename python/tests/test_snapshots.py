@@ -439,6 +439,8 @@ class CudaTest(ShmTest):
         with gorun.Snapshots(self.dir, 0) as snaps:
             snaps.save(2, a)
             expected = {k: v.clone() for k, v in a["model"].state_dict().items()}
+            moments = {(i, k): v.clone() for i, s in a["optim"].state_dict()["state"].items()
+                       for k, v in s.items() if k != "step"}
             train_gpu(a, 1)  # changes the parameters while the copy may be in flight
             snaps.wait()
         b = make(seed=5)
@@ -450,6 +452,14 @@ class CudaTest(ShmTest):
         for k, v in b["model"].state_dict().items():
             self.assertEqual(v.device.type, "cuda")
             self.assertTrue(torch.equal(v, expected[k]), k)
+        # The optimizer's state made on the GPU (read through the staging
+        # buffers), where load_state_dict leaves it.
+        got = {(i, k): v for i, s in b["optim"].state_dict()["state"].items()
+               for k, v in s.items() if k != "step"}
+        self.assertEqual(got.keys(), moments.keys())
+        for key, v in got.items():
+            self.assertEqual(v.device.type, "cuda", key)
+            self.assertTrue(torch.equal(v, moments[key]), key)
 
 
 def train_gpu(state, steps: int) -> None:
