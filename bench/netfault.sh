@@ -11,13 +11,16 @@
 #   bench/netfault.sh                  # RUNS=1
 #   RUNS=3 bench/netfault.sh
 #   GORUN_BIN=/path/to/gorun bench/netfault.sh   # skip the go build
-#   SMOKE=1 bench/netfault.sh                    # CI: one run of one scenario (node C cut off 10 s,
-#                                                # about 40 s) and its final model's comparison with
-#                                                # a fault-free run; fails unless its row is in the
-#                                                # table and says C left the job and came back (the
-#                                                # cut was injected). scripts/test.sh skips that
-#                                                # scenario in its test/e2e run: this is where CI
-#                                                # runs it, with every assertion of the test.
+#   SMOKE=1 bench/netfault.sh                    # CI: one run of the test's default scenarios
+#                                                # (the four shorter ones, about 2 minutes) and
+#                                                # their final models' comparison with a fault-free
+#                                                # run; fails when the test does, or unless the row
+#                                                # "node C cut off 10 s" is in the table and says C
+#                                                # left the job and came back (the cut was
+#                                                # injected). scripts/test.sh skips TestNetFaults in
+#                                                # its test/e2e run: this is where CI runs it, with
+#                                                # every assertion of the test, once (one network
+#                                                # lab, one fault-free reference).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
@@ -27,7 +30,7 @@ smoke_row="node C cut off 10 s"
 run_pattern='^TestNetFaults$'
 netfault=all
 if [[ "$SMOKE" == 1 ]]; then
-  RUNS=1 netfault= run_pattern="^TestNetFaults\$/^(${smoke_row// /_}|final_models_allclose_to_a_fault-free_run)\$"
+  RUNS=1 netfault=
 fi
 
 if [ -z "${GORUN_BIN:-}" ]; then

@@ -248,10 +248,14 @@ func TestSnapshotsGoWithAKilledAgent(t *testing.T) {
 }
 
 // shardedSteps and shardedPace: the sharded job's length and the pace of
-// its steps (a real step lasts far longer than its snapshot's copy).
+// its steps (a real step lasts far longer than its snapshot's copy);
+// shardedPause: the step after which each rank stops itself, once (not
+// a multiple of the durable subtest's durableEvery, so that the durable
+// directory's newest step is older than the memory's).
 const (
-	shardedSteps = 300
+	shardedSteps = 80
 	shardedPace  = "0.02"
+	shardedPause = 55
 )
 
 func shardedScript() string {
@@ -266,6 +270,7 @@ type shardedJob struct {
 	id, out  string
 	agents   []*gorunProc
 	extra    []string // more gorun flags for every agent
+	pause    bool     // each rank stops itself after step shardedPause, once
 }
 
 func newShardedJob(t *testing.T, endpoint, id string) *shardedJob {
@@ -277,8 +282,11 @@ func (j *shardedJob) start(name string) *gorunProc {
 	args := append([]string(nil), "--nnodes=3", "--nproc-per-node=1", "--max-restarts=3", "--snapshot-replicas=1",
 		"--rdzv-endpoint="+j.endpoint, "--rdzv-id="+j.id, "--node-name="+name, "--local-addr=127.0.0.1",
 		"--rdzv-conf=lease_ttl=2,last_call_timeout=1")
-	p := startGorun(j.t, name, ddpEnv, append(append(args, j.extra...), shardedScript(), "--steps", strconv.Itoa(shardedSteps),
-		"--step-sleep", shardedPace, "--out", j.out)...)
+	script := []string{shardedScript(), "--steps", strconv.Itoa(shardedSteps), "--step-sleep", shardedPace, "--out", j.out}
+	if j.pause {
+		script = append(script, "--pause-at", strconv.Itoa(shardedPause))
+	}
+	p := startGorun(j.t, name, ddpEnv, append(append(args, j.extra...), script...)...)
 	j.agents = append(j.agents, p)
 	return p
 }
@@ -397,7 +405,8 @@ func (j *shardedJob) killNode(p *gorunProc) {
 
 // Node loss with a copy of each rank's snapshots on the next node
 // (--snapshot-replicas=1) and state that is each rank's own (sharded): with
-// every worker paused once the copies caught up, one whole node is killed
+// every worker paused at a step (each stops itself there) and the copies
+// caught up, one whole node is killed
 // (agent, guard, worker; its memory gone) and a new node takes its place.
 // Its rank restores from the copy on the node after it, every rank goes on
 // from the same step (at most 1 redone), and every rank's final state is
@@ -431,6 +440,7 @@ func TestSnapshotsNodeLoss(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			const durableEvery = 10
 			j := newShardedJob(t, endpoint, "snap-loss-"+newMarker(t))
+			j.pause = true
 			dst := filepath.Join(t.TempDir(), "durable")
 			if tc.durable {
 				j.extra = []string{"--snapshot-durable=" + dst, "--snapshot-durable-every=" + strconv.Itoa(durableEvery), "--snapshot-durable-keep=2"}
@@ -438,31 +448,26 @@ func TestSnapshotsNodeLoss(t *testing.T) {
 			for _, n := range nodeNames(3) {
 				j.start(n)
 			}
-			reached := func() bool {
-				for _, p := range j.agents {
-					if strings.Contains(p.stdout.String(), "step 50\n") {
-						return true
+			// Every rank stops itself once its snapshot of step
+			// shardedPause is complete (testdata/snapshots/sharded.py).
+			var ws []nodeWorker
+			paused := func() bool {
+				ws = j.workers()
+				if len(ws) != 3 {
+					return false
+				}
+				for _, w := range ws {
+					if !harness.Stopped(w.proc.PID) {
+						return false
 					}
 				}
-				return false
+				return true
 			}
-			if !waitUntil(j.agents[0], reached) {
-				t.Fatal("training never reached step 50")
+			if !waitUntil(j.agents[0], paused) {
+				t.Fatalf("the 3 workers never all paused at step %d (found %d)", shardedPause, len(ws))
 			}
 			if tc.durable && !waitUntil(j.agents[0], func() bool { return durableStep(dst, 3) > 0 }) {
 				t.Fatalf("the durable directory %s never held a step of every rank", dst)
-			}
-			ws := j.workers()
-			if len(ws) != 3 {
-				t.Fatalf("want 3 workers, found %d", len(ws))
-			}
-			for _, w := range ws {
-				_ = syscall.Kill(w.proc.PID, syscall.SIGSTOP)
-			}
-			for _, w := range ws {
-				for !harness.Stopped(w.proc.PID) {
-					time.Sleep(5 * time.Millisecond)
-				}
 			}
 			byNodeRank := map[int]nodeWorker{}
 			for _, w := range ws {

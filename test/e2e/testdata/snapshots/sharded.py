@@ -6,13 +6,17 @@ one that did not. The ranks step together (a gloo all_reduce per step). Rank 0
 prints `step N` after each step and `restored step N` after a restore; every
 rank writes its final state to OUT/rank-<RANK>.pt.
 
-    sharded.py --steps N --out DIR [--mb M] [--step-sleep S]
+    sharded.py --steps N --out DIR [--mb M] [--step-sleep S] [--pause-at P]
 
 --step-sleep paces the steps (a step of real training takes far longer than
-its snapshot's copy to another node).
+its snapshot's copy to another node). --pause-at P stops each rank (SIGSTOP,
+to itself) once its snapshot of step P is complete, the first time that rank
+number gets there in the job (a file OUT/paused-rank-<RANK> says it did): a
+test then acts on a job paused at a known step, and SIGCONT goes on.
 """
 import argparse
 import os
+import signal
 import time
 
 import torch
@@ -21,12 +25,25 @@ import torch.distributed as dist
 import gorun
 
 
+def pause_once(snaps: gorun.Snapshots, marker: str) -> None:
+    """Stop this process once its newest snapshot is complete, unless marker
+    exists (this rank number paused before: a restarted worker goes on)."""
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return
+    os.close(fd)
+    snaps.wait()
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--mb", type=float, default=1)
     ap.add_argument("--step-sleep", type=float, default=0)
+    ap.add_argument("--pause-at", type=int, default=-1)
     args = ap.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -46,6 +63,8 @@ def main() -> None:
         snaps.save(step + 1, state)
         if rank == 0:
             print(f"step {step + 1}", flush=True)
+        if step + 1 == args.pause_at:
+            pause_once(snaps, os.path.join(args.out, f"paused-rank-{rank}"))
     snaps.close()
     torch.save(state["x"], os.path.join(args.out, f"rank-{rank}.pt"))
     dist.destroy_process_group()
