@@ -84,15 +84,54 @@ class Pool:
     def pread(self, fd: int, view: memoryview, off: int) -> int:
         """Fill view from fd at offset off; the bytes read (fewer only where
         the file ends first)."""
-        def one(p: Tuple[int, int]) -> int:
+        return self.pread_many(fd, [(view, off)])
+
+    def pread_many(self, fd: int, reads: Sequence[Tuple[memoryview, int]]) -> int:
+        """Fill each view of reads from fd at its offset, the pieces of all
+        of them on the threads at once (many small tensors are read as fast
+        as one large one); the bytes read in all (fewer only where the file
+        ends first)."""
+        pieces = [(view, off + at, at, min(PIECE, len(view) - at))
+                  for view, off in reads for at in range(0, len(view), PIECE)]
+
+        def one(i: int) -> int:
+            view, off, at, n = pieces[i]
             done = 0
-            while done < p[1]:
-                n = os.preadv(fd, [view[p[0] + done:p[0] + p[1]]], off + p[0] + done)
-                if n == 0:
+            while done < n:
+                got = os.preadv(fd, [view[at + done:at + n]], off + done)
+                if got == 0:
                     break
-                done += n
+                done += got
             return done
-        return sum(r for _, r in self._map(one, len(view)))
+        if self.threads == 1 or len(pieces) <= 1:
+            return sum(one(i) for i in range(len(pieces)))
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="gorun-snapshot-io")
+        return sum(self._pool.map(one, range(len(pieces))))
+
+    def crc32_file(self, fd: int, off: int, length: int, chunk: int) -> Tuple[int, int]:
+        """zlib.crc32 of length bytes of fd from off, and the bytes read
+        (fewer only where the file ends first): its pieces on several
+        threads, each read through a buffer of chunk bytes of its own that
+        stays in the cache."""
+        def one(p: Tuple[int, int]) -> int:
+            buf = memoryview(bytearray(min(chunk, p[1]) or 1))
+            crc, done = 0, 0
+            while done < p[1]:
+                want = buf[:min(len(buf), p[1] - done)]
+                got = os.preadv(fd, [want], off + p[0] + done)
+                if got == 0:
+                    raise EOFError(off + p[0] + done)
+                crc = zlib.crc32(want[:got], crc)
+                done += got
+            return crc
+        crc = 0
+        try:
+            for n, piece_crc in self._map(one, length):
+                crc = combine(crc, piece_crc, n)
+        except EOFError as e:
+            return crc, e.args[0] - off
+        return crc, length
 
     def pwrite(self, fd: int, view: memoryview, off: int) -> None:
         """Write view to fd at offset off."""

@@ -63,7 +63,7 @@ ENV_REASON = "GORUN_SNAPSHOT_REASON"
 ENV_VERIFIED = "GORUN_SNAPSHOT_VERIFIED"
 """"1": the agent verified the CRC of the slot holding GORUN_SNAPSHOT_STEP."""
 
-_STAGING = 64 << 20  # bytes of each of the two pinned buffers a GPU restore reads through
+_STAGING = 128 << 20  # bytes of each of the two pinned buffers a GPU restore reads through
 _READ_CHUNK = 1 << 20  # the buffer of a CRC read with preadv: stays in the cache
 
 _ALIGN = 64
@@ -371,7 +371,7 @@ class Snapshots:
                 continue
             self._check_owner(m, h)
             if not verified:
-                crc = _crc32_read(m.fd, h.length, m.path)
+                crc = _crc32_read(m.fd, h.length, m.path, self._io)
                 if crc != h.crc:
                     bad.append(f"{m.path}: payload CRC-32 {crc:#010x}, the header says {h.crc:#010x}")
                     self._steps[s] = None
@@ -456,14 +456,18 @@ class Snapshots:
             else:
                 into[i] = _new_cpu(nbytes).view(getattr(torch, dtype)).reshape(shape)
 
+        # Every tensor's bytes, read at once: the CPU ones straight into
+        # their memory, the GPU ones through the pinned staging buffers, the
+        # pieces of all of them on the I/O threads together.
+        on_cpu = [(i, t) for i, t in into.items() if t.device.type == "cpu"]
+        self._pread_many(m, [(_memory(t), data + specs[i][2]) for i, t in on_cpu])
+        on_gpu = sorted(((data + specs[i][2], t) for i, t in into.items() if t.device.type != "cpu"),
+                        key=lambda job: job[0])
+        if on_gpu:
+            self._read_to_devices(m, on_gpu)
+
         def tensor(i: int) -> torch.Tensor:
-            off = specs[i][2]
-            t = into[i]
-            if t.device.type == "cpu":
-                self._pread(m, _memory(t), data + off)
-            else:
-                self._pread_to_device(m, t, data + off)
-            return t
+            return into[i]
 
         for key, obj in state.items():
             value = unpickle(key, tensor)
@@ -593,34 +597,53 @@ class Snapshots:
 
     # -- internals -------------------------------------------------------
 
-    def _pread(self, m: "_Mapped", view: memoryview, off: int) -> None:
-        """Fill view from slot m at off, in pieces on the I/O threads; a
-        SnapshotError naming the file if it ends first."""
-        if self._io.pread(m.fd, view, off) != len(view):
+    def _pread_many(self, m: "_Mapped", reads: List[Tuple[memoryview, int]]) -> None:
+        """Fill each view of reads from slot m at its offset, in pieces on
+        the I/O threads; a SnapshotError naming the file if it ends first."""
+        if self._io.pread_many(m.fd, reads) != sum(len(v) for v, _ in reads):
             raise SnapshotError(f"gorun snapshots: {m.path} ends inside its payload")
 
-    def _pread_to_device(self, m: "_Mapped", t: torch.Tensor, off: int) -> None:
-        """Read the bytes of t (a contiguous GPU tensor) from slot m at off:
-        into two pinned staging buffers in turn, each copied to the device
-        asynchronously while the next piece is read."""
-        dst = t.view(-1).view(torch.uint8)
-        n = dst.numel()
+    def _read_to_devices(self, m: "_Mapped", jobs: List[Tuple[int, torch.Tensor]]) -> None:
+        """Read the bytes of each (offset, tensor) of jobs (contiguous GPU
+        tensors, in offset order) from slot m: packed into two pinned
+        staging buffers in turn, each filled by one parallel read of all the
+        pieces it holds and copied to the devices asynchronously while the
+        other is filled."""
         if not self._staging:
             self._staging = [torch.empty(_STAGING, dtype=torch.uint8).pin_memory() for _ in range(2)]
-            self._staged = [None, None]  # the event of each buffer's copy in flight
-        done, b = 0, 0
-        while done < n:
-            k = min(_STAGING, n - done)
+            self._staged = [None, None]  # the event of each buffer's copies in flight
+        b = 0
+        # What the buffer being filled holds: (its offset, bytes, the file's
+        # offset, the device bytes and their offset).
+        fill: List[Tuple[int, int, int, torch.Tensor, int]] = []
+        used = 0
+
+        def flush() -> None:
+            nonlocal b, fill, used
             ev = self._staged[b]
             if ev is not None:
-                ev.synchronize()
+                ev.synchronize()  # the copies out of this buffer's last fill are done
             buf = self._staging[b]
-            self._pread(m, _memory(buf)[:k], off + done)
-            dst[done:done + k].copy_(buf[:k], non_blocking=True)
+            view = _memory(buf)
+            self._pread_many(m, [(view[at:at + n], off) for at, n, off, _, _ in fill])
+            for at, n, _, dst, dst_at in fill:
+                dst[dst_at:dst_at + n].copy_(buf[at:at + n], non_blocking=True)
             ev = torch.cuda.Event()
             ev.record()
             self._staged[b] = ev
-            done, b = done + k, 1 - b
+            b, fill, used = 1 - b, [], 0
+
+        for off, t in jobs:
+            dst = t.view(-1).view(torch.uint8)
+            n, done = dst.numel(), 0
+            while done < n:
+                k = min(_STAGING - used, n - done)
+                fill.append((used, k, off + done, dst, done))
+                used, done = used + k, done + k
+                if used == _STAGING:
+                    flush()
+        if fill:
+            flush()
 
     def _open(self) -> None:
         if self._slots[0] is not None:
@@ -839,28 +862,14 @@ def _write(m: "_Mapped", start: int, src: torch.Tensor, io: _parallel.Pool) -> N
     io.pwrite(m.fd, _memory(src), start)
 
 
-def _pread_into(fd: int, view: memoryview, off: int, path: str) -> None:
-    """Fill view from fd at off; a SnapshotError naming path if the file
-    ends first."""
-    done = 0
-    while done < len(view):
-        n = os.preadv(fd, [view[done:]], off + done)
-        if n == 0:
-            raise SnapshotError(f"gorun snapshots: {path} ends at {off + done}, inside its payload")
-        done += n
-
-
-def _crc32_read(fd: int, length: int, path: str) -> int:
+def _crc32_read(fd: int, length: int, path: str, io: _parallel.Pool) -> int:
     """The CRC-32 of the payload (length bytes) of slot file fd, read with
-    preadv through one small reused buffer (no page of a fresh mapping or
-    of a large new buffer to fault in)."""
-    buf = bytearray(min(length, _READ_CHUNK) or 1)
-    view = memoryview(buf)
-    crc = 0
-    for off in range(0, length, len(buf)):
-        piece = view[:min(len(buf), length - off)]
-        _pread_into(fd, piece, _slot.HEADER_SIZE + off, path)
-        crc = zlib.crc32(piece, crc)
+    preadv in pieces on io's threads, each through a small buffer of its own
+    (no page of a fresh mapping or of a large new buffer to fault in); a
+    SnapshotError naming path if the file ends first."""
+    crc, n = io.crc32_file(fd, _slot.HEADER_SIZE, length, _READ_CHUNK)
+    if n != length:
+        raise SnapshotError(f"gorun snapshots: {path} ends at {_slot.HEADER_SIZE + n}, inside its payload")
     return crc
 
 
