@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // Holding is one complete snapshot in some node's directory: whose it is,
@@ -21,9 +24,9 @@ type Holding struct {
 	Path       string `json:"-"`
 }
 
-// Scan verifies every slot file named rank-<rank>.slot<0|1> in dir and
-// returns a Holding for each complete one, ordered by rank, then step, then
-// path. Incomplete and corrupt slots, and slots whose header names another
+// Scan verifies every slot file named rank-<rank>.slot<0|1> in dir (as
+// many at once as there are cores) and returns a Holding for each complete
+// one, ordered by rank, then step, then path. Incomplete and corrupt slots, and slots whose header names another
 // rank than their file name, are left out (they hold nothing restorable);
 // other files are ignored. It returns an error naming the path when dir or
 // a slot cannot be read.
@@ -32,20 +35,43 @@ func Scan(dir string) ([]Holding, error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: scan: %w", err)
 	}
-	var out []Holding
+	type found struct {
+		h  Holding
+		ok bool
+	}
+	var slots []string
 	for _, e := range entries {
-		rank, ok := slotRank(e.Name())
-		if !ok || !e.Type().IsRegular() {
-			continue
+		if _, ok := slotRank(e.Name()); ok && e.Type().IsRegular() {
+			slots = append(slots, e.Name())
 		}
-		s, err := Verify(filepath.Join(dir, e.Name()))
-		if errors.Is(err, ErrIncomplete) || errors.Is(err, ErrCorrupt) || (err == nil && s.Rank != rank) {
-			continue
+	}
+	// The slots are verified side by side, one per core: a round's workers
+	// wait for the scan.
+	results := make([]found, len(slots))
+	var g errgroup.Group
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	for i, name := range slots {
+		g.Go(func() error {
+			rank, _ := slotRank(name)
+			s, err := Verify(filepath.Join(dir, name))
+			if errors.Is(err, ErrIncomplete) || errors.Is(err, ErrCorrupt) || (err == nil && s.Rank != rank) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("snapshot: scan: %w", err)
+			}
+			results[i] = found{Holding{Rank: s.Rank, World: s.World, Step: s.Step, Replicated: s.Replicated(), Path: s.Path}, true}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	var out []Holding
+	for _, r := range results {
+		if r.ok {
+			out = append(out, r.h)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("snapshot: scan: %w", err)
-		}
-		out = append(out, Holding{Rank: s.Rank, World: s.World, Step: s.Step, Replicated: s.Replicated(), Path: s.Path})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
