@@ -297,12 +297,13 @@ type bandwidth struct {
 	Bytes        int64   `json:"bytes"`
 	MemcpyGBps   float64 `json:"memcpy_GBps"`
 	SaveGBps     float64 `json:"save_complete_GBps"`
-	RestoreGBps  float64 `json:"restore_GBps"`
+	RestoreGBps  float64 `json:"restore_verified_GBps"` // as a restarted worker under gorun restores: the agent checked the CRC
 	SaveReturnGB float64 `json:"save_returns_GBps"`
 }
 
 // snapshotBandwidth runs python/bench_snapshots.py at the model's size: a snapshot's save (until
-// complete) and restore in GB/s beside a memcpy (Tensor.copy_) of the same bytes.
+// complete) and restore (with GORUN_SNAPSHOT_VERIFIED=1, as gorun's workers restore) in GB/s beside
+// a memcpy (Tensor.copy_) of the same bytes.
 func snapshotBandwidth(ctx context.Context, b *bench) (*bandwidth, error) {
 	script := filepath.Join(filepath.Dir(b.script), "..", "..", "python", "bench_snapshots.py")
 	mb := max(1, int(b.modelMB+0.5))

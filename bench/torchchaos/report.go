@@ -94,7 +94,7 @@ func printTable(w io.Writer, b *bench, ref summary, rs []result, bw *bandwidth) 
 		fmt.Fprintf(w, "| %s | %.3f | %s | %.3f | %s |\n", r.way.Name, r.sum.StepTime.Seconds(), c, r.sum.Effective(), yesNo(r.identical))
 	}
 	if bw != nil {
-		fmt.Fprintf(w, "\nsnapshot of %.0f MB (python/bench_snapshots.py, one process): save %.2f GB/s until complete (%.2f GB/s until save returns), restore %.2f GB/s; memcpy (Tensor.copy_) %.2f GB/s\n",
+		fmt.Fprintf(w, "\nsnapshot of %.0f MB (python/bench_snapshots.py, one process): save %.2f GB/s until complete (%.2f GB/s until save returns), restore %.2f GB/s (verified by the agent, as under gorun); memcpy (Tensor.copy_) %.2f GB/s\n",
 			float64(bw.Bytes)/1e6, bw.SaveGBps, bw.SaveReturnGB, bw.RestoreGBps, bw.MemcpyGBps)
 	}
 	for _, r := range rs {
