@@ -33,7 +33,10 @@ const maxBackoff = time.Second
 // other slot. It sends the newest step only (a step overwritten before its
 // turn is skipped), never writes to dir nor locks anything a worker uses,
 // and drops a copy whose slot header changed while it was read (the worker
-// began overwriting it): the peer then keeps its previous copy whole.
+// began overwriting it): the peer then keeps its previous copy whole. A
+// replicated snapshot (snapshot.FlagReplicated: the same state on every
+// rank, data parallel) is not sent: every node's own ranks hold it, and a
+// lost node's ranks restore from any survivor's.
 //
 // sent, if not nil, is called after each copy a peer wrote complete, one
 // call at a time. A peer's refusal (another round, or one of its own
@@ -160,6 +163,11 @@ func (p *pusher) pass(ctx context.Context) {
 		switch {
 		case err != nil:
 			p.note("unreadable slot", err)
+		case ok && s.Replicated():
+			// The same state on every rank (data parallel): every node's
+			// own ranks hold it, so a copy on another node adds nothing
+			// but its traffic and its CRC there.
+			r.pending = nil
 		case ok:
 			r.pending = &s
 		}

@@ -175,10 +175,18 @@ func newSender(t testing.TB, dir string) *sender {
 	return s
 }
 
-// save writes rank's snapshot of step, size random bytes, with the
-// workers' protocol, and returns its payload.
+// save writes rank's snapshot of step (its own, sharded), size random
+// bytes, with the workers' protocol, and returns its payload.
 func (s *sender) save(t testing.TB, rank int, step uint64, size int) []byte {
 	t.Helper()
+	return s.write(t, snapshot.Header{Step: step, Length: uint64(size), Rank: rank, World: 4})
+}
+
+// write writes the snapshot of header h, h.Length random bytes, into
+// h.Rank's slots with the workers' protocol, and returns its payload.
+func (s *sender) write(t testing.TB, h snapshot.Header) []byte {
+	t.Helper()
+	rank := h.Rank
 	rs := s.slots[rank]
 	if rs == nil {
 		var err error
@@ -186,10 +194,9 @@ func (s *sender) save(t testing.TB, rank int, step uint64, size int) []byte {
 		require.NoError(t, err)
 		s.slots[rank] = rs
 	}
-	payload := make([]byte, size)
+	payload := make([]byte, h.Length)
 	_, _ = rand.Read(payload)
-	require.NoError(t, rs.Write(snapshot.Header{Step: step, Length: uint64(size), Flags: snapshot.FlagReplicated, World: 4},
-		bytes.NewReader(payload)))
+	require.NoError(t, rs.Write(h, bytes.NewReader(payload)))
 	return payload
 }
 
@@ -234,7 +241,7 @@ func requireHolds(t *testing.T, dir string, rank int, step uint64, payload []byt
 	held, err := snapshot.Scan(dir)
 	require.NoError(t, err)
 	require.Len(t, held, 1, "complete slots in %s: %v", dir, held)
-	require.Equal(t, []snapshot.Holding{{Rank: rank, World: 4, Step: step, Replicated: true, Path: held[0].Path}}, held)
+	require.Equal(t, []snapshot.Holding{{Rank: rank, World: 4, Step: step, Path: held[0].Path}}, held)
 	s, err := snapshot.Verify(held[0].Path)
 	require.NoError(t, err)
 	got, err := snapshot.ReadPayload(s)
@@ -305,6 +312,26 @@ func TestPushAfterRestoreAtAnOlderStep(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, bytes.Equal(last, got), "the payload of step 7 differs")
 		})
+	}
+}
+
+// TestReplicatedNotSent: a replicated snapshot (the same state on every
+// rank) is not copied, since every node holds it; a sharded one is. The
+// replicated rank is polled first in each pass, so once the sharded step
+// is sent the replicated one has been seen.
+func TestReplicatedNotSent(t *testing.T) {
+	peer := startNode(t, testAuth, nil)
+	peer.Accept(0, nil)
+	src := newSender(t, t.TempDir())
+	src.write(t, snapshot.Header{Step: 1, Length: 1000, Rank: 1, World: 4, Flags: snapshot.FlagReplicated})
+	own := src.save(t, 0, 1, 1000)
+	_, sent := pushing(t, 0, src.dir, []int{1, 0}, []string{peer.Addr()}, testAuth)
+	waitSent(t, sent, 0, 1)
+	requireHolds(t, peer.dir, 0, 1, own)
+	select {
+	case e := <-sent:
+		t.Fatalf("rank %d step %d was sent; want rank 1's replicated snapshot kept at home", e.rank, e.step)
+	default:
 	}
 }
 
