@@ -12,7 +12,7 @@ import functools
 import os
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple, TypeVar
 
 PIECE = 16 << 20
 """Bytes per piece: large enough that a call's overhead is nothing, small
@@ -59,6 +59,9 @@ def combine(crc1: int, crc2: int, len2: int) -> int:
     return _times(_shift(len2), crc1) ^ crc2
 
 
+T = TypeVar("T")
+
+
 class Pool:
     """A few threads for large reads, writes and CRCs; one per Snapshots."""
 
@@ -66,13 +69,18 @@ class Pool:
         self.threads = threads or max(1, min(8, os.cpu_count() or 1))
         self._pool: Optional[ThreadPoolExecutor] = None
 
-    def _map(self, f: Callable[[Tuple[int, int]], int], length: int) -> List[Tuple[int, int]]:
-        pieces = [(off, min(PIECE, length - off)) for off in range(0, length, PIECE)]
-        if self.threads == 1 or len(pieces) <= 1:
-            return [(p[1], f(p)) for p in pieces]
+    def _run(self, f: Callable[[T], int], items: Sequence[T]) -> List[int]:
+        """f of each item, in order, on the threads when there is more than one."""
+        if self.threads == 1 or len(items) <= 1:
+            return [f(x) for x in items]
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="gorun-snapshot-io")
-        return [(p[1], r) for p, r in zip(pieces, self._pool.map(f, pieces))]
+        return list(self._pool.map(f, items))
+
+    def _map(self, f: Callable[[Tuple[int, int]], int], length: int) -> List[Tuple[int, int]]:
+        """f of each (offset, bytes) piece of length bytes, with its bytes."""
+        pieces = [(off, min(PIECE, length - off)) for off in range(0, length, PIECE)]
+        return [(p[1], r) for p, r in zip(pieces, self._run(f, pieces))]
 
     def crc32(self, view: memoryview) -> int:
         """zlib.crc32 of view (bytes), its pieces on several threads."""
@@ -94,8 +102,8 @@ class Pool:
         pieces = [(view, off + at, at, min(PIECE, len(view) - at))
                   for view, off in reads for at in range(0, len(view), PIECE)]
 
-        def one(i: int) -> int:
-            view, off, at, n = pieces[i]
+        def one(piece: Tuple[memoryview, int, int, int]) -> int:
+            view, off, at, n = piece
             done = 0
             while done < n:
                 got = os.preadv(fd, [view[at + done:at + n]], off + done)
@@ -103,11 +111,7 @@ class Pool:
                     break
                 done += got
             return done
-        if self.threads == 1 or len(pieces) <= 1:
-            return sum(one(i) for i in range(len(pieces)))
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="gorun-snapshot-io")
-        return sum(self._pool.map(one, range(len(pieces))))
+        return sum(self._run(one, pieces))
 
     def crc32_file(self, fd: int, off: int, length: int, chunk: int) -> Tuple[int, int]:
         """zlib.crc32 of length bytes of fd from off, and the bytes read

@@ -466,11 +466,8 @@ class Snapshots:
         if on_gpu:
             self._read_to_devices(m, on_gpu)
 
-        def tensor(i: int) -> torch.Tensor:
-            return into[i]
-
         for key, obj in state.items():
-            value = unpickle(key, tensor)
+            value = unpickle(key, into.__getitem__)
             if isinstance(obj, torch.optim.Optimizer):
                 _load_optimizer(obj, value)
             elif kinds[key]:
