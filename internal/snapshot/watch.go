@@ -10,17 +10,20 @@ import (
 	"time"
 )
 
-// Watch polls the two slot files of global rank rank in dir every interval
-// until ctx ends, and calls found, on Watch's goroutine, with each new
-// complete snapshot: a slot whose header has become complete and differs
-// from the last complete header that slot showed. The first poll reports
-// the newest complete slot already there. When both slots changed between
-// two polls only the newer is reported, and while found runs nothing is
-// polled, so a consumer slower than the worker sees the newest snapshot
-// only and never a queue. A stale slot with a higher step (left from before
-// a restore at an older step) does not hide the new ones.
+// Watch reads the two slot files' headers of global rank rank in dir
+// whenever the rank's writer announces a complete slot (Follower), and at
+// least every SafetyPoll (every interval when it cannot follow
+// announcements), until ctx ends; it calls found, on Watch's goroutine,
+// with each new complete snapshot: a slot whose header has become complete
+// and differs from the last complete header that slot showed. The first
+// read reports the newest complete slot already there. When both slots
+// changed between two reads only the newer is reported, and while found
+// runs nothing is read, so a consumer slower than the worker sees the
+// newest snapshot only and never a queue. A stale slot with a higher step
+// (left from before a restore at an older step) does not hide the new
+// ones.
 //
-// Only the headers are read (HeaderLen bytes a slot and poll): the Slot
+// Only the headers are read (HeaderLen bytes a slot and read): the Slot
 // given to found has a complete header, but its payload is not verified
 // and the worker may already be overwriting it. A consumer copies the
 // payload and checks the copy's CRC-32 against Slot.CRC (Verify of the
@@ -34,18 +37,10 @@ func Watch(ctx context.Context, dir string, rank int, interval time.Duration, fo
 	if interval <= 0 {
 		return fmt.Errorf("snapshot: watch of rank %d: poll interval %v, want > 0", rank, interval)
 	}
+	f := Follow(dir, []int{rank}, interval)
+	defer f.Close()
 	w := NewPoller(dir, rank)
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		if ctx.Err() != nil {
-			return nil // both were ready: the end wins
-		}
+	for ctx.Err() == nil {
 		s, ok, err := w.Poll()
 		if err != nil {
 			return err
@@ -55,8 +50,9 @@ func Watch(ctx context.Context, dir string, rank int, interval time.Duration, fo
 				return err
 			}
 		}
-		t.Reset(interval)
+		f.Wait(ctx, false)
 	}
+	return nil
 }
 
 // Poller finds the new complete snapshots of one rank's slots, for a

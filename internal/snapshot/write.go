@@ -86,7 +86,8 @@ func (s *RankSlots) target() int {
 // rank and computes the payload's CRC-32. A non-zero h.CRC is the CRC the
 // payload must have (a copy received from another node): when the bytes
 // read differ, Write returns an error wrapping ErrCorrupt and writes no
-// header. It returns an error, leaving the slot incomplete and the other
+// header. Once the header is written it announces the slot (Announce).
+// It returns an error, leaving the slot incomplete and the other
 // slot untouched, when h is invalid (world < 1, unknown flags), the reader
 // ends before h.Length bytes (io.ErrUnexpectedEOF), or the space for the
 // slot cannot be reserved (the message names the size).
@@ -138,7 +139,7 @@ func (s *RankSlots) Write(h Header, payload io.Reader) error {
 		return fmt.Errorf("snapshot: %w", err)
 	}
 	s.complete[i], s.steps[i] = true, h.Step
-	return nil
+	return Announce(f.Name())
 }
 
 // Close closes the slot files (they stay: the directory's owner removes

@@ -15,8 +15,11 @@ import (
 	"github.com/gorun/gorun/internal/snapshot"
 )
 
-// pollInterval is how often a pusher reads its ranks' slot headers: the
-// workers write slots through a mapping, which raises no inotify event.
+// pollInterval is how soon a pusher reads its ranks' slot headers again
+// when it has a copy to retry (the peer was busy), and how often it reads
+// them when it cannot follow the workers' announcements
+// (snapshot.Follower); otherwise it reads them when a worker announces a
+// complete slot, and every snapshot.SafetyPoll.
 const pollInterval = 10 * time.Millisecond
 
 // maxBackoff bounds the wait before a pusher dials a peer it could not
@@ -25,10 +28,11 @@ const maxBackoff = time.Second
 
 // Push sends, until ctx ends, each new complete snapshot of ranks (their
 // slot files in dir, snapshot.Paths) to every peer (a Server's host:port),
-// tagged round: it reads the slots' 64-byte headers every 10 ms
-// (snapshot.Poller) and, when a rank's slot shows a complete header it did
-// not show before, streams the newer such slot to the peer, one connection
-// per peer. A slot left with a higher step than the worker now saves (the
+// tagged round: it reads the slots' 64-byte headers (snapshot.Poller)
+// when a worker announces a complete slot (snapshot.Follower; every 10 ms
+// when the kernel gives no inotify instance, logged) and, when a rank's
+// slot shows a complete header it did not show before, streams the newer
+// such slot to the peer, one connection per peer. A slot left with a higher step than the worker now saves (the
 // job restored an older step) does not hold back the new steps in the
 // other slot. It sends the newest step only (a step overwritten before its
 // turn is skipped), never writes to dir nor locks anything a worker uses,
@@ -67,7 +71,7 @@ func Push(ctx context.Context, round int, dir string, ranks []int, peers []strin
 	var wg sync.WaitGroup
 	for _, peer := range peers {
 		p := newPusher(peer, round, dir, ranks, k, report, log.With().Str("peer", peer).Logger())
-		wg.Go(func() { p.run(ctx) })
+		wg.Go(func() { p.run(ctx, dir, ranks) })
 	}
 	wg.Wait()
 	return nil
@@ -134,18 +138,30 @@ func newPusher(peer string, round int, dir string, ranks []int, k keys,
 	return p
 }
 
-func (p *pusher) run(ctx context.Context) {
+func (p *pusher) run(ctx context.Context, dir string, ranks []int) {
 	defer p.disconnect()
-	t := time.NewTicker(pollInterval)
-	defer t.Stop()
+	f := snapshot.Follow(dir, ranks, pollInterval)
+	defer f.Close()
+	if err := f.Err(); err != nil {
+		p.log.Warn().Err(err).Dur("poll", pollInterval).Msg("reading the slot headers on a clock")
+	}
 	for {
 		p.pass(ctx)
-		select {
-		case <-ctx.Done():
+		if !f.Wait(ctx, p.owes()) {
 			return
-		case <-t.C:
 		}
 	}
+}
+
+// owes reports whether a rank has a copy pending: the next pass is due
+// soon, whatever the workers announce.
+func (p *pusher) owes() bool {
+	for _, r := range p.ranks {
+		if r.pending != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // pass polls each rank's slots and sends the new snapshot found, or the

