@@ -28,7 +28,8 @@ torch.nn.Module.state_dict / load_state_dict (and the same pair of
 optimizers, LR schedulers and any other stateful object),
 torch.optim.Optimizer.param_groups and .state (where an optimizer's state
 goes: _load_optimizer), Tensor.expand, torch.__version__.
-Besides torch, only the standard library: zlib.crc32 for the CRC-32 (it
+Besides torch, only the standard library: os.utime (a complete slot is
+announced to the agent by setting its times), zlib.crc32 for the CRC-32 (it
 releases the GIL), mmap (MAP_PRIVATE | MAP_ANONYMOUS and madvise
 MADV_HUGEPAGE for a restore's new CPU tensors: _new_cpu), os.pwrite /
 os.preadv (large ones in pieces on a few threads:
@@ -251,8 +252,13 @@ class Snapshots:
     replicated=True says the state is the same on every rank (data
     parallel: DDP): each save carries the REPLICATED flag, and any rank of
     any world size may restore it, so the job can come back at another size.
-    Without it a snapshot is the saving rank's own and restores only at the
-    same rank and world size.
+    Then only local rank 0 of each node saves (save does nothing on the
+    others): the node's other ranks hold the same state, and the agent
+    hands each of them a copy of it before they restore. So a node keeps one
+    copy of the state, not one per GPU, and spends one copy's CPU, memory
+    bandwidth and tmpfs. Without replicated a snapshot is the saving rank's
+    own, every rank saves, and a snapshot restores only at the same rank
+    and world size.
 
     A save copies every CPU tensor into the slot before it returns; the
     CRC-32, the GPU tensors' copies (asynchronous, to pinned host buffers)
@@ -263,11 +269,13 @@ class Snapshots:
 
     def __init__(self, directory: Optional[str] = None, rank: Optional[int] = None, *,
                  world_size: Optional[int] = None, replicated: bool = False,
-                 background: bool = True,
+                 local_rank: Optional[int] = None, background: bool = True,
                  _before_header: Optional[Callable[[int], None]] = None) -> None:
         """directory defaults to $GORUN_SNAPSHOT_DIR, rank to $RANK (0 when
-        unset) and world_size to $WORLD_SIZE (1 when unset). replicated
-        marks every save as restorable by any rank (see the class).
+        unset), world_size to $WORLD_SIZE (1 when unset) and local_rank to
+        $LOCAL_RANK (0 when unset). replicated marks every save as
+        restorable by any rank, and leaves the saving to local rank 0 (see
+        the class).
         background=False finishes each save before save returns.
         _before_header is a test hook called with the step after the payload
         and its CRC are written and before the header. With a directory,
@@ -283,6 +291,8 @@ class Snapshots:
             raise ValueError(f"gorun snapshots: rank {self.rank} is not in [0, {self.world_size}) "
                              "(RANK and WORLD_SIZE, or the arguments)")
         self.replicated: bool = replicated
+        self.local_rank: int = (local_rank if local_rank is not None
+                                else _env_int("LOCAL_RANK", 0) if directory else 0)
         self._background = background
         self._hook = _before_header
         self._said_why = False
@@ -300,6 +310,12 @@ class Snapshots:
     def enabled(self) -> bool:
         """Whether snapshots are on (a snapshot directory is named)."""
         return bool(self.directory)
+
+    @property
+    def saves(self) -> bool:
+        """Whether save writes anything: snapshots are on, and the state is
+        this rank's own or this is local rank 0 (see the class)."""
+        return self.enabled and (not self.replicated or self.local_rank == 0)
 
     def path(self, slot: int) -> str:
         """The file of slot 0 or 1 of this rank."""
@@ -485,9 +501,10 @@ class Snapshots:
         the caller may change them at once; GPU tensors are copied
         asynchronously on the current stream, so later kernels on that
         stream may change them too. Errors of the previous save are raised
-        here; NoSpaceError names the size needed.
+        here; NoSpaceError names the size needed. Does nothing unless
+        self.saves (a replicated state is saved by local rank 0 only).
         """
-        if not self.enabled:
+        if not self.saves:
             return
         if step < 0:
             raise ValueError("gorun snapshots: step must be >= 0")
@@ -548,6 +565,10 @@ class Snapshots:
                 step, length, crc, _slot.FLAG_REPLICATED if self.replicated else 0,
                 self.rank, self.world_size))
             self._steps[slot] = step
+            # The announcement the agent waits for instead of polling
+            # (docs/snapshots-format.md): setting both times raises inotify's
+            # IN_ATTRIB, which no write does.
+            os.utime(m.fd)
 
         if not self._background:
             finish()

@@ -420,6 +420,25 @@ class OutsideGorunTest(ShmTest):
             h = _slot.unpack(f.read(64))
         self.assertEqual((h.step, h.rank, h.world, h.replicated), (4, 3, 4, False))
 
+    def test_a_replicated_state_is_saved_by_local_rank_0_only(self) -> None:
+        # DDP on a node of 2 workers, global ranks 2 and 3: the state is the
+        # same on both, so one copy is kept; a sharded state is every rank's.
+        cases = [  # (replicated, LOCAL_RANK, files written)
+            (True, "0", ["rank-2.slot0", "rank-2.slot1"]),
+            (True, "1", []),
+            (False, "1", ["rank-3.slot0", "rank-3.slot1"]),
+        ]
+        for replicated, local, want in cases:
+            with self.subTest(replicated=replicated, local_rank=local):
+                rank = str(2 + int(local))
+                with patched_env({gorun.ENV_DIR: self.dir, "RANK": rank, "WORLD_SIZE": "4", "LOCAL_RANK": local}):
+                    with gorun.Snapshots(replicated=replicated) as snaps:
+                        self.assertEqual(snaps.saves, bool(want))
+                        snaps.save(1, {"x": torch.ones(3)})
+                self.assertEqual(sorted(os.listdir(self.dir)), want)
+                for name in os.listdir(self.dir):
+                    os.remove(os.path.join(self.dir, name))
+
 
 class CudaTest(ShmTest):
     """The GPU path: pinned host buffers, non_blocking copies, a CUDA event.
