@@ -45,7 +45,12 @@ fi
 timings=()
 step_start=0
 lap() { timings+=("$(printf '%5d s  %s' $((SECONDS - step_start)) "$1")"); step_start=$SECONDS; }
-trap 'printf "%s\n" "== seconds per step" "${timings[@]}"' EXIT
+background=() # processes a failing step must not leave running
+on_exit() {
+  if ((${#background[@]})); then kill "${background[@]}" 2>/dev/null || true; fi
+  printf "%s\n" "== seconds per step" "${timings[@]}"
+}
+trap on_exit EXIT
 
 lap "apt-get install (when missing)"
 echo "== gofmt, go vet"
@@ -78,10 +83,14 @@ go test -count=1 -timeout 15m "${unit_pkgs[@]}"
 go test -p 1 -count=1 -timeout 20m -skip '^TestNetFaults$' "${e2e_pkgs[@]}"
 lap "go test (all others)"
 
-# The PyTorch side's pure-Python package (python/gorun): its unit tests, on Debian's torch.
-echo "== python tests (python/gorun)"
-/usr/bin/python3 -m unittest discover -s python/tests -t python
-lap "python tests"
+# The PyTorch side's pure-Python package (python/gorun): its unit tests, on Debian's torch. They
+# run beside the fuzz step below (neither asserts a time, and each leaves a core idle half of its
+# run); their output is shown once the fuzz step is done.
+echo "== python tests (python/gorun), beside the fuzz step"
+python_log=$(mktemp)
+/usr/bin/python3 -m unittest discover -s python/tests -t python >"$python_log" 2>&1 &
+python_pid=$!
+background+=("$python_pid")
 
 # Every fuzz target in the tree (func FuzzXxx in a _test.go), each for a
 # bounded number of inputs: the runs above only replayed their seeds and
@@ -101,7 +110,14 @@ grep -rl --include='*_test.go' '^func Fuzz' . | sort | while read -r file; do
     go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -fuzzminimizetime 1000x "$(dirname "$file")"
   done
 done
-lap "go test -fuzz"
+python_rc=0
+wait "$python_pid" || python_rc=$?
+background=()
+echo "== python tests (python/gorun): their output"
+cat "$python_log"
+rm -f "$python_log"
+((python_rc == 0)) || { echo "python tests failed (exit $python_rc)"; exit 1; }
+lap "go test -fuzz and python tests"
 
 # Every bench script in its smoke mode (tiny sizes, one repetition; bench/smoke.sh prints the
 # seconds each took): a bench that can no longer measure what it says fails here, a timing goal

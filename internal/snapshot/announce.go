@@ -16,10 +16,10 @@ import (
 // that its header has just become complete: it sets the file's access and
 // modification times to now, which raises inotify's IN_ATTRIB on it. A
 // writer calls it after writing the header; the Python package does the
-// same with os.utime (docs/snapshots-format.md, "Announcing a complete
-// slot"). Writes raise no IN_ATTRIB (nor does anything written through a
-// mapping raise an event at all), so the announcement is the only event a
-// follower wakes for. The error names the path.
+// same with os.utime (docs/snapshots-format.md, "A save", step 5). Writes
+// raise no IN_ATTRIB (nor does anything written through a mapping raise an
+// event at all), so the announcement is the only event a follower wakes
+// for. The error names the path.
 func Announce(path string) error {
 	now := time.Now()
 	if err := os.Chtimes(path, now, now); err != nil {
