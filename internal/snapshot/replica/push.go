@@ -32,9 +32,9 @@ const maxBackoff = time.Second
 // when a worker announces a complete slot (snapshot.Follower; every 10 ms
 // when the kernel gives no inotify instance, logged) and, when a rank's
 // slot shows a complete header it did not show before, streams the newer
-// such slot to the peer, one connection per peer. A slot left with a higher step than the worker now saves (the
-// job restored an older step) does not hold back the new steps in the
-// other slot. It sends the newest step only (a step overwritten before its
+// such slot to the peer, one connection per peer. A slot left with a
+// higher step than the worker now saves (the job restored an older step)
+// does not hold back the new steps in the other slot. It sends the newest step only (a step overwritten before its
 // turn is skipped), never writes to dir nor locks anything a worker uses,
 // and drops a copy whose slot header changed while it was read (the worker
 // began overwriting it): the peer then keeps its previous copy whole. A
