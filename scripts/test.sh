@@ -45,9 +45,11 @@ fi
 timings=()
 step_start=0
 lap() { timings+=("$(printf '%5d s  %s' $((SECONDS - step_start)) "$1")"); step_start=$SECONDS; }
-background=() # processes a failing step must not leave running
+# A step run in the background (the python tests) is waited for when another step fails: it
+# ends by itself, and killing it would leave the processes it started behind.
+background=()
 on_exit() {
-  if ((${#background[@]})); then kill "${background[@]}" 2>/dev/null || true; fi
+  if ((${#background[@]})); then wait "${background[@]}" 2>/dev/null || true; fi
   printf "%s\n" "== seconds per step" "${timings[@]}"
 }
 trap on_exit EXIT
