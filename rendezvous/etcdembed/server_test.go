@@ -26,6 +26,7 @@ import (
 
 	"github.com/gorun/gorun/internal/etcdtest"
 	"github.com/gorun/gorun/internal/jobsecret"
+	"github.com/gorun/gorun/internal/testutil"
 )
 
 // fastServer is a single-member Config on free loopback ports with
@@ -256,42 +257,24 @@ func TestServerMemberProcess(t *testing.T) {
 // of hosts), as a job's embedded etcd is placed, with data dirs under
 // scratch that Close removes.
 func clusterOn(t *testing.T, hosts []string, scratch string) []Config {
-	for range 50 {
-		ports, err := etcdtest.FreePorts(2)
-		require.NoError(t, err)
-		if !freeOn(hosts, ports) {
-			continue
-		}
-		cluster := map[string]string{}
-		for _, h := range hosts {
-			cluster[h] = net.JoinHostPort(h, strconv.Itoa(ports[1]))
-		}
-		var cfgs []Config
-		for _, h := range hosts {
-			cfgs = append(cfgs, Config{
-				Name: h, DataDir: filepath.Join(scratch, "etcd-"+h), RemoveDataDir: true,
-				ClientAddr: net.JoinHostPort(h, strconv.Itoa(ports[0])), PeerAddr: cluster[h],
-				InitialCluster: cluster, ClusterToken: ClusterTokenPrefix + "test",
-			})
-		}
-		return cfgs
-	}
-	t.Fatal("no pair of ports free on all of", hosts)
-	return nil
-}
-
-// freeOn says whether every port is free on every host.
-func freeOn(hosts []string, ports []int) bool {
+	// Below the ephemeral range: the cluster may be started again on the
+	// same ports, and between two starts an outgoing connection of any
+	// process could take an ephemeral one.
+	ports, err := testutil.StablePorts(2, hosts)
+	require.NoError(t, err)
+	cluster := map[string]string{}
 	for _, h := range hosts {
-		for _, port := range ports {
-			l, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(port)))
-			if err != nil {
-				return false
-			}
-			_ = l.Close()
-		}
+		cluster[h] = net.JoinHostPort(h, strconv.Itoa(ports[1]))
 	}
-	return true
+	var cfgs []Config
+	for _, h := range hosts {
+		cfgs = append(cfgs, Config{
+			Name: h, DataDir: filepath.Join(scratch, "etcd-"+h), RemoveDataDir: true,
+			ClientAddr: net.JoinHostPort(h, strconv.Itoa(ports[0])), PeerAddr: cluster[h],
+			InitialCluster: cluster, ClusterToken: ClusterTokenPrefix + "test",
+		})
+	}
+	return cfgs
 }
 
 // memberChild is a member run by TestServerMemberProcess in a child process.
