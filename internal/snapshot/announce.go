@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Announce tells whoever follows the slot file at path (Announcements)
+// Announce tells whoever follows the slot file at path (Follower)
 // that its header has just become complete: it sets the file's access and
 // modification times to now, which raises inotify's IN_ATTRIB on it. A
 // writer calls it after writing the header; the Python package does the
@@ -28,13 +28,13 @@ func Announce(path string) error {
 	return nil
 }
 
-// Announcements is a follower of some ranks' slot files in a directory:
+// announcements is a follower of some ranks' slot files in a directory:
 // C receives a value each time one of those files is announced complete
 // (Announce) and when the kernel dropped events (its queue overflowed),
 // so that a receiver polls the headers (Poller) only then instead of on a
 // clock. Values do not queue: C holds at most one, so announcements made
 // while nobody received collapse into one. It is safe for concurrent use.
-type Announcements struct {
+type announcements struct {
 	// C receives a value after one or more announcements.
 	C <-chan struct{}
 
@@ -43,12 +43,12 @@ type Announcements struct {
 	once sync.Once
 }
 
-// ListenAnnouncements starts following the slot files (Paths) of ranks in
+// listenAnnouncements starts following the slot files (Paths) of ranks in
 // dir, which must exist. It returns an error, following nothing, when the
 // kernel gives no inotify instance (the per-user limit,
 // fs.inotify.max_user_instances, is reached) or dir cannot be watched:
 // the caller then polls on a clock. Close stops it.
-func ListenAnnouncements(dir string, ranks []int) (*Announcements, error) {
+func listenAnnouncements(dir string, ranks []int) (*announcements, error) {
 	names := map[string]bool{}
 	for _, r := range ranks {
 		for _, p := range Paths(dir, r) {
@@ -67,13 +67,13 @@ func ListenAnnouncements(dir string, ranks []int) (*Announcements, error) {
 	// Close ends a Read in progress.
 	f := os.NewFile(uintptr(fd), "inotify:"+dir)
 	c := make(chan struct{}, 1)
-	a := &Announcements{C: c, f: f, done: make(chan struct{})}
+	a := &announcements{C: c, f: f, done: make(chan struct{})}
 	go a.read(c, names)
 	return a, nil
 }
 
 // read delivers the events of a's inotify instance on c until a is closed.
-func (a *Announcements) read(c chan<- struct{}, names map[string]bool) {
+func (a *announcements) read(c chan<- struct{}, names map[string]bool) {
 	defer close(a.done)
 	buf := make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))
 	for {
@@ -123,7 +123,7 @@ func cString(b []byte) string {
 
 // Close stops following and waits until nothing more is delivered. A
 // second Close does nothing.
-func (a *Announcements) Close() error {
+func (a *announcements) Close() error {
 	var err error
 	a.once.Do(func() {
 		err = a.f.Close()
@@ -138,11 +138,11 @@ func (a *Announcements) Close() error {
 const SafetyPoll = time.Second
 
 // Follower says when to read some ranks' slot headers again: as soon as
-// their writer announces a complete slot (Announcements), and on a clock
+// their writer announces a complete slot (announcements), and on a clock
 // besides, every SafetyPoll, or every poll when the kernel gave no
 // inotify instance (Err says why). It is not safe for concurrent use.
 type Follower struct {
-	a    *Announcements
+	a    *announcements
 	err  error
 	poll time.Duration
 }
@@ -150,7 +150,7 @@ type Follower struct {
 // Follow returns a Follower of the slot files of ranks in dir that polls
 // every poll when it cannot follow announcements. Close releases it.
 func Follow(dir string, ranks []int, poll time.Duration) *Follower {
-	a, err := ListenAnnouncements(dir, ranks)
+	a, err := listenAnnouncements(dir, ranks)
 	return &Follower{a: a, err: err, poll: poll}
 }
 

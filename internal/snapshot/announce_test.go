@@ -57,7 +57,7 @@ func TestAnnounced(t *testing.T) {
 }
 
 // TestOnlyAnnouncingRaisesAttrib checks the kernel behaviour that
-// Announcements rests on: of what a writer does to a slot file (fallocate,
+// the Follower rests on: of what a writer does to a slot file (fallocate,
 // pwrite, a store through a shared mapping, a truncate), nothing raises
 // IN_ATTRIB but Announce. The events arrive in order, so the first
 // IN_ATTRIB read after all of them and an Announce of another file must be
@@ -96,7 +96,7 @@ func TestOnlyAnnouncingRaisesAttrib(t *testing.T) {
 
 // woken waits for a's next value; it fails the test when none comes
 // within a minute (the announcement was not made or not seen).
-func woken(t *testing.T, a *Announcements, what string) {
+func woken(t *testing.T, a *announcements, what string) {
 	t.Helper()
 	select {
 	case <-a.C:
@@ -112,7 +112,7 @@ func TestAnnouncementsWake(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	python := torch.Require(t)
 	dir := t.TempDir()
-	a, err := ListenAnnouncements(dir, []int{0})
+	a, err := listenAnnouncements(dir, []int{0})
 	require.NoError(t, err)
 	defer a.Close()
 

@@ -734,7 +734,7 @@ func TestCloseEndsEverything(t *testing.T) {
 	goleak.VerifyNone(t, before,
 		goleak.IgnoreAnyFunction("github.com/gorun/gorun/internal/snapshot/replica.Push"),
 		goleak.IgnoreAnyFunction("github.com/gorun/gorun/internal/snapshot/replica.(*pusher).run"),
-		goleak.IgnoreAnyFunction("github.com/gorun/gorun/internal/snapshot.(*Announcements).read"))
+		goleak.IgnoreAnyFunction("github.com/gorun/gorun/internal/snapshot.(*announcements).read"))
 	_, err = silent.Read(make([]byte, 1))
 	require.ErrorIs(t, err, io.EOF, "the server closed the silent connection")
 	cancel()
