@@ -175,11 +175,30 @@ func TestSnapshotsWorkerKill(t *testing.T) {
 		p.wait()
 		t.Fatal("no agreement after the kill")
 	}
-	for rank := range 2 {
-		w, ok := p.workerOf(rank)
-		if !ok {
-			t.Fatalf("no restarted worker of rank %d", rank)
+	// The agreement is logged before the round's workers start: wait for
+	// a worker of each rank started with the agreed step in its
+	// environment (the old ones had none to restore).
+	agreedStep := strconv.FormatUint(rec.Step, 10)
+	restarted := func(rank int) (harness.Proc, bool) {
+		for _, w := range harness.Marked(markerEnv + "=" + p.marker) {
+			r, _ := w.Getenv("RANK")
+			s, _ := w.Getenv("GORUN_SNAPSHOT_STEP")
+			if r == strconv.Itoa(rank) && s == agreedStep {
+				return w, true
+			}
 		}
+		return harness.Proc{}, false
+	}
+	if !waitUntil(p, func() bool {
+		_, ok0 := restarted(0)
+		_, ok1 := restarted(1)
+		return ok0 && ok1
+	}) {
+		p.wait()
+		t.Fatalf("no restarted workers of ranks 0 and 1 with GORUN_SNAPSHOT_STEP=%s", agreedStep)
+	}
+	for rank := range 2 {
+		w, _ := restarted(rank)
 		dir, _ := w.Getenv("GORUN_SNAPSHOT_DIR")
 		step, _ := w.Getenv("GORUN_SNAPSHOT_STEP")
 		verified, _ := w.Getenv("GORUN_SNAPSHOT_VERIFIED")
