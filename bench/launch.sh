@@ -47,6 +47,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/gorun-bench.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
+# What the launchers leave in TMPDIR (torchrun's torchelastic_* log dirs) goes with $tmp.
+export TMPDIR=$tmp
 
 die() { echo "launch.sh: $*" >&2; exit 1; }
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a positive integer, got '$RUNS'"

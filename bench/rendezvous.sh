@@ -120,6 +120,8 @@ need=$((most + 1024))
   die "ulimit -n is $(ulimit -n) (hard $(ulimit -Hn)): $most agents need at least $need open files"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/gorun-rdzv-bench.XXXXXX")
+# What the launchers leave in TMPDIR (torchrun's torchelastic_* log dirs) goes with $tmp.
+export TMPDIR=$tmp
 marker="rdzv-$$-$(date +%s%N)"
 export RDZVBENCH_MARKER=$marker
 etcd_pid=

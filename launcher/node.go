@@ -97,8 +97,9 @@ func newNode(l *Launch, rt Runtime) *node {
 }
 
 // start makes the node's parts, each in the order the next one needs
-// it: the error-file directory, the metrics server, the guard process,
-// the snapshot directory (which the guard removes if gorun dies), then (over etcd) the embedded member, the connection, the incarnation,
+// it: the error-file directory, the metrics server, the guard process
+// (which removes the error-file directory, if temporary, and the snapshot
+// directory if gorun dies), the snapshot directory, then (over etcd) the embedded member, the connection, the incarnation,
 // the store, the prober, the rendezvous, and last the agent. It returns
 // the first error; what it made until then stays in n for close.
 func (n *node) start(ctx context.Context) error {
@@ -150,6 +151,12 @@ func (n *node) start(ctx context.Context) error {
 			return err
 		}
 		n.guard, spec.Guard = guard, guard
+		if n.tmpDir != "" {
+			// gorun killed -9 cannot remove it itself (close does otherwise).
+			if err := guard.RemoveAtExit(n.tmpDir); err != nil {
+				return err
+			}
+		}
 	}
 	if l.Snapshots {
 		if err := n.makeSnapshotDir(&spec); err != nil {

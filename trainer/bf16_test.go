@@ -28,7 +28,7 @@ func TestBF16TrainsLikeFP32(t *testing.T) {
 		t.Skip("this CPU has no AVX512_BF16: 1200 steps on the portable bf16 kernel take too long for a test")
 	}
 	const steps = 300
-	lastTen := func(seed int, precision string) float64 {
+	lastTen := func(t *testing.T, seed int, precision string) float64 {
 		cfg, err := config.Load(filepath.Join("..", "examples", "train.toml"), []string{
 			fmt.Sprintf("train.steps=%d", steps), fmt.Sprintf("train.seed=%d", seed), "train.metrics=''",
 			`train.precision="` + precision + `"`})
@@ -42,10 +42,27 @@ func TestBF16TrainsLikeFP32(t *testing.T) {
 		}
 		return sum / 10
 	}
-	var fp32, bf16 float64
 	seeds := []int{1, 2, 3, 4}
-	for _, seed := range seeds {
-		f, b := lastTen(seed, config.PrecisionFP32), lastTen(seed, config.PrecisionBF16)
+	precisions := []string{config.PrecisionFP32, config.PrecisionBF16}
+	// Each run is one process of one thread: they run side by side, as
+	// many at once as -test.parallel allows (GOMAXPROCS).
+	loss := make([][2]float64, len(seeds))
+	t.Run("runs", func(t *testing.T) {
+		for i, seed := range seeds {
+			for j, precision := range precisions {
+				t.Run(fmt.Sprintf("seed=%d/%s", seed, precision), func(t *testing.T) {
+					t.Parallel()
+					loss[i][j] = lastTen(t, seed, precision)
+				})
+			}
+		}
+	})
+	if t.Failed() {
+		return
+	}
+	var fp32, bf16 float64
+	for i, seed := range seeds {
+		f, b := loss[i][0], loss[i][1]
 		t.Logf("seed %d: mean loss of steps %d-%d: fp32 %.4f, bf16 %.4f (%+.2f %%)",
 			seed, steps-9, steps, f, b, 100*(b/f-1))
 		fp32 += f / float64(len(seeds))

@@ -66,7 +66,9 @@ func TestServerStartPanicIsError(t *testing.T) {
 	require.NoError(t, os.MkdirAll(wal, 0o700))
 	require.NoError(t, os.WriteFile(filepath.Join(wal, "0000000000000000-0000000000000000.wal"), []byte("not a WAL"), 0o600))
 	cmd := exec.Command(os.Args[0], "-test.run=^TestServerStartPanicIsError$", "-test.count=1")
-	cmd.Env = append(os.Environ(), crashDirEnv+"="+dir)
+	// TMPDIR: the child exits without its t.Cleanup, so its temporary
+	// directories go under one of the parent's.
+	cmd.Env = append(os.Environ(), crashDirEnv+"="+dir, "TMPDIR="+t.TempDir())
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), "cannot use its data dir "+dir)

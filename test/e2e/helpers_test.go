@@ -95,6 +95,7 @@ type gorunProc struct {
 	cmd    *exec.Cmd
 	cancel context.CancelFunc
 	marker string
+	tmpDir string // its TMPDIR
 	stdout *testutil.SyncBuffer
 	stderr *testutil.SyncBuffer
 	done   chan struct{}
@@ -132,14 +133,14 @@ func startProcWithin(t *testing.T, timeout time.Duration, name, bin string, extr
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	p := &gorunProc{
-		t: t, name: name, args: args, cancel: cancel, marker: newMarker(t),
+		t: t, name: name, args: args, cancel: cancel, marker: newMarker(t), tmpDir: t.TempDir(),
 		stdout: &testutil.SyncBuffer{}, stderr: &testutil.SyncBuffer{}, done: make(chan struct{}),
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = moduleRoot
 	// TMPDIR: a killed agent cannot remove its embedded etcd's data dir (over 100 MB) or its
 	// error files; the test's temporary directory goes with the test.
-	cmd.Env = buildEnv(append([]string{"PYTHON=" + defaultPython(), markerEnv + "=" + p.marker, "TMPDIR=" + t.TempDir()}, extraEnv...))
+	cmd.Env = buildEnv(append([]string{"PYTHON=" + defaultPython(), markerEnv + "=" + p.marker, "TMPDIR=" + p.tmpDir}, extraEnv...))
 	cmd.Stdout = p.stdout
 	cmd.Stderr = p.stderr
 	// On timeout or cleanup: ask gorun to stop (it must forward to its

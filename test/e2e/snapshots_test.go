@@ -229,9 +229,9 @@ func TestSnapshotsWorkerKill(t *testing.T) {
 	requireNoShm(t, id+"-ref")
 }
 
-// An agent killed with SIGKILL leaves no snapshot directory behind: its
-// guard, which outlives it, kills its workers and then removes the
-// directory.
+// An agent killed with SIGKILL leaves no snapshot directory, and no
+// directory of its workers' error files, behind: its guard, which
+// outlives it, kills its workers and then removes both.
 func TestSnapshotsGoWithAKilledAgent(t *testing.T) {
 	torch.Require(t)
 	id := "snap-agent-kill-" + newMarker(t)
@@ -245,21 +245,26 @@ func TestSnapshotsGoWithAKilledAgent(t *testing.T) {
 	if len(dirs) != 1 {
 		t.Fatalf("want one snapshot directory of the run in /dev/shm, found %v", dirs)
 	}
+	errorDirs, _ := filepath.Glob(filepath.Join(p.tmpDir, "gorun-"+id+"-*"))
+	if len(errorDirs) != 1 {
+		t.Fatalf("want one error-file directory of the run in gorun's TMPDIR, found %v", errorDirs)
+	}
 	if err := p.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	<-p.done
 	// The guard reads the end of its input once gorun is gone; then it
-	// kills the workers and removes the directory, and exits.
+	// kills the workers, removes the directories, and exits.
 	gone := func() bool {
 		_, err := os.Stat(dirs[0])
-		return os.IsNotExist(err) && len(listMarked(p.marker)) == 0
+		_, errorErr := os.Stat(errorDirs[0])
+		return os.IsNotExist(err) && os.IsNotExist(errorErr) && len(listMarked(p.marker)) == 0
 	}
 	deadline := time.After(runTimeout)
 	for !gone() {
 		select {
 		case <-deadline:
-			t.Fatalf("%s still there, or processes of the run alive (%v), after gorun was killed", dirs[0], listMarked(p.marker))
+			t.Fatalf("%s or %s still there, or processes of the run alive (%v), after gorun was killed", dirs[0], errorDirs[0], listMarked(p.marker))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
