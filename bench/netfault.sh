@@ -12,7 +12,7 @@
 #   RUNS=3 bench/netfault.sh
 #   GORUN_BIN=/path/to/gorun bench/netfault.sh   # skip the go build
 #   SMOKE=1 bench/netfault.sh                    # CI: one run of the test's default scenarios
-#                                                # (the four shorter ones, about 2 minutes) and
+#                                                # (three of the shorter ones, under 2 minutes) and
 #                                                # their final models' comparison with a fault-free
 #                                                # run; fails when the test does, or unless the row
 #                                                # "node C cut off 10 s" is in the table and says C
@@ -33,15 +33,16 @@ if [[ "$SMOKE" == 1 ]]; then
   RUNS=1 netfault=
 fi
 
+rows=$(mktemp)
+bindir=
+trap 'rm -f "$rows"; [[ -z "$bindir" ]] || rm -rf "$bindir"' EXIT
 if [ -z "${GORUN_BIN:-}" ]; then
-  bin=$(mktemp -d)/gorun
-  go build -o "$(dirname "$bin")/" ./cmd/gorun ./cmd/gorun-worker
-  export GORUN_BIN=$bin
+  bindir=$(mktemp -d)
+  go build -o "$bindir/" ./cmd/gorun ./cmd/gorun-worker
+  export GORUN_BIN=$bindir/gorun
 fi
 
 status=0
-rows=$(mktemp)
-trap 'rm -f "$rows"' EXIT
 for run in $(seq "$RUNS"); do
   echo "== run $run of $RUNS" >&2
   log=$(GORUN_NETFAULT=$netfault go test ./test/e2e -run "$run_pattern" -count=1 -v -timeout 15m 2>&1) || {
