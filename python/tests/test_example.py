@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+from typing import Callable, Dict, Optional
 
 import torch
 
@@ -18,6 +19,40 @@ SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
 
 
 class ExampleTest(ShmTest):
+    """Each fault-free reference (5 steps of one process, 6 of a DDP job of
+    3) runs once for every test that compares with it: a run is mostly
+    python and torch starting."""
+
+    _refs: Dict[str, str] = {}
+    _refs_dir: Optional[tempfile.TemporaryDirectory] = None
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        if cls._refs_dir is not None:
+            cls._refs_dir.cleanup()
+            cls._refs_dir, cls._refs = None, {}
+
+    def reference(self, name: str, run: Callable[[str], object]) -> str:
+        """The path of reference name, which run(path) writes the first time."""
+        cls = type(self)
+        if name not in cls._refs:
+            if cls._refs_dir is None:
+                cls._refs_dir = tempfile.TemporaryDirectory()
+            path = os.path.join(cls._refs_dir.name, name + ".pt")
+            run(path)
+            cls._refs[name] = path
+        return cls._refs[name]
+
+    def straight(self) -> str:
+        """The model of 5 steps of one process, no snapshots."""
+        def run(out: str) -> None:
+            self.assertIn("step 5 loss", self.run_script(5, out, snapshots=False))
+        return self.reference("straight", run)
+
+    def straight_ddp(self) -> str:
+        """The model of 6 steps of a DDP job of 3 plain processes."""
+        return self.reference("straight-ddp", lambda out: self.run_ddp(6, out))
+
     def run_script(self, steps: int, out: str, snapshots: bool, *extra: str) -> str:
         env = {k: v for k, v in os.environ.items()
                if k not in ("GORUN_SNAPSHOT_DIR", "RANK", "LOCAL_RANK", "WORLD_SIZE")}
@@ -29,9 +64,7 @@ class ExampleTest(ShmTest):
 
     def test_restarted_run_ends_bit_identical(self) -> None:
         with tempfile.TemporaryDirectory() as tmp:
-            straight, resumed = os.path.join(tmp, "a.pt"), os.path.join(tmp, "b.pt")
-            out = self.run_script(5, straight, snapshots=False)
-            self.assertIn("step 5 loss", out)
+            straight, resumed = self.straight(), os.path.join(tmp, "b.pt")
             self.assertEqual(os.listdir(self.dir), [])
             self.run_script(3, resumed, snapshots=True)
             out = self.run_script(5, resumed, snapshots=True)
@@ -45,9 +78,8 @@ class ExampleTest(ShmTest):
 
     def test_checkpoint_resume_ends_bit_identical(self) -> None:
         with tempfile.TemporaryDirectory() as tmp:
-            straight, resumed = os.path.join(tmp, "a.pt"), os.path.join(tmp, "b.pt")
+            straight, resumed = self.straight(), os.path.join(tmp, "b.pt")
             ckpt = os.path.join(tmp, "ckpt")
-            self.run_script(5, straight, False)
             # Stopped at step 3: its newest checkpoint is step 2's, so step 3 is trained again.
             out = self.run_script(3, resumed, False, "--ckpt-dir", ckpt, "--ckpt-every", "2")
             self.assertEqual(os.listdir(ckpt), ["ckpt-00000002.pt"])
@@ -84,9 +116,8 @@ class ExampleTest(ShmTest):
 
     def test_ddp_checkpoint_resume_ends_bit_identical(self) -> None:
         with tempfile.TemporaryDirectory() as tmp:
-            straight, resumed = os.path.join(tmp, "a.pt"), os.path.join(tmp, "b.pt")
+            straight, resumed = self.straight_ddp(), os.path.join(tmp, "b.pt")
             ckpt = os.path.join(tmp, "ckpt")
-            self.run_ddp(6, straight)
             self.run_ddp(3, resumed, "--ckpt-dir", ckpt, "--ckpt-every", "2")
             self.run_ddp(6, resumed, "--ckpt-dir", ckpt, "--ckpt-every", "2")
             a, b = torch.load(straight), torch.load(resumed)
@@ -108,8 +139,7 @@ class ExampleTest(ShmTest):
         calls do nothing (nothing restored, no slot file in /dev/shm) and it
         ends as the same job of plain processes does."""
         with tempfile.TemporaryDirectory() as tmp:
-            plain, torchrun = os.path.join(tmp, "a.pt"), os.path.join(tmp, "b.pt")
-            self.run_ddp(2, plain)
+            plain, torchrun = self.straight_ddp(), os.path.join(tmp, "b.pt")
             before = set(os.listdir("/dev/shm"))
             env = {k: v for k, v in os.environ.items() if k != "GORUN_SNAPSHOT_DIR"}
             env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
@@ -117,10 +147,10 @@ class ExampleTest(ShmTest):
             r = subprocess.run(
                 [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=3",
                  "--redirects", "9:1", "--tee", "9:1", "--log_dir", os.path.join(tmp, "logs"),
-                 SCRIPT, "--model-mb", "2", "--steps", "2", "--out", torchrun],
+                 SCRIPT, "--model-mb", "2", "--steps", "6", "--out", torchrun],
                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
             self.assertEqual(r.returncode, 0, r.stdout[-2000:])
-            self.assertIn("step 2 loss", r.stdout)
+            self.assertIn("step 6 loss", r.stdout)
             self.assertNotIn("restored", r.stdout)
             self.assertEqual([n for n in set(os.listdir("/dev/shm")) - before if n.startswith("rank-")], [])
             a, b = torch.load(plain), torch.load(torchrun)
