@@ -90,11 +90,7 @@ type job struct {
 	fault  []fault
 }
 
-func newJob(b *bench, w way, faults bool) (*job, error) {
-	name := w.Name
-	if !faults {
-		name = "fault-free"
-	}
+func newJob(b *bench, w way, name string, faults bool) (*job, error) {
 	dir := filepath.Join(b.dir, name)
 	if err := os.MkdirAll(filepath.Join(dir, "ckpt"), 0o755); err != nil {
 		return nil, err
