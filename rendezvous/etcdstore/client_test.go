@@ -24,6 +24,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gorun/gorun/internal/etcdtest"
+	"github.com/gorun/gorun/internal/testutil"
 	"github.com/gorun/gorun/rendezvous/etcdembed"
 	"github.com/gorun/gorun/rendezvous/etcdstore"
 )
@@ -78,7 +79,9 @@ func TestClientConfigFromConf(t *testing.T) {
 func TestDialDeadEndpointGivesUpWithTheCause(t *testing.T) {
 	for _, patience := range []time.Duration{300 * time.Millisecond, time.Nanosecond} {
 		t.Run(patience.String(), func(t *testing.T) {
-			ports, err := etcdtest.FreePorts(1)
+			// Below the ephemeral range: no connection's source port takes it
+			// while the test expects "connection refused" there.
+			ports, err := testutil.StablePorts(1, []string{"127.0.0.1"})
 			require.NoError(t, err)
 			addr := "127.0.0.1:" + strconv.Itoa(ports[0])
 			_, err = etcdstore.Dial(dialCtx(t), etcdstore.ClientConfig{Endpoints: []string{addr}, Patience: patience})
@@ -88,7 +91,7 @@ func TestDialDeadEndpointGivesUpWithTheCause(t *testing.T) {
 }
 
 func TestDialStopsWithItsContext(t *testing.T) {
-	ports, err := etcdtest.FreePorts(1)
+	ports, err := testutil.StablePorts(1, []string{"127.0.0.1"})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -98,7 +101,10 @@ func TestDialStopsWithItsContext(t *testing.T) {
 }
 
 func TestDialWaitsForALateServer(t *testing.T) {
-	ports, err := etcdtest.FreePorts(2)
+	// Below the ephemeral range: the server binds them 300 ms after the
+	// pick, and an ephemeral port may become a connection's source port
+	// meanwhile.
+	ports, err := testutil.StablePorts(2, []string{"127.0.0.1"})
 	require.NoError(t, err)
 	cfg := etcdembed.Config{
 		Name: "late", DataDir: t.TempDir(), UnsafeNoFsync: true,
