@@ -39,7 +39,7 @@ func measureCost(ctx context.Context, b *bench) ([]costPair, error) {
 			order = []way{on, off}
 		}
 		for _, w := range order {
-			name := fmt.Sprintf("cost-%d-%s", i, map[bool]string{false: "off", true: "on"}[w.Snapshots])
+			name := fmt.Sprintf("cost-%d-%s", i, onOff(w.Snapshots, "on", "off"))
 			j, err := newJob(b, w, name, false)
 			if err != nil {
 				return nil, err
@@ -84,7 +84,7 @@ func printCostPairs(w io.Writer, pairs []costPair) {
 	}
 	each := make([]string, len(pairs))
 	for i, p := range pairs {
-		each[i] = fmt.Sprintf("%+.1f %% (%.3f s -> %.3f s%s)", 100*p.Cost(), p.Off.Seconds(), p.On.Seconds(), map[bool]string{true: ", on first"}[p.OnFirst])
+		each[i] = fmt.Sprintf("%+.1f %% (%.3f s -> %.3f s%s)", 100*p.Cost(), p.Off.Seconds(), p.On.Seconds(), onOff(p.OnFirst, ", on first", ""))
 	}
 	fmt.Fprintf(w, "\nsnapshot cost per step, %d fault-free pairs (snapshots off, on; one right after the other): median %+.1f %%; each: %s\n",
 		len(pairs), 100*medianCost(pairs), strings.Join(each, ", "))
