@@ -70,11 +70,12 @@ type node struct {
 	rt  Runtime
 	log zerolog.Logger // the rendezvous's (component=rendezvous)
 
-	tmpDir      string          // the workers' error files without --log-dir; removed by close
-	snapDir     string          // the job's snapshot directory on this node (Launch.Snapshots); removed by close
-	replicas    *replica.Server // serves snapshot copies to and from the other nodes (over etcd); nil: none
-	stopMetrics func()          // stops serving --metrics-addr
-	guard       *proc.Guard     // kills the workers if gorun dies without stopping them
+	tmpDir      string              // the workers' error files without --log-dir; removed by close
+	snapDir     string              // the job's snapshot directory on this node (Launch.Snapshots); removed by close
+	replicas    *replica.Server     // serves snapshot copies to and from the other nodes (over etcd); nil: none
+	crc         *snapshot.CRCServer // computes the CRCs of the Python workers' saves; nil: none
+	stopMetrics func()              // stops serving --metrics-addr
+	guard       *proc.Guard         // kills the workers if gorun dies without stopping them
 
 	// Over etcd, in the order start makes them.
 	member  *etcdembed.Server  // this node's embedded etcd member, which the others may still need
@@ -312,6 +313,11 @@ func (n *node) close(by time.Time) error {
 			n.rt.Log.Warn().Err(err).Msg("stopping the snapshot replica server")
 		}
 	}
+	if n.crc != nil {
+		if err := n.crc.Close(); err != nil {
+			n.rt.Log.Warn().Err(err).Msg("stopping the snapshot CRC socket")
+		}
+	}
 	if n.snapDir != "" {
 		if err := os.RemoveAll(n.snapDir); err != nil {
 			n.rt.Log.Warn().Err(err).Msg("removing the snapshot directory")
@@ -524,6 +530,14 @@ func (n *node) makeSnapshotDir(spec *elastic.Spec) error {
 		return fmt.Errorf("snapshot directory %s: %w", dir, err)
 	}
 	env := setEnv(spec.Environ, snapshot.EnvDir, dir)
+	// The workers' saves ask the agent for their CRCs (five times zlib's
+	// speed here); without the socket they compute them themselves.
+	if crc, err := snapshot.ServeCRC(dir); err != nil {
+		n.rt.Log.Warn().Str("component", "launcher").Err(err).Msg("the workers compute their snapshots' CRCs themselves")
+	} else {
+		n.crc = crc
+		env = setEnv(env, snapshot.EnvCRC, crc.Path())
+	}
 	path := python
 	if old, ok := lookupEnv(env, "PYTHONPATH"); ok && old != "" {
 		path += string(os.PathListSeparator) + old

@@ -189,7 +189,11 @@ func TestSnapshotDir(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, os.FileMode(0o700), st.Mode().Perm())
 			require.FileExists(t, filepath.Join(dir, "python", "gorun", "__init__.py"))
-			require.Equal(t, []string{"HOME=/h", "GORUN_SNAPSHOT_DIR=" + dir, "PYTHONPATH=" + tc.wantPath(dir)}, spec.Environ)
+			require.Equal(t, []string{"HOME=/h", "GORUN_SNAPSHOT_DIR=" + dir, "GORUN_SNAPSHOT_CRC=" + filepath.Join(dir, "crc.sock"),
+				"PYTHONPATH=" + tc.wantPath(dir)}, spec.Environ)
+			c, err := net.Dial("unix", filepath.Join(dir, "crc.sock"))
+			require.NoError(t, err, "the agent serves its workers' CRCs")
+			require.NoError(t, c.Close())
 			require.Equal(t, &elastic.Snapshots{Dir: dir, Node: "h", Replicas: 2, Durable: want}, spec.Snapshots)
 			if tc.durable != "" {
 				require.DirExists(t, tc.durable)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -98,4 +99,52 @@ print(step, state["step"])
 	out, err = cmd.CombinedOutput()
 	require.NoError(t, err, "output: %s", out)
 	require.Equal(t, "3 3\n", string(out))
+}
+
+// TestPythonAsksTheAgentForCRCs: with GORUN_SNAPSHOT_CRC naming a
+// CRCServer, the Python package's saves take their CRCs from it (one per
+// save) and are complete (Go verifies them); restore verifies through it
+// too. Naming a socket nobody serves, the saves are still complete, their
+// CRCs computed in the worker, and each Snapshots object says so once on
+// stderr.
+func TestPythonAsksTheAgentForCRCs(t *testing.T) {
+	python := torch.Require(t)
+	script := `
+import sys, torch, gorun
+snaps = gorun.Snapshots(sys.argv[1], 0, world_size=1)
+model = torch.nn.Linear(300, 200)
+for step in range(1, 4):
+    with torch.no_grad():
+        model.weight.add_(1)
+    snaps.save(step, {"model": model})
+    snaps.wait()
+snaps.close()
+again = gorun.Snapshots(sys.argv[1], 0, world_size=1)
+print(again.restore({"model": torch.nn.Linear(300, 200)}))
+`
+	run := func(dir, socket string) string {
+		cmd := exec.Command(python, "-c", script, dir)
+		cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join("..", "..", "python"), EnvCRC+"="+socket)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		require.NoError(t, err, "stderr: %s", stderr.String())
+		require.Equal(t, "3\n", string(out))
+		paths := Paths(dir, 0)
+		s, err := Newest(paths[:]...)
+		require.NoError(t, err)
+		require.Equal(t, uint64(3), s.Step)
+		return stderr.String()
+	}
+
+	dir := t.TempDir()
+	srv, err := ServeCRC(dir)
+	require.NoError(t, err)
+	defer srv.Close()
+	require.Empty(t, run(dir, srv.Path()))
+	require.Equal(t, uint64(3+1), srv.Served(), "one CRC per save, and the restore's")
+
+	dir = t.TempDir()
+	stderr := run(dir, filepath.Join(dir, "nobody.sock"))
+	require.Equal(t, 2, strings.Count(stderr, "computing the CRCs here from now on"), "once per Snapshots object:\n%s", stderr)
 }
