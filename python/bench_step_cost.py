@@ -10,6 +10,11 @@ the same machine (a busy one drifts block by block, not within a block). It
 prints the median step time of each kind, their difference as a fraction of
 a step, and what one save costs the caller (until it returns) and in all
 (until complete), beside a memcpy of the same bytes. JSON on the last line.
+
+Under gorun it saves into the agent's snapshot directory, and the agent
+computes the CRCs, as it does for a training job's workers:
+
+    gorun --standalone --nproc-per-node=1 -- /usr/bin/python3 python/bench_step_cost.py
 """
 import argparse
 import json
@@ -62,7 +67,8 @@ def main() -> None:
     t0 = time.perf_counter()
     dst.copy_(src)
     memcpy = time.perf_counter() - t0
-    d = tempfile.mkdtemp(prefix="gorun-step-cost-", dir=args.dir)
+    agent_dir = os.environ.get(gorun.snapshots.ENV_DIR)
+    d = agent_dir or tempfile.mkdtemp(prefix="gorun-step-cost-", dir=args.dir)
     times: Dict[bool, List[float]] = {True: [], False: []}
     returns: List[float] = []
     completes: List[float] = []
@@ -91,10 +97,12 @@ def main() -> None:
             completes.append(time.perf_counter() - s0)
         snaps.close()
     finally:
-        shutil.rmtree(d)
+        if not agent_dir:
+            shutil.rmtree(d)
     with_s, without_s = statistics.median(times[True]), statistics.median(times[False])
     out = {
         "state_bytes": nbytes, "batch": args.batch, "threads": args.threads,
+        "crc_by": "agent" if os.environ.get(gorun.snapshots.ENV_CRC) and agent_dir else "worker",
         "step_s": without_s, "step_with_snapshot_s": with_s,
         "cost_fraction_of_step": (with_s - without_s) / without_s,
         "save_returns_s": statistics.median(returns), "save_complete_s": statistics.median(completes),

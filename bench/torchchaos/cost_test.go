@@ -27,3 +27,24 @@ func TestMedianCost(t *testing.T) {
 		})
 	}
 }
+
+// TestCPUCost: a pair's CPU cost is the runs' CPU difference, per step and as a fraction of the
+// run without snapshots; unknown figures cost 0.
+func TestCPUCost(t *testing.T) {
+	s := func(n float64) time.Duration { return time.Duration(n * float64(time.Second)) }
+	for _, tc := range []struct {
+		name    string
+		pair    costPair
+		perStep time.Duration
+		frac    float64
+	}{
+		{"40 steps, 4 s more", costPair{OffCPU: s(100), OnCPU: s(104), Steps: 40}, s(0.1), 0.04},
+		{"cheaper with snapshots (noise)", costPair{OffCPU: s(100), OnCPU: s(99), Steps: 10}, s(-0.1), -0.01},
+		{"no steps, no CPU", costPair{}, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.perStep, tc.pair.CPUPerStep())
+			require.InDelta(t, tc.frac, tc.pair.CPUCost(), 1e-9)
+		})
+	}
+}

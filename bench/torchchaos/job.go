@@ -271,6 +271,19 @@ func (j *job) run(ctx context.Context) error {
 	return nil
 }
 
+// cpu is the CPU time (user and system) the job's last node processes spent, each with every
+// process it reaped (its workers): wait4's rusage of a gorun agent counts them. A node killed and
+// replaced counts only its replacement, so it is a fault-free run's figure.
+func (j *job) cpu() time.Duration {
+	var d time.Duration
+	for _, n := range j.nodes {
+		if st := n.cmd.ProcessState; st != nil {
+			d += st.UserTime() + st.SystemTime()
+		}
+	}
+	return d
+}
+
 // finished reports whether every node of the job has exited with no replacement due.
 func (j *job) finished() bool {
 	if len(j.replacing) > 0 {

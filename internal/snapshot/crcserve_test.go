@@ -42,15 +42,16 @@ func askCRC(t *testing.T, c net.Conn, name string, off, length uint64) (uint32, 
 }
 
 // TestCRCServer: over a real Unix socket, one connection's requests get
-// the CRC-32 (IEEE) of exactly the asked bytes of a slot file, across the
-// server's read buffer; a name that is not a slot's, a missing file and a
-// range past the end are errors naming them, and the connection goes on
-// serving. Close ends a connection still open, removes the socket and
-// leaves no goroutine.
+// the CRC-32 (IEEE) of exactly the asked bytes of a slot file, also after
+// the file was rewritten in place, grew, or was replaced (the server keeps
+// its mapping only while it is the same file, large enough); a name that
+// is not a slot's, a missing file and a range past the end are errors
+// naming them, and the connection goes on serving. Close ends a
+// connection still open, removes the socket and leaves no goroutine.
 func TestCRCServer(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	dir := t.TempDir()
-	data := make([]byte, 3*crcBuffer+12345)
+	data := make([]byte, 3<<20+12345)
 	for i := range data {
 		data[i] = byte(rand.Uint32())
 	}
@@ -66,6 +67,7 @@ func TestCRCServer(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Close()
 
+	const all = ^uint64(0)
 	for _, tc := range []struct {
 		name        string
 		file        string
@@ -80,8 +82,36 @@ func TestCRCServer(t *testing.T) {
 		{"a path", "../rank-3.slot1", 0, 10, `is not a slot file's name`},
 		{"missing", "rank-4.slot0", 0, 10, "no such file"},
 		{"past the end", "rank-3.slot1", HeaderSize, uint64(len(data)), "ends at byte"},
+		// The file as the case leaves it, whole (length: all of data then).
+		{"rewritten in place", "rank-3.slot1", 0, all, ""},
+		{"grown", "rank-3.slot1", 0, all, ""},
+		{"replaced by a smaller file", "rank-3.slot1", 0, all, ""},
+		{"shrunk below the range", "rank-3.slot1", 0, all, "ends at byte"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, tc.file)
+			switch tc.name {
+			case "rewritten in place":
+				f, err := os.OpenFile(path, os.O_WRONLY, 0)
+				require.NoError(t, err)
+				data[HeaderSize+5] ^= 0xff
+				_, err = f.WriteAt(data[HeaderSize:HeaderSize+10], HeaderSize)
+				require.NoError(t, err)
+				require.NoError(t, f.Close())
+			case "grown":
+				data = append(data, data[:1<<20]...)
+				require.NoError(t, os.WriteFile(path, data, 0o600))
+			case "replaced by a smaller file":
+				data = append([]byte(nil), data[:len(data)/2]...)
+				data[7] ^= 0xff
+				require.NoError(t, os.WriteFile(path+".new", data, 0o600))
+				require.NoError(t, os.Rename(path+".new", path))
+			case "shrunk below the range":
+				require.NoError(t, os.Truncate(path, int64(len(data)/2)))
+			}
+			if tc.length == all {
+				tc.length = uint64(len(data))
+			}
 			crc, msg := askCRC(t, c, tc.file, tc.off, tc.length)
 			if tc.err != "" {
 				require.Contains(t, msg, tc.err)
@@ -99,4 +129,19 @@ func TestCRCServer(t *testing.T) {
 	_, err = os.Stat(s.Path())
 	require.ErrorIs(t, err, os.ErrNotExist)
 	require.NoError(t, s.Close())
+}
+
+// TestCRCOfATruncatedMapping: a slot file truncated under the server's
+// mapping faults when read (SIGBUS); the server returns an error naming
+// the file instead of crashing the agent.
+func TestCRCOfATruncatedMapping(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rank-0.slot0")
+	require.NoError(t, os.WriteFile(path, make([]byte, 1<<20), 0o600))
+	maps := slotMaps{}
+	defer maps.close()
+	b, err := maps.get(path, 1<<20)
+	require.NoError(t, err)
+	require.NoError(t, os.Truncate(path, 0))
+	_, err = crcOfMapped(b, "rank-0.slot0")
+	require.ErrorContains(t, err, "rank-0.slot0 shrank while it was read")
 }

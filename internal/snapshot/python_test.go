@@ -106,7 +106,8 @@ print(step, state["step"])
 // save) and are complete (Go verifies them); restore verifies through it
 // too. Naming a socket nobody serves, the saves are still complete, their
 // CRCs computed in the worker, and each Snapshots object says so once on
-// stderr.
+// stderr. Snapshots in another directory than the socket's compute their
+// own CRCs without a word.
 func TestPythonAsksTheAgentForCRCs(t *testing.T) {
 	python := torch.Require(t)
 	script := `
@@ -143,6 +144,10 @@ print(again.restore({"model": torch.nn.Linear(300, 200)}))
 	defer srv.Close()
 	require.Empty(t, run(dir, srv.Path()))
 	require.Equal(t, uint64(3+1), srv.Served(), "one CRC per save, and the restore's")
+	// Snapshots in a directory of the script's own: the agent's socket,
+	// which serves its directory's slots only, is not asked.
+	require.Empty(t, run(t.TempDir(), srv.Path()))
+	require.Equal(t, uint64(3+1), srv.Served())
 
 	dir = t.TempDir()
 	stderr := run(dir, filepath.Join(dir, "nobody.sock"))

@@ -361,8 +361,11 @@ class Snapshots:
         self._pinned: Dict[int, torch.Tensor] = {}
         self._io = _parallel.Pool()
         self._staging: List[torch.Tensor] = []  # pinned, for restoring onto a GPU
-        crc = os.environ.get(ENV_CRC) if directory else None
-        self._crc: Optional[_CRCService] = _CRCService(crc) if crc else None
+        # The agent's CRC socket serves the slot files of its own directory
+        # only: a directory given by the caller may be another.
+        crc = os.environ.get(ENV_CRC)
+        self._crc: Optional[_CRCService] = (
+            _CRCService(crc) if crc and directory and _same_file(os.path.dirname(crc), directory) else None)
         if self.enabled:
             atexit.register(self.close)
 
@@ -983,6 +986,14 @@ def _crc32(m: "_Mapped", length: int, io: _parallel.Pool) -> int:
             return io.crc32(payload)
     finally:
         view.release()
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether paths a and b name the same file (False when either is missing)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _bytes_of(t: torch.Tensor) -> torch.Tensor:
