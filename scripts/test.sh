@@ -74,25 +74,30 @@ lap "go test -race"
 echo "== go test (all others)"
 mapfile -t plain_pkgs < <(comm -23 <(go list ./... | sort) \
   <(go list "${race_pkgs[@]}" | grep -vx 'github.com/gorun/gorun/rendezvous/etcdembed' | sort))
-# The end-to-end packages run one at a time, after the others: each uses both cores, and
-# timing-bound scenarios get flaky when two of them share the machine. The others (unit tests,
-# most of them waiting on an etcd or a process) run two packages at a time. TestNetFaults is
-# skipped here because the bench smoke below runs it (bench/netfault.sh SMOKE=1: its default
-# scenarios and their final-model comparison, every assertion of the test), so CI runs it once.
+# The end-to-end packages run after the others, test/e2e alone: its scenarios use both cores.
+# The others (unit tests, most of them waiting on an etcd or a process) run two packages at a
+# time. TestNetFaults is skipped here because the bench smoke below runs it (bench/netfault.sh
+# SMOKE=1: its default scenarios and their final-model comparison, every assertion of the
+# test), so CI runs it once.
 e2e_pkgs=(github.com/gorun/gorun/test/e2e github.com/gorun/gorun/test/slurm)
 mapfile -t unit_pkgs < <(printf '%s\n' "${plain_pkgs[@]}" | grep -vxF -f <(printf '%s\n' "${e2e_pkgs[@]}"))
 go test -count=1 -timeout 15m "${unit_pkgs[@]}"
-go test -p 1 -count=1 -timeout 20m -skip '^TestNetFaults$' "${e2e_pkgs[@]}"
-lap "go test (all others)"
+go test -count=1 -timeout 20m -skip '^TestNetFaults$' ./test/e2e
+lap "go test (all others but test/slurm)"
 
-# The PyTorch side's pure-Python package (python/gorun): its unit tests, on Debian's torch. They
-# run beside the fuzz step below (neither asserts a time, and each leaves a core idle half of its
-# run); their output is shown once the fuzz step is done.
-echo "== python tests (python/gorun), beside the fuzz step"
-python_log=$(mktemp)
-/usr/bin/python3 -m unittest discover -s python/tests -t python >"$python_log" 2>&1 &
-python_pid=$!
-background+=("$python_pid")
+# test/slurm waits on its SLURM cluster most of its run (42 % of the 2 cores busy, sampled), so
+# the Python tests and then the fuzz step run beside it (none of them asserts a time); its
+# output is shown once they are done.
+echo "== go test ./test/slurm, beside the python tests and the fuzz step"
+slurm_log=$(mktemp)
+go test -count=1 -timeout 20m ./test/slurm >"$slurm_log" 2>&1 &
+slurm_pid=$!
+background+=("$slurm_pid")
+
+# The PyTorch side's pure-Python package (python/gorun): its unit tests, on Debian's torch.
+echo "== python tests (python/gorun)"
+/usr/bin/python3 -m unittest discover -s python/tests -t python
+lap "python tests"
 
 # Every fuzz target in the tree (func FuzzXxx in a _test.go), each for a
 # bounded number of inputs: the runs above only replayed their seeds and
@@ -112,14 +117,15 @@ grep -rl --include='*_test.go' '^func Fuzz' . | sort | while read -r file; do
     go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -fuzzminimizetime 1000x "$(dirname "$file")"
   done
 done
-python_rc=0
-wait "$python_pid" || python_rc=$?
+lap "go test -fuzz"
+slurm_rc=0
+wait "$slurm_pid" || slurm_rc=$?
 background=()
-echo "== python tests (python/gorun): their output"
-cat "$python_log"
-rm -f "$python_log"
-((python_rc == 0)) || { echo "python tests failed (exit $python_rc)"; exit 1; }
-lap "go test -fuzz and python tests"
+echo "== go test ./test/slurm: its output"
+cat "$slurm_log"
+rm -f "$slurm_log"
+((slurm_rc == 0)) || { echo "go test ./test/slurm failed (exit $slurm_rc)"; exit 1; }
+lap "go test ./test/slurm (the rest of it)"
 
 # Every bench script in its smoke mode (tiny sizes, one repetition; bench/smoke.sh prints the
 # seconds each took): a bench that can no longer measure what it says fails here, a timing goal
