@@ -85,19 +85,14 @@ go test -count=1 -timeout 15m "${unit_pkgs[@]}"
 go test -count=1 -timeout 20m -skip '^TestNetFaults$' ./test/e2e
 lap "go test (all others but test/slurm)"
 
-# test/slurm waits on its SLURM cluster most of its run (42 % of the 2 cores busy, sampled), so
-# the Python tests and then the fuzz step run beside it (none of them asserts a time); its
-# output is shown once they are done.
-echo "== go test ./test/slurm, beside the python tests and the fuzz step"
-slurm_log=$(mktemp)
-go test -count=1 -timeout 20m ./test/slurm >"$slurm_log" 2>&1 &
-slurm_pid=$!
-background+=("$slurm_pid")
-
-# The PyTorch side's pure-Python package (python/gorun): its unit tests, on Debian's torch.
-echo "== python tests (python/gorun)"
-/usr/bin/python3 -m unittest discover -s python/tests -t python
-lap "python tests"
+# The PyTorch side's pure-Python package (python/gorun): its unit tests, on Debian's torch. They
+# run beside the fuzz step below (neither asserts a time, and each leaves a core idle half of its
+# run); their output is shown once the fuzz step is done.
+echo "== python tests (python/gorun), beside the fuzz step"
+python_log=$(mktemp)
+/usr/bin/python3 -m unittest discover -s python/tests -t python >"$python_log" 2>&1 &
+python_pid=$!
+background+=("$python_pid")
 
 # Every fuzz target in the tree (func FuzzXxx in a _test.go), each for a
 # bounded number of inputs: the runs above only replayed their seeds and
@@ -117,7 +112,29 @@ grep -rl --include='*_test.go' '^func Fuzz' . | sort | while read -r file; do
     go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -fuzzminimizetime 1000x "$(dirname "$file")"
   done
 done
-lap "go test -fuzz"
+python_rc=0
+wait "$python_pid" || python_rc=$?
+background=()
+echo "== python tests (python/gorun): their output"
+cat "$python_log"
+rm -f "$python_log"
+((python_rc == 0)) || { echo "python tests failed (exit $python_rc)"; exit 1; }
+lap "go test -fuzz and python tests"
+
+# test/slurm waits on its SLURM cluster most of its run (42 % of the 2 cores busy, sampled), and
+# the bench smoke judges no time: they run side by side, test/slurm's output after the smoke's.
+echo "== go test ./test/slurm, beside the bench smoke"
+slurm_log=$(mktemp)
+go test -count=1 -timeout 20m ./test/slurm >"$slurm_log" 2>&1 &
+slurm_pid=$!
+background+=("$slurm_pid")
+
+# Every bench script in its smoke mode (tiny sizes, one repetition; bench/smoke.sh prints the
+# seconds each took): a bench that can no longer measure what it says fails here, a timing goal
+# never does.
+echo "== bench smoke (SMOKE=1 bench/*.sh)"
+bash bench/smoke.sh
+lap "bench smoke"
 slurm_rc=0
 wait "$slurm_pid" || slurm_rc=$?
 background=()
@@ -126,13 +143,6 @@ cat "$slurm_log"
 rm -f "$slurm_log"
 ((slurm_rc == 0)) || { echo "go test ./test/slurm failed (exit $slurm_rc)"; exit 1; }
 lap "go test ./test/slurm (the rest of it)"
-
-# Every bench script in its smoke mode (tiny sizes, one repetition; bench/smoke.sh prints the
-# seconds each took): a bench that can no longer measure what it says fails here, a timing goal
-# never does.
-echo "== bench smoke (SMOKE=1 bench/*.sh)"
-bash bench/smoke.sh
-lap "bench smoke"
 # The launch path's own benchmark (4 workers started as the agent starts them, against os/exec
 # alone; it prints the ratio, x-bare): 5 launches, to fail when it cannot launch.
 go test -run '^$' -bench Launch4 -benchtime 5x ./internal/proc/
