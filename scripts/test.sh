@@ -53,6 +53,23 @@ on_exit() {
   printf "%s\n" "== seconds per step" "${timings[@]}"
 }
 trap on_exit EXIT
+# beside starts a command in the background, its output kept aside (one at a time);
+# finish_beside NAME waits for it, prints its output and fails the script if it failed.
+beside() {
+  beside_log=$(mktemp)
+  "$@" >"$beside_log" 2>&1 &
+  beside_pid=$!
+  background+=("$beside_pid")
+}
+finish_beside() {
+  local rc=0
+  wait "$beside_pid" || rc=$?
+  background=()
+  echo "== $1: its output"
+  cat "$beside_log"
+  rm -f "$beside_log"
+  ((rc == 0)) || { echo "$1 failed (exit $rc)"; exit 1; }
+}
 
 lap "apt-get install (when missing)"
 echo "== gofmt, go vet"
@@ -89,10 +106,7 @@ lap "go test (all others but test/slurm)"
 # run beside the fuzz step below (neither asserts a time, and each leaves a core idle half of its
 # run); their output is shown once the fuzz step is done.
 echo "== python tests (python/gorun), beside the fuzz step"
-python_log=$(mktemp)
-/usr/bin/python3 -m unittest discover -s python/tests -t python >"$python_log" 2>&1 &
-python_pid=$!
-background+=("$python_pid")
+beside /usr/bin/python3 -m unittest discover -s python/tests -t python
 
 # Every fuzz target in the tree (func FuzzXxx in a _test.go), each for a
 # bounded number of inputs: the runs above only replayed their seeds and
@@ -112,22 +126,13 @@ grep -rl --include='*_test.go' '^func Fuzz' . | sort | while read -r file; do
     go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -fuzzminimizetime 1000x "$(dirname "$file")"
   done
 done
-python_rc=0
-wait "$python_pid" || python_rc=$?
-background=()
-echo "== python tests (python/gorun): their output"
-cat "$python_log"
-rm -f "$python_log"
-((python_rc == 0)) || { echo "python tests failed (exit $python_rc)"; exit 1; }
+finish_beside "python tests (python/gorun)"
 lap "go test -fuzz and python tests"
 
 # test/slurm waits on its SLURM cluster most of its run (42 % of the 2 cores busy, sampled), and
 # the bench smoke judges no time: they run side by side, test/slurm's output after the smoke's.
 echo "== go test ./test/slurm, beside the bench smoke"
-slurm_log=$(mktemp)
-go test -count=1 -timeout 20m ./test/slurm >"$slurm_log" 2>&1 &
-slurm_pid=$!
-background+=("$slurm_pid")
+beside go test -count=1 -timeout 20m ./test/slurm
 
 # Every bench script in its smoke mode (tiny sizes, one repetition; bench/smoke.sh prints the
 # seconds each took): a bench that can no longer measure what it says fails here, a timing goal
@@ -135,13 +140,7 @@ background+=("$slurm_pid")
 echo "== bench smoke (SMOKE=1 bench/*.sh)"
 bash bench/smoke.sh
 lap "bench smoke"
-slurm_rc=0
-wait "$slurm_pid" || slurm_rc=$?
-background=()
-echo "== go test ./test/slurm: its output"
-cat "$slurm_log"
-rm -f "$slurm_log"
-((slurm_rc == 0)) || { echo "go test ./test/slurm failed (exit $slurm_rc)"; exit 1; }
+finish_beside "go test ./test/slurm"
 lap "go test ./test/slurm (the rest of it)"
 # The launch path's own benchmark (4 workers started as the agent starts them, against os/exec
 # alone; it prints the ratio, x-bare): 5 launches, to fail when it cannot launch.
