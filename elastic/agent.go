@@ -239,9 +239,10 @@ type Agent struct {
 	observed bool // spec.Observer was given: workers report progress to it
 
 	// signalled is set once gorun passed a signal to the workers (SIGUSR1
-	// or SIGUSR2, SLURM's warning) or stopped them for one: only then does
-	// a worker's ExitRequeue mean "checkpointed on request, requeue";
-	// before, it is a failure like any other exit status.
+	// or SIGUSR2, SLURM's warning) or stopped them for one: only then, or
+	// when the worker said so on its channel (heartbeat.Pipe.Requeued),
+	// does a worker's ExitRequeue mean "checkpointed on request, requeue";
+	// otherwise it is a failure like any other exit status.
 	signalled atomic.Bool
 
 	workerPIDs sync.Map // pid -> struct{}: this round's workers, for the timer server
@@ -756,8 +757,9 @@ func (a *Agent) closed(to State, end rendezvous.End, r rendezvous.Round) (Outcom
 // saved a checkpoint on request (SIGUSR1/SIGUSR2, SLURM's --signal
 // warning) and stopped so the job can be requeued; gorun then exits with
 // it too. It means that only after gorun passed such a signal (or a stop
-// signal) to the workers: a worker that exits 75 unasked has failed, as
-// under torchrun.
+// signal) to the workers, or when the worker said so on its channel
+// before it exited (its peers elsewhere were signalled first): a worker
+// that exits 75 unasked has failed, as under torchrun.
 const ExitRequeue = distenv.ExitRequeue
 
 func isStopSignal(s syscall.Signal) bool {

@@ -67,6 +67,13 @@ type etcdAgent struct {
 // runID on eps; lastCall is the rendezvous's last call.
 func startEtcdAgent(t *testing.T, eps []string, runID, name, dir string, lastCall time.Duration) *etcdAgent {
 	t.Helper()
+	return startEtcdAgentOf(t, eps, runID, name, dir, lastCall, channelWorker)
+}
+
+// startEtcdAgentOf is startEtcdAgent with workers of the shell script
+// worker.
+func startEtcdAgentOf(t *testing.T, eps []string, runID, name, dir string, lastCall time.Duration, worker string) *etcdAgent {
+	t.Helper()
 	client := etcdtest.NewClient(t, eps...)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	entry, err := etcdstore.NewConn(client).Enter(ctx, runID, etcdstore.Launch{})
@@ -84,7 +91,7 @@ func startEtcdAgent(t *testing.T, eps []string, runID, name, dir string, lastCal
 	n := &etcdAgent{name: name, client: client, signals: make(chan os.Signal, 4), report: &testutil.SyncBuffer{}, console: out, cancel: cancel, done: make(chan Outcome, 1)}
 	n.agent, err = New(Spec{
 		RunID: runID, Host: name, LocalWorkers: 2, Role: "default",
-		Command: []string{"sh", "-c", channelWorker}, Environ: append(os.Environ(), "DIR="+dir, "AGENT="+name),
+		Command: []string{"sh", "-c", worker}, Environ: append(os.Environ(), "DIR="+dir, "AGENT="+name),
 		TermTimeout: 5 * time.Second, ErrorDir: t.TempDir(), Report: n.report, Signals: n.signals,
 		Logs:    workerlog.Config{Stdout: out, Stderr: out, TailLines: 20},
 		InPlace: true,
@@ -474,6 +481,42 @@ func TestSpareRequeuesOnSIGUSR1(t *testing.T) {
 			require.NoError(t, err)
 			require.ErrorIs(t, syscall.Kill(n, 0), syscall.ESRCH, "the spare's worker %d is stopped", n)
 		}
+	}
+}
+
+// requeueWorker stops for a requeue as the embedded trainer does when
+// any rank was asked to (its ranks agree on the stop): a SIGUSR1 to any
+// worker of the job makes every worker, on every node, say on its
+// channel that it stops to be requeued and exit 75.
+const requeueWorker = `trap 'touch "$DIR/stop"' USR1
+echo $$ >> "$DIR/pids.$AGENT.$LOCAL_RANK"
+echo 1 >&3
+while [ ! -e "$DIR/stop" ]; do sleep 0.02; done
+echo requeue >&3
+exit 75`
+
+// SLURM's warning reaches one node's gorun only (or the other's much
+// later): the other node's workers stop for the requeue all the same,
+// told by their peers, and its agent, which was passed no signal, takes
+// their exit 75 for the requeue it is, not for a failure to recover
+// from in place. Both agents exit 75 asking for the requeue.
+func TestRequeueSeenFromThePeers(t *testing.T) {
+	eps := etcdtest.Start(t).Endpoints()
+	dir := t.TempDir()
+	a := startEtcdAgentOf(t, eps, "job", "a", dir, 100*time.Millisecond, requeueWorker)
+	b := startEtcdAgentOf(t, eps, "job", "b", dir, 100*time.Millisecond, requeueWorker)
+	waitFiles(t, dir, "pids", 1, "a", "b")
+	b.signals <- syscall.SIGUSR1
+	for _, n := range []*etcdAgent{a, b} {
+		o := <-n.done
+		n.done <- o // for the cleanup
+		require.Equal(t, ExitRequeue, o.ExitCode, "%s: %s\nreport:\n%s", n.name, o.Reason, n.report)
+		require.True(t, o.Requeue, n.name)
+		require.Zero(t, o.Restarts, "%s: a requeue spends no restart", n.name)
+	}
+	require.NotContains(t, a.report.String(), "alone", "a's workers were not restarted")
+	for _, p := range pids(dir, "a") {
+		require.Len(t, p, 1, "a's workers were not restarted")
 	}
 }
 

@@ -218,7 +218,7 @@ func (m *roundMonitor) onExit(i int) outcome {
 		m.a.log.Info().Int("rank", w.contract.Rank).Msg("worker succeeded")
 		return nil
 	}
-	if m.requeue != nil || (res.Signal == 0 && res.ExitCode == ExitRequeue && m.a.signalled.Load()) {
+	if m.requeue != nil || m.stoppedForRequeue(w) {
 		// The workers agreed on a checkpoint and stop one by one; the rest
 		// get TermTimeout to follow.
 		if m.requeue == nil {
@@ -242,7 +242,7 @@ func (m *roundMonitor) onExit(i int) outcome {
 // signal (a failure or a round end while the job stops is no change to
 // recover from: SIGUSR1/SIGUSR2 make the workers checkpoint to stop),
 // and each of them still runs, with a channel to be told its new
-// contract, and is not hung.
+// contract, is not hung, and did not say it stops to be requeued.
 func (m *roundMonitor) goOn(except int) bool {
 	others := len(m.workers)
 	if except >= 0 {
@@ -252,7 +252,7 @@ func (m *roundMonitor) goOn(except int) bool {
 		return false
 	}
 	for j, w := range m.workers {
-		if j != except && (w.heartbeat == nil || w.endedOnItsOwn() || w.health.load().stalled()) {
+		if j != except && (w.heartbeat == nil || w.endedOnItsOwn() || w.health.load().stalled() || w.heartbeat.Requeued()) {
 			return false
 		}
 	}
@@ -319,7 +319,7 @@ func (m *roundMonitor) onRoundEnd(end rendezvous.End, ok bool) outcome {
 	}
 	m.move(StateStopping, "reason", end.Reason)
 	failures := m.stopAll(syscall.SIGTERM)
-	if m.requeue != nil || (m.a.signalled.Load() && m.anyRequeued()) {
+	if m.requeue != nil || m.anyRequeued() {
 		// The workers were stopping to be requeued (SLURM's --signal) when
 		// the round ended: most likely a node whose workers stopped first
 		// left. The job is to be requeued, not re-formed without it.
@@ -332,16 +332,34 @@ func (m *roundMonitor) onRoundEnd(end rendezvous.End, ok bool) outcome {
 	return ended{end}
 }
 
-// anyRequeued says whether a worker of the round exited with ExitRequeue
-// (checkpointed on request and stopped), on its own or while stopAll
-// stopped it: once a requeue signal was passed on, a worker still
-// writing its checkpoint when the round ended (a node whose workers
-// stopped first left) finishes it and exits so.
+// anyRequeued says whether a worker of the round that ended stopped for
+// a requeue (stoppedForRequeue), on its own or while stopAll stopped it:
+// a worker still writing its checkpoint when the round ended (a node
+// whose workers stopped first left) finishes it and exits so.
 func (m *roundMonitor) anyRequeued() bool {
 	return slices.ContainsFunc(m.workers, func(w *worker) bool {
-		res := w.process.Result()
-		return !res.Ended.IsZero() && res.Signal == 0 && res.ExitCode == ExitRequeue
+		if w.process.Result().Ended.IsZero() {
+			return false
+		}
+		if w.heartbeat != nil {
+			w.heartbeat.Drain()
+		}
+		return m.stoppedForRequeue(w)
 	})
+}
+
+// stoppedForRequeue says whether worker w, which ended, checkpointed on
+// request and stopped for the job to be requeued: it exited ExitRequeue,
+// and either gorun passed it a requeue signal or it said so on its
+// channel before it ended. The second covers a node whose workers heard
+// of the requeue from their peers (the ranks agree on the stop) before
+// SLURM's signal reached this node's gorun, or without it.
+func (m *roundMonitor) stoppedForRequeue(w *worker) bool {
+	res := w.process.Result()
+	if res.Signal != 0 || res.ExitCode != ExitRequeue {
+		return false
+	}
+	return m.a.signalled.Load() || (w.heartbeat != nil && w.heartbeat.Requeued())
 }
 
 // keepable says whether the workers go on into the next round in place:

@@ -26,14 +26,15 @@ type Await struct {
 // Line is a as one line of the channel, newline included.
 func (a Await) Line() string { return fmt.Sprintf("await %d peer=%d\n", a.Step, a.LostPeer) }
 
-// awaitWord, silentWord, roundWord, nextWord and readyWord start the channel's
-// lines that are not progress.
+// awaitWord, silentWord, roundWord, nextWord, readyWord and requeueWord
+// start the channel's lines that are not progress.
 const (
-	awaitWord  = "await"
-	silentWord = "silent"
-	roundWord  = "round"
-	nextWord   = "next"
-	readyWord  = "ready"
+	awaitWord   = "await"
+	silentWord  = "silent"
+	roundWord   = "round"
+	nextWord    = "next"
+	readyWord   = "ready"
+	requeueWord = "requeue"
 )
 
 // SilentAfter is how long a worker hears nothing from a peer rank (no

@@ -2,6 +2,7 @@ package heartbeat
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -172,12 +173,43 @@ func TestReady(t *testing.T) {
 	<-p.Done()
 }
 
+// A worker's last lines (a requeue line, then its exit) are handled once
+// Drain returns, whether a reader already follows the channel or not:
+// the agent knows what the worker said before it acts on its exit. A line
+// longer than maxLine costs none of the lines after it.
+func TestDrainHandlesWhatTheWorkerSaidLast(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after inProcess's cleanup
+	for _, reading := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reader running %v", reading), func(t *testing.T) {
+			p, b := inProcess(t)
+			if reading {
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				p.Watch(ctx, 0)
+			}
+			for step := range 100 {
+				b.Beat(step)
+			}
+			_, err := b.f.WriteString(strings.Repeat("x", maxLine+1) + "\n")
+			require.NoError(t, err)
+			require.False(t, p.Requeued(), "no requeue line yet")
+			b.Requeue()
+			p.Drain()
+			require.True(t, p.Requeued(), "Drain returned before the requeue line was handled")
+			require.Equal(t, 99, p.LastStep())
+			require.NoError(t, b.Close())
+			p.Drain() // nothing more, end of file: returns at once
+		})
+	}
+}
+
 func TestNilBeater(t *testing.T) {
 	var b *Beater
 	b.Beat(1)
 	b.Await(1, 0)
 	b.Silent(0)
 	b.Ready()
+	b.Requeue()
 	require.Nil(t, b.Rounds(context.Background()))
 	require.Nil(t, FromEnv(func(string) (string, bool) { return "", false }))
 }

@@ -8,7 +8,9 @@ package heartbeat
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -49,6 +51,12 @@ type Pipe struct {
 	start sync.Once
 	done  chan struct{} // closed when the worker's end is closed everywhere, or at Close
 
+	// readMu is held while bytes are read from the agent's end and their
+	// lines handled (by read or Drain), so that once Drain holds it,
+	// every line the worker wrote before Drain began has been handled.
+	readMu  sync.Mutex
+	partial []byte // the start of a line not yet ended, under readMu
+
 	mu       sync.Mutex
 	lastStep int
 	lastBeat time.Time
@@ -56,6 +64,7 @@ type Pipe struct {
 	awaiting *Await        // the worker awaits a round: set by an await line, cleared by progress
 	ready    chan struct{} // closed by a ready line
 	isReady  bool
+	requeued bool             // the worker said it stops to be requeued
 	wake     broadcast.Signal // notified at each line read
 	onBeat   func(Progress)
 	onAwait  func(Await)
@@ -131,12 +140,70 @@ func (p *Pipe) OnAwait(f func(Await)) { p.onAwait = f }
 // first Watch.
 func (p *Pipe) OnSilent(f func(peer int)) { p.onSilent = f }
 
+// maxLine bounds a line on the channel: the start of a longer one is
+// dropped, and so is the rest of it.
+const maxLine = 64 << 10
+
 // read reads the worker's lines until its end closes or Close.
 func (p *Pipe) read() {
 	defer close(p.done)
-	sc := bufio.NewScanner(p.agent)
-	for sc.Scan() {
-		p.handle(sc.Text())
+	rc, err := p.agent.SyscallConn()
+	if err != nil {
+		return
+	}
+	// The callback reads what is there and returns false to wait for more
+	// (the runtime's poller); true only at end of file or an error.
+	_ = rc.Read(func(fd uintptr) bool {
+		p.readMu.Lock()
+		defer p.readMu.Unlock()
+		return p.readAvailable(int(fd))
+	})
+}
+
+// Drain handles every line the worker wrote before Drain was called and
+// returns: call it once the worker's process ended, so that what it said
+// last (a requeue line) is known before its exit is acted on. It reads
+// without blocking; a closed channel has nothing more to drain.
+func (p *Pipe) Drain() {
+	rc, err := p.agent.SyscallConn()
+	if err != nil {
+		return
+	}
+	p.readMu.Lock()
+	defer p.readMu.Unlock()
+	_ = rc.Control(func(fd uintptr) { p.readAvailable(int(fd)) })
+}
+
+// readAvailable reads the agent's end fd, which does not block, until
+// nothing more is there, and handles each whole line; it reports whether
+// the end is finished (end of file or an error other than "try again").
+// The caller holds readMu.
+func (p *Pipe) readAvailable(fd int) (finished bool) {
+	var buf [4096]byte
+	for {
+		n, err := unix.Read(fd, buf[:])
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.EAGAIN):
+			return false
+		case err != nil || n == 0:
+			return true
+		}
+		p.partial = append(p.partial, buf[:n]...)
+		rest := p.partial
+		for {
+			line, after, ok := bytes.Cut(rest, []byte{'\n'})
+			if !ok {
+				break
+			}
+			p.handle(string(line))
+			rest = after
+		}
+		if len(rest) > maxLine {
+			rest = nil
+		}
+		p.partial = append(p.partial[:0], rest...)
 	}
 }
 
@@ -154,9 +221,16 @@ func (p *Pipe) Ready() <-chan struct{} {
 func (p *Pipe) Done() <-chan struct{} { return p.done }
 
 // handle takes one line from the worker; a line that is neither
-// progress, an await, a silence nor a ready line is ignored, as a newer
-// worker may send others.
+// progress, an await, a silence, a ready nor a requeue line is ignored,
+// as a newer worker may send others.
 func (p *Pipe) handle(line string) {
+	if strings.TrimSpace(line) == requeueWord {
+		p.mu.Lock()
+		p.requeued = true
+		p.mu.Unlock()
+		p.notify()
+		return
+	}
 	if strings.TrimSpace(line) == readyWord {
 		p.mu.Lock()
 		if !p.isReady {
@@ -260,6 +334,16 @@ func (p *Pipe) Awaiting() (Await, bool) {
 		return Await{}, false
 	}
 	return *p.awaiting, true
+}
+
+// Requeued says whether the worker said it stops to be requeued (a
+// requeue line): it saved a checkpoint because its job is being
+// requeued, whether or not this agent was passed the signal yet. Call
+// Drain first once the worker ended.
+func (p *Pipe) Requeued() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.requeued
 }
 
 // LastStep is the last step the worker reported, -1 before the first.
@@ -375,6 +459,19 @@ func (b *Beater) Ready() {
 		return
 	}
 	_, _ = b.f.WriteString(readyWord + "\n")
+}
+
+// Requeue tells the agent that the worker saved a checkpoint to stop for
+// a requeue of the job (SIGUSR1 or SIGUSR2 here, or on a peer's node:
+// the ranks agree on the stop) and is about to exit with
+// distenv.ExitRequeue. The agent then takes that exit as a requeue even
+// before SLURM's signal reaches its own node. Call it before exiting.
+// Errors are ignored, as Beat's.
+func (b *Beater) Requeue() {
+	if b == nil {
+		return
+	}
+	_, _ = b.f.WriteString(requeueWord + "\n")
 }
 
 // Silent tells the agent that the worker heard nothing from peer rank

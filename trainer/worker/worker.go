@@ -166,10 +166,16 @@ func Run(ctx context.Context, opts Options) error {
 
 	sigs, stop := watchSignals(ctx, termSaveTimeout, duplicateSignalWindow)
 	defer stop()
-	err = run(sigs, opts, heartbeat.FromEnv(lookup), w, secret, standby, snapDir)
+	beat := heartbeat.FromEnv(lookup)
+	err = run(sigs, opts, beat, w, secret, standby, snapDir)
 	xe, lastWords := exitOf(w.Rank, err, sigs.terminated.Load())
 	if lastWords {
 		writeErrorFile(w.ErrorFile, err)
+	}
+	if xe != nil && xe.Code == ExitRequeue {
+		// The stop may have been asked on another node only: the agent
+		// here learns from this line that the exit is a requeue.
+		beat.Requeue()
 	}
 	if xe == nil {
 		return nil // not a nil *ExitError in a non-nil error
