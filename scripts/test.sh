@@ -91,10 +91,7 @@ lap "go test -race"
 echo "== go test (all others)"
 mapfile -t plain_pkgs < <(comm -23 <(go list ./... | sort) \
   <(go list "${race_pkgs[@]}" | grep -vx 'github.com/gorun/gorun/rendezvous/etcdembed' | sort))
-# The end-to-end packages run one at a time, after the others, with nothing beside them: their
-# scenarios are timing-bound. (test/slurm beside the bench smoke failed TestSbatchTrainerRequeue
-# once: a node whose workers stopped for a requeue before its own gorun got SLURM's signal took
-# their exit 75 for a failure: an open bug of the agent's, not of the test.)
+# The end-to-end packages run after the others, test/e2e alone: its scenarios use both cores.
 # The others (unit tests, most of them waiting on an etcd or a process) run two packages at a
 # time. TestNetFaults is skipped here because the bench smoke below runs it (bench/netfault.sh
 # SMOKE=1: its default scenarios and their final-model comparison, every assertion of the
@@ -102,8 +99,8 @@ mapfile -t plain_pkgs < <(comm -23 <(go list ./... | sort) \
 e2e_pkgs=(github.com/gorun/gorun/test/e2e github.com/gorun/gorun/test/slurm)
 mapfile -t unit_pkgs < <(printf '%s\n' "${plain_pkgs[@]}" | grep -vxF -f <(printf '%s\n' "${e2e_pkgs[@]}"))
 go test -count=1 -timeout 15m "${unit_pkgs[@]}"
-go test -p 1 -count=1 -timeout 20m -skip '^TestNetFaults$' "${e2e_pkgs[@]}"
-lap "go test (all others)"
+go test -count=1 -timeout 20m -skip '^TestNetFaults$' ./test/e2e
+lap "go test (all others but test/slurm)"
 
 # The PyTorch side's pure-Python package (python/gorun): its unit tests, on Debian's torch. They
 # run beside the fuzz step below (neither asserts a time, and each leaves a core idle half of its
@@ -132,12 +129,19 @@ done
 finish_beside "python tests (python/gorun)"
 lap "go test -fuzz and python tests"
 
+# test/slurm waits on its SLURM cluster most of its run (42 % of the 2 cores busy, sampled), and
+# the bench smoke judges no time: they run side by side, test/slurm's output after the smoke's.
+echo "== go test ./test/slurm, beside the bench smoke"
+beside go test -count=1 -timeout 20m ./test/slurm
+
 # Every bench script in its smoke mode (tiny sizes, one repetition; bench/smoke.sh prints the
 # seconds each took): a bench that can no longer measure what it says fails here, a timing goal
 # never does.
 echo "== bench smoke (SMOKE=1 bench/*.sh)"
 bash bench/smoke.sh
 lap "bench smoke"
+finish_beside "go test ./test/slurm"
+lap "go test ./test/slurm (the rest of it)"
 # The launch path's own benchmark (4 workers started as the agent starts them, against os/exec
 # alone; it prints the ratio, x-bare): 5 launches, to fail when it cannot launch.
 go test -run '^$' -bench Launch4 -benchtime 5x ./internal/proc/
