@@ -24,15 +24,17 @@
 # the first step to the last), and `bit-identical: yes/no` (the final --out against the fault-free
 # run's, bit for bit); beside them a snapshot's save and restore GB/s and this machine's memcpy
 # (python/bench_snapshots.py at MODEL_MB). JSON=1 adds one JSON object per way.
-# COST_PAIRS=N (default 0) also measures the snapshot cost per step with N pairs of fault-free runs,
-# snapshots off and on, one right after the other (the order alternating): the median of the
-# pairs' costs and each pair's. The table's cost compares two runs minutes apart, and the median
-# step of one configuration moves by 10-20 % between runs on a shared VM.
+# COST_RUNS=N (default 0; 1 with SMOKE=1) also measures the snapshot cost per step with N more
+# fault-free runs of the snapshot way whose script saves only in every other block of 4 steps
+# (--save-blocks 4): the median step after which it saved against the median step after which it
+# did not, and rank 0's CPU time per step the same way (rank 0 saves its node's snapshot), all
+# within one run; each run's figures and their median. The table's cost compares two runs minutes
+# apart, and on a shared VM the median step of one configuration moves by 10-30 % between runs.
 #
 #   bench/pytorch-chaos.sh                    # MODEL_MB=100 STEPS=60 CKPT_EVERY=10 PERIOD=20 NPROC=2
 #   WAYS=gorun+ckpt,gorun+snapshots JSON=1 bench/pytorch-chaos.sh
 #   KEEP=/tmp/pychaos bench/pytorch-chaos.sh  # keep the logs (every line stamped) and the models
-#   WAYS=gorun+snapshots PERIOD=100000 STEPS=40 COST_PAIRS=3 bench/pytorch-chaos.sh   # the cost alone
+#   WAYS=gorun+snapshots PERIOD=100000 STEPS=40 COST_RUNS=3 bench/pytorch-chaos.sh   # the cost alone
 #   SMOKE=1 bench/pytorch-chaos.sh            # CI: under a minute
 #
 # SMOKE=1: a 2 MB model, 3 nodes x 1 worker, 60 steps, the snapshot way only (WAYS), one failure
@@ -44,21 +46,22 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bench_init pytorch-chaos.sh
 if [[ "$SMOKE" == 1 ]]; then
   MODEL_MB=${MODEL_MB:-2} STEPS=${STEPS:-60} CKPT_EVERY=${CKPT_EVERY:-4} NPROC=${NPROC:-1} WAYS=${WAYS:-gorun+snapshots}
+  COST_RUNS=${COST_RUNS:-1}
 fi
 MODEL_MB=${MODEL_MB:-100} STEPS=${STEPS:-60} CKPT_EVERY=${CKPT_EVERY:-10} PERIOD=${PERIOD:-20} NPROC=${NPROC:-2}
-SEED=${SEED:-1} REPLICAS=${REPLICAS:-1} COST_PAIRS=${COST_PAIRS:-0} WAYS=${WAYS:-torchrun+ckpt,gorun+ckpt,gorun+snapshots}
+SEED=${SEED:-1} REPLICAS=${REPLICAS:-1} COST_RUNS=${COST_RUNS:-0} WAYS=${WAYS:-torchrun+ckpt,gorun+ckpt,gorun+snapshots}
 PYTHON=${PYTHON:-/usr/bin/python3}
 bench_positive MODEL_MB STEPS CKPT_EVERY PERIOD NPROC SEED
 [[ "$REPLICAS" =~ ^[0-9]+$ ]] || die "REPLICAS must be 0 or a positive integer, got '$REPLICAS'"
-[[ "$COST_PAIRS" =~ ^[0-9]+$ ]] || die "COST_PAIRS must be 0 or a positive integer, got '$COST_PAIRS'"
+[[ "$COST_RUNS" =~ ^[0-9]+$ ]] || die "COST_RUNS must be 0 or a positive integer, got '$COST_RUNS'"
 "$PYTHON" -c 'import torch' 2>/dev/null || die "$PYTHON has no torch (Debian: apt-get install python3-torch; or set PYTHON)"
 bench_gorun
 (cd "$root" && go build -o "$tmp/torchchaos" ./bench/torchchaos) || die "go build ./bench/torchchaos failed"
 
 args=(-gorun "$gorun" -python "$PYTHON" -script "$root/examples/pytorch/snapshots.py" -model-mb "$MODEL_MB" -steps "$STEPS"
-  -ckpt-every "$CKPT_EVERY" -period "${PERIOD}s" -nproc "$NPROC" -seed "$SEED" -snapshot-replicas "$REPLICAS" -ways "$WAYS" -cost-pairs "$COST_PAIRS")
+  -ckpt-every "$CKPT_EVERY" -period "${PERIOD}s" -nproc "$NPROC" -seed "$SEED" -snapshot-replicas "$REPLICAS" -ways "$WAYS" -cost-runs "$COST_RUNS")
 [[ "${JSON:-0}" == 1 ]] && args+=(-json)
 [[ "$SMOKE" == 1 ]] && args+=(-smoke)
 [[ -n "${KEEP:-}" ]] && args+=(-dir "$KEEP")
-echo "pytorch-chaos: gorun $(cd "$root" && git describe --always --dirty 2>/dev/null || echo '?'), $(nproc) CPUs, MODEL_MB=$MODEL_MB STEPS=$STEPS CKPT_EVERY=$CKPT_EVERY PERIOD=$PERIOD NPROC=$NPROC SEED=$SEED REPLICAS=$REPLICAS COST_PAIRS=$COST_PAIRS WAYS=$WAYS SMOKE=$SMOKE"
+echo "pytorch-chaos: gorun $(cd "$root" && git describe --always --dirty 2>/dev/null || echo '?'), $(nproc) CPUs, MODEL_MB=$MODEL_MB STEPS=$STEPS CKPT_EVERY=$CKPT_EVERY PERIOD=$PERIOD NPROC=$NPROC SEED=$SEED REPLICAS=$REPLICAS COST_RUNS=$COST_RUNS WAYS=$WAYS SMOKE=$SMOKE"
 "$tmp/torchchaos" "${args[@]}"

@@ -14,10 +14,14 @@ type event struct {
 	// Step is N of `step N loss L` (the step N done), or of `restored step N ...` when Restored.
 	Step     int
 	Restored bool
+	// CPU is rank 0's process CPU time at the step line, when the line says it (HasCPU: a
+	// script run with --save-blocks writes `step N loss L cpu_s C`).
+	CPU    time.Duration
+	HasCPU bool
 }
 
 var (
-	stepLine     = regexp.MustCompile(`(?:^|[\s:\]])step (\d+) loss \S+\s*$`)
+	stepLine     = regexp.MustCompile(`(?:^|[\s:\]])step (\d+) loss \S+(?: cpu_s (\d+(?:\.\d+)?))?\s*$`)
 	restoredLine = regexp.MustCompile(`(?:^|[\s:\]])restored step (\d+)(?: from checkpoint \S+)?\s*$`)
 )
 
@@ -26,7 +30,12 @@ var (
 func parseLine(at time.Time, line string) (event, bool) {
 	if m := stepLine.FindStringSubmatch(line); m != nil {
 		n, err := strconv.Atoi(m[1])
-		return event{At: at, Step: n}, err == nil
+		e := event{At: at, Step: n}
+		if m[2] != "" {
+			cpu, cerr := strconv.ParseFloat(m[2], 64)
+			e.CPU, e.HasCPU = time.Duration(cpu*float64(time.Second)), cerr == nil
+		}
+		return e, err == nil
 	}
 	if m := restoredLine.FindStringSubmatch(line); m != nil {
 		n, err := strconv.Atoi(m[1])

@@ -21,6 +21,8 @@ func TestParseLine(t *testing.T) {
 		{"[default0]:step 7 loss nan", event{At: at, Step: 7}, true},
 		{"restored step 20", event{At: at, Step: 20, Restored: true}, true},
 		{"[node1:0] restored step 20 from checkpoint /tmp/x/ckpt-00000020.pt", event{At: at, Step: 20, Restored: true}, true},
+		{"[node0:0] step 5 loss 0.3 cpu_s 12.5", event{At: at, Step: 5, CPU: 12500 * time.Millisecond, HasCPU: true}, true},
+		{"step 5 loss 0.3 cpu_s x", event{}, false},
 		{"laststep 3 loss 0.1", event{}, false},
 		{"step 3 loss", event{}, false},
 		{`{"level":"info","message":"step 3 of the round"}`, event{}, false},

@@ -9,86 +9,96 @@ import (
 	"time"
 )
 
-// costPair is one pair of fault-free runs of the same job, snapshots off and on, run one right
-// after the other: the snapshot cost measured where the machine's drift is smallest. On a
-// shared VM the median step of one configuration moves by 10-20 % between invocations, as much
-// as the cost itself.
-type costPair struct {
-	Off, On       time.Duration // the median step of each run
-	OffCPU, OnCPU time.Duration // the CPU time of each run, its every process (job.cpu)
-	Steps         int           // the steps of each run
-	OnFirst       bool          // the run with snapshots ran first
+// costBlock is the steps of a block of a cost run: the script saves a snapshot after each step
+// of every other block (--save-blocks), so a run holds steps with and without one side by side.
+const costBlock = 4
+
+// blockCost is what one cost run measured: the steps after which the script saved a snapshot
+// against those after which it did not, all in one fault-free run. Pairs of runs (one with
+// snapshots, one without) did not measure it: on a shared 2-core VM two runs of the same job
+// differ by 10-30 % in median step, as much as the cost itself, while neighbouring blocks of one
+// run see the same machine.
+type blockCost struct {
+	On, Off       time.Duration // the median step time of each kind
+	OnCPU, OffCPU time.Duration // the median CPU time of rank 0's process per step of each kind
+	NOn, NOff     int           // the steps measured of each kind
 }
 
-// CPUPerStep is the CPU time snapshots added per step: the runs' difference over their steps.
-// Unlike the median step, it does not move with what else shares the machine's cores; on a
-// machine whose cores the job keeps busy, it is what the snapshots take from the training.
-func (p costPair) CPUPerStep() time.Duration {
-	if p.Steps == 0 {
-		return 0
-	}
-	return (p.OnCPU - p.OffCPU) / time.Duration(p.Steps)
-}
+// savesAfter says whether a script run with --save-blocks block saved after step s (from 1).
+func savesAfter(s, block int) bool { return (s-1)/block%2 == 0 }
 
-// CPUCost is CPUPerStep as a fraction of the CPU time of a step without snapshots (OffCPU over
-// the steps: the run's start-up, the same in both, included).
-func (p costPair) CPUCost() float64 {
-	if p.OffCPU == 0 {
-		return 0
-	}
-	return float64(p.OnCPU-p.OffCPU) / float64(p.OffCPU)
-}
-
-// Cost is the pair's snapshot cost per step: On over Off, minus 1; 0 when either is unknown.
-func (p costPair) Cost() float64 {
-	if p.Off == 0 || p.On == 0 {
-		return 0
-	}
-	return float64(p.On-p.Off) / float64(p.Off)
-}
-
-// measureCost runs b.costPairs pairs of fault-free runs (gorun, snapshots off, then on; every
-// other pair on, then off, so that a drift of the machine during the bench does not favour one
-// side) and returns their median steps. It returns the first run's error.
-func measureCost(ctx context.Context, b *bench) ([]costPair, error) {
-	off, on := way{Name: "fault-free"}, way{Name: "gorun+snapshots", Snapshots: true}
-	var pairs []costPair
-	for i := range b.costPairs {
-		p := costPair{OnFirst: i%2 == 1, Steps: b.steps}
-		order := []way{off, on}
-		if p.OnFirst {
-			order = []way{on, off}
+// blockCostOf reads a cost run's events (block: its --save-blocks). Step s is measured, by the
+// time and rank 0's CPU time since step s-1's line, when step s-1's line came right before it
+// (no restart) and the script saved after both or after neither: so the first step of a block,
+// which may still carry the last snapshot of the block before, is left out.
+func blockCostOf(events []event, block int) blockCost {
+	var on, off, onCPU, offCPU []time.Duration
+	for i := 1; i < len(events); i++ {
+		prev, e := events[i-1], events[i]
+		if e.Restored || prev.Restored || e.Step != prev.Step+1 || !e.HasCPU || !prev.HasCPU ||
+			savesAfter(e.Step, block) != savesAfter(prev.Step, block) {
+			continue
 		}
-		for _, w := range order {
-			name := fmt.Sprintf("cost-%d-%s", i, onOff(w.Snapshots, "on", "off"))
-			j, err := newJob(b, w, name, false)
-			if err != nil {
-				return nil, err
-			}
-			b.logf("cost pair %d of %d: %s (%s)", i+1, b.costPairs, name, onOff(w.Snapshots, "snapshots every step", "--snapshots=false"))
-			if err := j.run(ctx); err != nil {
-				return nil, err
-			}
-			step := summarize(j.events).StepTime
-			if w.Snapshots {
-				p.On, p.OnCPU = step, j.cpu()
-			} else {
-				p.Off, p.OffCPU = step, j.cpu()
-			}
+		d, cpu := e.At.Sub(prev.At), e.CPU-prev.CPU
+		if savesAfter(e.Step, block) {
+			on, onCPU = append(on, d), append(onCPU, cpu)
+		} else {
+			off, offCPU = append(off, d), append(offCPU, cpu)
 		}
-		pairs = append(pairs, p)
 	}
-	return pairs, nil
+	c := blockCost{NOn: len(on), NOff: len(off)}
+	if len(on) > 0 && len(off) > 0 {
+		c.On, c.Off, c.OnCPU, c.OffCPU = medianDuration(on), medianDuration(off), medianDuration(onCPU), medianDuration(offCPU)
+	}
+	return c
 }
 
-// medianCost is the median of the pairs' costs (the mean of the middle two for an even count).
-func medianCost(pairs []costPair) float64 { return medianOf(pairs, costPair.Cost) }
+// Cost is the snapshot's cost per step: the median step with one over the median step without,
+// minus 1; 0 when either kind was not measured.
+func (c blockCost) Cost() float64 { return ratioLess1(c.On, c.Off) }
 
-// medianOf is the median of f over the pairs (the mean of the middle two for an even count).
-func medianOf(pairs []costPair, f func(costPair) float64) float64 {
-	cs := make([]float64, len(pairs))
-	for i, p := range pairs {
-		cs[i] = f(p)
+// CPUCost is the CPU time a snapshot adds to rank 0's step (rank 0 saves: it is its node's local
+// rank 0) as a fraction of its step's CPU time without one; 0 when not measured.
+func (c blockCost) CPUCost() float64 { return ratioLess1(c.OnCPU, c.OffCPU) }
+
+func ratioLess1(a, b time.Duration) float64 {
+	if a == 0 || b == 0 {
+		return 0
+	}
+	return float64(a-b) / float64(b)
+}
+
+// measureCost runs b.costRuns fault-free cost runs (gorun, snapshots on, the script saving in
+// every other block of costBlock steps) and returns what each measured. It returns the first
+// run's error.
+func measureCost(ctx context.Context, b *bench) ([]blockCost, error) {
+	w := way{Name: "gorun+snapshots", Snapshots: true, SaveBlocks: costBlock}
+	var runs []blockCost
+	for i := range b.costRuns {
+		name := fmt.Sprintf("cost-%d", i)
+		j, err := newJob(b, w, name, false)
+		if err != nil {
+			return nil, err
+		}
+		b.logf("cost run %d of %d: %s (a snapshot after each step of every other block of %d steps)", i+1, b.costRuns, name, costBlock)
+		if err := j.run(ctx); err != nil {
+			return nil, err
+		}
+		c := blockCostOf(j.events, costBlock)
+		if c.NOn == 0 || c.NOff == 0 {
+			return nil, fmt.Errorf("cost run %s: %d steps measured with a snapshot and %d without: want some of each (STEPS %d, blocks of %d)",
+				name, c.NOn, c.NOff, b.steps, costBlock)
+		}
+		runs = append(runs, c)
+	}
+	return runs, nil
+}
+
+// medianOf is the median of f over the runs (the mean of the middle two for an even count; 0 for none).
+func medianOf(runs []blockCost, f func(blockCost) float64) float64 {
+	cs := make([]float64, len(runs))
+	for i, r := range runs {
+		cs[i] = f(r)
 	}
 	slices.Sort(cs)
 	n := len(cs)
@@ -101,45 +111,46 @@ func medianOf(pairs []costPair, f func(costPair) float64) float64 {
 	return (cs[n/2-1] + cs[n/2]) / 2
 }
 
-// printCostPairs prints the pairs' line, if any: the median cost and each pair's.
-func printCostPairs(w io.Writer, pairs []costPair) {
-	if len(pairs) == 0 {
+// printCost prints the cost runs' lines, if any: the median over the runs and each run's.
+func printCost(w io.Writer, runs []blockCost) {
+	if len(runs) == 0 {
 		return
 	}
-	each := make([]string, len(pairs))
-	for i, p := range pairs {
-		each[i] = fmt.Sprintf("%+.1f %% (%.3f s -> %.3f s%s)", 100*p.Cost(), p.Off.Seconds(), p.On.Seconds(), onOff(p.OnFirst, ", on first", ""))
+	each := make([]string, len(runs))
+	cpu := make([]string, len(runs))
+	for i, r := range runs {
+		each[i] = fmt.Sprintf("%+.1f %% (%.3f s -> %.3f s; %d and %d steps)", 100*r.Cost(), r.Off.Seconds(), r.On.Seconds(), r.NOff, r.NOn)
+		cpu[i] = fmt.Sprintf("%+.1f %% (%.0f -> %.0f ms)", 100*r.CPUCost(), ms(r.OffCPU), ms(r.OnCPU))
 	}
-	fmt.Fprintf(w, "\nsnapshot cost per step, %d fault-free pairs (snapshots off, on; one right after the other): median %+.1f %%; each: %s\n",
-		len(pairs), 100*medianCost(pairs), strings.Join(each, ", "))
-	cpu := make([]string, len(pairs))
-	for i, p := range pairs {
-		cpu[i] = fmt.Sprintf("%+.1f %% (%.0f ms a step; %.1f s -> %.1f s)", 100*p.CPUCost(), float64(p.CPUPerStep())/1e6, p.OffCPU.Seconds(), p.OnCPU.Seconds())
-	}
-	fmt.Fprintf(w, "snapshot CPU per step, the same pairs (every process's CPU time, on minus off, over %d steps; start-up included in both): median %+.1f %%; each: %s\n",
-		pairs[0].Steps, 100*medianOf(pairs, costPair.CPUCost), strings.Join(cpu, ", "))
+	fmt.Fprintf(w, "\nsnapshot cost per step, %d fault-free run(s) saving in every other block of %d steps (median step without -> with a snapshot): median %+.1f %%; each: %s\n",
+		len(runs), costBlock, 100*medianOf(runs, blockCost.Cost), strings.Join(each, ", "))
+	fmt.Fprintf(w, "rank 0's CPU time per step (it saves its node's snapshot), the same steps: median %+.1f %%; each: %s\n",
+		100*medianOf(runs, blockCost.CPUCost), strings.Join(cpu, ", "))
 }
 
-// costPairsJSON is the pairs as one JSON object.
-func costPairsJSON(pairs []costPair) any {
-	type pairJSON struct {
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+// costJSON is the cost runs as one JSON object.
+func costJSON(runs []blockCost) any {
+	type runJSON struct {
 		OffS     float64 `json:"step_s_off"`
 		OnS      float64 `json:"step_s_on"`
 		Cost     float64 `json:"cost"`
-		OffCPUS  float64 `json:"cpu_s_off"`
-		OnCPUS   float64 `json:"cpu_s_on"`
-		CPUCost  float64 `json:"cpu_cost"`
-		CPUStepS float64 `json:"cpu_s_per_step"`
-		OnFirst  bool    `json:"on_first"`
+		OffCPUS  float64 `json:"rank0_cpu_s_off"`
+		OnCPUS   float64 `json:"rank0_cpu_s_on"`
+		CPUCost  float64 `json:"rank0_cpu_cost"`
+		StepsOff int     `json:"steps_off"`
+		StepsOn  int     `json:"steps_on"`
 	}
 	v := struct {
-		Median    float64    `json:"snapshot_cost_per_step_median"`
-		CPUMedian float64    `json:"snapshot_cpu_cost_median"`
-		Pairs     []pairJSON `json:"cost_pairs"`
-	}{Median: round3(medianCost(pairs)), CPUMedian: round3(medianOf(pairs, costPair.CPUCost))}
-	for _, p := range pairs {
-		v.Pairs = append(v.Pairs, pairJSON{round3(p.Off.Seconds()), round3(p.On.Seconds()), round3(p.Cost()),
-			round3(p.OffCPU.Seconds()), round3(p.OnCPU.Seconds()), round3(p.CPUCost()), round3(p.CPUPerStep().Seconds()), p.OnFirst})
+		Median    float64   `json:"snapshot_cost_per_step_median"`
+		CPUMedian float64   `json:"rank0_cpu_cost_median"`
+		Block     int       `json:"block_steps"`
+		Runs      []runJSON `json:"cost_runs"`
+	}{Median: round3(medianOf(runs, blockCost.Cost)), CPUMedian: round3(medianOf(runs, blockCost.CPUCost)), Block: costBlock}
+	for _, r := range runs {
+		v.Runs = append(v.Runs, runJSON{round3(r.Off.Seconds()), round3(r.On.Seconds()), round3(r.Cost()),
+			round3(r.OffCPU.Seconds()), round3(r.OnCPU.Seconds()), round3(r.CPUCost()), r.NOff, r.NOn})
 	}
 	return v
 }

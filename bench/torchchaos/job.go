@@ -32,6 +32,9 @@ type way struct {
 	Ckpt bool
 	// Snapshots: gorun's snapshots on (--snapshot-replicas k); off (--snapshots=false) when false.
 	Snapshots bool
+	// SaveBlocks: the script saves its snapshots in every other block of this many steps only,
+	// and rank 0 reports its CPU time with each step (--save-blocks): a cost run. 0: every step.
+	SaveBlocks int
 }
 
 // Fault kinds.
@@ -104,6 +107,9 @@ func (j *job) scriptArgs() []string {
 	a := []string{j.b.script, "--model-mb", strconv.FormatFloat(j.b.modelMB, 'f', -1, 64), "--steps", strconv.Itoa(j.b.steps), "--out", j.out}
 	if j.way.Ckpt {
 		a = append(a, "--ckpt-dir", filepath.Join(j.dir, "ckpt"), "--ckpt-every", strconv.Itoa(j.b.ckptEvery))
+	}
+	if j.way.SaveBlocks > 0 {
+		a = append(a, "--save-blocks", strconv.Itoa(j.way.SaveBlocks))
 	}
 	return a
 }
@@ -269,19 +275,6 @@ func (j *job) run(ctx context.Context) error {
 		return fmt.Errorf("%s: the job ended without its final model: %w", j.name, err)
 	}
 	return nil
-}
-
-// cpu is the CPU time (user and system) the job's last node processes spent, each with every
-// process it reaped (its workers): wait4's rusage of a gorun agent counts them. A node killed and
-// replaced counts only its replacement, so it is a fault-free run's figure.
-func (j *job) cpu() time.Duration {
-	var d time.Duration
-	for _, n := range j.nodes {
-		if st := n.cmd.ProcessState; st != nil {
-			d += st.UserTime() + st.SystemTime()
-		}
-	}
-	return d
 }
 
 // finished reports whether every node of the job has exited with no replacement due.

@@ -46,7 +46,7 @@ type bench struct {
 	timeout               time.Duration
 	seed                  uint64
 	smoke                 bool
-	costPairs             int // fault-free pairs (snapshots off, on) that measure the snapshot cost
+	costRuns              int // fault-free cost runs (measureCost) that measure the snapshot cost
 	marker                string
 	// snapshotFlags: the gorun binary has --snapshots and --snapshot-replicas.
 	snapshotFlags bool
@@ -87,7 +87,7 @@ func run() error {
 	flag.Uint64Var(&b.seed, "seed", 1, "seed of the failure draws")
 	wayList := flag.String("ways", "torchrun+ckpt,gorun+ckpt,gorun+snapshots", "the ways to run, comma-separated")
 	jsonOut := flag.Bool("json", false, "also print one JSON object per way")
-	flag.IntVar(&b.costPairs, "cost-pairs", 0, "also measure the snapshot cost per step with this many pairs of fault-free runs, snapshots off and on, one after the other (the order alternates), each pair's ratio printed and their median")
+	flag.IntVar(&b.costRuns, "cost-runs", 0, "also measure the snapshot cost per step with this many fault-free runs whose script saves in every other block of 4 steps only: the steps with a snapshot against those without, in the same run; each run's figure printed and their median")
 	flag.BoolVar(&b.smoke, "smoke", false, "smoke mode: one failure of each kind per way, each as soon as the job recovered; exit 1 unless every failure was recovered from and every final model is bit-identical")
 	dir := flag.String("dir", "", "working directory (default: a fresh one under $TMPDIR, removed at the end)")
 	flag.Parse()
@@ -97,9 +97,9 @@ func run() error {
 	if b.nproc < 1 {
 		return fmt.Errorf("-nproc %d: want 1 or more workers per node", b.nproc)
 	}
-	if b.steps < 4 || b.ckptEvery < 1 || b.period <= 0 || b.modelMB <= 0 || b.replicas < 0 || b.costPairs < 0 {
-		return fmt.Errorf("-steps %d (want 4 or more), -ckpt-every %d (want 1 or more), -period %v, -model-mb %v (want > 0), -snapshot-replicas %d, -cost-pairs %d (want >= 0)",
-			b.steps, b.ckptEvery, b.period, b.modelMB, b.replicas, b.costPairs)
+	if b.steps < 4 || b.ckptEvery < 1 || b.period <= 0 || b.modelMB <= 0 || b.replicas < 0 || b.costRuns < 0 {
+		return fmt.Errorf("-steps %d (want 4 or more), -ckpt-every %d (want 1 or more), -period %v, -model-mb %v (want > 0), -snapshot-replicas %d, -cost-runs %d (want >= 0)",
+			b.steps, b.ckptEvery, b.period, b.modelMB, b.replicas, b.costRuns)
 	}
 	var chosen []way
 	for _, name := range strings.Split(*wayList, ",") {
@@ -186,9 +186,9 @@ func run() error {
 		}
 		results = append(results, result{way: w, costs: costs(j.fault, j.events), sum: summarize(j.events), identical: same})
 	}
-	var pairs []costPair
-	if b.costPairs > 0 && b.snapshotFlags {
-		if pairs, err = measureCost(ctx, b); err != nil {
+	var costRuns []blockCost
+	if b.costRuns > 0 && b.snapshotFlags {
+		if costRuns, err = measureCost(ctx, b); err != nil {
 			return err
 		}
 	}
@@ -199,7 +199,7 @@ func run() error {
 		}
 	}
 	printTable(os.Stdout, b, refSum, results, bw)
-	printCostPairs(os.Stdout, pairs)
+	printCost(os.Stdout, costRuns)
 	if *jsonOut {
 		for _, r := range results {
 			line, err := json.Marshal(r.jsonOf(b, refSum, bw))
@@ -208,8 +208,8 @@ func run() error {
 			}
 			fmt.Println(string(line))
 		}
-		if len(pairs) > 0 {
-			line, err := json.Marshal(costPairsJSON(pairs))
+		if len(costRuns) > 0 {
+			line, err := json.Marshal(costJSON(costRuns))
 			if err != nil {
 				return err
 			}

@@ -24,12 +24,19 @@ nodes than there are copies): with --ckpt-dir D --ckpt-every N rank 0 writes
 {model, optim, step} to D/ckpt-<step>.pt every N steps with torch.save
 (atomically: a temporary file, fsynced, renamed), keeping only the newest, and
 at start, when restore returns None, every rank loads the newest one there.
+
+For measuring what the snapshots cost (bench/pytorch-chaos.sh), --save-blocks B
+saves only in every other block of B steps (steps 1..B save, B+1..2B do not,
+...) and makes rank 0 add its process's CPU seconds to each step line
+(`step N loss L cpu_s C`): one run then holds steps with and without a
+snapshot side by side, on the same machine at the same moment.
 """
 import argparse
 import os
 import re
 import sys
 import tempfile
+import time
 
 import torch
 import torch.distributed as dist
@@ -128,7 +135,12 @@ def main() -> None:
                     help="storage checkpoints: loaded at start when the snapshots restore nothing")
     ap.add_argument("--ckpt-every", type=int, default=0,
                     help="rank 0 writes a checkpoint to --ckpt-dir every this many steps (0: never)")
+    ap.add_argument("--save-blocks", type=int, default=0,
+                    help="for measuring the snapshots' cost: save only in every other block of this many "
+                         "steps, and print rank 0's CPU seconds with each step (0: save every step)")
     args = ap.parse_args()
+    if args.save_blocks < 0:
+        ap.error(f"--save-blocks must be 0 (save every step) or a positive number of steps, got {args.save_blocks}")
     if args.ckpt_every < 0:
         ap.error(f"--ckpt-every must be 0 (no checkpoints) or a positive number of steps, got {args.ckpt_every}")
     if args.ckpt_every and not args.ckpt_dir:
@@ -176,8 +188,11 @@ def main() -> None:
         loss = nn.functional.mse_loss(ddp(x), y)
         loss.backward()
         optim.step()
-        snaps.save(step + 1, state)
-        if rank == 0:
+        if not args.save_blocks or (step // args.save_blocks) % 2 == 0:
+            snaps.save(step + 1, state)
+        if rank == 0 and args.save_blocks:
+            print(f"step {step + 1} loss {loss.item():.6f} cpu_s {time.process_time():.4f}", flush=True)
+        elif rank == 0:
             print(f"step {step + 1} loss {loss.item():.6f}", flush=True)
         if rank == 0 and args.ckpt_every and (step + 1) % args.ckpt_every == 0:
             save_checkpoint(args.ckpt_dir, step + 1, model, optim)

@@ -76,6 +76,21 @@ class ExampleTest(ShmTest):
             for k in a:
                 self.assertTrue(torch.equal(a[k], b[k]), k)
 
+    def test_save_blocks_saves_every_other_block(self) -> None:
+        """--save-blocks 2 (the bench's cost runs): saves after steps 1-2 and
+        5-6, none after 3-4, and each step line carries rank 0's CPU seconds,
+        growing."""
+        with tempfile.TemporaryDirectory() as tmp:
+            for steps, newest in ((4, 2), (5, 5)):
+                for name in os.listdir(self.dir):
+                    os.unlink(os.path.join(self.dir, name))
+                out = self.run_script(steps, os.path.join(tmp, "m.pt"), True, "--save-blocks", "2")
+                cpu = [float(line.split()[5]) for line in out.splitlines() if line.startswith("step ")]
+                self.assertEqual(len(cpu), steps, out)
+                self.assertEqual(cpu, sorted(cpu), out)
+                self.assertEqual(self.run_script(steps + 1, os.path.join(tmp, "n.pt"), True).splitlines()[0],
+                                 f"restored step {newest}", f"{steps} steps in blocks of 2")
+
     def test_checkpoint_resume_ends_bit_identical(self) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             straight, resumed = self.straight(), os.path.join(tmp, "b.pt")
