@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -356,6 +357,12 @@ func newestSnapshot(dir string, rank int) int64 {
 // a complete, verified copy of every one of world ranks; -1: none.
 func durableStep(dst string, world int) int64 {
 	held, _ := durable.Scan(dst)
+	return commonStep(held, world)
+}
+
+// commonStep is the newest step of which held has a copy of every one of
+// world ranks; -1: none.
+func commonStep(held []snapshot.Holding, world int) int64 {
 	ranks := map[uint64]map[int]bool{}
 	for _, h := range held {
 		if ranks[h.Step] == nil {
@@ -370,6 +377,43 @@ func durableStep(dst string, world int) int64 {
 		}
 	}
 	return newest
+}
+
+// corruptDurable flips a byte in the payload of every copy of rank's
+// snapshots in the durable directory dst of step from or later (rank's
+// node is gone: its copies change no more), and returns their paths. A
+// survivor may still complete a newer copy of its own rank, so the step
+// a restore agrees on can grow: damaging every copy of rank from the
+// newest common step on makes whatever step is agreed on from then on
+// find a corrupt copy, until only older ones are left.
+func corruptDurable(t *testing.T, dst string, rank int, from int64) []string {
+	t.Helper()
+	held, err := durable.Scan(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, h := range held {
+		if h.Rank != rank || int64(h.Step) < from {
+			continue
+		}
+		f, err := os.OpenFile(h.Path, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, 1)
+		_, rerr := f.ReadAt(b, snapshot.HeaderSize+8)
+		b[0] ^= 0xff
+		_, werr := f.WriteAt(b, snapshot.HeaderSize+8)
+		if err := errors.Join(rerr, werr, f.Close()); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, h.Path)
+	}
+	if len(paths) == 0 {
+		t.Fatalf("the durable directory %s has no copy of rank %d of step %d or later: %+v", dst, rank, from, held)
+	}
+	return paths
 }
 
 // requireStatusShowsRecovery waits until gorun status --json shows, for
@@ -439,7 +483,10 @@ func (j *shardedJob) killNode(p *gorunProc) {
 // script's own fallback: here, from the start) and still end identical.
 // With --snapshot-durable as well, the two nodes' loss is restored from
 // the durable directory: the newest step every rank has there, the steps
-// since redone, and the final states still bit-identical.
+// since redone, and the final states still bit-identical. When a lost
+// rank's copy of that step is corrupt, the round that would restore it
+// fails (the agent that finds the bad CRC puts the file aside) and the
+// next restores the newest step every rank has apart from it.
 func TestSnapshotsNodeLoss(t *testing.T) {
 	torch.Require(t)
 	endpoint := etcdtest.Start(t).Endpoints()[0]
@@ -456,10 +503,12 @@ func TestSnapshotsNodeLoss(t *testing.T) {
 		name    string
 		kills   int  // nodes killed: the one with rank `victim` and, with 2, the next (which holds its copy)
 		durable bool // --snapshot-durable, every durableEvery steps
+		corrupt bool // the lost rank's durable copy of the newest step every rank has there is damaged
 	}{
-		{"one node, restored from its copy", 1, false},
-		{"two nodes, both copies gone", 2, false},
-		{"two nodes, restored from the durable directory", 2, true},
+		{"one node, restored from its copy", 1, false, false},
+		{"two nodes, both copies gone", 2, false, false},
+		{"two nodes, restored from the durable directory", 2, true, false},
+		{"two nodes, the durable copy corrupt: the step before", 2, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const durableEvery = 10
@@ -467,7 +516,8 @@ func TestSnapshotsNodeLoss(t *testing.T) {
 			j.pause = true
 			dst := filepath.Join(t.TempDir(), "durable")
 			if tc.durable {
-				j.extra = []string{"--snapshot-durable=" + dst, "--snapshot-durable-every=" + strconv.Itoa(durableEvery), "--snapshot-durable-keep=2"}
+				// Three kept: a step older than the one made corrupt is there for every rank.
+				j.extra = []string{"--snapshot-durable=" + dst, "--snapshot-durable-every=" + strconv.Itoa(durableEvery), "--snapshot-durable-keep=3"}
 			}
 			for _, n := range nodeNames(3) {
 				j.start(n)
@@ -513,6 +563,10 @@ func TestSnapshotsNodeLoss(t *testing.T) {
 			// newer step in the durable directory: the restore is at this
 			// step or later.
 			durableAtKill := durableStep(dst, 3)
+			var corrupted []string // the victim's durable copies damaged
+			if tc.corrupt {
+				corrupted = corruptDurable(t, dst, victim.rank, durableAtKill)
+			}
 			survivor := byNodeRank[0]
 			newestAtKill := int64(-1)
 			for r := range 3 {
@@ -546,6 +600,11 @@ func TestSnapshotsNodeLoss(t *testing.T) {
 				switch {
 				case tc.kills == 1 && (!a.Restore || a.Redone > 1 || a.Step == 0):
 					t.Errorf("after one node lost: %+v; want a restore, at most 1 step redone", a)
+				case tc.corrupt:
+					if !a.Restore || !strings.Contains(a.Message, "from the durable directory") || int64(a.Step) >= durableAtKill || a.Step%durableEvery != 0 {
+						t.Errorf("after two nodes lost, rank %d's durable copies of step %d on corrupt: %+v; want a restore from the durable directory of an older multiple of %d",
+							victim.rank, durableAtKill, a, durableEvery)
+					}
 				case tc.durable && (!a.Restore || !strings.Contains(a.Message, "from the durable directory") ||
 					int64(a.Step) < durableAtKill || a.Step%durableEvery != 0 || int64(a.Newest) < newestAtKill || a.Redone != a.Newest-a.Step || a.Redone == 0):
 					t.Errorf("after two nodes lost, with --snapshot-durable: %+v; want a restore from the durable directory of step %d or a later multiple of %d, newest (%d or more) - that step redone",
@@ -565,6 +624,28 @@ func TestSnapshotsNodeLoss(t *testing.T) {
 				if !said {
 					t.Error("no worker said that its restore came from the durable directory")
 				}
+			}
+			if tc.corrupt {
+				// Each corrupt copy a round agreed on: the agent that loaded it
+				// said why its round failed, and put it aside.
+				found := 0
+				for _, c := range corrupted {
+					said := false
+					for _, p := range j.agents {
+						said = said || strings.Contains(p.stderr.String(), "durable: load of "+c+": snapshot: payload corrupt")
+					}
+					_, err := os.Stat(c + ".corrupt")
+					switch {
+					case said && err == nil:
+						found++
+					case said:
+						t.Errorf("an agent found %s corrupt and did not put it aside: %v", c, err)
+					}
+				}
+				if found == 0 {
+					t.Errorf("no agent found any of the corrupt durable copies %q", corrupted)
+				}
+				t.Logf("%d of the %d corrupt copies found and put aside", found, len(corrupted))
 			}
 			if tc.kills == 1 {
 				fetched := false
