@@ -349,17 +349,18 @@ func (m *roundMonitor) anyRequeued() bool {
 }
 
 // stoppedForRequeue says whether worker w, which ended, checkpointed on
-// request and stopped for the job to be requeued: it exited ExitRequeue,
-// and either gorun passed it a requeue signal or it said so on its
-// channel before it ended. The second covers a node whose workers heard
-// of the requeue from their peers (the ranks agree on the stop) before
-// SLURM's signal reached this node's gorun, or without it.
+// request and stopped for the job to be requeued: it said so on its
+// channel before it ended (whatever ended it then: the agent's own
+// SIGTERM when the round ended meanwhile), or it exited ExitRequeue after
+// gorun passed it a requeue signal. The first covers a node whose workers
+// heard of the requeue from their peers (the ranks agree on the stop)
+// before SLURM's signal reached this node's gorun, or without it.
 func (m *roundMonitor) stoppedForRequeue(w *worker) bool {
-	res := w.process.Result()
-	if res.Signal != 0 || res.ExitCode != ExitRequeue {
-		return false
+	if w.heartbeat != nil && w.heartbeat.Requeued() {
+		return true
 	}
-	return m.a.signalled.Load() || (w.heartbeat != nil && w.heartbeat.Requeued())
+	res := w.process.Result()
+	return res.Signal == 0 && res.ExitCode == ExitRequeue && m.a.signalled.Load()
 }
 
 // keepable says whether the workers go on into the next round in place:

@@ -9,10 +9,13 @@ gorun agent owns, so a restarted worker goes on at the step the job reached.
         snaps.save(step + 1, state)
 
 Outside gorun (no GORUN_SNAPSHOT_DIR) every call does nothing.
+gorun.exit_for_requeue() ends a worker that saved its checkpoint for a
+SLURM requeue (exit 75), telling its gorun agent so.
 """
+from .requeue import EXIT_REQUEUE, exit_for_requeue
 from .snapshots import (ENV_DIR, ENV_REASON, ENV_STEP, ENV_VERIFIED, NoSpaceError,
                         SnapshotError, Snapshots, StateMismatchError)
 
-__all__ = ["ENV_DIR", "ENV_REASON", "ENV_STEP", "ENV_VERIFIED", "NoSpaceError",
+__all__ = ["EXIT_REQUEUE", "exit_for_requeue", "ENV_DIR", "ENV_REASON", "ENV_STEP", "ENV_VERIFIED", "NoSpaceError",
            "SnapshotError", "Snapshots", "StateMismatchError"]
 __version__ = "0.2.0"
