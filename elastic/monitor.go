@@ -338,13 +338,7 @@ func (m *roundMonitor) onRoundEnd(end rendezvous.End, ok bool) outcome {
 // whose workers stopped first left) finishes it and exits so.
 func (m *roundMonitor) anyRequeued() bool {
 	return slices.ContainsFunc(m.workers, func(w *worker) bool {
-		if w.process.Result().Ended.IsZero() {
-			return false
-		}
-		if w.heartbeat != nil {
-			w.heartbeat.Drain()
-		}
-		return m.stoppedForRequeue(w)
+		return !w.process.Result().Ended.IsZero() && m.stoppedForRequeue(w)
 	})
 }
 
@@ -354,10 +348,15 @@ func (m *roundMonitor) anyRequeued() bool {
 // SIGTERM when the round ended meanwhile), or it exited ExitRequeue after
 // gorun passed it a requeue signal. The first covers a node whose workers
 // heard of the requeue from their peers (the ranks agree on the stop)
-// before SLURM's signal reached this node's gorun, or without it.
+// before SLURM's signal reached this node's gorun, or without it. It
+// first handles what is left on w's channel (Pipe.Drain), so that the
+// last line w wrote is never overtaken by the exit it announces.
 func (m *roundMonitor) stoppedForRequeue(w *worker) bool {
-	if w.heartbeat != nil && w.heartbeat.Requeued() {
-		return true
+	if w.heartbeat != nil {
+		w.heartbeat.Drain()
+		if w.heartbeat.Requeued() {
+			return true
+		}
 	}
 	res := w.process.Result()
 	return res.Signal == 0 && res.ExitCode == ExitRequeue && m.a.signalled.Load()

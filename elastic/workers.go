@@ -234,14 +234,9 @@ func (a *Agent) onProgress(w *worker, prog heartbeat.Progress) {
 }
 
 // followExit tells the observer and the monitor of the round (whichever
-// round it is then) that w's process ended, once every line it wrote on
-// its channel before it ended was handled (its last may say it stops to
-// be requeued).
+// round it is then) that w's process ended.
 func (a *Agent) followExit(w *worker) {
 	<-w.process.Done()
-	if w.heartbeat != nil {
-		w.heartbeat.Drain()
-	}
 	a.spec.Observer.WorkerExited(*w.current.Load(), w.process.Result().ExitCode)
 	close(w.exitTold)
 	select {
