@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# bench/pytorch-chaos.sh — issue 33's goals: what a failure costs a PyTorch DDP job, three ways.
+# bench/pytorch-chaos.sh — issue 33's goals: what a failure costs a PyTorch DDP job, three ways (and a fourth).
 #
 # Trains examples/pytorch/snapshots.py (a model of MODEL_MB megabytes, 100: 26M parameters) as a
-# DDP job of 3 nodes x NPROC workers (CPU, gloo) on this machine, STEPS steps, three ways in one
+# DDP job of 3 nodes x NPROC workers (CPU, gloo) on this machine, STEPS steps, four ways in one
 # invocation:
 #   torchrun+ckpt     torchrun (python3 -m torch.distributed.run, c10d hosted by node 0's agent)
 #                     and the script's torch.save checkpoint every CKPT_EVERY steps
 #   gorun+ckpt        gorun agents (--nnodes=3, over a `gorun rendezvous serve` etcd), the same
 #                     checkpoint, --snapshots=false
 #   gorun+snapshots   gorun with snapshots every step (--snapshot-replicas REPLICAS), no checkpoint
+#   gorun+warm        gorun+snapshots with --warm-workers: a restarted worker is an interpreter
+#                     that imported torch ahead of the round
 # First a fault-free run (gorun, no checkpoint, no snapshot). In each way's run one failure every
 # PERIOD seconds of training (the first PERIOD/2 after the first step, each next one PERIOD after
 # the first step after the one before; none before the first checkpoint), drawn from kill -9 of a worker and kill -9 of a whole node (its
@@ -37,7 +39,7 @@
 #   WAYS=gorun+snapshots PERIOD=100000 STEPS=40 COST_RUNS=3 bench/pytorch-chaos.sh   # the cost alone
 #   SMOKE=1 bench/pytorch-chaos.sh            # CI: under a minute
 #
-# SMOKE=1: a 2 MB model, 3 nodes x 1 worker, 60 steps, the snapshot way only (WAYS), one failure
+# SMOKE=1: a 2 MB model, 3 nodes x 1 worker, 60 steps, the snapshot way with warm workers only (WAYS), one failure
 # of each kind, each as soon as the job recovered from the one before; exit 1 when a kind was not
 # injected, a failure was not recovered from, or the final model is not bit-identical. No timing
 # is judged.
@@ -45,11 +47,11 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bench_init pytorch-chaos.sh
 if [[ "$SMOKE" == 1 ]]; then
-  MODEL_MB=${MODEL_MB:-2} STEPS=${STEPS:-60} CKPT_EVERY=${CKPT_EVERY:-4} NPROC=${NPROC:-1} WAYS=${WAYS:-gorun+snapshots}
+  MODEL_MB=${MODEL_MB:-2} STEPS=${STEPS:-60} CKPT_EVERY=${CKPT_EVERY:-4} NPROC=${NPROC:-1} WAYS=${WAYS:-gorun+warm}
   COST_RUNS=${COST_RUNS:-1}
 fi
 MODEL_MB=${MODEL_MB:-100} STEPS=${STEPS:-60} CKPT_EVERY=${CKPT_EVERY:-10} PERIOD=${PERIOD:-20} NPROC=${NPROC:-2}
-SEED=${SEED:-1} REPLICAS=${REPLICAS:-1} COST_RUNS=${COST_RUNS:-0} WAYS=${WAYS:-torchrun+ckpt,gorun+ckpt,gorun+snapshots}
+SEED=${SEED:-1} REPLICAS=${REPLICAS:-1} COST_RUNS=${COST_RUNS:-0} WAYS=${WAYS:-torchrun+ckpt,gorun+ckpt,gorun+snapshots,gorun+warm}
 PYTHON=${PYTHON:-/usr/bin/python3}
 bench_positive MODEL_MB STEPS CKPT_EVERY PERIOD NPROC SEED
 [[ "$REPLICAS" =~ ^[0-9]+$ ]] || die "REPLICAS must be 0 or a positive integer, got '$REPLICAS'"

@@ -171,6 +171,19 @@ type Spec struct {
 	// a round's fresh script workers start, the agents agree on the step
 	// they restore and give it to them (see Snapshots).
 	Snapshots *Snapshots
+	// Warm, when not nil, is the command of a warm worker (Python's:
+	// python/gorun/_warm.py before the script and its arguments): the
+	// agent keeps one per local rank started ahead of the next round,
+	// which loads what the worker spends its start on (import torch) and
+	// waits on its channel; a round's worker is then a warm one given its
+	// environment (heartbeat.ExecLine) instead of a fresh process. Not
+	// with InPlace.
+	Warm []string
+	// WarmDelay is how long after a round's workers started the agent
+	// starts the next warm ones, so that their imports do not compete
+	// with the workers' own start; before each rendezvous they start at
+	// once.
+	WarmDelay time.Duration
 	Log       zerolog.Logger
 }
 
@@ -192,6 +205,8 @@ func (s *Spec) Validate() error {
 		return fmt.Errorf("elastic: GPUs or CPUs for more than %d local workers", s.LocalWorkers)
 	case s.AwaitTimeout < 0:
 		return fmt.Errorf("elastic: await timeout %s < 0", s.AwaitTimeout)
+	case s.Warm != nil && s.InPlace:
+		return errors.New("elastic: warm workers are for workers restarted by a round, not kept in place")
 	}
 	return nil
 }
@@ -258,6 +273,10 @@ type Agent struct {
 	awaits  chan *worker    // a worker awaits a new round
 	silent  chan silence    // a worker heard nothing from a peer for heartbeat.SilentAfter
 	resumed chan resumption // a kept worker's first progress in its new round
+
+	// warm is, by local rank, the warm worker started ahead of the next
+	// round (Spec.Warm), or nil: the round loop's alone.
+	warm []*worker
 }
 
 // New returns an agent for spec that forms rounds with rdzv.
@@ -288,6 +307,7 @@ func New(spec Spec, rdzv Rendezvous) (*Agent, error) {
 		exits: make(chan *worker), awaits: make(chan *worker, 4*spec.LocalWorkers),
 		silent:  make(chan silence, 4*spec.LocalWorkers),
 		resumed: make(chan resumption, spec.LocalWorkers),
+		warm:    make([]*worker, spec.LocalWorkers),
 	}, nil
 }
 
@@ -413,6 +433,7 @@ const abandonTimeout = 10 * time.Second
 // decide says after each pass where the agent goes.
 func (a *Agent) rounds(ctx context.Context) (Outcome, error) {
 	l := &life{pacer: newRestartPacer(a.spec.NewBackOff())}
+	defer a.dropWarm()
 	defer a.dropKept(ctx, l)
 	for {
 		if err := a.transition(StateRendezvous); err != nil {
@@ -464,6 +485,7 @@ func (a *Agent) pass(ctx context.Context, l *life) outcome {
 	joined := time.Now()
 	if l.kept == nil {
 		l.kept = a.standby(ctx)
+		a.warmUp() // their imports overlap the rendezvous
 	}
 	round, out := a.join(ctx, l.kept == nil || l.kept.kind == keepSpare)
 	if out != nil {

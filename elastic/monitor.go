@@ -49,6 +49,9 @@ func (a *Agent) runRound(ctx context.Context, r rendezvous.Round, workers []*wor
 		stalled: make(chan stallOf, len(workers)), verdict: make(chan bool, 1),
 		roundEnd: a.rdzv.Watch(watchCtx, r), recovering: recovering,
 	}
+	if a.spec.Warm != nil {
+		m.warmDue = time.After(a.spec.WarmDelay)
+	}
 	m.watchWorkers()
 	out := m.run()
 	stopWatch()
@@ -121,8 +124,10 @@ type roundMonitor struct {
 	// recovering, in a round whose workers were kept in place, is where
 	// they came from, until their first progress in this round.
 	recovering *keep
-	probes     sync.WaitGroup // Unreachable checks of silent peers, bound to watchCtx
-	badEdge    error          // the first state edge refused (a bug): runRound returns it
+	// warmDue fires when the next round's warm workers start (Spec.Warm).
+	warmDue <-chan time.Time
+	probes  sync.WaitGroup // Unreachable checks of silent peers, bound to watchCtx
+	badEdge error          // the first state edge refused (a bug): runRound returns it
 }
 
 // stallOf is the stall of the worker at index i: its heartbeats stopped.
@@ -195,6 +200,9 @@ func (m *roundMonitor) run() outcome {
 			m.onVerdict(blame)
 		case s := <-m.a.passOn:
 			m.onPassOn(s)
+		case <-m.warmDue:
+			m.warmDue = nil
+			m.a.warmUp()
 		case <-m.ctx.Done():
 			done = m.onStop()
 		}

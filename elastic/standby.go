@@ -79,7 +79,7 @@ func (a *Agent) startStandby() ([]*worker, error) {
 	}
 	var workers []*worker
 	for local := range a.spec.LocalWorkers {
-		w, err := a.launch(sink, a.standbyContract(local), true, nil)
+		w, err := a.launch(sink, a.placeholder(local, "standby"), asStandby, nil)
 		if err != nil {
 			return workers, err
 		}
@@ -88,13 +88,13 @@ func (a *Agent) startStandby() ([]*worker, error) {
 	return workers, nil
 }
 
-// standbyContract is the placeholder contract of local worker `local` of
-// a hot spare: a world of this node alone, which the worker does not
-// connect (heartbeat.StandbyEnvVar); its error file is apart from every
-// round's.
-func (a *Agent) standbyContract(local int) distenv.Worker {
+// placeholder is the contract of local worker `local` started ahead of
+// its round (a hot spare's, a warm one): a world of this node alone, which
+// the worker does not connect; its error file is under ErrorDir/kind,
+// apart from every round's.
+func (a *Agent) placeholder(local int, kind string) distenv.Worker {
 	c := a.spec.Contract(rendezvous.Round{NumNodes: 1, WorldSize: a.spec.LocalWorkers, MasterAddr: "127.0.0.1", MasterPort: 1}, local)
-	c.ErrorFile = filepath.Join(a.spec.ErrorDir, "standby", fmt.Sprint(local), "error.json")
+	c.ErrorFile = filepath.Join(a.spec.ErrorDir, kind, fmt.Sprint(local), "error.json")
 	return c
 }
 

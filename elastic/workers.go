@@ -38,12 +38,23 @@ type worker struct {
 	// stall is the stall of a worker whose heartbeats stopped, or the one
 	// it is blamed for; await is the wait of an abandoned one. Both are
 	// the round monitor's: only the agent's round loop reads them.
-	stall    *heartbeat.Stall
-	await    heartbeat.Await
+	stall       *heartbeat.Stall
+	await       heartbeat.Await
+	startedWarm bool // a warm worker taken by a round (Spec.Warm)
+	// observed is set once the observer heard that the worker started: a
+	// standby or warm worker's exit is not told before a round takes it.
+	observed atomic.Bool
 	released chan struct{} // closed once the agent is done with the worker
 	// exitTold is closed once the observer was told the process ended:
 	// release waits for it, so every exit is reported before Run returns.
 	exitTold chan struct{}
+}
+
+// observe tells the observer that w started, under its current contract,
+// and from now on of its progress and its exit.
+func (w *worker) observe(o Observer) {
+	w.observed.Store(true)
+	o.WorkerStarted(*w.current.Load())
 }
 
 // setContract makes c the worker's place in the current round.
@@ -132,27 +143,63 @@ func longestSilent(workers []*worker) int {
 // variables over their environment; on error it returns those it started.
 func (a *Agent) startWorkers(sink *workerlog.Sink, r rendezvous.Round, extra []string) ([]*worker, error) {
 	var workers []*worker
+	var warm []int // the pids of the warm workers taken
 	for local := 0; local < a.spec.LocalWorkers; local++ {
 		w, err := a.startWorker(sink, r, local, extra)
 		if err != nil {
 			return workers, err
 		}
+		if w.startedWarm {
+			warm = append(warm, w.process.PID())
+		}
 		workers = append(workers, w)
+	}
+	if a.spec.Warm != nil {
+		a.log.Info().Int("round", r.Number).Ints("warm_pids", warm).Int("fresh", len(workers)-len(warm)).
+			Msg("the round's workers started: warm ones given their environment, fresh ones where none was ready")
 	}
 	return workers, nil
 }
 
 // startWorker starts local worker `local` of this node for round r, with
-// extra variables over its environment.
+// extra variables over its environment: the warm worker of that local
+// rank, if there is one, else a fresh process.
 func (a *Agent) startWorker(sink *workerlog.Sink, r rendezvous.Round, local int, extra []string) (*worker, error) {
-	return a.launch(sink, a.spec.Contract(r, local), false, extra)
+	c := a.spec.Contract(r, local)
+	if w := a.takeWarm(sink, c, extra); w != nil {
+		return w, nil
+	}
+	return a.launch(sink, c, asRoundWorker, extra)
 }
 
-// launch starts a worker under contract c, with extra variables
-// (KEY=VALUE) over its environment; a standby worker (a hot spare's: c is
-// a placeholder, see standbyContract) also gets heartbeat.StandbyEnvVar,
-// and the observer hears of it only once a round adopts it.
-func (a *Agent) launch(sink *workerlog.Sink, c distenv.Worker, standby bool, extra []string) (*worker, error) {
+// startAs is what a process launch starts.
+type startAs int
+
+const (
+	// asRoundWorker: the worker of a round, under its contract.
+	asRoundWorker startAs = iota
+	// asStandby: a hot spare's worker (Spec.InPlace), under a placeholder
+	// contract and heartbeat.StandbyEnvVar, until a round adopts it.
+	asStandby
+	// asWarm: a warm worker (Spec.Warm), under a placeholder contract,
+	// until a round gives it its environment (takeWarm).
+	asWarm
+)
+
+// workerEnv is the whole environment of a worker under contract c, with
+// extra variables (KEY=VALUE) over it.
+func (a *Agent) workerEnv(c distenv.Worker, extra []string) []string {
+	env := append(c.Environ(a.spec.Environ), extra...)
+	if a.wantsHeartbeats() {
+		env = append(env, fmt.Sprintf("%s=%d", heartbeat.EnvVar, heartbeat.WorkerFD))
+	}
+	return env
+}
+
+// launch starts a worker process under contract c, with extra variables
+// (KEY=VALUE) over its environment; the observer hears of a standby or
+// warm one only once a round takes it.
+func (a *Agent) launch(sink *workerlog.Sink, c distenv.Worker, as startAs, extra []string) (*worker, error) {
 	local := c.LocalRank
 	logs, err := sink.Worker(c.Rank, c.LocalRank)
 	if err != nil {
@@ -163,10 +210,17 @@ func (a *Agent) launch(sink *workerlog.Sink, c distenv.Worker, standby bool, ext
 		return nil, fmt.Errorf("error file of rank %d: %w", c.Rank, err)
 	}
 	_ = os.Remove(c.ErrorFile) // a stale file would name an old error
+	command := a.spec.Command
+	if as == asWarm {
+		command = a.spec.Warm
+	}
 	spec := proc.Spec{
-		Path: a.spec.Command[0], Args: a.spec.Command[1:], Env: append(c.Environ(a.spec.Environ), extra...),
+		Path: command[0], Args: command[1:], Env: a.workerEnv(c, extra),
 		Stdout: logs.Stdout(), Stderr: logs.Stderr(), Guard: a.spec.Guard,
 		Stdin: a.spec.Stdin, Linger: a.spec.TermTimeout,
+	}
+	if as == asStandby {
+		spec.Env = append(spec.Env, heartbeat.StandbyEnvVar+"=1")
 	}
 	if local < len(a.spec.WorkerCPUs) {
 		spec.CPUs = a.spec.WorkerCPUs[local]
@@ -178,10 +232,6 @@ func (a *Agent) launch(sink *workerlog.Sink, c distenv.Worker, standby bool, ext
 			return nil, err
 		}
 		spec.ExtraFiles = []*os.File{beat.WorkerEnd()}
-		spec.Env = append(spec.Env, fmt.Sprintf("%s=%d", heartbeat.EnvVar, heartbeat.WorkerFD))
-		if standby {
-			spec.Env = append(spec.Env, heartbeat.StandbyEnvVar+"=1")
-		}
 	}
 	p, err := proc.Start(spec)
 	if beat != nil {
@@ -192,11 +242,11 @@ func (a *Agent) launch(sink *workerlog.Sink, c distenv.Worker, standby bool, ext
 		return nil, fmt.Errorf("start rank %d: %w", c.Rank, err)
 	}
 	a.workerPIDs.Store(p.PID(), struct{}{})
-	if !standby {
-		a.spec.Observer.WorkerStarted(c)
-	}
 	w := &worker{started: c, process: p, logs: logs, heartbeat: beat, released: make(chan struct{}), exitTold: make(chan struct{})}
 	w.setContract(c)
+	if as == asRoundWorker {
+		w.observe(a.spec.Observer)
+	}
 	if beat != nil {
 		beat.OnBeat(func(prog heartbeat.Progress) { a.onProgress(w, prog) })
 		beat.OnAwait(func(heartbeat.Await) {
@@ -237,7 +287,9 @@ func (a *Agent) onProgress(w *worker, prog heartbeat.Progress) {
 // round it is then) that w's process ended.
 func (a *Agent) followExit(w *worker) {
 	<-w.process.Done()
-	a.spec.Observer.WorkerExited(*w.current.Load(), w.process.Result().ExitCode)
+	if w.observed.Load() {
+		a.spec.Observer.WorkerExited(*w.current.Load(), w.process.Result().ExitCode)
+	}
 	close(w.exitTold)
 	select {
 	case a.exits <- w:
@@ -338,7 +390,7 @@ func (a *Agent) adopt(ctx context.Context, from *rendezvous.Round, r rendezvous.
 		}
 		a.log.Debug().Int("rank", c.Rank).Int("was", w.contract.Rank).Int("pid", w.process.PID()).Msg("worker kept in place")
 		w.setContract(c)
-		a.spec.Observer.WorkerStarted(c)
+		w.observe(a.spec.Observer)
 	}
 	a.log.Info().Int("round", r.Number).Int("workers", len(workers)).Int("world_size", r.WorldSize).Msg("sent the new round to its workers")
 	return workers, nil
@@ -380,7 +432,7 @@ func (a *Agent) lostAsRoundChanged(ctx context.Context, from *rendezvous.Round, 
 // hangs, to report their progress to an observer, or to be kept in place
 // across rounds.
 func (a *Agent) wantsHeartbeats() bool {
-	return a.spec.HeartbeatTimeout > 0 || a.observed || a.spec.InPlace
+	return a.spec.HeartbeatTimeout > 0 || a.observed || a.spec.InPlace || a.spec.Warm != nil
 }
 
 // stopAll sends sig to every worker's process group, waits TermTimeout for

@@ -543,6 +543,10 @@ func (n *node) makeSnapshotDir(spec *elastic.Spec) error {
 		path += string(os.PathListSeparator) + old
 	}
 	spec.Environ = setEnv(env, "PYTHONPATH", path)
+	if l.WarmWorkers && !spec.InPlace {
+		spec.Warm = warmCommand(spec.Command, filepath.Join(python, pythonpkg.Package, "_warm.py"))
+		spec.WarmDelay = WarmDelay
+	}
 	spec.Snapshots = &elastic.Snapshots{Dir: dir, Node: firstNonEmpty(l.Rendezvous.NodeID, l.Host), Replicas: l.SnapshotReplicas}
 	if d := l.SnapshotDurable; d != nil {
 		spec.Snapshots.Durable = &elastic.Durable{Dir: d.Dir, Every: d.Every, Keep: d.Keep}
@@ -558,6 +562,6 @@ func (n *node) makeSnapshotDir(spec *elastic.Spec) error {
 			n.replicas, spec.Snapshots.Transfer = t.Server, t
 		}
 	}
-	n.rt.Log.Info().Str("component", "launcher").Str("dir", dir).Int("replicas", l.SnapshotReplicas).Msg("workers' snapshots in memory")
+	n.rt.Log.Info().Str("component", "launcher").Str("dir", dir).Int("replicas", l.SnapshotReplicas).Bool("warm_workers", spec.Warm != nil).Msg("workers' snapshots in memory")
 	return nil
 }

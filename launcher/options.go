@@ -37,7 +37,10 @@ type Options struct {
 	MetricsAddr      string        // HOST:PORT the agent serves Prometheus /metrics on; "": none
 	// NoSnapshots turns the workers' snapshots off: no per-job directory,
 	// no GORUN_SNAPSHOT_* variables, no gorun package on PYTHONPATH.
-	NoSnapshots      bool
+	NoSnapshots bool
+	// WarmWorkers keeps a warm Python worker per local rank, which
+	// imported torch ahead of the next round (elastic.Spec.Warm).
+	WarmWorkers      bool
 	SnapshotReplicas int // copies of each rank's snapshots on other nodes (--snapshot-replicas); 0: none
 	// SnapshotDurable is a directory on storage every node shares where
 	// every SnapshotDurableEvery-th snapshot of each rank is also copied,

@@ -124,6 +124,10 @@ type Launch struct {
 	// nodes keep a copy of each rank's snapshots.
 	Snapshots        bool `json:"snapshots"`
 	SnapshotReplicas int  `json:"snapshot_replicas"`
+	// WarmWorkers: Python workers start warm (--warm-workers,
+	// elastic.Spec.Warm): only with snapshots (the gorun package holds the
+	// warm worker's code) and a command that warmCommand knows.
+	WarmWorkers bool `json:"warm_workers,omitempty"`
 	// SnapshotDurable, when not nil, also copies the snapshots to a
 	// directory that outlives the nodes (shared storage).
 	SnapshotDurable *DurableSnapshots `json:"snapshot_durable,omitempty"`
@@ -270,6 +274,16 @@ func Resolve(opts Options, host Host) (*Launch, error) {
 	}
 	if note != "" {
 		l.note(note)
+	}
+	if opts.WarmWorkers {
+		switch {
+		case !l.Snapshots:
+			l.note("--warm-workers needs --snapshots (the gorun package they put on PYTHONPATH runs the warm workers): every worker starts cold")
+		case warmCommand(l.Command, "_warm.py") == nil:
+			l.note(fmt.Sprintf("--warm-workers: %q is not a Python interpreter running a script or -m module with options a warm worker keeps (not -c, -E, -I, -P): every worker starts cold", strings.Join(l.Command, " ")))
+		default:
+			l.WarmWorkers = true
+		}
 	}
 	if err := l.readTrainConfig(opts, host); err != nil {
 		return nil, err

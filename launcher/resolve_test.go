@@ -317,6 +317,22 @@ func TestResolve(t *testing.T) {
 		{"--metrics-addr", opts(func(o *Options) { o.MetricsAddr = "0.0.0.0:9400" }), nil, nil, func(t *testing.T, l *Launch) {
 			require.Equal(t, "0.0.0.0:9400", l.MetricsAddr)
 		}},
+		{"--warm-workers for a script", opts(func(o *Options) { o.WarmWorkers = true }), nil, nil, func(t *testing.T, l *Launch) {
+			require.True(t, l.WarmWorkers)
+			require.Empty(t, l.Notes)
+		}},
+		{"--warm-workers without snapshots says so and starts cold", opts(func(o *Options) { o.WarmWorkers, o.NoSnapshots = true, true }), nil, nil, func(t *testing.T, l *Launch) {
+			require.False(t, l.WarmWorkers)
+			require.Contains(t, strings.Join(l.Notes, "\n"), "--warm-workers needs --snapshots")
+		}},
+		{"--warm-workers for a program says so and starts cold", opts(func(o *Options) { o.WarmWorkers, o.Entrypoint = true, "true" }), nil, nil, func(t *testing.T, l *Launch) {
+			require.False(t, l.WarmWorkers)
+			require.Contains(t, strings.Join(l.Notes, "\n"), `--warm-workers: "/usr/bin/true" is not a Python interpreter`)
+		}},
+		{"--warm-workers for train.toml says so", opts(func(o *Options) { o.WarmWorkers, o.Entrypoint = true, "train.toml" }), nil, nil, func(t *testing.T, l *Launch) {
+			require.False(t, l.WarmWorkers)
+			require.Contains(t, strings.Join(l.Notes, "\n"), "is not a Python interpreter")
+		}},
 		{"PYTHON picks the interpreter", opts(nil), map[string]string{"PYTHON": "/usr/bin/python3"}, nil, func(t *testing.T, l *Launch) {
 			require.Equal(t, "/usr/bin/python3", l.Command[0])
 			require.False(t, l.InPlace, "a script is restarted, never kept")

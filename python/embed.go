@@ -13,6 +13,13 @@ import (
 //go:embed gorun/*.py
 var files embed.FS
 
+// WarmComm is the command name (/proc/PID/comm, what ps shows) of a warm
+// worker (gorun --warm-workers) while it waits for its round: gorun/_warm.py
+// sets it, and takes its interpreter's name back when it becomes a round's
+// worker. Tools that look for a job's workers by their environment leave
+// it out (its RANK is a placeholder's).
+const WarmComm = "gorun-warm"
+
 // Package is the name of the Python package Extract writes: a directory
 // of that name under the directory given.
 const Package = "gorun"

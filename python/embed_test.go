@@ -55,3 +55,10 @@ func TestExtractBadDir(t *testing.T) {
 	err := Extract(file)
 	require.ErrorContains(t, err, file)
 }
+
+// WarmComm is the name gorun/_warm.py gives itself while it waits.
+func TestWarmCommIsTheWarmWorkersName(t *testing.T) {
+	src, err := files.ReadFile(Package + "/_warm.py")
+	require.NoError(t, err)
+	require.Contains(t, string(src), `WARM_COMM = b"`+WarmComm+`"`)
+}

@@ -1,6 +1,8 @@
 package benchproc
 
 import (
+	pythonpkg "github.com/gorun/gorun/python"
+
 	"slices"
 	"syscall"
 
@@ -53,7 +55,8 @@ func environHas(pid int, kv string) bool {
 // WorkersOf are the worker processes of job runID under agent pid: the processes of the
 // agent's tree whose environment carries TORCHELASTIC_RUN_ID=runID and whose parent's does
 // not (a worker's own children inherit the variable; they are not workers). What a worker's
-// command line says (gorun-worker, python, a shell) does not matter.
+// command line says (gorun-worker, python, a shell) does not matter. A warm worker still
+// waiting for its round (command name pythonpkg.WarmComm) is not one yet.
 func WorkersOf(pid int, runID string) []int {
 	kv := RunIDEnv + "=" + runID
 	if environHas(pid, kv) {
@@ -63,7 +66,7 @@ func WorkersOf(pid int, runID string) []int {
 	var out []int
 	for _, p := range Descendants(pid) { // breadth first: a parent comes before its children
 		tagged[p.PID] = environHas(p.PID, kv)
-		if tagged[p.PID] && !tagged[p.PPID] {
+		if tagged[p.PID] && !tagged[p.PPID] && p.Comm != pythonpkg.WarmComm {
 			out = append(out, p.PID)
 		}
 	}

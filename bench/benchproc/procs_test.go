@@ -1,6 +1,8 @@
 package benchproc
 
 import (
+	pythonpkg "github.com/gorun/gorun/python"
+
 	"os"
 	"os/exec"
 	"slices"
@@ -15,16 +17,23 @@ import (
 
 // TestWorkersOf starts a real process tree shaped like an agent's: two workers of run "r1"
 // (each with a child of its own, which inherits the run id), a guard-like child without it,
-// and a worker of another run; no command line says "worker". WorkersOf finds exactly the two
-// workers of r1, and none under an agent that carries the run id itself.
+// a worker of another run, and a warm worker of r1 still waiting (a shell named gorun-warm,
+// with a child); no command line says "worker". WorkersOf finds exactly the two workers of
+// r1, and none under an agent that carries the run id itself.
 func TestWorkersOf(t *testing.T) {
 	dir := t.TempDir()
+	sh, err := exec.LookPath("sh")
+	require.NoError(t, err)
+	data, err := os.ReadFile(sh)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(dir+"/"+pythonpkg.WarmComm, data, 0o755))
 	// Each leaf writes its pid to a file once it runs, and the test waits for those files:
 	// the tree is complete when the last one is there.
 	leaf := func(name string) string { return `sh -c 'echo $$ > ` + dir + "/" + name + `; exec sleep 300' & ` }
 	script := `TORCHELASTIC_RUN_ID=r1 sh -c "` + strings.ReplaceAll(leaf("w1child"), "'", `\"`) + ` echo \$\$ > ` + dir + `/w1; wait" & ` +
 		`TORCHELASTIC_RUN_ID=r1 sh -c "` + strings.ReplaceAll(leaf("w2child"), "'", `\"`) + ` echo \$\$ > ` + dir + `/w2; wait" & ` +
 		`TORCHELASTIC_RUN_ID=other sh -c "echo \$\$ > ` + dir + `/o1; exec sleep 300" & ` +
+		`TORCHELASTIC_RUN_ID=r1 ` + dir + "/" + pythonpkg.WarmComm + ` -c "` + strings.ReplaceAll(leaf("warmchild"), "'", `\"`) + ` echo \$\$ > ` + dir + `/warm; wait" & ` +
 		leaf("guard") + `wait`
 	agent := exec.Command("sh", "-c", script)
 	agent.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, RunIDEnv+"=") })
@@ -35,7 +44,7 @@ func TestWorkersOf(t *testing.T) {
 		_ = agent.Wait()
 	})
 	pids := map[string]int{}
-	for _, name := range []string{"w1", "w2", "w1child", "w2child", "o1", "guard"} {
+	for _, name := range []string{"w1", "w2", "w1child", "w2child", "o1", "guard", "warm", "warmchild"} {
 		pids[name] = awaitPidFile(t, dir+"/"+name)
 	}
 

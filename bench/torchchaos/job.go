@@ -32,6 +32,9 @@ type way struct {
 	Ckpt bool
 	// Snapshots: gorun's snapshots on (--snapshot-replicas k); off (--snapshots=false) when false.
 	Snapshots bool
+	// Warm: with Snapshots, warm workers (--warm-workers): a restarted worker is an
+	// interpreter that imported torch ahead of the round.
+	Warm bool
 	// SaveBlocks: the script saves its snapshots in every other block of this many steps only,
 	// and rank 0 reports its CPU time with each step (--save-blocks): a cost run. 0: every step.
 	SaveBlocks int
@@ -132,6 +135,9 @@ func (j *job) command(slot int, name string) *exec.Cmd {
 	if j.b.snapshotFlags {
 		if j.way.Snapshots {
 			args = append(args, "--snapshots=true", fmt.Sprintf("--snapshot-replicas=%d", j.b.replicas))
+			if j.way.Warm {
+				args = append(args, "--warm-workers")
+			}
 		} else {
 			args = append(args, "--snapshots=false")
 		}

@@ -65,11 +65,22 @@ func main() {
 	}
 }
 
-// ways are the three ways of the issue, in the order they run and print.
+// ways are the three ways of the issue, and the snapshot way with warm workers, in the
+// order they run and print.
 var ways = []way{
 	{Name: "torchrun+ckpt", Torchrun: true, Ckpt: true},
 	{Name: "gorun+ckpt", Ckpt: true},
 	{Name: "gorun+snapshots", Snapshots: true},
+	{Name: "gorun+warm", Snapshots: true, Warm: true},
+}
+
+// wayNames is every way's name, comma-separated, in order.
+func wayNames() string {
+	names := make([]string, len(ways))
+	for i, w := range ways {
+		names[i] = w.Name
+	}
+	return strings.Join(names, ",")
 }
 
 func run() error {
@@ -85,7 +96,7 @@ func run() error {
 	flag.DurationVar(&b.period, "period", 20*time.Second, "one failure every period of training: the first half a period after the first step, each next one a period after the job recovered from the one before")
 	flag.DurationVar(&b.timeout, "timeout", 15*time.Minute, "a run not done this long after its start fails the bench")
 	flag.Uint64Var(&b.seed, "seed", 1, "seed of the failure draws")
-	wayList := flag.String("ways", "torchrun+ckpt,gorun+ckpt,gorun+snapshots", "the ways to run, comma-separated")
+	wayList := flag.String("ways", wayNames(), "the ways to run, comma-separated")
 	jsonOut := flag.Bool("json", false, "also print one JSON object per way")
 	flag.IntVar(&b.costRuns, "cost-runs", 0, "also measure the snapshot cost per step with this many fault-free runs whose script saves in every other block of 4 steps only: the steps with a snapshot against those without, in the same run; each run's figure printed and their median")
 	flag.BoolVar(&b.smoke, "smoke", false, "smoke mode: one failure of each kind per way, each as soon as the job recovered; exit 1 unless every failure was recovered from and every final model is bit-identical")
@@ -105,7 +116,7 @@ func run() error {
 	for _, name := range strings.Split(*wayList, ",") {
 		i := indexWay(strings.TrimSpace(name))
 		if i < 0 {
-			return fmt.Errorf("-ways %q: no way %q (the ways: torchrun+ckpt, gorun+ckpt, gorun+snapshots)", *wayList, name)
+			return fmt.Errorf("-ways %q: no way %q (the ways: %s)", *wayList, name, wayNames())
 		}
 		chosen = append(chosen, ways[i])
 	}

@@ -139,6 +139,7 @@ func launchFlags() []cli.Flag {
 		stringFlag(catWorkers, "numa-binding", "", "bind each worker to CPUs near its GPU, as torchrun: node, socket, exclusive or core-complex (CPU workers: exclusive, a disjoint share of this task's CPUs each)"),
 		boolFlag(catWorkers, "virtual-local-rank", "as torchrun: LOCAL_RANK=0 for every worker, each seeing only its own GPU in CUDA_VISIBLE_DEVICES"),
 		defaultTrue(boolFlag(catWorkers, "snapshots", "keep the workers' training-state snapshots (python/gorun's gorun.Snapshots) in a per-job directory in /dev/shm that outlives them, put the gorun Python package on their PYTHONPATH, and restart them at the step every rank holds; --snapshots=false: none of it")),
+		boolFlag(catWorkers, "warm-workers", "keep one Python interpreter per local rank that imported torch (and waits, shown as gorun-warm) ahead of the next round, and make it that round's worker: a restart without the workers' import of torch; needs --snapshots (docs/warm-workers.md)"),
 		intFlag(catWorkers, "snapshot-replicas", 1, "copies of each rank's snapshots kept on other nodes (the next ones in node-rank order), so that the ranks of a lost node restore from memory; 0: none"),
 		stringFlag(catWorkers, "snapshot-durable", "", "DIR on storage every node shares: every --snapshot-durable-every-th snapshot of each rank is also copied there in the background, and the job restores from it when no node holds a step every rank has (more nodes lost than --snapshot-replicas covers, or a requeued job); made when missing"),
 		intFlag(catWorkers, "snapshot-durable-every", 100, "with --snapshot-durable: copy every N-th step's snapshot (1 or more)"),
@@ -310,7 +311,7 @@ func options(c *cli.Context) launcher.Options {
 		LocalAddr: c.String("local-addr"), HeartbeatTimeout: seconds(c, "heartbeat-timeout"),
 		EvictStragglers: seconds(c, "evict-stragglers"),
 		JobSecretFile:   c.String("job-secret-file"), MetricsAddr: c.String("metrics-addr"),
-		NoSnapshots: !c.Bool("snapshots"), SnapshotReplicas: c.Int("snapshot-replicas"),
+		NoSnapshots: !c.Bool("snapshots"), WarmWorkers: c.Bool("warm-workers"), SnapshotReplicas: c.Int("snapshot-replicas"),
 		SnapshotDurable: c.String("snapshot-durable"), SnapshotDurableEvery: c.Int("snapshot-durable-every"),
 		SnapshotDurableKeep: c.Int("snapshot-durable-keep"),
 

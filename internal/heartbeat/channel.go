@@ -35,6 +35,7 @@ const (
 	nextWord    = "next"
 	readyWord   = "ready"
 	requeueWord = "requeue"
+	execWord    = "exec"
 )
 
 // SilentAfter is how long a worker hears nothing from a peer rank (no
@@ -106,6 +107,20 @@ func RoundLine(w distenv.Worker) (string, error) {
 		return "", fmt.Errorf("heartbeat: round line of rank %d: %w", w.Rank, err)
 	}
 	return roundWord + " " + string(data) + "\n", nil
+}
+
+// ExecLine is the agent's line that makes a warm worker (one started
+// ahead of its round, which awaits it: python/gorun/_warm.py) the worker
+// of its round: "exec " and {"env": env} as JSON, newline included; env
+// (KEY=VALUE) is the worker's whole environment.
+func ExecLine(env []string) (string, error) {
+	data, err := json.Marshal(struct {
+		Env []string `json:"env"`
+	}{env})
+	if err != nil {
+		return "", fmt.Errorf("heartbeat: exec line: %w", err)
+	}
+	return execWord + " " + string(data) + "\n", nil
 }
 
 // NextLine is RoundLine for a worker whose world is intact (the next

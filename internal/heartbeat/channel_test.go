@@ -264,3 +264,13 @@ func TestChannelWithChildProcess(t *testing.T) {
 	require.NoError(t, p.Close(), "the worker reads end of file and exits")
 	require.NoError(t, cmd.Wait())
 }
+
+// TestExecLine pins the exec line that python/gorun/_warm.py parses
+// (python/tests/test_warm.py sends the same).
+func TestExecLine(t *testing.T) {
+	line, err := ExecLine([]string{"RANK=3", "X=a b=c", "EMPTY="})
+	require.NoError(t, err)
+	require.Equal(t, `exec {"env":["RANK=3","X=a b=c","EMPTY="]}`+"\n", line)
+	_, err = ParseLine(line)
+	require.Error(t, err, "an exec line is not progress")
+}

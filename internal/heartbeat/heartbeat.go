@@ -367,15 +367,34 @@ func (p *Pipe) SendRound(w distenv.Worker, atBoundary bool) error {
 	if err != nil {
 		return err
 	}
-	p.sendMu.Lock()
-	defer p.sendMu.Unlock()
-	if err := p.agent.SetWriteDeadline(time.Now().Add(sendTimeout)); err != nil {
-		return fmt.Errorf("heartbeat: send round to rank %d: %w", w.Rank, err)
-	}
-	if _, err := p.agent.WriteString(line); err != nil {
+	if err := p.send(line); err != nil {
 		return fmt.Errorf("heartbeat: send round to rank %d: %w", w.Rank, err)
 	}
 	return nil
+}
+
+// SendExec makes a warm worker the worker of its round, with env
+// (KEY=VALUE) as its whole environment (ExecLine). It fails as SendRound.
+func (p *Pipe) SendExec(env []string) error {
+	line, err := ExecLine(env)
+	if err != nil {
+		return err
+	}
+	if err := p.send(line); err != nil {
+		return fmt.Errorf("heartbeat: send exec: %w", err)
+	}
+	return nil
+}
+
+// send writes line to the worker within sendTimeout.
+func (p *Pipe) send(line string) error {
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	if err := p.agent.SetWriteDeadline(time.Now().Add(sendTimeout)); err != nil {
+		return err
+	}
+	_, err := p.agent.WriteString(line)
+	return err
 }
 
 // LastBeat is when the worker's last heartbeat arrived (zero before the

@@ -17,6 +17,7 @@ import (
 	"github.com/gorun/gorun/internal/etcdtest"
 	"github.com/gorun/gorun/internal/snapshot"
 	"github.com/gorun/gorun/internal/snapshot/durable"
+	pythonpkg "github.com/gorun/gorun/python"
 	"github.com/gorun/gorun/test/harness"
 )
 
@@ -117,9 +118,13 @@ func waitUntil(p *gorunProc, cond func() bool) bool {
 }
 
 // workerOf is the live worker of global rank rank among the processes p
-// started.
+// started (a warm worker still waiting for its round is none: its RANK is
+// a placeholder's).
 func (p *gorunProc) workerOf(rank int) (harness.Proc, bool) {
 	for _, w := range harness.Marked(markerEnv + "=" + p.marker) {
+		if w.Comm == pythonpkg.WarmComm {
+			continue
+		}
 		if v, ok := w.Getenv("RANK"); ok && v == strconv.Itoa(rank) {
 			return w, true
 		}

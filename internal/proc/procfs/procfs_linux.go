@@ -21,7 +21,8 @@ const pfExiting = 0x4
 // Process is what /proc/PID/stat says of one process, the fields gorun reads.
 type Process struct {
 	PID   int
-	State byte // one letter: R running, S sleeping, D disk sleep, T stopped, t traced, Z zombie, X dead, ...
+	Comm  string // the command name (/proc/PID/comm): 15 bytes at most, what prctl(PR_SET_NAME) set
+	State byte   // one letter: R running, S sleeping, D disk sleep, T stopped, t traced, Z zombie, X dead, ...
 	PPID  int
 	PGRP  int
 	Flags uint64 // the kernel's PF_* task flags
@@ -48,7 +49,8 @@ func Stat(pid int) (Process, error) {
 func parseStat(pid int, data []byte) (Process, error) {
 	// The command name is in parentheses and may hold anything, ')' and spaces included: the
 	// fields after its last ')' are state, ppid, pgrp, session, tty_nr, tpgid, flags, ...
-	i := bytes.LastIndexByte(data, ')')
+	i := bytes.LastIndexByte(data, ')') // the name is between the first '(' and the last ')'
+
 	if i < 0 {
 		return Process{}, fmt.Errorf("procfs: /proc/%d/stat: no ')' after the command name in %q", pid, data)
 	}
@@ -57,6 +59,9 @@ func parseStat(pid int, data []byte) (Process, error) {
 		return Process{}, fmt.Errorf("procfs: /proc/%d/stat: want state, ppid, pgrp, session, tty_nr, tpgid and flags after the command name, got %q", pid, data[i+1:])
 	}
 	p := Process{PID: pid, State: f[0][0]}
+	if j := bytes.IndexByte(data, '('); j >= 0 && j < i {
+		p.Comm = string(data[j+1 : i])
+	}
 	var errs [3]error
 	p.PPID, errs[0] = strconv.Atoi(f[1])
 	p.PGRP, errs[1] = strconv.Atoi(f[2])

@@ -84,7 +84,11 @@ func TestStatRealProcesses(t *testing.T) {
 			p, err := Stat(pid)
 			require.NoError(t, err)
 			require.Contains(t, tt.states, string(p.State))
-			require.Equal(t, Process{PID: pid, State: p.State, PPID: os.Getpid(), PGRP: pid, Flags: p.Flags}, p)
+			comm := "sh"
+			if tt.bin != "" {
+				comm = tt.bin
+			}
+			require.Equal(t, Process{PID: pid, Comm: comm, State: p.State, PPID: os.Getpid(), PGRP: pid, Flags: p.Flags}, p)
 			require.Equal(t, tt.zombie, p.Zombie())
 			require.Equal(t, tt.zombie, p.Exiting(), "PF_EXITING is set from the start of the exit on, and only then")
 			threads, err := Threads(pid)
@@ -116,8 +120,9 @@ func TestParseStat(t *testing.T) {
 		want Process
 		err  string
 	}{
-		{name: "exiting", line: "7 (w) R 1 7 7 0 -1 4194564 0 0", want: Process{PID: 7, State: 'R', PPID: 1, PGRP: 7, Flags: 4194564}},
-		{name: "name of ')' alone", line: "7 ()) ()) S 2 3 3 0 -1 64 0", want: Process{PID: 7, State: 'S', PPID: 2, PGRP: 3, Flags: 64}},
+		{name: "exiting", line: "7 (w) R 1 7 7 0 -1 4194564 0 0", want: Process{PID: 7, Comm: "w", State: 'R', PPID: 1, PGRP: 7, Flags: 4194564}},
+		{name: "name of ')' alone", line: "7 ()) ()) S 2 3 3 0 -1 64 0", want: Process{PID: 7, Comm: ")) ()", State: 'S', PPID: 2, PGRP: 3, Flags: 64}},
+		{name: "name with spaces", line: "7 (gorun warm) S 2 3 3 0 -1 64 0", want: Process{PID: 7, Comm: "gorun warm", State: 'S', PPID: 2, PGRP: 3, Flags: 64}},
 		{name: "no name", line: "7 w S 1 7 7 0 -1 4", err: "no ')'"},
 		{name: "short", line: "7 (w) S 1 7", err: "want state"},
 		{name: "bad state", line: "7 (w) SS 1 7 7 0 -1 4", err: "want state"},
