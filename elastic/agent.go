@@ -179,10 +179,12 @@ type Spec struct {
 	// environment (heartbeat.ExecLine) instead of a fresh process. Not
 	// with InPlace.
 	Warm []string
-	// WarmDelay is how long after a round's workers started the agent
-	// starts the next warm ones, so that their imports do not compete
-	// with the workers' own start; before each rendezvous they start at
-	// once.
+	// WarmDelay bounds how long after a round's workers started the agent
+	// waits to start the next warm ones: it starts them at this node's
+	// first snapshot in the round (its first step, for a script that
+	// saves with the gorun package), so that their imports do not compete
+	// with the workers' own start, or after WarmDelay if none came.
+	// Before each rendezvous they start at once.
 	WarmDelay time.Duration
 	Log       zerolog.Logger
 }

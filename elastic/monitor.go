@@ -34,10 +34,15 @@ const blameTimeout = 5 * time.Second
 func (a *Agent) runRound(ctx context.Context, r rendezvous.Round, workers []*worker, recovering *keep) (outcome, error) {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
+	var warmDue <-chan time.Time
+	var firstStep <-chan struct{}
 	if workers == nil {
 		snaps, err := a.prepareSnapshots(ctx, r)
 		if err != nil {
 			return a.snapshotOutcome(ctx, r, err), nil
+		}
+		if a.spec.Warm != nil {
+			warmDue, firstStep = time.After(a.spec.WarmDelay), a.firstSnapshot(watchCtx, r.FirstRank)
 		}
 		if workers, err = a.startRound(r, snaps.env); err != nil {
 			return nil, err
@@ -47,10 +52,7 @@ func (a *Agent) runRound(ctx context.Context, r rendezvous.Round, workers []*wor
 	m := &roundMonitor{
 		a: a, ctx: ctx, watchCtx: watchCtx, round: r, workers: workers, running: len(workers),
 		stalled: make(chan stallOf, len(workers)), verdict: make(chan bool, 1),
-		roundEnd: a.rdzv.Watch(watchCtx, r), recovering: recovering,
-	}
-	if a.spec.Warm != nil {
-		m.warmDue = time.After(a.spec.WarmDelay)
+		roundEnd: a.rdzv.Watch(watchCtx, r), recovering: recovering, warmDue: warmDue, firstStep: firstStep,
 	}
 	m.watchWorkers()
 	out := m.run()
@@ -124,10 +126,13 @@ type roundMonitor struct {
 	// recovering, in a round whose workers were kept in place, is where
 	// they came from, until their first progress in this round.
 	recovering *keep
-	// warmDue fires when the next round's warm workers start (Spec.Warm).
-	warmDue <-chan time.Time
-	probes  sync.WaitGroup // Unreachable checks of silent peers, bound to watchCtx
-	badEdge error          // the first state edge refused (a bug): runRound returns it
+	// warmDue and firstStep (this node's first snapshot in the round),
+	// whichever comes first, start the next round's warm workers
+	// (Spec.Warm).
+	warmDue   <-chan time.Time
+	firstStep <-chan struct{}
+	probes    sync.WaitGroup // Unreachable checks of silent peers, bound to watchCtx
+	badEdge   error          // the first state edge refused (a bug): runRound returns it
 }
 
 // stallOf is the stall of the worker at index i: its heartbeats stopped.
@@ -201,8 +206,9 @@ func (m *roundMonitor) run() outcome {
 		case s := <-m.a.passOn:
 			m.onPassOn(s)
 		case <-m.warmDue:
-			m.warmDue = nil
-			m.a.warmUp()
+			m.onWarmDue()
+		case <-m.firstStep:
+			m.onWarmDue()
 		case <-m.ctx.Done():
 			done = m.onStop()
 		}
@@ -625,6 +631,13 @@ func (m *roundMonitor) onVerdict(blame bool) {
 			_ = w.process.Signal(syscall.SIGKILL)
 		}
 	}()
+}
+
+// onWarmDue: the round's workers here made their first step, or ran for
+// Spec.WarmDelay: the next round's warm workers start, once.
+func (m *roundMonitor) onWarmDue() {
+	m.warmDue, m.firstStep = nil, nil
+	m.a.warmUp()
 }
 
 // onPassOn: SIGUSR1/SIGUSR2 go to every worker, which keep running.

@@ -1,12 +1,14 @@
 package elastic
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
 
 	"github.com/gorun/gorun/internal/distenv"
+	"github.com/gorun/gorun/internal/snapshot"
 	"github.com/gorun/gorun/internal/workerlog"
 )
 
@@ -17,9 +19,10 @@ import (
 // on its channel. startWorker gives it the round's environment (an exec
 // line) instead of starting a fresh process. The pool is the round
 // loop's: it fills before each rendezvous (the imports overlap the wait
-// for the round) and again Spec.WarmDelay after a round's workers
-// started (roundMonitor.onWarmDue), and it is emptied when the agent's
-// life ends.
+// for the round) and again once a round's workers made their first step
+// on this node (firstSnapshot), or Spec.WarmDelay after they started,
+// whichever comes first, so that the imports do not slow the round's
+// start; it is emptied when the agent's life ends.
 
 // warmUp starts a warm worker for each local rank that has none (a warm
 // worker that ended on its own is released and replaced). A start that
@@ -98,6 +101,32 @@ func (a *Agent) takeWarm(sink *workerlog.Sink, c distenv.Worker, extra []string)
 	w.observe(a.spec.Observer)
 	a.log.Debug().Int("rank", c.Rank).Int("pid", w.process.PID()).Msg("worker started warm")
 	return w
+}
+
+// firstSnapshot returns a channel closed once this node's local rank 0
+// (global rank rank) completes a snapshot it had not when firstSnapshot
+// was called: its first step in the round, for a script that saves with
+// the gorun package. It is never closed without Spec.Snapshots, or when
+// ctx ends first.
+func (a *Agent) firstSnapshot(ctx context.Context, rank int) <-chan struct{} {
+	done := make(chan struct{})
+	if a.spec.Snapshots == nil {
+		return done
+	}
+	dir := a.spec.Snapshots.Dir
+	f := snapshot.Follow(dir, []int{rank}, snapshot.SafetyPoll)
+	p := snapshot.NewPoller(dir, rank)
+	_, _, _ = p.Poll() // what is there already (a restored step) is not new
+	go func() {
+		defer f.Close()
+		for f.Wait(ctx, false) {
+			if _, ok, err := p.Poll(); err == nil && ok {
+				close(done)
+				return
+			}
+		}
+	}()
+	return done
 }
 
 // dropWarm stops the warm workers no round took, when the agent's life

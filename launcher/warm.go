@@ -7,10 +7,11 @@ import (
 	"time"
 )
 
-// WarmDelay is elastic.Spec.WarmDelay: the next warm workers start this
-// long after a round's workers did, so that their imports of torch do not
-// slow the round's first steps.
-const WarmDelay = 5 * time.Second
+// WarmDelay is elastic.Spec.WarmDelay: the next warm workers start at a
+// round's first snapshot on the node, so that their imports of torch do
+// not slow the round's start, or this long after its workers started, for
+// a script that saves none.
+const WarmDelay = 30 * time.Second
 
 // pythonName matches the interpreters warmCommand knows: python, python3,
 // python3.11.
