@@ -138,7 +138,9 @@ func (p *gorunProc) workerOf(rank int) (harness.Proc, bool) {
 // the workers go on from it; the final model is bit-identical to a
 // fault-free run's, and no snapshot directory is left in /dev/shm. The
 // fault-free run has --snapshots=false, which gives the workers no
-// snapshot directory (the example then trains as under torchrun).
+// snapshot directory (the example then trains as under torchrun). The same
+// again with --warm-workers (warmWorkerKill), against the same fault-free
+// run.
 func TestSnapshotsWorkerKill(t *testing.T) {
 	torch.Require(t)
 	dir := t.TempDir()
@@ -233,6 +235,7 @@ func TestSnapshotsWorkerKill(t *testing.T) {
 	requireSameModel(t, ref, got)
 	requireNoShm(t, id)
 	requireNoShm(t, id+"-ref")
+	t.Run("warm workers", func(t *testing.T) { warmWorkerKill(t, ref) })
 }
 
 // An agent killed with SIGKILL leaves no snapshot directory, and no

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -39,24 +38,18 @@ func warmLogs(stderr string) (started []int, rounds []warmLog) {
 	return started, rounds
 }
 
-// --warm-workers: a worker killed with SIGKILL in the middle of training.
-// Every round's workers are warm ones (interpreters that imported torch
-// before the round and waited, as gorun-warm, for its environment): the
-// first round's, started while the agent joined, and the round after the
-// kill's. The restarted workers restore the agreed step, and the final
-// model is bit-identical to a fault-free run's; no process and no
-// snapshot directory is left (the warm workers no round took are stopped).
-func TestWarmWorkersTakeTheRestart(t *testing.T) {
-	torch.Require(t)
-	dir := t.TempDir()
-	ref, got := filepath.Join(dir, "ref.pt"), filepath.Join(dir, "got.pt")
+// warmWorkerKill is TestSnapshotsWorkerKill under --warm-workers, against
+// the fault-free model at ref: a worker killed with SIGKILL in the middle
+// of training. Every round's workers are warm ones (interpreters that
+// imported torch before the round and waited, as gorun-warm, for its
+// environment): the first round's, started while the agent joined, and the
+// round after the kill's. The restarted workers restore the agreed step,
+// and the final model is bit-identical to the fault-free run's; no process
+// and no snapshot directory is left (the warm workers no round took are
+// stopped).
+func warmWorkerKill(t *testing.T, ref string) {
+	got := filepath.Join(t.TempDir(), "got.pt")
 	id := "warm-kill-" + newMarker(t)
-
-	r := runGorun(t, ddpEnv, "--standalone", "--nproc-per-node=2", "--rdzv-id="+id+"-ref", "--snapshots=false", snapshotsScript(),
-		"--model-mb", "2", "--steps", strconv.Itoa(snapSteps), "--out", ref)
-	if r.ExitCode != 0 {
-		t.Fatalf("fault-free run: exit %d", r.ExitCode)
-	}
 
 	p := startGorun(t, "gorun", ddpEnv, append([]string{"--standalone", "--nproc-per-node=2", "--max-restarts=1", "--rdzv-id=" + id, "--warm-workers"},
 		snapshotArgs(got)...)...)
