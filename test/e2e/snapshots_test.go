@@ -132,6 +132,28 @@ func (p *gorunProc) workerOf(rank int) (harness.Proc, bool) {
 	return harness.Proc{}, false
 }
 
+// startAndKillRank1 starts the example as a 2-worker job of run id id
+// (--max-restarts=1, flags added), writing its final model to got, and
+// kills its rank 1 with SIGKILL once rank 0 said step snapKillAt; it
+// returns the job and the worker it killed.
+func startAndKillRank1(t *testing.T, id, got string, flags ...string) (*gorunProc, harness.Proc) {
+	t.Helper()
+	args := append([]string{"--standalone", "--nproc-per-node=2", "--max-restarts=1", "--rdzv-id=" + id}, flags...)
+	p := startGorun(t, "gorun", ddpEnv, append(args, snapshotArgs(got)...)...)
+	if !p.waitOutput(runTimeout, func(out string) bool { return strings.Contains(out, fmt.Sprintf("step %d loss", snapKillAt)) }) {
+		p.wait()
+		t.Fatalf("training never reached step %d", snapKillAt)
+	}
+	w, ok := p.workerOf(1)
+	if !ok {
+		t.Fatal("no worker of rank 1 running")
+	}
+	if err := syscall.Kill(w.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	return p, w
+}
+
 // A worker killed with SIGKILL in the middle of training: gorun restarts
 // the node's workers, the agent agrees on the step every rank holds (the
 // state is replicated, so the newest any rank saved: no step redone) and
@@ -156,19 +178,7 @@ func TestSnapshotsWorkerKill(t *testing.T) {
 		t.Errorf("--snapshots=false: the agent agreed on snapshots or a worker saw a directory: %v", a)
 	}
 
-	p := startGorun(t, "gorun", ddpEnv, append([]string{"--standalone", "--nproc-per-node=2", "--max-restarts=1", "--rdzv-id=" + id},
-		snapshotArgs(got)...)...)
-	if !p.waitOutput(runTimeout, func(out string) bool { return strings.Contains(out, fmt.Sprintf("step %d loss", snapKillAt)) }) {
-		p.wait()
-		t.Fatalf("training never reached step %d", snapKillAt)
-	}
-	w, ok := p.workerOf(1)
-	if !ok {
-		t.Fatal("no worker of rank 1 running")
-	}
-	if err := syscall.Kill(w.PID, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	p, _ := startAndKillRank1(t, id, got)
 	// The restarted workers run with the agreed step in their
 	// environment, from the snapshot directory's copy of the package.
 	var rec agreement

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 )
 
@@ -51,19 +50,7 @@ func warmWorkerKill(t *testing.T, ref string) {
 	got := filepath.Join(t.TempDir(), "got.pt")
 	id := "warm-kill-" + newMarker(t)
 
-	p := startGorun(t, "gorun", ddpEnv, append([]string{"--standalone", "--nproc-per-node=2", "--max-restarts=1", "--rdzv-id=" + id, "--warm-workers"},
-		snapshotArgs(got)...)...)
-	if !p.waitOutput(runTimeout, func(out string) bool { return strings.Contains(out, fmt.Sprintf("step %d loss", snapKillAt)) }) {
-		p.wait()
-		t.Fatalf("training never reached step %d", snapKillAt)
-	}
-	w, ok := p.workerOf(1)
-	if !ok {
-		t.Fatal("no worker of rank 1 running")
-	}
-	if err := syscall.Kill(w.PID, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	p, w := startAndKillRank1(t, id, got, "--warm-workers")
 	res := p.wait()
 	if res.ExitCode != 0 {
 		t.Fatalf("exit %d after the worker kill, want 0", res.ExitCode)
