@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/distenv"
-	"github.com/gorun/gorun/internal/workerlog"
 	"github.com/gorun/gorun/rendezvous"
 )
 
@@ -69,11 +68,7 @@ func (a *Agent) standby(ctx context.Context) *keep {
 // startStandby starts every local worker under its placeholder contract;
 // on error it returns those it started.
 func (a *Agent) startStandby() ([]*worker, error) {
-	cfg := a.spec.Logs
-	// A placeholder run id keeps the spare's files out of the job's
-	// attempts until a round adopts its workers (their output moves there).
-	cfg.Host, cfg.RunID, cfg.Attempt = a.spec.Host, a.spec.RunID+"-standby-"+a.spec.Host, 0
-	sink, err := workerlog.New(cfg)
+	sink, err := a.aheadSink("standby")
 	if err != nil {
 		return nil, err
 	}

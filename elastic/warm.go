@@ -2,9 +2,6 @@ package elastic
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"path/filepath"
 	"syscall"
 
 	"github.com/gorun/gorun/internal/distenv"
@@ -43,12 +40,8 @@ func (a *Agent) warmUp() {
 			a.release([]*worker{w})
 		}
 		if sink == nil {
-			cfg := a.spec.Logs
-			// A placeholder run id keeps the warm workers' files out of the
-			// job's attempts until a round takes them (their output moves there).
-			cfg.Host, cfg.RunID, cfg.Attempt = a.spec.Host, a.spec.RunID+"-warm-"+a.spec.Host, 0
 			var err error
-			if sink, err = workerlog.New(cfg); err != nil {
+			if sink, err = a.aheadSink("warm"); err != nil {
 				a.log.Warn().Err(err).Msg("no warm workers: the next round starts fresh ones")
 				return
 			}
@@ -82,11 +75,10 @@ func (a *Agent) takeWarm(sink *workerlog.Sink, c distenv.Worker, extra []string)
 		a.release([]*worker{w})
 		return nil
 	}
-	if err := os.MkdirAll(filepath.Dir(c.ErrorFile), 0o755); err != nil {
-		a.discard([]*worker{w}, syscall.SIGKILL, fmt.Sprintf("warm worker: error file of rank %d: %v", c.Rank, err))
+	if err := freshErrorFile(c); err != nil {
+		a.discard([]*worker{w}, syscall.SIGKILL, "warm worker: "+err.Error())
 		return nil
 	}
-	_ = os.Remove(c.ErrorFile) // a stale file would name an old error
 	if err := w.logs.Move(sink, c.Rank, c.LocalRank); err != nil {
 		a.discard([]*worker{w}, syscall.SIGKILL, "warm worker: output of rank "+err.Error())
 		return nil

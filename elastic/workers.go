@@ -172,6 +172,26 @@ func (a *Agent) startWorker(sink *workerlog.Sink, r rendezvous.Round, local int,
 	return a.launch(sink, c, asRoundWorker, extra)
 }
 
+// freshErrorFile makes the directory of c's error file and removes a
+// stale file there, which would name an old error.
+func freshErrorFile(c distenv.Worker) error {
+	if err := os.MkdirAll(filepath.Dir(c.ErrorFile), 0o755); err != nil {
+		return fmt.Errorf("error file of rank %d: %w", c.Rank, err)
+	}
+	_ = os.Remove(c.ErrorFile)
+	return nil
+}
+
+// aheadSink is the sink of the output of workers started ahead of their
+// round (kind "standby" or "warm"): a placeholder run id keeps their
+// files out of the job's attempts until a round takes them (their output
+// moves there).
+func (a *Agent) aheadSink(kind string) (*workerlog.Sink, error) {
+	cfg := a.spec.Logs
+	cfg.Host, cfg.RunID, cfg.Attempt = a.spec.Host, a.spec.RunID+"-"+kind+"-"+a.spec.Host, 0
+	return workerlog.New(cfg)
+}
+
 // startAs is what a process launch starts.
 type startAs int
 
@@ -205,11 +225,10 @@ func (a *Agent) launch(sink *workerlog.Sink, c distenv.Worker, as startAs, extra
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(c.ErrorFile), 0o755); err != nil {
+	if err := freshErrorFile(c); err != nil {
 		logs.Close()
-		return nil, fmt.Errorf("error file of rank %d: %w", c.Rank, err)
+		return nil, err
 	}
-	_ = os.Remove(c.ErrorFile) // a stale file would name an old error
 	command := a.spec.Command
 	if as == asWarm {
 		command = a.spec.Warm
@@ -368,10 +387,9 @@ func (a *Agent) adopt(ctx context.Context, from *rendezvous.Round, r rendezvous.
 			continue
 		}
 		c := a.spec.Contract(r, local)
-		if err := os.MkdirAll(filepath.Dir(c.ErrorFile), 0o755); err != nil {
-			return workers, fmt.Errorf("error file of rank %d: %w", c.Rank, err)
+		if err := freshErrorFile(c); err != nil {
+			return workers, err
 		}
-		_ = os.Remove(c.ErrorFile)
 		if err := w.logs.Move(sink, c.Rank, c.LocalRank); err != nil {
 			return workers, fmt.Errorf("output of rank %d: %w", c.Rank, err)
 		}

@@ -45,8 +45,7 @@ func warmCommand(argv []string, warm string) []string {
 		case strings.HasPrefix(arg, "-"):
 			return nil
 		}
-		out := append(append(append([]string{}, argv[:i]...), warm), argv[i:]...)
-		return out
+		return append(append(append([]string{}, argv[:i]...), warm), argv[i:]...)
 	}
 	return nil
 }
