@@ -11,6 +11,7 @@ import (
 	"sort"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -79,7 +80,8 @@ func (n *node) start(t *testing.T, hook func(event)) {
 		if hook != nil {
 			hook(e)
 		}
-		if at >= atPersisted {
+		switch at {
+		case atPersisted, atDropped, atFailed:
 			n.outcomes <- e
 		}
 	}
@@ -116,8 +118,18 @@ func (n *node) save(t *testing.T, rank int, step uint64, size int) []byte {
 	return b
 }
 
-// next returns the outcome of the next copy.
-func (n *node) next() event { return <-n.outcomes }
+// next returns the outcome of the next copy; a minute without one fails
+// the test (a copy of a few KiB that never ends is a hang).
+func (n *node) next(t *testing.T) event {
+	t.Helper()
+	select {
+	case e := <-n.outcomes:
+		return e
+	case <-time.After(time.Minute):
+		t.Fatal("no copy ended within a minute")
+		return event{}
+	}
+}
 
 // persisted returns the outcomes of the next len(ranks) copies, which must
 // be the persisting of step for each of ranks.
@@ -126,7 +138,7 @@ func (n *node) persisted(t *testing.T, step uint64, ranks ...int) {
 	var want, got []event
 	for _, r := range ranks {
 		want = append(want, event{atPersisted, r, step})
-		got = append(got, n.next())
+		got = append(got, n.next(t))
 	}
 	sort.Slice(got, func(i, j int) bool { return got[i].rank < got[j].rank })
 	require.Equal(t, want, got)
@@ -205,8 +217,8 @@ func TestPersistDropsACopyTheWorkerOverwrote(t *testing.T) {
 	n.save(t, 0, 3, 50000)
 	n.save(t, 0, 4, 50000) // into step 2's slot
 	close(resume)
-	require.Equal(t, event{atDropped, 0, 2}, n.next())
-	require.Equal(t, event{atPersisted, 0, 4}, n.next())
+	require.Equal(t, event{atDropped, 0, 2}, n.next(t))
+	require.Equal(t, event{atPersisted, 0, 4}, n.next(t))
 	require.NoError(t, n.stop())
 	require.Equal(t, map[string][]string{"step-000000000002": {}, "step-000000000004": {"rank-0.slot"}}, tree(t, dst))
 	_, err := snapshot.Verify(filepath.Join(dst, stepDir(4), slotName(0)))
@@ -227,11 +239,11 @@ func TestPersistVerifiesWhatItWrote(t *testing.T) {
 			damaged <- flipTmp(filepath.Join(dst, stepDir(2)))
 		}
 	})
-	require.Equal(t, event{atFailed, 0, 2}, n.next())
+	require.Equal(t, event{atFailed, 0, 2}, n.next(t))
 	require.NoError(t, <-damaged)
 	n.save(t, 0, 3, 50000)
 	n.save(t, 0, 4, 50000)
-	require.Equal(t, event{atPersisted, 0, 4}, n.next())
+	require.Equal(t, event{atPersisted, 0, 4}, n.next(t))
 	require.NoError(t, n.stop())
 	require.Equal(t, map[string][]string{"step-000000000002": {}, "step-000000000004": {"rank-0.slot"}}, tree(t, dst))
 }
@@ -298,15 +310,50 @@ func TestPersistKeepsTheNewestCompleteSteps(t *testing.T) {
 			require.Equal(t, s.want, tree(t, dst), "after rank %d step %d", s.rank, s.step)
 		}
 	})
+	// A replicated state (DDP: local rank 0 of each node saves, here ranks
+	// 0 and 2 of a world of 4): rank 0's file alone is persisted, and one
+	// replicated file makes a step complete, so the older steps go.
+	t.Run("a replicated state of two nodes keeps 2", func(t *testing.T) {
+		dst := t.TempDir()
+		a := newNode(t, dst, []int{0}, 4, 1, 2)
+		b := newNode(t, dst, []int{2}, 4, 1, 2)
+		a.flags, b.flags = snapshot.FlagReplicated, snapshot.FlagReplicated
+		skipped := make(chan uint64, 8)
+		a.start(t, nil)
+		b.start(t, func(e event) {
+			if e.at == atSkipped {
+				skipped <- e.step
+			}
+		})
+		for step := uint64(1); step <= 4; step++ {
+			b.save(t, 2, step, 100)
+			a.save(t, 0, step, 100)
+			a.persisted(t, step, 0)
+			want := map[string][]string{stepDir(step): {"rank-0.slot"}}
+			if step > 1 {
+				want[stepDir(step-1)] = []string{"rank-0.slot"}
+			}
+			require.Equal(t, want, tree(t, dst), "after step %d", step)
+		}
+		for step := <-skipped; step < 4; step = <-skipped { // Watch may report only the newer of two
+		}
+		require.Empty(t, b.outcomes, "rank 2 holds rank 0's state: nothing of it is copied")
+		require.Equal(t, map[string][]string{stepDir(3): {"rank-0.slot"}, stepDir(4): {"rank-0.slot"}}, tree(t, dst))
+	})
 }
 
-// persistTree persists steps 2 and 4 of ranks 0 and 1 (world 2) to a new
-// durable directory and returns it and the payloads.
+// persistTree persists steps 2 and 4 of ranks 0 and 1 (world 2; rank 0's
+// alone when flags say the state is replicated) to a new durable directory
+// and returns it and the payloads of both ranks.
 func persistTree(t *testing.T, flags uint32) (string, map[uint64]map[int][]byte) {
 	t.Helper()
 	dst := t.TempDir()
 	n := newNode(t, dst, []int{0, 1}, 2, 2, 10)
 	n.flags = flags
+	persisting := []int{0, 1}
+	if flags&snapshot.FlagReplicated != 0 {
+		persisting = []int{0} // rank 1 holds the same state
+	}
 	n.start(t, nil)
 	saved := map[uint64]map[int][]byte{}
 	for step := uint64(1); step <= 4; step++ {
@@ -315,7 +362,7 @@ func persistTree(t *testing.T, flags uint32) (string, map[uint64]map[int][]byte)
 			saved[step][r] = n.save(t, r, step, 9000)
 		}
 		if step%2 == 0 {
-			n.persisted(t, step, 0, 1)
+			n.persisted(t, step, persisting...)
 		}
 	}
 	require.NoError(t, n.stop())
@@ -411,7 +458,11 @@ func TestLoadRoundTrips(t *testing.T) {
 			dst, saved := persistTree(t, tt.flags)
 			hs, err := Scan(dst)
 			require.NoError(t, err)
-			require.Len(t, hs, 4)
+			if tt.flags&snapshot.FlagReplicated != 0 {
+				require.Len(t, hs, 2, "rank 0's steps 2 and 4")
+			} else {
+				require.Len(t, hs, 4)
+			}
 			for _, h := range hs {
 				if h.Step != 2 {
 					continue

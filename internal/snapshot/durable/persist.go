@@ -78,6 +78,7 @@ const (
 	atPersisted              // persisted, the older steps pruned
 	atDropped                // dropped: the slot changed while it was copied
 	atFailed                 // failed otherwise (logged)
+	atSkipped                // not copied: another rank's state, or persisted before
 )
 
 // persister is one Persist.
@@ -124,8 +125,8 @@ func newPersister(src string, ranks []int, dst string, every, keep int, log zero
 
 // run is Persist once its arguments are checked.
 func (p *persister) run(ctx context.Context) error {
-	if err := os.MkdirAll(p.dst, 0o700); err != nil {
-		return fmt.Errorf("durable: cannot make the durable directory: %w", err)
+	if err := p.mkdirDst(); err != nil {
+		return err
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	for _, r := range p.ranks {
@@ -139,6 +140,14 @@ func (p *persister) run(ctx context.Context) error {
 	return g.Wait()
 }
 
+// mkdirDst makes the durable directory when it is missing.
+func (p *persister) mkdirDst() error {
+	if err := os.MkdirAll(p.dst, 0o700); err != nil {
+		return fmt.Errorf("durable: cannot make the durable directory: %w", err)
+	}
+	return nil
+}
+
 // at runs the test hook, if any.
 func (p *persister) at(at point, rank int, step uint64) {
 	if p.hook != nil {
@@ -146,30 +155,21 @@ func (p *persister) at(at point, rank int, step uint64) {
 	}
 }
 
-// take persists the slot s of rank when its step is due and dst does not
-// hold it yet, and logs what became of it.
+// take persists the slot s of rank when its step is due (see persist),
+// and logs what became of it.
 func (p *persister) take(ctx context.Context, rank int, s snapshot.Slot) {
 	if s.Step%p.every != 0 {
 		return
 	}
 	log := p.log.With().Int("rank", rank).Uint64("step", s.Step).Logger()
-	if s.Rank != rank {
-		log.Warn().Str("path", s.Path).Int("header_rank", s.Rank).Msg("the slot's header names another rank: not persisted")
-		return
-	}
-	final := filepath.Join(p.dst, stepDir(s.Step), slotName(rank))
-	if h, err := snapshot.ReadHeader(final); err == nil && h == s.Header {
-		return // persisted before (a restart of the agent)
-	}
 	start := time.Now()
-	err := p.copy(ctx, s, final)
+	done, err := p.persist(ctx, rank, s)
 	switch {
-	case err == nil:
-		log.Info().Str("path", final).Uint64("bytes", s.Length).Dur("took", time.Since(start)).Msg("snapshot persisted")
-		if err := p.prune(); err != nil {
-			log.Warn().Err(err).Msg("cannot delete older durable snapshots")
-		}
+	case err == nil && done:
+		log.Info().Str("path", p.final(s)).Uint64("bytes", s.Length).Dur("took", time.Since(start)).Msg("snapshot persisted")
 		p.at(atPersisted, rank, s.Step)
+	case err == nil:
+		p.at(atSkipped, rank, s.Step)
 	case errors.Is(err, errOverwritten):
 		log.Warn().Err(err).Msg("durable copy dropped: the worker saved twice before the copy was done; the next due step is tried")
 		p.at(atDropped, rank, s.Step)
@@ -178,6 +178,40 @@ func (p *persister) take(ctx context.Context, rank int, s snapshot.Slot) {
 		log.Error().Err(err).Msg("durable copy failed; the next due step is tried")
 		p.at(atFailed, rank, s.Step)
 	}
+}
+
+// persist copies the slot s of rank to dst unless it need not: a
+// replicated state is persisted from rank 0's slot alone (every rank holds
+// the same state, and rank 0 saves in every world: the others' copies
+// would only multiply what shared storage takes), a slot whose header
+// names another rank is not (logged), and a step dst holds already is
+// not copied again. After a copy it prunes the older steps (a failure to
+// is logged). It reports whether it copied, and the copy's error.
+func (p *persister) persist(ctx context.Context, rank int, s snapshot.Slot) (bool, error) {
+	if s.Replicated() && rank != 0 {
+		return false, nil
+	}
+	if s.Rank != rank {
+		p.log.Warn().Int("rank", rank).Uint64("step", s.Step).Str("path", s.Path).Int("header_rank", s.Rank).
+			Msg("the slot's header names another rank: not persisted")
+		return false, nil
+	}
+	final := p.final(s)
+	if h, err := snapshot.ReadHeader(final); err == nil && h == s.Header {
+		return false, nil // persisted before (a restart of the agent)
+	}
+	if err := p.copy(ctx, s, final); err != nil {
+		return false, err
+	}
+	if err := p.prune(); err != nil {
+		p.log.Warn().Err(err).Int("rank", rank).Uint64("step", s.Step).Msg("cannot delete older durable snapshots")
+	}
+	return true, nil
+}
+
+// final is where the slot s is persisted in dst.
+func (p *persister) final(s snapshot.Slot) string {
+	return filepath.Join(p.dst, stepDir(s.Step), slotName(s.Rank))
 }
 
 // copy writes the slot s to final (see Persist): to a temporary file in

@@ -65,7 +65,8 @@ func stepDirs(dst string) ([]stepEntry, error) {
 
 // complete reports whether the step directory s holds, for some world size
 // W, a file of each rank 0..W-1 whose header says that rank, world W and
-// s's step. Only headers are read: a file under its final name was
+// s's step, or one replicated snapshot of s's step (any rank of any world
+// restores it). Only headers are read: a file under its final name was
 // verified before it got that name. An unreadable directory is incomplete.
 func complete(s stepEntry) bool {
 	entries, err := os.ReadDir(s.path)
@@ -79,9 +80,13 @@ func complete(s stepEntry) bool {
 			continue
 		}
 		h, err := snapshot.ReadHeader(filepath.Join(s.path, e.Name()))
-		if err == nil && h.Rank == r && h.Step == s.step {
-			ranks[h.World]++ // the header checks Rank < World
+		if err != nil || h.Rank != r || h.Step != s.step {
+			continue
 		}
+		if h.Replicated() {
+			return true
+		}
+		ranks[h.World]++ // the header checks Rank < World
 	}
 	for world, n := range ranks {
 		if n == world {
