@@ -685,6 +685,11 @@ func (a *Agent) takeOver(ctx context.Context, from, r rendezvous.Round, k *keep)
 func (a *Agent) end(ctx context.Context, to State, out outcome, l *life) (Outcome, error) {
 	r := l.last
 	res := Outcome{Restarts: r.Number}
+	if l.ranOne && endsUnfinished(out) {
+		a.dropKept(ctx, l)
+		l.kept = nil
+		a.persistLast(r)
+	}
 	switch o := out.(type) {
 	case closed:
 		return a.closed(to, o.end, r)
@@ -720,6 +725,19 @@ func (a *Agent) end(ctx context.Context, to State, out outcome, l *life) (Outcom
 		return res, a.finish(to, res.Reason, "reason", res.Reason)
 	}
 	return a.abandon(r, fmt.Errorf("elastic: no end for outcome %T", out))
+}
+
+// endsUnfinished reports whether out ends the job on this node before its
+// workers succeeded, so that a later run goes on from where it stopped: a
+// stop signal, a requeue, or the job closed as failed.
+func endsUnfinished(out outcome) bool {
+	switch o := out.(type) {
+	case stopped, requeue:
+		return true
+	case closed:
+		return o.end.Result != rendezvous.ResultSucceeded
+	}
+	return false
 }
 
 // finish moves the agent to its last state to with fields, and reports

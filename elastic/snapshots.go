@@ -454,3 +454,49 @@ func (a *Agent) snapshotOutcome(ctx context.Context, r rendezvous.Round, err err
 		Error: err.Error(),
 	}}}
 }
+
+// persistLast copies the snapshots of this node's ranks in round r, the
+// last it ran, to the durable directory, whatever their step
+// (durable.PersistLast), when the job has one: for a job that ends here
+// without succeeding (a stop signal: scancel, the time limit, a
+// preemption; a requeue; a failure), so that running it again restores the
+// newest step every rank saved, not the last --snapshot-durable-every one.
+// The workers are gone by then, so their slots hold still. A second stop
+// signal cuts it short; what it could not copy is logged and said on the
+// report, and never changes how the agent ends.
+func (a *Agent) persistLast(r rendezvous.Round) {
+	s := a.spec.Snapshots
+	if s == nil || s.Durable == nil || a.spec.InPlace {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-a.kill:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	own := make([]int, a.spec.LocalWorkers)
+	for i := range own {
+		own[i] = r.FirstRank + i
+	}
+	start := time.Now()
+	kept, err := durable.PersistLast(ctx, s.Dir, own, s.Durable.Dir, s.Durable.Keep, a.log)
+	if err != nil {
+		a.log.Warn().Err(err).Str("dir", s.Durable.Dir).Msg("snapshots: the last copies to the durable directory are not all there")
+		fmt.Fprintf(a.spec.Report, "gorun: snapshots: not every last snapshot reached %s: %v\n", s.Durable.Dir, err)
+	}
+	if len(kept) == 0 {
+		return
+	}
+	var steps []string
+	for _, h := range kept {
+		steps = append(steps, fmt.Sprintf("rank %d step %d", h.Rank, h.Step))
+	}
+	a.log.Info().Str("dir", s.Durable.Dir).Dur("took", time.Since(start)).Strs("snapshots", steps).
+		Msg("snapshots: this node's last snapshots are in the durable directory")
+	fmt.Fprintf(a.spec.Report, "gorun: snapshots: this node's newest is step %d, in %s: run the job again to go on from the newest step every rank has there\n",
+		kept[0].Step, s.Durable.Dir)
+}

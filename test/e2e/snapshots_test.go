@@ -161,8 +161,9 @@ func startAndKillRank1(t *testing.T, id, got string, flags ...string) (*gorunPro
 // fault-free run's, and no snapshot directory is left in /dev/shm. The
 // fault-free run has --snapshots=false, which gives the workers no
 // snapshot directory (the example then trains as under torchrun). The same
-// again with --warm-workers (warmWorkerKill), against the same fault-free
-// run.
+// again with --warm-workers (warmWorkerKill), and a job stopped and run
+// again with --snapshot-durable (stoppedAndRunAgain), against the same
+// fault-free run.
 func TestSnapshotsWorkerKill(t *testing.T) {
 	torch.Require(t)
 	dir := t.TempDir()
@@ -246,6 +247,7 @@ func TestSnapshotsWorkerKill(t *testing.T) {
 	requireNoShm(t, id)
 	requireNoShm(t, id+"-ref")
 	t.Run("warm workers", func(t *testing.T) { warmWorkerKill(t, ref) })
+	t.Run("stopped, then run again", func(t *testing.T) { stoppedAndRunAgain(t, ref) })
 }
 
 // An agent killed with SIGKILL leaves no snapshot directory, and no
