@@ -401,10 +401,7 @@ func (a *Agent) replicate(ctx context.Context, r rendezvous.Round, sr snapRound)
 	if s == nil || a.spec.InPlace {
 		return func() {}
 	}
-	own := make([]int, a.spec.LocalWorkers)
-	for i := range own {
-		own[i] = r.FirstRank + i
-	}
+	own := a.ranksIn(r)
 	var wg sync.WaitGroup
 	if s.Durable != nil {
 		d := *s.Durable
@@ -478,10 +475,7 @@ func (a *Agent) persistLast(r rendezvous.Round) {
 		case <-ctx.Done():
 		}
 	}()
-	own := make([]int, a.spec.LocalWorkers)
-	for i := range own {
-		own[i] = r.FirstRank + i
-	}
+	own := a.ranksIn(r)
 	start := time.Now()
 	kept, err := durable.PersistLast(ctx, s.Dir, own, s.Durable.Dir, s.Durable.Keep, a.log)
 	if err != nil {
@@ -499,4 +493,13 @@ func (a *Agent) persistLast(r rendezvous.Round) {
 		Msg("snapshots: this node's last snapshots are in the durable directory")
 	fmt.Fprintf(a.spec.Report, "gorun: snapshots: this node's newest is step %d, in %s: run the job again to go on from the newest step every rank has there\n",
 		kept[0].Step, s.Durable.Dir)
+}
+
+// ranksIn is the global ranks of this node's workers in round r.
+func (a *Agent) ranksIn(r rendezvous.Round) []int {
+	own := make([]int, a.spec.LocalWorkers)
+	for i := range own {
+		own[i] = r.FirstRank + i
+	}
+	return own
 }
