@@ -109,3 +109,27 @@ func TestTransitionRefuses(t *testing.T) {
 	require.Equal(t, StateRendezvous, a.State())
 	require.Equal(t, []string{"state init->rendezvous"}, rec.all())
 }
+
+// The ends after which a job is run again (and should go on from its last
+// snapshots) against those after which it is done, or goes on elsewhere.
+func TestEndsUnfinished(t *testing.T) {
+	tests := []struct {
+		name string
+		out  outcome
+		want bool
+	}{
+		{"a stop signal", stopped{syscall.SIGTERM}, true},
+		{"a requeue", requeue{}, true},
+		{"a requeue signal while idle", requeue{idle: syscall.SIGUSR1}, true},
+		{"the job failed", closed{rendezvous.End{Result: rendezvous.ResultFailed}}, true},
+		{"the job succeeded", closed{rendezvous.End{Result: rendezvous.ResultSucceeded}}, false},
+		{"evicted: the job goes on", evicted{"a straggler"}, false},
+		{"left out of a job that succeeded", leftOut{&rendezvous.ClosedError{}}, false},
+		{"the agent broke", broken{errors.New("x")}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.want, endsUnfinished(tt.out))
+		})
+	}
+}
