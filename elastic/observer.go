@@ -40,6 +40,15 @@ type EndObserver interface {
 	RoundEnded(end rendezvous.End)
 }
 
+// StartObserver is an Observer that is also told, for each round whose
+// workers the agent started (not kept in place), how many were warm
+// workers made that round's (Spec.Warm: an interpreter started ahead of
+// the round) and how many fresh processes: the agent calls WorkersStarted
+// when its Spec.Observer implements it.
+type StartObserver interface {
+	WorkersStarted(warm, fresh int)
+}
+
 // RestartCause is why a new round replaced the one before.
 type RestartCause int
 

@@ -44,6 +44,9 @@ func (r *recorder) WorkerExited(w distenv.Worker, code int) {
 	r.add("exit rank %d code %d", w.Rank, code)
 }
 func (r *recorder) RoundEnded(end rendezvous.End) { r.add("ended: %s", end.Reason) }
+func (r *recorder) WorkersStarted(warm, fresh int) {
+	r.add("started warm %d fresh %d", warm, fresh)
+}
 
 // count is how many events are ev.
 func (r *recorder) count(ev string) int {
@@ -83,6 +86,7 @@ func TestObserverSeesTheJob(t *testing.T) {
 		"state rendezvous->running": 2,
 		"state running->succeeded":  1,
 		"ended: worker failure":     1,
+		"started warm 0 fresh 2":    2,
 	} {
 		require.Equal(t, n, rec.count(ev), "%q in %q", ev, events)
 	}

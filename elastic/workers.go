@@ -154,6 +154,9 @@ func (a *Agent) startWorkers(sink *workerlog.Sink, r rendezvous.Round, extra []s
 		}
 		workers = append(workers, w)
 	}
+	if o, ok := a.spec.Observer.(StartObserver); ok {
+		o.WorkersStarted(len(warm), len(workers)-len(warm))
+	}
 	if a.spec.Warm != nil {
 		a.log.Info().Int("round", r.Number).Ints("warm_pids", warm).Int("fresh", len(workers)-len(warm)).
 			Msg("the round's workers started: warm ones given their environment, fresh ones where none was ready")

@@ -54,6 +54,7 @@ type Metrics struct {
 	restarts   *prometheus.CounterVec
 	nodeLosses prometheus.Counter
 	inPlace    prometheus.Counter
+	starts     *prometheus.CounterVec
 	rendezvous prometheus.Histogram
 	workers    *workerCollector
 	goodput    *goodputRecorder
@@ -61,8 +62,9 @@ type Metrics struct {
 }
 
 var (
-	_ elastic.Observer    = (*Metrics)(nil)
-	_ elastic.EndObserver = (*Metrics)(nil)
+	_ elastic.Observer      = (*Metrics)(nil)
+	_ elastic.EndObserver   = (*Metrics)(nil)
+	_ elastic.StartObserver = (*Metrics)(nil)
 
 	_ elastic.SnapshotObserver = (*Metrics)(nil)
 )
@@ -97,6 +99,9 @@ func New(cfg Config) (*Metrics, error) {
 			Help: "Nodes the job lost, as the rounds this node ran shrank."}),
 		inPlace: prometheus.NewCounter(prometheus.CounterOpts{Name: "gorun_in_place_recoveries_total",
 			Help: "Rounds that took over this node's workers in place after a membership change, instead of restarting them (not counted in gorun_restarts_total)."}),
+		starts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gorun_round_worker_starts_total",
+			Help: "Workers the rounds started on this node (not those kept in place), by how: warm (a warm worker, --warm-workers, made the round's) or fresh (a new process)."},
+			[]string{"how"}),
 		rendezvous: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gorun_rendezvous_duration_seconds",
 			Help:    "How long this node waited in the rendezvous for each of its rounds to form.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 4, 9)}),
@@ -111,8 +116,10 @@ func New(cfg Config) (*Metrics, error) {
 	for _, c := range []elastic.RestartCause{elastic.RestartWorkerFailure, elastic.RestartMembershipChange} {
 		m.restarts.WithLabelValues(c.String())
 	}
+	m.starts.WithLabelValues("warm")
+	m.starts.WithLabelValues("fresh")
 	labelled := prometheus.WrapRegistererWith(prometheus.Labels{"run_id": cfg.RunID, "node": cfg.Node}, m.reg)
-	for _, c := range []prometheus.Collector{m.state, m.round, m.nodes, m.worldSize, m.nodeRank, m.restarts, m.nodeLosses, m.inPlace, m.rendezvous, m.workers, m.goodput, m.snapshots} {
+	for _, c := range []prometheus.Collector{m.state, m.round, m.nodes, m.worldSize, m.nodeRank, m.restarts, m.nodeLosses, m.inPlace, m.starts, m.rendezvous, m.workers, m.goodput, m.snapshots} {
 		if err := labelled.Register(c); err != nil {
 			return nil, err
 		}
@@ -186,6 +193,12 @@ func (m *Metrics) RoundEnded(end rendezvous.End) { m.goodput.roundEnded(end) }
 
 // Goodput is this node's goodput figures now (package goodput).
 func (m *Metrics) Goodput() goodput.Summary { return m.goodput.summary() }
+
+// WorkersStarted counts a round's workers by how they started.
+func (m *Metrics) WorkersStarted(warm, fresh int) {
+	m.starts.WithLabelValues("warm").Add(float64(warm))
+	m.starts.WithLabelValues("fresh").Add(float64(fresh))
+}
 
 // WorkerExited records w's exit code.
 func (m *Metrics) WorkerExited(w distenv.Worker, exitCode int) { m.workers.exited(w, exitCode) }

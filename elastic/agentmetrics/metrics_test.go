@@ -239,6 +239,16 @@ func TestRestartCounts(t *testing.T) {
 	require.Equal(t, 2.0, promtest.ToFloat64(m.nodeLosses))
 }
 
+func TestWorkerStartCounts(t *testing.T) {
+	m := newMetrics(t, &fixedClock{})
+	m.WorkersStarted(0, 2) // the first round: nothing warm yet
+	m.WorkersStarted(2, 0)
+	m.WorkersStarted(1, 1)
+	text := gorunLines(scrape(t, m))
+	require.Contains(t, text, `gorun_round_worker_starts_total{how="warm",node="a",run_id="7"} 3`+"\n")
+	require.Contains(t, text, `gorun_round_worker_starts_total{how="fresh",node="a",run_id="7"} 3`+"\n")
+}
+
 func TestConfigValidate(t *testing.T) {
 	for _, tc := range []struct {
 		name string
