@@ -13,7 +13,9 @@
 #                     that imported torch ahead of the round
 # First a fault-free run (gorun, no checkpoint, no snapshot). In each way's run one failure every
 # PERIOD seconds of training (the first PERIOD/2 after the first step, each next one PERIOD after
-# the first step after the one before; none before the first checkpoint), drawn from kill -9 of a worker and kill -9 of a whole node (its
+# the first step after the one before; none before the first checkpoint; MAX_FAULTS, 8, at most:
+# then the way trains to its end, as a checkpoint way that redoes up to CKPT_EVERY steps after each
+# failure might not), drawn from kill -9 of a worker and kill -9 of a whole node (its
 # agent's process tree: agent, guard, workers; /dev/shm/gorun-<run id>-* of dead agents removed
 # by the bench at the end). A killed node's slot gets a new agent 1 s later, as a SLURM requeue
 # would, so that the world (and the data order) stays the same. torchrun never loses node 0: its
@@ -51,9 +53,9 @@ if [[ "$SMOKE" == 1 ]]; then
   COST_RUNS=${COST_RUNS:-1}
 fi
 MODEL_MB=${MODEL_MB:-100} STEPS=${STEPS:-60} CKPT_EVERY=${CKPT_EVERY:-10} PERIOD=${PERIOD:-20} NPROC=${NPROC:-2}
-SEED=${SEED:-1} REPLICAS=${REPLICAS:-1} COST_RUNS=${COST_RUNS:-0} WAYS=${WAYS:-torchrun+ckpt,gorun+ckpt,gorun+snapshots,gorun+warm}
+SEED=${SEED:-1} MAX_FAULTS=${MAX_FAULTS:-8} REPLICAS=${REPLICAS:-1} COST_RUNS=${COST_RUNS:-0} WAYS=${WAYS:-torchrun+ckpt,gorun+ckpt,gorun+snapshots,gorun+warm}
 PYTHON=${PYTHON:-/usr/bin/python3}
-bench_positive MODEL_MB STEPS CKPT_EVERY PERIOD NPROC SEED
+bench_positive MODEL_MB STEPS CKPT_EVERY PERIOD NPROC SEED MAX_FAULTS
 [[ "$REPLICAS" =~ ^[0-9]+$ ]] || die "REPLICAS must be 0 or a positive integer, got '$REPLICAS'"
 [[ "$COST_RUNS" =~ ^[0-9]+$ ]] || die "COST_RUNS must be 0 or a positive integer, got '$COST_RUNS'"
 "$PYTHON" -c 'import torch' 2>/dev/null || die "$PYTHON has no torch (Debian: apt-get install python3-torch; or set PYTHON)"
@@ -61,9 +63,9 @@ bench_gorun
 (cd "$root" && go build -o "$tmp/torchchaos" ./bench/torchchaos) || die "go build ./bench/torchchaos failed"
 
 args=(-gorun "$gorun" -python "$PYTHON" -script "$root/examples/pytorch/snapshots.py" -model-mb "$MODEL_MB" -steps "$STEPS"
-  -ckpt-every "$CKPT_EVERY" -period "${PERIOD}s" -nproc "$NPROC" -seed "$SEED" -snapshot-replicas "$REPLICAS" -ways "$WAYS" -cost-runs "$COST_RUNS")
+  -ckpt-every "$CKPT_EVERY" -period "${PERIOD}s" -max-faults "$MAX_FAULTS" -nproc "$NPROC" -seed "$SEED" -snapshot-replicas "$REPLICAS" -ways "$WAYS" -cost-runs "$COST_RUNS")
 [[ "${JSON:-0}" == 1 ]] && args+=(-json)
 [[ "$SMOKE" == 1 ]] && args+=(-smoke)
 [[ -n "${KEEP:-}" ]] && args+=(-dir "$KEEP")
-echo "pytorch-chaos: gorun $(cd "$root" && git describe --always --dirty 2>/dev/null || echo '?'), $(nproc) CPUs, MODEL_MB=$MODEL_MB STEPS=$STEPS CKPT_EVERY=$CKPT_EVERY PERIOD=$PERIOD NPROC=$NPROC SEED=$SEED REPLICAS=$REPLICAS COST_RUNS=$COST_RUNS WAYS=$WAYS SMOKE=$SMOKE"
+echo "pytorch-chaos: gorun $(cd "$root" && git describe --always --dirty 2>/dev/null || echo '?'), $(nproc) CPUs, MODEL_MB=$MODEL_MB STEPS=$STEPS CKPT_EVERY=$CKPT_EVERY PERIOD=$PERIOD NPROC=$NPROC SEED=$SEED MAX_FAULTS=$MAX_FAULTS REPLICAS=$REPLICAS COST_RUNS=$COST_RUNS WAYS=$WAYS SMOKE=$SMOKE"
 "$tmp/torchchaos" "${args[@]}"

@@ -243,7 +243,7 @@ func (j *job) run(ctx context.Context) error {
 		}
 		ev := j.snapshot()
 		if j.faults && j.recovered(ev) && len(j.replacing) == 0 {
-			done := j.b.smoke && len(j.fault) == len(kinds)
+			done := len(j.fault) >= j.b.maxFaults || j.b.smoke && len(j.fault) == len(kinds)
 			reached := 0
 			for _, e := range ev {
 				reached = max(reached, e.Step)

@@ -43,6 +43,7 @@ type bench struct {
 	nproc                 int // workers per node
 	replicas              int
 	period                time.Duration
+	maxFaults             int // failures injected per way at most
 	timeout               time.Duration
 	seed                  uint64
 	smoke                 bool
@@ -94,6 +95,7 @@ func run() error {
 	flag.IntVar(&b.ckptEvery, "ckpt-every", 10, "the checkpoint ways' torch.save every this many steps")
 	flag.IntVar(&b.replicas, "snapshot-replicas", 1, "gorun --snapshot-replicas of the snapshot way")
 	flag.DurationVar(&b.period, "period", 20*time.Second, "one failure every period of training: the first half a period after the first step, each next one a period after the job recovered from the one before")
+	flag.IntVar(&b.maxFaults, "max-faults", 8, "failures injected per way at most: then the way trains to its end undisturbed (the checkpoint ways, whose recoveries redo up to -ckpt-every steps, could otherwise trade a period's progress for each failure and never end)")
 	flag.DurationVar(&b.timeout, "timeout", 15*time.Minute, "a run not done this long after its start fails the bench")
 	flag.Uint64Var(&b.seed, "seed", 1, "seed of the failure draws")
 	wayList := flag.String("ways", wayNames(), "the ways to run, comma-separated")
@@ -108,9 +110,9 @@ func run() error {
 	if b.nproc < 1 {
 		return fmt.Errorf("-nproc %d: want 1 or more workers per node", b.nproc)
 	}
-	if b.steps < 4 || b.ckptEvery < 1 || b.period <= 0 || b.modelMB <= 0 || b.replicas < 0 || b.costRuns < 0 {
-		return fmt.Errorf("-steps %d (want 4 or more), -ckpt-every %d (want 1 or more), -period %v, -model-mb %v (want > 0), -snapshot-replicas %d, -cost-runs %d (want >= 0)",
-			b.steps, b.ckptEvery, b.period, b.modelMB, b.replicas, b.costRuns)
+	if b.steps < 4 || b.ckptEvery < 1 || b.period <= 0 || b.modelMB <= 0 || b.replicas < 0 || b.costRuns < 0 || b.maxFaults < 1 {
+		return fmt.Errorf("-steps %d (want 4 or more), -ckpt-every %d (want 1 or more), -period %v, -model-mb %v (want > 0), -snapshot-replicas %d, -cost-runs %d (want >= 0), -max-faults %d (want 1 or more)",
+			b.steps, b.ckptEvery, b.period, b.modelMB, b.replicas, b.costRuns, b.maxFaults)
 	}
 	var chosen []way
 	for _, name := range strings.Split(*wayList, ",") {
