@@ -12,8 +12,9 @@
 #   gorun+warm        gorun+snapshots with --warm-workers: a restarted worker is an interpreter
 #                     that imported torch ahead of the round
 # First a fault-free run (gorun, no checkpoint, no snapshot). In each way's run one failure every
-# PERIOD seconds of training (the first PERIOD/2 after the first step, each next one PERIOD after
-# the first step after the one before; none before the first checkpoint; MAX_FAULTS, 8, at most:
+# PERIOD seconds of training on average (each a time drawn from PERIOD/2 to 3*PERIOD/2, seeded and
+# the same for every way, after the first step or after the first step after the one before, so
+# that failures fall anywhere in a checkpoint interval; none before the first checkpoint; MAX_FAULTS, 8, at most:
 # then the way trains to its end, as a checkpoint way that redoes up to CKPT_EVERY steps after each
 # failure might not), drawn from kill -9 of a worker and kill -9 of a whole node (its
 # agent's process tree: agent, guard, workers; /dev/shm/gorun-<run id>-* of dead agents removed

@@ -83,6 +83,7 @@ type job struct {
 	out    string // the script's --out
 	faults bool   // inject faults
 	rng    *rand.Rand
+	gaps   *rand.Rand // the training time before each failure (gap): a stream of its own, the same for every way
 	bag    []string
 
 	nodes [nodes]*node
@@ -102,7 +103,7 @@ func newJob(b *bench, w way, name string, faults bool) (*job, error) {
 		return nil, err
 	}
 	return &job{b: b, way: w, name: name, runID: fmt.Sprintf("torchchaos-%s-%d", name, time.Now().UnixNano()%1e9), dir: dir,
-		out: filepath.Join(dir, "final.pt"), faults: faults, rng: rand.New(rand.NewPCG(b.seed, 33)), replacing: map[int]time.Time{}}, nil
+		out: filepath.Join(dir, "final.pt"), faults: faults, rng: rand.New(rand.NewPCG(b.seed, 33)), gaps: rand.New(rand.NewPCG(b.seed, 34)), replacing: map[int]time.Time{}}, nil
 }
 
 // scriptArgs are the training script and its arguments.
@@ -249,14 +250,14 @@ func (j *job) run(ctx context.Context) error {
 				reached = max(reached, e.Step)
 			}
 			if next.IsZero() {
-				next = ev[0].At.Add(j.b.period / 2)
+				next = ev[0].At.Add(j.gap())
 			}
 			if len(j.fault) > 0 && next.Before(j.fault[len(j.fault)-1].At) {
 				// The period counts training time: the next fault comes a period after the job
 				// recovered from the last one, so that recoveries longer than the period do not
 				// make a fault follow each one at once (no checkpoint way could then get on).
 				c := costs(j.fault[len(j.fault)-1:], ev)[0]
-				next = c.At.Add(c.Recovery + j.b.period)
+				next = c.At.Add(c.Recovery + j.gap())
 			}
 			// A fault once the first checkpoint is written (so that each way has something to
 			// restore) and two steps were done since the last recovery, and none in the last two
@@ -281,6 +282,15 @@ func (j *job) run(ctx context.Context) error {
 		return fmt.Errorf("%s: the job ended without its final model: %w", j.name, err)
 	}
 	return nil
+}
+
+// gap is the training time from the first step, or from the job's first step after the last
+// failure, to the next failure: drawn uniformly from half a period to one and a half, so that
+// failures fall anywhere in a checkpoint interval. A fixed period had them land at the same
+// point of each interval (a checkpoint way restarts at a checkpoint, and a period later it was
+// about to write the next), which made its steps redone near their maximum every time.
+func (j *job) gap() time.Duration {
+	return j.b.period/2 + time.Duration(j.gaps.Int64N(int64(j.b.period)))
 }
 
 // finished reports whether every node of the job has exited with no replacement due.

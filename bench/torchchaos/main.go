@@ -94,7 +94,7 @@ func run() error {
 	flag.IntVar(&b.steps, "steps", 60, "steps each run trains")
 	flag.IntVar(&b.ckptEvery, "ckpt-every", 10, "the checkpoint ways' torch.save every this many steps")
 	flag.IntVar(&b.replicas, "snapshot-replicas", 1, "gorun --snapshot-replicas of the snapshot way")
-	flag.DurationVar(&b.period, "period", 20*time.Second, "one failure every period of training: the first half a period after the first step, each next one a period after the job recovered from the one before")
+	flag.DurationVar(&b.period, "period", 20*time.Second, "one failure every period of training on average: each a time drawn uniformly from half a period to one and a half (seeded, the same for every way) after the first step or after the job recovered from the one before")
 	flag.IntVar(&b.maxFaults, "max-faults", 8, "failures injected per way at most: then the way trains to its end undisturbed (the checkpoint ways, whose recoveries redo up to -ckpt-every steps, could otherwise trade a period's progress for each failure and never end)")
 	flag.DurationVar(&b.timeout, "timeout", 15*time.Minute, "a run not done this long after its start fails the bench")
 	flag.Uint64Var(&b.seed, "seed", 1, "seed of the failure draws")
