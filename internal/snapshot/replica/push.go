@@ -127,6 +127,7 @@ type rankPush struct {
 	// was busy with the rank, or could not be reached), sent at the next
 	// pass unless the poller reports a newer one first.
 	pending *snapshot.Slot
+	lag     lagWatch // how far the peer's copies are behind the worker
 }
 
 func newPusher(peer string, round int, dir string, ranks []int, k keys,
@@ -191,11 +192,13 @@ func (p *pusher) pass(ctx context.Context) {
 			continue
 		}
 		s = *r.pending
+		p.checkLag(r, s.Step)
 		err = p.send(ctx, r.rank, s)
 		var v *verdictError
 		switch {
 		case err == nil:
 			r.pending = nil
+			r.lag = r.lag.stored(s.Step)
 			p.sent(r.rank, s.Step, p.peer)
 			if p.problem != "" {
 				p.log.Info().Msg("pushes to this peer get through again")
@@ -223,6 +226,23 @@ func (p *pusher) pass(ctx context.Context) {
 			}
 			return
 		}
+	}
+}
+
+// checkLag logs, at each change, whether the peer's copies of rank r
+// fell more than a step behind the worker's newest step, now about to be
+// sent (see lagWatch).
+func (p *pusher) checkLag(r *rankPush, step uint64) {
+	var change lagChange
+	held := r.lag.sent
+	r.lag, change = r.lag.check(step)
+	switch change {
+	case lagBehind:
+		p.log.Warn().Int("rank", r.rank).Uint64("step", step).Uint64("peer_step", held).
+			Msg("snapshot copies to this peer fall behind the worker: until they catch up, a loss of this node sends the job back to the durable directory or the script's checkpoint (see docs/operations.md)")
+	case lagCaughtUp:
+		p.log.Info().Int("rank", r.rank).Uint64("step", step).Uint64("peer_step", held).
+			Msg("snapshot copies to this peer keep up with the worker again")
 	}
 }
 
