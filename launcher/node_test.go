@@ -142,6 +142,33 @@ func TestNodeRunsAndKeepsTheRunsKeys(t *testing.T) {
 	}
 }
 
+// A node whose job succeeded closes without error when etcd is gone by
+// then: the node hosting the embedded etcd stops it once every node's
+// keys are gone, which may come before this node hears that its lease was
+// released. The release only spares the others its TTL; close logs it.
+func TestNodeClosesAfterItsEtcdStopped(t *testing.T) {
+	srv := etcdtest.Start(t)
+	t.Setenv("TMPDIR", t.TempDir())
+	l := &Launch{
+		RunID: "etcd-gone", Host: "localhost", Addr: "127.0.0.1", NProcPerNode: 1,
+		Command: []string{"/bin/sh", "-c", "exit 0"}, TermTimeout: Duration(5 * time.Second),
+		Rendezvous: Rendezvous{
+			Backend: BackendEtcd, NodeID: "n0",
+			Client: etcdstore.ClientConfig{Endpoints: srv.Endpoints(), Patience: time.Second},
+			Timing: RendezvousTiming{LeaseTTL: Duration(5 * time.Second), JoinTimeout: Duration(60 * time.Second)},
+			Limits: rendezvous.Limits{MinNodes: 1, MaxNodes: 1},
+		},
+	}
+	n := newNode(l, Runtime{Stdout: io.Discard, Stderr: io.Discard, Log: zerolog.Nop()})
+	require.NoError(t, n.start(context.Background()))
+	out, err := n.run(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 0, out.ExitCode, "%+v", out)
+	require.NoError(t, srv.Close())
+	require.NoError(t, n.close(time.Now()), "a lease that cannot be released is no failure of a job that succeeded")
+	require.NoDirExists(t, n.tmpDir)
+}
+
 // The snapshot directory: made 0700 under the tmpfs, named by run id and
 // pid, the gorun package extracted into it, its path and the package's on
 // the workers' environment (PYTHONPATH keeps what it had, after it), and
