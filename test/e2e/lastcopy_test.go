@@ -3,25 +3,12 @@ package e2e
 import (
 	"fmt"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/gorun/gorun/test/harness"
 )
-
-// stepLine is rank 0's line after a step of the example.
-var stepLine = regexp.MustCompile(`\bstep (\d+) loss `)
-
-// lastStep is the newest step rank 0 said it made in stdout, or -1.
-func lastStep(stdout string) int {
-	last := -1
-	for _, m := range stepLine.FindAllStringSubmatch(stdout, -1) {
-		n, _ := strconv.Atoi(m[1])
-		last = max(last, n)
-	}
-	return last
-}
 
 // stoppedAndRunAgain: a job with --snapshot-durable stopped by SIGTERM (as
 // scancel or SLURM's time limit stop it) in the middle of training, with no
@@ -48,7 +35,7 @@ func stoppedAndRunAgain(t *testing.T, ref string) {
 	if first.ExitCode != 128+int(syscall.SIGTERM) {
 		t.Fatalf("stopped by SIGTERM: exit %d, want %d\n%s", first.ExitCode, 128+int(syscall.SIGTERM), first.Stderr)
 	}
-	reached := lastStep(first.Stdout)
+	reached := harness.LastStep(first.Stdout)
 	if reached < snapKillAt || reached >= snapSteps {
 		t.Fatalf("the first run said step %d last; want one in %d..%d", reached, snapKillAt, snapSteps-1)
 	}

@@ -1,12 +1,10 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -71,21 +69,8 @@ func agreements(stderr string) []agreement {
 // wrote at ref and got hold the same tensors, bit for bit.
 func requireSameModel(t *testing.T, ref, got string) {
 	t.Helper()
-	const compare = `import sys, torch
-a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
-if isinstance(a, torch.Tensor):
-    a, b = {"": a}, {"": b}
-assert a.keys() == b.keys(), (sorted(a), sorted(b))
-for k in a:
-    x, y = a[k], b[k]
-    assert x.dtype == y.dtype and x.shape == y.shape, k
-    assert torch.equal(x.contiguous().view(torch.uint8), y.contiguous().view(torch.uint8)), "tensor %s differs: max |diff| %g" % (k, (x - y).abs().max())
-`
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, torch.Python, "-c", compare, ref, got).CombinedOutput()
-	if err != nil {
-		t.Fatalf("the final model %s is not bit-identical to the fault-free run's %s: %v\n%s", got, ref, err, out)
+	if err := harness.SameModel(torch.Python, ref, got); err != nil {
+		t.Fatal(err)
 	}
 }
 

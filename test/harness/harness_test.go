@@ -110,3 +110,20 @@ func writeTemp(t *testing.T, content string) string {
 	require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
 	return path
 }
+
+// LastStep reads rank 0's step lines of the snapshot example, prefixed
+// or not, and nothing else.
+func TestLastStep(t *testing.T) {
+	for _, tc := range []struct {
+		name, output string
+		want         int
+	}{
+		{"no step yet", "gorun: starting\n", -1},
+		{"the newest", "step 3 loss 0.5\nstep 4 loss 0.4\n", 4},
+		{"prefixed by gorun", "[node1:0] step 41 loss 0.29\n[node1:0] step 42 loss 0.3\n", 42},
+		{"a restore is no step", "restored step 40\nstep 41 loss 0.3\n", 41},
+		{"a step redone after a restore", "step 42 loss 0.3\nrestored step 40\nstep 41 loss 0.3\n", 42},
+	} {
+		t.Run(tc.name, func(t *testing.T) { require.Equal(t, tc.want, LastStep(tc.output)) })
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,9 +23,6 @@ const (
 	snapSteps    = 300
 	snapCancelAt = 40
 )
-
-// snapStep is rank 0's line after a step of examples/pytorch/snapshots.py.
-var snapStep = regexp.MustCompile(`\bstep (\d+) loss `)
 
 // The PyTorch snapshot example as a rendered batch job of 2 nodes x 1
 // worker with --snapshot-durable (no periodic copy due), cancelled by a
@@ -60,7 +56,7 @@ func TestSbatchSnapshotsCancelledAndRunAgain(t *testing.T) {
 	ended := c.WaitJob(t, first, time.Minute, "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
 	output := readFile(t, ended["StdOut"])
 	require.Equal(t, "CANCELLED", ended["JobState"], "job output:\n%s", harness.Tail(output, 40))
-	reached := lastSnapStep(output)
+	reached := harness.LastStep(output)
 	require.GreaterOrEqual(t, reached, snapCancelAt, "job output:\n%s", harness.Tail(output, 40))
 	require.Less(t, reached, snapSteps, "the first run finished before it was cancelled")
 	copied := w.seen(func(l string) bool { return strings.Contains(l, "gorun: snapshots: this node's newest is step ") })
@@ -97,17 +93,6 @@ func faultFree(t *testing.T, script string, args []string) {
 	require.NoError(t, err, "the fault-free run:\n%s", harness.Tail(string(out), 40))
 }
 
-// lastSnapStep is the newest step rank 0 said it made in a job's output,
-// or -1.
-func lastSnapStep(output string) int {
-	last := -1
-	for _, m := range snapStep.FindAllStringSubmatch(output, -1) {
-		n, _ := strconv.Atoi(m[1])
-		last = max(last, n)
-	}
-	return last
-}
-
 // durableRestore finds the agent's agreement to restore from the durable
 // directory in a job's output: its step and the line, or "".
 func durableRestore(output string) (uint64, string) {
@@ -128,14 +113,5 @@ func durableRestore(output string) (uint64, string) {
 // and got hold the same tensors, bit for bit.
 func requireSameModel(t *testing.T, ref, got string) {
 	t.Helper()
-	const compare = `import sys, torch
-a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
-assert a.keys() == b.keys(), (sorted(a), sorted(b))
-for k in a:
-    assert torch.equal(a[k].contiguous().view(torch.uint8), b[k].contiguous().view(torch.uint8)), "tensor %s differs" % k
-`
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, python, "-c", compare, ref, got).CombinedOutput()
-	require.NoError(t, err, "the final model %s is not bit-identical to the fault-free run's %s:\n%s", got, ref, out)
+	require.NoError(t, harness.SameModel(python, ref, got))
 }
